@@ -1,0 +1,1 @@
+"""Trainyard's control plane: event store, projections, HTTP API and lifecycle manager."""

@@ -1,0 +1,1 @@
+"""The control plane's side of node agents: leases, claims, fencing and the lifecycle manager."""

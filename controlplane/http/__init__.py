@@ -1,0 +1,1 @@
+"""The aiohttp application: routes, SSE streams and the OpenAPI document."""

@@ -1,0 +1,1 @@
+"""Read models built from the global event log, each with its checkpoint in one transaction."""

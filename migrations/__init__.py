@@ -1,0 +1,1 @@
+"""Numbered plain-SQL migrations, applied in order by `trainyard migrate`."""

@@ -1,0 +1,1 @@
+"""The node agent: GPU inventory, work claims, learner runtimes, log shipping, reconciliation."""

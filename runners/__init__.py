@@ -1,0 +1,1 @@
+"""Code that runs inside learners: launcher, checkpointing, phases and metrics."""
