@@ -1,0 +1,220 @@
+"""The `trainyard` command line."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import signal
+import sys
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any
+
+from aiohttp import web
+
+from controlplane.database import DatabaseUnavailable, create_pool, describe, resolve_database
+from controlplane.events.store import EventStore
+from controlplane.events.subscription import LogListener
+from controlplane.http.app import create_app
+from controlplane.migrate import MigrationError, available, migrate, require_migrated
+from controlplane.projections.catalog import all_projections
+from controlplane.projections.runner import ProjectionRunner
+from controlplane.settings import Settings
+
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_UNREACHABLE = 3
+
+Handler = Callable[[argparse.Namespace, Settings], Coroutine[Any, Any, int]]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    handler: Handler = args.handler
+    try:
+        return asyncio.run(handler(args, Settings.from_env()))
+    except DatabaseUnavailable as exc:
+        print(f"trainyard: {exc}", file=sys.stderr)
+        return EXIT_UNREACHABLE
+    except MigrationError as exc:
+        print(f"trainyard: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        return 130
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(
+        prog="trainyard",
+        description="Trainyard: a dependable deep-learning-training service. The database is "
+        "$TRAINYARD_DATABASE_URL, or else an embedded Postgres under $TRAINYARD_HOME "
+        "(default ~/.local/share/trainyard).",
+    )
+    top.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
+    commands = top.add_subparsers(title="commands", required=True, metavar="COMMAND")
+
+    up = commands.add_parser(
+        "up",
+        help="run everything on this machine: database, migrations, control plane",
+        description="Start the embedded Postgres (unless TRAINYARD_DATABASE_URL is set), apply "
+        "migrations and run the control plane until interrupted.",
+    )
+    _listen_args(up)
+    up.set_defaults(handler=cmd_up)
+
+    serve = commands.add_parser(
+        "serve",
+        help="run the control plane (HTTP API and projections)",
+        description="Run the control plane against an already migrated database until "
+        "SIGINT or SIGTERM; several replicas may run against one database.",
+    )
+    _listen_args(serve)
+    serve.set_defaults(handler=cmd_serve)
+
+    mig = commands.add_parser(
+        "migrate",
+        help="apply pending database migrations",
+        description="Apply the numbered SQL migrations not yet applied, in order, under an "
+        "advisory lock (concurrent runs are safe). A changed applied migration is an error.",
+    )
+    mig.set_defaults(handler=cmd_migrate)
+
+    proj = commands.add_parser(
+        "projections", help="inspect or rebuild read models", description="Read models."
+    )
+    proj_commands = proj.add_subparsers(title="commands", required=True, metavar="COMMAND")
+    listing = proj_commands.add_parser(
+        "list",
+        help="list projections and whether each has caught up",
+        description="List every projection with its checkpoint and whether it has caught up.",
+    )
+    listing.set_defaults(handler=cmd_projections_list)
+    rebuild = proj_commands.add_parser(
+        "rebuild",
+        help="empty a projection and replay the whole log into it",
+        description="Empty a projection's tables and replay the event log from position zero.",
+    )
+    rebuild.add_argument("name", help="the projection's name (see `projections list`)")
+    rebuild.set_defaults(handler=cmd_projections_rebuild)
+
+    bench = commands.add_parser(
+        "bench", help="run a benchmark", description="Benchmarks that print JSON."
+    )
+    bench_commands = bench.add_subparsers(title="benchmarks", required=True, metavar="NAME")
+    eventstore = bench_commands.add_parser(
+        "eventstore",
+        help="append throughput against raw inserts and the eventsourcing library",
+        description="Measure appends (8 writers, one event per transaction; and 100 events per "
+        "append) against plain asyncpg INSERTs and eventsourcing's PostgreSQL recorder, in one "
+        "run, in a scratch database that is dropped afterwards.",
+    )
+    eventstore.add_argument("--seconds", type=float, default=5.0, help="per measurement")
+    eventstore.add_argument("--json", action="store_true", help="print only the JSON object")
+    eventstore.set_defaults(handler=cmd_bench_eventstore)
+    return top
+
+
+def _listen_args(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    command.add_argument("--port", type=int, default=8080, help="port to listen on")
+
+
+async def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
+    url = await resolve_database(settings)
+    applied = await migrate(url)
+    if applied:
+        print(f"applied {len(applied)} migration(s)")
+    return await _serve(url, args.host, args.port)
+
+
+async def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
+    url = await resolve_database(settings)
+    await require_migrated(url)
+    return await _serve(url, args.host, args.port)
+
+
+async def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
+    url = await resolve_database(settings)
+    applied = await migrate(url)
+    for migration in applied:
+        print(f"applied {migration.version:04d}_{migration.name}")
+    if not applied:
+        print(f"database {describe(url)} is up to date ({len(available())} migrations)")
+    return 0
+
+
+async def cmd_projections_list(args: argparse.Namespace, settings: Settings) -> int:
+    async with _runner(settings) as runner:
+        for name in runner.projections:
+            status = "caught up" if await runner.is_caught_up(name) else "behind"
+            print(f"{name}\t{status}")
+    return 0
+
+
+async def cmd_projections_rebuild(args: argparse.Namespace, settings: Settings) -> int:
+    async with _runner(settings) as runner:
+        if args.name not in runner.projections:
+            known = ", ".join(runner.projections)
+            print(f"trainyard: no projection named {args.name!r} (known: {known})", file=sys.stderr)
+            return EXIT_USAGE
+        count = await runner.rebuild(args.name)
+    print(f"rebuilt {args.name} from {count} events")
+    return 0
+
+
+async def cmd_bench_eventstore(args: argparse.Namespace, settings: Settings) -> int:
+    from bench.eventstore import run
+
+    url = await resolve_database(settings)
+    result = await run(url, seconds=args.seconds, progress=not args.json)
+    print(json.dumps(result, indent=None if args.json else 2))
+    return 0
+
+
+class _runner:
+    """A projection runner on a fresh pool, for one-off commands."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+
+    async def __aenter__(self) -> ProjectionRunner:
+        url = await resolve_database(self._settings)
+        await require_migrated(url)
+        self._pool = pool = await create_pool(url, min_size=1, max_size=2)
+        store = EventStore(pool)
+        return ProjectionRunner(pool, store, LogListener(url), all_projections())
+
+    async def __aexit__(self, *_: object) -> None:
+        await self._pool.close()
+
+
+async def _serve(url: str, host: str, port: int) -> int:
+    runner = web.AppRunner(create_app(url), handle_signals=False)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, host, port)
+        try:
+            await site.start()
+        except OSError as exc:
+            print(f"trainyard: cannot listen on {host}:{port}: {exc.strerror}", file=sys.stderr)
+            return EXIT_FAILED
+        print(f"control plane on http://{host}:{port} (database {describe(url)})")
+        print("no jobs yet")
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+        print("shutting down")
+    finally:
+        await runner.cleanup()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,119 @@
+"""Finding, starting and connecting to Trainyard's Postgres.
+
+The database is `TRAINYARD_DATABASE_URL` when set, otherwise an embedded Postgres (the
+`pgserver` wheel) kept under the data directory. The application's sessions run as the
+`trainyard_app` role, which may append events but never change them; migrations run as the
+connecting user, who owns the schema.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Protocol
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+
+from controlplane.queries import Q
+from controlplane.settings import Settings
+
+APP_ROLE = "trainyard_app"
+
+
+class DatabaseUnavailable(Exception):
+    """The database cannot be reached or started; the message is one line for the operator."""
+
+
+class Executor(Protocol):
+    """What the store needs of a pool or a connection (possibly inside a transaction)."""
+
+    async def execute(self, query: str, *args: Any) -> str: ...
+    async def fetch(self, query: str, *args: Any) -> list[asyncpg.Record]: ...
+    async def fetchrow(self, query: str, *args: Any) -> asyncpg.Record | None: ...
+    async def fetchval(self, query: str, *args: Any) -> Any: ...
+
+
+EMBEDDED_DATABASE = "trainyard"
+
+
+async def resolve_database(settings: Settings) -> str:
+    """The configured database URL, or the embedded Postgres's `trainyard` database.
+
+    The embedded server is started when not running, and its database created when missing.
+    """
+    if settings.database_url:
+        return settings.database_url
+    server = embedded_server_url(settings)
+    conn = await connect(server, as_app=False)
+    try:
+        exists = await conn.fetchval(Q["database_exists"], EMBEDDED_DATABASE)
+        if not exists:
+            await conn.execute(f'CREATE DATABASE "{EMBEDDED_DATABASE}"')
+    finally:
+        await conn.close()
+    return with_database(server, EMBEDDED_DATABASE)
+
+
+def embedded_server_url(settings: Settings) -> str:
+    """Start (or join) the embedded Postgres under the data directory; its maintenance URL.
+
+    pgserver stops the server when the last process that asked for it exits.
+    """
+    with warnings.catch_warnings():
+        # platformdirs warns when XDG_RUNTIME_DIR is unset (as under CI) and falls back to /tmp.
+        warnings.simplefilter("ignore")
+        import pgserver  # imported late: it sets up its lock files on import
+
+    pgdata = settings.home / "postgres"
+    pgdata.mkdir(parents=True, exist_ok=True)
+    try:
+        server = pgserver.get_server(pgdata, cleanup_mode="stop")
+    except Exception as exc:  # pgserver raises plain exceptions of several kinds
+        raise DatabaseUnavailable(f"cannot start the embedded Postgres in {pgdata}: {exc}") from exc
+    return str(server.get_uri())
+
+
+def with_database(url: str, name: str) -> str:
+    """The same server's URL for another database."""
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path="/" + name))
+
+
+def describe(url: str) -> str:
+    """A URL fit for messages: host, port and database, never the password."""
+    parts = urlsplit(url)
+    host = parts.hostname or "local socket"
+    port = f":{parts.port}" if parts.port else ""
+    return f"{host}{port}{parts.path or '/'}"
+
+
+async def connect(url: str, *, as_app: bool = True) -> asyncpg.Connection:
+    """One connection, as the application's role unless `as_app` is false (for migrations)."""
+    try:
+        return await asyncpg.connect(url, server_settings=_settings(as_app), timeout=10)
+    except (TimeoutError, OSError, asyncpg.PostgresError) as exc:
+        raise DatabaseUnavailable(f"cannot connect to the database at {describe(url)}: {exc}") from exc
+
+
+async def create_pool(url: str, *, min_size: int = 2, max_size: int = 10) -> asyncpg.Pool:
+    """A pool of connections that all run as the application's role."""
+    try:
+        pool = await asyncpg.create_pool(
+            url,
+            min_size=min_size,
+            max_size=max_size,
+            server_settings=_settings(as_app=True),
+            timeout=10,
+        )
+    except (TimeoutError, OSError, asyncpg.PostgresError) as exc:
+        raise DatabaseUnavailable(f"cannot connect to the database at {describe(url)}: {exc}") from exc
+    assert pool is not None
+    return pool
+
+
+def _settings(as_app: bool) -> dict[str, str]:
+    # A startup setting rather than SET ROLE: it survives the pool's RESET ALL on release.
+    settings = {"application_name": "trainyard"}
+    if as_app:
+        settings["role"] = APP_ROLE
+    return settings

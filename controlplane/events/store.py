@@ -1,0 +1,242 @@
+"""The event store: optimistic appends to streams and a gap-free read of the global log."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import NamedTuple
+
+import asyncpg
+
+from controlplane.database import Executor
+from controlplane.events.errors import ConcurrencyError, MalformedEvent, UnknownEventType
+from controlplane.events.metadata import Metadata
+from controlplane.events.types import Event, EventRegistry, registry
+from controlplane.queries import Q
+
+log = logging.getLogger(__name__)
+
+WAKE_WINDOW_S = 0.002
+"""How long appends gather before one NOTIFY wakes listeners for all of them."""
+
+STREAM_ID = re.compile(r"^[a-z][a-z0-9_]*-[A-Za-z0-9._:@-]+$")
+"""`<category>-<id>`, e.g. `job-<uuid>`, `node-gpu01`, `tenant-acme`; the table checks it too."""
+
+
+class LogPosition(NamedTuple):
+    """A reader's place in the global log: the (xid, position) of the last event it read."""
+
+    xid: int
+    position: int
+
+
+ORIGIN = LogPosition(0, 0)
+"""Before the first event."""
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedEvent:
+    """An event as stored: where it sits in its stream and in the global log, and when."""
+
+    position: int
+    xid: int
+    stream_id: str
+    stream_version: int
+    event: Event
+    metadata: Metadata
+    recorded_at: datetime
+
+    @property
+    def log_position(self) -> LogPosition:
+        return LogPosition(self.xid, self.position)
+
+    @property
+    def category(self) -> str:
+        return self.stream_id.partition("-")[0]
+
+
+@dataclass(frozen=True, slots=True)
+class Appended:
+    """The outcome of an append: the stream's new version and the events' global positions."""
+
+    stream_id: str
+    version: int
+    positions: tuple[int, ...]
+    recorded_at: datetime
+
+
+class EventStore:
+    """Appends to and reads from the `events` table.
+
+    Every method takes an optional `conn` so that callers can append inside their own
+    transaction (a claim, its GPU allocation and its event commit together); without one the
+    store uses its pool and each append is its own transaction.
+    """
+
+    def __init__(self, pool: asyncpg.Pool, types: EventRegistry = registry) -> None:
+        self._pool = pool
+        self._types = types
+        self._wake_pending = False
+        self._waker: asyncio.Task[None] | None = None
+
+    async def close(self) -> None:
+        """Let the last wake-up go out; call before closing the pool."""
+        if self._waker is not None:
+            await self._waker
+
+    async def append(
+        self,
+        stream_id: str,
+        expected_version: int,
+        events: Sequence[Event],
+        metadata: Metadata,
+        *,
+        conn: Executor | None = None,
+    ) -> Appended:
+        """Append `events` to a stream at `expected_version` (0: the stream must be new).
+
+        Raises ConcurrencyError, writing nothing, when the stream is at another version.
+        """
+        if not STREAM_ID.match(stream_id):
+            raise ValueError(f"invalid stream id {stream_id!r}: expected '<category>-<id>'")
+        if expected_version < 0:
+            raise ValueError(f"stream {stream_id}: expected version must be >= 0")
+        if not events:
+            raise ValueError(f"stream {stream_id}: nothing to append")
+        names, versions, datas = [], [], []
+        for offset, event in enumerate(events, start=1):
+            version = expected_version + offset
+            if not self._types.is_registered(event):
+                raise UnknownEventType(
+                    f"stream {stream_id} version {version}: event class "
+                    f"{type(event).__name__} is not a registered event type; nothing was written"
+                )
+            try:
+                datas.append(event.model_dump_json())
+            except ValueError as exc:
+                raise MalformedEvent(
+                    f"stream {stream_id} version {version}: {event.type_name} cannot be "
+                    f"serialized ({exc}); nothing was written"
+                ) from exc
+            names.append(event.type_name)
+            versions.append(event.schema_version)
+        executor = conn if conn is not None else self._pool
+        try:
+            row = await executor.fetchrow(
+                Q["append_events"],
+                stream_id,
+                expected_version,
+                names,
+                versions,
+                datas,
+                metadata.model_dump_json(),
+                conn is not None,
+            )
+        except asyncpg.UniqueViolationError as exc:
+            # A concurrent append took the next version between our check and our insert.
+            raise ConcurrencyError(
+                stream_id, expected_version, -1, "another append took that version concurrently"
+            ) from exc
+        assert row is not None  # an aggregate always returns one row
+        if row["positions"] is None:
+            raise await self._conflict(executor, stream_id, expected_version)
+        if conn is None:
+            self._wake_listeners()
+        return Appended(
+            stream_id,
+            expected_version + len(events),
+            tuple(row["positions"]),
+            row["recorded_at"],
+        )
+
+    def _wake_listeners(self) -> None:
+        """NOTIFY listeners, after the append committed, without making the appender wait.
+
+        A NOTIFY inside each append transaction would take Postgres's global notify lock at
+        every commit and serialize all appenders (half the throughput). Instead one sender per
+        process NOTIFYs from its own transaction, and appends that commit while it is busy are
+        covered by one more NOTIFY when it is done. A lost wake-up costs listeners one poll
+        interval of latency, never an event.
+        """
+        self._wake_pending = True
+        if self._waker is None or self._waker.done():
+            self._waker = asyncio.create_task(self._send_wakeups(), name="event-store-notify")
+
+    async def _send_wakeups(self) -> None:
+        while self._wake_pending:
+            # A short window gathers the appends of many concurrent writers under one NOTIFY.
+            await asyncio.sleep(WAKE_WINDOW_S)
+            self._wake_pending = False
+            try:
+                await self._pool.execute(Q["notify_events"])
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+                log.debug("event store: wake-up not sent (%s); listeners will poll", exc)
+                return
+
+    async def _conflict(
+        self, executor: Executor, stream_id: str, expected_version: int
+    ) -> ConcurrencyError:
+        head = await executor.fetchrow(Q["stream_head"], stream_id)
+        actual = head["stream_version"] if head else 0
+        if head is not None and actual == expected_version and head["younger"]:
+            # Appending would put this stream's new event before its head in (xid, position)
+            # order; the caller's transaction started earlier than the head's and must retry.
+            return ConcurrencyError(
+                stream_id,
+                expected_version,
+                actual,
+                "its head was appended by a younger transaction; retry in a new transaction",
+            )
+        return ConcurrencyError(stream_id, expected_version, actual)
+
+    async def read_stream(
+        self, stream_id: str, *, from_version: int = 1, conn: Executor | None = None
+    ) -> list[RecordedEvent]:
+        """A stream's events in version order (empty for a stream that does not exist)."""
+        executor = conn if conn is not None else self._pool
+        rows = await executor.fetch(Q["read_stream"], stream_id, from_version)
+        return [self._decode(row) for row in rows]
+
+    async def read_log(
+        self, after: LogPosition, limit: int = 1000, *, conn: Executor | None = None
+    ) -> list[RecordedEvent]:
+        """Up to `limit` events after `after`, in the one global order every reader sees.
+
+        Gap-free: an event still being written by an open transaction is held back, together
+        with everything after it, until that transaction ends.
+        """
+        executor = conn if conn is not None else self._pool
+        rows = await executor.fetch(Q["read_log"], str(after.xid), after.position, limit)
+        return [self._decode(row) for row in rows]
+
+    async def has_more(self, after: LogPosition, *, conn: Executor | None = None) -> bool:
+        """Whether `read_log(after)` would return anything now."""
+        executor = conn if conn is not None else self._pool
+        return bool(await executor.fetchval(Q["log_has_more"], str(after.xid), after.position))
+
+    async def log_position_of(self, position: int) -> LogPosition | None:
+        """The reader's place just after the event at a global position (for SSE resume)."""
+        row = await self._pool.fetchrow(Q["log_position_of"], position)
+        return LogPosition(row["xid"], row["position"]) if row else None
+
+    def _decode(self, row: asyncpg.Record) -> RecordedEvent:
+        try:
+            event = self._types.decode(row["type"], row["schema_version"], row["data"])
+        except (UnknownEventType, MalformedEvent) as exc:
+            raise type(exc)(
+                f"stream {row['stream_id']} version {row['stream_version']} "
+                f"(position {row['position']}): {exc}"
+            ) from exc
+        return RecordedEvent(
+            position=row["position"],
+            xid=row["xid"],
+            stream_id=row["stream_id"],
+            stream_version=row["stream_version"],
+            event=event,
+            metadata=Metadata.model_validate_json(row["metadata"]),
+            recorded_at=row["recorded_at"],
+        )

@@ -1,0 +1,115 @@
+"""Waking readers of the global log: LISTEN/NOTIFY as a hint, polling as the guarantee.
+
+A NOTIFY carries nothing that matters; it only says "read again". Every waiter also wakes after
+`poll_interval`, so a lost notification (or a dropped listening connection) costs latency,
+never an event. After the listening connection drops, the listener reconnects, LISTENs again
+and wakes every waiter so that they catch up on whatever committed meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+import asyncpg
+
+from controlplane.database import DatabaseUnavailable, connect
+from controlplane.events.store import EventStore, LogPosition, RecordedEvent
+
+CHANNEL = "trainyard_events"
+log = logging.getLogger(__name__)
+
+
+class LogListener:
+    """One LISTEN connection per process, shared by every reader that waits for new events."""
+
+    def __init__(self, url: str, *, poll_interval: float = 1.0, retry_interval: float = 1.0):
+        self._url = url
+        self.poll_interval = poll_interval
+        self._retry_interval = retry_interval
+        self._generation = 0
+        self._woken = asyncio.Event()
+        self._dropped = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self.connection: asyncpg.Connection | None = None
+        self.connected = asyncio.Event()
+
+    @property
+    def generation(self) -> int:
+        """Counts wake-ups; a reader remembers it before reading and waits for it to change."""
+        return self._generation
+
+    async def wait(self, seen: int) -> None:
+        """Return once woken after generation `seen`, or after the poll interval at most."""
+        if self._generation != seen:
+            return
+        woken = self._woken
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(woken.wait(), self.poll_interval)
+
+    def wake(self) -> None:
+        """Wake every waiter; a fresh Event for the next round, so each wake is seen once."""
+        self._generation += 1
+        woken, self._woken = self._woken, asyncio.Event()
+        woken.set()
+
+    async def run(self) -> None:
+        """Hold the LISTEN connection until `stop()`, reconnecting whenever it drops."""
+        while not self._stopping.is_set():
+            try:
+                await self._listen_once()
+            except DatabaseUnavailable as exc:
+                log.warning("event listener: %s; retrying in %.1fs", exc, self._retry_interval)
+            # Whatever happened while we were not listening, readers must look again.
+            self.wake()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), self._retry_interval)
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    async def _listen_once(self) -> None:
+        conn = await connect(self._url)
+        self._dropped.clear()
+        conn.add_termination_listener(lambda _: self._dropped.set())
+        try:
+            await conn.add_listener(CHANNEL, self._on_notify)
+            self.connection = conn
+            self.connected.set()
+            # Catch up on what committed before LISTEN took effect.
+            self.wake()
+            stop = asyncio.create_task(self._stopping.wait())
+            dropped = asyncio.create_task(self._dropped.wait())
+            try:
+                await asyncio.wait({stop, dropped}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                stop.cancel()
+                dropped.cancel()
+            if self._dropped.is_set():
+                log.warning("event listener: connection dropped; reconnecting")
+        finally:
+            self.connected.clear()
+            self.connection = None
+            if not conn.is_closed():
+                # Shielded: a cancelled shutdown must still give the connection back.
+                await asyncio.shield(conn.close(timeout=5))
+
+    def _on_notify(self, *_: object) -> None:
+        self.wake()
+
+
+async def follow(
+    store: EventStore, listener: LogListener, after: LogPosition, *, batch: int = 500
+) -> AsyncIterator[RecordedEvent]:
+    """Every event after `after`, forever, in global order, waiting for new ones as they come."""
+    position = after
+    while True:
+        seen = listener.generation
+        events = await store.read_log(position, batch)
+        for event in events:
+            yield event
+            position = event.log_position
+        if len(events) < batch:
+            await listener.wait(seen)

@@ -1,0 +1,23 @@
+"""What a projection is: a named read model that applies events inside the runner's transaction."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from controlplane.database import Executor
+from controlplane.events.store import RecordedEvent
+
+
+class Projection(Protocol):
+    """A read model built from the global log.
+
+    `apply` runs inside the transaction that also advances the projection's checkpoint, so it
+    must do all its writes on `conn` and nothing else (no I/O beyond the database).
+    """
+
+    name: str
+    tables: Sequence[str]
+    """The tables it owns: emptied before a rebuild replays the log from zero."""
+
+    async def apply(self, conn: Executor, event: RecordedEvent) -> None: ...

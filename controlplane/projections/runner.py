@@ -1,0 +1,114 @@
+"""Running projections: follow the global log, apply each event and advance the checkpoint in
+one transaction, so every projection is exactly-once, resumable and rebuildable from zero."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+
+import asyncpg
+
+from controlplane.database import Executor
+from controlplane.events.store import ORIGIN, EventStore, LogPosition
+from controlplane.events.subscription import LogListener
+from controlplane.projections.base import Projection
+from controlplane.queries import Q
+
+log = logging.getLogger(__name__)
+
+
+class ProjectionRunner:
+    """Keeps projections caught up with the log; several replicas may run one each safely."""
+
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        store: EventStore,
+        listener: LogListener,
+        projections: Sequence[Projection],
+        *,
+        batch_size: int = 500,
+    ) -> None:
+        self._pool = pool
+        self._store = store
+        self._listener = listener
+        self.projections = {p.name: p for p in projections}
+        self._batch_size = batch_size
+        self._stopping = asyncio.Event()
+
+    async def run(self) -> None:
+        """Catch every projection up, then wait for news; until `stop()`."""
+        while not self._stopping.is_set():
+            seen = self._listener.generation
+            try:
+                for projection in self.projections.values():
+                    await self.catch_up(projection)
+            except Exception:
+                # A lost connection or a failing projection: its batch rolled back and its
+                # checkpoint did not move, so retrying after the poll interval is safe.
+                log.exception("projections: a batch failed; retrying")
+            await self._listener.wait(seen)
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    async def catch_up(self, projection: Projection) -> int:
+        """Apply batches until nothing is left to read now; returns how many events it applied."""
+        total = 0
+        while True:
+            applied = await self.step(projection)
+            total += max(applied, 0)
+            if applied < self._batch_size:
+                return total
+
+    async def step(self, projection: Projection) -> int:
+        """Apply one batch in one transaction; -1 when another runner holds the projection."""
+        async with self._pool.acquire() as conn, conn.transaction():
+            if not await conn.fetchval(Q["lock_projection"], projection.name):
+                return -1
+            # Read under the lock: the checkpoint cannot move until this transaction ends.
+            # The read comes before any write, so this transaction has no xid of its own yet
+            # and does not hold back the log's readable bound.
+            position = await _checkpoint(conn, projection.name)
+            events = await self._store.read_log(position, self._batch_size, conn=conn)
+            for event in events:
+                await projection.apply(conn, event)
+            if events:
+                last = events[-1].log_position
+                await conn.execute(
+                    Q["write_checkpoint"], projection.name, str(last.xid), last.position
+                )
+            return len(events)
+
+    async def is_caught_up(self, name: str) -> bool:
+        """Whether the projection has applied every event readable now."""
+        async with self._pool.acquire() as conn:
+            return not await self._store.has_more(await _checkpoint(conn, name), conn=conn)
+
+    async def caught_up(self) -> bool:
+        """Whether every projection has caught up."""
+        for name in self.projections:
+            if not await self.is_caught_up(name):
+                return False
+        return True
+
+    async def rebuild(self, name: str) -> int:
+        """Empty a projection's tables, replay the log from zero; returns the events applied.
+
+        The reset is one transaction; replay then proceeds batch by batch, so an interrupted
+        rebuild resumes where it stopped.
+        """
+        projection = self.projections[name]
+        async with self._pool.acquire() as conn, conn.transaction():
+            # Wait for a running batch (here or in another replica) instead of skipping.
+            await conn.execute(Q["lock_projection_wait"], name)
+            for table in projection.tables:
+                await conn.execute(f'TRUNCATE "{table}"')
+            await conn.execute(Q["write_checkpoint"], name, str(ORIGIN.xid), ORIGIN.position)
+        return await self.catch_up(projection)
+
+
+async def _checkpoint(conn: Executor, name: str) -> LogPosition:
+    row = await conn.fetchrow(Q["read_checkpoint"], name)
+    return LogPosition(row["xid"], row["position"]) if row else ORIGIN

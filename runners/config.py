@@ -1,0 +1,165 @@
+"""The learner's configuration: the environment variables the node agent sets, and their parsing.
+
+Every variable the runtime reads is named here, once. An empty value counts as unset, because
+container runtimes and compose files often pass a variable through as "" rather than leave it out.
+Parsing is pure (it takes the environment as a mapping) so each rule is tested without processes.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from runners.uri import UriError, file_path, require_scheme
+
+DATA_URI = "TRAINYARD_DATA_URI"
+DATA_SHA256 = "TRAINYARD_DATA_SHA256"
+DATA_DIR = "TRAINYARD_DATA_DIR"
+RESULTS_DIR = "TRAINYARD_RESULTS_DIR"
+RESULTS_URI = "TRAINYARD_RESULTS_URI"
+CHECKPOINT_DIR = "TRAINYARD_CHECKPOINT_DIR"
+CHECKPOINT_INTERVAL = "TRAINYARD_CHECKPOINT_INTERVAL"
+CHECKPOINT_KEEP = "TRAINYARD_CHECKPOINT_KEEP"
+RESUME_FROM = "TRAINYARD_RESUME_FROM"
+
+DATA_SCHEMES = frozenset({"file", "http", "https"})
+RESULTS_SCHEMES = frozenset({"file"})
+
+DEFAULT_CHECKPOINT_INTERVAL_S = 300.0
+DEFAULT_CHECKPOINT_KEEP = 3
+
+_SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+_DIGITS = re.compile(r"[0-9]+")
+
+
+class ConfigError(ValueError):
+    """An environment variable that is missing, malformed or inconsistent with the others."""
+
+
+@dataclass(frozen=True)
+class DataSource:
+    uri: str
+    sha256: str | None
+    directory: Path
+
+
+@dataclass(frozen=True)
+class Results:
+    directory: Path
+    uri: str | None  # None: the command's results stay where it wrote them
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """What the launcher needs: where data comes from, where results go, what to create."""
+
+    data: DataSource | None
+    results: Results | None
+    checkpoint_dir: Path | None
+
+    def output_directories(self) -> list[Path]:
+        """The directories the command writes to, which exist before it starts."""
+        found = [self.results.directory if self.results else None, self.checkpoint_dir]
+        return [directory for directory in found if directory is not None]
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    """What a resumable training script needs to save and restore checkpoints."""
+
+    directory: Path
+    interval_seconds: float
+    keep: int
+    resume_from: Path | None
+
+
+def load_launch_config(environ: Mapping[str, str]) -> LaunchConfig:
+    return LaunchConfig(
+        data=_data_source(environ),
+        results=_results(environ),
+        checkpoint_dir=_path(_get(environ, CHECKPOINT_DIR)),
+    )
+
+
+def load_checkpoint_config(environ: Mapping[str, str]) -> CheckpointConfig:
+    directory = _get(environ, CHECKPOINT_DIR)
+    if directory is None:
+        raise ConfigError(f"{CHECKPOINT_DIR} must be set to save checkpoints")
+    return CheckpointConfig(
+        directory=Path(directory),
+        interval_seconds=_positive_seconds(
+            environ, CHECKPOINT_INTERVAL, DEFAULT_CHECKPOINT_INTERVAL_S
+        ),
+        keep=_positive_int(environ, CHECKPOINT_KEEP, DEFAULT_CHECKPOINT_KEEP),
+        resume_from=_path(_get(environ, RESUME_FROM)),
+    )
+
+
+def _data_source(environ: Mapping[str, str]) -> DataSource | None:
+    uri = _get(environ, DATA_URI)
+    sha256 = _get(environ, DATA_SHA256)
+    directory = _get(environ, DATA_DIR)
+    if uri is None:
+        if sha256 is not None:
+            raise ConfigError(f"{DATA_SHA256} is set but {DATA_URI} is not")
+        return None
+    _check_uri(DATA_URI, uri, DATA_SCHEMES)
+    if directory is None:
+        raise ConfigError(f"{DATA_DIR} must be set when {DATA_URI} is")
+    if sha256 is not None:
+        sha256 = sha256.lower()
+        if not _SHA256_HEX.fullmatch(sha256):
+            raise ConfigError(f"{DATA_SHA256} must be 64 hexadecimal digits, got {sha256!r}")
+    return DataSource(uri=uri, sha256=sha256, directory=Path(directory))
+
+
+def _results(environ: Mapping[str, str]) -> Results | None:
+    uri = _get(environ, RESULTS_URI)
+    directory = _get(environ, RESULTS_DIR)
+    if uri is not None:
+        _check_uri(RESULTS_URI, uri, RESULTS_SCHEMES)
+        if directory is None:
+            raise ConfigError(f"{RESULTS_DIR} must be set when {RESULTS_URI} is")
+    return None if directory is None else Results(directory=Path(directory), uri=uri)
+
+
+def _get(environ: Mapping[str, str], name: str) -> str | None:
+    value = environ.get(name, "").strip()
+    return value or None
+
+
+def _path(value: str | None) -> Path | None:
+    return None if value is None else Path(value)
+
+
+def _check_uri(name: str, uri: str, supported: frozenset[str]) -> None:
+    try:
+        if require_scheme(uri, supported) == "file":
+            file_path(uri)
+    except UriError as error:
+        raise ConfigError(f"{name}: {error}") from error
+
+
+def _positive_seconds(environ: Mapping[str, str], name: str, default: float) -> float:
+    value = _get(environ, name)
+    if value is None:
+        return default
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise ConfigError(f"{name} must be a positive number of seconds, got {value!r}")
+    return seconds
+
+
+def _positive_int(environ: Mapping[str, str], name: str, default: int) -> int:
+    value = _get(environ, name)
+    if value is None:
+        return default
+    if not _DIGITS.fullmatch(value) or int(value) < 1:
+        raise ConfigError(f"{name} must be a whole number of at least 1, got {value!r}")
+    return int(value)

@@ -1,0 +1,140 @@
+"""`python -m runners.launch -- COMMAND [ARG...]`: run a training command as a learner.
+
+The launcher runs three phases and reports each one on standard output (see
+`runners.protocol`):
+
+1. DOWNLOADING: checks the configuration (`runners.config`), then fetches the data source into
+   the data directory and verifies its checksum. The command never runs if this fails.
+2. PROCESSING: runs the command as a child process with the same environment and standard
+   streams, forwarding SIGTERM and SIGUSR1 to it (`runners.supervise`).
+3. STORING: copies the results directory to the results location.
+
+Once a terminating signal has been received, no further phase starts. The exit status is 0 when
+all phases succeeded; the command's own status when PROCESSING did not succeed (128 + N when it
+was killed by signal N); 128 + N when the launcher was stopped by signal N; 1 when DOWNLOADING or
+STORING failed; 2 for a usage error. The protocol lines, not the status, say which phase failed
+and why.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Mapping, Sequence
+
+from runners.channel import STDOUT, Channel
+from runners.config import ConfigError, LaunchConfig, load_launch_config
+from runners.fetch import fetch
+from runners.phases import SUCCEEDED, PhaseError, PhaseResult, run_phase
+from runners.protocol import Outcome, Phase
+from runners.store import store
+from runners.supervise import ChildExit, SignalRouter, spawn
+
+USAGE = "usage: python -m runners.launch -- COMMAND [ARG...]"
+EXIT_PHASE_FAILED = 1
+EXIT_USAGE = 2
+# The shell's conventions for a command that cannot be run.
+EXIT_NOT_EXECUTABLE = 126
+EXIT_NOT_FOUND = 127
+
+
+class Launcher:
+    def __init__(
+        self, command: Sequence[str], environ: Mapping[str, str], channel: Channel = STDOUT
+    ) -> None:
+        self._command = list(command)
+        self._environ = environ
+        self._channel = channel
+        self._router = SignalRouter()
+        self._config: LaunchConfig | None = None
+        self._command_status = 0
+
+    def run(self) -> int:
+        """Run the phases in order; return the exit status."""
+        self._router.install()
+        steps: tuple[tuple[Phase, Callable[[], PhaseResult], int | None], ...] = (
+            ("DOWNLOADING", self._download, EXIT_PHASE_FAILED),
+            ("PROCESSING", self._process, None),
+            ("STORING", self._store, EXIT_PHASE_FAILED),
+        )
+        for phase, action, failure_status in steps:
+            if self._router.received is not None:
+                return 128 + self._router.received
+            ended = run_phase(self._channel, phase, action)
+            if ended.outcome == "succeeded":
+                continue
+            if failure_status is None:
+                return self._command_status
+            if ended.outcome == "interrupted" and self._router.received is not None:
+                return 128 + self._router.received
+            return failure_status
+        return 0
+
+    def _download(self) -> PhaseResult:
+        try:
+            config = self._config = load_launch_config(self._environ)
+        except ConfigError as error:
+            raise PhaseError(f"invalid configuration: {error}") from error
+        if config.data is not None:
+            with self._router.interruptible():
+                fetch(config.data.uri, config.data.directory, config.data.sha256)
+        return SUCCEEDED
+
+    def _process(self) -> PhaseResult:
+        config = self._loaded_config()
+        for directory in config.output_directories():
+            try:
+                directory.mkdir(parents=True, exist_ok=True)
+            except OSError as error:
+                raise PhaseError(f"cannot create directory {directory}: {error}") from error
+        try:
+            child = spawn(self._command)
+        except (OSError, subprocess.SubprocessError) as error:
+            missing = isinstance(error, FileNotFoundError)
+            self._command_status = EXIT_NOT_FOUND if missing else EXIT_NOT_EXECUTABLE
+            raise PhaseError(f"cannot run {self._command[0]!r}: {error}") from error
+        with self._router.forwarding_to(child):
+            returncode = child.wait()
+        ended = ChildExit.from_returncode(returncode)
+        self._command_status = ended.status
+        outcome: Outcome
+        if returncode == 0:
+            outcome = "succeeded"
+        elif self._router.received is not None:
+            outcome = "interrupted"
+        else:
+            outcome = "failed"
+        return PhaseResult(
+            outcome=outcome,
+            error=None if returncode == 0 else ended.describe(),
+            exit_code=ended.exit_code,
+            signal=ended.signal,
+        )
+
+    def _store(self) -> PhaseResult:
+        results = self._loaded_config().results
+        if results is not None and results.uri is not None:
+            with self._router.interruptible():
+                store(results.directory, results.uri)
+        return SUCCEEDED
+
+    def _loaded_config(self) -> LaunchConfig:
+        # DOWNLOADING loads it; later phases only run when DOWNLOADING succeeded.
+        if self._config is None:
+            raise RuntimeError("the configuration is loaded by DOWNLOADING, which has not run")
+        return self._config
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    # The "--" is required so that launcher options can be added later without ever being
+    # confused with the command's own.
+    if len(args) < 2 or args[0] != "--":
+        print(USAGE, file=sys.stderr)
+        return EXIT_USAGE
+    return Launcher(args[1:], os.environ).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,63 @@
+"""The STORING phase's work: copy the results directory to the results location.
+
+Supported locations: `file://` (a directory, created with its parents if missing, replaced if it
+exists). The copy is assembled under a hidden staging name next to the destination, made durable,
+and only then renamed into place, so the destination never holds a partial copy.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from pathlib import Path
+
+from runners.config import RESULTS_SCHEMES
+from runners.durable import fsync_dir, fsync_tree
+from runners.phases import PhaseError
+from runners.uri import UriError, file_path, require_scheme
+
+
+class StoreError(PhaseError):
+    """The results could not be stored at the results location."""
+
+
+def store(results_dir: Path, uri: str) -> Path:
+    """Copy `results_dir` to the location `uri` names; return the destination path."""
+    try:
+        require_scheme(uri, RESULTS_SCHEMES)
+        destination = file_path(uri)
+        if not results_dir.is_dir():
+            raise StoreError(f"cannot store results: {results_dir} is not a directory")
+        _replace_tree(results_dir, destination)
+    except (OSError, UriError) as error:
+        raise StoreError(f"cannot store results to {uri}: {error!s}") from error
+    return destination
+
+
+def _replace_tree(source: Path, destination: Path) -> None:
+    if destination.exists() and not destination.is_dir():
+        raise StoreError(f"cannot store results: {destination} exists and is not a directory")
+    parent = destination.parent
+    parent.mkdir(parents=True, exist_ok=True)
+    token = uuid.uuid4().hex[:12]
+    staging = parent / f".{destination.name}.staging-{token}"
+    try:
+        shutil.copytree(source, staging, symlinks=True)
+        # Durable before it becomes visible: once STORING is reported done, the learner's own
+        # directories may be deleted, and the stored copy is then the only one.
+        fsync_tree(staging)
+        if destination.exists():
+            # Two renames, not one: rename(2) cannot replace a non-empty directory. A crash between
+            # them leaves both complete copies under hidden names and no destination, which a
+            # retried STORING replaces; it never leaves a mixed directory.
+            previous = parent / f".{destination.name}.previous-{token}"
+            os.rename(destination, previous)
+            os.rename(staging, destination)
+            shutil.rmtree(previous)
+        else:
+            os.rename(staging, destination)
+        fsync_dir(parent)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
