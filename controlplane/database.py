@@ -62,12 +62,13 @@ def embedded_server_url(settings: Settings) -> str:
     with warnings.catch_warnings():
         # platformdirs warns when XDG_RUNTIME_DIR is unset (as under CI) and falls back to /tmp.
         warnings.simplefilter("ignore")
-        import pgserver  # imported late: it sets up its lock files on import
+        # Imported late: it sets up its lock files on import.
+        from pgserver.postgres_server import get_server
 
     pgdata = settings.home / "postgres"
     pgdata.mkdir(parents=True, exist_ok=True)
     try:
-        server = pgserver.get_server(pgdata, cleanup_mode="stop")
+        server = get_server(pgdata, cleanup_mode="stop")
     except Exception as exc:  # pgserver raises plain exceptions of several kinds
         raise DatabaseUnavailable(f"cannot start the embedded Postgres in {pgdata}: {exc}") from exc
     return str(server.get_uri())
@@ -92,7 +93,9 @@ async def connect(url: str, *, as_app: bool = True) -> asyncpg.Connection:
     try:
         return await asyncpg.connect(url, server_settings=_settings(as_app), timeout=10)
     except (TimeoutError, OSError, asyncpg.PostgresError) as exc:
-        raise DatabaseUnavailable(f"cannot connect to the database at {describe(url)}: {exc}") from exc
+        raise DatabaseUnavailable(
+            f"cannot connect to the database at {describe(url)}: {exc}"
+        ) from exc
 
 
 async def create_pool(url: str, *, min_size: int = 2, max_size: int = 10) -> asyncpg.Pool:
@@ -106,9 +109,15 @@ async def create_pool(url: str, *, min_size: int = 2, max_size: int = 10) -> asy
             timeout=10,
         )
     except (TimeoutError, OSError, asyncpg.PostgresError) as exc:
-        raise DatabaseUnavailable(f"cannot connect to the database at {describe(url)}: {exc}") from exc
+        raise DatabaseUnavailable(
+            f"cannot connect to the database at {describe(url)}: {exc}"
+        ) from exc
     assert pool is not None
     return pool
+
+
+def _unreachable(url: str, exc: BaseException) -> DatabaseUnavailable:
+    return DatabaseUnavailable(f"cannot connect to the database at {describe(url)}: {exc}")
 
 
 def _settings(as_app: bool) -> dict[str, str]:

@@ -68,8 +68,7 @@ class EventRegistry:
             raise UnknownEventType(f"unknown event type {name!r}")
         if version > cls.schema_version:
             raise MalformedEvent(
-                f"{name} has schema version {version}, newer than this code's "
-                f"{cls.schema_version}"
+                f"{name} has schema version {version}, newer than this code's {cls.schema_version}"
             )
         try:
             if version == cls.schema_version and isinstance(data, str):

@@ -1,0 +1,91 @@
+"""The tables the control plane's queries rely on, declared once with SQLAlchemy Core.
+
+Migrations are the only way the schema changes; a test builds this declaration and the
+migrated schema side by side and requires their catalogs to be identical.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    CheckConstraint,
+    Column,
+    DateTime,
+    Identity,
+    Index,
+    Integer,
+    MetaData,
+    SmallInteger,
+    Table,
+    Text,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.types import UserDefinedType
+
+
+class Xid8(UserDefinedType[int]):
+    """Postgres's 64-bit transaction id, which orders the global log."""
+
+    cache_ok = True
+
+    def get_col_spec(self, **_: object) -> str:
+        return "xid8"
+
+
+metadata = MetaData()
+
+events = Table(
+    "events",
+    metadata,
+    Column("position", BigInteger, Identity(always=True), primary_key=True),
+    Column("xid", Xid8, nullable=False, server_default=text("pg_current_xact_id()")),
+    Column("stream_id", Text, nullable=False),
+    Column("stream_version", Integer, nullable=False),
+    Column("type", Text, nullable=False),
+    Column("schema_version", SmallInteger, nullable=False),
+    Column("data", JSONB, nullable=False),
+    Column("metadata", JSONB, nullable=False),
+    Column("recorded_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    CheckConstraint("stream_id ~ '^[a-z][a-z0-9_]*-[A-Za-z0-9._:@-]+$'"),
+    CheckConstraint("stream_version > 0"),
+    CheckConstraint("type <> ''"),
+    CheckConstraint("schema_version > 0"),
+    CheckConstraint("jsonb_typeof(data) = 'object'"),
+    CheckConstraint("jsonb_typeof(metadata) = 'object'"),
+    UniqueConstraint("stream_id", "stream_version", name="events_stream_version_key"),
+    Index("events_log_order", "xid", "position"),
+)
+
+projection_checkpoints = Table(
+    "projection_checkpoints",
+    metadata,
+    Column("name", Text, primary_key=True),
+    Column("xid", Xid8, nullable=False, server_default=text("'0'")),
+    Column("position", BigInteger, nullable=False, server_default=text("0")),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+)
+
+streams = Table(
+    "streams",
+    metadata,
+    Column("stream_id", Text, primary_key=True),
+    Column("category", Text, nullable=False),
+    Column("version", Integer, nullable=False),
+    Column("last_type", Text, nullable=False),
+    Column("first_position", BigInteger, nullable=False),
+    Column("last_position", BigInteger, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+    Index("streams_category", "category", "created_at"),
+)
+
+schema_migrations = Table(
+    "schema_migrations",
+    metadata,
+    Column("version", Integer, primary_key=True, autoincrement=False),
+    Column("name", Text, nullable=False),
+    Column("checksum", Text, nullable=False),
+    Column("applied_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+)

@@ -1,0 +1,127 @@
+"""A real Postgres for every test: a fresh database per test, cloned from a migrated template.
+
+The server is chosen as the product chooses it (TRAINYARD_DATABASE_URL, else the embedded
+Postgres under TRAINYARD_HOME), or a testcontainers Postgres with `--pg=container`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import shutil
+import subprocess
+import uuid
+from collections.abc import AsyncIterator, Iterator
+
+import asyncpg
+import pytest
+
+from controlplane.database import connect, create_pool, embedded_server_url, with_database
+from controlplane.events.store import EventStore
+from controlplane.migrate import available, migrate
+from controlplane.settings import Settings
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--pg",
+        choices=["default", "container"],
+        default="default",
+        help="default: TRAINYARD_DATABASE_URL or the embedded Postgres; "
+        "container: a testcontainers Postgres (needs Docker and a local `postgres` image)",
+    )
+
+
+@pytest.fixture(scope="session")
+def pg_server(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A URL of the Postgres server the tests create their databases on."""
+    if request.config.getoption("--pg") == "container":
+        yield from _container_server()
+        return
+    settings = Settings.from_env()
+    yield settings.database_url or embedded_server_url(settings)
+
+
+def _container_server() -> Iterator[str]:
+    docker = shutil.which("docker")
+    if docker is None or subprocess.run([docker, "info"], capture_output=True).returncode:
+        pytest.skip("--pg=container: no Docker engine answers")
+    if subprocess.run([docker, "image", "inspect", "postgres:16"], capture_output=True).returncode:
+        pytest.skip("--pg=container: no local postgres:16 image (no registry to pull from)")
+    from testcontainers.postgres import PostgresContainer
+
+    with PostgresContainer("postgres:16", driver=None) as container:
+        yield container.get_connection_url()
+
+
+@pytest.fixture(scope="session")
+def template_db(pg_server: str) -> str:
+    """A migrated database to clone; named by the migrations' checksum, so it is built once."""
+    digest = hashlib.sha256("".join(m.checksum for m in available()).encode()).hexdigest()
+    name = f"trainyard_template_{digest[:16]}"
+
+    async def build() -> None:
+        admin = await connect(pg_server, as_app=False)
+        try:
+            # Several test sessions may share the server: build the template under a lock.
+            await admin.execute("SELECT pg_advisory_lock(hashtext($1))", name)
+            exists = await admin.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", name)
+            if not exists:
+                building = f"{name}_building"
+                await admin.execute(f'DROP DATABASE IF EXISTS "{building}"')
+                await admin.execute(f'CREATE DATABASE "{building}"')
+                await migrate(with_database(pg_server, building))
+                await admin.execute(f'ALTER DATABASE "{building}" RENAME TO "{name}"')
+        finally:
+            await admin.close()
+
+    asyncio.run(build())
+    return name
+
+
+@pytest.fixture
+async def db_url(pg_server: str, template_db: str) -> AsyncIterator[str]:
+    """A fresh migrated database for one test, dropped afterwards."""
+    name = f"trainyard_test_{uuid.uuid4().hex[:12]}"
+    admin = await connect(pg_server, as_app=False)
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
+        yield with_database(pg_server, name)
+        await admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+    finally:
+        await admin.close()
+
+
+@pytest.fixture
+async def empty_db_url(pg_server: str) -> AsyncIterator[str]:
+    """A fresh database with no schema at all."""
+    name = f"trainyard_empty_{uuid.uuid4().hex[:12]}"
+    admin = await connect(pg_server, as_app=False)
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+        yield with_database(pg_server, name)
+        await admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+    finally:
+        await admin.close()
+
+
+@pytest.fixture
+async def pool(db_url: str) -> AsyncIterator[asyncpg.Pool]:
+    pool = await create_pool(db_url, min_size=1, max_size=20)
+    yield pool
+    await pool.close()
+
+
+@pytest.fixture
+async def owner(db_url: str) -> AsyncIterator[asyncpg.Connection]:
+    """A connection as the schema's owner (not the application's role)."""
+    conn = await connect(db_url, as_app=False)
+    yield conn
+    await conn.close()
+
+
+@pytest.fixture
+async def store(pool: asyncpg.Pool) -> AsyncIterator[EventStore]:
+    store = EventStore(pool)
+    yield store
+    await store.close()

@@ -1,0 +1,79 @@
+"""The command line: help everywhere, clear errors and exit codes for bad input."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from controlplane.cli import parser
+
+COMMANDS = [
+    [],
+    ["up"],
+    ["serve"],
+    ["migrate"],
+    ["projections"],
+    ["projections", "list"],
+    ["projections", "rebuild"],
+    ["bench"],
+    ["bench", "eventstore"],
+]
+
+
+def trainyard(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "controlplane.cli", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=60,
+    )
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c) or "trainyard")
+def test_every_command_has_help(command: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        parser().parse_args([*command, "--help"])
+    assert exited.value.code == 0
+    assert "usage: trainyard" in capsys.readouterr().out
+
+
+def test_an_unreachable_database_is_one_line_and_exit_3() -> None:
+    result = trainyard(
+        "migrate", env={"TRAINYARD_DATABASE_URL": "postgresql://u:secret@127.0.0.1:9/x"}
+    )
+    assert result.returncode == 3
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("trainyard: cannot connect to the database at 127.0.0.1:9/x")
+    assert "secret" not in result.stderr
+
+
+def test_unknown_projection_is_a_usage_error(db_url: str) -> None:
+    result = trainyard("projections", "rebuild", "nope", env={"TRAINYARD_DATABASE_URL": db_url})
+    assert result.returncode == 2
+    assert "no projection named 'nope' (known: streams)" in result.stderr
+
+
+def test_rebuild_and_list_through_the_cli(db_url: str) -> None:
+    env = {"TRAINYARD_DATABASE_URL": db_url}
+    rebuilt = trainyard("projections", "rebuild", "streams", env=env)
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert rebuilt.stdout.strip() == "rebuilt streams from 0 events"
+    listed = trainyard("projections", "list", env=env)
+    assert listed.stdout.split() == ["streams", "caught", "up"]
+
+
+def test_migrate_reports_an_up_to_date_database(db_url: str) -> None:
+    result = trainyard("migrate", env={"TRAINYARD_DATABASE_URL": db_url})
+    assert result.returncode == 0, result.stderr
+    assert "is up to date" in result.stdout
+
+
+def test_serve_refuses_an_unmigrated_database(empty_db_url: str) -> None:
+    result = trainyard("serve", env={"TRAINYARD_DATABASE_URL": empty_db_url})
+    assert result.returncode == 1
+    assert "run `trainyard migrate` first" in result.stderr
