@@ -19,6 +19,7 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    Uuid,
     text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
@@ -88,4 +89,43 @@ schema_migrations = Table(
     Column("name", Text, nullable=False),
     Column("checksum", Text, nullable=False),
     Column("applied_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+)
+
+job_status = Table(
+    "job_status",
+    metadata,
+    Column("job_id", Uuid, primary_key=True),
+    Column("tenant", Text, nullable=False),
+    Column("name", Text, nullable=False),
+    Column("state", Text, nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("restarts", Integer, nullable=False),
+    Column("priority", Integer, nullable=False),
+    Column("labels", JSONB, nullable=False),
+    Column("submitted_at", DateTime(timezone=True), nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+    Column("version", Integer, nullable=False),
+    Column("doc", JSONB, nullable=False),
+    Index("job_status_tenant_order", "tenant", text("submitted_at DESC"), text("job_id DESC")),
+    Index("job_status_order", text("submitted_at DESC"), text("job_id DESC")),
+    Index(
+        "job_status_labels",
+        "labels",
+        postgresql_using="gin",
+        postgresql_ops={"labels": "jsonb_path_ops"},
+    ),
+)
+
+job_history = Table(
+    "job_history",
+    metadata,
+    Column("job_id", Uuid, primary_key=True),
+    Column("version", Integer, primary_key=True, autoincrement=False),
+    Column("position", BigInteger, nullable=False),
+    Column("event", Text, nullable=False),
+    Column("state", Text, nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("at", DateTime(timezone=True), nullable=False),
+    Column("actor", Text, nullable=False),
+    Column("reason", Text),
 )

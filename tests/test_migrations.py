@@ -62,7 +62,7 @@ async def test_migrating_from_empty_gives_exactly_the_declared_schema(
     # Build the declaration in another database and compare the two catalogs whole.
     conn = await connect(db_url, as_app=False)
     try:
-        for table in ("streams", "projection_checkpoints", "events", "schema_migrations"):
+        for table in schema.metadata.tables:
             await conn.execute(f"DROP TABLE {table} CASCADE")
         dialect = postgresql.dialect()
         for table in schema.metadata.sorted_tables:

@@ -1,0 +1,88 @@
+"""The events of a job's stream (`job-<uuid>`). Each carries the instant it happened (`at`)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from uuid import UUID
+
+from pydantic import Field
+
+from controlplane.events.types import Event, registry
+from controlplane.jobs.manifest import JobManifest
+
+
+class JobEvent(Event):
+    at: datetime
+
+
+@registry.register("JobSubmitted")
+class JobSubmitted(JobEvent):
+    job_id: UUID
+    tenant: str
+    manifest: JobManifest
+
+
+@registry.register("JobDeploying")
+class JobDeploying(JobEvent):
+    """A node agent claimed the job and is starting its learners."""
+
+    attempt: int
+    nodes: list[str]
+    gpus: list[str] = Field(description="the GPU UUIDs allocated to this attempt")
+    epoch: int = Field(description="fencing token: learners of an older epoch must be killed")
+
+
+@registry.register("JobDownloading")
+class JobDownloading(JobEvent):
+    attempt: int
+
+
+@registry.register("JobProcessing")
+class JobProcessing(JobEvent):
+    attempt: int
+
+
+@registry.register("JobStoring")
+class JobStoring(JobEvent):
+    attempt: int
+
+
+@registry.register("JobCompleted")
+class JobCompleted(JobEvent):
+    attempt: int
+    exit_codes: list[int]
+
+
+@registry.register("JobFailed")
+class JobFailed(JobEvent):
+    attempt: int
+    reason: str
+    exit_code: int | None = None
+
+
+@registry.register("JobCancelled")
+class JobCancelled(JobEvent):
+    reason: str
+
+
+@registry.register("JobRestarted")
+class JobRestarted(JobEvent):
+    """The job goes back to QUEUED with its attempt raised, to resume from `resume_from`."""
+
+    reason: str
+    attempt: int = Field(description="the new attempt's number")
+    resume_from: str | None = Field(description="the checkpoint the new attempt resumes from")
+
+
+@registry.register("CheckpointRequested")
+class CheckpointRequested(JobEvent):
+    """A user asked for a checkpoint now; the agent signals the learners."""
+
+
+@registry.register("CheckpointSaved")
+class CheckpointSaved(JobEvent):
+    attempt: int
+    step: int
+    path: str
+    size_bytes: int
+    duration_s: float

@@ -1,0 +1,348 @@
+"""A job's lifecycle as pure functions: `decide` turns a command and the job's past events into
+new events (or a refusal), `evolve` folds events into the job's state. No I/O here."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from uuid import UUID
+
+from pydantic import BaseModel, ConfigDict
+
+from controlplane.jobs.events import (
+    CheckpointRequested,
+    CheckpointSaved,
+    JobCancelled,
+    JobCompleted,
+    JobDeploying,
+    JobDownloading,
+    JobEvent,
+    JobFailed,
+    JobProcessing,
+    JobRestarted,
+    JobStoring,
+    JobSubmitted,
+)
+from controlplane.jobs.manifest import JobManifest
+
+
+class JobStatus(StrEnum):
+    QUEUED = "QUEUED"
+    DEPLOYING = "DEPLOYING"
+    DOWNLOADING = "DOWNLOADING"
+    PROCESSING = "PROCESSING"
+    STORING = "STORING"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL
+
+    @property
+    def running(self) -> bool:
+        return self in RUNNING
+
+
+TERMINAL = frozenset({JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED})
+RUNNING = frozenset(
+    {JobStatus.DEPLOYING, JobStatus.DOWNLOADING, JobStatus.PROCESSING, JobStatus.STORING}
+)
+
+# The phase a running job may move to next; a phase may be skipped (no data to download, no
+# results to store), never revisited within one attempt.
+_PHASES = [JobStatus.DEPLOYING, JobStatus.DOWNLOADING, JobStatus.PROCESSING, JobStatus.STORING]
+_PHASE_EVENTS: dict[JobStatus, type[JobDownloading | JobProcessing | JobStoring]] = {
+    JobStatus.DOWNLOADING: JobDownloading,
+    JobStatus.PROCESSING: JobProcessing,
+    JobStatus.STORING: JobStoring,
+}
+
+
+class Checkpoint(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    attempt: int
+    step: int
+    path: str
+    size_bytes: int
+    at: datetime
+
+
+class Transition(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    state: JobStatus
+    at: datetime
+    attempt: int
+    reason: str | None = None
+
+
+class Job(BaseModel):
+    """A job's state, folded from its events."""
+
+    model_config = ConfigDict(frozen=True)
+
+    job_id: UUID
+    tenant: str
+    manifest: JobManifest
+    state: JobStatus
+    attempt: int
+    restarts: int
+    submitted_at: datetime
+    updated_at: datetime
+    nodes: list[str] = []
+    gpus: list[str] = []
+    epoch: int | None = None
+    last_checkpoint: Checkpoint | None = None
+    checkpoint_requested_at: datetime | None = None
+    exit_codes: list[int] = []
+    failure_reason: str | None = None
+    transitions: list[Transition] = []
+    """Every state entered, with its time: the job's history."""
+
+
+class Refused(Exception):
+    """A command that is illegal in the job's current state; nothing is written."""
+
+    def __init__(self, message: str, *, not_found: bool = False) -> None:
+        super().__init__(message)
+        self.not_found = not_found
+
+
+# Commands: what callers ask for. Each carries the instant it is decided at.
+
+
+@dataclass(frozen=True, slots=True)
+class Submit:
+    job_id: UUID
+    tenant: str
+    manifest: JobManifest
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Deploy:
+    nodes: list[str]
+    gpus: list[str]
+    epoch: int
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class EnterPhase:
+    phase: JobStatus
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Complete:
+    exit_codes: list[int]
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Fail:
+    reason: str
+    at: datetime
+    exit_code: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Cancel:
+    reason: str
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Restart:
+    reason: str
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class RequestCheckpoint:
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class SaveCheckpoint:
+    step: int
+    path: str
+    size_bytes: int
+    duration_s: float
+    at: datetime
+
+
+Command = (
+    Submit
+    | Deploy
+    | EnterPhase
+    | Complete
+    | Fail
+    | Cancel
+    | Restart
+    | RequestCheckpoint
+    | SaveCheckpoint
+)
+
+
+def decide(command: Command, job: Job | None) -> list[JobEvent]:
+    """The events that carry out `command` on `job` (None: not submitted), or Refused."""
+    if isinstance(command, Submit):
+        if job is not None:
+            raise Refused(f"job {command.job_id} already exists")
+        return [
+            JobSubmitted(
+                job_id=command.job_id,
+                tenant=command.tenant,
+                manifest=command.manifest,
+                at=command.at,
+            )
+        ]
+    if job is None:
+        raise Refused("no such job", not_found=True)
+    if job.state.terminal:
+        raise Refused(f"job {job.job_id} is {job.state}; a finished job cannot change")
+    return _decide_live(command, job)
+
+
+def _decide_live(command: Command, job: Job) -> list[JobEvent]:
+    match command:
+        case Deploy(nodes, gpus, epoch, at):
+            _require(job, {JobStatus.QUEUED}, "deploy")
+            return [JobDeploying(attempt=job.attempt, nodes=nodes, gpus=gpus, epoch=epoch, at=at)]
+        case EnterPhase(phase, at):
+            if phase not in _PHASE_EVENTS:
+                raise Refused(f"{phase} is not a phase a learner enters")
+            if not job.state.running or _PHASES.index(phase) <= _PHASES.index(job.state):
+                raise Refused(f"job {job.job_id} is {job.state}; it cannot enter {phase}")
+            return [_PHASE_EVENTS[phase](attempt=job.attempt, at=at)]
+        case Complete(exit_codes, at):
+            _require(job, RUNNING - {JobStatus.DEPLOYING}, "complete")
+            if any(exit_codes):
+                raise Refused("a job with a non-zero exit code does not complete")
+            return [JobCompleted(attempt=job.attempt, exit_codes=exit_codes, at=at)]
+        case Fail(reason, at, exit_code):
+            return [JobFailed(attempt=job.attempt, reason=reason, exit_code=exit_code, at=at)]
+        case Cancel(reason, at):
+            return [JobCancelled(reason=reason, at=at)]
+        case Restart(reason, at):
+            _require(job, RUNNING, "restart")
+            if job.restarts >= job.manifest.max_restarts:
+                limit = job.manifest.max_restarts
+                return [
+                    JobFailed(
+                        attempt=job.attempt,
+                        reason=f"restart limit ({limit}) reached; last failure: {reason}",
+                        at=at,
+                    )
+                ]
+            resume = job.last_checkpoint.path if job.last_checkpoint else None
+            return [JobRestarted(reason=reason, attempt=job.attempt + 1, resume_from=resume, at=at)]
+        case RequestCheckpoint(at):
+            _require(job, {JobStatus.PROCESSING}, "checkpoint")
+            return [CheckpointRequested(at=at)]
+        case SaveCheckpoint(step, path, size_bytes, duration_s, at):
+            _require(job, RUNNING, "record a checkpoint of")
+            return [
+                CheckpointSaved(
+                    attempt=job.attempt,
+                    step=step,
+                    path=path,
+                    size_bytes=size_bytes,
+                    duration_s=duration_s,
+                    at=at,
+                )
+            ]
+    raise Refused(f"unknown command {type(command).__name__}")
+
+
+def _require(job: Job, states: Iterable[JobStatus], verb: str) -> None:
+    allowed = set(states)
+    if job.state not in allowed:
+        names = ", ".join(sorted(allowed))
+        raise Refused(f"job {job.job_id} is {job.state}; only a job in {names} can {verb}")
+
+
+def evolve(job: Job | None, event: JobEvent) -> Job:
+    """The job after `event`; events come from the store, so they are trusted to be legal."""
+    if isinstance(event, JobSubmitted):
+        return Job(
+            job_id=event.job_id,
+            tenant=event.tenant,
+            manifest=event.manifest,
+            state=JobStatus.QUEUED,
+            attempt=1,
+            restarts=0,
+            submitted_at=event.at,
+            updated_at=event.at,
+            transitions=[Transition(state=JobStatus.QUEUED, at=event.at, attempt=1)],
+        )
+    if job is None:
+        raise ValueError(f"{event.type_name} before JobSubmitted")
+    match event:
+        case JobDeploying(attempt=attempt, nodes=nodes, gpus=gpus, epoch=epoch):
+            job = job.model_copy(update={"nodes": nodes, "gpus": gpus, "epoch": epoch})
+            return _enter(job, JobStatus.DEPLOYING, event.at)
+        case JobDownloading():
+            return _enter(job, JobStatus.DOWNLOADING, event.at)
+        case JobProcessing():
+            return _enter(job, JobStatus.PROCESSING, event.at)
+        case JobStoring():
+            return _enter(job, JobStatus.STORING, event.at)
+        case JobCompleted(exit_codes=codes):
+            return _enter(
+                job.model_copy(update={"exit_codes": codes}), JobStatus.COMPLETED, event.at
+            )
+        case JobFailed(reason=reason, exit_code=code):
+            failed = job.model_copy(
+                update={"failure_reason": reason, "exit_codes": [] if code is None else [code]}
+            )
+            return _enter(failed, JobStatus.FAILED, event.at, reason)
+        case JobCancelled(reason=reason):
+            return _enter(job, JobStatus.CANCELLED, event.at, reason)
+        case JobRestarted(reason=reason, attempt=attempt):
+            requeued = job.model_copy(
+                update={
+                    "attempt": attempt,
+                    "restarts": job.restarts + 1,
+                    "nodes": [],
+                    "gpus": [],
+                    "checkpoint_requested_at": None,
+                }
+            )
+            return _enter(requeued, JobStatus.QUEUED, event.at, reason)
+        case CheckpointRequested():
+            return job.model_copy(
+                update={"checkpoint_requested_at": event.at, "updated_at": event.at}
+            )
+        case CheckpointSaved(attempt=attempt, step=step, path=path, size_bytes=size):
+            checkpoint = Checkpoint(
+                attempt=attempt, step=step, path=path, size_bytes=size, at=event.at
+            )
+            return job.model_copy(
+                update={
+                    "last_checkpoint": checkpoint,
+                    "checkpoint_requested_at": None,
+                    "updated_at": event.at,
+                }
+            )
+    raise ValueError(f"unknown job event {event.type_name}")
+
+
+def _enter(job: Job, state: JobStatus, at: datetime, reason: str | None = None) -> Job:
+    transition = Transition(state=state, at=at, attempt=job.attempt, reason=reason)
+    return job.model_copy(
+        update={"state": state, "updated_at": at, "transitions": [*job.transitions, transition]}
+    )
+
+
+def replay(events: Iterable[JobEvent]) -> Job | None:
+    job: Job | None = None
+    for event in events:
+        job = evolve(job, event)
+    return job
