@@ -9,6 +9,7 @@ import logging
 import signal
 import sys
 from collections.abc import Callable, Coroutine, Sequence
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -17,10 +18,13 @@ from controlplane.database import DatabaseUnavailable, create_pool, describe, re
 from controlplane.events.store import EventStore
 from controlplane.events.subscription import LogListener
 from controlplane.http.app import create_app
+from controlplane.http.keys import PROJECTIONS, STORE
 from controlplane.migrate import MigrationError, available, migrate, require_migrated
 from controlplane.projections.catalog import all_projections
 from controlplane.projections.runner import ProjectionRunner
 from controlplane.settings import Settings
+from controlplane.tenants.admin import TOKEN_FILE, bootstrap_admin_token
+from controlplane.tenants.cli import add_commands as add_tenant_commands
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -102,6 +106,8 @@ def parser() -> argparse.ArgumentParser:
     rebuild.add_argument("name", help="the projection's name (see `projections list`)")
     rebuild.set_defaults(handler=cmd_projections_rebuild)
 
+    add_tenant_commands(commands)
+
     bench = commands.add_parser(
         "bench", help="run a benchmark", description="Benchmarks that print JSON."
     )
@@ -129,13 +135,13 @@ async def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
     applied = await migrate(url)
     if applied:
         print(f"applied {len(applied)} migration(s)")
-    return await _serve(url, args.host, args.port)
+    return await _serve(url, args.host, args.port, settings.home)
 
 
 async def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     url = await resolve_database(settings)
     await require_migrated(url)
-    return await _serve(url, args.host, args.port)
+    return await _serve(url, args.host, args.port, settings.home)
 
 
 async def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
@@ -193,10 +199,18 @@ class _runner:
         await self._pool.close()
 
 
-async def _serve(url: str, host: str, port: int) -> int:
-    runner = web.AppRunner(create_app(url), handle_signals=False)
+async def _serve(url: str, host: str, port: int, home: Path) -> int:
+    app = create_app(url)
+    runner = web.AppRunner(app, handle_signals=False)
     await runner.setup()
     try:
+        try:
+            token = await bootstrap_admin_token(app[STORE], app[PROJECTIONS], home)
+        except OSError as exc:
+            print(f"trainyard: cannot write the admin token under {home}: {exc}", file=sys.stderr)
+            return EXIT_FAILED
+        if token is not None:
+            print(f"admin token (shown once; also in {home / TOKEN_FILE}): {token}")
         site = web.TCPSite(runner, host, port)
         try:
             await site.start()
@@ -204,7 +218,6 @@ async def _serve(url: str, host: str, port: int) -> int:
             print(f"trainyard: cannot listen on {host}:{port}: {exc.strerror}", file=sys.stderr)
             return EXIT_FAILED
         print(f"control plane on http://{host}:{port} (database {describe(url)})")
-        print("no jobs yet")
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):

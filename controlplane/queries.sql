@@ -66,10 +66,6 @@ SELECT EXISTS (
       AND xid < pg_snapshot_xmin(pg_current_snapshot())
 );
 
--- name: log_position_of
--- The checkpoint just after the event at a global position (to resume a reader from it).
-SELECT xid::text::bigint AS xid, position FROM events WHERE position = $1;
-
 -- name: lock_projection
 -- Only one runner (across control plane replicas) applies a projection at a time; the lock
 -- ends with the transaction, so a dead replica never holds it.
@@ -123,3 +119,62 @@ SELECT version, name, checksum FROM schema_migrations ORDER BY version;
 
 -- name: migration_record
 INSERT INTO schema_migrations (version, name, checksum) VALUES ($1, $2, $3);
+
+-- name: log_tail
+-- The last event a reader could read now: where a live follower starts.
+SELECT xid::text::bigint AS xid, position FROM events
+WHERE xid < pg_snapshot_xmin(pg_current_snapshot())
+ORDER BY xid DESC, position DESC
+LIMIT 1;
+
+-- name: job_doc
+-- The `jobs` projection's folded state of one job, to apply the next event to.
+SELECT doc FROM job_status WHERE job_id = $1;
+
+-- name: upsert_job_status
+INSERT INTO job_status (job_id, tenant, name, state, attempt, restarts, priority, labels,
+                        submitted_at, updated_at, version, doc)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+ON CONFLICT (job_id) DO UPDATE
+SET state = excluded.state, attempt = excluded.attempt, restarts = excluded.restarts,
+    updated_at = excluded.updated_at, version = excluded.version, doc = excluded.doc;
+
+-- name: insert_job_history
+INSERT INTO job_history (job_id, version, position, event, state, attempt, at, actor, reason)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9);
+
+-- name: list_jobs
+-- Newest first, optionally one tenant's, filtered by states and labels, after a cursor.
+SELECT doc, submitted_at, job_id FROM job_status
+WHERE ($1::text IS NULL OR tenant = $1)
+  AND ($2::text[] IS NULL OR state = ANY($2::text[]))
+  AND labels @> $3::jsonb
+  AND ($4::timestamptz IS NULL OR (submitted_at, job_id) < ($4::timestamptz, $5::uuid))
+ORDER BY submitted_at DESC, job_id DESC
+LIMIT $6;
+
+-- name: insert_tenant
+-- The `tenants` projection: one row per tenant.
+INSERT INTO tenants (name, weight, gpu_quota, created_at) VALUES ($1, $2, $3, $4);
+
+-- name: insert_api_token
+-- The `tenants` projection: a token by the sha256 of its text (the text is never stored).
+INSERT INTO api_tokens (token_sha256, token_id, tenant, is_admin, issued_at)
+VALUES ($1, $2, $3, $4, $5);
+
+-- name: revoke_api_token
+UPDATE api_tokens SET revoked_at = $2 WHERE token_id = $1 AND revoked_at IS NULL;
+
+-- name: authenticate_token
+-- Who holds a live token, by the token's sha256; a revoked token authenticates no one.
+SELECT tenant, is_admin FROM api_tokens WHERE token_sha256 = $1 AND revoked_at IS NULL;
+
+-- name: list_tenants
+-- Every tenant with the ids of its live tokens, oldest first.
+SELECT t.name, t.weight, t.gpu_quota, t.created_at,
+       coalesce(array_agg(k.token_id ORDER BY k.issued_at, k.token_id)
+                FILTER (WHERE k.token_id IS NOT NULL), '{}') AS active_tokens
+FROM tenants t
+LEFT JOIN api_tokens k ON k.tenant = t.name AND k.revoked_at IS NULL
+GROUP BY t.name
+ORDER BY t.name;

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     CheckConstraint,
     Column,
     DateTime,
+    Double,
     Identity,
     Index,
     Integer,
@@ -128,4 +130,25 @@ job_history = Table(
     Column("at", DateTime(timezone=True), nullable=False),
     Column("actor", Text, nullable=False),
     Column("reason", Text),
+)
+
+tenants = Table(
+    "tenants",
+    metadata,
+    Column("name", Text, primary_key=True),
+    Column("weight", Double, nullable=False),
+    Column("gpu_quota", Integer),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+)
+
+api_tokens = Table(
+    "api_tokens",
+    metadata,
+    Column("token_sha256", Text, primary_key=True),
+    Column("token_id", Text, nullable=False, unique=True),
+    Column("tenant", Text),
+    Column("is_admin", Boolean, nullable=False),
+    Column("issued_at", DateTime(timezone=True), nullable=False),
+    Column("revoked_at", DateTime(timezone=True)),
+    CheckConstraint("(tenant IS NULL) = is_admin"),
 )

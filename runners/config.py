@@ -77,10 +77,15 @@ class CheckpointConfig:
 
 
 def load_launch_config(environ: Mapping[str, str]) -> LaunchConfig:
+    checkpoint_dir = _get(environ, CHECKPOINT_DIR)
+    if checkpoint_dir is not None:
+        # Not used by the launcher, but checked with the rest: a bad value then fails the job
+        # before its data is fetched, not when the training script starts.
+        load_checkpoint_config(environ)
     return LaunchConfig(
         data=_data_source(environ),
         results=_results(environ),
-        checkpoint_dir=_path(_get(environ, CHECKPOINT_DIR)),
+        checkpoint_dir=_path(checkpoint_dir),
     )
 
 

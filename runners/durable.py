@@ -87,10 +87,7 @@ def fsync_tree(root: Path) -> None:
 
 
 class HashingWriter:
-    """A write-only binary stream that passes bytes to `file` and hashes them on the way.
-
-    Used so that a checkpoint's checksum costs no second read of a possibly large file.
-    """
+    """A write-only binary stream that passes bytes to `file` and hashes them on the way."""
 
     def __init__(self, file: BinaryIO) -> None:
         self._file = file

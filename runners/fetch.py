@@ -19,7 +19,7 @@ from urllib.parse import unquote, urlsplit
 from runners.config import DATA_SCHEMES, DATA_SHA256
 from runners.durable import HashingWriter, temp_path
 from runners.phases import PhaseError
-from runners.uri import UriError, file_path, require_scheme
+from runners.uri import UriError, file_path, redact, require_scheme
 
 # Seconds without progress on a connection before giving up: a stalled server fails the phase
 # instead of holding the job in DOWNLOADING forever.
@@ -31,27 +31,29 @@ class FetchError(PhaseError):
     """The data source could not be fetched, or its content is not what was expected."""
 
 
-def fetch(uri: str, directory: Path, sha256: str | None) -> Path:
-    """Fetch `uri` into `directory`; return the file (or, for a directory source, `directory`).
+def fetch(uri: str, directory: Path, sha256: str | None) -> None:
+    """Fetch `uri` into `directory`, verifying `sha256` if given.
 
     There is no retry here: a failed fetch fails the phase, and whether to try again is the
     restart policy's decision, which records each attempt and its reason.
     """
+    shown = redact(uri)
     try:
         scheme = require_scheme(uri, DATA_SCHEMES)
         directory.mkdir(parents=True, exist_ok=True)
         if scheme == "file":
-            return _fetch_file(uri, file_path(uri), directory, sha256)
-        return _fetch_http(uri, directory, sha256)
+            _fetch_file(uri, file_path(uri), directory, sha256)
+        else:
+            _fetch_http(uri, directory, sha256)
     except urllib.error.HTTPError as error:
-        raise FetchError(f"cannot fetch {uri}: HTTP {error.code} {error.reason}") from error
+        raise FetchError(f"cannot fetch {shown}: HTTP {error.code} {error.reason}") from error
     except urllib.error.URLError as error:
-        raise FetchError(f"cannot fetch {uri}: {error.reason}") from error
+        raise FetchError(f"cannot fetch {shown}: {error.reason}") from error
     except (OSError, UriError, http.client.HTTPException) as error:
-        raise FetchError(f"cannot fetch {uri}: {error!s}") from error
+        raise FetchError(f"cannot fetch {shown}: {error!s}") from error
 
 
-def _fetch_file(uri: str, source: Path, directory: Path, sha256: str | None) -> Path:
+def _fetch_file(uri: str, source: Path, directory: Path, sha256: str | None) -> None:
     if source.is_dir():
         if sha256 is not None:
             raise FetchError(
@@ -60,15 +62,15 @@ def _fetch_file(uri: str, source: Path, directory: Path, sha256: str | None) -> 
         # Copied in place, not staged: the data directory is scratch space of this attempt, and
         # if the copy fails the command never runs, so a partial copy is never read.
         shutil.copytree(source, directory, symlinks=True, dirs_exist_ok=True)
-        return directory
+        return
     with open(source, "rb") as stream:
-        return _save(uri, stream, directory / source.name, sha256)
+        _save(uri, stream, directory / source.name, sha256)
 
 
-def _fetch_http(uri: str, directory: Path, sha256: str | None) -> Path:
+def _fetch_http(uri: str, directory: Path, sha256: str | None) -> None:
     request = urllib.request.Request(uri, headers={"User-Agent": "trainyard-runner"})
     with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT_S) as response:
-        return _save(uri, response, directory / _file_name(uri), sha256)
+        _save(uri, response, directory / _file_name(uri), sha256)
 
 
 def _file_name(uri: str) -> str:
@@ -77,7 +79,7 @@ def _file_name(uri: str) -> str:
     return name if name not in ("", ".", "..") else "data"
 
 
-def _save(uri: str, stream: BinaryIO, target: Path, sha256: str | None) -> Path:
+def _save(uri: str, stream: BinaryIO, target: Path, sha256: str | None) -> None:
     temp = temp_path(target)
     try:
         # Not fsynced: after a crash the attempt is restarted and downloads again, so durability
@@ -87,9 +89,8 @@ def _save(uri: str, stream: BinaryIO, target: Path, sha256: str | None) -> Path:
             shutil.copyfileobj(stream, writer, _CHUNK)
         actual = writer.hexdigest()
         if sha256 is not None and actual != sha256:
-            raise FetchError(f"sha256 mismatch for {uri}: expected {sha256}, got {actual}")
+            raise FetchError(f"sha256 mismatch for {redact(uri)}: expected {sha256}, got {actual}")
         os.replace(temp, target)
     except BaseException:
         temp.unlink(missing_ok=True)
         raise
-    return target

@@ -23,11 +23,11 @@ import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
 
-from runners.channel import STDOUT, Channel
+from runners.channel import STDOUT
 from runners.config import ConfigError, LaunchConfig, load_launch_config
 from runners.fetch import fetch
 from runners.phases import SUCCEEDED, PhaseError, PhaseResult, run_phase
-from runners.protocol import Outcome, Phase
+from runners.protocol import Outcome, Phase, PhaseEnded
 from runners.store import store
 from runners.supervise import ChildExit, SignalRouter, spawn
 
@@ -40,36 +40,37 @@ EXIT_NOT_FOUND = 127
 
 
 class Launcher:
-    def __init__(
-        self, command: Sequence[str], environ: Mapping[str, str], channel: Channel = STDOUT
-    ) -> None:
+    def __init__(self, command: Sequence[str], environ: Mapping[str, str]) -> None:
         self._command = list(command)
         self._environ = environ
-        self._channel = channel
         self._router = SignalRouter()
         self._config: LaunchConfig | None = None
-        self._command_status = 0
+        # What the launcher exits with when PROCESSING does not succeed; the command's own
+        # status once it has run.
+        self._command_status = EXIT_PHASE_FAILED
 
     def run(self) -> int:
         """Run the phases in order; return the exit status."""
         self._router.install()
-        steps: tuple[tuple[Phase, Callable[[], PhaseResult], int | None], ...] = (
-            ("DOWNLOADING", self._download, EXIT_PHASE_FAILED),
-            ("PROCESSING", self._process, None),
-            ("STORING", self._store, EXIT_PHASE_FAILED),
+        steps: tuple[tuple[Phase, Callable[[], PhaseResult]], ...] = (
+            ("DOWNLOADING", self._download),
+            ("PROCESSING", self._process),
+            ("STORING", self._store),
         )
-        for phase, action, failure_status in steps:
+        for phase, action in steps:
             if self._router.received is not None:
                 return 128 + self._router.received
-            ended = run_phase(self._channel, phase, action)
-            if ended.outcome == "succeeded":
-                continue
-            if failure_status is None:
-                return self._command_status
-            if ended.outcome == "interrupted" and self._router.received is not None:
-                return 128 + self._router.received
-            return failure_status
+            ended = run_phase(STDOUT, phase, action)
+            if ended.outcome != "succeeded":
+                return self._status_after(ended)
         return 0
+
+    def _status_after(self, ended: PhaseEnded) -> int:
+        if ended.phase == "PROCESSING":
+            return self._command_status
+        if ended.outcome == "interrupted" and self._router.received is not None:
+            return 128 + self._router.received
+        return EXIT_PHASE_FAILED
 
     def _download(self) -> PhaseResult:
         try:

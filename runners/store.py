@@ -7,6 +7,7 @@ and only then renamed into place, so the destination never holds a partial copy.
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import uuid
@@ -22,8 +23,8 @@ class StoreError(PhaseError):
     """The results could not be stored at the results location."""
 
 
-def store(results_dir: Path, uri: str) -> Path:
-    """Copy `results_dir` to the location `uri` names; return the destination path."""
+def store(results_dir: Path, uri: str) -> None:
+    """Copy `results_dir` to the location `uri` names."""
     try:
         require_scheme(uri, RESULTS_SCHEMES)
         destination = file_path(uri)
@@ -32,32 +33,42 @@ def store(results_dir: Path, uri: str) -> Path:
         _replace_tree(results_dir, destination)
     except (OSError, UriError) as error:
         raise StoreError(f"cannot store results to {uri}: {error!s}") from error
-    return destination
 
 
 def _replace_tree(source: Path, destination: Path) -> None:
-    if destination.exists() and not destination.is_dir():
-        raise StoreError(f"cannot store results: {destination} exists and is not a directory")
     parent = destination.parent
+    for path in (destination, parent):
+        if path.exists() and not path.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(path))
     parent.mkdir(parents=True, exist_ok=True)
     token = uuid.uuid4().hex[:12]
     staging = parent / f".{destination.name}.staging-{token}"
+    previous = parent / f".{destination.name}.previous-{token}"
     try:
         shutil.copytree(source, staging, symlinks=True)
         # Durable before it becomes visible: once STORING is reported done, the learner's own
         # directories may be deleted, and the stored copy is then the only one.
         fsync_tree(staging)
         if destination.exists():
-            # Two renames, not one: rename(2) cannot replace a non-empty directory. A crash between
-            # them leaves both complete copies under hidden names and no destination, which a
-            # retried STORING replaces; it never leaves a mixed directory.
-            previous = parent / f".{destination.name}.previous-{token}"
+            # Two renames, not one: rename(2) cannot replace a non-empty directory. A crash
+            # between them leaves both complete copies under hidden names and no destination,
+            # which a retried STORING replaces; it never leaves a mixed directory.
             os.rename(destination, previous)
-            os.rename(staging, destination)
-            shutil.rmtree(previous)
-        else:
-            os.rename(staging, destination)
+        os.rename(staging, destination)
         fsync_dir(parent)
+        # Errors ignored: the results are stored; a superseded copy left over takes space but
+        # is no reason to report STORING failed.
+        shutil.rmtree(previous, ignore_errors=True)
     except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
+        _recover(destination, staging, previous)
         raise
+
+
+def _recover(destination: Path, staging: Path, previous: Path) -> None:
+    """Tidy up after a replacement cut short by an error or a signal, keeping complete results."""
+    if previous.exists():
+        if destination.exists():
+            shutil.rmtree(previous, ignore_errors=True)  # the new results are already in place
+        else:
+            os.rename(previous, destination)  # cut between the renames: restore the old results
+    shutil.rmtree(staging, ignore_errors=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 from urllib.request import url2pathname
 
 
@@ -12,14 +12,30 @@ class UriError(ValueError):
     """A URI that cannot be used where it was given."""
 
 
+def redact(uri: str) -> str:
+    """`uri` as it may appear in reports: without a password or a query string.
+
+    Reports become events that users and operators read; a password in the URI or a signed
+    query (a presigned download link) must not travel with them.
+    """
+    parts = urlsplit(uri)
+    netloc = parts.netloc
+    if parts.password is not None:
+        user, _, host = netloc.rpartition("@")
+        netloc = f"{user.partition(':')[0]}:***@{host}"
+    return urlunsplit(parts._replace(netloc=netloc, query="***" if parts.query else ""))
+
+
 def require_scheme(uri: str, supported: Collection[str]) -> str:
     """The scheme of `uri` (lower case) if it is one of `supported`; UriError otherwise."""
     scheme = urlsplit(uri).scheme.lower()
     listed = ", ".join(sorted(supported))
     if not scheme:
-        raise UriError(f"{uri!r} is not a URI: it has no scheme (supported: {listed})")
+        raise UriError(f"{redact(uri)!r} is not a URI: it has no scheme (supported: {listed})")
     if scheme not in supported:
-        raise UriError(f"unsupported URI scheme {scheme!r} in {uri!r} (supported: {listed})")
+        raise UriError(
+            f"unsupported URI scheme {scheme!r} in {redact(uri)!r} (supported: {listed})"
+        )
     return scheme
 
 

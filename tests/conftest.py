@@ -12,14 +12,21 @@ import shutil
 import subprocess
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import asyncpg
 import pytest
 
 from controlplane.database import connect, create_pool, embedded_server_url, with_database
 from controlplane.events.store import EventStore
+from controlplane.events.subscription import LogListener
 from controlplane.migrate import available, migrate
+from controlplane.projections.runner import ProjectionRunner
 from controlplane.settings import Settings
+from controlplane.tenants.admin import bootstrap_admin_token
+from controlplane.tenants.projection import TenantsProjection
+from controlplane.tenants.service import create_tenant
+from tests.tenancy import Tokens
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -125,3 +132,14 @@ async def store(pool: asyncpg.Pool) -> AsyncIterator[EventStore]:
     store = EventStore(pool)
     yield store
     await store.close()
+
+
+@pytest.fixture
+async def tokens(pool: asyncpg.Pool, store: EventStore, db_url: str, tmp_path: Path) -> Tokens:
+    """Tokens of two tenants, acme and globex, and of the admin."""
+    runner = ProjectionRunner(pool, store, LogListener(db_url), [TenantsProjection()])
+    acme = await create_tenant(store, runner, "acme", actor="test")
+    globex = await create_tenant(store, runner, "globex", actor="test")
+    admin = await bootstrap_admin_token(store, runner, tmp_path)
+    assert admin is not None
+    return Tokens(acme.plaintext, globex.plaintext, admin)

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from controlplane.cli import parser
+from controlplane.projections.catalog import all_projections
 
 COMMANDS = [
     [],
@@ -18,6 +19,11 @@ COMMANDS = [
     ["projections"],
     ["projections", "list"],
     ["projections", "rebuild"],
+    ["tenants"],
+    ["tenants", "create"],
+    ["tenants", "list"],
+    ["tenants", "token"],
+    ["tenants", "revoke"],
     ["bench"],
     ["bench", "eventstore"],
 ]
@@ -55,7 +61,8 @@ def test_an_unreachable_database_is_one_line_and_exit_3() -> None:
 def test_unknown_projection_is_a_usage_error(db_url: str) -> None:
     result = trainyard("projections", "rebuild", "nope", env={"TRAINYARD_DATABASE_URL": db_url})
     assert result.returncode == 2
-    assert "no projection named 'nope' (known: streams)" in result.stderr
+    known = ", ".join(p.name for p in all_projections())
+    assert f"no projection named 'nope' (known: {known})" in result.stderr
 
 
 def test_rebuild_and_list_through_the_cli(db_url: str) -> None:
@@ -64,7 +71,7 @@ def test_rebuild_and_list_through_the_cli(db_url: str) -> None:
     assert rebuilt.returncode == 0, rebuilt.stderr
     assert rebuilt.stdout.strip() == "rebuilt streams from 0 events"
     listed = trainyard("projections", "list", env=env)
-    assert listed.stdout.split() == ["streams", "caught", "up"]
+    assert listed.stdout.splitlines() == [f"{p.name}\tcaught up" for p in all_projections()]
 
 
 def test_migrate_reports_an_up_to_date_database(db_url: str) -> None:

@@ -8,7 +8,8 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from controlplane.events.metadata import Metadata
-from controlplane.http.app import PROJECTIONS, STORE, create_app
+from controlplane.http.app import create_app
+from controlplane.http.keys import PROJECTIONS, STORE
 from tests.events import Pinged
 
 
@@ -32,7 +33,8 @@ async def test_readyz_waits_for_projections_to_catch_up(client: TestClient[objec
     response = await client.get("/readyz")
     assert response.status == 503
     assert (await response.json())["projections_caught_up"] is False
-    await runner.catch_up(runner.projections["streams"])
+    for projection in runner.projections.values():
+        await runner.catch_up(projection)
     response = await client.get("/readyz")
     assert response.status == 200
     assert await response.json() == {
@@ -52,3 +54,4 @@ async def test_openapi_describes_every_route(client: TestClient[object, object])
     }
     described = {(path, method) for path, ops in document["paths"].items() for method in ops}
     assert described == routes
+    assert {"JobManifest", "Job", "Error"} <= set(document["components"]["schemas"])

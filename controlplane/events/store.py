@@ -218,10 +218,10 @@ class EventStore:
         executor = conn if conn is not None else self._pool
         return bool(await executor.fetchval(Q["log_has_more"], str(after.xid), after.position))
 
-    async def log_position_of(self, position: int) -> LogPosition | None:
-        """The reader's place just after the event at a global position (for SSE resume)."""
-        row = await self._pool.fetchrow(Q["log_position_of"], position)
-        return LogPosition(row["xid"], row["position"]) if row else None
+    async def log_tail(self) -> LogPosition:
+        """The place of the last event readable now: where a follower of only news starts."""
+        row = await self._pool.fetchrow(Q["log_tail"])
+        return LogPosition(row["xid"], row["position"]) if row else ORIGIN
 
     def _decode(self, row: asyncpg.Record) -> RecordedEvent:
         try:

@@ -10,31 +10,45 @@ import asyncpg
 from aiohttp import web
 
 from controlplane.database import create_pool
+from controlplane.events.hub import StreamHub
 from controlplane.events.store import EventStore
 from controlplane.events.subscription import LogListener
+from controlplane.http import jobs
+from controlplane.http.keys import (
+    BACKGROUND,
+    DATABASE_URL,
+    HUB,
+    JOBS,
+    LISTENER,
+    POOL,
+    PROJECTIONS,
+    SSE_HEARTBEAT_S,
+    STORE,
+)
 from controlplane.http.openapi import document
+from controlplane.jobs.service import Jobs
 from controlplane.projections.catalog import all_projections
 from controlplane.projections.runner import ProjectionRunner
+from controlplane.tenants.auth import auth_middleware
 
 log = logging.getLogger(__name__)
 
-DATABASE_URL = web.AppKey("database_url", str)
-POOL = web.AppKey("pool", asyncpg.Pool)
-STORE = web.AppKey("store", EventStore)
-LISTENER = web.AppKey("listener", LogListener)
-PROJECTIONS = web.AppKey("projections", ProjectionRunner)
-BACKGROUND = web.AppKey("background", asyncio.Task[None])
 
-
-def create_app(database_url: str, *, poll_interval: float = 1.0) -> web.Application:
-    app = web.Application()
+def create_app(
+    database_url: str, *, poll_interval: float = 1.0, sse_heartbeat_s: float = 15.0
+) -> web.Application:
+    app = web.Application(middlewares=[auth_middleware])
     app[DATABASE_URL] = database_url
     app[LISTENER] = LogListener(database_url, poll_interval=poll_interval)
+    app[SSE_HEARTBEAT_S] = sse_heartbeat_s
     app.cleanup_ctx.append(_database)
     app.cleanup_ctx.append(_background)
+    # Open SSE streams end first, so that shutdown does not wait for their clients.
+    app.on_shutdown.append(_close_streams)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/openapi.json", openapi)
+    jobs.add_routes(app)
     return app
 
 
@@ -42,20 +56,23 @@ async def _database(app: web.Application) -> AsyncIterator[None]:
     app[POOL] = pool = await create_pool(app[DATABASE_URL])
     app[STORE] = store = EventStore(pool)
     app[PROJECTIONS] = ProjectionRunner(pool, store, app[LISTENER], all_projections())
+    app[HUB] = StreamHub(store, app[LISTENER])
+    app[JOBS] = Jobs(store)
     yield
     await store.close()
     await pool.close()
 
 
 async def _background(app: web.Application) -> AsyncIterator[None]:
-    """The log listener and the projection runner, siblings that stop together."""
-    listener, projections = app[LISTENER], app[PROJECTIONS]
+    """The log listener, the projection runner and the SSE hub: siblings that stop together."""
+    listener, projections, hub = app[LISTENER], app[PROJECTIONS], app[HUB]
 
     async def supervise() -> None:
         try:
             async with asyncio.TaskGroup() as group:
                 group.create_task(listener.run(), name="log-listener")
                 group.create_task(projections.run(), name="projection-runner")
+                group.create_task(hub.run(), name="sse-hub")
         except Exception:
             # The server keeps answering, but /readyz now says "not ready", so a load
             # balancer or supervisor takes this replica out of service.
@@ -64,13 +81,18 @@ async def _background(app: web.Application) -> AsyncIterator[None]:
 
     app[BACKGROUND] = task = asyncio.create_task(supervise(), name="control-plane-background")
     yield
+    hub.stop()
     listener.stop()
     projections.stop()
+    listener.wake()  # the runner and the hub wait on the listener: let them see their flags
     if not task.done():
-        # Both loops see their stop flag within one poll interval.
         await asyncio.wait({task}, timeout=10)
     if not task.done():
         task.cancel()
+
+
+async def _close_streams(app: web.Application) -> None:
+    app[HUB].stop()
 
 
 async def healthz(request: web.Request) -> web.Response:

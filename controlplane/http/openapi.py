@@ -1,16 +1,19 @@
-"""The OpenAPI document served at /openapi.json, kept beside the routes it describes."""
+"""The OpenAPI document served at /openapi.json; schemas come from the pydantic models the
+handlers validate with, so the document cannot drift from what the code accepts."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from controlplane import __version__
+from pydantic import BaseModel
 
-_HEALTH = {
-    "type": "object",
-    "properties": {"status": {"type": "string"}},
-    "required": ["status"],
-}
+from controlplane import __version__
+from controlplane.jobs.lifecycle import Job
+from controlplane.jobs.manifest import JobManifest
+
+REF = "#/components/schemas/"
+
+_HEALTH = {"type": "object", "properties": {"status": {"type": "string"}}, "required": ["status"]}
 _READY = {
     "type": "object",
     "properties": {
@@ -21,16 +24,109 @@ _READY = {
     },
     "required": ["status", "database", "projections_caught_up", "background_tasks"],
 }
+_ERROR = {
+    "type": "object",
+    "properties": {
+        "error": {"type": "string"},
+        "status": {"type": "integer"},
+        "field": {"type": "string"},
+        "fields": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {"field": {"type": "string"}, "message": {"type": "string"}},
+            },
+        },
+    },
+    "required": ["error", "status"],
+}
+_JOB_VIEW = {"allOf": [{"$ref": REF + "Job"}, {"properties": {"id": {"type": "string"}}}]}
+_JOB_LIST = {
+    "type": "object",
+    "properties": {
+        "jobs": {"type": "array", "items": {"$ref": REF + "JobView"}},
+        "next_cursor": {"type": ["string", "null"]},
+    },
+    "required": ["jobs", "next_cursor"],
+}
+_HISTORY = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "string"},
+        "history": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "version": {"type": "integer"},
+                    "position": {"type": "integer"},
+                    "event": {"type": "string"},
+                    "state": {"type": "string"},
+                    "attempt": {"type": "integer"},
+                    "at": {"type": "string", "format": "date-time"},
+                    "actor": {"type": "string"},
+                    "reason": {"type": ["string", "null"]},
+                },
+            },
+        },
+    },
+}
+_CANCEL = {
+    "type": "object",
+    "properties": {"reason": {"type": "string", "minLength": 1, "maxLength": 1000}},
+    "additionalProperties": False,
+}
 
 
 def _json(description: str, schema: dict[str, Any]) -> dict[str, Any]:
     return {"description": description, "content": {"application/json": {"schema": schema}}}
 
 
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": REF + name}
+
+
+def _errors(*statuses: int) -> dict[str, Any]:
+    reasons = {
+        400: "malformed request",
+        401: "missing or wrong token",
+        403: "not allowed for this token",
+        404: "no such job (or another tenant's)",
+        409: "illegal in the job's current state",
+        422: "invalid fields, each listed",
+    }
+    return {str(s): _json(reasons[s], _ref("Error")) for s in statuses}
+
+
+def _param(name: str, where: str, description: str, schema: dict[str, Any]) -> dict[str, Any]:
+    return {"name": name, "in": where, "description": description, "schema": schema}
+
+
+_JOB_ID = {**_param("job_id", "path", "the job's id", {"type": "string"}), "required": True}
+
+
+def _schemas(*models: type[BaseModel]) -> dict[str, Any]:
+    schemas: dict[str, Any] = {}
+    for model in models:
+        schema = model.model_json_schema(ref_template=REF + "{model}")
+        schemas.update(schema.pop("$defs", {}))
+        schemas[model.__name__] = schema
+    return schemas
+
+
 def document() -> dict[str, Any]:
+    secured: list[dict[str, list[str]]] = [{"bearer": []}]
     return {
         "openapi": "3.1.0",
         "info": {"title": "Trainyard", "version": __version__},
+        "components": {
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "schemas": {
+                **_schemas(JobManifest, Job),
+                "JobView": _JOB_VIEW,
+                "Error": _ERROR,
+            },
+        },
         "paths": {
             "/healthz": {
                 "get": {
@@ -41,16 +137,145 @@ def document() -> dict[str, Any]:
             "/readyz": {
                 "get": {
                     "summary": "Readiness: the database answers and projections have caught up",
-                    "responses": {
-                        "200": _json("ready", _READY),
-                        "503": _json("not ready", _READY),
-                    },
+                    "responses": {"200": _json("ready", _READY), "503": _json("not ready", _READY)},
                 }
             },
             "/openapi.json": {
                 "get": {
                     "summary": "This document",
                     "responses": {"200": _json("the OpenAPI document", {"type": "object"})},
+                }
+            },
+            "/v1/jobs": {
+                "post": {
+                    "summary": "Submit a job (committed before the 201)",
+                    "security": secured,
+                    "parameters": [
+                        _param(
+                            "Idempotency-Key",
+                            "header",
+                            "retries with the same key return the same job",
+                            {"type": "string", "maxLength": 255},
+                        ),
+                        _param(
+                            "tenant",
+                            "query",
+                            "admins only: the tenant to submit as",
+                            {"type": "string"},
+                        ),
+                    ],
+                    "requestBody": {
+                        "required": True,
+                        "content": {"application/json": {"schema": _ref("JobManifest")}},
+                    },
+                    "responses": {
+                        "201": _json("the job (also for an idempotent retry)", _ref("JobView")),
+                        **_errors(400, 401, 403, 409, 422),
+                    },
+                },
+                "get": {
+                    "summary": "List jobs, newest first",
+                    "security": secured,
+                    "parameters": [
+                        _param(
+                            "state",
+                            "query",
+                            "repeatable: only jobs in these states",
+                            {"type": "string"},
+                        ),
+                        _param(
+                            "label",
+                            "query",
+                            "repeatable KEY=VALUE: only jobs with these labels",
+                            {"type": "string"},
+                        ),
+                        _param(
+                            "limit", "query", "page size (1-500, default 50)", {"type": "integer"}
+                        ),
+                        _param(
+                            "cursor",
+                            "query",
+                            "next_cursor of the previous page",
+                            {"type": "string"},
+                        ),
+                    ],
+                    "responses": {"200": _json("a page of jobs", _JOB_LIST), **_errors(400, 401)},
+                },
+            },
+            "/v1/jobs/{job_id}": {
+                "get": {
+                    "summary": "A job's status, now or as of a past instant",
+                    "security": secured,
+                    "parameters": [
+                        _JOB_ID,
+                        _param(
+                            "as_of",
+                            "query",
+                            "RFC 3339 instant",
+                            {"type": "string", "format": "date-time"},
+                        ),
+                    ],
+                    "responses": {
+                        "200": _json("the job", _ref("JobView")),
+                        **_errors(400, 401, 404),
+                    },
+                }
+            },
+            "/v1/jobs/{job_id}/history": {
+                "get": {
+                    "summary": "Every event of the job with its time, actor and reason",
+                    "security": secured,
+                    "parameters": [_JOB_ID],
+                    "responses": {"200": _json("the history", _HISTORY), **_errors(401, 404)},
+                }
+            },
+            "/v1/jobs/{job_id}/events": {
+                "get": {
+                    "summary": "Server-sent events of the job; ends after a terminal state",
+                    "description": "Each SSE `id` is the event's global position; send it back as "
+                    "`Last-Event-ID` to resume exactly after it. A comment heartbeat is sent "
+                    "while idle.",
+                    "security": secured,
+                    "parameters": [
+                        _JOB_ID,
+                        _param(
+                            "Last-Event-ID",
+                            "header",
+                            "resume after this position",
+                            {"type": "integer"},
+                        ),
+                        _param("after", "query", "same as Last-Event-ID", {"type": "integer"}),
+                    ],
+                    "responses": {
+                        "200": {
+                            "description": "the event stream",
+                            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+                        },
+                        **_errors(400, 401, 404),
+                    },
+                }
+            },
+            "/v1/jobs/{job_id}/cancel": {
+                "post": {
+                    "summary": "Cancel the job",
+                    "security": secured,
+                    "parameters": [_JOB_ID],
+                    "requestBody": {"content": {"application/json": {"schema": _CANCEL}}},
+                    "responses": {
+                        "200": _json("the cancelled job", _ref("JobView")),
+                        **_errors(400, 401, 404, 409, 422),
+                    },
+                }
+            },
+            "/v1/jobs/{job_id}/checkpoint": {
+                "post": {
+                    "summary": "Ask the job's learners for a checkpoint now (PROCESSING jobs)",
+                    "security": secured,
+                    "parameters": [_JOB_ID],
+                    "responses": {
+                        "202": _json("the request is recorded", _ref("JobView")),
+                        **_errors(401, 404, 409),
+                    },
                 }
             },
         },

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from controlplane.jobs.projection import JobsProjection
 from controlplane.projections.base import Projection
 from controlplane.projections.streams import StreamsProjection
+from controlplane.tenants.projection import TenantsProjection
 
 
 def all_projections() -> list[Projection]:
-    return [StreamsProjection()]
+    return [StreamsProjection(), JobsProjection(), TenantsProjection()]

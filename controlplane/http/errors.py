@@ -1,0 +1,37 @@
+"""JSON error responses: a message, the HTTP status, and the offending fields where known."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from aiohttp import web
+from pydantic import ValidationError
+
+
+def error(status: int, message: str, *, field: str | None = None) -> web.HTTPException:
+    """An exception to raise from a handler; aiohttp sends it as the response."""
+    body: dict[str, Any] = {"error": message, "status": status}
+    if field is not None:
+        body["field"] = field
+    return _CLASSES[status](text=json.dumps(body), content_type="application/json")
+
+
+def validation_error(exc: ValidationError) -> web.HTTPException:
+    """422 listing every offending field with its message."""
+    fields = [
+        {"field": ".".join(str(p) for p in err["loc"]) or "(body)", "message": err["msg"]}
+        for err in exc.errors()
+    ]
+    body = {"error": f"{len(fields)} invalid field(s)", "status": 422, "fields": fields}
+    return web.HTTPUnprocessableEntity(text=json.dumps(body), content_type="application/json")
+
+
+_CLASSES: dict[int, type[web.HTTPException]] = {
+    400: web.HTTPBadRequest,
+    401: web.HTTPUnauthorized,
+    403: web.HTTPForbidden,
+    404: web.HTTPNotFound,
+    409: web.HTTPConflict,
+    422: web.HTTPUnprocessableEntity,
+}

@@ -1,0 +1,338 @@
+"""`/v1/jobs`: submit, list, read (also as of a past instant), history, cancel, checkpoint, and
+the SSE stream of a job's events."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from aiohttp import web
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from controlplane.events.hub import Lagged, StreamHub
+from controlplane.events.metadata import Metadata
+from controlplane.events.store import RecordedEvent
+from controlplane.http.errors import error, validation_error
+from controlplane.http.keys import HUB, JOBS, POOL, SSE_HEARTBEAT_S
+from controlplane.jobs.events import JobEvent
+from controlplane.jobs.lifecycle import (
+    Cancel,
+    Job,
+    JobStatus,
+    Refused,
+    RequestCheckpoint,
+    evolve,
+)
+from controlplane.jobs.manifest import JobManifest
+from controlplane.jobs.projection import reason
+from controlplane.jobs.service import IdempotencyMismatch, now
+from controlplane.jobs.streams import job_stream
+from controlplane.queries import Q
+from controlplane.tenants.auth import Principal, principal
+
+MAX_PAGE = 500
+
+
+class CancelRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    reason: str = Field(default="cancelled by user", min_length=1, max_length=1000)
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_post("/v1/jobs", submit)
+    app.router.add_get("/v1/jobs", list_jobs)
+    app.router.add_get("/v1/jobs/{job_id}", get_job)
+    app.router.add_get("/v1/jobs/{job_id}/history", get_history)
+    app.router.add_get("/v1/jobs/{job_id}/events", stream_events)
+    app.router.add_post("/v1/jobs/{job_id}/cancel", cancel)
+    app.router.add_post("/v1/jobs/{job_id}/checkpoint", checkpoint)
+
+
+def job_view(job: Job) -> dict[str, Any]:
+    return {"id": str(job.job_id), **job.model_dump(mode="json", exclude={"job_id"})}
+
+
+def _actor(who: Principal) -> str:
+    return "admin" if who.is_admin else f"tenant:{who.tenant}"
+
+
+def _metadata(request: web.Request, who: Principal, tenant: str) -> Metadata:
+    return Metadata.capture(
+        _actor(who),
+        tenant=tenant,
+        correlation_id=request.headers.get("X-Request-ID"),
+    )
+
+
+async def _json_body(request: web.Request) -> Any:
+    try:
+        return await request.json() if request.can_read_body else {}
+    except json.JSONDecodeError as exc:
+        raise error(400, f"malformed JSON: {exc}") from exc
+
+
+async def submit(request: web.Request) -> web.Response:
+    who = principal(request)
+    body = await _json_body(request)
+    try:
+        manifest = JobManifest.model_validate(body)
+    except ValidationError as exc:
+        raise validation_error(exc) from exc
+    tenant = _submitting_tenant(who, request.query.get("tenant"))
+    key = request.headers.get("Idempotency-Key")
+    if key is not None and not 1 <= len(key) <= 255:
+        raise error(400, "Idempotency-Key must be 1 to 255 characters")
+    try:
+        job, created = await request.app[JOBS].submit(
+            tenant, manifest, _metadata(request, who, tenant), key
+        )
+    except IdempotencyMismatch as exc:
+        raise error(409, str(exc)) from exc
+    headers = {"Location": f"/v1/jobs/{job.job_id}"}
+    if not created:
+        headers["Idempotent-Replayed"] = "true"
+    return web.json_response(job_view(job), status=201, headers=headers)
+
+
+def _submitting_tenant(who: Principal, requested: str | None) -> str:
+    """A tenant submits as itself; an admin names the tenant with `?tenant=`."""
+    if who.is_admin:
+        if not requested:
+            raise error(
+                400, "an admin submits on behalf of a tenant: add ?tenant=NAME", field="tenant"
+            )
+        return requested
+    assert who.tenant is not None
+    if requested not in (None, who.tenant):
+        raise error(403, f"a tenant's token submits only as {who.tenant!r}", field="tenant")
+    return who.tenant
+
+
+async def list_jobs(request: web.Request) -> web.Response:
+    who = principal(request)
+    query = request.query
+    states = query.getall("state", [])
+    for state in states:
+        if state not in JobStatus.__members__:
+            raise error(400, f"unknown state {state!r}", field="state")
+    labels: dict[str, str] = {}
+    for label in query.getall("label", []):
+        key, sep, value = label.partition("=")
+        if not sep or not key:
+            raise error(400, f"label filter must be KEY=VALUE, not {label!r}", field="label")
+        labels[key] = value
+    try:
+        limit = int(query.get("limit", "50"))
+    except ValueError:
+        raise error(400, "limit must be an integer", field="limit") from None
+    if not 1 <= limit <= MAX_PAGE:
+        raise error(400, f"limit must be between 1 and {MAX_PAGE}", field="limit")
+    after_time, after_id = _decode_cursor(query.get("cursor"))
+    rows = await request.app[POOL].fetch(
+        Q["list_jobs"],
+        None if who.is_admin else who.tenant,
+        states or None,
+        json.dumps(labels),
+        after_time,
+        after_id,
+        limit + 1,
+    )
+    page = rows[:limit]
+    cursor = (
+        _encode_cursor(page[-1]["submitted_at"], page[-1]["job_id"]) if len(rows) > limit else None
+    )
+    jobs = [job_view(Job.model_validate_json(row["doc"])) for row in page]
+    return web.json_response({"jobs": jobs, "next_cursor": cursor})
+
+
+def _encode_cursor(submitted_at: datetime, job_id: UUID) -> str:
+    return base64.urlsafe_b64encode(f"{submitted_at.isoformat()}|{job_id}".encode()).decode()
+
+
+def _decode_cursor(cursor: str | None) -> tuple[datetime | None, UUID | None]:
+    if cursor is None:
+        return None, None
+    try:
+        when, _, job_id = base64.urlsafe_b64decode(cursor.encode()).decode().partition("|")
+        return datetime.fromisoformat(when), UUID(job_id)
+    except ValueError:
+        raise error(400, "invalid cursor", field="cursor") from None
+
+
+def _job_id(request: web.Request) -> UUID:
+    try:
+        return UUID(request.match_info["job_id"])
+    except ValueError:
+        raise error(404, "no such job") from None
+
+
+async def _visible_job(request: web.Request, who: Principal, as_of: datetime | None = None) -> Job:
+    job = await request.app[JOBS].load(_job_id(request), as_of=as_of)
+    # Another tenant's job is "not found", never "forbidden": its existence is not disclosed.
+    if job is None or not who.may_see(job.tenant):
+        raise error(404, "no such job")
+    return job
+
+
+async def get_job(request: web.Request) -> web.Response:
+    who = principal(request)
+    as_of = None
+    if "as_of" in request.query:
+        try:
+            as_of = datetime.fromisoformat(request.query["as_of"])
+        except ValueError:
+            raise error(400, "as_of must be an RFC 3339 timestamp", field="as_of") from None
+        if as_of.tzinfo is None:
+            raise error(400, "as_of needs a time zone offset (e.g. Z)", field="as_of")
+    return web.json_response(job_view(await _visible_job(request, who, as_of)))
+
+
+async def get_history(request: web.Request) -> web.Response:
+    who = principal(request)
+    job = await _visible_job(request, who)
+    entries = []
+    state: Job | None = None
+    for recorded in await request.app[JOBS].history(job.job_id):
+        state = evolve(state, _job_event(recorded))
+        entries.append(_history_entry(recorded, state))
+    return web.json_response({"id": str(job.job_id), "history": entries})
+
+
+def _job_event(recorded: RecordedEvent) -> JobEvent:
+    assert isinstance(recorded.event, JobEvent)
+    return recorded.event
+
+
+def _history_entry(recorded: RecordedEvent, job: Job) -> dict[str, Any]:
+    event = _job_event(recorded)
+    return {
+        "version": recorded.stream_version,
+        "position": recorded.position,
+        "event": event.type_name,
+        "state": job.state.value,
+        "attempt": job.attempt,
+        "at": event.at.isoformat(),
+        "actor": recorded.metadata.actor,
+        "reason": reason(event),
+    }
+
+
+async def cancel(request: web.Request) -> web.Response:
+    who = principal(request)
+    job = await _visible_job(request, who)
+    try:
+        body = CancelRequest.model_validate(await _json_body(request))
+    except ValidationError as exc:
+        raise validation_error(exc) from exc
+    command = Cancel(reason=body.reason, at=now())
+    return web.json_response(job_view(await _execute(request, who, job, command)))
+
+
+async def checkpoint(request: web.Request) -> web.Response:
+    who = principal(request)
+    job = await _visible_job(request, who)
+    job = await _execute(request, who, job, RequestCheckpoint(at=now()))
+    return web.json_response(job_view(job), status=202)
+
+
+async def _execute(
+    request: web.Request, who: Principal, job: Job, command: Cancel | RequestCheckpoint
+) -> Job:
+    try:
+        return await request.app[JOBS].execute(
+            job.job_id, command, _metadata(request, who, job.tenant)
+        )
+    except Refused as exc:
+        raise error(404 if exc.not_found else 409, str(exc)) from exc
+
+
+async def stream_events(request: web.Request) -> web.StreamResponse:
+    """SSE of the job's events: `id` is the global position; `Last-Event-ID` resumes after it;
+    a comment heartbeat while idle; the stream ends once a terminal state has been sent."""
+    who = principal(request)
+    job = await _visible_job(request, who)
+    after = _last_event_id(request)
+    hub: StreamHub = request.app[HUB]
+    response = web.StreamResponse(
+        headers={
+            "Content-Type": "text/event-stream",
+            "Cache-Control": "no-cache",
+            "X-Accel-Buffering": "no",
+        }
+    )
+    await response.prepare(request)
+    stream = job_stream(job.job_id)
+    # Subscribe before reading the past, so nothing committed in between is missed; the
+    # versions already sent filter out what arrives twice.
+    with hub.subscribe(stream) as subscription:
+        sender = _Sender(response, after)
+        await sender.catch_up(await request.app[JOBS].history(job.job_id))
+        while not sender.finished:
+            try:
+                async with asyncio.timeout(request.app[SSE_HEARTBEAT_S]):
+                    item = await subscription.next()
+            except TimeoutError:
+                await response.write(b": heartbeat\n\n")
+                continue
+            if item is None:  # the server is shutting down
+                break
+            if isinstance(item, Lagged) or item.stream_version > sender.version + 1:
+                await sender.catch_up(await request.app[JOBS].history(job.job_id))
+            else:
+                await sender.send(item)
+    await response.write_eof()
+    return response
+
+
+def _last_event_id(request: web.Request) -> int:
+    raw = request.headers.get("Last-Event-ID") or request.query.get("after") or "0"
+    try:
+        return int(raw)
+    except ValueError:
+        raise error(400, "Last-Event-ID must be an event position (integer)") from None
+
+
+class _Sender:
+    """Writes a job's events as SSE, each once, in version order, folding the job's state."""
+
+    def __init__(self, response: web.StreamResponse, after_position: int) -> None:
+        self._response = response
+        self._after = after_position
+        self.version = 0
+        self.job: Job | None = None
+        self.finished = False
+
+    async def catch_up(self, history: list[RecordedEvent]) -> None:
+        for recorded in history:
+            await self.send(recorded)
+
+    async def send(self, recorded: RecordedEvent) -> None:
+        if recorded.stream_version <= self.version or self.finished:
+            return
+        self.version = recorded.stream_version
+        event = _job_event(recorded)
+        self.job = evolve(self.job, event)
+        # Events up to Last-Event-ID were delivered before the client reconnected: folded for
+        # the state, not sent again.
+        if recorded.position > self._after:
+            await self._write(recorded, event, self.job)
+        self.finished = self.job.state.terminal
+
+    async def _write(self, recorded: RecordedEvent, event: JobEvent, job: Job) -> None:
+        payload = {
+            "type": event.type_name,
+            "version": recorded.stream_version,
+            "position": recorded.position,
+            "state": job.state.value,
+            "attempt": job.attempt,
+            "data": event.model_dump(mode="json"),
+        }
+        await self._response.write(
+            f"id: {recorded.position}\nevent: {event.type_name}\n"
+            f"data: {json.dumps(payload)}\n\n".encode()
+        )

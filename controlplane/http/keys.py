@@ -1,0 +1,24 @@
+"""What the control plane's aiohttp application holds, by typed key."""
+
+from __future__ import annotations
+
+import asyncio
+
+import asyncpg
+from aiohttp import web
+
+from controlplane.events.hub import StreamHub
+from controlplane.events.store import EventStore
+from controlplane.events.subscription import LogListener
+from controlplane.jobs.service import Jobs
+from controlplane.projections.runner import ProjectionRunner
+
+DATABASE_URL = web.AppKey("database_url", str)
+POOL = web.AppKey("pool", asyncpg.Pool)
+STORE = web.AppKey("store", EventStore)
+LISTENER = web.AppKey("listener", LogListener)
+PROJECTIONS = web.AppKey("projections", ProjectionRunner)
+HUB = web.AppKey("hub", StreamHub)
+JOBS = web.AppKey("jobs", Jobs)
+BACKGROUND = web.AppKey("background", asyncio.Task[None])
+SSE_HEARTBEAT_S = web.AppKey("sse_heartbeat_s", float)

@@ -1,0 +1,101 @@
+"""Carrying out job commands against the event store: load, decide, append, retry on conflict."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Iterator
+from datetime import UTC, datetime
+from itertools import takewhile
+
+from controlplane.events.errors import ConcurrencyError
+from controlplane.events.metadata import Metadata
+from controlplane.events.store import EventStore, RecordedEvent
+from controlplane.jobs.events import JobEvent
+from controlplane.jobs.lifecycle import Command, Job, Refused, Submit, decide, evolve, replay
+from controlplane.jobs.manifest import JobManifest
+from controlplane.jobs.streams import job_stream
+
+IDEMPOTENCY_NAMESPACE = uuid.UUID("5b0e4c1e-7d2a-4e8a-9f57-3c1d2b9a6e10")
+"""Job ids of idempotent submissions are uuid5(namespace, tenant + key): a retry finds its job."""
+
+CONFLICT_RETRIES = 10
+
+
+class IdempotencyMismatch(Exception):
+    """An Idempotency-Key reused for a different manifest; nothing was written."""
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+class Jobs:
+    """Job commands and reads, with the job's own stream as the only truth."""
+
+    def __init__(self, store: EventStore) -> None:
+        self._store = store
+
+    async def history(self, job_id: uuid.UUID) -> list[RecordedEvent]:
+        return await self._store.read_stream(job_stream(job_id))
+
+    async def load(self, job_id: uuid.UUID, *, as_of: datetime | None = None) -> Job | None:
+        """The job now, or as it was at `as_of` (None if it did not exist then)."""
+        history = await self.history(job_id)
+        if as_of is not None:
+            # A prefix, not a filter: a stream's versions are folded in order or not at all.
+            history = list(takewhile(lambda r: r.recorded_at <= as_of, history))
+        return replay(_job_events(history))
+
+    async def submit(
+        self,
+        tenant: str,
+        manifest: JobManifest,
+        metadata: Metadata,
+        idempotency_key: str | None = None,
+    ) -> tuple[Job, bool]:
+        """Submit a job; returns it and whether it was created now (False for a retry)."""
+        if idempotency_key is None:
+            job_id = uuid.uuid4()
+        else:
+            job_id = uuid.uuid5(IDEMPOTENCY_NAMESPACE, f"{tenant}\n{idempotency_key}")
+        command = Submit(job_id=job_id, tenant=tenant, manifest=manifest, at=now())
+        events = decide(command, None)
+        try:
+            await self._store.append(job_stream(job_id), 0, events, metadata)
+        except ConcurrencyError:
+            # Only an idempotent retry can collide: the job exists already.
+            existing = await self.load(job_id)
+            assert existing is not None
+            if existing.manifest != manifest:
+                raise IdempotencyMismatch(
+                    f"Idempotency-Key {idempotency_key!r} was used for job {job_id} with a "
+                    "different manifest"
+                ) from None
+            return existing, False
+        job = replay(events)
+        assert job is not None
+        return job, True
+
+    async def execute(self, job_id: uuid.UUID, command: Command, metadata: Metadata) -> Job:
+        """Decide `command` on the job's latest state and append; Refused if illegal."""
+        for _ in range(CONFLICT_RETRIES):
+            history = await self.history(job_id)
+            job = replay(_job_events(history))
+            events = decide(command, job)
+            try:
+                await self._store.append(job_stream(job_id), len(history), events, metadata)
+            except ConcurrencyError:
+                # Someone else changed the job meanwhile: decide again on its new state.
+                continue
+            for event in events:
+                job = evolve(job, event)
+            assert job is not None
+            return job
+        raise Refused(f"job {job_id} kept changing; gave up after {CONFLICT_RETRIES} tries")
+
+
+def _job_events(history: Iterable[RecordedEvent]) -> Iterator[JobEvent]:
+    for recorded in history:
+        # Only job events are ever appended to a job stream (they all pass through `decide`).
+        assert isinstance(recorded.event, JobEvent), recorded.event.type_name
+        yield recorded.event

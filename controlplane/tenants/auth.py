@@ -1,0 +1,84 @@
+"""Bearer-token authentication: who a request comes from, and what it may see.
+
+Every path but the public probes needs `Authorization: Bearer <token>`; the token is looked up
+by its sha256 in `api_tokens` on every request, so a revocation takes effect at once (one
+primary-key lookup; no cache to go stale).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aiohttp import hdrs, web
+from aiohttp.typedefs import Handler
+
+from controlplane.database import Executor
+from controlplane.http.keys import POOL
+from controlplane.queries import Q
+from controlplane.tenants.tokens import PREFIX, token_sha256
+
+PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json", "/metrics"})
+"""Probes and documents that load balancers, scrapers and clients read without a token."""
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who a request comes from: a tenant, or the admin (who has no tenant)."""
+
+    tenant: str | None
+    is_admin: bool
+
+    def __post_init__(self) -> None:
+        if self.is_admin != (self.tenant is None):
+            raise ValueError("a principal is either the admin or exactly one tenant")
+
+    def may_see(self, tenant: str) -> bool:
+        """Whether this principal may see and change what belongs to `tenant`."""
+        return self.is_admin or self.tenant == tenant
+
+
+PRINCIPAL = web.RequestKey("principal", Principal)
+
+
+def principal(request: web.Request) -> Principal:
+    """The authenticated principal of a request that passed `auth_middleware`."""
+    return request[PRINCIPAL]
+
+
+async def authenticate(db: Executor, token: str) -> Principal | None:
+    """The holder of a live token; None for an unknown or revoked one."""
+    if not token.startswith(PREFIX):
+        return None  # not one of ours: no need to ask the database
+    row = await db.fetchrow(Q["authenticate_token"], token_sha256(token))
+    if row is None:
+        return None
+    return Principal(tenant=row["tenant"], is_admin=row["is_admin"])
+
+
+@web.middleware
+async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Authenticate every request but the public ones; 401 with `WWW-Authenticate` otherwise."""
+    if request.path in PUBLIC_PATHS:
+        return await handler(request)
+    header = request.headers.get(hdrs.AUTHORIZATION)
+    if header is None:
+        return _unauthorized("missing bearer token: send 'Authorization: Bearer <token>'")
+    scheme, _, token = header.partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        return _unauthorized("malformed Authorization header: expected 'Bearer <token>'")
+    who = await authenticate(request.app[POOL], token)
+    if who is None:
+        return _unauthorized("invalid or revoked token", error="invalid_token")
+    request[PRINCIPAL] = who
+    return await handler(request)
+
+
+def _unauthorized(message: str, *, error: str | None = None) -> web.Response:
+    # RFC 6750: the challenge names the scheme, and the error when a token was presented.
+    challenge = 'Bearer realm="trainyard"' + (f', error="{error}"' if error else "")
+    return web.json_response(
+        {"error": message, "status": 401},
+        status=401,
+        headers={hdrs.WWW_AUTHENTICATE: challenge},
+    )

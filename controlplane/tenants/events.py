@@ -1,0 +1,41 @@
+"""The events of a tenant's stream (`tenant-<name>`) and of the admin's (`system-admin`)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import Field
+
+from controlplane.events.types import Event, registry
+
+
+class TenantEvent(Event):
+    at: datetime
+
+
+@registry.register("TenantCreated")
+class TenantCreated(TenantEvent):
+    name: str
+    weight: float = Field(description="the tenant's share of the cluster relative to others")
+    gpu_quota: int | None = Field(description="GPUs the tenant may hold at once; None: no quota")
+
+
+@registry.register("TokenIssued")
+class TokenIssued(TenantEvent):
+    """A bearer token for the stream's tenant."""
+
+    token_id: str
+    token_sha256: str = Field(description="hex sha256 of the token; the token is never stored")
+
+
+@registry.register("TokenRevoked")
+class TokenRevoked(TenantEvent):
+    token_id: str
+
+
+@registry.register("AdminTokenIssued")
+class AdminTokenIssued(TenantEvent):
+    """The admin's bearer token, issued once when the control plane first starts."""
+
+    token_id: str
+    token_sha256: str = Field(description="hex sha256 of the token; the token is never stored")

@@ -1,0 +1,48 @@
+"""The `tenants` projection: `tenants` (one row per tenant) and `api_tokens` (every token ever
+issued, by its hash, with its holder and whether it was revoked), which authenticates requests."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from controlplane.database import Executor
+from controlplane.events.store import RecordedEvent
+from controlplane.queries import Q
+from controlplane.tenants.events import AdminTokenIssued, TenantCreated, TokenIssued, TokenRevoked
+from controlplane.tenants.streams import tenant_of
+
+
+class TenantsProjection:
+    name = "tenants"
+    tables: Sequence[str] = ("tenants", "api_tokens")
+
+    async def apply(self, conn: Executor, event: RecordedEvent) -> None:
+        match event.event:
+            case TenantCreated() as created:
+                await conn.execute(
+                    Q["insert_tenant"],
+                    created.name,
+                    created.weight,
+                    created.gpu_quota,
+                    created.at,
+                )
+            case TokenIssued() as issued:
+                await conn.execute(
+                    Q["insert_api_token"],
+                    issued.token_sha256,
+                    issued.token_id,
+                    tenant_of(event.stream_id),
+                    False,
+                    issued.at,
+                )
+            case AdminTokenIssued() as issued:
+                await conn.execute(
+                    Q["insert_api_token"],
+                    issued.token_sha256,
+                    issued.token_id,
+                    None,
+                    True,
+                    issued.at,
+                )
+            case TokenRevoked() as revoked:
+                await conn.execute(Q["revoke_api_token"], revoked.token_id, revoked.at)

@@ -1,0 +1,175 @@
+"""Tenant commands against the event store: create a tenant, issue and revoke its tokens.
+
+Decisions are taken on the tenant's own stream, the only truth; after appending, each command
+brings the `tenants` projection up to date so that a token it issued authenticates at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from controlplane.database import Executor
+from controlplane.events.errors import ConcurrencyError
+from controlplane.events.metadata import Metadata
+from controlplane.events.store import EventStore
+from controlplane.events.types import Event
+from controlplane.projections.runner import ProjectionRunner
+from controlplane.queries import Q
+from controlplane.tenants.errors import TenantBusy, TenantExists, UnknownTenant, UnknownToken
+from controlplane.tenants.events import TenantCreated, TokenIssued, TokenRevoked
+from controlplane.tenants.projection import TenantsProjection
+from controlplane.tenants.streams import tenant_stream
+from controlplane.tenants.tokens import IssuedToken, new_token
+from controlplane.tenants.validation import check_gpu_quota, check_name, check_weight
+
+CONFLICT_RETRIES = 10
+
+Decide = Callable[[frozenset[str], datetime], Sequence[Event]]
+"""From a tenant's active token ids and the time now, the events to append."""
+
+
+@dataclass(frozen=True, slots=True)
+class TenantSummary:
+    name: str
+    weight: float
+    gpu_quota: int | None
+    created_at: datetime
+    active_tokens: tuple[str, ...]
+    """The ids of its tokens that are not revoked, oldest first."""
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+async def create_tenant(
+    store: EventStore,
+    runner: ProjectionRunner,
+    name: str,
+    weight: float = 1.0,
+    gpu_quota: int | None = None,
+    *,
+    actor: str,
+) -> IssuedToken:
+    """Create a tenant with its first token; InvalidTenant or TenantExists write nothing."""
+    created = TenantCreated(
+        name=check_name(name),
+        weight=check_weight(weight),
+        gpu_quota=check_gpu_quota(gpu_quota),
+        at=now(),
+    )
+    token = new_token()
+    try:
+        await store.append(
+            tenant_stream(name),
+            0,
+            [created, _issued(token, created.at)],
+            Metadata.capture(actor, tenant=name),
+        )
+    except ConcurrencyError:
+        raise TenantExists(f"tenant {name!r} already exists; nothing was written") from None
+    await project_now(runner)
+    return token
+
+
+async def issue_token(
+    store: EventStore,
+    runner: ProjectionRunner,
+    name: str,
+    *,
+    revoke_others: bool = False,
+    actor: str,
+) -> IssuedToken:
+    """Issue another token for a tenant, and with `revoke_others` revoke all its others."""
+    token = new_token()
+
+    def decide(active: frozenset[str], at: datetime) -> list[Event]:
+        revoked = sorted(active) if revoke_others else []
+        return [_issued(token, at), *(TokenRevoked(token_id=t, at=at) for t in revoked)]
+
+    await _change(store, name, decide, actor)
+    await project_now(runner)
+    return token
+
+
+async def revoke_token(
+    store: EventStore, runner: ProjectionRunner, name: str, token_id: str, *, actor: str
+) -> None:
+    """Revoke one of a tenant's tokens; it stops authenticating once this returns."""
+
+    def decide(active: frozenset[str], at: datetime) -> list[Event]:
+        if token_id not in active:
+            raise UnknownToken(
+                f"tenant {name!r} has no active token {token_id!r}; nothing was written"
+            )
+        return [TokenRevoked(token_id=token_id, at=at)]
+
+    await _change(store, name, decide, actor)
+    await project_now(runner)
+
+
+async def list_tenants(db: Executor) -> list[TenantSummary]:
+    """Every tenant by name, from the `tenants` projection."""
+    return [
+        TenantSummary(
+            name=row["name"],
+            weight=row["weight"],
+            gpu_quota=row["gpu_quota"],
+            created_at=row["created_at"],
+            active_tokens=tuple(row["active_tokens"]),
+        )
+        for row in await db.fetch(Q["list_tenants"])
+    ]
+
+
+async def project_now(runner: ProjectionRunner) -> None:
+    """Bring the `tenants` projection up to the log's present (so a new token works at once).
+
+    `catch_up` gives way at once while another runner (a serving replica) holds the projection,
+    and that runner may have read the log before our append committed: so first wait for a
+    batch of our own, which reads everything committed before it. (An event behind a
+    transaction still open elsewhere is readable, and applied, only once that one ends.)
+    """
+    projection = TenantsProjection()
+    # A polled lock, not an event to wait on: the holder may be another process.
+    while await runner.step(projection) < 0:  # noqa: ASYNC110
+        await asyncio.sleep(0.01)
+    await runner.catch_up(projection)
+
+
+def active_tokens(events: Iterable[Event]) -> frozenset[str]:
+    """The ids of a tenant's tokens that are not revoked, from its stream's events."""
+    active: set[str] = set()
+    for event in events:
+        if isinstance(event, TokenIssued):
+            active.add(event.token_id)
+        elif isinstance(event, TokenRevoked):
+            active.discard(event.token_id)
+    return frozenset(active)
+
+
+async def _change(store: EventStore, name: str, decide: Decide, actor: str) -> None:
+    """Decide on the tenant's latest state and append, deciding again after a conflict."""
+    stream = tenant_stream(check_name(name))
+    for _ in range(CONFLICT_RETRIES):
+        history = await store.read_stream(stream)
+        if not history:
+            raise UnknownTenant(f"no tenant named {name!r}; nothing was written")
+        events = decide(active_tokens(r.event for r in history), now())
+        try:
+            await store.append(stream, len(history), events, Metadata.capture(actor, tenant=name))
+        except ConcurrencyError:
+            # Another command changed the tenant meanwhile: decide again on its new state.
+            continue
+        return
+    raise TenantBusy(
+        f"tenant {name!r} kept changing; gave up after {CONFLICT_RETRIES} tries; "
+        "nothing was written"
+    )
+
+
+def _issued(token: IssuedToken, at: datetime) -> TokenIssued:
+    return TokenIssued(token_id=token.token_id, token_sha256=token.sha256, at=at)

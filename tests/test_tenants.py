@@ -1,0 +1,396 @@
+"""Tenants and bearer tokens: tokens authenticate their holder, are stored only hashed, stop
+working when revoked; bad input writes nothing; the admin token is bootstrapped once; the
+projection rebuilds identically; the middleware answers 401; the CLI prints a token once."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import stat
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+
+from controlplane.events.store import EventStore
+from controlplane.events.subscription import LogListener
+from controlplane.http.keys import POOL
+from controlplane.projections.runner import ProjectionRunner
+from controlplane.queries import Q
+from controlplane.tenants.admin import TOKEN_FILE, bootstrap_admin_token
+from controlplane.tenants.auth import Principal, auth_middleware, authenticate, principal
+from controlplane.tenants.errors import InvalidTenant, TenantExists, UnknownTenant, UnknownToken
+from controlplane.tenants.projection import TenantsProjection
+from controlplane.tenants.service import create_tenant, issue_token, list_tenants, revoke_token
+from controlplane.tenants.tokens import PREFIX, token_sha256
+
+ACTOR = "test"
+ACME = Principal(tenant="acme", is_admin=False)
+ADMIN = Principal(tenant=None, is_admin=True)
+
+Client = TestClient[web.Request, web.Application]
+
+
+@pytest.fixture
+def runner(pool: asyncpg.Pool, store: EventStore, db_url: str) -> ProjectionRunner:
+    return ProjectionRunner(pool, store, LogListener(db_url), [TenantsProjection()])
+
+
+async def event_count(owner: asyncpg.Connection) -> int:
+    return int(await owner.fetchval("SELECT count(*) FROM events"))
+
+
+async def everything_stored(owner: asyncpg.Connection) -> str:
+    """Every row of every table, as text."""
+    tables = await owner.fetch("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
+    dumps: list[str] = []
+    for table in tables:
+        rows = await owner.fetch(f'SELECT t::text AS row FROM "{table["tablename"]}" t')
+        dumps.extend(r["row"] for r in rows)
+    return "\n".join(dumps)
+
+
+def files_in(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir())
+
+
+def test_a_principal_sees_its_own_tenant_and_the_admin_sees_all() -> None:
+    assert ACME.may_see("acme")
+    assert not ACME.may_see("globex")
+    assert ADMIN.may_see("acme") and ADMIN.may_see("globex")
+    with pytest.raises(ValueError):
+        Principal(tenant="acme", is_admin=True)
+    with pytest.raises(ValueError):
+        Principal(tenant=None, is_admin=False)
+
+
+async def test_a_new_tenants_token_authenticates_as_that_tenant(
+    pool: asyncpg.Pool, store: EventStore, runner: ProjectionRunner
+) -> None:
+    acme = await create_tenant(store, runner, "acme", 2.5, 8, actor=ACTOR)
+    globex = await create_tenant(store, runner, "globex", actor=ACTOR)
+    assert acme.plaintext.startswith(PREFIX)
+    assert acme.plaintext not in repr(acme)
+    assert await authenticate(pool, acme.plaintext) == ACME
+    assert await authenticate(pool, globex.plaintext) == Principal(tenant="globex", is_admin=False)
+    listed = await list_tenants(pool)
+    assert [(t.name, t.weight, t.gpu_quota, t.active_tokens) for t in listed] == [
+        ("acme", 2.5, 8, (acme.token_id,)),
+        ("globex", 1.0, None, (globex.token_id,)),
+    ]
+
+
+async def test_wrong_and_revoked_tokens_authenticate_no_one(
+    pool: asyncpg.Pool, store: EventStore, runner: ProjectionRunner
+) -> None:
+    first = await create_tenant(store, runner, "acme", actor=ACTOR)
+    assert await authenticate(pool, first.plaintext + "x") is None
+    assert await authenticate(pool, first.plaintext.removeprefix(PREFIX)) is None
+    assert await authenticate(pool, "") is None
+    second = await issue_token(store, runner, "acme", actor=ACTOR)
+    assert await authenticate(pool, first.plaintext) == ACME
+    assert await authenticate(pool, second.plaintext) == ACME
+    await revoke_token(store, runner, "acme", first.token_id, actor=ACTOR)
+    assert await authenticate(pool, first.plaintext) is None
+    assert await authenticate(pool, second.plaintext) == ACME
+    third = await issue_token(store, runner, "acme", revoke_others=True, actor=ACTOR)
+    assert await authenticate(pool, second.plaintext) is None
+    assert await authenticate(pool, third.plaintext) == ACME
+    assert [t.active_tokens for t in await list_tenants(pool)] == [(third.token_id,)]
+
+
+async def test_tokens_are_stored_only_hashed(
+    store: EventStore, runner: ProjectionRunner, owner: asyncpg.Connection, tmp_path: Path
+) -> None:
+    tokens = [
+        (await create_tenant(store, runner, "acme", actor=ACTOR)).plaintext,
+        (await issue_token(store, runner, "acme", actor=ACTOR)).plaintext,
+    ]
+    admin = await bootstrap_admin_token(store, runner, tmp_path)
+    assert admin is not None
+    stored = await everything_stored(owner)
+    for token in [*tokens, admin]:
+        # Its hash is there (in the events and in `api_tokens`), so the dump covers both.
+        assert stored.count(token_sha256(token)) == 2
+        assert token.removeprefix(PREFIX) not in stored
+
+
+async def test_a_duplicate_tenant_is_a_clear_error_and_writes_nothing(
+    pool: asyncpg.Pool, store: EventStore, runner: ProjectionRunner, owner: asyncpg.Connection
+) -> None:
+    original = await create_tenant(store, runner, "acme", actor=ACTOR)
+    before = await event_count(owner)
+    with pytest.raises(TenantExists, match="tenant 'acme' already exists; nothing was written"):
+        await create_tenant(store, runner, "acme", 3, 1, actor=ACTOR)
+    assert await event_count(owner) == before
+    assert [(t.weight, t.active_tokens) for t in await list_tenants(pool)] == [
+        (1.0, (original.token_id,))
+    ]
+
+
+@pytest.mark.parametrize(
+    ("name", "weight", "quota", "message"),
+    [
+        ("Acme", 1.0, None, "invalid tenant name 'Acme'"),
+        ("9lives", 1.0, None, "invalid tenant name"),
+        ("a" * 64, 1.0, None, "invalid tenant name"),
+        ("acme\n", 1.0, None, "invalid tenant name"),
+        ("acme", 0.0, None, "invalid weight 0.0: it must be a positive number"),
+        ("acme", -1.0, None, "invalid weight"),
+        ("acme", float("nan"), None, "invalid weight"),
+        ("acme", float("inf"), None, "invalid weight"),
+        ("acme", 1.0, -1, "invalid GPU quota -1"),
+    ],
+)
+async def test_invalid_tenants_are_refused_and_write_nothing(
+    store: EventStore,
+    runner: ProjectionRunner,
+    owner: asyncpg.Connection,
+    name: str,
+    weight: float,
+    quota: int | None,
+    message: str,
+) -> None:
+    with pytest.raises(InvalidTenant, match=message):
+        await create_tenant(store, runner, name, weight, quota, actor=ACTOR)
+    assert await event_count(owner) == 0
+
+
+async def test_unknown_tenants_and_tokens_are_clear_errors(
+    store: EventStore, runner: ProjectionRunner, owner: asyncpg.Connection
+) -> None:
+    with pytest.raises(UnknownTenant, match="no tenant named 'nobody'"):
+        await issue_token(store, runner, "nobody", actor=ACTOR)
+    token = await create_tenant(store, runner, "acme", actor=ACTOR)
+    await create_tenant(store, runner, "globex", actor=ACTOR)
+    before = await event_count(owner)
+    with pytest.raises(UnknownToken, match="tenant 'globex' has no active token"):
+        await revoke_token(store, runner, "globex", token.token_id, actor=ACTOR)
+    await revoke_token(store, runner, "acme", token.token_id, actor=ACTOR)
+    with pytest.raises(UnknownToken):  # revoked already
+        await revoke_token(store, runner, "acme", token.token_id, actor=ACTOR)
+    assert await event_count(owner) == before + 1
+
+
+async def test_concurrent_rotations_each_land(
+    pool: asyncpg.Pool, store: EventStore, runner: ProjectionRunner
+) -> None:
+    await create_tenant(store, runner, "acme", actor=ACTOR)
+    issued = await asyncio.gather(
+        *(issue_token(store, runner, "acme", actor=ACTOR) for _ in range(5))
+    )
+    for token in issued:
+        assert await authenticate(pool, token.plaintext) == ACME
+    [acme] = await list_tenants(pool)
+    assert len(acme.active_tokens) == 6
+
+
+async def test_a_command_waits_for_a_runner_that_holds_the_projection(
+    pool: asyncpg.Pool, store: EventStore, runner: ProjectionRunner, owner: asyncpg.Connection
+) -> None:
+    async with owner.transaction():  # as a serving replica does while it applies a batch
+        assert await owner.fetchval(Q["lock_projection"], "tenants")
+        creating = asyncio.create_task(create_tenant(store, runner, "acme", actor=ACTOR))
+        await asyncio.sleep(0.3)
+        assert not creating.done()
+    token = await asyncio.wait_for(creating, 5)
+    assert await authenticate(pool, token.plaintext) == ACME
+
+
+async def test_the_admin_token_is_bootstrapped_once_into_a_private_file(
+    pool: asyncpg.Pool, store: EventStore, runner: ProjectionRunner, tmp_path: Path
+) -> None:
+    home = tmp_path / "home"
+    token = await bootstrap_admin_token(store, runner, home)
+    assert token is not None and token.startswith(PREFIX)
+    assert await authenticate(pool, token) == ADMIN
+    path = home / TOKEN_FILE
+    assert path.read_text() == token + "\n"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert await bootstrap_admin_token(store, runner, home) is None
+    assert await bootstrap_admin_token(store, runner, tmp_path / "elsewhere") is None
+    assert path.read_text() == token + "\n"
+    assert files_in(home) == [TOKEN_FILE]
+    assert not (tmp_path / "elsewhere").exists()
+
+
+async def test_replicas_starting_together_bootstrap_one_admin_token(
+    pool: asyncpg.Pool, store: EventStore, runner: ProjectionRunner, tmp_path: Path
+) -> None:
+    results = await asyncio.gather(
+        *(bootstrap_admin_token(store, runner, tmp_path) for _ in range(4))
+    )
+    winners = [r for r in results if r is not None]
+    assert len(winners) == 1
+    assert (tmp_path / TOKEN_FILE).read_text() == winners[0] + "\n"
+    assert files_in(tmp_path) == [TOKEN_FILE]
+    assert await authenticate(pool, winners[0]) == ADMIN
+
+
+async def test_rebuild_equals_the_incremental_build(
+    store: EventStore, runner: ProjectionRunner, owner: asyncpg.Connection, tmp_path: Path
+) -> None:
+    acme = await create_tenant(store, runner, "acme", 2, 4, actor=ACTOR)
+    await create_tenant(store, runner, "globex", 0.5, actor=ACTOR)
+    await issue_token(store, runner, "globex", revoke_others=True, actor=ACTOR)
+    await issue_token(store, runner, "acme", actor=ACTOR)
+    await revoke_token(store, runner, "acme", acme.token_id, actor=ACTOR)
+    await bootstrap_admin_token(store, runner, tmp_path)
+
+    async def snapshot() -> list[list[dict[str, Any]]]:
+        return [
+            [dict(r) for r in await owner.fetch("SELECT * FROM tenants ORDER BY name")],
+            [dict(r) for r in await owner.fetch("SELECT * FROM api_tokens ORDER BY token_id")],
+        ]
+
+    incremental = await snapshot()
+    assert len(incremental[0]) == 2 and len(incremental[1]) == 5
+    assert await runner.rebuild("tenants") == 9
+    assert await snapshot() == incremental
+
+
+@pytest.fixture
+async def client(pool: asyncpg.Pool) -> AsyncIterator[Client]:
+    """A tiny app behind the middleware: public probes, and a route that echoes its caller."""
+
+    async def whoami(request: web.Request) -> web.Response:
+        who = principal(request)
+        return web.json_response({"tenant": who.tenant, "is_admin": who.is_admin})
+
+    async def healthz(request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    app = web.Application(middlewares=[auth_middleware])
+    app[POOL] = pool
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/v1/whoami", whoami)
+    async with TestClient(TestServer(app)) as client:
+        yield client
+
+
+async def test_the_middleware_lets_through_only_live_tokens(
+    client: Client, store: EventStore, runner: ProjectionRunner, tmp_path: Path
+) -> None:
+    acme = await create_tenant(store, runner, "acme", actor=ACTOR)
+    admin = await bootstrap_admin_token(store, runner, tmp_path)
+    assert admin is not None
+
+    assert (await client.get("/healthz")).status == 200  # no token needed
+
+    async def whoami(headers: dict[str, str]) -> tuple[int, dict[str, Any], str | None]:
+        response = await client.get("/v1/whoami", headers=headers)
+        return response.status, await response.json(), response.headers.get("WWW-Authenticate")
+
+    assert await whoami({"Authorization": f"Bearer {acme.plaintext}"}) == (
+        200,
+        {"tenant": "acme", "is_admin": False},
+        None,
+    )
+    assert await whoami({"Authorization": f"bearer {admin}"}) == (
+        200,
+        {"tenant": None, "is_admin": True},
+        None,
+    )
+    missing = await whoami({})
+    assert missing[0] == 401
+    assert missing[1] == {
+        "error": "missing bearer token: send 'Authorization: Bearer <token>'",
+        "status": 401,
+    }
+    assert missing[2] == 'Bearer realm="trainyard"'
+    for malformed in (acme.plaintext, f"Basic {acme.plaintext}", "Bearer "):
+        status, body, _ = await whoami({"Authorization": malformed})
+        assert (status, body["error"]) == (
+            401,
+            "malformed Authorization header: expected 'Bearer <token>'",
+        )
+    wrong = await whoami({"Authorization": f"Bearer {acme.plaintext}x"})
+    assert wrong == (
+        401,
+        {"error": "invalid or revoked token", "status": 401},
+        'Bearer realm="trainyard", error="invalid_token"',
+    )
+    # Unknown paths too: no route's existence is disclosed without a token.
+    assert (await client.get("/v1/nope")).status == 401
+    await revoke_token(store, runner, "acme", acme.token_id, actor=ACTOR)
+    revoked = await whoami({"Authorization": f"Bearer {acme.plaintext}"})
+    assert revoked[0] == 401
+
+
+async def trainyard(db_url: str, *args: str) -> tuple[int, str, str]:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "controlplane.cli",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "TRAINYARD_DATABASE_URL": db_url},
+    )
+    stdout, stderr = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode is not None
+    return process.returncode, stdout.decode(), stderr.decode()
+
+
+async def test_the_cli_creates_a_tenant_and_prints_its_token_once(
+    db_url: str, pool: asyncpg.Pool
+) -> None:
+    code, out, err = await trainyard(db_url, "tenants", "create", "acme", "--weight", "2")
+    assert code == 0, err
+    token = out.strip()
+    assert out == token + "\n" and token.startswith(PREFIX)
+    assert token not in err
+    assert "created tenant acme" in err
+    assert await authenticate(pool, token) == ACME
+
+    code, out, err = await trainyard(db_url, "tenants", "token", "acme", "--revoke-others")
+    assert code == 0, err
+    rotated = out.strip()
+    assert await authenticate(pool, token) is None
+    assert await authenticate(pool, rotated) == ACME
+
+    code, out, err = await trainyard(db_url, "tenants", "list")
+    assert code == 0, err
+    header, row = out.splitlines()
+    assert header.split("\t") == ["NAME", "WEIGHT", "GPU_QUOTA", "CREATED", "ACTIVE_TOKENS"]
+    name, weight, quota, _, token_id = row.split("\t")
+    assert (name, weight, quota) == ("acme", "2", "-")
+
+    code, out, err = await trainyard(db_url, "tenants", "revoke", "acme", token_id)
+    assert code == 0, err
+    assert out == f"revoked token {token_id} of tenant acme\n"
+    assert await authenticate(pool, rotated) is None
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["create", "Acme"], 2, "invalid tenant name 'Acme'"),
+        (["create", "acme", "--weight", "-1"], 2, "invalid weight -1.0"),
+        (["create", "acme", "--weight", "lots"], 2, "invalid weight 'lots'"),
+        (["create", "acme", "--gpu-quota", "-2"], 2, "invalid GPU quota -2"),
+        (["create", "taken"], 1, "tenant 'taken' already exists; nothing was written"),
+        (["token", "nobody"], 1, "no tenant named 'nobody'"),
+        (["revoke", "taken", "0123"], 1, "tenant 'taken' has no active token '0123'"),
+    ],
+)
+async def test_the_cli_refuses_bad_input_and_writes_nothing(
+    db_url: str,
+    store: EventStore,
+    runner: ProjectionRunner,
+    owner: asyncpg.Connection,
+    args: list[str],
+    code: int,
+    message: str,
+) -> None:
+    await create_tenant(store, runner, "taken", actor=ACTOR)
+    before = await event_count(owner)
+    returned, out, err = await trainyard(db_url, "tenants", *args)
+    assert (returned, out) == (code, "")
+    assert message in err
+    assert await event_count(owner) == before
