@@ -11,7 +11,6 @@ Everything runs in a scratch database on the configured server, dropped at the e
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
 import threading
 import time
@@ -21,11 +20,11 @@ from typing import Any
 
 import asyncpg
 
-from controlplane.database import connect, create_pool, with_database
+from bench.scratch import scratch_database
+from controlplane.database import connect, create_pool
 from controlplane.events.metadata import Metadata
 from controlplane.events.store import EventStore
 from controlplane.events.types import Event, registry
-from controlplane.migrate import migrate
 
 WRITERS = 8
 BATCH = 100
@@ -45,21 +44,11 @@ def _tick(step: int) -> Tick:
 
 
 async def run(url: str, *, seconds: float, progress: bool = False) -> dict[str, Any]:
-    scratch = f"trainyard_bench_{os.getpid()}"
-    admin = await connect(url, as_app=False)
-    try:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{scratch}"')
-        await admin.execute(f'CREATE DATABASE "{scratch}"')
-        try:
-            return await _measure(with_database(url, scratch), seconds, progress)
-        finally:
-            await admin.execute(f'DROP DATABASE IF EXISTS "{scratch}" WITH (FORCE)')
-    finally:
-        await admin.close()
+    async with scratch_database(url, "eventstore") as scratch:
+        return await _measure(scratch, seconds, progress)
 
 
 async def _measure(url: str, seconds: float, progress: bool) -> dict[str, Any]:
-    await migrate(url)
     owner = await connect(url, as_app=False)
     try:
         # Same columns, defaults, constraints and indexes as `events`; no triggers.

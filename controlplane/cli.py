@@ -122,6 +122,20 @@ def parser() -> argparse.ArgumentParser:
     eventstore.add_argument("--seconds", type=float, default=5.0, help="per measurement")
     eventstore.add_argument("--json", action="store_true", help="print only the JSON object")
     eventstore.set_defaults(handler=cmd_bench_eventstore)
+    api = bench_commands.add_parser(
+        "api",
+        help="submit latency and SSE delivery latency of a served control plane",
+        description="Start `trainyard serve` on a scratch database, submit jobs at a steady "
+        "rate from concurrent clients, then hold many SSE subscribers while events are "
+        "appended at a steady rate; print latencies (p50, p99) as JSON.",
+    )
+    api.add_argument("--seconds", type=float, default=10.0, help="per measurement")
+    api.add_argument("--rate", type=float, default=200.0, help="submits per second")
+    api.add_argument("--subscribers", type=int, default=1000, help="open SSE streams")
+    api.add_argument("--jobs", type=int, default=100, help="jobs the subscribers watch")
+    api.add_argument("--event-rate", type=float, default=50.0, help="events appended per second")
+    api.add_argument("--json", action="store_true", help="print only the JSON object")
+    api.set_defaults(handler=cmd_bench_api)
     return top
 
 
@@ -178,6 +192,23 @@ async def cmd_bench_eventstore(args: argparse.Namespace, settings: Settings) -> 
 
     url = await resolve_database(settings)
     result = await run(url, seconds=args.seconds, progress=not args.json)
+    print(json.dumps(result, indent=None if args.json else 2))
+    return 0
+
+
+async def cmd_bench_api(args: argparse.Namespace, settings: Settings) -> int:
+    from bench.api import run
+
+    url = await resolve_database(settings)
+    result = await run(
+        url,
+        seconds=args.seconds,
+        rate=args.rate,
+        subscribers=args.subscribers,
+        jobs=args.jobs,
+        event_rate=args.event_rate,
+        progress=not args.json,
+    )
     print(json.dumps(result, indent=None if args.json else 2))
     return 0
 

@@ -5,12 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import signal
-import socket
-import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from uuid import UUID
 
@@ -18,6 +15,7 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
+from bench.served import ServedControlPlane
 from controlplane.events.metadata import Metadata
 from controlplane.events.store import EventStore
 from controlplane.http.app import create_app
@@ -62,52 +60,6 @@ async def take(response: aiohttp.ClientResponse, count: int) -> list[Message]:
     return taken
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-class ControlPlane:
-    """`trainyard serve` as a real process."""
-
-    def __init__(self, db_url: str) -> None:
-        self.db_url = db_url
-        self.port = free_port()
-        self.process: asyncio.subprocess.Process | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    async def start(self) -> None:
-        self.process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "controlplane.cli",
-            "serve",
-            "--port",
-            str(self.port),
-            env={**os.environ, "TRAINYARD_DATABASE_URL": self.db_url},
-            stdout=asyncio.subprocess.DEVNULL,
-        )
-        async with aiohttp.ClientSession() as session:
-            for _ in range(200):
-                try:
-                    async with session.get(self.url + "/healthz") as response:
-                        if response.status == 200:
-                            return
-                except aiohttp.ClientConnectionError:
-                    pass
-                await asyncio.sleep(0.05)
-        raise AssertionError("the control plane did not start")
-
-    async def stop(self) -> int:
-        assert self.process is not None
-        self.process.send_signal(signal.SIGTERM)
-        return await asyncio.wait_for(self.process.wait(), 20)
-
-
 @pytest.fixture
 async def jobs(store: EventStore) -> Jobs:
     return Jobs(store)
@@ -123,9 +75,9 @@ async def advance(jobs: Jobs, job_id: UUID, *states: JobStatus) -> None:
 
 
 async def test_resume_after_a_control_plane_restart_misses_nothing_and_repeats_nothing(
-    db_url: str, tokens: Tokens, jobs: Jobs
+    db_url: str, tokens: Tokens, jobs: Jobs, tmp_path: Path
 ) -> None:
-    plane = ControlPlane(db_url)
+    plane = ServedControlPlane(db_url, tmp_path)
     await plane.start()
     headers = {"Authorization": f"Bearer {tokens.acme}"}
     async with aiohttp.ClientSession(headers=headers) as session:

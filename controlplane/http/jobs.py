@@ -13,7 +13,7 @@ from uuid import UUID
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from controlplane.events.hub import Lagged, StreamHub
+from controlplane.events.hub import Lagged
 from controlplane.events.metadata import Metadata
 from controlplane.events.store import RecordedEvent
 from controlplane.http.errors import error, validation_error
@@ -257,7 +257,6 @@ async def stream_events(request: web.Request) -> web.StreamResponse:
     who = principal(request)
     job = await _visible_job(request, who)
     after = _last_event_id(request)
-    hub: StreamHub = request.app[HUB]
     response = web.StreamResponse(
         headers={
             "Content-Type": "text/event-stream",
@@ -266,10 +265,19 @@ async def stream_events(request: web.Request) -> web.StreamResponse:
         }
     )
     await response.prepare(request)
-    stream = job_stream(job.job_id)
+    try:
+        await _stream(request, response, job, after)
+        await response.write_eof()
+    except ConnectionResetError:
+        pass  # the client went away: nothing left to send, and nothing is lost (it resumes)
+    return response
+
+
+async def _stream(request: web.Request, response: web.StreamResponse, job: Job, after: int) -> None:
+    hub = request.app[HUB]
     # Subscribe before reading the past, so nothing committed in between is missed; the
     # versions already sent filter out what arrives twice.
-    with hub.subscribe(stream) as subscription:
+    with hub.subscribe(job_stream(job.job_id)) as subscription:
         sender = _Sender(response, after)
         await sender.catch_up(await request.app[JOBS].history(job.job_id))
         while not sender.finished:
@@ -285,8 +293,6 @@ async def stream_events(request: web.Request) -> web.StreamResponse:
                 await sender.catch_up(await request.app[JOBS].history(job.job_id))
             else:
                 await sender.send(item)
-    await response.write_eof()
-    return response
 
 
 def _last_event_id(request: web.Request) -> int:

@@ -1,0 +1,177 @@
+"""`trainyard bench api`: submit latency at a steady rate, and SSE delivery latency to many
+subscribers, against a real `trainyard serve` process on loopback.
+
+- submit: an open loop of POST /v1/jobs at `rate` per second (latencies include queueing when
+  the server falls behind, as a user would see them).
+- SSE: `subscribers` streams spread over `jobs` jobs; events are appended at `event_rate` per
+  second through the job service, and each delivery's latency runs from just before the append
+  (so it includes the commit) to its receipt by the client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import aiohttp
+
+from bench.scratch import scratch_database
+from bench.served import ServedControlPlane
+from controlplane.database import create_pool
+from controlplane.events.metadata import Metadata
+from controlplane.events.store import EventStore
+from controlplane.jobs.lifecycle import Deploy, EnterPhase, JobStatus, SaveCheckpoint
+from controlplane.jobs.service import Jobs, now
+
+MANIFEST = {"name": "bench", "image": "trainyard/learner", "command": ["python", "train.py"]}
+AGENT = Metadata(actor="agent:bench")
+
+
+async def run(
+    url: str,
+    *,
+    seconds: float,
+    rate: float = 200,
+    subscribers: int = 1000,
+    jobs: int = 100,
+    event_rate: float = 50,
+    progress: bool = False,
+) -> dict[str, Any]:
+    def say(what: str) -> None:
+        if progress:
+            print(what, file=sys.stderr)
+
+    async with scratch_database(url, "api") as database:
+        with tempfile.TemporaryDirectory() as home:
+            plane = ServedControlPlane(database, Path(home))
+            await plane.start()
+            try:
+                headers = {"Authorization": f"Bearer {plane.admin_token}"}
+                connector = aiohttp.TCPConnector(limit=0)
+                async with aiohttp.ClientSession(
+                    plane.url, headers=headers, connector=connector
+                ) as session:
+                    say(f"submitting at {rate:g}/s for {seconds:g}s ...")
+                    submit = await _submits(session, rate, seconds)
+                    say(
+                        f"{subscribers} SSE subscribers on {jobs} jobs, {event_rate:g} events/s ..."
+                    )
+                    sse = await _sse(database, session, subscribers, jobs, event_rate, seconds)
+            finally:
+                await plane.stop()
+    return {**submit, **sse}
+
+
+async def _submit(session: aiohttp.ClientSession) -> UUID:
+    async with session.post("/v1/jobs", params={"tenant": "bench"}, json=MANIFEST) as response:
+        if response.status != 201:
+            raise RuntimeError(f"submit: {response.status} {await response.text()}")
+        return UUID((await response.json())["id"])
+
+
+async def _submits(session: aiohttp.ClientSession, rate: float, seconds: float) -> dict[str, Any]:
+    latencies: list[float] = []
+
+    async def one(at: float) -> None:
+        await asyncio.sleep(max(0.0, at - time.perf_counter()))
+        # Measured from the scheduled instant: a server that falls behind shows as latency.
+        await _submit(session)
+        latencies.append(time.perf_counter() - at)
+
+    start = time.perf_counter()
+    count = int(rate * seconds)
+    async with asyncio.TaskGroup() as group:
+        for i in range(count):
+            group.create_task(one(start + i / rate))
+    elapsed = time.perf_counter() - start
+    return {
+        "submit_rate_target_per_s": rate,
+        "submit_per_s": round(count / elapsed, 1),
+        "submit_p50_ms": round(statistics.median(latencies) * 1000, 2),
+        "submit_p99_ms": round(_p99(latencies) * 1000, 2),
+    }
+
+
+async def _sse(
+    database: str,
+    session: aiohttp.ClientSession,
+    subscribers: int,
+    job_count: int,
+    event_rate: float,
+    seconds: float,
+) -> dict[str, Any]:
+    pool = await create_pool(database, min_size=2, max_size=4)
+    store = EventStore(pool)
+    service = Jobs(store)
+    try:
+        job_ids = [await _submit(session) for _ in range(job_count)]
+        for job_id in job_ids:
+            await service.execute(job_id, Deploy(["bench"], [], 1, now()), AGENT)
+            await service.execute(job_id, EnterPhase(JobStatus.PROCESSING, now()), AGENT)
+        appended: dict[int, float] = {}
+        received: list[tuple[int, float]] = []
+        ready = asyncio.Semaphore(0)
+        readers = [
+            asyncio.create_task(_subscribe(session, job_ids[i % job_count], ready, received))
+            for i in range(subscribers)
+        ]
+        for _ in range(subscribers):
+            await ready.acquire()
+        start = time.perf_counter()
+        count = int(event_rate * seconds)
+        for i in range(count):
+            await asyncio.sleep(max(0.0, start + i / event_rate - time.perf_counter()))
+            before = time.perf_counter()
+            job_id = job_ids[i % job_count]
+            command = SaveCheckpoint(i, f"/ckpt/{i}", 1, 0.1, now())
+            await service.execute(job_id, command, AGENT)
+            history = await service.history(job_id)
+            appended[history[-1].position] = before
+        await asyncio.sleep(1.0)  # let the last deliveries arrive
+        for reader in readers:
+            reader.cancel()
+        await asyncio.gather(*readers, return_exceptions=True)
+    finally:
+        await store.close()
+        await pool.close()
+    latencies = [at - appended[position] for position, at in received if position in appended]
+    expected = count * subscribers // job_count
+    return {
+        "sse_subscribers": subscribers,
+        "sse_events_per_s": event_rate,
+        "sse_deliveries": len(latencies),
+        "sse_deliveries_missing": expected - len(latencies),
+        "sse_delivery_p50_ms": round(statistics.median(latencies) * 1000, 2),
+        "sse_delivery_p99_ms": round(_p99(latencies) * 1000, 2),
+    }
+
+
+async def _subscribe(
+    session: aiohttp.ClientSession,
+    job_id: UUID,
+    ready: asyncio.Semaphore,
+    received: list[tuple[int, float]],
+) -> None:
+    """Read one job's SSE; signal `ready` once the past is read (its 3 events)."""
+    seen = 0
+    async with session.get(f"/v1/jobs/{job_id}/events") as response:
+        async for raw in response.content:
+            line = raw.decode()
+            if not line.startswith("data: "):
+                continue
+            seen += 1
+            if seen == 3:
+                ready.release()
+            elif seen > 3:
+                received.append((json.loads(line[6:])["position"], time.perf_counter()))
+
+
+def _p99(values: list[float]) -> float:
+    return statistics.quantiles(values, n=100)[98] if len(values) > 1 else values[0]

@@ -1,0 +1,68 @@
+"""`trainyard serve` as a real child process on a free loopback port."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import sys
+from pathlib import Path
+
+import aiohttp
+
+START_S = 20.0
+STOP_S = 20.0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class ServedControlPlane:
+    """Start, stop and restart a control plane process against one database."""
+
+    def __init__(self, database_url: str, home: Path) -> None:
+        self.database_url = database_url
+        self.home = home
+        self.port = free_port()
+        self._process: asyncio.subprocess.Process | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def admin_token(self) -> str:
+        return (self.home / "admin-token").read_text().strip()
+
+    async def start(self) -> None:
+        env = {
+            **os.environ,
+            "TRAINYARD_DATABASE_URL": self.database_url,
+            "TRAINYARD_HOME": str(self.home),
+        }
+        self._process = await asyncio.create_subprocess_exec(
+            *(sys.executable, "-m", "controlplane.cli", "serve", "--port", str(self.port)),
+            env=env,
+            stdout=asyncio.subprocess.DEVNULL,
+        )
+        async with aiohttp.ClientSession() as session, asyncio.timeout(START_S):
+            while True:
+                if self._process.returncode is not None:
+                    raise RuntimeError(f"the control plane exited with {self._process.returncode}")
+                try:
+                    async with session.get(self.url + "/readyz") as response:
+                        if response.status == 200:
+                            return
+                except aiohttp.ClientConnectionError:
+                    pass  # not listening yet
+                await asyncio.sleep(0.05)
+
+    async def stop(self) -> int:
+        """SIGTERM, as a service manager would; returns the exit code."""
+        assert self._process is not None
+        self._process.send_signal(signal.SIGTERM)
+        return await asyncio.wait_for(self._process.wait(), STOP_S)
