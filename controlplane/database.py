@@ -8,6 +8,7 @@ connecting user, who owns the schema.
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from typing import Any, Protocol
 from urllib.parse import urlsplit, urlunsplit
@@ -18,6 +19,10 @@ from controlplane.queries import Q
 from controlplane.settings import Settings
 
 APP_ROLE = "trainyard_app"
+
+
+DATABASE_ERRORS = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError)
+"""What a lost or failing database connection raises: background loops retry on these."""
 
 
 class DatabaseUnavailable(Exception):
@@ -48,7 +53,9 @@ async def resolve_database(settings: Settings) -> str:
     try:
         exists = await conn.fetchval(Q["database_exists"], EMBEDDED_DATABASE)
         if not exists:
-            await conn.execute(f'CREATE DATABASE "{EMBEDDED_DATABASE}"')
+            # Another process starting at the same moment may create it first.
+            with contextlib.suppress(asyncpg.DuplicateDatabaseError):
+                await conn.execute(f'CREATE DATABASE "{EMBEDDED_DATABASE}"')
     finally:
         await conn.close()
     return with_database(server, EMBEDDED_DATABASE)
@@ -93,9 +100,7 @@ async def connect(url: str, *, as_app: bool = True) -> asyncpg.Connection:
     try:
         return await asyncpg.connect(url, server_settings=_settings(as_app), timeout=10)
     except (TimeoutError, OSError, asyncpg.PostgresError) as exc:
-        raise DatabaseUnavailable(
-            f"cannot connect to the database at {describe(url)}: {exc}"
-        ) from exc
+        raise _unreachable(url, exc) from exc
 
 
 async def create_pool(url: str, *, min_size: int = 2, max_size: int = 10) -> asyncpg.Pool:
@@ -109,9 +114,7 @@ async def create_pool(url: str, *, min_size: int = 2, max_size: int = 10) -> asy
             timeout=10,
         )
     except (TimeoutError, OSError, asyncpg.PostgresError) as exc:
-        raise DatabaseUnavailable(
-            f"cannot connect to the database at {describe(url)}: {exc}"
-        ) from exc
+        raise _unreachable(url, exc) from exc
     assert pool is not None
     return pool
 

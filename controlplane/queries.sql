@@ -19,9 +19,10 @@ WITH head AS (
         WITH ORDINALITY AS e(type, schema_version, data, ord)
     WHERE coalesce((SELECT stream_version FROM head), 0) = $2
       AND coalesce((SELECT xid FROM head), '0'::xid8) <= pg_current_xact_id()
-    RETURNING position, recorded_at
+    RETURNING position, xid, recorded_at
 )
 SELECT array_agg(position ORDER BY position) AS positions,
+       max(xid)::text::bigint AS xid,
        min(recorded_at) AS recorded_at,
        CASE WHEN $7 AND count(*) > 0 THEN pg_notify('trainyard_events', '') END AS notified
 FROM inserted;

@@ -10,13 +10,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections import defaultdict
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 
-from controlplane.events.store import EventStore, RecordedEvent
+from controlplane.database import DATABASE_ERRORS
+from controlplane.events.store import EventStore, LogPosition, RecordedEvent
 from controlplane.events.subscription import LogListener, follow
 
+log = logging.getLogger(__name__)
+
 QUEUE_LIMIT = 1000
+RETRY_S = 1.0
 
 
 class Lagged:
@@ -51,10 +56,6 @@ class StreamHub:
         self._subscribers: defaultdict[str, set[Subscription]] = defaultdict(set)
         self._stopping = asyncio.Event()
 
-    @property
-    def subscriber_count(self) -> int:
-        return sum(len(s) for s in self._subscribers.values())
-
     @contextlib.contextmanager
     def subscribe(self, stream_id: str) -> Iterator[Subscription]:
         subscription = Subscription(stream_id)
@@ -68,28 +69,51 @@ class StreamHub:
                 del self._subscribers[stream_id]
 
     async def run(self) -> None:
-        """Follow the log from its current tail and hand each event to its stream's watchers."""
-        start = await self._store.log_tail()
-        events: AsyncIterator[RecordedEvent] = follow(self._store, self._listener, start)
-        stopping = asyncio.create_task(self._stopping.wait())
+        """Follow the log from its current tail and hand each event to its stream's watchers,
+        until `stop()`; then end every open stream."""
+        try:
+            position: LogPosition | None = None
+            while not self._stopping.is_set():
+                try:
+                    if position is None:
+                        position = await self._store.log_tail()
+                    position = await self._forward(position)
+                except DATABASE_ERRORS as exc:
+                    # Resume from the last event handed out: none is skipped or sent twice
+                    # (and a subscriber that lags re-reads the store anyway).
+                    log.warning("SSE hub: %s; resuming in %.1fs", exc, RETRY_S)
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._stopping.wait(), RETRY_S)
+        finally:
+            # Close every open stream: their handlers end their responses cleanly.
+            for watchers in self._subscribers.values():
+                for subscription in watchers:
+                    subscription.offer(None)
+
+    async def _forward(self, position: LogPosition) -> LogPosition:
+        """Hand out events after `position` until stopped; returns the last one handed out."""
+        events = follow(self._store, self._listener, position)
+        stopping = asyncio.ensure_future(self._stopping.wait())
+        following: asyncio.Future[RecordedEvent] | None = None
         try:
             while True:
                 following = asyncio.ensure_future(anext(events))
                 done, _ = await asyncio.wait(
                     {following, stopping}, return_when=asyncio.FIRST_COMPLETED
                 )
-                if stopping in done:
-                    following.cancel()
-                    return
+                if following not in done:
+                    return position
                 event = following.result()
                 for subscription in self._subscribers.get(event.stream_id, ()):
                     subscription.offer(event)
+                position = event.log_position
         finally:
             stopping.cancel()
-            # Close every open stream: their handlers end their responses cleanly.
-            for watchers in self._subscribers.values():
-                for subscription in watchers:
-                    subscription.offer(None)
+            if following is not None and not following.done():
+                # The generator cannot be closed while a step of it is still running.
+                following.cancel()
+                await asyncio.wait({following})
+            await events.aclose()
 
     def stop(self) -> None:
         self._stopping.set()

@@ -66,7 +66,13 @@ class Appended:
     stream_id: str
     version: int
     positions: tuple[int, ...]
+    xid: int
     recorded_at: datetime
+
+    @property
+    def log_position(self) -> LogPosition:
+        """The place of the last appended event in the global log."""
+        return LogPosition(self.xid, self.positions[-1])
 
 
 class EventStore:
@@ -143,13 +149,14 @@ class EventStore:
             ) from exc
         assert row is not None  # an aggregate always returns one row
         if row["positions"] is None:
-            raise await self._conflict(executor, stream_id, expected_version)
+            raise await self._conflict(executor, stream_id, expected_version, conn is not None)
         if conn is None:
             self._wake_listeners()
         return Appended(
             stream_id,
             expected_version + len(events),
             tuple(row["positions"]),
+            row["xid"],
             row["recorded_at"],
         )
 
@@ -178,11 +185,13 @@ class EventStore:
                 return
 
     async def _conflict(
-        self, executor: Executor, stream_id: str, expected_version: int
+        self, executor: Executor, stream_id: str, expected_version: int, conn_given: bool
     ) -> ConcurrencyError:
         head = await executor.fetchrow(Q["stream_head"], stream_id)
         actual = head["stream_version"] if head else 0
-        if head is not None and actual == expected_version and head["younger"]:
+        # "Younger" compares with the caller's transaction, so it means something only when
+        # the append ran in one (`conn`); on the pool, this query runs on another connection.
+        if conn_given and head is not None and actual == expected_version and head["younger"]:
             # Appending would put this stream's new event before its head in (xid, position)
             # order; the caller's transaction started earlier than the head's and must retry.
             return ConcurrencyError(

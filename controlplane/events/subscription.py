@@ -11,11 +11,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 
 import asyncpg
 
-from controlplane.database import DatabaseUnavailable, connect
+from controlplane.database import DATABASE_ERRORS, DatabaseUnavailable, connect
 from controlplane.events.store import EventStore, LogPosition, RecordedEvent
 
 CHANNEL = "trainyard_events"
@@ -25,7 +25,9 @@ log = logging.getLogger(__name__)
 class LogListener:
     """One LISTEN connection per process, shared by every reader that waits for new events."""
 
-    def __init__(self, url: str, *, poll_interval: float = 1.0, retry_interval: float = 1.0):
+    def __init__(
+        self, url: str, *, poll_interval: float = 1.0, retry_interval: float = 1.0
+    ) -> None:
         self._url = url
         self.poll_interval = poll_interval
         self._retry_interval = retry_interval
@@ -60,7 +62,8 @@ class LogListener:
         while not self._stopping.is_set():
             try:
                 await self._listen_once()
-            except DatabaseUnavailable as exc:
+            except (DatabaseUnavailable, *DATABASE_ERRORS) as exc:
+                # Listening is only a hint: readers poll meanwhile, and are woken below.
                 log.warning("event listener: %s; retrying in %.1fs", exc, self._retry_interval)
             # Whatever happened while we were not listening, readers must look again.
             self.wake()
@@ -102,7 +105,7 @@ class LogListener:
 
 async def follow(
     store: EventStore, listener: LogListener, after: LogPosition, *, batch: int = 500
-) -> AsyncIterator[RecordedEvent]:
+) -> AsyncGenerator[RecordedEvent, None]:
     """Every event after `after`, forever, in global order, waiting for new ones as they come."""
     position = after
     while True:

@@ -17,6 +17,8 @@ from controlplane.queries import Q
 
 log = logging.getLogger(__name__)
 
+APPLY_WAIT_S = 10.0
+
 
 class ProjectionRunner:
     """Keeps projections caught up with the log; several replicas may run one each safely."""
@@ -41,13 +43,14 @@ class ProjectionRunner:
         """Catch every projection up, then wait for news; until `stop()`."""
         while not self._stopping.is_set():
             seen = self._listener.generation
-            try:
-                for projection in self.projections.values():
+            for projection in self.projections.values():
+                try:
                     await self.catch_up(projection)
-            except Exception:
-                # A lost connection or a failing projection: its batch rolled back and its
-                # checkpoint did not move, so retrying after the poll interval is safe.
-                log.exception("projections: a batch failed; retrying")
+                except Exception:
+                    # A lost connection or a failing projection: its batch rolled back and its
+                    # checkpoint did not move, so retrying after the poll interval is safe; the
+                    # other projections go on meanwhile.
+                    log.exception("projection %s: a batch failed; retrying", projection.name)
             await self._listener.wait(seen)
 
     def stop(self) -> None:
@@ -68,8 +71,9 @@ class ProjectionRunner:
             if not await conn.fetchval(Q["lock_projection"], projection.name):
                 return -1
             # Read under the lock: the checkpoint cannot move until this transaction ends.
-            # The read comes before any write, so this transaction has no xid of its own yet
-            # and does not hold back the log's readable bound.
+            # The read comes before any write, so it is not bounded by this transaction's own
+            # xid; from its first write on, the batch holds back every reader of the log
+            # until it commits, which is why batches are kept small.
             position = await _checkpoint(conn, projection.name)
             events = await self._store.read_log(position, self._batch_size, conn=conn)
             for event in events:
@@ -80,6 +84,22 @@ class ProjectionRunner:
                     Q["write_checkpoint"], projection.name, str(last.xid), last.position
                 )
             return len(events)
+
+    async def wait_applied(self, name: str, target: LogPosition) -> None:
+        """Return once the projection has applied the log through `target` (applying it here
+        when no other runner holds it); TimeoutError after APPLY_WAIT_S.
+
+        Polled rather than notified: the runner holding the projection may be another process,
+        and `target` becomes readable only when every older transaction has ended.
+        """
+        projection = self.projections[name]
+        async with asyncio.timeout(APPLY_WAIT_S):
+            while True:
+                await self.catch_up(projection)
+                async with self._pool.acquire() as conn:
+                    if await _checkpoint(conn, name) >= target:
+                        return
+                await asyncio.sleep(0.01)
 
     async def is_caught_up(self, name: str) -> bool:
         """Whether the projection has applied every event readable now."""

@@ -37,7 +37,7 @@ async def bootstrap_admin_token(
     pending = home / f"{TOKEN_FILE}.pending-{token.token_id}"
     await asyncio.to_thread(_write_secret, pending, token.plaintext)
     try:
-        await store.append(
+        appended = await store.append(
             ADMIN_STREAM,
             0,
             [AdminTokenIssued(token_id=token.token_id, token_sha256=token.sha256, at=now())],
@@ -49,7 +49,7 @@ async def bootstrap_admin_token(
         await asyncio.to_thread(pending.unlink)
         return None
     await asyncio.to_thread(pending.replace, home / TOKEN_FILE)
-    await project_now(runner)
+    await project_now(runner, appended.log_position)
     return token.plaintext
 
 

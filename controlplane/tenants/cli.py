@@ -133,7 +133,7 @@ async def cmd_create(args: argparse.Namespace, settings: Settings) -> int:
 
 async def cmd_list(args: argparse.Namespace, settings: Settings) -> int:
     async with _session(settings) as session:
-        await project_now(session.runner)
+        await project_now(session.runner, await session.store.log_tail())
         tenants = await list_tenants(session.pool)
     print("NAME\tWEIGHT\tGPU_QUOTA\tCREATED\tACTIVE_TOKENS")
     for t in tenants:

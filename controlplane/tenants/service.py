@@ -6,7 +6,6 @@ brings the `tenants` projection up to date so that a token it issued authenticat
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -14,7 +13,7 @@ from datetime import UTC, datetime
 from controlplane.database import Executor
 from controlplane.events.errors import ConcurrencyError
 from controlplane.events.metadata import Metadata
-from controlplane.events.store import EventStore
+from controlplane.events.store import EventStore, LogPosition
 from controlplane.events.types import Event
 from controlplane.projections.runner import ProjectionRunner
 from controlplane.queries import Q
@@ -63,7 +62,7 @@ async def create_tenant(
     )
     token = new_token()
     try:
-        await store.append(
+        appended = await store.append(
             tenant_stream(name),
             0,
             [created, _issued(token, created.at)],
@@ -71,7 +70,7 @@ async def create_tenant(
         )
     except ConcurrencyError:
         raise TenantExists(f"tenant {name!r} already exists; nothing was written") from None
-    await project_now(runner)
+    await project_now(runner, appended.log_position)
     return token
 
 
@@ -90,8 +89,7 @@ async def issue_token(
         revoked = sorted(active) if revoke_others else []
         return [_issued(token, at), *(TokenRevoked(token_id=t, at=at) for t in revoked)]
 
-    await _change(store, name, decide, actor)
-    await project_now(runner)
+    await project_now(runner, await _change(store, name, decide, actor))
     return token
 
 
@@ -107,8 +105,7 @@ async def revoke_token(
             )
         return [TokenRevoked(token_id=token_id, at=at)]
 
-    await _change(store, name, decide, actor)
-    await project_now(runner)
+    await project_now(runner, await _change(store, name, decide, actor))
 
 
 async def list_tenants(db: Executor) -> list[TenantSummary]:
@@ -125,19 +122,10 @@ async def list_tenants(db: Executor) -> list[TenantSummary]:
     ]
 
 
-async def project_now(runner: ProjectionRunner) -> None:
-    """Bring the `tenants` projection up to the log's present (so a new token works at once).
-
-    `catch_up` gives way at once while another runner (a serving replica) holds the projection,
-    and that runner may have read the log before our append committed: so first wait for a
-    batch of our own, which reads everything committed before it. (An event behind a
-    transaction still open elsewhere is readable, and applied, only once that one ends.)
-    """
-    projection = TenantsProjection()
-    # A polled lock, not an event to wait on: the holder may be another process.
-    while await runner.step(projection) < 0:  # noqa: ASYNC110
-        await asyncio.sleep(0.01)
-    await runner.catch_up(projection)
+async def project_now(runner: ProjectionRunner, through: LogPosition) -> None:
+    """Wait until the `tenants` projection has applied the log through `through`, so that a
+    new token works, and a revoked one stops working, once the command returns."""
+    await runner.wait_applied(TenantsProjection.name, through)
 
 
 def active_tokens(events: Iterable[Event]) -> frozenset[str]:
@@ -151,7 +139,7 @@ def active_tokens(events: Iterable[Event]) -> frozenset[str]:
     return frozenset(active)
 
 
-async def _change(store: EventStore, name: str, decide: Decide, actor: str) -> None:
+async def _change(store: EventStore, name: str, decide: Decide, actor: str) -> LogPosition:
     """Decide on the tenant's latest state and append, deciding again after a conflict."""
     stream = tenant_stream(check_name(name))
     for _ in range(CONFLICT_RETRIES):
@@ -160,11 +148,13 @@ async def _change(store: EventStore, name: str, decide: Decide, actor: str) -> N
             raise UnknownTenant(f"no tenant named {name!r}; nothing was written")
         events = decide(active_tokens(r.event for r in history), now())
         try:
-            await store.append(stream, len(history), events, Metadata.capture(actor, tenant=name))
+            appended = await store.append(
+                stream, len(history), events, Metadata.capture(actor, tenant=name)
+            )
         except ConcurrencyError:
             # Another command changed the tenant meanwhile: decide again on its new state.
             continue
-        return
+        return appended.log_position
     raise TenantBusy(
         f"tenant {name!r} kept changing; gave up after {CONFLICT_RETRIES} tries; "
         "nothing was written"
