@@ -95,7 +95,7 @@ def parser() -> argparse.ArgumentParser:
     listing = proj_commands.add_parser(
         "list",
         help="list projections and whether each has caught up",
-        description="List every projection with its checkpoint and whether it has caught up.",
+        description="List every projection and whether it has applied every readable event.",
     )
     listing.set_defaults(handler=cmd_projections_list)
     rebuild = proj_commands.add_parser(

@@ -94,6 +94,9 @@ ON CONFLICT (stream_id) DO UPDATE
 SET version = excluded.version, last_type = excluded.last_type,
     last_position = excluded.last_position, updated_at = excluded.updated_at;
 
+-- name: ping
+SELECT 1;
+
 -- name: database_exists
 SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1);
 
@@ -179,3 +182,6 @@ FROM tenants t
 LEFT JOIN api_tokens k ON k.tenant = t.name AND k.revoked_at IS NULL
 GROUP BY t.name
 ORDER BY t.name;
+
+-- name: tenant_exists
+SELECT EXISTS (SELECT 1 FROM tenants WHERE name = $1);

@@ -69,6 +69,10 @@ async def test_submit_get_list_cancel(client: Client, tokens: Tokens) -> None:
 
     got = await (await client.get(f"/v1/jobs/{job['id']}", headers=auth(acme))).json()
     assert got == job
+    # The OpenAPI document describes exactly what is sent.
+    view = (await (await client.get("/openapi.json")).json())["components"]["schemas"]["JobView"]
+    assert set(job) == set(view["properties"])
+    assert set(view["required"]) <= set(job)
 
     await projected(client)
     listed = await (await client.get("/v1/jobs", headers=auth(acme))).json()
@@ -123,6 +127,21 @@ async def test_bad_input_gets_clear_errors_and_writes_nothing(
         await client.get(f"/v1/jobs/{job['id']}?as_of=yesterday", headers=auth(acme))
     ).status == 400
     assert (await client.get("/v1/jobs?state=RUNNINGISH", headers=auth(acme))).status == 400
+    not_utf8 = await client.post(
+        "/v1/jobs",
+        data=b'{"name": "\xff"}',
+        headers={**auth(acme), "Content-Type": "application/json"},
+    )
+    assert not_utf8.status == 400
+    nul = await client.post(
+        f"/v1/jobs/{job['id']}/cancel", json={"reason": "a\u0000b"}, headers=auth(acme)
+    )
+    assert nul.status == 422
+    nobody = await client.post(
+        "/v1/jobs", params={"tenant": "nobody"}, json=MANIFEST, headers=auth(tokens.admin)
+    )
+    assert nobody.status == 422
+    assert "no tenant named 'nobody'" in (await nobody.json())["error"]
     checkpoint = await client.post(f"/v1/jobs/{job['id']}/checkpoint", headers=auth(acme))
     assert checkpoint.status == 409  # only a PROCESSING job can checkpoint
     assert await event_count(owner) == before

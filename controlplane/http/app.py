@@ -29,6 +29,7 @@ from controlplane.http.openapi import document
 from controlplane.jobs.service import Jobs
 from controlplane.projections.catalog import all_projections
 from controlplane.projections.runner import ProjectionRunner
+from controlplane.queries import Q
 from controlplane.tenants.auth import auth_middleware
 
 log = logging.getLogger(__name__)
@@ -85,10 +86,11 @@ async def _background(app: web.Application) -> AsyncIterator[None]:
     listener.stop()
     projections.stop()
     listener.wake()  # the runner and the hub wait on the listener: let them see their flags
-    if not task.done():
-        await asyncio.wait({task}, timeout=10)
+    await asyncio.wait({task}, timeout=10)
     if not task.done():
         task.cancel()
+    # Retrieve the outcome (already logged by `supervise`) before the pool closes.
+    await asyncio.gather(task, return_exceptions=True)
 
 
 async def _close_streams(app: web.Application) -> None:
@@ -96,13 +98,16 @@ async def _close_streams(app: web.Application) -> None:
 
 
 async def healthz(request: web.Request) -> web.Response:
+    """Alive unless the background tasks have died: then a supervisor should restart us."""
+    if request.app[BACKGROUND].done():
+        return web.json_response({"status": "background tasks stopped"}, status=503)
     return web.json_response({"status": "ok"})
 
 
 async def readyz(request: web.Request) -> web.Response:
     app = request.app
     try:
-        await app[POOL].fetchval("SELECT 1")
+        await app[POOL].fetchval(Q["ping"])
         database = True
         caught_up = await app[PROJECTIONS].caught_up()
     except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):

@@ -11,7 +11,7 @@ from typing import Any
 from uuid import UUID
 
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from controlplane.events.hub import Lagged
 from controlplane.events.metadata import Metadata
@@ -41,6 +41,15 @@ class CancelRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     reason: str = Field(default="cancelled by user", min_length=1, max_length=1000)
+
+    @field_validator("reason")
+    @classmethod
+    def _storable(cls, value: str) -> str:
+        # Postgres jsonb holds no NUL and only valid UTF-8 (json.loads lets surrogates through).
+        if "\0" in value:
+            raise ValueError("text must not contain NUL characters")
+        value.encode("utf-8")
+        return value
 
 
 def add_routes(app: web.Application) -> None:
@@ -72,7 +81,7 @@ def _metadata(request: web.Request, who: Principal, tenant: str) -> Metadata:
 async def _json_body(request: web.Request) -> Any:
     try:
         return await request.json() if request.can_read_body else {}
-    except json.JSONDecodeError as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise error(400, f"malformed JSON: {exc}") from exc
 
 
@@ -84,6 +93,8 @@ async def submit(request: web.Request) -> web.Response:
     except ValidationError as exc:
         raise validation_error(exc) from exc
     tenant = _submitting_tenant(who, request.query.get("tenant"))
+    if not await request.app[POOL].fetchval(Q["tenant_exists"], tenant):
+        raise error(422, f"no tenant named {tenant!r}", field="tenant")
     key = request.headers.get("Idempotency-Key")
     if key is not None and not 1 <= len(key) <= 255:
         raise error(400, "Idempotency-Key must be 1 to 255 characters")

@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from controlplane import __version__
+from controlplane.http.jobs import CancelRequest
 from controlplane.jobs.lifecycle import Job
 from controlplane.jobs.manifest import JobManifest
 
@@ -40,7 +41,6 @@ _ERROR = {
     },
     "required": ["error", "status"],
 }
-_JOB_VIEW = {"allOf": [{"$ref": REF + "Job"}, {"properties": {"id": {"type": "string"}}}]}
 _JOB_LIST = {
     "type": "object",
     "properties": {
@@ -71,11 +71,6 @@ _HISTORY = {
         },
     },
 }
-_CANCEL = {
-    "type": "object",
-    "properties": {"reason": {"type": "string", "minLength": 1, "maxLength": 1000}},
-    "additionalProperties": False,
-}
 
 
 def _json(description: str, schema: dict[str, Any]) -> dict[str, Any]:
@@ -86,16 +81,29 @@ def _ref(name: str) -> dict[str, str]:
     return {"$ref": REF + name}
 
 
-def _errors(*statuses: int) -> dict[str, Any]:
-    reasons = {
-        400: "malformed request",
-        401: "missing or wrong token",
-        403: "not allowed for this token",
-        404: "no such job (or another tenant's)",
-        409: "illegal in the job's current state",
-        422: "invalid fields, each listed",
-    }
-    return {str(s): _json(reasons[s], _ref("Error")) for s in statuses}
+_REASONS = {
+    400: "malformed request",
+    401: "missing or wrong token",
+    403: "not allowed for this token",
+    404: "no such job (or another tenant's)",
+    409: "illegal in the job's current state",
+    422: "invalid fields, each listed",
+}
+
+
+def _errors(*statuses: int, **reasons: str) -> dict[str, Any]:
+    """Error responses; a keyword `e409="..."` overrides the default reason of a status."""
+    return {str(s): _json(reasons.get(f"e{s}", _REASONS[s]), _ref("Error")) for s in statuses}
+
+
+def _job_view_schema() -> dict[str, Any]:
+    """What `job_view` sends: the Job with its `job_id` as `id`."""
+    schema = Job.model_json_schema(ref_template=REF + "{model}")
+    schema.pop("$defs", None)
+    properties = {"id": {"type": "string", "format": "uuid"}, **schema["properties"]}
+    del properties["job_id"]
+    required = ["id", *(name for name in schema["required"] if name != "job_id")]
+    return {**schema, "title": "JobView", "properties": properties, "required": required}
 
 
 def _param(name: str, where: str, description: str, schema: dict[str, Any]) -> dict[str, Any]:
@@ -122,8 +130,8 @@ def document() -> dict[str, Any]:
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
             "schemas": {
-                **_schemas(JobManifest, Job),
-                "JobView": _JOB_VIEW,
+                **_schemas(JobManifest, Job, CancelRequest),
+                "JobView": _job_view_schema(),
                 "Error": _ERROR,
             },
         },
@@ -155,7 +163,7 @@ def document() -> dict[str, Any]:
                             "Idempotency-Key",
                             "header",
                             "retries with the same key return the same job",
-                            {"type": "string", "maxLength": 255},
+                            {"type": "string", "minLength": 1, "maxLength": 255},
                         ),
                         _param(
                             "tenant",
@@ -170,7 +178,15 @@ def document() -> dict[str, Any]:
                     },
                     "responses": {
                         "201": _json("the job (also for an idempotent retry)", _ref("JobView")),
-                        **_errors(400, 401, 403, 409, 422),
+                        **_errors(
+                            400,
+                            401,
+                            403,
+                            409,
+                            422,
+                            e409="the Idempotency-Key was used for a different manifest",
+                            e422="invalid manifest fields, each listed, or an unknown tenant",
+                        ),
                     },
                 },
                 "get": {
@@ -260,7 +276,9 @@ def document() -> dict[str, Any]:
                     "summary": "Cancel the job",
                     "security": secured,
                     "parameters": [_JOB_ID],
-                    "requestBody": {"content": {"application/json": {"schema": _CANCEL}}},
+                    "requestBody": {
+                        "content": {"application/json": {"schema": _ref("CancelRequest")}}
+                    },
                     "responses": {
                         "200": _json("the cancelled job", _ref("JobView")),
                         **_errors(400, 401, 404, 409, 422),

@@ -194,7 +194,7 @@ def decide(command: Command, job: Job | None) -> list[JobEvent]:
     """The events that carry out `command` on `job` (None: not submitted), or Refused."""
     if isinstance(command, Submit):
         if job is not None:
-            raise Refused(f"job {command.job_id} already exists")
+            raise Refused(f"job {command.job_id} already exists (it is {job.state})")
         return [
             JobSubmitted(
                 job_id=command.job_id,
@@ -217,14 +217,22 @@ def _decide_live(command: Command, job: Job) -> list[JobEvent]:
             return [JobDeploying(attempt=job.attempt, nodes=nodes, gpus=gpus, epoch=epoch, at=at)]
         case EnterPhase(phase, at):
             if phase not in _PHASE_EVENTS:
-                raise Refused(f"{phase} is not a phase a learner enters")
+                phases = ", ".join(_PHASE_EVENTS)
+                raise Refused(
+                    f"job {job.job_id} is {job.state}; {phase} is not a phase a learner enters "
+                    f"(only {phases})"
+                )
             if not job.state.running or _PHASES.index(phase) <= _PHASES.index(job.state):
                 raise Refused(f"job {job.job_id} is {job.state}; it cannot enter {phase}")
             return [_PHASE_EVENTS[phase](attempt=job.attempt, at=at)]
         case Complete(exit_codes, at):
             _require(job, RUNNING - {JobStatus.DEPLOYING}, "complete")
             if any(exit_codes):
-                raise Refused("a job with a non-zero exit code does not complete")
+                # A learner that exited non-zero failed; its agent reports that with Fail instead.
+                raise Refused(
+                    f"job {job.job_id} is {job.state}; it cannot complete with non-zero exit "
+                    f"codes {exit_codes}"
+                )
             return [JobCompleted(attempt=job.attempt, exit_codes=exit_codes, at=at)]
         case Fail(reason, at, exit_code):
             return [JobFailed(attempt=job.attempt, reason=reason, exit_code=exit_code, at=at)]
@@ -258,7 +266,7 @@ def _decide_live(command: Command, job: Job) -> list[JobEvent]:
                     at=at,
                 )
             ]
-    raise Refused(f"unknown command {type(command).__name__}")
+    raise Refused(f"job {job.job_id} is {job.state}; unknown command {type(command).__name__}")
 
 
 def _require(job: Job, states: Iterable[JobStatus], verb: str) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from typing import Literal
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, HttpUrl, field_validator
 
@@ -12,17 +12,56 @@ DATA_SCHEMES = ("file", "http", "https")
 RESULTS_SCHEMES = ("file",)
 
 
-def _check_scheme(uri: str, allowed: tuple[str, ...]) -> str:
-    scheme = urlsplit(uri).scheme
-    if scheme not in allowed:
+def _check_uri(uri: str, allowed: tuple[str, ...]) -> str:
+    parts = urlsplit(uri)
+    if parts.scheme not in allowed:
         raise ValueError(
-            f"URI scheme must be one of {', '.join(allowed)}, not {scheme or 'none'!r}"
+            f"URI scheme must be one of {', '.join(allowed)}, not {parts.scheme or 'none'!r}"
         )
+    # The learner refuses these same URIs (runners/uri.py), but only once the job holds GPUs and
+    # reaches DOWNLOADING or STORING; refusing them here turns a wasted attempt into a 422.
+    if parts.scheme == "file":
+        if parts.netloc not in ("", "localhost"):
+            raise ValueError(
+                f"a file URI names a path on the learner's node, e.g. file:///data/x; "
+                f"{uri!r} names host {parts.netloc!r}"
+            )
+        path = unquote(parts.path)
+        if not path.startswith("/") or not path.strip("/"):
+            raise ValueError(f"{uri!r} must name an absolute path below /, e.g. file:///data/x")
+    elif not parts.hostname:
+        raise ValueError(f"{uri!r} names no host")
     return uri
+
+
+def _check_storable(value: object) -> None:
+    """Refuse text that Postgres jsonb cannot hold (NUL) or that cannot be encoded as UTF-8
+    (unpaired surrogates, which `json.loads` lets through): the manifest is stored in the
+    JobSubmitted event, so such text would fail the append with a 500 after validation passed."""
+    if isinstance(value, str):
+        if "\0" in value:
+            raise ValueError("text must not contain NUL characters")
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError("text must be valid Unicode (no unpaired surrogates)") from None
+    elif isinstance(value, list):
+        for item in value:
+            _check_storable(item)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _check_storable(key)
+            _check_storable(item)
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+    @field_validator("*")
+    @classmethod
+    def _storable(cls, value: object) -> object:
+        _check_storable(value)
+        return value
 
 
 class DataSpec(_Strict):
@@ -37,7 +76,7 @@ class DataSpec(_Strict):
     @field_validator("source")
     @classmethod
     def _source_scheme(cls, value: str) -> str:
-        return _check_scheme(value, DATA_SCHEMES)
+        return _check_uri(value, DATA_SCHEMES)
 
 
 class ResultsSpec(_Strict):
@@ -46,7 +85,7 @@ class ResultsSpec(_Strict):
     @field_validator("location")
     @classmethod
     def _location_scheme(cls, value: str) -> str:
-        return _check_scheme(value, RESULTS_SCHEMES)
+        return _check_uri(value, RESULTS_SCHEMES)
 
 
 class CheckpointSpec(_Strict):

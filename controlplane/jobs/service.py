@@ -40,11 +40,12 @@ class Jobs:
 
     async def load(self, job_id: uuid.UUID, *, as_of: datetime | None = None) -> Job | None:
         """The job now, or as it was at `as_of` (None if it did not exist then)."""
-        history = await self.history(job_id)
+        events: Iterable[JobEvent] = _job_events(await self.history(job_id))
         if as_of is not None:
-            # A prefix, not a filter: a stream's versions are folded in order or not at all.
-            history = list(takewhile(lambda r: r.recorded_at <= as_of, history))
-        return replay(_job_events(history))
+            # The instant each event says it happened (the times users see), and a prefix,
+            # not a filter: a stream's versions are folded in order or not at all.
+            events = takewhile(lambda event: event.at <= as_of, events)
+        return replay(events)
 
     async def submit(
         self,

@@ -74,16 +74,21 @@ class ProjectionRunner:
             # The read comes before any write, so it is not bounded by this transaction's own
             # xid; from its first write on, the batch holds back every reader of the log
             # until it commits, which is why batches are kept small.
-            position = await _checkpoint(conn, projection.name)
-            events = await self._store.read_log(position, self._batch_size, conn=conn)
-            for event in events:
-                await projection.apply(conn, event)
-            if events:
-                last = events[-1].log_position
-                await conn.execute(
-                    Q["write_checkpoint"], projection.name, str(last.xid), last.position
-                )
-            return len(events)
+            return await self._apply_batch(
+                conn, projection, await _checkpoint(conn, projection.name)
+            )
+
+    async def _apply_batch(
+        self, conn: Executor, projection: Projection, position: LogPosition
+    ) -> int:
+        """Apply the batch after `position` and advance the checkpoint, on `conn`."""
+        events = await self._store.read_log(position, self._batch_size, conn=conn)
+        for event in events:
+            await projection.apply(conn, event)
+        if events:
+            last = events[-1].log_position
+            await conn.execute(Q["write_checkpoint"], projection.name, str(last.xid), last.position)
+        return len(events)
 
     async def wait_applied(self, name: str, target: LogPosition) -> None:
         """Return once the projection has applied the log through `target` (applying it here
@@ -114,19 +119,26 @@ class ProjectionRunner:
         return True
 
     async def rebuild(self, name: str) -> int:
-        """Empty a projection's tables, replay the log from zero; returns the events applied.
+        """Empty a projection's tables and replay the log from zero; returns the events applied.
 
-        The reset is one transaction; replay then proceeds batch by batch, so an interrupted
-        rebuild resumes where it stopped.
+        One transaction: readers (token checks, job lists) see the old tables until the new
+        ones commit, never an empty or half-built projection. Rows are deleted, not truncated,
+        because TRUNCATE would lock readers out for the whole replay.
         """
         projection = self.projections[name]
+        total = 0
         async with self._pool.acquire() as conn, conn.transaction():
             # Wait for a running batch (here or in another replica) instead of skipping.
             await conn.execute(Q["lock_projection_wait"], name)
             for table in projection.tables:
-                await conn.execute(f'TRUNCATE "{table}"')
+                # Table names come from the projection's code, never from input.
+                await conn.execute(f'DELETE FROM "{table}"')
             await conn.execute(Q["write_checkpoint"], name, str(ORIGIN.xid), ORIGIN.position)
-        return await self.catch_up(projection)
+            while applied := await self._apply_batch(
+                conn, projection, await _checkpoint(conn, name)
+            ):
+                total += applied
+        return total
 
 
 async def _checkpoint(conn: Executor, name: str) -> LogPosition:

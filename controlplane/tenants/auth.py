@@ -17,8 +17,8 @@ from controlplane.http.keys import POOL
 from controlplane.queries import Q
 from controlplane.tenants.tokens import PREFIX, token_sha256
 
-PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json", "/metrics"})
-"""Probes and documents that load balancers, scrapers and clients read without a token."""
+PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json"})
+"""Probes and documents that load balancers and clients read without a token."""
 
 
 @dataclass(frozen=True, slots=True)
