@@ -11,8 +11,10 @@ from sqlalchemy import (
     Boolean,
     CheckConstraint,
     Column,
+    Computed,
     DateTime,
     Double,
+    ForeignKey,
     Identity,
     Index,
     Integer,
@@ -24,7 +26,7 @@ from sqlalchemy import (
     Uuid,
     text,
 )
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.types import UserDefinedType
 
 
@@ -93,6 +95,11 @@ schema_migrations = Table(
     Column("applied_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
 )
 
+
+def _manifest(field: str, sql_type: str) -> str:
+    return f"((doc -> 'manifest' ->> '{field}')::{sql_type})"
+
+
 job_status = Table(
     "job_status",
     metadata,
@@ -108,8 +115,30 @@ job_status = Table(
     Column("updated_at", DateTime(timezone=True), nullable=False),
     Column("version", Integer, nullable=False),
     Column("doc", JSONB, nullable=False),
+    Column("learners", Integer, Computed(_manifest("learners", "integer"), persisted=True)),
+    Column(
+        "gpus_per_learner",
+        Integer,
+        Computed(_manifest("gpus_per_learner", "integer"), persisted=True),
+    ),
+    Column(
+        "cpus_per_learner",
+        Double,
+        Computed(_manifest("cpus", "double precision"), persisted=True),
+    ),
+    Column(
+        "memory_mb_per_learner",
+        BigInteger,
+        Computed(_manifest("memory_mb", "bigint"), persisted=True),
+    ),
     Index("job_status_tenant_order", "tenant", text("submitted_at DESC"), text("job_id DESC")),
     Index("job_status_order", text("submitted_at DESC"), text("job_id DESC")),
+    Index(
+        "job_status_queue",
+        text("priority DESC"),
+        "submitted_at",
+        postgresql_where=text("state = 'QUEUED'"),
+    ),
     Index(
         "job_status_labels",
         "labels",
@@ -151,4 +180,60 @@ api_tokens = Table(
     Column("issued_at", DateTime(timezone=True), nullable=False),
     Column("revoked_at", DateTime(timezone=True)),
     CheckConstraint("(tenant IS NULL) = is_admin"),
+)
+
+nodes = Table(
+    "nodes",
+    metadata,
+    Column("name", Text, primary_key=True),
+    Column("agent_id", Uuid, nullable=False),
+    Column("state", Text, nullable=False),
+    Column("lease_until", DateTime(timezone=True), nullable=False),
+    Column("heartbeat_at", DateTime(timezone=True), nullable=False),
+    Column("registered_at", DateTime(timezone=True), nullable=False),
+    Column("runtime", Text, nullable=False),
+    Column("cpus", Double, nullable=False),
+    Column("memory_mb", BigInteger, nullable=False),
+    CheckConstraint("state IN ('READY', 'GONE', 'LOST')"),
+    CheckConstraint("cpus > 0"),
+    CheckConstraint("memory_mb > 0"),
+)
+
+node_gpus = Table(
+    "node_gpus",
+    metadata,
+    Column("node", Text, ForeignKey("nodes.name", ondelete="CASCADE"), primary_key=True),
+    Column("index", Integer, primary_key=True, autoincrement=False),
+    Column("uuid", Text, nullable=False, unique=True),
+    Column("model", Text, nullable=False),
+    Column("memory_mb", BigInteger, nullable=False),
+    Column("healthy", Boolean, nullable=False),
+    Column("health_reason", Text),
+)
+
+allocations = Table(
+    "allocations",
+    metadata,
+    Column("job_id", Uuid, primary_key=True),
+    Column("attempt", Integer, primary_key=True, autoincrement=False),
+    Column("learner", Integer, primary_key=True, autoincrement=False),
+    Column("tenant", Text, nullable=False),
+    Column("node", Text, nullable=False),
+    Column("epoch", BigInteger, nullable=False),
+    Column("gpus", ARRAY(Text), nullable=False),
+    Column("cpus", Double, nullable=False),
+    Column("memory_mb", BigInteger, nullable=False),
+    Column("allocated_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    Column("released_at", DateTime(timezone=True)),
+    Index("allocations_active_node", "node", postgresql_where=text("released_at IS NULL")),
+    Index("allocations_active_tenant", "tenant", postgresql_where=text("released_at IS NULL")),
+)
+
+allocated_gpus = Table(
+    "allocated_gpus",
+    metadata,
+    Column("gpu_uuid", Text, primary_key=True),
+    Column("job_id", Uuid, nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("learner", Integer, nullable=False),
 )
