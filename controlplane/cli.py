@@ -6,25 +6,22 @@ import argparse
 import asyncio
 import json
 import logging
-import signal
 import sys
 from collections.abc import Callable, Coroutine, Sequence
-from pathlib import Path
 from typing import Any
 
-from aiohttp import web
-
+from controlplane.agents.nodes import NodeNameTaken
 from controlplane.database import DatabaseUnavailable, create_pool, describe, resolve_database
 from controlplane.events.store import EventStore
 from controlplane.events.subscription import LogListener
-from controlplane.http.app import create_app
-from controlplane.http.keys import PROJECTIONS, STORE
 from controlplane.migrate import MigrationError, available, migrate, require_migrated
 from controlplane.projections.catalog import all_projections
 from controlplane.projections.runner import ProjectionRunner
+from controlplane.serving import ServeError, serving, signalled
 from controlplane.settings import Settings
-from controlplane.tenants.admin import TOKEN_FILE, bootstrap_admin_token
 from controlplane.tenants.cli import add_commands as add_tenant_commands
+from controlplane.up import up
+from node_agent.cli import add_commands as add_agent_commands
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -45,7 +42,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DatabaseUnavailable as exc:
         print(f"trainyard: {exc}", file=sys.stderr)
         return EXIT_UNREACHABLE
-    except MigrationError as exc:
+    except (MigrationError, ServeError, NodeNameTaken) as exc:
         print(f"trainyard: {exc}", file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt:
@@ -62,14 +59,25 @@ def parser() -> argparse.ArgumentParser:
     top.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
     commands = top.add_subparsers(title="commands", required=True, metavar="COMMAND")
 
-    up = commands.add_parser(
+    local = commands.add_parser(
         "up",
-        help="run everything on this machine: database, migrations, control plane",
+        help="run everything on this machine, with a demo job",
         description="Start the embedded Postgres (unless TRAINYARD_DATABASE_URL is set), apply "
-        "migrations and run the control plane until interrupted.",
+        "migrations, run the control plane and one local agent (process runtime), submit a "
+        "small PyTorch demo job as tenant 'demo' and stream its status and logs; then keep "
+        "running until interrupted.",
     )
-    _listen_args(up)
-    up.set_defaults(handler=cmd_up)
+    _listen_args(local)
+    local.add_argument(
+        "--fake-gpus", type=int, metavar="N", help="the local agent offers N fake GPUs"
+    )
+    local.add_argument("--no-demo", action="store_true", help="do not submit the demo job")
+    local.add_argument(
+        "--exit-after-demo",
+        action="store_true",
+        help="stop once the demo job has ended (exit code 1 if it did not complete)",
+    )
+    local.set_defaults(handler=cmd_up)
 
     serve = commands.add_parser(
         "serve",
@@ -107,6 +115,7 @@ def parser() -> argparse.ArgumentParser:
     rebuild.set_defaults(handler=cmd_projections_rebuild)
 
     add_tenant_commands(commands)
+    add_agent_commands(commands)
 
     bench = commands.add_parser(
         "bench", help="run a benchmark", description="Benchmarks that print JSON."
@@ -146,16 +155,24 @@ def _listen_args(command: argparse.ArgumentParser) -> None:
 
 async def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
     url = await resolve_database(settings)
-    applied = await migrate(url)
-    if applied:
-        print(f"applied {len(applied)} migration(s)")
-    return await _serve(url, args.host, args.port, settings.home)
+    state = await up(
+        url,
+        settings.home,
+        host=args.host,
+        port=args.port,
+        fake_gpus=args.fake_gpus,
+        demo=not args.no_demo,
+        stay=not args.exit_after_demo,
+    )
+    return EXIT_FAILED if state in ("FAILED", "CANCELLED") else 0
 
 
 async def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     url = await resolve_database(settings)
     await require_migrated(url)
-    return await _serve(url, args.host, args.port, settings.home)
+    async with serving(url, args.host, args.port, settings.home):
+        await signalled().wait()
+    return 0
 
 
 async def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
@@ -228,36 +245,6 @@ class _runner:
 
     async def __aexit__(self, *_: object) -> None:
         await self._pool.close()
-
-
-async def _serve(url: str, host: str, port: int, home: Path) -> int:
-    app = create_app(url)
-    runner = web.AppRunner(app, handle_signals=False)
-    await runner.setup()
-    try:
-        try:
-            token = await bootstrap_admin_token(app[STORE], app[PROJECTIONS], home)
-        except OSError as exc:
-            print(f"trainyard: cannot write the admin token under {home}: {exc}", file=sys.stderr)
-            return EXIT_FAILED
-        if token is not None:
-            print(f"admin token (shown once; also in {home / TOKEN_FILE}): {token}")
-        site = web.TCPSite(runner, host, port)
-        try:
-            await site.start()
-        except OSError as exc:
-            print(f"trainyard: cannot listen on {host}:{port}: {exc.strerror}", file=sys.stderr)
-            return EXIT_FAILED
-        print(f"control plane on http://{host}:{port} (database {describe(url)})")
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        await stop.wait()
-        print("shutting down")
-    finally:
-        await runner.cleanup()
-    return 0
 
 
 if __name__ == "__main__":

@@ -185,3 +185,180 @@ ORDER BY t.name;
 
 -- name: tenant_exists
 SELECT EXISTS (SELECT 1 FROM tenants WHERE name = $1);
+
+-- name: register_node
+-- Take (or renew) a node's lease; nothing comes back while another agent holds a live lease
+-- on the name: it keeps it, and the newcomer refuses to start.
+INSERT INTO nodes AS n (name, agent_id, state, lease_until, heartbeat_at, registered_at,
+                        runtime, cpus, memory_mb)
+VALUES ($1, $2, 'READY', now() + make_interval(secs => $3), now(), now(), $4, $5, $6)
+ON CONFLICT (name) DO UPDATE
+SET agent_id = excluded.agent_id, state = 'READY', lease_until = excluded.lease_until,
+    heartbeat_at = excluded.heartbeat_at, registered_at = excluded.registered_at,
+    runtime = excluded.runtime, cpus = excluded.cpus, memory_mb = excluded.memory_mb
+WHERE n.lease_until < now() OR n.state <> 'READY' OR n.agent_id = excluded.agent_id
+RETURNING lease_until;
+
+-- name: node_lease_holder
+SELECT agent_id, lease_until, heartbeat_at FROM nodes WHERE name = $1;
+
+-- name: forget_node_gpus
+DELETE FROM node_gpus WHERE node = $1;
+
+-- name: insert_node_gpu
+INSERT INTO node_gpus (node, index, uuid, model, memory_mb, healthy, health_reason)
+VALUES ($1, $2, $3, $4, $5, $6, $7);
+
+-- name: set_gpu_health
+UPDATE node_gpus SET healthy = $3, health_reason = $4 WHERE node = $1 AND uuid = $2;
+
+-- name: renew_lease
+-- Nothing comes back when the lease is no longer this agent's (it expired and was taken).
+UPDATE nodes SET lease_until = now() + make_interval(secs => $3), heartbeat_at = now()
+WHERE name = $1 AND agent_id = $2 AND state = 'READY'
+RETURNING lease_until;
+
+-- name: deregister_node
+UPDATE nodes SET state = 'GONE', lease_until = now()
+WHERE name = $1 AND agent_id = $2;
+
+-- name: list_nodes
+SELECT n.name, n.state, n.lease_until, n.heartbeat_at, n.registered_at, n.runtime, n.cpus,
+       n.memory_mb, n.lease_until < now() AS expired,
+       coalesce((SELECT json_agg(json_build_object(
+                    'index', g.index, 'uuid', g.uuid, 'model', g.model,
+                    'memory_mb', g.memory_mb, 'healthy', g.healthy,
+                    'health_reason', g.health_reason, 'job_id', a.job_id,
+                    'attempt', a.attempt, 'learner', a.learner)
+                  ORDER BY g.index)
+                 FROM node_gpus g LEFT JOIN allocated_gpus a ON a.gpu_uuid = g.uuid
+                 WHERE g.node = n.name), '[]') AS gpus,
+       coalesce((SELECT sum(a.cpus) FROM allocations a
+                 WHERE a.node = n.name AND a.released_at IS NULL), 0) AS cpus_allocated,
+       coalesce((SELECT sum(a.memory_mb) FROM allocations a
+                 WHERE a.node = n.name AND a.released_at IS NULL), 0) AS memory_mb_allocated
+FROM nodes n
+ORDER BY n.name;
+
+-- name: node_free
+-- What a node can still give: healthy unallocated GPUs (by index), CPUs and memory.
+SELECT coalesce((SELECT array_agg(g.uuid ORDER BY g.index) FROM node_gpus g
+                 WHERE g.node = n.name AND g.healthy
+                   AND NOT EXISTS (SELECT 1 FROM allocated_gpus a WHERE a.gpu_uuid = g.uuid)),
+                '{}') AS gpus,
+       n.cpus - coalesce((SELECT sum(a.cpus) FROM allocations a
+                          WHERE a.node = n.name AND a.released_at IS NULL), 0) AS cpus,
+       n.memory_mb - coalesce((SELECT sum(a.memory_mb) FROM allocations a
+                               WHERE a.node = n.name AND a.released_at IS NULL), 0) AS memory_mb
+FROM nodes n
+WHERE n.name = $1 AND n.state = 'READY';
+
+-- name: claim_candidate
+-- The next queued job that fits: fair share first (the tenant holding the fewest GPUs for its
+-- weight), then priority, then submission time; within the tenant's GPU quota. SKIP LOCKED
+-- lets concurrent agents each take a different job instead of queueing on one row.
+WITH usage AS (
+    SELECT tenant, sum(cardinality(gpus)) AS gpus
+    FROM allocations WHERE released_at IS NULL
+    GROUP BY tenant
+), candidate AS (
+    SELECT s.job_id, s.attempt, s.tenant, s.learners, s.gpus_per_learner,
+           s.cpus_per_learner, s.memory_mb_per_learner
+    FROM job_status s
+    JOIN tenants t ON t.name = s.tenant
+    LEFT JOIN usage u ON u.tenant = s.tenant
+    WHERE s.state = 'QUEUED'
+      AND s.learners * s.gpus_per_learner <= $1
+      AND s.learners * s.cpus_per_learner <= $2
+      AND s.learners * s.memory_mb_per_learner <= $3
+      AND (t.gpu_quota IS NULL
+           OR coalesce(u.gpus, 0) + s.learners * s.gpus_per_learner <= t.gpu_quota)
+      -- Claimed already, but the projection has not applied the JobDeploying event yet.
+      AND NOT EXISTS (SELECT 1 FROM allocations a
+                      WHERE a.job_id = s.job_id AND a.attempt = s.attempt)
+    ORDER BY coalesce(u.gpus, 0) / t.weight, s.priority DESC, s.submitted_at, s.job_id
+    LIMIT 1
+    FOR UPDATE OF s SKIP LOCKED
+)
+SELECT * FROM candidate;
+
+-- name: next_epoch
+SELECT nextval('claim_epochs');
+
+-- name: insert_allocation
+INSERT INTO allocations (job_id, attempt, learner, tenant, node, epoch, gpus, cpus, memory_mb)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9);
+
+-- name: insert_allocated_gpu
+INSERT INTO allocated_gpus (gpu_uuid, job_id, attempt, learner) VALUES ($1, $2, $3, $4);
+
+-- name: release_allocations
+UPDATE allocations SET released_at = now()
+WHERE job_id = $1 AND attempt = $2 AND released_at IS NULL;
+
+-- name: release_gpus
+DELETE FROM allocated_gpus WHERE job_id = $1 AND attempt = $2;
+
+-- name: stream_version
+SELECT coalesce(max(stream_version), 0) FROM events WHERE stream_id = $1;
+
+-- name: reserve_log_ids
+-- Learner logs: lock the heads of the jobs a batch writes to and take ids for its lines
+-- ($2 per job). The row locks last until the writer commits, so the next writer of a job waits
+-- here and ids commit in increasing order: a reader's `id > cursor` never skips a late commit.
+-- Heads are locked in job_id order, so writers of overlapping sets of jobs cannot deadlock.
+-- `updated_at` is the time the lock was granted, not the start of a wait for it.
+INSERT INTO job_log_heads AS h (job_id, last_id, updated_at)
+SELECT b.job_id, b.lines, clock_timestamp()
+FROM unnest($1::uuid[], $2::bigint[]) AS b(job_id, lines)
+ORDER BY b.job_id
+ON CONFLICT (job_id) DO UPDATE
+SET last_id = h.last_id + excluded.last_id, updated_at = clock_timestamp()
+RETURNING job_id, last_id;
+
+-- name: advance_log_series
+-- Run after `reserve_log_ids` in the same transaction, so that its snapshot holds every earlier
+-- writer's lines: the last stored seq of each series of the batch, and the batch's last seqs
+-- recorded in their place. The writer leaves out lines at or below the stored seq, so a retried
+-- batch, or an agent resuming after a restart, never stores a line twice.
+WITH batch AS (
+    SELECT * FROM unnest($1::uuid[], $2::integer[], $3::integer[], $4::text[], $5::bigint[])
+        AS b(job_id, attempt, learner, stream, last_seq)
+), stored AS (
+    SELECT s.job_id, s.attempt, s.learner, s.stream, s.last_seq
+    FROM job_log_series s JOIN batch b USING (job_id, attempt, learner, stream)
+), advanced AS (
+    INSERT INTO job_log_series AS s (job_id, attempt, learner, stream, last_seq)
+    SELECT job_id, attempt, learner, stream, last_seq FROM batch
+    ON CONFLICT (job_id, attempt, learner, stream) DO UPDATE
+    SET last_seq = greatest(s.last_seq, excluded.last_seq)
+)
+SELECT job_id, attempt, learner, stream, last_seq FROM stored;
+
+-- name: log_last_seqs
+-- Where an agent resumes shipping an attempt's output: the last stored seq of each series.
+SELECT learner, stream, last_seq FROM job_log_series WHERE job_id = $1 AND attempt = $2;
+
+-- name: read_job_logs
+-- A job's lines after a cursor, in id order (the order they were stored in), optionally of one
+-- attempt and one learner.
+SELECT id, attempt, learner, stream, seq, at, line
+FROM job_logs
+WHERE job_id = $1 AND id > $2
+  AND ($3::integer IS NULL OR attempt = $3)
+  AND ($4::integer IS NULL OR learner = $4)
+ORDER BY id
+LIMIT $5;
+
+-- name: job_log_quiet_s
+-- Seconds (by the database's clock) since the last of: a batch of the job's lines stored, one
+-- of its learners ended (its allocation released), and $2 (when the job ended). NULL while a
+-- learner of the job is still allocated, since more lines may come.
+SELECT CASE
+    WHEN EXISTS (SELECT 1 FROM allocations WHERE job_id = $1 AND released_at IS NULL) THEN NULL
+    ELSE extract(epoch FROM now() - greatest(
+        (SELECT updated_at FROM job_log_heads WHERE job_id = $1),
+        (SELECT max(released_at) FROM allocations WHERE job_id = $1),
+        $2::timestamptz
+    ))::float8
+END;

@@ -237,3 +237,40 @@ allocated_gpus = Table(
     Column("attempt", Integer, nullable=False),
     Column("learner", Integer, nullable=False),
 )
+
+job_logs = Table(
+    "job_logs",
+    metadata,
+    Column("job_id", Uuid, primary_key=True),
+    Column("attempt", Integer, primary_key=True, autoincrement=False),
+    Column("learner", Integer, primary_key=True, autoincrement=False),
+    Column("stream", Text, primary_key=True),
+    Column("seq", BigInteger, primary_key=True, autoincrement=False),
+    Column("id", BigInteger, nullable=False),
+    Column("at", DateTime(timezone=True), nullable=False),
+    Column("line", Text, nullable=False),
+    CheckConstraint("attempt > 0"),
+    CheckConstraint("learner >= 0"),
+    CheckConstraint("stream IN ('stdout', 'stderr', 'system')"),
+    CheckConstraint("seq > 0"),
+    CheckConstraint("id > 0"),
+    UniqueConstraint("job_id", "id", name="job_logs_cursor_key"),
+)
+
+job_log_heads = Table(
+    "job_log_heads",
+    metadata,
+    Column("job_id", Uuid, primary_key=True),
+    Column("last_id", BigInteger, nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+)
+
+job_log_series = Table(
+    "job_log_series",
+    metadata,
+    Column("job_id", Uuid, primary_key=True),
+    Column("attempt", Integer, primary_key=True, autoincrement=False),
+    Column("learner", Integer, primary_key=True, autoincrement=False),
+    Column("stream", Text, primary_key=True),
+    Column("last_seq", BigInteger, nullable=False),
+)

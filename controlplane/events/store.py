@@ -210,6 +210,11 @@ class EventStore:
         rows = await executor.fetch(Q["read_stream"], stream_id, from_version)
         return [self._decode(row) for row in rows]
 
+    async def version(self, stream_id: str, *, conn: Executor | None = None) -> int:
+        """The stream's current version (0 for a stream that does not exist)."""
+        executor = conn if conn is not None else self._pool
+        return int(await executor.fetchval(Q["stream_version"], stream_id))
+
     async def read_log(
         self, after: LogPosition, limit: int = 1000, *, conn: Executor | None = None
     ) -> list[RecordedEvent]:

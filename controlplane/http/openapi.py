@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from controlplane import __version__
+from controlplane.http import logs
 from controlplane.http.jobs import CancelRequest
 from controlplane.jobs.lifecycle import Job
 from controlplane.jobs.manifest import JobManifest
@@ -69,6 +70,49 @@ _HISTORY = {
                 },
             },
         },
+    },
+}
+
+
+_GPU = {
+    "type": "object",
+    "properties": {
+        "index": {"type": "integer"},
+        "uuid": {"type": "string"},
+        "model": {"type": "string"},
+        "memory_mb": {"type": "integer"},
+        "healthy": {"type": "boolean"},
+        "health_reason": {"type": ["string", "null"]},
+        "allocated": {"type": "boolean"},
+        "job_id": {"type": ["string", "null"], "description": "admins only"},
+        "attempt": {"type": ["integer", "null"], "description": "admins only"},
+        "learner": {"type": ["integer", "null"], "description": "admins only"},
+    },
+}
+_NODES = {
+    "type": "object",
+    "properties": {
+        "nodes": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "name": {"type": "string"},
+                    "state": {"type": "string", "enum": ["READY", "UNRESPONSIVE", "GONE", "LOST"]},
+                    "runtime": {"type": "string"},
+                    "lease_until": {"type": "string", "format": "date-time"},
+                    "heartbeat_at": {"type": "string", "format": "date-time"},
+                    "registered_at": {"type": "string", "format": "date-time"},
+                    "cpus": {"type": "number"},
+                    "cpus_allocated": {"type": "number"},
+                    "memory_mb": {"type": "integer"},
+                    "memory_mb_allocated": {"type": "integer"},
+                    "gpus": {"type": "array", "items": _GPU},
+                    "gpus_free": {"type": "integer"},
+                    "gpus_allocated": {"type": "integer"},
+                },
+            },
+        }
     },
 }
 
@@ -283,6 +327,14 @@ def document() -> dict[str, Any]:
                         "200": _json("the cancelled job", _ref("JobView")),
                         **_errors(400, 401, 404, 409, 422),
                     },
+                }
+            },
+            **logs.openapi_paths(),
+            "/v1/nodes": {
+                "get": {
+                    "summary": "Nodes: state, lease, capacity, GPUs and their health",
+                    "security": secured,
+                    "responses": {"200": _json("the nodes", _NODES), **_errors(401)},
                 }
             },
             "/v1/jobs/{job_id}/checkpoint": {

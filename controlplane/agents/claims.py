@@ -1,0 +1,124 @@
+"""Claiming queued jobs for a node: the claim, its GPU allocation, a fencing epoch and the
+DEPLOYING event commit in one transaction, or not at all."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from uuid import UUID
+
+import asyncpg
+
+from controlplane.database import Executor
+from controlplane.events.errors import ConcurrencyError
+from controlplane.events.metadata import Metadata
+from controlplane.events.store import EventStore
+from controlplane.jobs.events import JobEvent
+from controlplane.jobs.lifecycle import Deploy, Job, Refused, decide, replay
+from controlplane.jobs.service import now
+from controlplane.jobs.streams import job_stream
+from controlplane.queries import Q
+
+
+@dataclass(frozen=True, slots=True)
+class LearnerAllocation:
+    index: int
+    gpus: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A job attempt this node now runs: its learners' GPUs and the fencing epoch."""
+
+    job: Job
+    attempt: int
+    epoch: int
+    learners: list[LearnerAllocation]
+    version: int
+    """The job stream's version once the claim's event is in."""
+
+    @property
+    def gpus(self) -> list[str]:
+        return [gpu for learner in self.learners for gpu in learner.gpus]
+
+
+STALE_RETRIES = 5
+
+
+class _Stale(Exception):
+    """The queue row was behind the job's stream; roll the claim back."""
+
+
+async def claim(pool: asyncpg.Pool, store: EventStore, node: str) -> Claim | None:
+    """Claim the next job that fits on `node`, or None when none fits."""
+    for _ in range(STALE_RETRIES):
+        try:
+            async with pool.acquire() as conn, conn.transaction():
+                return await _claim(conn, store, node)
+        except (_Stale, ConcurrencyError):
+            # Another node claimed the job, or its user cancelled it, while the queue row (a
+            # projection) lagged; all was rolled back. The next try sees the other claim's
+            # allocation (or the projection's update) and takes the next job.
+            continue
+    return None
+
+
+async def _claim(conn: Executor, store: EventStore, node: str) -> Claim | None:
+    free = await conn.fetchrow(Q["node_free"], node)
+    if free is None:
+        return None  # the node is not READY (deregistered, or declared lost)
+    gpus: list[str] = list(free["gpus"])
+    row = await conn.fetchrow(Q["claim_candidate"], len(gpus), free["cpus"], free["memory_mb"])
+    if row is None:
+        return None
+    job_id: UUID = row["job_id"]
+    history = await store.read_stream(job_stream(job_id), conn=conn)
+    past = [e.event for e in history if isinstance(e.event, JobEvent)]
+    job = replay(past)
+    epoch = int(await conn.fetchval(Q["next_epoch"]))
+    per_learner = row["gpus_per_learner"]
+    learners = [
+        LearnerAllocation(i, gpus[i * per_learner : (i + 1) * per_learner])
+        for i in range(row["learners"])
+    ]
+    allocated = [g for learner in learners for g in learner.gpus]
+    try:
+        events = decide(Deploy(nodes=[node], gpus=allocated, epoch=epoch, at=now()), job)
+    except Refused as exc:
+        raise _Stale from exc
+    # The event first: the transaction takes its xid here, so that the append's check against
+    # a younger stream head compares with the claim itself.
+    metadata = Metadata.capture(f"agent:{node}", tenant=row["tenant"])
+    await store.append(job_stream(job_id), len(history), events, metadata, conn=conn)
+    for learner in learners:
+        await conn.execute(
+            Q["insert_allocation"],
+            job_id,
+            row["attempt"],
+            learner.index,
+            row["tenant"],
+            node,
+            epoch,
+            learner.gpus,
+            row["cpus_per_learner"],
+            row["memory_mb_per_learner"],
+        )
+        for gpu in learner.gpus:
+            await conn.execute(
+                Q["insert_allocated_gpu"], gpu, job_id, row["attempt"], learner.index
+            )
+    deployed = replay([*past, *events])
+    assert deployed is not None
+    return Claim(
+        job=deployed,
+        attempt=row["attempt"],
+        epoch=epoch,
+        learners=learners,
+        version=len(history) + len(events),
+    )
+
+
+async def release(pool: asyncpg.Pool, job_id: UUID, attempt: int) -> None:
+    """Give back an attempt's allocations once all its learners have ended."""
+    async with pool.acquire() as conn, conn.transaction():
+        await conn.execute(Q["release_allocations"], job_id, attempt)
+        await conn.execute(Q["release_gpus"], job_id, attempt)

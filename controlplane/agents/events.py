@@ -1,0 +1,47 @@
+"""The events of a node's stream (`node-<name>`): what the record keeps of its life."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from uuid import UUID
+
+from pydantic import BaseModel, ConfigDict
+
+from controlplane.events.types import Event, registry
+
+
+class GpuInfo(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    index: int
+    uuid: str
+    model: str
+    memory_mb: int
+    healthy: bool
+    health_reason: str | None = None
+
+
+class NodeEvent(Event):
+    at: datetime
+
+
+@registry.register("NodeRegistered")
+class NodeRegistered(NodeEvent):
+    agent_id: UUID
+    runtime: str
+    cpus: float
+    memory_mb: int
+    gpus: list[GpuInfo]
+
+
+@registry.register("NodeGpuUnhealthy")
+class NodeGpuUnhealthy(NodeEvent):
+    """A GPU stopped taking new work (XID or ECC error, or lost)."""
+
+    uuid: str
+    reason: str
+
+
+@registry.register("NodeDeregistered")
+class NodeDeregistered(NodeEvent):
+    agent_id: UUID

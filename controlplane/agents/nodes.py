@@ -1,0 +1,113 @@
+"""Node registration, leases and inventory: the control plane's side of an agent's life."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from uuid import UUID
+
+import asyncpg
+
+from controlplane.agents.events import (
+    GpuInfo,
+    NodeDeregistered,
+    NodeEvent,
+    NodeGpuUnhealthy,
+    NodeRegistered,
+)
+from controlplane.database import Executor
+from controlplane.events.metadata import Metadata
+from controlplane.events.store import EventStore
+from controlplane.jobs.service import now
+from controlplane.queries import Q
+
+CATEGORY = "node"
+
+
+class NodeNameTaken(Exception):
+    """Another agent holds a live lease on the node's name."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSpec:
+    name: str
+    agent_id: UUID
+    runtime: str
+    cpus: float
+    memory_mb: int
+    gpus: list[GpuInfo]
+
+
+def node_stream(name: str) -> str:
+    return f"{CATEGORY}-{name}"
+
+
+class Nodes:
+    def __init__(self, pool: asyncpg.Pool, store: EventStore) -> None:
+        self._pool = pool
+        self._store = store
+
+    async def register(self, node: NodeSpec, ttl_s: float) -> datetime:
+        """Take the node's lease and record its inventory; NodeNameTaken if it is held."""
+        async with self._pool.acquire() as conn, conn.transaction():
+            lease = await conn.fetchval(
+                Q["register_node"],
+                node.name,
+                node.agent_id,
+                ttl_s,
+                node.runtime,
+                node.cpus,
+                node.memory_mb,
+            )
+            if lease is None:
+                holder = await conn.fetchrow(Q["node_lease_holder"], node.name)
+                assert holder is not None
+                raise NodeNameTaken(
+                    f"node name {node.name!r} is held by a live agent ({holder['agent_id']}, "
+                    f"lease until {holder['lease_until']:%Y-%m-%d %H:%M:%S%z}); "
+                    "stop that agent or choose another --name"
+                )
+            await conn.execute(Q["forget_node_gpus"], node.name)
+            await conn.executemany(
+                Q["insert_node_gpu"],
+                [
+                    (node.name, g.index, g.uuid, g.model, g.memory_mb, g.healthy, g.health_reason)
+                    for g in node.gpus
+                ],
+            )
+            registered = NodeRegistered(
+                agent_id=node.agent_id,
+                runtime=node.runtime,
+                cpus=node.cpus,
+                memory_mb=node.memory_mb,
+                gpus=node.gpus,
+                at=now(),
+            )
+            await self._record(conn, node.name, registered)
+        assert isinstance(lease, datetime)
+        return lease
+
+    async def renew(self, name: str, agent_id: UUID, ttl_s: float) -> datetime | None:
+        """Extend the lease; None when it is no longer this agent's."""
+        lease = await self._pool.fetchval(Q["renew_lease"], name, agent_id, ttl_s)
+        assert lease is None or isinstance(lease, datetime)
+        return lease
+
+    async def mark_unhealthy(self, name: str, gpu: GpuInfo) -> None:
+        reason = gpu.health_reason or "unhealthy"
+        async with self._pool.acquire() as conn, conn.transaction():
+            await conn.execute(Q["set_gpu_health"], name, gpu.uuid, False, reason)
+            await self._record(conn, name, NodeGpuUnhealthy(uuid=gpu.uuid, reason=reason, at=now()))
+
+    async def deregister(self, name: str, agent_id: UUID) -> None:
+        async with self._pool.acquire() as conn, conn.transaction():
+            await conn.execute(Q["deregister_node"], name, agent_id)
+            await self._record(conn, name, NodeDeregistered(agent_id=agent_id, at=now()))
+
+    async def _record(self, conn: Executor, name: str, event: NodeEvent) -> None:
+        """Append to the node's stream inside the caller's transaction, which also holds the
+        node's row: the agent is the stream's only writer, so its version cannot move."""
+        stream = node_stream(name)
+        version = await self._store.version(stream, conn=conn)
+        metadata = Metadata.capture(f"agent:{name}")
+        await self._store.append(stream, version, [event], metadata, conn=conn)

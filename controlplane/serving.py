@@ -1,0 +1,55 @@
+"""Serving the control plane from the command line: start, bootstrap, listen, stop cleanly."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from aiohttp import web
+
+from controlplane.database import describe
+from controlplane.http.app import create_app
+from controlplane.http.keys import PROJECTIONS, STORE
+from controlplane.tenants.admin import TOKEN_FILE, bootstrap_admin_token
+
+
+class ServeError(Exception):
+    """The control plane cannot start; the message is one line for the operator."""
+
+
+def signalled() -> asyncio.Event:
+    """An event set by SIGINT or SIGTERM."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    return stop
+
+
+@asynccontextmanager
+async def serving(url: str, host: str, port: int, home: Path) -> AsyncIterator[web.Application]:
+    """The control plane listening on host:port until the block ends; then a graceful
+    shutdown (open SSE streams closed, in-flight requests finished, background tasks stopped).
+    """
+    app = create_app(url)
+    runner = web.AppRunner(app, handle_signals=False)
+    await runner.setup()
+    try:
+        try:
+            token = await bootstrap_admin_token(app[STORE], app[PROJECTIONS], home)
+        except OSError as exc:
+            raise ServeError(f"cannot write the admin token under {home}: {exc}") from exc
+        if token is not None:
+            print(f"admin token (shown once; also in {home / TOKEN_FILE}): {token}")
+        try:
+            await web.TCPSite(runner, host, port).start()
+        except OSError as exc:
+            raise ServeError(f"cannot listen on {host}:{port}: {exc.strerror}") from exc
+        print(f"control plane on http://{host}:{port} (database {describe(url)})")
+        yield app
+        print("shutting down")
+    finally:
+        await runner.cleanup()

@@ -1,0 +1,74 @@
+"""`trainyard up`: everything on one machine — the database, the control plane, one local
+agent with the process runtime — and a demo job whose status and logs stream to the terminal."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+
+from controlplane.demo import demo_token, run_demo
+from controlplane.http.keys import PROJECTIONS, STORE
+from controlplane.migrate import migrate
+from controlplane.serving import serving, signalled
+from node_agent.agent import AgentConfig
+from node_agent.service import run_agent
+
+AGENT_NAME = "local"
+
+
+def local_agent(home: Path) -> AgentConfig:
+    memory_mb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // (1 << 20)
+    return AgentConfig(
+        name=AGENT_NAME,
+        work_dir=home / "agents" / AGENT_NAME,
+        cpus=float(os.cpu_count() or 1),
+        memory_mb=memory_mb,
+        launcher=(sys.executable, "-m", "runners.launch"),
+    )
+
+
+async def up(
+    url: str, home: Path, *, host: str, port: int, fake_gpus: int | None, demo: bool, stay: bool
+) -> str | None:
+    """Run until SIGINT/SIGTERM (or, unless `stay`, until the demo job ends); returns the demo
+    job's final state."""
+    applied = await migrate(url)
+    if applied:
+        print(f"applied {len(applied)} migration(s)")
+    async with serving(url, host, port, home) as app:
+        stop = signalled()
+        registered = asyncio.Event()
+        agent = asyncio.create_task(
+            run_agent(url, local_agent(home), fake_gpus=fake_gpus, stop=stop, registered=registered)
+        )
+        await _first(agent, registered)
+        print(f"agent {AGENT_NAME!r} running learners as local processes")
+        state = None
+        if demo:
+            token = await demo_token(app[STORE], app[PROJECTIONS], home)
+            following = asyncio.create_task(run_demo(f"http://{host}:{port}", token))
+            await _first(following, stop)
+            if following.done():
+                state = following.result()
+                print(f"demo job ended: {state}")
+            else:
+                following.cancel()
+        if stay:
+            print("press Ctrl-C to stop")
+            await _first(agent, stop)
+        stop.set()
+        await agent
+    return state
+
+
+async def _first(task: asyncio.Task[object] | asyncio.Task[None], event: asyncio.Event) -> None:
+    """Wait for `event`, or for `task` to end (re-raising what ended it)."""
+    waiting = asyncio.ensure_future(event.wait())
+    try:
+        await asyncio.wait({task, waiting}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiting.cancel()
+    if task.done():
+        task.result()

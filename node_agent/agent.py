@@ -1,0 +1,251 @@
+"""The node agent: registers its node, renews its lease, claims work that fits, runs it, and
+carries cancel and checkpoint requests to its learners."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+from uuid import UUID, uuid4
+
+import asyncpg
+
+from controlplane.agents.claims import Claim, claim, release
+from controlplane.agents.events import GpuInfo
+from controlplane.agents.nodes import Nodes, NodeSpec
+from controlplane.database import DATABASE_ERRORS
+from controlplane.events.metadata import Metadata
+from controlplane.events.store import EventStore
+from controlplane.events.subscription import LogListener
+from controlplane.jobs.events import CheckpointRequested, JobCancelled, JobRestarted
+from controlplane.jobs.lifecycle import Command, Job, Refused
+from controlplane.jobs.service import Jobs
+from controlplane.jobs.streams import job_stream
+from node_agent.attempt import Attempt, LogSink
+from node_agent.inventory import GpuInventory
+from node_agent.learners import learner_specs
+from node_agent.runtime import LearnerRuntime
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+RETRY_MIN_S = 0.2
+RETRY_MAX_S = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class AgentConfig:
+    name: str
+    work_dir: Path
+    cpus: float
+    memory_mb: int
+    launcher: tuple[str, ...]
+    """How a learner's command is wrapped: the launcher, then `--`, then the user's command."""
+    heartbeat_s: float = 2.0
+    ttl_s: float = 10.0
+    grace_s: float = 10.0
+    poll_s: float = 1.0
+
+
+@dataclass
+class _Running:
+    attempt: Attempt
+    task: asyncio.Task[None]
+    version: int
+    """The job stream's version this agent has looked at (for cancel and checkpoint requests)."""
+
+
+class Agent:
+    def __init__(
+        self,
+        config: AgentConfig,
+        pool: asyncpg.Pool,
+        listener: LogListener,
+        inventory: GpuInventory,
+        runtime: LearnerRuntime,
+        logs: LogSink,
+    ) -> None:
+        self.config = config
+        self.agent_id: UUID = uuid4()
+        self._pool = pool
+        self._store = EventStore(pool)
+        self._jobs = Jobs(self._store)
+        self._nodes = Nodes(pool, self._store)
+        self._listener = listener
+        self._inventory = inventory
+        self._runtime = runtime
+        self._logs = logs
+        self._running: dict[UUID, _Running] = {}
+        self._stopping = asyncio.Event()
+        self._changed = asyncio.Event()
+        self._unhealthy: set[str] = set()
+
+    def stop(self) -> None:
+        """Stop claiming; learners are stopped (they checkpoint) and their jobs re-queued."""
+        self._stopping.set()
+        self._changed.set()
+
+    async def register(self) -> None:
+        """Take the node's lease; NodeNameTaken when another live agent holds the name."""
+        gpus = [
+            GpuInfo(
+                index=g.index,
+                uuid=g.uuid,
+                model=g.model,
+                memory_mb=g.memory_mb,
+                healthy=g.healthy,
+                health_reason=g.health_reason,
+            )
+            for g in self._inventory.gpus()
+        ]
+        self._unhealthy = {g.uuid for g in gpus if not g.healthy}
+        spec = NodeSpec(
+            name=self.config.name,
+            agent_id=self.agent_id,
+            runtime=self._runtime.name,
+            cpus=self.config.cpus,
+            memory_mb=self.config.memory_mb,
+            gpus=gpus,
+        )
+        await self._nodes.register(spec, self.config.ttl_s)
+        log.info("node %s registered with %d GPU(s)", self.config.name, len(gpus))
+
+    async def run(self) -> None:
+        """Heartbeats and work until `stop()`; then deregister. Call `register()` first."""
+        try:
+            async with asyncio.TaskGroup() as group:
+                heartbeats = group.create_task(self._heartbeats(), name="heartbeats")
+                await self._work()
+                heartbeats.cancel()
+        finally:
+            # Shielded: a cancelled shutdown must still give the node's name back.
+            with contextlib.suppress(*DATABASE_ERRORS):
+                await asyncio.shield(self._nodes.deregister(self.config.name, self.agent_id))
+
+    async def _heartbeats(self) -> None:
+        while True:
+            try:
+                lease = await self._nodes.renew(self.config.name, self.agent_id, self.config.ttl_s)
+                if lease is None:
+                    log.error("node %s: lease lost; stopping", self.config.name)
+                    self.stop()
+                    return
+                await self._check_gpus()
+            except DATABASE_ERRORS as exc:
+                # Learners keep running; the lease survives hiccups shorter than its TTL.
+                log.warning("heartbeat failed (%s); retrying", exc)
+            await asyncio.sleep(self.config.heartbeat_s)
+
+    async def _check_gpus(self) -> None:
+        for gpu in self._inventory.gpus():
+            if not gpu.healthy and gpu.uuid not in self._unhealthy:
+                log.warning("GPU %s is unhealthy: %s", gpu.uuid, gpu.health_reason)
+                info = GpuInfo(
+                    index=gpu.index,
+                    uuid=gpu.uuid,
+                    model=gpu.model,
+                    memory_mb=gpu.memory_mb,
+                    healthy=False,
+                    health_reason=gpu.health_reason,
+                )
+                await self._nodes.mark_unhealthy(self.config.name, info)
+                self._unhealthy.add(gpu.uuid)
+
+    async def _work(self) -> None:
+        """Claim while work fits, carry requests to running attempts, wait for news."""
+        while not self._stopping.is_set():
+            seen = self._listener.generation
+            self._changed.clear()
+            try:
+                await self._carry_requests()
+                while not self._stopping.is_set() and (won := await self._claim()):
+                    self._start(won)
+            except DATABASE_ERRORS as exc:
+                log.warning("claiming failed (%s); retrying", exc)
+            waiting = {
+                asyncio.ensure_future(self._listener.wait(seen)),
+                asyncio.ensure_future(self._changed.wait()),
+            }
+            try:
+                await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for task in waiting:
+                    task.cancel()
+        for running in self._running.values():
+            running.attempt.stop()
+        if self._running:
+            await asyncio.wait([r.task for r in self._running.values()])
+
+    async def _claim(self) -> Claim | None:
+        return await claim(self._pool, self._store, self.config.name)
+
+    def _start(self, won: Claim) -> None:
+        job_id = won.job.job_id
+        specs = learner_specs(
+            won,
+            node=self.config.name,
+            work_dir=self.config.work_dir,
+            launcher=list(self.config.launcher),
+        )
+
+        async def execute(command: Command) -> Job | None:
+            return await self._execute(job_id, command)
+
+        attempt = Attempt(
+            won, specs, self._runtime, self._logs, execute, grace_s=self.config.grace_s
+        )
+        log.info("job %s attempt %d: starting %d learner(s)", job_id, won.attempt, len(specs))
+        task = asyncio.create_task(self._run_attempt(attempt), name=f"attempt-{job_id}")
+        self._running[job_id] = _Running(attempt, task, version=won.version)
+
+    async def _run_attempt(self, attempt: Attempt) -> None:
+        job_id = attempt.claim.job.job_id
+        try:
+            await attempt.run()
+        except Exception:
+            log.exception("job %s: the attempt failed unexpectedly", job_id)
+            raise
+        finally:
+            # The learners have ended: give their GPUs back (retried until the database
+            # answers, or the GPUs would stay allocated for good).
+            await self._retry(lambda: release(self._pool, job_id, attempt.claim.attempt))
+            del self._running[job_id]
+            self._changed.set()
+
+    async def _execute(self, job_id: UUID, command: Command) -> Job | None:
+        metadata = Metadata.capture(f"agent:{self.config.name}")
+        try:
+            return await self._retry(lambda: self._jobs.execute(job_id, command, metadata))
+        except Refused as exc:
+            log.info("job %s: %s refused: %s", job_id, type(command).__name__, exc)
+            return None
+
+    async def _carry_requests(self) -> None:
+        """Cancel and checkpoint requests (and restarts decided elsewhere) for running jobs."""
+        for job_id, running in list(self._running.items()):
+            events = await self._store.read_stream(
+                job_stream(job_id), from_version=running.version + 1
+            )
+            for recorded in events:
+                running.version = recorded.stream_version
+                match recorded.event:
+                    case JobCancelled() | JobRestarted():
+                        running.attempt.cancel()
+                    case CheckpointRequested():
+                        running.attempt.request_checkpoint()
+
+    async def _retry(self, operation: Callable[[], Awaitable[T]]) -> T:
+        """Retry through database outages, with backoff: an event of a running job must not
+        be lost because Postgres restarted."""
+        delay = RETRY_MIN_S
+        while True:
+            try:
+                return await operation()
+            except DATABASE_ERRORS as exc:
+                log.warning("database unavailable (%s); retrying in %.1fs", exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RETRY_MAX_S)

@@ -1,0 +1,69 @@
+"""What each learner of a claimed attempt runs: a pure function of the claim and the node."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from controlplane.agents.claims import Claim
+from node_agent.runtime import LearnerSpec
+from runners import config as runner_env
+
+
+def attempt_dir(work_dir: Path, claim: Claim) -> Path:
+    return work_dir / str(claim.job.job_id) / f"attempt-{claim.attempt}"
+
+
+def checkpoint_dir(work_dir: Path, claim: Claim, learner: int) -> Path:
+    """Shared by every attempt of the job on this node, so a restart resumes from it."""
+    return work_dir / str(claim.job.job_id) / "checkpoints" / f"learner-{learner}"
+
+
+def learner_specs(
+    claim: Claim, *, node: str, work_dir: Path, launcher: list[str]
+) -> list[LearnerSpec]:
+    """One spec per learner: the user's command wrapped by the learner launcher (which reports
+    phases and checkpoints), with the manifest's data, results and checkpoint settings."""
+    job = claim.job
+    manifest = job.manifest
+    specs = []
+    for allocation in claim.learners:
+        workdir = attempt_dir(work_dir, claim) / f"learner-{allocation.index}"
+        checkpoints = checkpoint_dir(work_dir, claim, allocation.index)
+        env = {
+            **manifest.env,
+            runner_env.RESULTS_DIR: str(workdir / "results"),
+            runner_env.CHECKPOINT_DIR: str(checkpoints),
+            runner_env.CHECKPOINT_INTERVAL: str(manifest.checkpoint.interval_seconds),
+            runner_env.CHECKPOINT_KEEP: str(manifest.checkpoint.keep),
+        }
+        if manifest.data is not None:
+            env[runner_env.DATA_URI] = manifest.data.source
+            env[runner_env.DATA_DIR] = manifest.data.mount_path or str(workdir / "data")
+            if manifest.data.sha256:
+                env[runner_env.DATA_SHA256] = manifest.data.sha256
+        if manifest.results is not None:
+            location = manifest.results.location.rstrip("/")
+            # Several learners must not overwrite each other's results.
+            if manifest.learners > 1:
+                location = f"{location}/learner-{allocation.index}"
+            env[runner_env.RESULTS_URI] = location
+        resume = job.last_checkpoint.path if job.last_checkpoint else None
+        if resume is not None and Path(resume).is_relative_to(checkpoints):
+            env[runner_env.RESUME_FROM] = resume
+        specs.append(
+            LearnerSpec(
+                job_id=job.job_id,
+                attempt=claim.attempt,
+                learner=allocation.index,
+                epoch=claim.epoch,
+                node=node,
+                image=manifest.image,
+                command=[*launcher, "--", *manifest.command],
+                env=env,
+                workdir=workdir,
+                gpus=allocation.gpus,
+                cpus=manifest.cpus,
+                memory_mb=manifest.memory_mb,
+            )
+        )
+    return specs

@@ -1,0 +1,41 @@
+"""Turning learner output into numbered log lines for the shipper."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from controlplane.logs.lines import LogLine, Series, Stream, split_long_line, storable
+from node_agent.runtime import LearnerSpec
+
+
+class NumberedSink:
+    """Numbers each series' lines from 1 (or from where an earlier agent stopped), cleans text
+    Postgres cannot hold, and splits very long lines with a marker instead of dropping them."""
+
+    def __init__(self, ship: Callable[[LogLine], None]) -> None:
+        self._ship = ship
+        self._seqs: defaultdict[Series, int] = defaultdict(int)
+
+    def resume(self, series: Series, stored_seq: int) -> None:
+        """Continue a series after its last stored line (an agent re-adopting a learner)."""
+        self._seqs[series] = max(self._seqs[series], stored_seq)
+
+    def add(self, spec: LearnerSpec, stream: str, text: str) -> None:
+        at = datetime.now(UTC)
+        kind = Stream(stream)
+        series: Series = (spec.job_id, spec.attempt, spec.learner, kind)
+        for piece in split_long_line(storable(text)):
+            self._seqs[series] += 1
+            self._ship(
+                LogLine(
+                    job_id=spec.job_id,
+                    attempt=spec.attempt,
+                    learner=spec.learner,
+                    stream=kind,
+                    seq=self._seqs[series],
+                    at=at,
+                    text=piece,
+                )
+            )

@@ -1,0 +1,52 @@
+"""Running a node agent with everything it needs, until asked to stop."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from controlplane.database import create_pool
+from controlplane.events.subscription import LogListener
+from node_agent.agent import Agent, AgentConfig
+from node_agent.inventory import open_inventory
+from node_agent.log_shipper import LogShipper
+from node_agent.log_sink import NumberedSink
+from node_agent.process_runtime import ProcessRuntime
+
+log = logging.getLogger("node_agent")
+
+
+async def run_agent(
+    url: str,
+    config: AgentConfig,
+    *,
+    fake_gpus: int | None,
+    stop: asyncio.Event,
+    registered: asyncio.Event | None = None,
+) -> None:
+    """Register the node (NodeNameTaken if its name is held), work until `stop` is set, then
+    stop the learners, ship the last lines and deregister."""
+    inventory = open_inventory(fake_gpus, config.name, log)
+    pool = await create_pool(url, min_size=2, max_size=6)
+    listener = LogListener(url, poll_interval=config.poll_s)
+    shipper = LogShipper(pool)
+    agent = Agent(config, pool, listener, inventory, ProcessRuntime(), NumberedSink(shipper.add))
+    try:
+        await agent.register()
+        if registered is not None:
+            registered.set()
+        async with asyncio.TaskGroup() as group:
+            group.create_task(listener.run(), name="listener")
+            shipping = group.create_task(shipper.run(), name="log-shipper")
+            working = group.create_task(agent.run(), name="agent")
+            await stop.wait()
+            agent.stop()
+            # The agent's learners have ended (and their jobs went back to the queue) before
+            # the last lines are shipped and the listener closes.
+            await working
+            shipper.stop()
+            await shipping
+            listener.stop()
+    finally:
+        await pool.close()
+        inventory.close()

@@ -1,0 +1,251 @@
+"""Claims: concurrent agents never double-claim a job or a GPU; fair share across tenants by
+weight; quotas; and what a claim records."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections import Counter
+from uuid import UUID, uuid4
+
+import asyncpg
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from controlplane.agents.claims import Claim, claim, release
+from controlplane.agents.events import GpuInfo
+from controlplane.agents.nodes import Nodes, NodeSpec
+from controlplane.database import create_pool
+from controlplane.events.metadata import Metadata
+from controlplane.events.store import EventStore
+from controlplane.events.subscription import LogListener
+from controlplane.jobs.events import JobDeploying
+from controlplane.jobs.lifecycle import Cancel, Complete, EnterPhase, JobStatus
+from controlplane.jobs.manifest import JobManifest
+from controlplane.jobs.projection import JobsProjection
+from controlplane.jobs.service import Jobs, now
+from controlplane.jobs.streams import job_stream
+from controlplane.projections.runner import ProjectionRunner
+from controlplane.tenants.projection import TenantsProjection
+from controlplane.tenants.service import create_tenant
+from tests.conftest import fresh_database
+from tests.polling import eventually
+
+AGENT = Metadata(actor="agent:test")
+
+
+def manifest(gpus: int = 1, learners: int = 1, **extra: object) -> JobManifest:
+    return JobManifest.model_validate(
+        {
+            "name": "job",
+            "image": "img",
+            "command": ["train"],
+            "gpus_per_learner": gpus,
+            "learners": learners,
+            "cpus": 1,
+            "memory_mb": 1024,
+            **extra,
+        }
+    )
+
+
+class Cluster:
+    """Real nodes (fake GPUs), tenants and jobs in one test database."""
+
+    def __init__(self, pool: asyncpg.Pool, store: EventStore, db_url: str) -> None:
+        self.pool = pool
+        self.store = store
+        self.jobs = Jobs(store)
+        self.nodes = Nodes(pool, store)
+        self.submitted = 0
+        self.runner = ProjectionRunner(
+            pool, store, LogListener(db_url), [JobsProjection(), TenantsProjection()]
+        )
+
+    async def node(self, name: str, gpus: int, cpus: float = 64, memory_mb: int = 1 << 20) -> None:
+        inventory = [
+            GpuInfo(index=i, uuid=f"GPU-{name}-{i}", model="fake", memory_mb=80_000, healthy=True)
+            for i in range(gpus)
+        ]
+        spec = NodeSpec(name, uuid4(), "process", cpus, memory_mb, inventory)
+        await self.nodes.register(spec, ttl_s=60)
+
+    async def tenant(self, name: str, weight: float = 1, quota: int | None = None) -> None:
+        await create_tenant(self.store, self.runner, name, weight, quota, actor="test")
+
+    async def submit(self, tenant: str, job: JobManifest) -> UUID:
+        submitted, _ = await self.jobs.submit(tenant, job, Metadata(actor="test", tenant=tenant))
+        self.submitted += 1
+        return submitted.job_id
+
+    async def project(self) -> None:
+        """Until the queue (a projection) holds every submitted job: a transaction open
+        anywhere on the server may hold the newest events back for a moment."""
+
+        async def queued() -> bool:
+            for projection in self.runner.projections.values():
+                await self.runner.catch_up(projection)
+            return await self.pool.fetchval("SELECT count(*) FROM job_status") == self.submitted
+
+        await eventually(queued)
+
+    async def finish(self, won: Claim) -> None:
+        job_id = won.job.job_id
+        await self.jobs.execute(job_id, EnterPhase(JobStatus.PROCESSING, now()), AGENT)
+        await self.jobs.execute(job_id, Complete([0] * len(won.learners), now()), AGENT)
+        await release(self.pool, job_id, won.attempt)
+
+
+async def claim_all(cluster: Cluster, node_names: list[str]) -> list[tuple[str, Claim]]:
+    """Every node claims concurrently, as often as work fits."""
+    won: list[tuple[str, Claim]] = []
+
+    async def agent(name: str) -> None:
+        while (result := await claim(cluster.pool, cluster.store, name)) is not None:
+            won.append((name, result))
+
+    await asyncio.gather(*(agent(name) for name in node_names))
+    return won
+
+
+@settings(
+    max_examples=8,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(
+    node_sizes=st.lists(st.integers(min_value=0, max_value=4), min_size=1, max_size=4),
+    jobs=st.lists(
+        st.tuples(st.integers(min_value=0, max_value=3), st.integers(min_value=1, max_value=2)),
+        min_size=1,
+        max_size=14,
+    ),
+)
+async def test_concurrent_claims_never_share_a_job_or_a_gpu(
+    pg_server: str, template_db: str, node_sizes: list[int], jobs: list[tuple[int, int]]
+) -> None:
+    # A database per example: hypothesis runs many examples within one test.
+    async with fresh_database(pg_server, template_db) as url:
+        pool = await create_pool(url, min_size=1, max_size=10)
+        store = EventStore(pool)
+        try:
+            await check_claims(Cluster(pool, store, url), node_sizes, jobs)
+        finally:
+            await store.close()
+            await pool.close()
+
+
+async def check_claims(
+    cluster: Cluster, node_sizes: list[int], jobs: list[tuple[int, int]]
+) -> None:
+    store = cluster.store
+    names = [f"n{i}" for i in range(len(node_sizes))]
+    for name, size in zip(names, node_sizes, strict=True):
+        await cluster.node(name, size)
+    tenant = "acme"
+    await cluster.tenant(tenant)
+    submitted = [await cluster.submit(tenant, manifest(g, n)) for g, n in jobs]
+    await cluster.project()
+
+    won = await claim_all(cluster, names)
+
+    claimed = [c.job.job_id for _, c in won]
+    assert len(claimed) == len(set(claimed)), "a job was claimed twice"
+    assert set(claimed) <= set(submitted)
+    gpus = [g for _, c in won for learner in c.learners for g in learner.gpus]
+    assert len(gpus) == len(set(gpus)), "a GPU was given twice"
+    for name, c in won:
+        assert all(g.startswith(f"GPU-{name}-") for g in c.gpus)
+        need = c.job.manifest.learners * c.job.manifest.gpus_per_learner
+        assert len(c.gpus) == need
+    # The log agrees: exactly one DEPLOYING per claimed job, none for the others.
+    for job_id in submitted:
+        history = await store.read_stream(job_stream(job_id))
+        deploys = [e for e in history if isinstance(e.event, JobDeploying)]
+        assert len(deploys) == (1 if job_id in claimed else 0)
+    # Every job that still waits could not have fit in what was left.
+    capacity = dict(zip(names, node_sizes, strict=True))
+    for name, c in won:
+        capacity[name] -= len(c.gpus)
+    for (g, n), job_id in zip(jobs, submitted, strict=True):
+        if job_id not in claimed:
+            assert g * n > max(capacity.values())
+
+
+async def share_of_gpu_time(
+    cluster: Cluster, weights: dict[str, float], rounds: int
+) -> Counter[str]:
+    """Both tenants keep a deep backlog of 1-GPU jobs that all run equally long: each round the
+    oldest running job finishes and its GPU is claimed again, so claims count GPU time."""
+    for name, weight in weights.items():
+        await cluster.tenant(name, weight)
+    rng = random.Random(7)
+    order = [name for name in weights for _ in range(60)]
+    rng.shuffle(order)
+    for name in order:
+        await cluster.submit(name, manifest(1))
+    nodes = ["a", "b", "c"]
+    for name in nodes:
+        await cluster.node(name, 2)
+    await cluster.project()
+    running = [c for _, c in await claim_all(cluster, nodes)]
+    assert len(running) == 6
+    used: Counter[str] = Counter()
+    for _ in range(rounds):
+        finished = running.pop(0)
+        used[finished.job.tenant] += 1
+        await cluster.finish(finished)
+        running += [c for _, c in await claim_all(cluster, nodes)]
+    return used
+
+
+async def test_fair_share_with_equal_weights(
+    pool: asyncpg.Pool, store: EventStore, db_url: str
+) -> None:
+    used = await share_of_gpu_time(Cluster(pool, store, db_url), {"acme": 1, "globex": 1}, 60)
+    assert sum(used.values()) == 60
+    assert abs(used["acme"] - used["globex"]) <= 0.1 * 30
+
+
+async def test_fair_share_follows_weights(
+    pool: asyncpg.Pool, store: EventStore, db_url: str
+) -> None:
+    used = await share_of_gpu_time(Cluster(pool, store, db_url), {"acme": 2, "globex": 1}, 60)
+    assert 1.7 <= used["acme"] / used["globex"] <= 2.3
+
+
+async def test_quota_priority_and_what_a_claim_records(
+    pool: asyncpg.Pool, store: EventStore, db_url: str, owner: asyncpg.Connection
+) -> None:
+    cluster = Cluster(pool, store, db_url)
+    await cluster.tenant("acme", quota=1)
+    await cluster.tenant("globex")
+    first = await cluster.submit("acme", manifest(1))
+    over_quota = await cluster.submit("acme", manifest(1))
+    low = await cluster.submit("globex", manifest(1, priority=-5))
+    high = await cluster.submit("globex", manifest(1, priority=5))
+    cancelled = await cluster.submit("globex", manifest(1, priority=50))
+    await cluster.jobs.execute(cancelled, Cancel("changed my mind", now()), AGENT)
+    await cluster.node("n1", 2)
+    await cluster.project()
+
+    won = [c for _, c in await claim_all(cluster, ["n1"])]
+    # Fair share first (both tenants hold nothing: acme's oldest, then globex by priority),
+    # acme's quota of 1 GPU keeps its second job waiting; the cancelled job is never claimed.
+    assert {c.job.job_id for c in won} == {first, high}
+    assert over_quota not in {c.job.job_id for c in won} and low not in {c.job.job_id for c in won}
+    epochs = [c.epoch for c in won]
+    assert len(set(epochs)) == 2
+    for c in won:
+        assert c.job.state is JobStatus.DEPLOYING
+        assert c.job.nodes == ["n1"] and c.job.epoch == c.epoch
+        rows = await owner.fetch(
+            "SELECT gpu_uuid FROM allocated_gpus WHERE job_id = $1", c.job.job_id
+        )
+        assert [r["gpu_uuid"] for r in rows] == c.job.gpus
+
+    # Releasing gives the GPU back: the next fitting job (acme's, now within quota) is claimed.
+    acme = next(c for c in won if c.job.job_id == first)
+    await cluster.finish(acme)
+    again = [c for _, c in await claim_all(cluster, ["n1"])]
+    assert [c.job.job_id for c in again] == [over_quota]
