@@ -145,6 +145,20 @@ def parser() -> argparse.ArgumentParser:
     api.add_argument("--event-rate", type=float, default=50.0, help="events appended per second")
     api.add_argument("--json", action="store_true", help="print only the JSON object")
     api.set_defaults(handler=cmd_bench_api)
+    claims = bench_commands.add_parser(
+        "claims",
+        help="claim throughput, submit-to-running latency and log lines, against procrastinate",
+        description="On scratch databases: 8 agents claiming from a queue of 10,000 jobs "
+        "(claims/s, double claims from the log and the allocations); one real agent running "
+        "small jobs submitted at a steady rate (submit to PROCESSING, p50 and p99); one "
+        "learner's log lines stored per second; and the same no-op jobs enqueued, claimed and "
+        "finished through Trainyard and through the procrastinate task queue. Prints JSON.",
+    )
+    claims.add_argument(
+        "--seconds", type=float, default=10.0, help="for claiming, and for storing log lines"
+    )
+    claims.add_argument("--json", action="store_true", help="print only the JSON object")
+    claims.set_defaults(handler=cmd_bench_claims)
     return top
 
 
@@ -226,6 +240,15 @@ async def cmd_bench_api(args: argparse.Namespace, settings: Settings) -> int:
         event_rate=args.event_rate,
         progress=not args.json,
     )
+    print(json.dumps(result, indent=None if args.json else 2))
+    return 0
+
+
+async def cmd_bench_claims(args: argparse.Namespace, settings: Settings) -> int:
+    from bench.claims import run
+
+    url = await resolve_database(settings)
+    result = await run(url, seconds=args.seconds, progress=not args.json)
     print(json.dumps(result, indent=None if args.json else 2))
     return 0
 

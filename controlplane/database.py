@@ -21,7 +21,14 @@ from controlplane.settings import Settings
 APP_ROLE = "trainyard_app"
 
 
-DATABASE_ERRORS = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError)
+DATABASE_ERRORS = (
+    OSError,
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    # What asyncpg raises for an operation on a connection whose server end was terminated
+    # while another operation was under way.
+    asyncpg.InternalClientError,
+)
 """What a lost or failing database connection raises: background loops retry on these."""
 
 

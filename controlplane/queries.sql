@@ -255,48 +255,63 @@ WHERE n.name = $1 AND n.state = 'READY';
 
 -- name: claim_candidate
 -- The next queued job that fits: fair share first (the tenant holding the fewest GPUs for its
--- weight), then priority, then submission time; within the tenant's GPU quota. SKIP LOCKED
--- lets concurrent agents each take a different job instead of queueing on one row.
+-- weight), then priority, then submission time; within the tenant's GPU quota. Each tenant's
+-- best fitting job comes from one scan of its queue index, locked with SKIP LOCKED so that
+-- concurrent agents each take a different job instead of queueing on one row (the other
+-- tenants' rows locked on the way are released when the claim commits).
 WITH usage AS (
     SELECT tenant, sum(cardinality(gpus)) AS gpus
     FROM allocations WHERE released_at IS NULL
     GROUP BY tenant
 ), candidate AS (
-    SELECT s.job_id, s.attempt, s.tenant, s.learners, s.gpus_per_learner,
-           s.cpus_per_learner, s.memory_mb_per_learner
-    FROM job_status s
-    JOIN tenants t ON t.name = s.tenant
-    LEFT JOIN usage u ON u.tenant = s.tenant
-    WHERE s.state = 'QUEUED'
-      AND s.learners * s.gpus_per_learner <= $1
-      AND s.learners * s.cpus_per_learner <= $2
-      AND s.learners * s.memory_mb_per_learner <= $3
-      AND (t.gpu_quota IS NULL
-           OR coalesce(u.gpus, 0) + s.learners * s.gpus_per_learner <= t.gpu_quota)
-      -- Claimed already, but the projection has not applied the JobDeploying event yet.
-      AND NOT EXISTS (SELECT 1 FROM allocations a
-                      WHERE a.job_id = s.job_id AND a.attempt = s.attempt)
-    ORDER BY coalesce(u.gpus, 0) / t.weight, s.priority DESC, s.submitted_at, s.job_id
+    SELECT c.*
+    FROM tenants t
+    LEFT JOIN usage u ON u.tenant = t.name
+    CROSS JOIN LATERAL (
+        SELECT s.job_id, s.attempt, s.tenant, s.learners, s.gpus_per_learner,
+               s.cpus_per_learner, s.memory_mb_per_learner, s.priority, s.submitted_at,
+               s.version, s.doc
+        FROM job_status s
+        WHERE s.tenant = t.name
+          AND s.state = 'QUEUED'
+          AND s.learners * s.gpus_per_learner <= $1
+          AND s.learners * s.cpus_per_learner <= $2
+          AND s.learners * s.memory_mb_per_learner <= $3
+          AND (t.gpu_quota IS NULL
+               OR coalesce(u.gpus, 0) + s.learners * s.gpus_per_learner <= t.gpu_quota)
+          -- Claimed already, but the projection has not applied the JobDeploying event yet.
+          AND NOT EXISTS (SELECT 1 FROM allocations a
+                          WHERE a.job_id = s.job_id AND a.attempt = s.attempt)
+        ORDER BY s.priority DESC, s.submitted_at, s.job_id
+        LIMIT 1
+        FOR UPDATE OF s SKIP LOCKED
+    ) c
+    ORDER BY coalesce(u.gpus, 0) / t.weight, c.priority DESC, c.submitted_at, c.job_id
     LIMIT 1
-    FOR UPDATE OF s SKIP LOCKED
 )
-SELECT * FROM candidate;
+-- The fencing epoch too: a sequence is not transactional, so a claim rolled back only skips a
+-- number, and epochs still only grow.
+SELECT candidate.*, nextval('claim_epochs') AS epoch FROM candidate;
 
--- name: next_epoch
-SELECT nextval('claim_epochs');
-
--- name: insert_allocation
-INSERT INTO allocations (job_id, attempt, learner, tenant, node, epoch, gpus, cpus, memory_mb)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9);
-
--- name: insert_allocated_gpu
-INSERT INTO allocated_gpus (gpu_uuid, job_id, attempt, learner) VALUES ($1, $2, $3, $4);
+-- name: insert_allocations
+-- A claim's learners and their GPUs in one statement: $6 lists the GPUs, $7 per learner, in
+-- learner order (learner i holds $6[i*$7+1 .. (i+1)*$7]).
+WITH learners AS (
+    INSERT INTO allocations (job_id, attempt, learner, tenant, node, epoch, gpus, cpus,
+                             memory_mb)
+    SELECT $1, $2, i, $3, $4, $5, ($6::text[])[i * $7 + 1:(i + 1) * $7], $9, $10
+    FROM generate_series(0, $8 - 1) AS i
+)
+INSERT INTO allocated_gpus (gpu_uuid, job_id, attempt, learner)
+SELECT gpu, $1, $2, (n - 1) / $7
+FROM unnest($6::text[]) WITH ORDINALITY AS g(gpu, n);
 
 -- name: release_allocations
-UPDATE allocations SET released_at = now()
-WHERE job_id = $1 AND attempt = $2 AND released_at IS NULL;
-
--- name: release_gpus
+-- Give back an attempt's learners and their GPUs.
+WITH released AS (
+    UPDATE allocations SET released_at = now()
+    WHERE job_id = $1 AND attempt = $2 AND released_at IS NULL
+)
 DELETE FROM allocated_gpus WHERE job_id = $1 AND attempt = $2;
 
 -- name: stream_version
@@ -362,3 +377,13 @@ SELECT CASE
         $2::timestamptz
     ))::float8
 END;
+
+-- name: largest_node
+-- What the biggest live node offers (each kind on its own): whether a job could ever fit.
+SELECT count(*) AS nodes,
+       coalesce(max((SELECT count(*) FROM node_gpus g
+                     WHERE g.node = n.name AND g.healthy)), 0) AS gpus,
+       coalesce(max(n.cpus), 0) AS cpus,
+       coalesce(max(n.memory_mb), 0) AS memory_mb
+FROM nodes n
+WHERE n.state = 'READY';

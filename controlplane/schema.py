@@ -134,9 +134,11 @@ job_status = Table(
     Index("job_status_tenant_order", "tenant", text("submitted_at DESC"), text("job_id DESC")),
     Index("job_status_order", text("submitted_at DESC"), text("job_id DESC")),
     Index(
-        "job_status_queue",
+        "job_status_tenant_queue",
+        "tenant",
         text("priority DESC"),
         "submitted_at",
+        "job_id",
         postgresql_where=text("state = 'QUEUED'"),
     ),
     Index(

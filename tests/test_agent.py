@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -13,6 +14,7 @@ import asyncpg
 import pytest
 
 from controlplane.agents.nodes import NodeNameTaken
+from controlplane.database import DATABASE_ERRORS
 from controlplane.events.metadata import Metadata
 from controlplane.events.store import EventStore
 from controlplane.events.subscription import LogListener
@@ -51,9 +53,11 @@ class Plane:
     async def until(self, job_id: UUID, check: Callable[[Job], bool], seconds: float = 30) -> Job:
         async with asyncio.timeout(seconds):
             while True:
-                job = await self.jobs.load(job_id)
-                if job is not None and check(job):
-                    return job
+                # The test's own connections may be cut too (see the database-loss test).
+                with contextlib.suppress(*DATABASE_ERRORS):
+                    job = await self.jobs.load(job_id)
+                    if job is not None and check(job):
+                        return job
                 await asyncio.sleep(0.05)
 
     async def state(self, job_id: UUID, *states: JobStatus) -> Job:
@@ -190,7 +194,9 @@ SLEEPER = [
 
 async def wait_for_line(plane: Plane, job_id: UUID, text: str) -> None:
     async def logged() -> bool:
-        return any(text in line for line in await plane.log_text(job_id))
+        with contextlib.suppress(*DATABASE_ERRORS):
+            return any(text in line for line in await plane.log_text(job_id))
+        return False
 
     await eventually(logged)
 
@@ -232,3 +238,27 @@ async def test_stopping_the_agent_sends_running_jobs_back_to_the_queue(
     assert job.attempt == 2 and job.restarts == 1
     assert job.transitions[-1].reason == "node agent stopped"
     await wait_for_line(plane, job_id, "terminating")
+
+
+async def test_losing_the_database_keeps_learners_running_and_catches_up(
+    plane: Plane, agent: RunningAgent, owner: asyncpg.Connection
+) -> None:
+    counter = [
+        sys.executable,
+        "-c",
+        "import time\nfor i in range(30):\n    print(f'tick {i}', flush=True); time.sleep(0.1)",
+    ]
+    job_id = await plane.submit(counter)
+    await plane.state(job_id, JobStatus.PROCESSING)
+    # Every connection to the database but ours is cut: the agent's pool, its LISTEN
+    # connection, the log shipper's, and the control plane's.
+    cut = await owner.fetchval(
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+        " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+    )
+    assert cut > 0
+    job = await plane.state(job_id, JobStatus.COMPLETED)
+    assert job.attempt == 1  # the learner was never restarted
+    await wait_for_line(plane, job_id, "tick 29")
+    ticks = [line for line in await plane.log_text(job_id) if line.startswith("tick")]
+    assert ticks == [f"tick {i}" for i in range(30)]  # every line, once, in order

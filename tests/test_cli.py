@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
@@ -11,22 +12,18 @@ import pytest
 from controlplane.cli import parser
 from controlplane.projections.catalog import all_projections
 
-COMMANDS = [
-    [],
-    ["up"],
-    ["serve"],
-    ["migrate"],
-    ["projections"],
-    ["projections", "list"],
-    ["projections", "rebuild"],
-    ["tenants"],
-    ["tenants", "create"],
-    ["tenants", "list"],
-    ["tenants", "token"],
-    ["tenants", "revoke"],
-    ["bench"],
-    ["bench", "eventstore"],
-]
+
+def all_commands(command: argparse.ArgumentParser, path: list[str]) -> list[list[str]]:
+    """Every command and subcommand, found by walking the parser (none can be forgotten)."""
+    found = [path]
+    for action in command._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                found += all_commands(sub, [*path, name])
+    return found
+
+
+COMMANDS = all_commands(parser(), [])
 
 
 def trainyard(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -6,13 +6,16 @@ import asyncio
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
+from uuid import uuid4
 
 import asyncpg
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
+from controlplane.agents.events import GpuInfo
+from controlplane.agents.nodes import Nodes, NodeSpec
 from controlplane.http.app import create_app
-from controlplane.http.keys import PROJECTIONS
+from controlplane.http.keys import POOL, PROJECTIONS, STORE
 from tests.tenancy import Tokens
 
 Client = TestClient[Any, Any]
@@ -228,3 +231,23 @@ async def test_state_as_of_a_past_instant(client: Client, tokens: Tokens) -> Non
     assert await state_at(before) == (404, None)
     assert await state_at(between) == (200, "QUEUED")
     assert await state_at(datetime.now(UTC)) == (200, "CANCELLED")
+
+
+async def test_a_job_that_could_never_fit_says_why(client: Client, tokens: Tokens) -> None:
+    alone = await submit(client, tokens.acme, gpus_per_learner=4)
+    assert alone["unschedulable_reason"] is None  # no node yet: nothing to judge against
+    gpus = [
+        GpuInfo(index=i, uuid=f"GPU-n1-{i}", model="fake", memory_mb=80_000, healthy=True)
+        for i in range(2)
+    ]
+    nodes = Nodes(client.app[POOL], client.app[STORE])
+    await nodes.register(NodeSpec("n1", uuid4(), "process", 8, 65536, gpus), ttl_s=60)
+    too_big = await submit(client, tokens.acme, gpus_per_learner=2, learners=2)
+    assert too_big["state"] == "QUEUED"  # accepted, never silently stuck
+    assert too_big["unschedulable_reason"] == (
+        "needs 4 healthy GPU(s) on one node; the largest node has 2"
+    )
+    fits = await submit(client, tokens.acme, gpus_per_learner=2)
+    assert fits["unschedulable_reason"] is None
+    shown = await (await client.get(f"/v1/jobs/{alone['id']}", headers=auth(tokens.acme))).json()
+    assert "largest node has 2" in shown["unschedulable_reason"]

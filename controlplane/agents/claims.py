@@ -12,8 +12,7 @@ from controlplane.database import Executor
 from controlplane.events.errors import ConcurrencyError
 from controlplane.events.metadata import Metadata
 from controlplane.events.store import EventStore
-from controlplane.jobs.events import JobEvent
-from controlplane.jobs.lifecycle import Deploy, Job, Refused, decide, replay
+from controlplane.jobs.lifecycle import Deploy, Job, Refused, decide, evolve
 from controlplane.jobs.service import now
 from controlplane.jobs.streams import job_stream
 from controlplane.queries import Q
@@ -71,10 +70,10 @@ async def _claim(conn: Executor, store: EventStore, node: str) -> Claim | None:
     if row is None:
         return None
     job_id: UUID = row["job_id"]
-    history = await store.read_stream(job_stream(job_id), conn=conn)
-    past = [e.event for e in history if isinstance(e.event, JobEvent)]
-    job = replay(past)
-    epoch = int(await conn.fetchval(Q["next_epoch"]))
+    # The job as the queue (a projection) has it, at its stream version: if the stream has
+    # moved on since (cancelled, say), the append below refuses, and nothing is claimed.
+    job = Job.model_validate_json(row["doc"])
+    epoch = int(row["epoch"])
     per_learner = row["gpus_per_learner"]
     learners = [
         LearnerAllocation(i, gpus[i * per_learner : (i + 1) * per_learner])
@@ -85,40 +84,33 @@ async def _claim(conn: Executor, store: EventStore, node: str) -> Claim | None:
         events = decide(Deploy(nodes=[node], gpus=allocated, epoch=epoch, at=now()), job)
     except Refused as exc:
         raise _Stale from exc
-    # The event first: the transaction takes its xid here, so that the append's check against
-    # a younger stream head compares with the claim itself.
     metadata = Metadata.capture(f"agent:{node}", tenant=row["tenant"])
-    await store.append(job_stream(job_id), len(history), events, metadata, conn=conn)
-    for learner in learners:
-        await conn.execute(
-            Q["insert_allocation"],
-            job_id,
-            row["attempt"],
-            learner.index,
-            row["tenant"],
-            node,
-            epoch,
-            learner.gpus,
-            row["cpus_per_learner"],
-            row["memory_mb_per_learner"],
-        )
-        for gpu in learner.gpus:
-            await conn.execute(
-                Q["insert_allocated_gpu"], gpu, job_id, row["attempt"], learner.index
-            )
-    deployed = replay([*past, *events])
-    assert deployed is not None
+    await store.append(job_stream(job_id), row["version"], events, metadata, conn=conn)
+    await conn.execute(
+        Q["insert_allocations"],
+        job_id,
+        row["attempt"],
+        row["tenant"],
+        node,
+        epoch,
+        allocated,
+        per_learner,
+        row["learners"],
+        row["cpus_per_learner"],
+        row["memory_mb_per_learner"],
+    )
+    deployed = job
+    for event in events:
+        deployed = evolve(deployed, event)
     return Claim(
         job=deployed,
         attempt=row["attempt"],
         epoch=epoch,
         learners=learners,
-        version=len(history) + len(events),
+        version=row["version"] + len(events),
     )
 
 
 async def release(pool: asyncpg.Pool, job_id: UUID, attempt: int) -> None:
     """Give back an attempt's allocations once all its learners have ended."""
-    async with pool.acquire() as conn, conn.transaction():
-        await conn.execute(Q["release_allocations"], job_id, attempt)
-        await conn.execute(Q["release_gpus"], job_id, attempt)
+    await pool.execute(Q["release_allocations"], job_id, attempt)

@@ -28,6 +28,7 @@ from controlplane.jobs.lifecycle import (
     evolve,
 )
 from controlplane.jobs.manifest import JobManifest
+from controlplane.jobs.placement import Largest, unschedulable_reason
 from controlplane.jobs.projection import reason
 from controlplane.jobs.service import IdempotencyMismatch, now
 from controlplane.jobs.streams import job_stream
@@ -62,8 +63,25 @@ def add_routes(app: web.Application) -> None:
     app.router.add_post("/v1/jobs/{job_id}/checkpoint", checkpoint)
 
 
-def job_view(job: Job) -> dict[str, Any]:
-    return {"id": str(job.job_id), **job.model_dump(mode="json", exclude={"job_id"})}
+def job_view(job: Job, largest: Largest | None = None) -> dict[str, Any]:
+    """The job as the API shows it; a queued job that can never fit says why (`largest` is
+    the cluster now, None for views of the past or of jobs that left the queue)."""
+    reason = None
+    if largest is not None and job.state is JobStatus.QUEUED:
+        reason = unschedulable_reason(job.manifest, largest)
+    return {
+        "id": str(job.job_id),
+        **job.model_dump(mode="json", exclude={"job_id"}),
+        "unschedulable_reason": reason,
+    }
+
+
+async def _largest(request: web.Request) -> Largest:
+    row = await request.app[POOL].fetchrow(Q["largest_node"])
+    assert row is not None
+    return Largest(
+        nodes=row["nodes"], gpus=row["gpus"], cpus=row["cpus"], memory_mb=row["memory_mb"]
+    )
 
 
 def _actor(who: Principal) -> str:
@@ -107,7 +125,7 @@ async def submit(request: web.Request) -> web.Response:
     headers = {"Location": f"/v1/jobs/{job.job_id}"}
     if not created:
         headers["Idempotent-Replayed"] = "true"
-    return web.json_response(job_view(job), status=201, headers=headers)
+    return web.json_response(job_view(job, await _largest(request)), status=201, headers=headers)
 
 
 def _submitting_tenant(who: Principal, requested: str | None) -> str:
@@ -157,7 +175,8 @@ async def list_jobs(request: web.Request) -> web.Response:
     cursor = (
         _encode_cursor(page[-1]["submitted_at"], page[-1]["job_id"]) if len(rows) > limit else None
     )
-    jobs = [job_view(Job.model_validate_json(row["doc"])) for row in page]
+    largest = await _largest(request)
+    jobs = [job_view(Job.model_validate_json(row["doc"]), largest) for row in page]
     return web.json_response({"jobs": jobs, "next_cursor": cursor})
 
 
@@ -200,7 +219,8 @@ async def get_job(request: web.Request) -> web.Response:
             raise error(400, "as_of must be an RFC 3339 timestamp", field="as_of") from None
         if as_of.tzinfo is None:
             raise error(400, "as_of needs a time zone offset (e.g. Z)", field="as_of")
-    return web.json_response(job_view(await _visible_job(request, who, as_of)))
+    job = await _visible_job(request, who, as_of)
+    return web.json_response(job_view(job, None if as_of else await _largest(request)))
 
 
 async def get_history(request: web.Request) -> web.Response:

@@ -144,9 +144,20 @@ def _job_view_schema() -> dict[str, Any]:
     """What `job_view` sends: the Job with its `job_id` as `id`."""
     schema = Job.model_json_schema(ref_template=REF + "{model}")
     schema.pop("$defs", None)
-    properties = {"id": {"type": "string", "format": "uuid"}, **schema["properties"]}
+    properties = {
+        "id": {"type": "string", "format": "uuid"},
+        **schema["properties"],
+        "unschedulable_reason": {
+            "type": ["string", "null"],
+            "description": "why a queued job can never fit on any live node as they stand",
+        },
+    }
     del properties["job_id"]
-    required = ["id", *(name for name in schema["required"] if name != "job_id")]
+    required = [
+        "id",
+        *(name for name in schema["required"] if name != "job_id"),
+        "unschedulable_reason",
+    ]
     return {**schema, "title": "JobView", "properties": properties, "required": required}
 
 

@@ -8,7 +8,13 @@ from collections.abc import Sequence
 
 from controlplane.database import Executor
 from controlplane.events.store import RecordedEvent
-from controlplane.jobs.events import JobCancelled, JobEvent, JobFailed, JobRestarted
+from controlplane.jobs.events import (
+    JobCancelled,
+    JobEvent,
+    JobFailed,
+    JobRestarted,
+    JobSubmitted,
+)
 from controlplane.jobs.lifecycle import Job, evolve
 from controlplane.jobs.streams import CATEGORY, job_id_of
 from controlplane.queries import Q
@@ -39,6 +45,10 @@ class JobsProjection:
             event.stream_version,
             job.model_dump_json(),
         )
+        if isinstance(event.event, JobSubmitted | JobRestarted):
+            # The job is claimable once this batch commits: wake the agents then (a NOTIFY is
+            # delivered at commit, and Postgres sends one per transaction however many).
+            await conn.execute(Q["notify_events"])
         await conn.execute(
             Q["insert_job_history"],
             job.job_id,
