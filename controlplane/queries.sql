@@ -137,11 +137,12 @@ SELECT doc FROM job_status WHERE job_id = $1;
 
 -- name: upsert_job_status
 INSERT INTO job_status (job_id, tenant, name, state, attempt, restarts, priority, labels,
-                        submitted_at, updated_at, version, doc)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+                        submitted_at, updated_at, version, doc, not_before)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
 ON CONFLICT (job_id) DO UPDATE
 SET state = excluded.state, attempt = excluded.attempt, restarts = excluded.restarts,
-    updated_at = excluded.updated_at, version = excluded.version, doc = excluded.doc;
+    updated_at = excluded.updated_at, version = excluded.version, doc = excluded.doc,
+    not_before = excluded.not_before;
 
 -- name: insert_job_history
 INSERT INTO job_history (job_id, version, position, event, state, attempt, at, actor, reason)
@@ -274,6 +275,7 @@ WITH usage AS (
         FROM job_status s
         WHERE s.tenant = t.name
           AND s.state = 'QUEUED'
+          AND (s.not_before IS NULL OR s.not_before <= now())
           AND s.learners * s.gpus_per_learner <= $1
           AND s.learners * s.cpus_per_learner <= $2
           AND s.learners * s.memory_mb_per_learner <= $3
@@ -387,3 +389,9 @@ SELECT count(*) AS nodes,
        coalesce(max(n.memory_mb), 0) AS memory_mb
 FROM nodes n
 WHERE n.state = 'READY';
+
+-- name: job_metric_lines
+-- The learner reports among a job's log lines that carry metrics, in the order stored.
+SELECT attempt, learner, line FROM job_logs
+WHERE job_id = $1 AND stream = 'stdout' AND line LIKE '@@trainyard/1 {%"kind":"metric"%'
+ORDER BY id;

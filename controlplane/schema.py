@@ -131,6 +131,7 @@ job_status = Table(
         BigInteger,
         Computed(_manifest("memory_mb", "bigint"), persisted=True),
     ),
+    Column("not_before", DateTime(timezone=True)),
     Index("job_status_tenant_order", "tenant", text("submitted_at DESC"), text("job_id DESC")),
     Index("job_status_order", text("submitted_at DESC"), text("job_id DESC")),
     Index(

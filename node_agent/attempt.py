@@ -22,6 +22,7 @@ from controlplane.jobs.lifecycle import (
     Restart,
     SaveCheckpoint,
 )
+from controlplane.jobs.restarts import LearnerFailure, after_failure
 from controlplane.jobs.service import now
 from node_agent.runtime import (
     ExitStatus,
@@ -56,6 +57,8 @@ class _LearnerState:
     phase: int = -1
     """Index into PHASES of the furthest phase this learner has started."""
     error: str | None = None
+    killed_by: str | None = None
+    """The signal that killed the training command, as its launcher reported it."""
     status: ExitStatus | None = None
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -82,6 +85,7 @@ class Attempt:
         self._ending: str | None = None
         """Why the attempt is ending early: "failed", "cancelled" or "stopped"."""
         self._terminating: asyncio.Task[None] | None = None
+        self._job = claim.job
 
     @property
     def job_id(self) -> object:
@@ -97,7 +101,7 @@ class Attempt:
             reason = f"learner {failed.learner} failed to start: {exc}"
             self._logs.add(failed, "system", reason)
             await self._terminate()
-            await self._execute(Fail(reason=reason, at=now()))
+            await self._do(Fail(reason=reason, at=now()))
             return
         async with asyncio.TaskGroup() as group:
             for state in self._learners:
@@ -150,11 +154,12 @@ class Attempt:
                 reached = min(s.phase for s in self._learners)
                 if reached > self._job_phase:
                     self._job_phase = reached
-                    await self._execute(EnterPhase(PHASES[reached], at=report.at))
-            case protocol.PhaseEnded(outcome="failed", error=error) if error:
+                    await self._do(EnterPhase(PHASES[reached], at=report.at))
+            case protocol.PhaseEnded(outcome="failed", error=error, signal=killed_by):
                 state.error = error
+                state.killed_by = killed_by
             case protocol.CheckpointSaved():
-                await self._execute(
+                await self._do(
                     SaveCheckpoint(
                         step=report.step,
                         path=report.path,
@@ -169,18 +174,29 @@ class Attempt:
         if self._ending == "cancelled":
             return  # the job is CANCELLED already
         if self._ending == "stopped":
-            await self._execute(Restart(reason="node agent stopped", at=now()))
+            await self._do(Restart(reason="node agent stopped", at=now()))
             return
         failed = [s for s in self._learners if s.status is not None and not s.status.succeeded]
         if not failed:
-            await self._execute(Complete(exit_codes=[0] * len(statuses), at=now()))
+            await self._do(Complete(exit_codes=[0] * len(statuses), at=now()))
             return
         first = failed[0]
         assert first.status is not None
-        reason = f"learner {first.spec.learner} {first.status.describe()}"
-        if first.error:
-            reason = f"{reason}: {first.error}"
-        await self._execute(Fail(reason=reason, exit_code=first.status.code, at=now()))
+        killed_by = first.killed_by or first.status.signal
+        failure = LearnerFailure(
+            learner=first.spec.learner,
+            description=f"killed by {killed_by}" if killed_by else first.status.describe(),
+            exit_code=first.status.code,
+            infrastructure=killed_by is not None or first.status.oom_killed,
+            error=first.error,
+        )
+        await self._do(after_failure(self._job, failure, now()))
+
+    async def _do(self, command: Command) -> None:
+        """Carry out a job command, keeping the job's latest state (for the restart policy)."""
+        job = await self._execute(command)
+        if job is not None:
+            self._job = job
 
     async def _terminate(self) -> None:
         """SIGTERM (learners checkpoint on it), a grace period, then SIGKILL."""

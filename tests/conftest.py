@@ -27,6 +27,7 @@ from controlplane.settings import Settings
 from controlplane.tenants.admin import bootstrap_admin_token
 from controlplane.tenants.projection import TenantsProjection
 from controlplane.tenants.service import create_tenant
+from tests.cluster import Plane, RunningAgent, agent_config
 from tests.tenancy import Tokens
 
 
@@ -151,3 +152,24 @@ async def tokens(pool: asyncpg.Pool, store: EventStore, db_url: str, tmp_path: P
     admin = await bootstrap_admin_token(store, runner, tmp_path)
     assert admin is not None
     return Tokens(acme.plaintext, globex.plaintext, admin)
+
+
+@pytest.fixture
+async def plane(pool: asyncpg.Pool, store: EventStore, db_url: str) -> AsyncIterator[Plane]:
+    """Projections running and a job service, with tenant acme."""
+    plane = Plane(pool, store, db_url)
+    await create_tenant(store, plane.runner, "acme", actor="test")
+    tasks = [asyncio.create_task(plane.listener.run()), asyncio.create_task(plane.runner.run())]
+    yield plane
+    plane.runner.stop()
+    plane.listener.stop()
+    plane.listener.wake()
+    await asyncio.wait(tasks, timeout=5)
+
+
+@pytest.fixture
+async def agent(plane: Plane, tmp_path: Path) -> AsyncIterator[RunningAgent]:
+    """A real agent, node n1 with two fake GPUs."""
+    running = await RunningAgent(plane.url, agent_config(tmp_path), fake_gpus=2).started()
+    yield running
+    await running.finish()

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import sys
-from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
 from uuid import UUID
 
 import asyncpg
@@ -15,113 +12,10 @@ import pytest
 
 from controlplane.agents.nodes import NodeNameTaken
 from controlplane.database import DATABASE_ERRORS
-from controlplane.events.metadata import Metadata
-from controlplane.events.store import EventStore
-from controlplane.events.subscription import LogListener
-from controlplane.jobs.lifecycle import Cancel, Job, JobStatus, RequestCheckpoint
-from controlplane.jobs.manifest import JobManifest
-from controlplane.jobs.service import Jobs, now
-from controlplane.logs.store import read_lines
-from controlplane.projections.catalog import all_projections
-from controlplane.projections.runner import ProjectionRunner
-from controlplane.tenants.service import create_tenant
-from node_agent.agent import AgentConfig
-from node_agent.service import run_agent
+from controlplane.jobs.lifecycle import Cancel, JobStatus, RequestCheckpoint
+from controlplane.jobs.service import now
+from tests.cluster import USER, Plane, RunningAgent, agent_config
 from tests.polling import eventually
-
-USER = Metadata(actor="tenant:acme", tenant="acme")
-
-
-class Plane:
-    """The control plane's background work (projections) and a job service, in-process."""
-
-    def __init__(self, pool: asyncpg.Pool, store: EventStore, db_url: str) -> None:
-        self.url = db_url
-        self.pool = pool
-        self.store = store
-        self.jobs = Jobs(store)
-        self.listener = LogListener(db_url, poll_interval=0.2)
-        self.runner = ProjectionRunner(pool, store, self.listener, all_projections())
-
-    async def submit(self, command: list[str], **extra: Any) -> UUID:
-        manifest = JobManifest.model_validate(
-            {"name": "t", "image": "img", "command": command, "gpus_per_learner": 1, **extra}
-        )
-        job, _ = await self.jobs.submit("acme", manifest, USER)
-        return job.job_id
-
-    async def until(self, job_id: UUID, check: Callable[[Job], bool], seconds: float = 30) -> Job:
-        async with asyncio.timeout(seconds):
-            while True:
-                # The test's own connections may be cut too (see the database-loss test).
-                with contextlib.suppress(*DATABASE_ERRORS):
-                    job = await self.jobs.load(job_id)
-                    if job is not None and check(job):
-                        return job
-                await asyncio.sleep(0.05)
-
-    async def state(self, job_id: UUID, *states: JobStatus) -> Job:
-        return await self.until(job_id, lambda job: job.state in states)
-
-    async def log_text(self, job_id: UUID) -> list[str]:
-        return [stored.line.text for stored in await read_lines(self.pool, job_id, limit=10_000)]
-
-
-@pytest.fixture
-async def plane(pool: asyncpg.Pool, store: EventStore, db_url: str) -> AsyncIterator[Plane]:
-    plane = Plane(pool, store, db_url)
-    await create_tenant(store, plane.runner, "acme", actor="test")
-    tasks = [asyncio.create_task(plane.listener.run()), asyncio.create_task(plane.runner.run())]
-    yield plane
-    plane.runner.stop()
-    plane.listener.stop()
-    plane.listener.wake()
-    await asyncio.wait(tasks, timeout=5)
-
-
-def config(tmp_path: Path, name: str = "n1", grace_s: float = 5) -> AgentConfig:
-    return AgentConfig(
-        name=name,
-        work_dir=tmp_path / name,
-        cpus=4,
-        memory_mb=8192,
-        launcher=(sys.executable, "-m", "runners.launch"),
-        heartbeat_s=0.5,
-        ttl_s=5,
-        grace_s=grace_s,
-        poll_s=0.2,
-    )
-
-
-class RunningAgent:
-    def __init__(self, url: str, config: AgentConfig, fake_gpus: int) -> None:
-        self.stop = asyncio.Event()
-        self.registered = asyncio.Event()
-        self.task = asyncio.create_task(
-            run_agent(url, config, fake_gpus=fake_gpus, stop=self.stop, registered=self.registered)
-        )
-
-    async def started(self) -> RunningAgent:
-        done, _ = await asyncio.wait(
-            {self.task, asyncio.ensure_future(self.registered.wait())},
-            timeout=10,
-            return_when=asyncio.FIRST_COMPLETED,
-        )
-        if self.task in done:
-            self.task.result()  # raises what stopped it
-        return self
-
-    async def finish(self) -> None:
-        self.stop.set()
-        await asyncio.wait_for(self.task, 30)
-
-
-@pytest.fixture
-async def agent(plane: Plane, tmp_path: Path) -> AsyncIterator[RunningAgent]:
-    running = await RunningAgent(plane.url, config(tmp_path), fake_gpus=2).started()
-    yield running
-    await running.finish()
-
 
 PRINT_GPUS = [
     sys.executable,
@@ -223,13 +117,15 @@ async def test_a_name_held_by_a_live_agent_is_refused(
     plane: Plane, agent: RunningAgent, tmp_path: Path
 ) -> None:
     with pytest.raises(NodeNameTaken, match="held by a live agent"):
-        await RunningAgent(plane.url, config(tmp_path), fake_gpus=1).started()
+        await RunningAgent(plane.url, agent_config(tmp_path), fake_gpus=1).started()
 
 
 async def test_stopping_the_agent_sends_running_jobs_back_to_the_queue(
     plane: Plane, tmp_path: Path
 ) -> None:
-    running = await RunningAgent(plane.url, config(tmp_path, grace_s=5), fake_gpus=1).started()
+    running = await RunningAgent(
+        plane.url, agent_config(tmp_path, grace_s=5), fake_gpus=1
+    ).started()
     job_id = await plane.submit(SLEEPER)
     await plane.state(job_id, JobStatus.PROCESSING)
     await wait_for_line(plane, job_id, "ready")

@@ -20,7 +20,7 @@ from controlplane.events.metadata import Metadata
 from controlplane.events.store import EventStore
 from controlplane.events.subscription import LogListener
 from controlplane.jobs.events import JobDeploying
-from controlplane.jobs.lifecycle import Cancel, Complete, EnterPhase, JobStatus
+from controlplane.jobs.lifecycle import Cancel, Complete, EnterPhase, JobStatus, Restart
 from controlplane.jobs.manifest import JobManifest
 from controlplane.jobs.projection import JobsProjection
 from controlplane.jobs.service import Jobs, now
@@ -249,3 +249,28 @@ async def test_quota_priority_and_what_a_claim_records(
     await cluster.finish(acme)
     again = [c for _, c in await claim_all(cluster, ["n1"])]
     assert [c.job.job_id for c in again] == [over_quota]
+
+
+async def test_a_restarted_job_waits_out_its_backoff(
+    pool: asyncpg.Pool, store: EventStore, db_url: str
+) -> None:
+    cluster = Cluster(pool, store, db_url)
+    await cluster.tenant("acme")
+    await cluster.node("n1", 1)
+    job_id = await cluster.submit("acme", manifest(1))
+    await cluster.project()
+    [(_, first)] = await claim_all(cluster, ["n1"])
+    await cluster.jobs.execute(job_id, EnterPhase(JobStatus.PROCESSING, now()), AGENT)
+    await cluster.jobs.execute(job_id, Restart("learner 0 killed by SIGKILL", now(), 2.0), AGENT)
+    await release(pool, job_id, first.attempt)
+
+    async def requeued() -> bool:
+        await cluster.project()
+        state = await pool.fetchval("SELECT state FROM job_status WHERE job_id = $1", job_id)
+        return bool(state == "QUEUED")
+
+    await eventually(requeued)
+    assert await claim(pool, store, "n1") is None  # still backing off
+    await asyncio.sleep(2.1)
+    again = await claim(pool, store, "n1")
+    assert again is not None and again.job.job_id == job_id and again.attempt == 2

@@ -13,7 +13,7 @@ from controlplane.database import create_pool
 from controlplane.events.hub import StreamHub
 from controlplane.events.store import EventStore
 from controlplane.events.subscription import LogListener
-from controlplane.http import jobs, logs, nodes
+from controlplane.http import jobs, logs, metrics, nodes
 from controlplane.http.keys import (
     BACKGROUND,
     DATABASE_URL,
@@ -51,6 +51,7 @@ def create_app(
     app.router.add_get("/openapi.json", openapi)
     jobs.add_routes(app)
     logs.add_routes(app)
+    metrics.add_routes(app)
     nodes.add_routes(app)
     return app
 

@@ -72,6 +72,9 @@ class JobRestarted(JobEvent):
     reason: str
     attempt: int = Field(description="the new attempt's number")
     resume_from: str | None = Field(description="the checkpoint the new attempt resumes from")
+    not_before: datetime | None = Field(
+        default=None, description="backoff: the new attempt is not claimed before this instant"
+    )
 
 
 @registry.register("CheckpointRequested")

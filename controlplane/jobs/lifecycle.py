@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 from uuid import UUID
 
@@ -99,6 +99,8 @@ class Job(BaseModel):
     epoch: int | None = None
     last_checkpoint: Checkpoint | None = None
     checkpoint_requested_at: datetime | None = None
+    not_before: datetime | None = None
+    """A restarted job waits (backoff) until this instant before it may be claimed."""
     exit_codes: list[int] = []
     failure_reason: str | None = None
     transitions: list[Transition] = []
@@ -161,6 +163,8 @@ class Cancel:
 class Restart:
     reason: str
     at: datetime
+    backoff_s: float = 0.0
+    """How long the new attempt waits before it may be claimed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,7 +242,7 @@ def _decide_live(command: Command, job: Job) -> list[JobEvent]:
             return [JobFailed(attempt=job.attempt, reason=reason, exit_code=exit_code, at=at)]
         case Cancel(reason, at):
             return [JobCancelled(reason=reason, at=at)]
-        case Restart(reason, at):
+        case Restart(reason, at, backoff_s):
             _require(job, RUNNING, "restart")
             if job.restarts >= job.manifest.max_restarts:
                 limit = job.manifest.max_restarts
@@ -250,7 +254,15 @@ def _decide_live(command: Command, job: Job) -> list[JobEvent]:
                     )
                 ]
             resume = job.last_checkpoint.path if job.last_checkpoint else None
-            return [JobRestarted(reason=reason, attempt=job.attempt + 1, resume_from=resume, at=at)]
+            return [
+                JobRestarted(
+                    reason=reason,
+                    attempt=job.attempt + 1,
+                    resume_from=resume,
+                    not_before=at + timedelta(seconds=backoff_s) if backoff_s else None,
+                    at=at,
+                )
+            ]
         case RequestCheckpoint(at):
             _require(job, {JobStatus.PROCESSING}, "checkpoint")
             return [CheckpointRequested(at=at)]
@@ -313,7 +325,7 @@ def evolve(job: Job | None, event: JobEvent) -> Job:
             return _enter(failed, JobStatus.FAILED, event.at, reason)
         case JobCancelled(reason=reason):
             return _enter(job, JobStatus.CANCELLED, event.at, reason)
-        case JobRestarted(reason=reason, attempt=attempt):
+        case JobRestarted(reason=reason, attempt=attempt, not_before=not_before):
             requeued = job.model_copy(
                 update={
                     "attempt": attempt,
@@ -321,6 +333,7 @@ def evolve(job: Job | None, event: JobEvent) -> Job:
                     "nodes": [],
                     "gpus": [],
                     "checkpoint_requested_at": None,
+                    "not_before": not_before,
                 }
             )
             return _enter(requeued, JobStatus.QUEUED, event.at, reason)

@@ -44,6 +44,7 @@ class JobsProjection:
             job.updated_at,
             event.stream_version,
             job.model_dump_json(),
+            job.not_before,
         )
         if isinstance(event.event, JobSubmitted | JobRestarted):
             # The job is claimable once this batch commits: wake the agents then (a NOTIFY is

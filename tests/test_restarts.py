@@ -1,0 +1,93 @@
+"""The restart policy: infrastructure failures are retried with backoff, a user error before
+any checkpoint fails fast, and the limit turns a restart into FAILED."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from uuid import uuid4
+
+from controlplane.jobs.lifecycle import (
+    Deploy,
+    EnterPhase,
+    Fail,
+    Job,
+    JobStatus,
+    Restart,
+    SaveCheckpoint,
+    Submit,
+    decide,
+    evolve,
+)
+from controlplane.jobs.manifest import JobManifest
+from controlplane.jobs.restarts import LearnerFailure, after_failure, backoff_s
+
+T0 = datetime(2026, 11, 22, tzinfo=UTC)
+KILLED = LearnerFailure(0, "killed by SIGKILL", None, infrastructure=True)
+EXIT_1 = LearnerFailure(0, "exited with code 1", 1, infrastructure=False, error="bad flag")
+
+
+def running(max_restarts: int = 3, checkpoint: bool = False) -> Job:
+    manifest = JobManifest(name="j", image="i", command=["x"], max_restarts=max_restarts)
+    job: Job | None = None
+    commands = [
+        Submit(uuid4(), "acme", manifest, T0),
+        Deploy(["n1"], [], 1, T0),
+        EnterPhase(JobStatus.PROCESSING, T0),
+    ]
+    if checkpoint:
+        commands.append(SaveCheckpoint(100, "/ckpt/100", 1, 0.1, T0))
+    for command in commands:
+        for event in decide(command, job):
+            job = evolve(job, event)
+    assert job is not None
+    return job
+
+
+def apply(job: Job, command: Restart | Fail) -> Job:
+    for event in decide(command, job):
+        job = evolve(job, event)
+    return job
+
+
+def test_a_killed_learner_is_restarted_with_backoff_from_its_checkpoint() -> None:
+    job = running(checkpoint=True)
+    command = after_failure(job, KILLED, T0)
+    assert command == Restart(reason="learner 0 killed by SIGKILL", at=T0, backoff_s=1.0)
+    restarted = apply(job, command)
+    assert restarted.state is JobStatus.QUEUED and restarted.attempt == 2
+    assert restarted.not_before == T0 + timedelta(seconds=1)
+
+
+def test_infrastructure_failures_are_retried_even_before_a_checkpoint() -> None:
+    assert isinstance(after_failure(running(), KILLED, T0), Restart)
+
+
+def test_a_user_error_before_any_checkpoint_fails_fast() -> None:
+    command = after_failure(running(), EXIT_1, T0)
+    assert command == Fail(
+        reason="learner 0 exited with code 1: bad flag (before any checkpoint: not retried)",
+        exit_code=1,
+        at=T0,
+    )
+    assert apply(running(), command).state is JobStatus.FAILED
+
+
+def test_a_user_error_after_a_checkpoint_resumes_from_it() -> None:
+    job = running(checkpoint=True)
+    restarted = apply(job, after_failure(job, EXIT_1, T0))
+    assert restarted.state is JobStatus.QUEUED
+    assert restarted.transitions[-1].reason == "learner 0 exited with code 1: bad flag"
+
+
+def test_backoff_doubles_up_to_a_minute() -> None:
+    assert [backoff_s(n) for n in range(8)] == [1, 2, 4, 8, 16, 32, 60, 60]
+
+
+def test_the_restart_limit_turns_a_restart_into_failed() -> None:
+    job = running(max_restarts=0)
+    failed = apply(job, after_failure(job, KILLED, T0))
+    assert failed.state is JobStatus.FAILED
+    assert (
+        failed.failure_reason
+        == "restart limit (0) reached; last failure: learner 0 killed by SIGKILL"
+    )
