@@ -22,6 +22,7 @@ from controlplane.settings import Settings
 from controlplane.tenants.cli import add_commands as add_tenant_commands
 from controlplane.up import up
 from node_agent.cli import add_commands as add_agent_commands
+from node_agent.service import LeaseLost
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -42,7 +43,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DatabaseUnavailable as exc:
         print(f"trainyard: {exc}", file=sys.stderr)
         return EXIT_UNREACHABLE
-    except (MigrationError, ServeError, NodeNameTaken) as exc:
+    except (MigrationError, ServeError, NodeNameTaken, LeaseLost) as exc:
         print(f"trainyard: {exc}", file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt:
@@ -159,6 +160,21 @@ def parser() -> argparse.ArgumentParser:
     )
     claims.add_argument("--json", action="store_true", help="print only the JSON object")
     claims.set_defaults(handler=cmd_bench_claims)
+    overhead = bench_commands.add_parser(
+        "overhead",
+        help="training speed through the system against the bare script",
+        description="Run the PyTorch example (runners.examples.classifier) bare, as a plain "
+        "process, and as a job through the control plane and one node agent (process runtime, "
+        "in this process, on a scratch database), alternating for some rounds; compare the "
+        "training steps per second that the learner's own metric reports show (median), and "
+        "report the checkpoint time and size. Prints JSON.",
+    )
+    overhead.add_argument(
+        "--steps", type=int, default=12_000, help="training steps per run (at least 50)"
+    )
+    overhead.add_argument("--rounds", type=int, default=3, help="bare and system runs, alternated")
+    overhead.add_argument("--json", action="store_true", help="print only the JSON object")
+    overhead.set_defaults(handler=cmd_bench_overhead)
     return top
 
 
@@ -249,6 +265,19 @@ async def cmd_bench_claims(args: argparse.Namespace, settings: Settings) -> int:
 
     url = await resolve_database(settings)
     result = await run(url, seconds=args.seconds, progress=not args.json)
+    print(json.dumps(result, indent=None if args.json else 2))
+    return 0
+
+
+async def cmd_bench_overhead(args: argparse.Namespace, settings: Settings) -> int:
+    from bench.overhead import run
+
+    # The example reports every 25 steps; the speed needs two reports.
+    if args.steps < 50 or args.rounds < 1:
+        print("trainyard: --steps must be at least 50 and --rounds at least 1", file=sys.stderr)
+        return EXIT_USAGE
+    url = await resolve_database(settings)
+    result = await run(url, steps=args.steps, rounds=args.rounds, progress=not args.json)
     print(json.dumps(result, indent=None if args.json else 2))
     return 0
 

@@ -395,3 +395,23 @@ WHERE n.state = 'READY';
 SELECT attempt, learner, line FROM job_logs
 WHERE job_id = $1 AND stream = 'stdout' AND line LIKE '@@trainyard/1 {%"kind":"metric"%'
 ORDER BY id;
+
+-- name: manager_lock
+-- Held by the active lifecycle manager's own session: it ends with that session, so a replica
+-- that dies hands the role on without anyone having to notice first.
+SELECT pg_try_advisory_lock(hashtextextended('trainyard.lifecycle-manager', 0));
+
+-- name: expired_nodes
+SELECT name FROM nodes WHERE state = 'READY' AND lease_until < now() ORDER BY name;
+
+-- name: mark_node_lost
+-- Nothing comes back if the agent renewed its lease meanwhile (or another manager was first).
+UPDATE nodes SET state = 'LOST'
+WHERE name = $1 AND state = 'READY' AND lease_until < now()
+RETURNING agent_id;
+
+-- name: node_attempts
+-- The job attempts that still hold resources on a node.
+SELECT DISTINCT job_id, attempt FROM allocations
+WHERE node = $1 AND released_at IS NULL
+ORDER BY job_id;

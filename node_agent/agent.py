@@ -83,6 +83,8 @@ class Agent:
         self._stopping = asyncio.Event()
         self._changed = asyncio.Event()
         self._unhealthy: set[str] = set()
+        self.fenced = False
+        """Whether the node lost its lease (declared LOST): its learners were killed."""
 
     def stop(self) -> None:
         """Stop claiming; learners are stopped (they checkpoint) and their jobs re-queued."""
@@ -131,7 +133,10 @@ class Agent:
             try:
                 lease = await self._nodes.renew(self.config.name, self.agent_id, self.config.ttl_s)
                 if lease is None:
-                    log.error("node %s: lease lost; stopping", self.config.name)
+                    # The node was declared LOST and its jobs restarted elsewhere: its learners
+                    # are stale (fenced) and must die without reporting anything.
+                    log.error("node %s: lease lost; killing stale learners", self.config.name)
+                    self.fenced = True
                     self.stop()
                     return
                 await self._check_gpus()
@@ -176,7 +181,10 @@ class Agent:
                 for task in waiting:
                     task.cancel()
         for running in self._running.values():
-            running.attempt.stop()
+            if self.fenced:
+                running.attempt.fence()
+            else:
+                running.attempt.stop()
         if self._running:
             await asyncio.wait([r.task for r in self._running.values()])
 
@@ -233,8 +241,11 @@ class Agent:
             for recorded in events:
                 running.version = recorded.stream_version
                 match recorded.event:
-                    case JobCancelled() | JobRestarted():
+                    case JobCancelled():
                         running.attempt.cancel()
+                    case JobRestarted():
+                        # Restarted elsewhere (this node was declared lost): stale learners.
+                        running.attempt.fence()
                     case CheckpointRequested():
                         running.attempt.request_checkpoint()
 

@@ -83,9 +83,10 @@ class Attempt:
         self._learners: list[_LearnerState] = []
         self._job_phase = -1
         self._ending: str | None = None
-        """Why the attempt is ending early: "failed", "cancelled" or "stopped"."""
+        """Why the attempt is ending early: "failed", "cancelled", "stopped" or "fenced"."""
         self._terminating: asyncio.Task[None] | None = None
         self._job = claim.job
+        self._number = claim.attempt
 
     @property
     def job_id(self) -> object:
@@ -101,7 +102,7 @@ class Attempt:
             reason = f"learner {failed.learner} failed to start: {exc}"
             self._logs.add(failed, "system", reason)
             await self._terminate()
-            await self._do(Fail(reason=reason, at=now()))
+            await self._do(Fail(reason=reason, at=now(), attempt=self._number))
             return
         async with asyncio.TaskGroup() as group:
             for state in self._learners:
@@ -115,6 +116,11 @@ class Attempt:
     def stop(self) -> None:
         """The agent is stopping: stop the learners, and send the job back to the queue."""
         self._end("stopped")
+
+    def fence(self) -> None:
+        """This node lost its lease: the attempt was restarted elsewhere; stop the learners and
+        report nothing (any report would be stale)."""
+        self._end("fenced")
 
     def _end(self, why: str) -> None:
         if self._ending is None:
@@ -154,7 +160,7 @@ class Attempt:
                 reached = min(s.phase for s in self._learners)
                 if reached > self._job_phase:
                     self._job_phase = reached
-                    await self._do(EnterPhase(PHASES[reached], at=report.at))
+                    await self._do(EnterPhase(PHASES[reached], at=report.at, attempt=self._number))
             case protocol.PhaseEnded(outcome="failed", error=error, signal=killed_by):
                 state.error = error
                 state.killed_by = killed_by
@@ -166,19 +172,20 @@ class Attempt:
                         size_bytes=report.size_bytes,
                         duration_s=report.duration_s,
                         at=report.at,
+                        attempt=self._number,
                     )
                 )
 
     async def _finish(self) -> None:
         statuses = [s.status for s in self._learners]
-        if self._ending == "cancelled":
-            return  # the job is CANCELLED already
+        if self._ending in ("cancelled", "fenced"):
+            return  # the job is CANCELLED already, or runs elsewhere now
         if self._ending == "stopped":
-            await self._do(Restart(reason="node agent stopped", at=now()))
+            await self._do(Restart(reason="node agent stopped", at=now(), attempt=self._number))
             return
         failed = [s for s in self._learners if s.status is not None and not s.status.succeeded]
         if not failed:
-            await self._do(Complete(exit_codes=[0] * len(statuses), at=now()))
+            await self._do(Complete(exit_codes=[0] * len(statuses), at=now(), attempt=self._number))
             return
         first = failed[0]
         assert first.status is not None

@@ -16,6 +16,10 @@ from node_agent.process_runtime import ProcessRuntime
 log = logging.getLogger("node_agent")
 
 
+class LeaseLost(Exception):
+    """The agent's node was declared lost while it ran."""
+
+
 async def run_agent(
     url: str,
     config: AgentConfig,
@@ -39,7 +43,10 @@ async def run_agent(
             group.create_task(listener.run(), name="listener")
             shipping = group.create_task(shipper.run(), name="log-shipper")
             working = group.create_task(agent.run(), name="agent")
-            await stop.wait()
+            stopping = asyncio.ensure_future(stop.wait())
+            # Until asked to stop, or until the agent stops by itself (its lease was lost).
+            await asyncio.wait({working, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            stopping.cancel()
             agent.stop()
             # The agent's learners have ended (and their jobs went back to the queue) before
             # the last lines are shipped and the listener closes.
@@ -50,3 +57,8 @@ async def run_agent(
     finally:
         await pool.close()
         inventory.close()
+    if agent.fenced:
+        raise LeaseLost(
+            f"node {config.name} lost its lease (declared LOST; its jobs were restarted "
+            "elsewhere); its learners were killed. Restart the agent to rejoin."
+        )

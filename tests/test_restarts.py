@@ -6,12 +6,15 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from uuid import uuid4
 
+import pytest
+
 from controlplane.jobs.lifecycle import (
     Deploy,
     EnterPhase,
     Fail,
     Job,
     JobStatus,
+    Refused,
     Restart,
     SaveCheckpoint,
     Submit,
@@ -52,7 +55,7 @@ def apply(job: Job, command: Restart | Fail) -> Job:
 def test_a_killed_learner_is_restarted_with_backoff_from_its_checkpoint() -> None:
     job = running(checkpoint=True)
     command = after_failure(job, KILLED, T0)
-    assert command == Restart(reason="learner 0 killed by SIGKILL", at=T0, backoff_s=1.0)
+    assert command == Restart("learner 0 killed by SIGKILL", T0, backoff_s=1.0, attempt=1)
     restarted = apply(job, command)
     assert restarted.state is JobStatus.QUEUED and restarted.attempt == 2
     assert restarted.not_before == T0 + timedelta(seconds=1)
@@ -68,6 +71,7 @@ def test_a_user_error_before_any_checkpoint_fails_fast() -> None:
         reason="learner 0 exited with code 1: bad flag (before any checkpoint: not retried)",
         exit_code=1,
         at=T0,
+        attempt=1,
     )
     assert apply(running(), command).state is JobStatus.FAILED
 
@@ -91,3 +95,12 @@ def test_the_restart_limit_turns_a_restart_into_failed() -> None:
         failed.failure_reason
         == "restart limit (0) reached; last failure: learner 0 killed by SIGKILL"
     )
+
+
+def test_a_late_report_from_an_earlier_attempt_is_refused() -> None:
+    job = running(checkpoint=True)
+    restarted = apply(job, after_failure(job, KILLED, T0))
+    with pytest.raises(Refused, match="report from attempt 1 is stale"):
+        decide(EnterPhase(JobStatus.PROCESSING, T0, attempt=1), restarted)
+    with pytest.raises(Refused, match="stale"):
+        decide(Restart("again", T0, attempt=1), restarted)

@@ -42,6 +42,15 @@ class NodeGpuUnhealthy(NodeEvent):
     reason: str
 
 
+@registry.register("NodeLost")
+class NodeLost(NodeEvent):
+    """The node stopped renewing its lease: its jobs were restarted elsewhere, and its agent,
+    should it come back, must kill its learners (their epoch is stale)."""
+
+    agent_id: UUID
+    reason: str
+
+
 @registry.register("NodeDeregistered")
 class NodeDeregistered(NodeEvent):
     agent_id: UUID

@@ -83,7 +83,7 @@ class Nodes:
                 gpus=node.gpus,
                 at=now(),
             )
-            await self._record(conn, node.name, registered)
+            await self.record(conn, node.name, registered)
         assert isinstance(lease, datetime)
         return lease
 
@@ -97,14 +97,14 @@ class Nodes:
         reason = gpu.health_reason or "unhealthy"
         async with self._pool.acquire() as conn, conn.transaction():
             await conn.execute(Q["set_gpu_health"], name, gpu.uuid, False, reason)
-            await self._record(conn, name, NodeGpuUnhealthy(uuid=gpu.uuid, reason=reason, at=now()))
+            await self.record(conn, name, NodeGpuUnhealthy(uuid=gpu.uuid, reason=reason, at=now()))
 
     async def deregister(self, name: str, agent_id: UUID) -> None:
         async with self._pool.acquire() as conn, conn.transaction():
             await conn.execute(Q["deregister_node"], name, agent_id)
-            await self._record(conn, name, NodeDeregistered(agent_id=agent_id, at=now()))
+            await self.record(conn, name, NodeDeregistered(agent_id=agent_id, at=now()))
 
-    async def _record(self, conn: Executor, name: str, event: NodeEvent) -> None:
+    async def record(self, conn: Executor, name: str, event: NodeEvent) -> None:
         """Append to the node's stream inside the caller's transaction, which also holds the
         node's row: the agent is the stream's only writer, so its version cannot move."""
         stream = node_stream(name)

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 import asyncpg
 from aiohttp import web
 
+from controlplane.agents.manager import LifecycleManager
 from controlplane.database import create_pool
 from controlplane.events.hub import StreamHub
 from controlplane.events.store import EventStore
@@ -20,6 +21,7 @@ from controlplane.http.keys import (
     HUB,
     JOBS,
     LISTENER,
+    MANAGER,
     POOL,
     PROJECTIONS,
     SSE_HEARTBEAT_S,
@@ -62,14 +64,16 @@ async def _database(app: web.Application) -> AsyncIterator[None]:
     app[PROJECTIONS] = ProjectionRunner(pool, store, app[LISTENER], all_projections())
     app[HUB] = StreamHub(store, app[LISTENER])
     app[JOBS] = Jobs(store)
+    app[MANAGER] = LifecycleManager(app[DATABASE_URL], pool, store)
     yield
     await store.close()
     await pool.close()
 
 
 async def _background(app: web.Application) -> AsyncIterator[None]:
-    """The log listener, the projection runner and the SSE hub: siblings that stop together."""
-    listener, projections, hub = app[LISTENER], app[PROJECTIONS], app[HUB]
+    """The log listener, the projection runner, the SSE hub and the lifecycle manager:
+    siblings that stop together."""
+    listener, projections, hub, manager = app[LISTENER], app[PROJECTIONS], app[HUB], app[MANAGER]
 
     async def supervise() -> None:
         try:
@@ -77,6 +81,7 @@ async def _background(app: web.Application) -> AsyncIterator[None]:
                 group.create_task(listener.run(), name="log-listener")
                 group.create_task(projections.run(), name="projection-runner")
                 group.create_task(hub.run(), name="sse-hub")
+                group.create_task(manager.run(), name="lifecycle-manager")
         except Exception:
             # The server keeps answering, but /readyz now says "not ready", so a load
             # balancer or supervisor takes this replica out of service.
@@ -86,6 +91,7 @@ async def _background(app: web.Application) -> AsyncIterator[None]:
     app[BACKGROUND] = task = asyncio.create_task(supervise(), name="control-plane-background")
     yield
     hub.stop()
+    manager.stop()
     listener.stop()
     projections.stop()
     listener.wake()  # the runner and the hub wait on the listener: let them see their flags

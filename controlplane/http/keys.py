@@ -7,6 +7,7 @@ import asyncio
 import asyncpg
 from aiohttp import web
 
+from controlplane.agents.manager import LifecycleManager
 from controlplane.events.hub import StreamHub
 from controlplane.events.store import EventStore
 from controlplane.events.subscription import LogListener
@@ -20,5 +21,6 @@ LISTENER = web.AppKey("listener", LogListener)
 PROJECTIONS = web.AppKey("projections", ProjectionRunner)
 HUB = web.AppKey("hub", StreamHub)
 JOBS = web.AppKey("jobs", Jobs)
+MANAGER = web.AppKey("manager", LifecycleManager)
 BACKGROUND = web.AppKey("background", asyncio.Task[None])
 SSE_HEARTBEAT_S = web.AppKey("sse_heartbeat_s", float)

@@ -138,12 +138,14 @@ class Deploy:
 class EnterPhase:
     phase: JobStatus
     at: datetime
+    attempt: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Complete:
     exit_codes: list[int]
     at: datetime
+    attempt: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +153,7 @@ class Fail:
     reason: str
     at: datetime
     exit_code: int | None = None
+    attempt: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +168,7 @@ class Restart:
     at: datetime
     backoff_s: float = 0.0
     """How long the new attempt waits before it may be claimed."""
+    attempt: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +183,7 @@ class SaveCheckpoint:
     size_bytes: int
     duration_s: float
     at: datetime
+    attempt: int | None = None
 
 
 Command = (
@@ -214,7 +219,16 @@ def decide(command: Command, job: Job | None) -> list[JobEvent]:
     return _decide_live(command, job)
 
 
+# Commands that report on one attempt (from its agent): `attempt` fences off late reports.
+_ATTEMPT_REPORTS = (EnterPhase, Complete, Fail, Restart, SaveCheckpoint)
+
+
 def _decide_live(command: Command, job: Job) -> list[JobEvent]:
+    if isinstance(command, _ATTEMPT_REPORTS) and command.attempt not in (None, job.attempt):
+        raise Refused(
+            f"job {job.job_id} is {job.state} at attempt {job.attempt}; a report from attempt "
+            f"{command.attempt} is stale (that attempt was restarted or reassigned)"
+        )
     match command:
         case Deploy(nodes, gpus, epoch, at):
             _require(job, {JobStatus.QUEUED}, "deploy")
@@ -242,7 +256,7 @@ def _decide_live(command: Command, job: Job) -> list[JobEvent]:
             return [JobFailed(attempt=job.attempt, reason=reason, exit_code=exit_code, at=at)]
         case Cancel(reason, at):
             return [JobCancelled(reason=reason, at=at)]
-        case Restart(reason, at, backoff_s):
+        case Restart(reason, at, backoff_s, _):
             _require(job, RUNNING, "restart")
             if job.restarts >= job.manifest.max_restarts:
                 limit = job.manifest.max_restarts

@@ -47,5 +47,6 @@ def after_failure(job: Job, failure: LearnerFailure, at: datetime) -> Restart | 
             reason=f"{reason} (before any checkpoint: not retried)",
             exit_code=failure.exit_code,
             at=at,
+            attempt=job.attempt,
         )
-    return Restart(reason=reason, at=at, backoff_s=backoff_s(job.restarts))
+    return Restart(reason=reason, at=at, backoff_s=backoff_s(job.restarts), attempt=job.attempt)

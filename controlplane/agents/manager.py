@@ -1,0 +1,109 @@
+"""The lifecycle manager: exactly one control plane replica at a time declares nodes whose
+lease expired LOST and restarts their jobs elsewhere, from their latest checkpoints."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from uuid import UUID
+
+import asyncpg
+
+from controlplane.agents.events import NodeLost
+from controlplane.agents.nodes import Nodes
+from controlplane.database import DATABASE_ERRORS, connect
+from controlplane.events.metadata import Metadata
+from controlplane.events.store import EventStore
+from controlplane.jobs.events import JobEvent
+from controlplane.jobs.lifecycle import Refused, Restart, decide, replay
+from controlplane.jobs.service import now
+from controlplane.jobs.streams import job_stream
+from controlplane.queries import Q
+
+log = logging.getLogger(__name__)
+
+ACTOR = "system:lifecycle-manager"
+
+
+class LifecycleManager:
+    """Every replica runs one; the one holding the manager lock is active, the others stand by
+    and take over within one interval of its death (its lock ends with its session)."""
+
+    def __init__(
+        self, url: str, pool: asyncpg.Pool, store: EventStore, *, interval_s: float = 1.0
+    ) -> None:
+        self._url = url
+        self._pool = pool
+        self._store = store
+        self._nodes = Nodes(pool, store)
+        self.interval_s = interval_s
+        self.active = False
+        self._stopping = asyncio.Event()
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    async def run(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                await self._hold_lock_and_sweep()
+            except DATABASE_ERRORS as exc:
+                log.warning("lifecycle manager: %s; retrying", exc)
+            self.active = False
+            await self._pause()
+
+    async def _hold_lock_and_sweep(self) -> None:
+        conn = await connect(self._url)
+        try:
+            while not self._stopping.is_set():
+                if not self.active:
+                    self.active = bool(await conn.fetchval(Q["manager_lock"]))
+                    if self.active:
+                        log.info("lifecycle manager: active")
+                else:
+                    # Still holding the lock only while this session lives: check it first.
+                    # (Should it die just after, two replicas may sweep at once for a moment;
+                    # a sweep is transactional and conditional, so neither repeats the other.)
+                    await conn.fetchval(Q["ping"])
+                    await self.sweep()
+                await self._pause()
+        finally:
+            await asyncio.shield(conn.close(timeout=5))
+
+    async def _pause(self) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stopping.wait(), self.interval_s)
+
+    async def sweep(self) -> list[str]:
+        """Declare every node whose lease has expired LOST; returns their names."""
+        lost = []
+        for row in await self._pool.fetch(Q["expired_nodes"]):
+            if await self._declare_lost(row["name"]):
+                lost.append(row["name"])
+        return lost
+
+    async def _declare_lost(self, name: str) -> bool:
+        """The node LOST, its jobs' attempts restarted and its allocations released: together
+        (one transaction), so that no job is left on a node that nobody runs."""
+        at = now()
+        reason = f"node_lost: node {name} stopped renewing its lease"
+        async with self._pool.acquire() as conn, conn.transaction():
+            agent_id: UUID | None = await conn.fetchval(Q["mark_node_lost"], name)
+            if agent_id is None:
+                return False  # it renewed in time after all, or another manager was first
+            await self._nodes.record(conn, name, NodeLost(agent_id=agent_id, reason=reason, at=at))
+            metadata = Metadata.capture(ACTOR, causation_id=f"node-{name}")
+            for row in await conn.fetch(Q["node_attempts"], name):
+                stream = job_stream(row["job_id"])
+                history = await self._store.read_stream(stream, conn=conn)
+                job = replay(e.event for e in history if isinstance(e.event, JobEvent))
+                try:
+                    events = decide(Restart(reason, at, attempt=row["attempt"]), job)
+                except Refused:
+                    events = []  # finished, cancelled or already restarted meanwhile
+                if events:
+                    await self._store.append(stream, len(history), events, metadata, conn=conn)
+                await conn.execute(Q["release_allocations"], row["job_id"], row["attempt"])
+        log.warning("%s: its jobs go back to the queue", reason)
+        return True

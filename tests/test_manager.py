@@ -1,0 +1,120 @@
+"""The lifecycle manager: one active replica, failover, node loss restarts jobs elsewhere, a
+hiccup shorter than the lease restarts nothing, and a returning node kills its stale learners."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from controlplane.agents.claims import claim
+from controlplane.agents.events import NodeLost
+from controlplane.agents.manager import LifecycleManager
+from controlplane.events.store import EventStore
+from controlplane.jobs.events import JobEvent, JobRestarted
+from controlplane.jobs.lifecycle import JobStatus
+from node_agent.service import LeaseLost
+from tests.cluster import Plane, RunningAgent, agent_config
+from tests.polling import eventually
+from tests.test_agent import SLEEPER, wait_for_line
+from tests.test_claims import Cluster, manifest
+
+
+@pytest.fixture
+async def managers(
+    pool: asyncpg.Pool, store: EventStore, db_url: str
+) -> AsyncIterator[list[LifecycleManager]]:
+    """Two replicas' managers, running."""
+    running = [LifecycleManager(db_url, pool, store, interval_s=0.1) for _ in range(2)]
+    tasks = [asyncio.create_task(m.run()) for m in running]
+    yield running
+    for manager in running:
+        manager.stop()
+    await asyncio.wait(tasks, timeout=5)
+
+
+async def test_exactly_one_manager_is_active_and_another_takes_over(
+    managers: list[LifecycleManager], owner: asyncpg.Connection
+) -> None:
+    async def one_active() -> bool:
+        return sum(m.active for m in managers) == 1
+
+    await eventually(one_active, seconds=5)
+    await asyncio.sleep(0.5)
+    assert sum(m.active for m in managers) == 1  # and it stays so
+    active = next(m for m in managers if m.active)
+    # Its session (which holds the lock) dies, as when its replica is killed.
+    killed = await owner.fetchval(
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_locks"
+        " WHERE locktype = 'advisory' AND granted AND database = ("
+        "   SELECT oid FROM pg_database WHERE datname = current_database())"
+    )
+    assert killed == 1
+
+    async def other_took_over() -> bool:
+        return any(m.active for m in managers if m is not active)
+
+    await eventually(other_took_over, seconds=5)
+
+
+async def test_an_expired_lease_marks_the_node_lost_and_restarts_its_jobs_elsewhere(
+    pool: asyncpg.Pool, store: EventStore, db_url: str, owner: asyncpg.Connection
+) -> None:
+    cluster = Cluster(pool, store, db_url)
+    await cluster.tenant("acme")
+    await cluster.node("n1", 1)
+    job_id = await cluster.submit("acme", manifest(1))
+    await cluster.project()
+    first = await claim(pool, store, "n1")
+    assert first is not None
+    manager = LifecycleManager(db_url, pool, store)
+    assert await manager.sweep() == []  # the lease is live: nothing happens
+
+    await owner.execute("UPDATE nodes SET lease_until = now() - interval '1 second'")
+    assert await manager.sweep() == ["n1"]
+    assert await manager.sweep() == []  # once
+
+    assert await owner.fetchval("SELECT state FROM nodes WHERE name = 'n1'") == "LOST"
+    node_events = [e.event for e in await store.read_stream("node-n1")]
+    assert isinstance(node_events[-1], NodeLost)
+    job = [e.event for e in await store.read_stream(f"job-{job_id}")]
+    assert isinstance(job[-1], JobRestarted)
+    assert job[-1].reason == "node_lost: node n1 stopped renewing its lease"
+    assert job[-1].attempt == 2
+    assert await owner.fetchval("SELECT count(*) FROM allocated_gpus") == 0
+
+    # Claimed again on another node, as attempt 2.
+    await cluster.node("n2", 1)
+    await cluster.project()
+
+    async def claimed_elsewhere() -> bool:
+        again = await claim(pool, store, "n2")
+        return again is not None and again.job.job_id == job_id and again.attempt == 2
+
+    await eventually(claimed_elsewhere)
+
+
+async def test_a_returning_node_kills_its_stale_learners_and_reports_nothing(
+    plane: Plane, tmp_path: Path, owner: asyncpg.Connection
+) -> None:
+    agent = await RunningAgent(plane.url, agent_config(tmp_path), fake_gpus=1).started()
+    job_id = await plane.submit(SLEEPER)
+    await plane.state(job_id, JobStatus.PROCESSING)
+    await wait_for_line(plane, job_id, "ready")
+    # The node misses its heartbeats for longer than its lease (simulated), and a manager
+    # declares it lost; the agent finds out at its next heartbeat.
+    await owner.execute("UPDATE nodes SET lease_until = now() - interval '1 second'")
+    manager = LifecycleManager(plane.url, plane.pool, plane.store)
+    assert await manager.sweep() == ["n1"]
+    with pytest.raises(LeaseLost, match="lost its lease"):
+        await asyncio.wait_for(agent.task, 20)
+    await wait_for_line(plane, job_id, "terminating")  # the stale learner was stopped
+    job = await plane.state(job_id, JobStatus.QUEUED)
+    assert job.attempt == 2
+    # Nothing from the fenced attempt after its restart: no Restart("node agent stopped").
+    history = [e.event for e in await plane.store.read_stream(f"job-{job_id}")]
+    assert isinstance(history[-1], JobRestarted)
+    assert sum(isinstance(e, JobRestarted) for e in history if isinstance(e, JobEvent)) == 1
