@@ -158,3 +158,16 @@ async def test_losing_the_database_keeps_learners_running_and_catches_up(
     await wait_for_line(plane, job_id, "tick 29")
     ticks = [line for line in await plane.log_text(job_id) if line.startswith("tick")]
     assert ticks == [f"tick {i}" for i in range(30)]  # every line, once, in order
+
+
+async def test_data_that_cannot_be_fetched_fails_the_job_in_downloading(
+    plane: Plane, agent: RunningAgent, tmp_path: Path
+) -> None:
+    missing = f"file://{tmp_path}/no-such-data.bin"
+    job_id = await plane.submit(
+        [sys.executable, "-c", "print('never runs')"], data={"source": missing}
+    )
+    job = await plane.state(job_id, JobStatus.FAILED)
+    assert [t.state for t in job.transitions][-2:] == [JobStatus.DOWNLOADING, JobStatus.FAILED]
+    assert job.failure_reason is not None and missing in job.failure_reason
+    assert "never runs" not in await plane.log_text(job_id)
