@@ -1,4 +1,5 @@
-"""`trainyard agent`: run a node agent until SIGINT or SIGTERM."""
+"""`trainyard agent`: run a node agent until SIGINT or SIGTERM; `trainyard agent install`:
+write the systemd unit that runs one as a service."""
 
 from __future__ import annotations
 
@@ -16,12 +17,34 @@ from controlplane.migrate import require_migrated
 from controlplane.settings import Settings
 from node_agent.agent import AgentConfig
 from node_agent.service import run_agent
+from node_agent.systemd import (
+    DEFAULT_ENV_FILE,
+    DEFAULT_HOME,
+    DEFAULT_UNIT_DIR,
+    ENV_FILE_MODE,
+    UNIT_FILE_MODE,
+    UNIT_NAME,
+    InstallError,
+    ServiceOptions,
+    check_database_url,
+    mask_password,
+    render_env,
+    render_unit,
+    write_atomically,
+)
 
 log = logging.getLogger("node_agent")
+
+# controlplane.cli's exit codes (importing it from here would be circular).
+EXIT_FAILED = 1
+EXIT_USAGE = 2
 
 
 def machine_memory_mb() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // (1 << 20)
+
+
+RUNTIMES = ("process", "docker")
 
 
 def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -31,48 +54,142 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         description="Register this node (its GPUs from NVML, or --fake-gpus), renew its lease by "
         "heartbeat, claim queued jobs that fit, run their learners and stream their logs, "
         "until SIGINT or SIGTERM; then stop the learners (they checkpoint), re-queue their "
-        "jobs and deregister.",
+        "jobs and deregister. `trainyard agent install` sets the same up as a systemd service.",
     )
-    agent.add_argument("--name", default=socket.gethostname(), help="node name (default: host)")
-    agent.add_argument(
+    _agent_options(agent, defaults=True)
+    agent.set_defaults(handler=cmd_agent)
+    # Optional, so that `trainyard agent [options]` still runs the agent itself.
+    actions = agent.add_subparsers(title="commands", metavar="[install]", prog="trainyard agent")
+    install = actions.add_parser(
+        "install",
+        help="write a systemd unit that runs this agent as a service",
+        description="Write /etc/systemd/system/trainyard-agent.service, which runs `trainyard "
+        "agent` with these options (Restart=always, after the network and, with --runtime "
+        "docker, Docker; KillMode=process, so that stopping or losing the agent never has "
+        "systemd kill its learners), and its environment file (TRAINYARD_DATABASE_URL and "
+        "TRAINYARD_HOME, mode 0600). Needs root, and a database URL (--database-url or "
+        "$TRAINYARD_DATABASE_URL): a fleet's agents share one Postgres. --dry-run prints "
+        "both files (password masked) and writes nothing. systemctl is left to you.",
+    )
+    # The agent's options may come before or after `install`: the subparser only sets those
+    # given after it (no defaults of its own), so it never overwrites ones given before.
+    _agent_options(install, defaults=False)
+    install.add_argument(
+        "--database-url",
+        metavar="URL",
+        help="the fleet's Postgres, postgresql://USER:PASSWORD@HOST:PORT/DB "
+        "(default: $TRAINYARD_DATABASE_URL)",
+    )
+    install.add_argument(
+        "--home",
+        type=Path,
+        default=DEFAULT_HOME,
+        help=f"the service's TRAINYARD_HOME (default: {DEFAULT_HOME})",
+    )
+    install.add_argument(
+        "--unit-dir",
+        type=Path,
+        default=DEFAULT_UNIT_DIR,
+        help=f"where {UNIT_NAME} goes (default: {DEFAULT_UNIT_DIR})",
+    )
+    install.add_argument(
+        "--env-file",
+        type=Path,
+        default=DEFAULT_ENV_FILE,
+        help=f"the environment file (default: {DEFAULT_ENV_FILE})",
+    )
+    install.add_argument(
+        "--dry-run", action="store_true", help="print both files instead of writing them"
+    )
+    install.set_defaults(handler=cmd_install)
+
+
+def _agent_options(command: argparse.ArgumentParser, *, defaults: bool) -> None:
+    """The options of `trainyard agent`, for the agent itself and for `agent install`."""
+
+    def default(value: object) -> object:
+        return value if defaults else argparse.SUPPRESS
+
+    command.add_argument(
+        "--name", default=default(socket.gethostname()), help="node name (default: host)"
+    )
+    command.add_argument(
         "--runtime",
-        choices=["process"],
-        default="process",
-        help="how learners run: child processes (the image is not used)",
+        choices=RUNTIMES,
+        default=default("process"),
+        help="how learners run: child processes (the image is not used), or Docker "
+        "containers (default: process)",
     )
-    agent.add_argument(
-        "--fake-gpus", type=int, metavar="N", help="offer N fake GPUs (machines without GPUs)"
+    command.add_argument(
+        "--fake-gpus",
+        type=int,
+        metavar="N",
+        default=default(None),
+        help="offer N fake GPUs (machines without GPUs)",
     )
-    agent.add_argument(
-        "--cpus", type=float, default=float(os.cpu_count() or 1), help="CPUs to offer"
+    # None: counted when the agent starts, so that an installed service follows the machine.
+    command.add_argument(
+        "--cpus", type=float, default=default(None), help="CPUs to offer (default: all)"
     )
-    agent.add_argument(
-        "--memory-mb", type=int, default=machine_memory_mb(), help="memory to offer, in MiB"
+    command.add_argument(
+        "--memory-mb",
+        type=int,
+        default=default(None),
+        help="memory to offer, in MiB (default: all)",
     )
-    agent.add_argument(
+    command.add_argument(
         "--work-dir",
         type=Path,
+        default=default(None),
         help="learners' working, checkpoint and results directories "
         "(default: $TRAINYARD_HOME/agents/NAME)",
     )
-    agent.add_argument("--heartbeat", type=float, default=2.0, help="seconds between heartbeats")
-    agent.add_argument("--ttl", type=float, default=10.0, help="lease time to live, in seconds")
-    agent.add_argument(
-        "--grace", type=float, default=10.0, help="seconds between SIGTERM and SIGKILL"
+    command.add_argument(
+        "--heartbeat",
+        type=float,
+        default=default(2.0),
+        help="seconds between heartbeats (default: 2)",
     )
-    agent.set_defaults(handler=cmd_agent)
+    command.add_argument(
+        "--ttl",
+        type=float,
+        default=default(10.0),
+        help="lease time to live, in seconds (default: 10)",
+    )
+    command.add_argument(
+        "--grace",
+        type=float,
+        default=default(10.0),
+        help="seconds between SIGTERM and SIGKILL (default: 10)",
+    )
+
+
+def option_problem(args: argparse.Namespace) -> str | None:
+    """What is wrong with the agent's options, if anything."""
+    if args.fake_gpus is not None and args.fake_gpus < 0:
+        return "--fake-gpus must be >= 0"
+    if args.cpus is not None and args.cpus <= 0:
+        return "--cpus must be > 0"
+    if args.memory_mb is not None and args.memory_mb <= 0:
+        return "--memory-mb must be > 0"
+    if args.heartbeat <= 0:
+        return "--heartbeat must be > 0"
+    if args.ttl <= args.heartbeat:
+        return "--ttl must be longer than --heartbeat"
+    if args.grace < 0:
+        return "--grace must be >= 0"
+    return None
 
 
 def config_from(args: argparse.Namespace, settings: Settings) -> AgentConfig:
-    if args.fake_gpus is not None and args.fake_gpus < 0:
-        raise SystemExit("trainyard agent: error: --fake-gpus must be >= 0")
-    if args.ttl <= args.heartbeat:
-        raise SystemExit("trainyard agent: error: --ttl must be longer than --heartbeat")
+    problem = option_problem(args)
+    if problem is not None:
+        raise SystemExit(f"trainyard agent: error: {problem}")
     return AgentConfig(
         name=args.name,
         work_dir=args.work_dir or settings.home / "agents" / args.name,
-        cpus=args.cpus,
-        memory_mb=args.memory_mb,
+        cpus=args.cpus if args.cpus is not None else float(os.cpu_count() or 1),
+        memory_mb=args.memory_mb if args.memory_mb is not None else machine_memory_mb(),
         launcher=(sys.executable, "-m", "runners.launch"),
         heartbeat_s=args.heartbeat,
         ttl_s=args.ttl,
@@ -81,6 +198,16 @@ def config_from(args: argparse.Namespace, settings: Settings) -> AgentConfig:
 
 
 async def cmd_agent(args: argparse.Namespace, settings: Settings) -> int:
+    if args.runtime != "process":
+        # Accepted by the parser so that `agent install --runtime docker` can write its unit,
+        # but the Docker runtime is not wired into run_agent yet: refuse rather than run
+        # learners as bare processes on a node that was set up for Docker.
+        print(
+            f"trainyard agent: error: --runtime {args.runtime} is not available in this "
+            "version yet; use --runtime process",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
     config = config_from(args, settings)
     url = await resolve_database(settings)
     await require_migrated(url)
@@ -91,3 +218,67 @@ async def cmd_agent(args: argparse.Namespace, settings: Settings) -> int:
     # A name held by a live agent (NodeNameTaken) is reported by `main`, exit code 1.
     await run_agent(url, config, fake_gpus=args.fake_gpus, stop=stop)
     return 0
+
+
+async def cmd_install(args: argparse.Namespace, settings: Settings) -> int:
+    return install(args, settings, running_as_root=os.geteuid() == 0)
+
+
+def install(args: argparse.Namespace, settings: Settings, *, running_as_root: bool) -> int:
+    """`trainyard agent install`, with the euid check injected (tests run as any user)."""
+    problem = option_problem(args)
+    if problem is not None:
+        return _install_error(problem)
+    url = args.database_url or settings.database_url
+    if not url:
+        return _install_error(
+            "no database: pass --database-url postgresql://USER:PASSWORD@HOST/DB or set "
+            "TRAINYARD_DATABASE_URL (a fleet's agents share one Postgres; the embedded "
+            "database is only for a single machine)"
+        )
+    options = ServiceOptions(
+        python=sys.executable,
+        name=args.name,
+        runtime=args.runtime,
+        heartbeat_s=args.heartbeat,
+        ttl_s=args.ttl,
+        grace_s=args.grace,
+        env_file=args.env_file,
+        fake_gpus=args.fake_gpus,
+        cpus=args.cpus,
+        memory_mb=args.memory_mb,
+        work_dir=args.work_dir,
+    )
+    unit_path: Path = args.unit_dir / UNIT_NAME
+    try:
+        check_database_url(url)
+        if not args.unit_dir.is_absolute():
+            raise InstallError(f"--unit-dir must be an absolute path, not {str(args.unit_dir)!r}")
+        unit = render_unit(options)
+        env = render_env(url, args.home)
+        shown_env = render_env(mask_password(url), args.home)
+    except InstallError as exc:
+        return _install_error(str(exc))
+    if args.dry_run:
+        print(f"# {unit_path}\n{unit}")
+        print(f"# {args.env_file} (mode 0600; the password is masked here)\n{shown_env}", end="")
+        return 0
+    if not running_as_root:
+        print(
+            f"trainyard agent install: must run as root to write {unit_path} and "
+            f"{args.env_file}; nothing was written (use sudo, or --dry-run to print them)",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
+    # The environment file first: the unit refers to it.
+    write_atomically(args.env_file, env, ENV_FILE_MODE)
+    write_atomically(unit_path, unit, UNIT_FILE_MODE)
+    print(f"wrote {unit_path}")
+    print(f"wrote {args.env_file} (mode 0600)")
+    print("next: systemctl daemon-reload && systemctl enable --now trainyard-agent")
+    return 0
+
+
+def _install_error(message: str) -> int:
+    print(f"trainyard agent install: error: {message}", file=sys.stderr)
+    return EXIT_USAGE

@@ -10,7 +10,7 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from controlplane.events.errors import ConcurrencyError, MalformedEvent, UnknownEventType
 from controlplane.events.metadata import Metadata
-from controlplane.events.store import ORIGIN, EventStore
+from controlplane.events.store import EventStore
 from tests.events import Pinged, Renamed, Unregistered
 
 META = Metadata(actor="user:alice", tenant="acme", correlation_id="req-1")
@@ -154,7 +154,7 @@ async def test_metadata_carries_the_current_trace_context(store: EventStore) -> 
     with tracer.start_as_current_span("submit") as span:
         meta = Metadata.capture("user:alice", tenant="acme", correlation_id="c", causation_id="1")
         await store.append("job-1", 0, [Pinged(n=1)], meta)
-    [recorded] = await store.read_log(ORIGIN)
+    [recorded] = await store.read_stream("job-1")
     assert recorded.metadata.tenant == "acme"
     assert recorded.metadata.causation_id == "1"
     trace_id = f"{span.get_span_context().trace_id:032x}"

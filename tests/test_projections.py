@@ -4,28 +4,22 @@ of a dropped listening connection, and rebuilds that equal the incremental build
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 
 import asyncpg
 import pytest
 
 from controlplane.database import Executor
 from controlplane.events.metadata import Metadata
-from controlplane.events.store import EventStore, RecordedEvent
+from controlplane.events.store import ORIGIN, EventStore, RecordedEvent
 from controlplane.events.subscription import LogListener
 from controlplane.projections.runner import ProjectionRunner
 from controlplane.projections.streams import StreamsProjection
 from tests.events import Pinged
+from tests.polling import eventually
 
 META = Metadata(actor="test")
 SNAPSHOT = "SELECT * FROM streams ORDER BY stream_id"
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], seconds: float = 5.0) -> None:
-    deadline = asyncio.get_running_loop().time() + seconds
-    while not await check():
-        assert asyncio.get_running_loop().time() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.02)
 
 
 @pytest.fixture
@@ -43,6 +37,16 @@ def runner_for(pool: asyncpg.Pool, store: EventStore, listener: LogListener) -> 
     return ProjectionRunner(pool, store, listener, [StreamsProjection()], batch_size=10)
 
 
+async def all_readable(store: EventStore, count: int) -> None:
+    """Wait until `count` events are readable: the log's bound is cluster-wide, so a
+    transaction open in another database of the server may hold new events back a moment."""
+
+    async def readable() -> bool:
+        return len(await store.read_log(ORIGIN, limit=count + 1)) == count
+
+    await eventually(readable)
+
+
 async def append_some(store: EventStore, streams: int, each: int, start: int = 0) -> None:
     for s in range(streams):
         for v in range(start, start + each):
@@ -53,6 +57,7 @@ async def test_runner_builds_the_read_model_and_its_checkpoint(
     pool: asyncpg.Pool, store: EventStore, listener: LogListener, owner: asyncpg.Connection
 ) -> None:
     await append_some(store, streams=3, each=7)
+    await all_readable(store, 21)
     runner = runner_for(pool, store, listener)
     assert not await runner.caught_up()
     assert await runner.catch_up(runner.projections["streams"]) == 21
@@ -115,6 +120,7 @@ async def test_two_runners_apply_every_event_exactly_once(
         # A duplicate would violate the primary key and fail the batch loudly.
         await asyncio.gather(*(r.catch_up(projection) for r in runners))
     await writer
+    await all_readable(store, 100)
     await runners[0].catch_up(projection)
     assert await owner.fetchval("SELECT count(*) FROM exploding") == 100
 
@@ -178,6 +184,7 @@ async def test_rebuild_equals_the_incremental_build(
     projection = runner.projections["streams"]
     for round_ in range(3):  # built incrementally, in several catch-ups between appends
         await append_some(store, streams=3, each=4, start=4 * round_)
+        await all_readable(store, 12 * (round_ + 1))
         await runner.catch_up(projection)
     incremental = [dict(r) for r in await owner.fetch(SNAPSHOT)]
     checkpoint = await owner.fetchrow("SELECT xid, position FROM projection_checkpoints")

@@ -1,0 +1,233 @@
+"""`trainyard agent install`: the systemd unit and environment file that run an agent as a
+service. Rendering is pure (options in, text out); writing is one small atomic helper."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit
+
+UNIT_NAME = "trainyard-agent.service"
+DEFAULT_UNIT_DIR = Path("/etc/systemd/system")
+DEFAULT_ENV_FILE = Path("/etc/trainyard/agent.env")
+DEFAULT_HOME = Path("/var/lib/trainyard")
+ENV_FILE_MODE = 0o600
+UNIT_FILE_MODE = 0o644
+RESTART_S = 5
+STOP_MARGIN_S = 30
+"""Seconds past --grace that systemd waits for the agent to stop: after its learners have
+ended it still ships their last log lines and deregisters the node."""
+
+MASK = "***"
+
+# Words systemd takes as they are in ExecStart=; anything else is double-quoted.
+_PLAIN_WORD = re.compile(r"[A-Za-z0-9_@+=:,./-]+")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+class InstallError(ValueError):
+    """Options that cannot make a working service (a usage error)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceOptions:
+    """What the unit runs: the agent's own options, plus where its environment file lies."""
+
+    python: str
+    """Absolute path of the interpreter that has Trainyard installed (its venv's, unresolved:
+    resolving a venv's symlink would lose the venv)."""
+    name: str
+    runtime: str
+    heartbeat_s: float
+    ttl_s: float
+    grace_s: float
+    env_file: Path = DEFAULT_ENV_FILE
+    fake_gpus: int | None = None
+    cpus: float | None = None
+    """None: the agent offers all of the machine's CPUs, counted each time it starts."""
+    memory_mb: int | None = None
+    """None: the agent offers all of the machine's memory, measured each time it starts."""
+    work_dir: Path | None = None
+
+
+def agent_command(opts: ServiceOptions) -> list[str]:
+    """The agent's command line, with the same flags `trainyard agent` takes."""
+    words = [opts.python, "-m", "controlplane.cli", "agent", "--name", opts.name]
+    words += ["--runtime", opts.runtime]
+    if opts.fake_gpus is not None:
+        words += ["--fake-gpus", str(opts.fake_gpus)]
+    if opts.cpus is not None:
+        words += ["--cpus", _number(opts.cpus)]
+    if opts.memory_mb is not None:
+        words += ["--memory-mb", str(opts.memory_mb)]
+    if opts.work_dir is not None:
+        words += ["--work-dir", str(opts.work_dir)]
+    words += ["--heartbeat", _number(opts.heartbeat_s), "--ttl", _number(opts.ttl_s)]
+    words += ["--grace", _number(opts.grace_s)]
+    return words
+
+
+def render_unit(opts: ServiceOptions) -> str:
+    """The text of trainyard-agent.service."""
+    _check_path("--env-file", opts.env_file)
+    if not os.path.isabs(opts.python):
+        raise InstallError(f"the interpreter path must be absolute, not {opts.python!r}")
+    for word in agent_command(opts):
+        if _CONTROL.search(word):
+            raise InstallError(f"control characters cannot go into a unit file: {word!r}")
+    after = ["network-online.target"]
+    if opts.runtime == "docker":
+        after.append("docker.service")
+    needs = "Postgres over the network"
+    if opts.runtime == "docker":
+        needs += ", and Docker for its learners"
+    grace = _number(opts.grace_s)
+    stop_s = _ceil(opts.grace_s) + STOP_MARGIN_S
+    exec_start = " ".join(_exec_word(word) for word in agent_command(opts))
+    return f"""\
+# Written by `trainyard agent install`. To change it, run that command again with new options,
+# then `systemctl daemon-reload && systemctl restart trainyard-agent`.
+[Unit]
+Description=Trainyard node agent {_specifiers(opts.name)}
+# The agent needs {needs}.
+# Wants=, not Requires=: a restart of {" or ".join(after)}
+# must not stop the agent.
+Wants={" ".join(after)}
+After={" ".join(after)}
+# Never stop retrying: an agent that stays down strands this machine's GPUs.
+StartLimitIntervalSec=0
+
+[Service]
+# exec: `systemctl start` fails at once if the interpreter cannot be run.
+Type=exec
+# TRAINYARD_DATABASE_URL (with its password) and TRAINYARD_HOME; mode 0600, root only.
+EnvironmentFile={_specifiers(str(opts.env_file))}
+# Unbuffered, so that the agent's lines reach the journal as they are written.
+Environment=PYTHONUNBUFFERED=1
+ExecStart={exec_start}
+Restart=always
+# After a crash the old lease stays live for up to --ttl seconds and the name is refused until
+# then; a few seconds between tries keeps the journal readable while it expires.
+RestartSec={RESTART_S}
+# process: systemd signals only the agent, never its learners. On `systemctl stop` the agent
+# itself stops them in order (SIGTERM, --grace seconds to checkpoint, SIGKILL) and re-queues
+# their jobs. When the agent dies instead (a crash, an OOM kill), systemd restarts it and
+# leaves its learners running: hours of training are not thrown away with the agent, and the
+# agent can re-adopt them (the design: learners keep running while their agent restarts).
+KillMode=process
+# --grace ({grace} s) for the learners to stop, then {STOP_MARGIN_S} s to ship their
+# last log lines and deregister, before systemd kills the agent.
+TimeoutStopSec={stop_s}
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+def render_env(database_url: str, home: Path) -> str:
+    """The text of the environment file (the caller masks the URL before printing it)."""
+    _check_path("--home", home)
+    if _CONTROL.search(database_url):
+        raise InstallError("the database URL contains control characters")
+    return (
+        "# Written by `trainyard agent install`; read by trainyard-agent.service.\n"
+        "# Mode 0600: it holds the database password.\n"
+        f"TRAINYARD_DATABASE_URL={_env_value(database_url)}\n"
+        f"TRAINYARD_HOME={_env_value(str(home))}\n"
+    )
+
+
+def check_database_url(url: str) -> None:
+    """A Postgres URL, or InstallError (whose message never holds the password)."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - parsing it is the check: a bad port raises here
+    except ValueError as exc:
+        raise InstallError(f"the database URL cannot be parsed ({exc})") from None
+    if parts.scheme not in ("postgresql", "postgres"):
+        raise InstallError(
+            "the database URL must start with postgresql:// (for example "
+            "postgresql://trainyard:PASSWORD@db.example.com:5432/trainyard)"
+        )
+
+
+def mask_password(url: str) -> str:
+    """The URL with its password (in the authority or a `password=` parameter) replaced."""
+    parts = urlsplit(url)
+    netloc, query = parts.netloc, parts.query
+    if parts.password is None and "password=" not in query:
+        return url
+    if parts.password is not None:
+        userinfo, _, hostport = netloc.rpartition("@")
+        user = userinfo.partition(":")[0]
+        netloc = f"{user}:{MASK}@{hostport}"
+    pairs = parse_qsl(query, keep_blank_values=True)
+    if any(key == "password" for key, _ in pairs):
+        masked = [(key, MASK if key == "password" else value) for key, value in pairs]
+        query = urlencode(masked, safe=MASK, quote_via=quote)
+    # Not urlunsplit: it drops the empty authority of postgresql:///db?host=/run/postgresql.
+    masked_url = f"{parts.scheme}://{netloc}{parts.path}"
+    return masked_url + (f"?{query}" if query else "")
+
+
+def write_atomically(path: Path, text: str, mode: int) -> None:
+    """Replace `path` with `text` so that readers see the old file or the new one, never a
+    part; the new file has `mode` from its creation (a secret is never briefly readable)."""
+    path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")  # mode 0600
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+        raise
+    # The rename itself survives a crash only once the directory is on disk.
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+
+
+def _check_path(option: str, path: Path) -> None:
+    if not path.is_absolute():
+        raise InstallError(f"{option} must be an absolute path, not {str(path)!r}")
+    if _CONTROL.search(str(path)) or any(c.isspace() for c in str(path)):
+        raise InstallError(f"{option} cannot contain spaces or control characters: {str(path)!r}")
+
+
+def _number(value: float) -> str:
+    return format(value, "g")
+
+
+def _ceil(value: float) -> int:
+    return -int(-value // 1)
+
+
+def _specifiers(text: str) -> str:
+    """systemd expands %-specifiers in most settings; a literal % is %%."""
+    return text.replace("%", "%%")
+
+
+def _exec_word(word: str) -> str:
+    """One ExecStart= word: %-specifiers and $VARIABLES escaped, quoted unless plain."""
+    escaped = _specifiers(word).replace("$", "$$")
+    if _PLAIN_WORD.fullmatch(word):
+        return escaped
+    return '"' + escaped.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _env_value(value: str) -> str:
+    """A double-quoted value that systemd's EnvironmentFile= and a POSIX shell both read back
+    as `value`: inside double quotes both take a backslash before " \\ ` $ as an escape."""
+    escaped = "".join("\\" + c if c in '"\\`$' else c for c in value)
+    return f'"{escaped}"'
