@@ -21,6 +21,12 @@ between the first and the last training report over the time between their `at`.
 reported apart as `startup_s`: from just before the spawn (bare) or the submit (process) to the
 first metric report. Bare and process runs alternate for `rounds` rounds, so that drift in the
 machine's load hits both alike; speeds are medians over the rounds.
+
+On a small machine a difference of a few percent is as likely to come from another workload as
+from Trainyard: with two cores, the agent and Postgres share the second core with whatever else
+runs, and take from the learner's core only when that one is busy too. So each side also reports
+`busy_cores`, the machine-wide CPU in use during its runs (Linux: /proc/stat): a run takes about
+one core, and clearly more means something else shared the machine and the numbers are suspect.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -132,11 +139,33 @@ class _Checkpoint:
 class _Run:
     steps_per_s: float
     startup_s: float
+    busy_cores: float
     checkpoints: list[_Checkpoint]
 
 
+class _Busy:
+    """The machine's CPU in use (all processes, in cores) from its creation to `cores()`."""
+
+    def __init__(self) -> None:
+        self._cpu_s = self._busy_cpu_s()
+        self._at = time.monotonic()
+
+    def cores(self) -> float:
+        return (self._busy_cpu_s() - self._cpu_s) / (time.monotonic() - self._at)
+
+    @staticmethod
+    def _busy_cpu_s() -> float:
+        # The first line sums every CPU: user, nice, system, idle, iowait, irq, softirq, ...
+        ticks = [int(t) for t in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        user, nice, system, _idle, _iowait, irq, softirq = ticks[:7]
+        return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
+
+
 def _measured(
-    started: datetime, points: Sequence[MetricPoint], checkpoints: list[_Checkpoint]
+    started: datetime,
+    busy_cores: float,
+    points: Sequence[MetricPoint],
+    checkpoints: list[_Checkpoint],
 ) -> _Run:
     training = sorted((p for p in points if TRAINING_METRIC in p.values), key=lambda p: p.at)
     if len(training) < 2:
@@ -146,6 +175,7 @@ def _measured(
     return _Run(
         steps_per_s=(last.step - first.step) / seconds,
         startup_s=(first.at - started).total_seconds(),
+        busy_cores=busy_cores,
         checkpoints=checkpoints,
     )
 
@@ -154,6 +184,7 @@ def _side(runs: Sequence[_Run]) -> dict[str, Any]:
     return {
         "steps_per_s": round(statistics.median(r.steps_per_s for r in runs), 1),
         "startup_s": round(statistics.median(r.startup_s for r in runs), 2),
+        "busy_cores": round(statistics.median(r.busy_cores for r in runs), 2),
         "samples_steps_per_s": [round(r.steps_per_s, 1) for r in runs],
     }
 
@@ -185,13 +216,14 @@ def _bare(steps: int) -> _Run:
             runner_env.CHECKPOINT_KEEP: str(CHECKPOINT_KEEP),
         }
         output = root / "output"
-        started = datetime.now(UTC)
+        busy, started = _Busy(), datetime.now(UTC)
         # A file, not a pipe this process reads: the cheapest place output can go, so any
         # cost of the agent reading the learner's pipes shows as overhead.
         with output.open("wb") as sink:
             done = subprocess.run(
                 _command(steps), env=env, stdout=sink, stderr=subprocess.STDOUT, check=False
             )
+        cores = busy.cores()
         lines = output.read_text(errors="replace").splitlines()
     if done.returncode != 0:
         tail = "\n".join(lines[-20:])
@@ -204,7 +236,7 @@ def _bare(steps: int) -> _Run:
                 points.append(MetricPoint(attempt=1, learner=0, step=step, at=at, values=values))
             case protocol.CheckpointSaved(duration_s=duration_s, size_bytes=size_bytes):
                 checkpoints.append(_Checkpoint(duration_s, size_bytes))
-    return _measured(started, points, checkpoints)
+    return _measured(started, cores, points, checkpoints)
 
 
 # Process: the example through the whole system.
@@ -266,9 +298,10 @@ async def _through_system(plane: _Plane, steps: int) -> _Run:
         )
         try:
             await _registered(agent, registered)
-            started = datetime.now(UTC)
+            busy, started = _Busy(), datetime.now(UTC)
             job, _ = await plane.jobs.submit(TENANT, manifest, USER)
             await _until_completed(plane.jobs, job.job_id, agent)
+            cores = busy.cores()
         finally:
             # Stopping the agent ships its last log lines, so the metrics read below are all.
             stop.set()
@@ -279,7 +312,7 @@ async def _through_system(plane: _Plane, steps: int) -> _Run:
         for recorded in await plane.store.read_stream(job_stream(job.job_id))
         if isinstance(recorded.event, CheckpointSaved)
     ]
-    return _measured(started, points, checkpoints)
+    return _measured(started, cores, points, checkpoints)
 
 
 async def _registered(agent: asyncio.Task[None], registered: asyncio.Event) -> None:

@@ -11,6 +11,8 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from controlplane.agents.nodes import NodeNameTaken
+from controlplane.client.api import NotFound, ServerUnreachable
+from controlplane.client.commands import add_client_commands
 from controlplane.database import DatabaseUnavailable, create_pool, describe, resolve_database
 from controlplane.events.store import EventStore
 from controlplane.events.subscription import LogListener
@@ -27,6 +29,7 @@ from node_agent.service import LeaseLost
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_UNREACHABLE = 3
+EXIT_NOT_FOUND = 4
 
 Handler = Callable[[argparse.Namespace, Settings], Coroutine[Any, Any, int]]
 
@@ -40,9 +43,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler: Handler = args.handler
     try:
         return asyncio.run(handler(args, Settings.from_env()))
-    except DatabaseUnavailable as exc:
+    except (DatabaseUnavailable, ServerUnreachable) as exc:
         print(f"trainyard: {exc}", file=sys.stderr)
         return EXIT_UNREACHABLE
+    except NotFound as exc:
+        print(f"trainyard: {exc}", file=sys.stderr)
+        return EXIT_NOT_FOUND
     except (MigrationError, ServeError, NodeNameTaken, LeaseLost) as exc:
         print(f"trainyard: {exc}", file=sys.stderr)
         return EXIT_FAILED
@@ -117,6 +123,7 @@ def parser() -> argparse.ArgumentParser:
 
     add_tenant_commands(commands)
     add_agent_commands(commands)
+    add_client_commands(commands)
 
     bench = commands.add_parser(
         "bench", help="run a benchmark", description="Benchmarks that print JSON."

@@ -4,7 +4,6 @@ tenant `demo`, with its status and logs streamed to the terminal from the SSE en
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -12,6 +11,7 @@ from typing import Any
 
 import aiohttp
 
+from controlplane.client.api import sse_messages
 from controlplane.events.store import EventStore
 from controlplane.projections.runner import ProjectionRunner
 from controlplane.tenants.errors import TenantExists
@@ -67,16 +67,8 @@ async def run_demo(base_url: str, token: str) -> str:
 
 
 async def _sse(response: aiohttp.ClientResponse) -> AsyncIterator[tuple[str, dict[str, Any]]]:
-    event, data = "message", ""
-    async for raw in response.content:
-        line = raw.decode().rstrip("\n")
-        if line.startswith("event: "):
-            event = line[7:]
-        elif line.startswith("data: "):
-            data = line[6:]
-        elif not line and data:
-            yield event, json.loads(data)
-            event, data = "message", ""
+    async for message in sse_messages(response.content):
+        yield message.event, message.json()
 
 
 async def _follow_status(session: aiohttp.ClientSession, job_id: str) -> str:

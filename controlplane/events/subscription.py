@@ -48,8 +48,11 @@ class LogListener:
         if self._generation != seen:
             return
         woken = self._woken
+        # asyncio.timeout, not wait_for: wait_for (3.11) can swallow a cancellation that
+        # arrives as the event is set, and a cancelled reader would then read on.
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(woken.wait(), self.poll_interval)
+            async with asyncio.timeout(self.poll_interval):
+                await woken.wait()
 
     def wake(self) -> None:
         """Wake every waiter; a fresh Event for the next round, so each wake is seen once."""

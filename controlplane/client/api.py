@@ -1,0 +1,183 @@
+"""A small client of the control plane's HTTP API: JSON requests, errors as exceptions that the
+CLI turns into exit codes, and SSE streams that resume with `Last-Event-ID` after a drop."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+import aiohttp
+
+REQUEST_TIMEOUT = aiohttp.ClientTimeout(total=30, connect=10)
+# A followed stream is quiet for as long as the job is; the server's heartbeats (every 15 s)
+# keep it alive, so a read that waits much longer than that means a dead connection.
+STREAM_TIMEOUT = aiohttp.ClientTimeout(total=None, connect=10, sock_read=60)
+RECONNECT_FOR_S = 60.0
+"""How long a followed stream keeps reconnecting before the server counts as unreachable."""
+RECONNECT_DELAY_S = (0.2, 0.5, 1.0, 2.0, 5.0)
+
+_UNREACHABLE = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, asyncio.TimeoutError)
+"""Connection refused, reset or dropped (mid-body too), and timeouts: no (whole) answer."""
+
+
+class UsageError(Exception):
+    """The command line or an input file is wrong (exit code 2)."""
+
+
+class ServerUnreachable(Exception):
+    """No answer from the control plane (exit code 3)."""
+
+
+class NotFound(Exception):
+    """The job does not exist, or belongs to another tenant (exit code 4)."""
+
+
+class ApiError(Exception):
+    """The server refused the request (401, 409, 422, ...)."""
+
+    def __init__(self, status: int, message: str, fields: Sequence[Mapping[str, Any]]) -> None:
+        super().__init__(message)
+        self.status = status
+        self.fields = list(fields)
+
+
+@dataclass(frozen=True, slots=True)
+class SseMessage:
+    id: str | None
+    event: str
+    data: str
+
+    def json(self) -> Any:
+        return json.loads(self.data)
+
+
+async def sse_messages(lines: AsyncIterable[bytes]) -> AsyncIterator[SseMessage]:
+    """Parse an SSE body (`response.content`) into messages; comments (heartbeats) are skipped
+    and a message's several `data` lines are joined, as the SSE specification says."""
+    event, data, event_id = "message", list[str](), None
+    async for raw in lines:
+        line = raw.decode().rstrip("\r\n")
+        if not line:
+            if data:
+                yield SseMessage(event_id, event, "\n".join(data))
+            event, data, event_id = "message", [], None
+            continue
+        if line.startswith(":"):
+            continue
+        name, _, value = line.partition(":")
+        value = value.removeprefix(" ")
+        if name == "event":
+            event = value
+        elif name == "data":
+            data.append(value)
+        elif name == "id":
+            event_id = value
+
+
+class ApiClient:
+    """One HTTP session against one server with one bearer token."""
+
+    def __init__(self, server: str, token: str) -> None:
+        self.server = server
+        self._headers = {"Authorization": f"Bearer {token}"}
+        self._session: aiohttp.ClientSession | None = None
+
+    async def __aenter__(self) -> ApiClient:
+        self._session = aiohttp.ClientSession(headers=self._headers)
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        assert self._session is not None
+        await self._session.close()
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        assert self._session is not None, "use ApiClient as an async context manager"
+        return self._session
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Sequence[tuple[str, str]] = (),
+        body: Any = None,
+        not_found: str = "not found",
+        text: bool = False,
+    ) -> Any:
+        """The response's JSON (or text); an exception for any error status."""
+        try:
+            async with self.session.request(
+                method,
+                self.server + path,
+                params=list(params),
+                json=body,
+                timeout=REQUEST_TIMEOUT,
+            ) as response:
+                await raise_for_status(response, not_found)
+                return await response.text() if text else await response.json()
+        except aiohttp.InvalidURL as exc:
+            raise UsageError(f"invalid server URL {self.server!r}") from exc
+        except _UNREACHABLE as exc:
+            raise self.unreachable(exc) from exc
+
+    def unreachable(self, exc: BaseException) -> ServerUnreachable:
+        detail = str(exc) or type(exc).__name__
+        return ServerUnreachable(f"cannot reach the server at {self.server}: {detail}")
+
+    async def follow(
+        self, path: str, params: Sequence[tuple[str, str]] = (), *, not_found: str = "not found"
+    ) -> AsyncGenerator[SseMessage, None]:
+        """The messages of an SSE stream, forever: when the connection drops, or the server
+        closes it early (a replica shutting down), it reconnects with `Last-Event-ID`, so no
+        message is lost or repeated. The caller stops when it has seen the last message."""
+        last_id: str | None = None
+        failing_since: float | None = None
+        attempt = 0
+        loop = asyncio.get_running_loop()
+        while True:
+            headers = {"Last-Event-ID": last_id} if last_id is not None else {}
+            try:
+                async with self.session.get(
+                    self.server + path, params=list(params), headers=headers, timeout=STREAM_TIMEOUT
+                ) as response:
+                    await raise_for_status(response, not_found)
+                    failing_since, attempt = None, 0
+                    async for message in sse_messages(response.content):
+                        if message.id is not None:
+                            last_id = message.id
+                        yield message
+            except aiohttp.InvalidURL as exc:
+                raise UsageError(f"invalid server URL {self.server!r}") from exc
+            except _UNREACHABLE as exc:
+                failing_since = failing_since or loop.time()
+                if loop.time() - failing_since > RECONNECT_FOR_S:
+                    raise self.unreachable(exc) from exc
+            await asyncio.sleep(RECONNECT_DELAY_S[min(attempt, len(RECONNECT_DELAY_S) - 1)])
+            attempt += 1
+
+
+async def raise_for_status(response: aiohttp.ClientResponse, not_found: str) -> None:
+    if response.status < 400:
+        return
+    try:
+        body = await response.json(content_type=None)
+    except ValueError:
+        body = None
+    if not isinstance(body, dict):
+        body = {"error": f"HTTP {response.status} {response.reason}"}
+    if response.status == 404:
+        raise NotFound(not_found)
+    message = str(body.get("error") or f"HTTP {response.status}")
+    fields = body.get("fields") or []
+    if "field" in body:
+        message = f"{body['field']}: {message}"
+    if response.status == 401:
+        message = f"the server refused the token ({message})"
+    raise ApiError(response.status, message, fields)

@@ -1,0 +1,374 @@
+"""`trainyard login | submit | list | status | logs | cancel | checkpoint | nodes`: the user's
+commands, against a control plane's HTTP API."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import getpass
+import importlib
+import json
+import os
+import re
+import sys
+from collections.abc import Callable, Coroutine, Mapping
+from contextlib import aclosing
+from pathlib import Path
+from typing import Any
+
+from controlplane.client import render
+from controlplane.client.api import ApiClient, ApiError, UsageError
+from controlplane.client.config import (
+    SERVER_ENV,
+    TOKEN_ENV,
+    Target,
+    normalize_server,
+    resolve,
+    write_config,
+)
+from controlplane.jobs.lifecycle import JobStatus
+from controlplane.settings import Settings
+
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+FAILED_STATES = frozenset({JobStatus.FAILED.value, JobStatus.CANCELLED.value})
+_TEXT_LOG = re.compile(r"\[attempt (\d+) learner (\d+) (\w+)\] (.*)", re.DOTALL)
+
+Handler = Callable[[argparse.Namespace, Settings], Coroutine[Any, Any, int]]
+
+
+def add_client_commands(commands: Any) -> None:
+    """Add the user commands to the top-level subparsers (`add_subparsers()`'s result)."""
+    target = argparse.ArgumentParser(add_help=False)
+    target.add_argument(
+        "--server", metavar="URL", help=f"the control plane (else ${SERVER_ENV}, else login's)"
+    )
+    target.add_argument(
+        "--token", metavar="TOKEN", help=f"a bearer token (else ${TOKEN_ENV}, else login's)"
+    )
+    output = argparse.ArgumentParser(add_help=False)
+    output.add_argument(
+        "--output", choices=["text", "json"], default="text", help="text (default) or json"
+    )
+
+    def add(name: str, summary: str, description: str, handler: Handler, *parents: Any) -> Any:
+        command = commands.add_parser(
+            name, help=summary, description=description, parents=[target, *parents]
+        )
+        command.set_defaults(handler=_guarded(handler))
+        return command
+
+    add(
+        "login",
+        "save a server URL and token for the other commands",
+        "Check the token against the server and save both to $TRAINYARD_HOME/client.json "
+        "(mode 0600). Without --token, it is read from $TRAINYARD_TOKEN or asked for.",
+        cmd_login,
+    )
+    submit = add(
+        "submit",
+        "submit a job manifest",
+        "Submit the job described by FILE (JSON; YAML too where PyYAML is installed) and print "
+        "its id. With --follow, show its state, attempt, restarts and logs until it ends; the "
+        "exit code is then 1 if it FAILED or was CANCELLED.",
+        cmd_submit,
+    )
+    submit.add_argument("file", metavar="FILE", help="the manifest, or - for standard input")
+    submit.add_argument("--follow", action="store_true", help="follow the job until it ends")
+    listing = add(
+        "list",
+        "list jobs, newest first",
+        "List jobs, newest first, optionally only those in some states or with some labels.",
+        cmd_list,
+        output,
+    )
+    listing.add_argument(
+        "--state", action="append", choices=list(JobStatus), help="only this state (repeatable)"
+    )
+    listing.add_argument(
+        "--label", action="append", metavar="K=V", help="only with this label (repeatable)"
+    )
+    listing.add_argument("--limit", type=int, default=50, help="at most this many (1 to 500)")
+    status = add(
+        "status",
+        "a job's state, current attempt and full history",
+        "Show a job's state, attempt, restarts, nodes, GPUs, last checkpoint, exit codes and "
+        "failure reason, and every event of its history with time, actor and reason.",
+        cmd_status,
+        output,
+    )
+    status.add_argument("job", metavar="JOB", help="the job's id")
+    logs = add(
+        "logs",
+        "a job's learner logs",
+        "Print a job's learner log lines. With -f, follow them (and the job's state) until the "
+        "job and its learners have ended; the exit code is then 1 if it FAILED or was "
+        "CANCELLED. --output json prints one JSON object per line.",
+        cmd_logs,
+        output,
+    )
+    logs.add_argument("job", metavar="JOB", help="the job's id")
+    logs.add_argument("-f", "--follow", action="store_true", help="follow until the job ends")
+    logs.add_argument("--attempt", type=int, metavar="N", help="only attempt N")
+    logs.add_argument("--learner", type=int, metavar="I", help="only learner I")
+    cancel = add("cancel", "cancel a job", "Cancel a job that has not finished.", cmd_cancel)
+    cancel.add_argument("job", metavar="JOB", help="the job's id")
+    cancel.add_argument("--reason", help="why (recorded in the job's history)")
+    checkpoint = add(
+        "checkpoint",
+        "ask a running job for a checkpoint now",
+        "Ask a PROCESSING job's learners to save a checkpoint now.",
+        cmd_checkpoint,
+    )
+    checkpoint.add_argument("job", metavar="JOB", help="the job's id")
+    add(
+        "nodes",
+        "list nodes with their GPUs, CPUs and memory",
+        "List the nodes: state, lease, free GPUs, allocated CPUs and memory.",
+        cmd_nodes,
+        output,
+    )
+
+
+def _guarded(handler: Handler) -> Handler:
+    """Usage errors and refusals as one line on stderr with their exit code; "unreachable" and
+    "not found" propagate to `main`, which maps them for every command alike."""
+
+    @functools.wraps(handler)
+    async def run(args: argparse.Namespace, settings: Settings) -> int:
+        try:
+            return await handler(args, settings)
+        except UsageError as exc:
+            _error(str(exc))
+            return EXIT_USAGE
+        except ApiError as exc:
+            _error(str(exc))
+            for field in exc.fields:
+                _error(f"  {field.get('field')}: {field.get('message')}")
+            # A manifest or argument the server found invalid is the user's input to fix.
+            return EXIT_USAGE if exc.status in (400, 422) else EXIT_FAILED
+
+    return run
+
+
+def _error(message: str) -> None:
+    print(f"trainyard: {message}", file=sys.stderr)
+
+
+def _client(args: argparse.Namespace, settings: Settings) -> ApiClient:
+    target = resolve(args.server, args.token, settings.home)
+    return ApiClient(target.server, target.token)
+
+
+def _json(value: Any) -> None:
+    print(json.dumps(value, indent=2))
+
+
+async def cmd_login(args: argparse.Namespace, settings: Settings) -> int:
+    server = args.server or _env(SERVER_ENV)
+    if not server:
+        raise UsageError(f"login needs --server URL (or ${SERVER_ENV})")
+    token = args.token or _env(TOKEN_ENV)
+    if not token:
+        if not sys.stdin.isatty():
+            raise UsageError(f"login needs --token (or ${TOKEN_ENV}) when not on a terminal")
+        token = await asyncio.to_thread(getpass.getpass, "token: ")
+    target = Target(normalize_server(server), token.strip())
+    async with ApiClient(target.server, target.token) as client:
+        # Only a token that works is worth saving.
+        await client.request("GET", "/v1/jobs", params=[("limit", "1")])
+    path = write_config(settings.home, target)
+    print(f"logged in to {target.server}; saved to {path}")
+    return 0
+
+
+def _env(name: str) -> str | None:
+    return os.environ.get(name) or None
+
+
+def read_manifest(file: str) -> Any:
+    """The manifest's JSON value; a file that cannot be read or parsed is a usage error that
+    names the line and column."""
+    name = "standard input" if file == "-" else file
+    try:
+        text = sys.stdin.read() if file == "-" else Path(file).read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read {name}: {exc}") from exc
+    if file.endswith((".yaml", ".yml")):
+        return _yaml(text, name)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{name}: line {exc.lineno} column {exc.colno}: {exc.msg}") from exc
+
+
+def _yaml(text: str, name: str) -> Any:
+    try:
+        # Imported by name: PyYAML is optional and not a dependency of Trainyard.
+        yaml = importlib.import_module("yaml")
+    except ImportError:
+        raise UsageError(
+            f"{name}: YAML manifests need PyYAML, which is not installed; use JSON"
+        ) from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1} column {mark.column + 1}: " if mark else ""
+        raise UsageError(f"{name}: {where}{getattr(exc, 'problem', None) or exc}") from exc
+
+
+async def cmd_submit(args: argparse.Namespace, settings: Settings) -> int:
+    manifest = read_manifest(args.file)
+    async with _client(args, settings) as client:
+        job = await client.request("POST", "/v1/jobs", body=manifest)
+        print(job["id"], flush=True)
+        if job.get("unschedulable_reason"):
+            _error(f"warning: {job['unschedulable_reason']}")
+        if not args.follow:
+            return 0
+        return await follow_job(client, job["id"], render.follow_view(False), None, None)
+
+
+async def follow_job(
+    client: ApiClient,
+    job_id: str,
+    view: render.FollowView,
+    attempt: int | None,
+    learner: int | None,
+) -> int:
+    """Show the job's state changes and log lines until both streams have ended; 1 if the job
+    FAILED or was CANCELLED."""
+    not_found = f"no job {job_id}"
+    final: dict[str, str] = {}
+
+    async def states() -> None:
+        restarts = 0
+        events = client.follow(f"/v1/jobs/{job_id}/events", not_found=not_found)
+        async with aclosing(events):
+            async for message in events:
+                event = message.json()
+                restarts += event["type"] == "JobRestarted"
+                view.status(event["state"], event["attempt"], restarts, _detail(event))
+                if event["state"] in {s.value for s in JobStatus if s.terminal}:
+                    final["state"] = event["state"]
+                    return
+
+    async def lines() -> None:
+        params = [("follow", "true"), *_filters(attempt, learner)]
+        stream = client.follow(f"/v1/jobs/{job_id}/logs", params, not_found=not_found)
+        async with aclosing(stream):
+            async for message in stream:
+                if message.event == "end":
+                    return
+                if message.event == "line":
+                    view.line(message.json())
+
+    try:
+        with view:
+            async with asyncio.TaskGroup() as group:
+                group.create_task(states())
+                group.create_task(lines())
+    except ExceptionGroup as failed:
+        # One cause for `main` to map to an exit code and one line: the first stream's error.
+        raise failed.exceptions[0] from None
+    state = final["state"]
+    print(f"job {job_id} {state}", file=sys.stderr)
+    return EXIT_FAILED if state in FAILED_STATES else 0
+
+
+def _detail(event: Mapping[str, Any]) -> str | None:
+    data = event.get("data") or {}
+    return data.get("reason") or ", ".join(data.get("nodes") or []) or None
+
+
+def _filters(attempt: int | None, learner: int | None) -> list[tuple[str, str]]:
+    params = []
+    if attempt is not None:
+        params.append(("attempt", str(attempt)))
+    if learner is not None:
+        params.append(("learner", str(learner)))
+    return params
+
+
+async def cmd_list(args: argparse.Namespace, settings: Settings) -> int:
+    if not 1 <= args.limit <= 500:
+        raise UsageError("--limit must be between 1 and 500")
+    params = [("limit", str(args.limit))]
+    params += [("state", state) for state in args.state or []]
+    for label in args.label or []:
+        if "=" not in label or label.startswith("="):
+            raise UsageError(f"--label must be KEY=VALUE, not {label!r}")
+        params.append(("label", label))
+    async with _client(args, settings) as client:
+        page = await client.request("GET", "/v1/jobs", params=params)
+    if args.output == "json":
+        _json(page["jobs"])
+    else:
+        print(render.jobs_table(page["jobs"]))
+    return 0
+
+
+async def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
+    not_found = f"no job {args.job}"
+    async with _client(args, settings) as client:
+        job = await client.request("GET", f"/v1/jobs/{args.job}", not_found=not_found)
+        history = await client.request("GET", f"/v1/jobs/{args.job}/history", not_found=not_found)
+    if args.output == "json":
+        _json({"job": job, "history": history["history"]})
+    else:
+        print(render.job_status(job, history["history"]))
+    return 0
+
+
+async def cmd_logs(args: argparse.Namespace, settings: Settings) -> int:
+    json_output = args.output == "json"
+    async with _client(args, settings) as client:
+        if args.follow:
+            view = render.follow_view(json_output)
+            return await follow_job(client, args.job, view, args.attempt, args.learner)
+        text = await client.request(
+            "GET",
+            f"/v1/jobs/{args.job}/logs",
+            params=_filters(args.attempt, args.learner),
+            not_found=f"no job {args.job}",
+            text=True,
+        )
+    for line in text.splitlines():
+        if not json_output:
+            print(line)
+        elif match := _TEXT_LOG.fullmatch(line):
+            attempt, learner, stream, content = match.groups()
+            record = {"attempt": int(attempt), "learner": int(learner), "stream": stream}
+            print(json.dumps({**record, "line": content}))
+    return 0
+
+
+async def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
+    body = {"reason": args.reason} if args.reason else {}
+    async with _client(args, settings) as client:
+        job = await client.request(
+            "POST", f"/v1/jobs/{args.job}/cancel", body=body, not_found=f"no job {args.job}"
+        )
+    print(f"{job['id']} {job['state']}")
+    return 0
+
+
+async def cmd_checkpoint(args: argparse.Namespace, settings: Settings) -> int:
+    async with _client(args, settings) as client:
+        job = await client.request(
+            "POST", f"/v1/jobs/{args.job}/checkpoint", not_found=f"no job {args.job}"
+        )
+    print(f"checkpoint requested for {job['id']}")
+    return 0
+
+
+async def cmd_nodes(args: argparse.Namespace, settings: Settings) -> int:
+    async with _client(args, settings) as client:
+        nodes = (await client.request("GET", "/v1/nodes"))["nodes"]
+    if args.output == "json":
+        _json(nodes)
+    else:
+        print(render.nodes_table(nodes))
+    return 0

@@ -1,0 +1,71 @@
+"""Where the client finds its server and token: flags, then the environment, then the config
+file that `trainyard login` writes (`$TRAINYARD_HOME/client.json`, mode 0600)."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from controlplane.client.api import UsageError
+
+SERVER_ENV = "TRAINYARD_SERVER"
+TOKEN_ENV = "TRAINYARD_TOKEN"
+CONFIG_FILE = "client.json"
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    server: str
+    token: str
+
+
+def config_path(home: Path) -> Path:
+    return home / CONFIG_FILE
+
+
+def read_config(home: Path) -> dict[str, str]:
+    path = config_path(home)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"cannot read {path}: {exc}") from exc
+    if not isinstance(data, dict):
+        raise UsageError(f"{path} is not a JSON object; run `trainyard login` again")
+    return {key: value for key, value in data.items() if isinstance(value, str)}
+
+
+def write_config(home: Path, target: Target) -> Path:
+    """Write atomically, the token never readable by others, not even for a moment."""
+    home.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path = config_path(home)
+    partial = path.with_suffix(".json.tmp")
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    # A leftover partial file keeps its old mode through O_CREAT: set it explicitly.
+    os.fchmod(fd, 0o600)
+    with os.fdopen(fd, "w") as file:
+        json.dump({"server": target.server, "token": target.token}, file)
+        file.write("\n")
+    partial.replace(path)
+    return path
+
+
+def resolve(server: str | None, token: str | None, home: Path) -> Target:
+    """The first of flag, environment and config file that names each of server and token."""
+    saved = read_config(home)
+    server = server or os.environ.get(SERVER_ENV) or saved.get("server")
+    token = token or os.environ.get(TOKEN_ENV) or saved.get("token")
+    if not server:
+        raise UsageError(f"no server: pass --server, set {SERVER_ENV} or run `trainyard login`")
+    if not token:
+        raise UsageError(f"no token: pass --token, set {TOKEN_ENV} or run `trainyard login`")
+    return Target(normalize_server(server), token)
+
+
+def normalize_server(server: str) -> str:
+    if not server.startswith(("http://", "https://")):
+        raise UsageError(f"the server must be an http:// or https:// URL, not {server!r}")
+    return server.rstrip("/")
