@@ -333,7 +333,7 @@ async def _until_completed(jobs: Jobs, job_id: UUID, agent: asyncio.Task[None]) 
             job = await jobs.load(job_id)
             if job is not None and job.state is JobStatus.COMPLETED:
                 return
-            if job is not None and job.state in (JobStatus.FAILED, JobStatus.CANCELLED):
+            if job is not None and job.state.terminal:
                 raise RuntimeError(f"the bench job ended {job.state}: {job.failure_reason}")
             if agent.done():
                 agent.result()
