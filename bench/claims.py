@@ -48,6 +48,7 @@ from procrastinate.tasks import Task
 
 from bench.logs import run as run_logs
 from bench.scratch import scratch_database
+from bench.served import until_registered
 from controlplane.agents.claims import Claim, claim, release
 from controlplane.agents.events import GpuInfo
 from controlplane.agents.nodes import Nodes, NodeSpec
@@ -294,7 +295,7 @@ async def _latency(url: str, say: Say) -> dict[str, Any]:
                 run_agent(url, config, fake_gpus=2, stop=stop, registered=registered)
             )
             try:
-                await _registered(agent, registered)
+                await until_registered(agent, registered)
                 say(f"latency: {LATENCY_JOBS} jobs at {LATENCY_RATE:g}/s to one agent ...")
                 timelines = await _submit_steadily(plane)
                 await _until_completed(plane.pool, len(timelines))
@@ -314,18 +315,6 @@ async def _latency(url: str, say: Say) -> dict[str, Any]:
         result[f"{name}_p50_ms"] = _ms(statistics.median(durations))
         result[f"{name}_p99_ms"] = _ms(_p99(durations))
     return result
-
-
-async def _registered(agent: asyncio.Task[None], registered: asyncio.Event) -> None:
-    """Once the agent has registered its node; what stopped it if it stopped first."""
-    waiting = asyncio.ensure_future(registered.wait())
-    done, _ = await asyncio.wait({agent, waiting}, timeout=30, return_when=asyncio.FIRST_COMPLETED)
-    waiting.cancel()
-    if agent in done:
-        agent.result()
-        raise RuntimeError("the agent stopped before it registered")
-    if not done:
-        raise TimeoutError("the agent did not register within 30s")
 
 
 async def _submit_steadily(plane: _Plane) -> dict[UUID, _Timeline]:

@@ -49,6 +49,7 @@ from uuid import UUID
 import asyncpg
 
 from bench.scratch import scratch_database
+from bench.served import until_registered
 from controlplane.database import create_pool
 from controlplane.events.metadata import Metadata
 from controlplane.events.store import EventStore
@@ -121,11 +122,18 @@ async def run(url: str, *, steps: int, rounds: int, progress: bool = False) -> d
             "overhead_pct": round((bare_rate - process_rate) / bare_rate * 100, 2),
         },
         "docker": {"steps_per_s": None, "overhead_pct": None, "reason": NO_DOCKER},
-        "checkpoint": {
-            "ms": round(statistics.median(c.duration_s for c in checkpoints) * 1000, 2),
-            "mb": round(statistics.median(c.size_bytes for c in checkpoints) / 1e6, 3),
-            "samples": len(checkpoints),
-        },
+        "checkpoint": _checkpoint_figures(checkpoints),
+    }
+
+
+def _checkpoint_figures(checkpoints: list[_Checkpoint]) -> dict[str, Any]:
+    """Median time and size of a checkpoint; None for runs too short to take one."""
+    if not checkpoints:
+        return {"ms": None, "mb": None, "samples": 0}
+    return {
+        "ms": round(statistics.median(c.duration_s for c in checkpoints) * 1000, 2),
+        "mb": round(statistics.median(c.size_bytes for c in checkpoints) / 1e6, 3),
+        "samples": len(checkpoints),
     }
 
 
@@ -297,7 +305,7 @@ async def _through_system(plane: _Plane, steps: int) -> _Run:
             run_agent(plane.url, config, fake_gpus=0, stop=stop, registered=registered)
         )
         try:
-            await _registered(agent, registered)
+            await until_registered(agent, registered)
             busy, started = _Busy(), datetime.now(UTC)
             job, _ = await plane.jobs.submit(TENANT, manifest, USER)
             await _until_completed(plane.jobs, job.job_id, agent)
@@ -313,18 +321,6 @@ async def _through_system(plane: _Plane, steps: int) -> _Run:
         if isinstance(recorded.event, CheckpointSaved)
     ]
     return _measured(started, cores, points, checkpoints)
-
-
-async def _registered(agent: asyncio.Task[None], registered: asyncio.Event) -> None:
-    """Once the agent has registered its node; what stopped it if it stopped first."""
-    waiting = asyncio.ensure_future(registered.wait())
-    done, _ = await asyncio.wait({agent, waiting}, timeout=30, return_when=asyncio.FIRST_COMPLETED)
-    waiting.cancel()
-    if agent in done:
-        agent.result()
-        raise RuntimeError("the agent stopped before it registered")
-    if not done:
-        raise TimeoutError("the agent did not register within 30s")
 
 
 async def _until_completed(jobs: Jobs, job_id: UUID, agent: asyncio.Task[None]) -> None:

@@ -66,3 +66,16 @@ class ServedControlPlane:
         assert self._process is not None
         self._process.send_signal(signal.SIGTERM)
         return await asyncio.wait_for(self._process.wait(), STOP_S)
+
+
+async def until_registered(agent: asyncio.Task[None], registered: asyncio.Event) -> None:
+    """Once an in-process agent (`run_agent`) has registered its node; what stopped it if it
+    stopped first."""
+    waiting = asyncio.ensure_future(registered.wait())
+    done, _ = await asyncio.wait({agent, waiting}, timeout=30, return_when=asyncio.FIRST_COMPLETED)
+    waiting.cancel()
+    if agent in done:
+        agent.result()
+        raise RuntimeError("the agent stopped before it registered")
+    if not done:
+        raise TimeoutError("the agent did not register within 30s")
