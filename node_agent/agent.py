@@ -26,7 +26,7 @@ from controlplane.jobs.lifecycle import Command, Job, Refused
 from controlplane.jobs.service import Jobs
 from controlplane.jobs.streams import job_stream
 from node_agent.attempt import Attempt, LogSink
-from node_agent.inventory import GpuInventory
+from node_agent.inventory import Gpu, GpuInventory
 from node_agent.learners import learner_specs
 from node_agent.runtime import LearnerRuntime
 
@@ -93,17 +93,7 @@ class Agent:
 
     async def register(self) -> None:
         """Take the node's lease; NodeNameTaken when another live agent holds the name."""
-        gpus = [
-            GpuInfo(
-                index=g.index,
-                uuid=g.uuid,
-                model=g.model,
-                memory_mb=g.memory_mb,
-                healthy=g.healthy,
-                health_reason=g.health_reason,
-            )
-            for g in self._inventory.gpus()
-        ]
+        gpus = [_info(gpu) for gpu in self._inventory.gpus()]
         self._unhealthy = {g.uuid for g in gpus if not g.healthy}
         spec = NodeSpec(
             name=self.config.name,
@@ -149,15 +139,7 @@ class Agent:
         for gpu in self._inventory.gpus():
             if not gpu.healthy and gpu.uuid not in self._unhealthy:
                 log.warning("GPU %s is unhealthy: %s", gpu.uuid, gpu.health_reason)
-                info = GpuInfo(
-                    index=gpu.index,
-                    uuid=gpu.uuid,
-                    model=gpu.model,
-                    memory_mb=gpu.memory_mb,
-                    healthy=False,
-                    health_reason=gpu.health_reason,
-                )
-                await self._nodes.mark_unhealthy(self.config.name, info)
+                await self._nodes.mark_unhealthy(self.config.name, _info(gpu))
                 self._unhealthy.add(gpu.uuid)
 
     async def _work(self) -> None:
@@ -260,3 +242,15 @@ class Agent:
                 log.warning("database unavailable (%s); retrying in %.1fs", exc, delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, RETRY_MAX_S)
+
+
+def _info(gpu: Gpu) -> GpuInfo:
+    """The inventory's view of a GPU as the node's events and tables record it."""
+    return GpuInfo(
+        index=gpu.index,
+        uuid=gpu.uuid,
+        model=gpu.model,
+        memory_mb=gpu.memory_mb,
+        healthy=gpu.healthy,
+        health_reason=gpu.health_reason,
+    )

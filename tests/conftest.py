@@ -89,12 +89,14 @@ def template_db(pg_server: str) -> str:
 
 
 @asynccontextmanager
-async def fresh_database(pg_server: str, template_db: str) -> AsyncIterator[str]:
-    """A fresh migrated database, dropped afterwards (cheap: cloned from the template)."""
+async def fresh_database(pg_server: str, template_db: str | None) -> AsyncIterator[str]:
+    """A fresh database, dropped afterwards: cloned from the migrated template (cheap), or
+    empty when `template_db` is None."""
     name = f"trainyard_test_{uuid.uuid4().hex[:12]}"
+    template = f' TEMPLATE "{template_db}"' if template_db else ""
     admin = await connect(pg_server, as_app=False)
     try:
-        await admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
+        await admin.execute(f'CREATE DATABASE "{name}"{template}')
         yield with_database(pg_server, name)
         await admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
     finally:
@@ -111,14 +113,8 @@ async def db_url(pg_server: str, template_db: str) -> AsyncIterator[str]:
 @pytest.fixture
 async def empty_db_url(pg_server: str) -> AsyncIterator[str]:
     """A fresh database with no schema at all."""
-    name = f"trainyard_empty_{uuid.uuid4().hex[:12]}"
-    admin = await connect(pg_server, as_app=False)
-    try:
-        await admin.execute(f'CREATE DATABASE "{name}"')
-        yield with_database(pg_server, name)
-        await admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
-    finally:
-        await admin.close()
+    async with fresh_database(pg_server, None) as url:
+        yield url
 
 
 @pytest.fixture
