@@ -85,11 +85,13 @@ VALUES ($1, $2::text::xid8, $3, now())
 ON CONFLICT (name) DO UPDATE
 SET xid = excluded.xid, position = excluded.position, updated_at = excluded.updated_at;
 
--- name: upsert_stream
--- The `streams` read model: one row per stream.
+-- name: upsert_streams
+-- The `streams` read model: one row per stream; a batch's streams (each once) as arrays: id,
+-- category, version, last type, first and last position, first and last recorded time.
 INSERT INTO streams AS s (stream_id, category, version, last_type, first_position,
                           last_position, created_at, updated_at)
-VALUES ($1, $2, $3, $4, $5, $5, $6, $6)
+SELECT * FROM unnest($1::text[], $2::text[], $3::int[], $4::text[], $5::bigint[], $6::bigint[],
+                     $7::timestamptz[], $8::timestamptz[])
 ON CONFLICT (stream_id) DO UPDATE
 SET version = excluded.version, last_type = excluded.last_type,
     last_position = excluded.last_position, updated_at = excluded.updated_at;
@@ -131,22 +133,27 @@ WHERE xid < pg_snapshot_xmin(pg_current_snapshot())
 ORDER BY xid DESC, position DESC
 LIMIT 1;
 
--- name: job_doc
--- The `jobs` projection's folded state of one job, to apply the next event to.
-SELECT doc FROM job_status WHERE job_id = $1;
+-- name: job_docs
+-- The `jobs` projection's folded state of some jobs, to apply a batch's events to.
+SELECT job_id, doc FROM job_status WHERE job_id = ANY($1::uuid[]);
 
 -- name: upsert_job_status
+-- A batch's jobs (each once, folded over the batch) as arrays, one per column.
 INSERT INTO job_status (job_id, tenant, name, state, attempt, restarts, priority, labels,
                         submitted_at, updated_at, version, doc, not_before)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::int[], $6::int[],
+                     $7::int[], $8::jsonb[], $9::timestamptz[], $10::timestamptz[], $11::int[],
+                     $12::jsonb[], $13::timestamptz[])
 ON CONFLICT (job_id) DO UPDATE
 SET state = excluded.state, attempt = excluded.attempt, restarts = excluded.restarts,
     updated_at = excluded.updated_at, version = excluded.version, doc = excluded.doc,
     not_before = excluded.not_before;
 
 -- name: insert_job_history
+-- A batch's history rows as arrays, one per column.
 INSERT INTO job_history (job_id, version, position, event, state, attempt, at, actor, reason)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9);
+SELECT * FROM unnest($1::uuid[], $2::int[], $3::bigint[], $4::text[], $5::text[], $6::int[],
+                     $7::timestamptz[], $8::text[], $9::text[]);
 
 -- name: list_jobs
 -- Newest first, optionally one tenant's, filtered by states and labels, after a cursor.
@@ -241,44 +248,47 @@ SELECT n.name, n.state, n.lease_until, n.heartbeat_at, n.registered_at, n.runtim
 FROM nodes n
 ORDER BY n.name;
 
--- name: node_free
--- What a node can still give: healthy unallocated GPUs (by index), CPUs and memory.
-SELECT coalesce((SELECT array_agg(g.uuid ORDER BY g.index) FROM node_gpus g
-                 WHERE g.node = n.name AND g.healthy
-                   AND NOT EXISTS (SELECT 1 FROM allocated_gpus a WHERE a.gpu_uuid = g.uuid)),
-                '{}') AS gpus,
-       n.cpus - coalesce((SELECT sum(a.cpus) FROM allocations a
-                          WHERE a.node = n.name AND a.released_at IS NULL), 0) AS cpus,
-       n.memory_mb - coalesce((SELECT sum(a.memory_mb) FROM allocations a
-                               WHERE a.node = n.name AND a.released_at IS NULL), 0) AS memory_mb
-FROM nodes n
-WHERE n.name = $1 AND n.state = 'READY';
-
 -- name: claim_candidate
--- The next queued job that fits: fair share first (the tenant holding the fewest GPUs for its
--- weight), then priority, then submission time; within the tenant's GPU quota. Each tenant's
--- best fitting job comes from one scan of its queue index, locked with SKIP LOCKED so that
--- concurrent agents each take a different job instead of queueing on one row (the other
--- tenants' rows locked on the way are released when the claim commits).
-WITH usage AS (
+-- The next queued job that fits on node $1 (READY, else no row), with the node's free GPUs:
+-- fair share first (the tenant holding the fewest GPUs for its weight), then priority, then
+-- submission time; within the tenant's GPU quota. Each tenant's best fitting job comes from one
+-- scan of its queue index, locked with SKIP LOCKED so that concurrent agents each take a
+-- different job instead of queueing on one row (the other tenants' rows locked on the way are
+-- released when the claim commits). One statement: a claim is on every job's critical path.
+WITH free AS (
+    -- What the node can still give: healthy unallocated GPUs (by index), CPUs and memory.
+    SELECT coalesce((SELECT array_agg(g.uuid ORDER BY g.index) FROM node_gpus g
+                     WHERE g.node = n.name AND g.healthy
+                       AND NOT EXISTS (SELECT 1 FROM allocated_gpus a
+                                       WHERE a.gpu_uuid = g.uuid)),
+                    '{}') AS gpus,
+           n.cpus - coalesce((SELECT sum(a.cpus) FROM allocations a
+                              WHERE a.node = n.name AND a.released_at IS NULL), 0) AS cpus,
+           n.memory_mb - coalesce((SELECT sum(a.memory_mb) FROM allocations a
+                                   WHERE a.node = n.name AND a.released_at IS NULL), 0)
+               AS memory_mb
+    FROM nodes n
+    WHERE n.name = $1 AND n.state = 'READY'
+), usage AS (
     SELECT tenant, sum(cardinality(gpus)) AS gpus
     FROM allocations WHERE released_at IS NULL
     GROUP BY tenant
 ), candidate AS (
     SELECT c.*
-    FROM tenants t
+    FROM free f
+    CROSS JOIN tenants t
     LEFT JOIN usage u ON u.tenant = t.name
     CROSS JOIN LATERAL (
         SELECT s.job_id, s.attempt, s.tenant, s.learners, s.gpus_per_learner,
                s.cpus_per_learner, s.memory_mb_per_learner, s.priority, s.submitted_at,
-               s.version, s.doc
+               s.version, s.doc, f.gpus AS free_gpus
         FROM job_status s
         WHERE s.tenant = t.name
           AND s.state = 'QUEUED'
           AND (s.not_before IS NULL OR s.not_before <= now())
-          AND s.learners * s.gpus_per_learner <= $1
-          AND s.learners * s.cpus_per_learner <= $2
-          AND s.learners * s.memory_mb_per_learner <= $3
+          AND s.learners * s.gpus_per_learner <= cardinality(f.gpus)
+          AND s.learners * s.cpus_per_learner <= f.cpus
+          AND s.learners * s.memory_mb_per_learner <= f.memory_mb
           AND (t.gpu_quota IS NULL
                OR coalesce(u.gpus, 0) + s.learners * s.gpus_per_learner <= t.gpu_quota)
           -- Claimed already, but the projection has not applied the JobDeploying event yet.

@@ -4,7 +4,7 @@ of a dropped listening connection, and rebuilds that equal the incremental build
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
 import asyncpg
 import pytest
@@ -83,10 +83,11 @@ class Exploding:
     def __init__(self, fail_at: int) -> None:
         self.fail_at = fail_at
 
-    async def apply(self, conn: Executor, event: RecordedEvent) -> None:
-        await conn.execute("INSERT INTO exploding VALUES ($1)", event.position)
-        if event.position == self.fail_at:
-            raise RuntimeError("projection bug")
+    async def apply(self, conn: Executor, events: Sequence[RecordedEvent]) -> None:
+        for event in events:
+            await conn.execute("INSERT INTO exploding VALUES ($1)", event.position)
+            if event.position == self.fail_at:
+                raise RuntimeError("projection bug")
 
 
 async def test_a_failed_batch_leaves_neither_rows_nor_checkpoint(

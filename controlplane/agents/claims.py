@@ -62,13 +62,10 @@ async def claim(pool: asyncpg.Pool, store: EventStore, node: str) -> Claim | Non
 
 
 async def _claim(conn: Executor, store: EventStore, node: str) -> Claim | None:
-    free = await conn.fetchrow(Q["node_free"], node)
-    if free is None:
-        return None  # the node is not READY (deregistered, or declared lost)
-    gpus: list[str] = list(free["gpus"])
-    row = await conn.fetchrow(Q["claim_candidate"], len(gpus), free["cpus"], free["memory_mb"])
+    row = await conn.fetchrow(Q["claim_candidate"], node)
     if row is None:
-        return None
+        return None  # nothing fits, or the node is not READY (deregistered, or declared lost)
+    gpus: list[str] = list(row["free_gpus"])
     job_id: UUID = row["job_id"]
     # The job as the queue (a projection) has it, at its stream version: if the stream has
     # moved on since (cancelled, say), the append below refuses, and nothing is claimed.

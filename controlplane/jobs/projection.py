@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from typing import Any
+from uuid import UUID
 
 from controlplane.database import Executor
 from controlplane.events.store import RecordedEvent
@@ -24,44 +26,60 @@ class JobsProjection:
     name = "jobs"
     tables: Sequence[str] = ("job_status", "job_history")
 
-    async def apply(self, conn: Executor, event: RecordedEvent) -> None:
-        if event.category != CATEGORY or not isinstance(event.event, JobEvent):
+    async def apply(self, conn: Executor, events: Sequence[RecordedEvent]) -> None:
+        mine = [e for e in events if e.category == CATEGORY and isinstance(e.event, JobEvent)]
+        if not mine:
             return
-        job_id = job_id_of(event.stream_id)
-        doc = await conn.fetchval(Q["job_doc"], job_id)
-        job = evolve(Job.model_validate_json(doc) if doc else None, event.event)
+        ids = list(dict.fromkeys(job_id_of(e.stream_id) for e in mine))
+        # Three statements a batch, however many events: each job is read, folded over all of
+        # its events in the batch and written once, and the history rows go in together.
+        jobs: dict[UUID, Job | None] = dict.fromkeys(ids)
+        for row in await conn.fetch(Q["job_docs"], ids):
+            jobs[row["job_id"]] = Job.model_validate_json(row["doc"])
+        versions: dict[UUID, int] = {}
+        history: list[tuple[Any, ...]] = []
+        for recorded in mine:
+            job_id = job_id_of(recorded.stream_id)
+            event = recorded.event
+            assert isinstance(event, JobEvent)
+            job = evolve(jobs[job_id], event)
+            jobs[job_id] = job
+            versions[job_id] = recorded.stream_version
+            history.append(
+                (
+                    job_id,
+                    recorded.stream_version,
+                    recorded.position,
+                    event.type_name,
+                    job.state.value,
+                    job.attempt,
+                    event.at,
+                    recorded.metadata.actor,
+                    reason(event),
+                )
+            )
+        folded = [(versions[job_id], job) for job_id, job in jobs.items() if job is not None]
         await conn.execute(
             Q["upsert_job_status"],
-            job.job_id,
-            job.tenant,
-            job.manifest.name,
-            job.state.value,
-            job.attempt,
-            job.restarts,
-            job.manifest.priority,
-            json.dumps(job.manifest.labels),
-            job.submitted_at,
-            job.updated_at,
-            event.stream_version,
-            job.model_dump_json(),
-            job.not_before,
+            [job.job_id for _, job in folded],
+            [job.tenant for _, job in folded],
+            [job.manifest.name for _, job in folded],
+            [job.state.value for _, job in folded],
+            [job.attempt for _, job in folded],
+            [job.restarts for _, job in folded],
+            [job.manifest.priority for _, job in folded],
+            [json.dumps(job.manifest.labels) for _, job in folded],
+            [job.submitted_at for _, job in folded],
+            [job.updated_at for _, job in folded],
+            [version for version, _ in folded],
+            [job.model_dump_json() for _, job in folded],
+            [job.not_before for _, job in folded],
         )
-        if isinstance(event.event, JobSubmitted | JobRestarted):
-            # The job is claimable once this batch commits: wake the agents then (a NOTIFY is
+        await conn.execute(Q["insert_job_history"], *map(list, zip(*history, strict=True)))
+        if any(isinstance(e.event, JobSubmitted | JobRestarted) for e in mine):
+            # Jobs are claimable once this batch commits: wake the agents then (a NOTIFY is
             # delivered at commit, and Postgres sends one per transaction however many).
             await conn.execute(Q["notify_events"])
-        await conn.execute(
-            Q["insert_job_history"],
-            job.job_id,
-            event.stream_version,
-            event.position,
-            event.event.type_name,
-            job.state.value,
-            job.attempt,
-            event.event.at,
-            event.metadata.actor,
-            reason(event.event),
-        )
 
 
 def reason(event: JobEvent) -> str | None:

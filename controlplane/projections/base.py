@@ -20,4 +20,7 @@ class Projection(Protocol):
     tables: Sequence[str]
     """The tables it owns: emptied before a rebuild replays the log from zero."""
 
-    async def apply(self, conn: Executor, event: RecordedEvent) -> None: ...
+    async def apply(self, conn: Executor, events: Sequence[RecordedEvent]) -> None:
+        """Apply a batch of events, in log order (a batch lets a projection write each of its
+        rows once, however many of the batch's events touch it)."""
+        ...

@@ -83,9 +83,8 @@ class ProjectionRunner:
     ) -> int:
         """Apply the batch after `position` and advance the checkpoint, on `conn`."""
         events = await self._store.read_log(position, self._batch_size, conn=conn)
-        for event in events:
-            await projection.apply(conn, event)
         if events:
+            await projection.apply(conn, events)
             last = events[-1].log_position
             await conn.execute(Q["write_checkpoint"], projection.name, str(last.xid), last.position)
         return len(events)

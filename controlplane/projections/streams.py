@@ -13,13 +13,22 @@ class StreamsProjection:
     name = "streams"
     tables: Sequence[str] = ("streams",)
 
-    async def apply(self, conn: Executor, event: RecordedEvent) -> None:
+    async def apply(self, conn: Executor, events: Sequence[RecordedEvent]) -> None:
+        # Each stream once: its first event in the batch (where a new stream begins) and its
+        # last (where it now stands); the log order keeps both right.
+        first: dict[str, RecordedEvent] = {}
+        last: dict[str, RecordedEvent] = {}
+        for event in events:
+            first.setdefault(event.stream_id, event)
+            last[event.stream_id] = event
         await conn.execute(
-            Q["upsert_stream"],
-            event.stream_id,
-            event.category,
-            event.stream_version,
-            event.event.type_name,
-            event.position,
-            event.recorded_at,
+            Q["upsert_streams"],
+            list(last),
+            [e.category for e in last.values()],
+            [e.stream_version for e in last.values()],
+            [e.event.type_name for e in last.values()],
+            [first[s].position for s in last],
+            [e.position for e in last.values()],
+            [first[s].recorded_at for s in last],
+            [e.recorded_at for e in last.values()],
         )

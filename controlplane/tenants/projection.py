@@ -16,7 +16,12 @@ class TenantsProjection:
     name = "tenants"
     tables: Sequence[str] = ("tenants", "api_tokens")
 
-    async def apply(self, conn: Executor, event: RecordedEvent) -> None:
+    async def apply(self, conn: Executor, events: Sequence[RecordedEvent]) -> None:
+        # Tenants and tokens change rarely: one statement per event is plenty.
+        for event in events:
+            await self._apply(conn, event)
+
+    async def _apply(self, conn: Executor, event: RecordedEvent) -> None:
         match event.event:
             case TenantCreated() as created:
                 await conn.execute(
