@@ -24,6 +24,7 @@ from controlplane.settings import Settings
 from controlplane.tenants.cli import add_commands as add_tenant_commands
 from controlplane.up import up
 from node_agent.cli import add_commands as add_agent_commands
+from node_agent.identity import WorkDirInUse
 from node_agent.service import LeaseLost
 
 EXIT_FAILED = 1
@@ -49,7 +50,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except NotFound as exc:
         print(f"trainyard: {exc}", file=sys.stderr)
         return EXIT_NOT_FOUND
-    except (MigrationError, ServeError, NodeNameTaken, LeaseLost) as exc:
+    except (MigrationError, ServeError, NodeNameTaken, LeaseLost, WorkDirInUse) as exc:
         print(f"trainyard: {exc}", file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt:

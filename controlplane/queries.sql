@@ -318,6 +318,12 @@ INSERT INTO allocated_gpus (gpu_uuid, job_id, attempt, learner)
 SELECT gpu, $1, $2, (n - 1) / $7
 FROM unnest($6::text[]) WITH ORDINALITY AS g(gpu, n);
 
+-- name: node_allocations
+-- A node's live allocations, learner by learner: what a restarted agent must account for.
+SELECT job_id, attempt, learner, epoch, gpus FROM allocations
+WHERE node = $1 AND released_at IS NULL
+ORDER BY job_id, attempt, learner;
+
 -- name: release_allocations
 -- Give back an attempt's learners and their GPUs.
 WITH released AS (

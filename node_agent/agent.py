@@ -6,11 +6,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
-from uuid import UUID, uuid4
+from uuid import UUID
 
 import asyncpg
 
@@ -25,10 +25,14 @@ from controlplane.jobs.events import CheckpointRequested, JobCancelled, JobResta
 from controlplane.jobs.lifecycle import Command, Job, Refused
 from controlplane.jobs.service import Jobs
 from controlplane.jobs.streams import job_stream
+from controlplane.logs.lines import Stream
+from controlplane.logs.store import last_seqs
+from controlplane.queries import Q
 from node_agent.attempt import Attempt, LogSink
 from node_agent.inventory import Gpu, GpuInventory
 from node_agent.learners import learner_specs
-from node_agent.runtime import LearnerRuntime
+from node_agent.reconcile import Allocation, Resumed, VersionedJob, plan
+from node_agent.runtime import Learner, LearnerRuntime, LearnerSpec
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -68,9 +72,11 @@ class Agent:
         inventory: GpuInventory,
         runtime: LearnerRuntime,
         logs: LogSink,
+        agent_id: UUID,
     ) -> None:
         self.config = config
-        self.agent_id: UUID = uuid4()
+        self.agent_id = agent_id
+        """Kept across restarts (see `node_agent.identity`)."""
         self._pool = pool
         self._store = EventStore(pool)
         self._jobs = Jobs(self._store)
@@ -105,6 +111,57 @@ class Agent:
         )
         await self._nodes.register(spec, self.config.ttl_s)
         log.info("node %s registered with %d GPU(s)", self.config.name, len(gpus))
+
+    async def reconcile(self) -> None:
+        """Take over what an earlier agent of this node left: re-adopt the learners of attempts
+        that still run here, release the allocations of those that are over, and kill stale
+        learners (see `node_agent.reconcile`). Call after `register()`, before `run()`."""
+        found = await self._runtime.find(self.config.name)
+        rows = await self._pool.fetch(Q["node_allocations"], self.config.name)
+        allocations = [
+            Allocation(r["job_id"], r["attempt"], r["learner"], r["epoch"], list(r["gpus"]))
+            for r in rows
+        ]
+        jobs: dict[UUID, VersionedJob] = {}
+        for job_id in {a.job_id for a in allocations}:
+            job, version = await self._jobs.current(job_id)
+            if job is not None:
+                jobs[job_id] = VersionedJob(job, version)
+        todo = plan(allocations, jobs, found)
+        # Stale learners die before anything is released or resumed: their GPUs are about
+        # to be someone else's.
+        for stale in todo.kill:
+            log.warning(
+                "job %s attempt %d learner %d: stale (epoch %d), killing it",
+                stale.job_id,
+                stale.attempt,
+                stale.learner,
+                stale.epoch,
+            )
+            await self._runtime.kill(stale)
+        for job_id, attempt in todo.release:
+            await release(self._pool, job_id, attempt)
+        for resumed in todo.resume:
+            await self._resume(resumed)
+
+    async def _resume(self, resumed: Resumed) -> None:
+        won = resumed.claim
+        stored = await last_seqs(self._pool, won.job.job_id, won.attempt)
+        adopted: dict[int, Learner] = {}
+        for spec in self._specs(won):
+            for stream in ("stdout", "stderr"):
+                self._logs.resume(spec, stream, stored.get((spec.learner, Stream(stream)), 0))
+            learner = await self._runtime.adopt(spec, resumed.running.get(spec.learner))
+            if learner is not None:
+                adopted[spec.learner] = learner
+        log.info(
+            "job %s attempt %d: re-adopted %d of %d learner(s)",
+            won.job.job_id,
+            won.attempt,
+            len(adopted),
+            len(won.learners),
+        )
+        self._start(won, adopted)
 
     async def run(self) -> None:
         """Heartbeats and work until `stop()`; then deregister. Call `register()` first."""
@@ -173,22 +230,31 @@ class Agent:
     async def _claim(self) -> Claim | None:
         return await claim(self._pool, self._store, self.config.name)
 
-    def _start(self, won: Claim) -> None:
-        job_id = won.job.job_id
-        specs = learner_specs(
+    def _specs(self, won: Claim) -> list[LearnerSpec]:
+        return learner_specs(
             won,
             node=self.config.name,
             work_dir=self.config.work_dir,
             launcher=list(self.config.launcher),
         )
 
+    def _start(self, won: Claim, adopted: Mapping[int, Learner] | None = None) -> None:
+        job_id = won.job.job_id
+        specs = self._specs(won)
+
         async def execute(command: Command) -> Job | None:
             return await self._execute(job_id, command)
 
         attempt = Attempt(
-            won, specs, self._runtime, self._logs, execute, grace_s=self.config.grace_s
+            won,
+            specs,
+            self._runtime,
+            self._logs,
+            execute,
+            grace_s=self.config.grace_s,
+            adopted=adopted,
         )
-        log.info("job %s attempt %d: starting %d learner(s)", job_id, won.attempt, len(specs))
+        log.info("job %s attempt %d: running %d learner(s)", job_id, won.attempt, len(specs))
         task = asyncio.create_task(self._run_attempt(attempt), name=f"attempt-{job_id}")
         self._running[job_id] = _Running(attempt, task, version=won.version)
 

@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -44,6 +44,10 @@ class LogSink(Protocol):
 
     def add(self, spec: LearnerSpec, stream: Stream | str, text: str) -> None: ...
 
+    def resume(self, spec: LearnerSpec, stream: str, stored_seq: int) -> None:
+        """The learner's output is read again from its start: ship only after `stored_seq`."""
+        ...
+
 
 Execute = Callable[[Command], Awaitable[Job | None]]
 """Carries out a job command for this attempt (retrying while the database is away); None when
@@ -73,6 +77,7 @@ class Attempt:
         execute: Execute,
         *,
         grace_s: float,
+        adopted: Mapping[int, Learner] | None = None,
     ) -> None:
         self.claim = claim
         self._specs = specs
@@ -80,8 +85,13 @@ class Attempt:
         self._logs = logs
         self._execute = execute
         self._grace_s = grace_s
+        self._adopted = dict(adopted or {})
+        """Learners an earlier agent started, by index (the others are started here)."""
         self._learners: list[_LearnerState] = []
-        self._job_phase = -1
+        # An adopted attempt may have reached a phase already: its learners' reports of it,
+        # read again, must not report it twice.
+        state = claim.job.state
+        self._job_phase = PHASES.index(state) if state in PHASES else -1
         self._ending: str | None = None
         """Why the attempt is ending early: "failed", "cancelled", "stopped" or "fenced"."""
         self._terminating: asyncio.Task[None] | None = None
@@ -96,7 +106,8 @@ class Attempt:
         """Until every learner has ended and the attempt's outcome is recorded."""
         try:
             for spec in self._specs:
-                self._learners.append(_LearnerState(spec, await self._runtime.start(spec)))
+                learner = self._adopted.get(spec.learner) or await self._runtime.start(spec)
+                self._learners.append(_LearnerState(spec, learner))
         except LearnerStartError as exc:
             failed = self._specs[len(self._learners)]
             reason = f"learner {failed.learner} failed to start: {exc}"
@@ -164,7 +175,7 @@ class Attempt:
             case protocol.PhaseEnded(outcome="failed", error=error, signal=killed_by):
                 state.error = error
                 state.killed_by = killed_by
-            case protocol.CheckpointSaved():
+            case protocol.CheckpointSaved() if not self._recorded(report):
                 await self._do(
                     SaveCheckpoint(
                         step=report.step,
@@ -175,6 +186,12 @@ class Attempt:
                         attempt=self._number,
                     )
                 )
+
+    def _recorded(self, report: protocol.CheckpointSaved) -> bool:
+        """Whether the checkpoint is on record already (an adopted learner's reports are read
+        again from its start)."""
+        last = self._job.last_checkpoint
+        return last is not None and last.attempt == self._number and report.step <= last.step
 
     async def _finish(self) -> None:
         statuses = [s.status for s in self._learners]
@@ -194,7 +211,8 @@ class Attempt:
             learner=first.spec.learner,
             description=f"killed by {killed_by}" if killed_by else first.status.describe(),
             exit_code=first.status.code,
-            infrastructure=killed_by is not None or first.status.oom_killed,
+            # Killed, or gone without a status while its agent was down: not the user's doing.
+            infrastructure=killed_by is not None or first.status.oom_killed or first.status.unknown,
             error=first.error,
         )
         await self._do(after_failure(self._job, failure, now()))

@@ -215,7 +215,8 @@ async def cmd_agent(args: argparse.Namespace, settings: Settings) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    # A name held by a live agent (NodeNameTaken) is reported by `main`, exit code 1.
+    # A name held by a live agent (NodeNameTaken), or a work directory in use by another agent
+    # (WorkDirInUse), is reported by `main`, exit code 1.
     await run_agent(url, config, fake_gpus=args.fake_gpus, stop=stop)
     return 0
 

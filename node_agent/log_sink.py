@@ -11,23 +11,31 @@ from node_agent.runtime import LearnerSpec
 
 
 class NumberedSink:
-    """Numbers each series' lines from 1 (or from where an earlier agent stopped), cleans text
-    Postgres cannot hold, and splits very long lines with a marker instead of dropping them."""
+    """Numbers each series' lines from 1, cleans text Postgres cannot hold, and splits very
+    long lines with a marker instead of dropping them."""
 
     def __init__(self, ship: Callable[[LogLine], None]) -> None:
         self._ship = ship
         self._seqs: defaultdict[Series, int] = defaultdict(int)
+        self._stored: dict[Series, int] = {}
 
-    def resume(self, series: Series, stored_seq: int) -> None:
-        """Continue a series after its last stored line (an agent re-adopting a learner)."""
-        self._seqs[series] = max(self._seqs[series], stored_seq)
+    def resume(self, spec: LearnerSpec, stream: str, stored_seq: int) -> None:
+        """A re-adopted learner's output is read again from its first line: number it as
+        before, but ship only what comes after the last line stored.
+
+        Exact, with no gap and no duplicate, because the numbering is a function of the output
+        alone; a line of several pieces stored in part ships only its missing pieces."""
+        self._stored[(spec.job_id, spec.attempt, spec.learner, Stream(stream))] = stored_seq
 
     def add(self, spec: LearnerSpec, stream: str, text: str) -> None:
         at = datetime.now(UTC)
         kind = Stream(stream)
         series: Series = (spec.job_id, spec.attempt, spec.learner, kind)
+        stored = self._stored.get(series, 0)
         for piece in split_long_line(storable(text)):
             self._seqs[series] += 1
+            if self._seqs[series] <= stored:
+                continue
             self._ship(
                 LogLine(
                     job_id=spec.job_id,

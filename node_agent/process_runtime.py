@@ -1,7 +1,13 @@
-"""Learners as child processes: for development, demos and machines without Docker.
+"""Learners as processes: for development, demos and machines without Docker.
 
 Each learner runs in its own session and process group, with exactly its GPUs visible, its
 environment and working directory, and resource limits. The image is not used.
+
+Learners outlive their agent (dependability promise 6): their output goes to files in their
+working directory rather than pipes (a pipe would break when the agent dies, and the learner
+with it), the agent tails those files, and the launcher writes its exit status to a file as it
+ends. A restarted agent finds its node's learners by their environment, which names node, job,
+attempt, learner and epoch (as container labels do for Docker), and re-adopts them.
 """
 
 from __future__ import annotations
@@ -11,12 +17,35 @@ import contextlib
 import os
 import resource
 import signal
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import BinaryIO, Literal
+from uuid import UUID
 
-from node_agent.runtime import ExitStatus, Learner, LearnerSpec, LearnerStartError, Stream
+from node_agent.runtime import (
+    ExitStatus,
+    FoundLearner,
+    Learner,
+    LearnerSpec,
+    LearnerStartError,
+    Stream,
+)
+from runners.config import EXIT_FILE
 
 LINE_LIMIT = 1 << 20
 """Longest line read at once; longer output arrives in pieces (and the log store splits)."""
+READ_CHUNK = 1 << 20
+POLL_S = 0.02
+"""How long a quiet learner's files wait before they are read again: a report (a phase, a
+checkpoint) reaches the agent within it."""
+OUTPUT_FILES: dict[Stream, str] = {"stdout": "stdout.log", "stderr": "stderr.log"}
+EXIT_STATUS_FILE = "exit-status"
+
+NODE = "TRAINYARD_NODE"
+JOB_ID = "TRAINYARD_JOB_ID"
+ATTEMPT = "TRAINYARD_ATTEMPT"
+LEARNER = "TRAINYARD_LEARNER"
+EPOCH = "TRAINYARD_EPOCH"
 
 
 def learner_env(spec: LearnerSpec) -> dict[str, str]:
@@ -32,10 +61,13 @@ def learner_env(spec: LearnerSpec) -> dict[str, str]:
         # Exactly this learner's GPUs; an empty value hides every GPU from CUDA.
         "CUDA_VISIBLE_DEVICES": visible,
         "NVIDIA_VISIBLE_DEVICES": visible or "void",
-        "TRAINYARD_JOB_ID": str(spec.job_id),
-        "TRAINYARD_ATTEMPT": str(spec.attempt),
-        "TRAINYARD_LEARNER": str(spec.learner),
-        "TRAINYARD_EPOCH": str(spec.epoch),
+        # Also how a restarted agent recognises the learner (see `find_learners`).
+        NODE: spec.node,
+        JOB_ID: str(spec.job_id),
+        ATTEMPT: str(spec.attempt),
+        LEARNER: str(spec.learner),
+        EPOCH: str(spec.epoch),
+        EXIT_FILE: str(spec.workdir / EXIT_STATUS_FILE),
     }
 
 
@@ -52,61 +84,157 @@ def _limits(memory_mb: int) -> Callable[[], None]:
 
 
 class ProcessLearner:
-    def __init__(self, process: asyncio.subprocess.Process) -> None:
-        self._process = process
+    """A learner process, started by this agent or adopted from an earlier one."""
 
-    @property
-    def pid(self) -> int:
-        return self._process.pid
+    def __init__(self, pid: int | None, workdir: Path, status: Awaitable[ExitStatus]) -> None:
+        self._pid = pid
+        self._workdir = workdir
+        self._status = asyncio.ensure_future(status)
 
     async def lines(self) -> AsyncIterator[tuple[Stream, str]]:
-        queue: asyncio.Queue[tuple[Stream, str] | None] = asyncio.Queue(maxsize=1024)
-        assert self._process.stdout is not None and self._process.stderr is not None
-        readers = [
-            asyncio.create_task(_pump("stdout", self._process.stdout, queue)),
-            asyncio.create_task(_pump("stderr", self._process.stderr, queue)),
-        ]
-        try:
-            ended = 0
-            while ended < len(readers):
-                item = await queue.get()
-                if item is None:
-                    ended += 1
-                else:
-                    yield item
-        finally:
-            for reader in readers:
-                reader.cancel()
-            await asyncio.gather(*readers, return_exceptions=True)
+        with _output_files(self._workdir, "rb") as files:
+            tails = [_Tail(stream, file) for stream, file in files.items()]
+            while True:
+                # Looked at before reading: whatever the learner wrote before it ended is then
+                # in the files, and this round reads it all.
+                ended = self._status.done()
+                quiet = True
+                for tail in tails:
+                    for line in tail.lines():
+                        quiet = False
+                        yield tail.stream, line
+                if ended:
+                    for tail in tails:
+                        if (rest := tail.rest()) is not None:
+                            yield tail.stream, rest
+                    return
+                if quiet:
+                    await asyncio.wait({self._status}, timeout=POLL_S)
 
     async def wait(self) -> ExitStatus:
-        return ExitStatus.from_returncode(await self._process.wait())
+        return await asyncio.shield(self._status)
 
     def signal(self, sig: signal.Signals) -> None:
+        if self._pid is None or self._status.done():
+            return  # it has ended: its pid may be another process's by now
         with contextlib.suppress(ProcessLookupError):
             if sig is signal.SIGKILL:
                 # Everything in the learner's process group: nothing may outlive the kill.
-                os.killpg(self._process.pid, sig)
+                os.killpg(self._pid, sig)
             else:
                 # The launcher alone: it forwards the signal to the training command (which
                 # would otherwise get it twice) and reports what happened.
-                os.kill(self._process.pid, sig)
+                os.kill(self._pid, sig)
 
 
-async def _pump(
-    stream: Stream, reader: asyncio.StreamReader, queue: asyncio.Queue[tuple[Stream, str] | None]
-) -> None:
-    while True:
+@contextlib.contextmanager
+def _output_files(workdir: Path, mode: Literal["rb", "ab"]) -> Iterator[dict[Stream, BinaryIO]]:
+    # Local files: opening them does not block the event loop for any time that matters.
+    with contextlib.ExitStack() as stack:
+        yield {
+            stream: stack.enter_context(open(workdir / name, mode))
+            for stream, name in OUTPUT_FILES.items()
+        }
+
+
+class _Tail:
+    """The lines of one output file as it grows; a line longer than LINE_LIMIT comes in pieces
+    of exactly that size, so that reading the file again gives the same pieces."""
+
+    def __init__(self, stream: Stream, file: BinaryIO) -> None:
+        self.stream = stream
+        self._file = file
+        self._partial = b""
+
+    def lines(self) -> Iterator[str]:
+        while chunk := self._file.read(READ_CHUNK):
+            self._partial += chunk
+            *complete, self._partial = self._partial.split(b"\n")
+            for raw in complete:
+                yield from _pieces(raw)
+            while len(self._partial) >= LINE_LIMIT:
+                piece, self._partial = self._partial[:LINE_LIMIT], self._partial[LINE_LIMIT:]
+                yield _text(piece)
+
+    def rest(self) -> str | None:
+        """The last line, written without a newline, once the learner has ended."""
+        return _text(self._partial) if self._partial else None
+
+
+def _pieces(raw: bytes) -> Iterator[str]:
+    for start in range(0, max(len(raw), 1), LINE_LIMIT):
+        yield _text(raw[start : start + LINE_LIMIT])
+
+
+def _text(raw: bytes) -> str:
+    return raw.decode("utf-8", "replace")
+
+
+async def _exit_of_child(process: asyncio.subprocess.Process) -> ExitStatus:
+    return ExitStatus.from_returncode(await process.wait())
+
+
+async def _exit_of_adopted(pid: int | None, workdir: Path) -> ExitStatus:
+    """How a learner that is not this agent's child ended: it is not ours to wait for, so its
+    end is seen through a pidfd and its status read from the file its launcher wrote."""
+    if pid is not None:
+        await _until_ended(pid)
+    try:
+        return ExitStatus(code=int((workdir / EXIT_STATUS_FILE).read_text()))
+    except (OSError, ValueError):
+        return ExitStatus(code=None)  # killed before its launcher could say
+
+
+async def _until_ended(pid: int) -> None:
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return
+    loop = asyncio.get_running_loop()
+    ended: asyncio.Future[None] = loop.create_future()
+
+    def readable() -> None:
+        if not ended.done():
+            ended.set_result(None)
+
+    # A pidfd becomes readable when its process ends.
+    loop.add_reader(fd, readable)
+    try:
+        await ended
+    finally:
+        loop.remove_reader(fd)
+        os.close(fd)
+
+
+def find_learners(node: str, proc: Path = Path("/proc")) -> list[FoundLearner]:
+    """The node's running learners: processes whose environment names the node, and which
+    lead their own process group (the training commands they run share their environment,
+    but not their group)."""
+    found = []
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
         try:
-            raw = await reader.readuntil(b"\n")
-        except asyncio.IncompleteReadError as exc:
-            raw = exc.partial  # the last line without a newline, or b"" at the end
-        except asyncio.LimitOverrunError as exc:
-            raw = await reader.readexactly(exc.consumed)  # a piece of a very long line
-        if not raw:
-            break
-        await queue.put((stream, raw.decode("utf-8", "replace").rstrip("\n")))
-    await queue.put(None)  # this stream has ended
+            environ = dict(
+                item.split("=", 1)
+                for item in (entry / "environ").read_bytes().decode("utf-8", "replace").split("\0")
+                if "=" in item
+            )
+            pid = int(entry.name)
+            if environ.get(NODE) != node or os.getpgid(pid) != pid:
+                continue
+            found.append(
+                FoundLearner(
+                    job_id=UUID(environ[JOB_ID]),
+                    attempt=int(environ[ATTEMPT]),
+                    learner=int(environ[LEARNER]),
+                    epoch=int(environ[EPOCH]),
+                    handle=str(pid),
+                )
+            )
+        except (OSError, KeyError, ValueError):
+            continue  # it ended meanwhile, is not ours to read, or is no learner
+    return found
 
 
 class ProcessRuntime:
@@ -114,20 +242,35 @@ class ProcessRuntime:
 
     async def start(self, spec: LearnerSpec) -> Learner:
         spec.workdir.mkdir(parents=True, exist_ok=True)
-        try:
-            process = await asyncio.create_subprocess_exec(
-                *spec.command,
-                cwd=spec.workdir,
-                env=learner_env(spec),
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                # Its own session and process group: signals from the agent's terminal do not
-                # reach it, and the agent signals the whole group.
-                start_new_session=True,
-                preexec_fn=_limits(spec.memory_mb),
-                limit=LINE_LIMIT,
-            )
-        except OSError as exc:
-            raise LearnerStartError(f"cannot start {spec.command[0]!r}: {exc.strerror}") from exc
-        return ProcessLearner(process)
+        with _output_files(spec.workdir, "ab") as files:
+            try:
+                process = await asyncio.create_subprocess_exec(
+                    *spec.command,
+                    cwd=spec.workdir,
+                    env=learner_env(spec),
+                    stdin=asyncio.subprocess.DEVNULL,
+                    stdout=files["stdout"],
+                    stderr=files["stderr"],
+                    # Its own session and process group: signals from the agent's terminal do
+                    # not reach it, it outlives the agent, and the agent signals the group.
+                    start_new_session=True,
+                    preexec_fn=_limits(spec.memory_mb),
+                )
+            except OSError as exc:
+                raise LearnerStartError(
+                    f"cannot start {spec.command[0]!r}: {exc.strerror}"
+                ) from exc
+        return ProcessLearner(process.pid, spec.workdir, _exit_of_child(process))
+
+    async def find(self, node: str) -> list[FoundLearner]:
+        return find_learners(node)
+
+    async def adopt(self, spec: LearnerSpec, found: FoundLearner | None) -> Learner | None:
+        if found is None and not (spec.workdir / OUTPUT_FILES["stdout"]).exists():
+            return None  # its output files are made before it starts: it never started
+        pid = int(found.handle) if found is not None else None
+        return ProcessLearner(pid, spec.workdir, _exit_of_adopted(pid, spec.workdir))
+
+    async def kill(self, found: FoundLearner) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(int(found.handle), signal.SIGKILL)

@@ -44,11 +44,18 @@ class ExitStatus:
     def succeeded(self) -> bool:
         return self.code == 0
 
+    @property
+    def unknown(self) -> bool:
+        """It ended while no agent watched and left no status (killed outright, say)."""
+        return self.code is None and self.signal is None
+
     def describe(self) -> str:
         if self.oom_killed:
             return "killed for using too much memory (OOM)"
         if self.signal is not None:
             return f"killed by {self.signal}"
+        if self.unknown:
+            return "ended while its agent was down, leaving no exit status"
         return f"exited with code {self.code}"
 
     @classmethod
@@ -77,9 +84,35 @@ class Learner(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class FoundLearner:
+    """A learner of this node that is still running, found by a (restarted) agent."""
+
+    job_id: UUID
+    attempt: int
+    learner: int
+    epoch: int
+    handle: str
+    """The runtime's own name for it: a process id, a container id."""
+
+
 class LearnerRuntime(Protocol):
     name: str
 
     async def start(self, spec: LearnerSpec) -> Learner:
         """Start the learner; LearnerStartError if it cannot start at all."""
+        ...
+
+    async def find(self, node: str) -> list[FoundLearner]:
+        """The node's learners that are running now, whoever started them."""
+        ...
+
+    async def adopt(self, spec: LearnerSpec, found: FoundLearner | None) -> Learner | None:
+        """The learner of `spec` that an earlier agent started: running (`found`), or ended
+        while no agent watched it; None when it never started. Its `lines()` begin with its
+        first line."""
+        ...
+
+    async def kill(self, found: FoundLearner) -> None:
+        """Kill a learner that must not run on (its job moved on while its agent was down)."""
         ...

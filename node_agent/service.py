@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from uuid import UUID
 
 from controlplane.database import create_pool
 from controlplane.events.subscription import LogListener
 from node_agent.agent import Agent, AgentConfig
+from node_agent.identity import agent_identity
 from node_agent.inventory import open_inventory
 from node_agent.log_shipper import LogShipper
 from node_agent.log_sink import NumberedSink
@@ -28,20 +30,37 @@ async def run_agent(
     stop: asyncio.Event,
     registered: asyncio.Event | None = None,
 ) -> None:
-    """Register the node (NodeNameTaken if its name is held), work until `stop` is set, then
-    stop the learners, ship the last lines and deregister."""
+    """Register the node (NodeNameTaken if its name is held; WorkDirInUse if another agent
+    runs on the work directory), take back what an earlier agent of the node left running, work
+    until `stop` is set, then stop the learners, ship the last lines and deregister."""
+    with agent_identity(config.work_dir) as agent_id:
+        await _run(url, config, agent_id, fake_gpus=fake_gpus, stop=stop, registered=registered)
+
+
+async def _run(
+    url: str,
+    config: AgentConfig,
+    agent_id: UUID,
+    *,
+    fake_gpus: int | None,
+    stop: asyncio.Event,
+    registered: asyncio.Event | None,
+) -> None:
     inventory = open_inventory(fake_gpus, config.name, log)
     pool = await create_pool(url, min_size=2, max_size=6)
     listener = LogListener(url, poll_interval=config.poll_s)
     shipper = LogShipper(pool)
-    agent = Agent(config, pool, listener, inventory, ProcessRuntime(), NumberedSink(shipper.add))
+    sink = NumberedSink(shipper.add)
+    agent = Agent(config, pool, listener, inventory, ProcessRuntime(), sink, agent_id)
     try:
         await agent.register()
-        if registered is not None:
-            registered.set()
         async with asyncio.TaskGroup() as group:
             group.create_task(listener.run(), name="listener")
             shipping = group.create_task(shipper.run(), name="log-shipper")
+            # Before any claim: what an earlier agent of this node left is accounted for.
+            await agent.reconcile()
+            if registered is not None:
+                registered.set()
             working = group.create_task(agent.run(), name="agent")
             stopping = asyncio.ensure_future(stop.wait())
             # Until asked to stop, or until the agent stops by itself (its lease was lost).

@@ -24,6 +24,9 @@ CHECKPOINT_DIR = "TRAINYARD_CHECKPOINT_DIR"
 CHECKPOINT_INTERVAL = "TRAINYARD_CHECKPOINT_INTERVAL"
 CHECKPOINT_KEEP = "TRAINYARD_CHECKPOINT_KEEP"
 RESUME_FROM = "TRAINYARD_RESUME_FROM"
+EXIT_FILE = "TRAINYARD_EXIT_FILE"
+"""Where the launcher writes its exit status as it ends, for an agent that is not its parent
+(one restarted while the learner ran) to read."""
 
 DATA_SCHEMES = frozenset({"file", "http", "https"})
 RESULTS_SCHEMES = frozenset({"file"})

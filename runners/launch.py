@@ -22,9 +22,10 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 
 from runners.channel import STDOUT
-from runners.config import ConfigError, LaunchConfig, load_launch_config
+from runners.config import EXIT_FILE, ConfigError, LaunchConfig, load_launch_config
 from runners.fetch import fetch
 from runners.phases import SUCCEEDED, PhaseError, PhaseResult, run_phase
 from runners.protocol import Outcome, Phase, PhaseEnded
@@ -134,7 +135,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     if len(args) < 2 or args[0] != "--":
         print(USAGE, file=sys.stderr)
         return EXIT_USAGE
-    return Launcher(args[1:], os.environ).run()
+    status = Launcher(args[1:], os.environ).run()
+    exit_file = os.environ.get(EXIT_FILE)
+    if exit_file:
+        record_exit_status(Path(exit_file), status)
+    return status
+
+
+def record_exit_status(path: Path, status: int) -> None:
+    """Write the status whole or not at all: a reader never sees half a number."""
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(f"{status}\n")
+    partial.replace(path)
 
 
 if __name__ == "__main__":

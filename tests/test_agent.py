@@ -116,8 +116,9 @@ async def test_checkpoint_requests_and_cancel_reach_the_learner(
 async def test_a_name_held_by_a_live_agent_is_refused(
     plane: Plane, agent: RunningAgent, tmp_path: Path
 ) -> None:
+    elsewhere = agent_config(tmp_path / "another-machine")
     with pytest.raises(NodeNameTaken, match="held by a live agent"):
-        await RunningAgent(plane.url, agent_config(tmp_path), fake_gpus=1).started()
+        await RunningAgent(plane.url, elsewhere, fake_gpus=1).started()
 
 
 async def test_stopping_the_agent_sends_running_jobs_back_to_the_queue(

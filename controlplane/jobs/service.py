@@ -38,6 +38,11 @@ class Jobs:
     async def history(self, job_id: uuid.UUID) -> list[RecordedEvent]:
         return await self._store.read_stream(job_stream(job_id))
 
+    async def current(self, job_id: uuid.UUID) -> tuple[Job | None, int]:
+        """The job now, and its stream's version."""
+        history = await self.history(job_id)
+        return replay(_job_events(history)), len(history)
+
     async def load(self, job_id: uuid.UUID, *, as_of: datetime | None = None) -> Job | None:
         """The job now, or as it was at `as_of` (None if it did not exist then)."""
         events: Iterable[JobEvent] = _job_events(await self.history(job_id))
@@ -80,11 +85,10 @@ class Jobs:
     async def execute(self, job_id: uuid.UUID, command: Command, metadata: Metadata) -> Job:
         """Decide `command` on the job's latest state and append; Refused if illegal."""
         for _ in range(CONFLICT_RETRIES):
-            history = await self.history(job_id)
-            job = replay(_job_events(history))
+            job, version = await self.current(job_id)
             events = decide(command, job)
             try:
-                await self._store.append(job_stream(job_id), len(history), events, metadata)
+                await self._store.append(job_stream(job_id), version, events, metadata)
             except ConcurrencyError:
                 # Someone else changed the job meanwhile: decide again on its new state.
                 continue

@@ -1,0 +1,62 @@
+"""The process runtime's output files: read as they grow, and read again the same way by an
+agent that adopts the learner."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from uuid import uuid4
+
+from node_agent.process_runtime import LINE_LIMIT, ProcessRuntime
+from node_agent.runtime import Learner, LearnerSpec
+
+
+def spec(tmp_path: Path, code: str) -> LearnerSpec:
+    return LearnerSpec(
+        job_id=uuid4(),
+        attempt=1,
+        learner=0,
+        epoch=1,
+        node="n-test",
+        image="unused",
+        command=[sys.executable, "-c", code],
+        env={},
+        workdir=tmp_path / "learner-0",
+        gpus=[],
+        cpus=1,
+        memory_mb=4096,
+    )
+
+
+async def collect(learner: Learner) -> list[tuple[str, str]]:
+    return [item async for item in learner.lines()]
+
+
+async def test_long_lines_come_in_pieces_and_an_adopter_reads_the_same_lines(
+    tmp_path: Path,
+) -> None:
+    code = (
+        "import sys\n"
+        "print('first')\n"
+        f"print('x' * {LINE_LIMIT * 2 + 5})\n"
+        "print('oops', file=sys.stderr)\n"
+        "sys.stdout.write('no newline at the end')\n"
+    )
+    runtime = ProcessRuntime()
+    learner_spec = spec(tmp_path, code)
+    started = await runtime.start(learner_spec)
+    lines = await collect(started)
+    assert (await started.wait()).code == 0
+    stdout = [text for stream, text in lines if stream == "stdout"]
+    assert stdout[0] == "first"
+    assert [len(piece) for piece in stdout[1:4]] == [LINE_LIMIT, LINE_LIMIT, 5]
+    assert stdout[4] == "no newline at the end"
+    assert [text for stream, text in lines if stream == "stderr"] == ["oops"]
+    # An agent that restarts finds no such process any more, and reads what it left.
+    adopted = await runtime.adopt(learner_spec, None)
+    assert adopted is not None
+    assert sorted(await collect(adopted)) == sorted(lines)
+
+
+async def test_a_learner_that_never_started_is_not_adopted(tmp_path: Path) -> None:
+    assert await ProcessRuntime().adopt(spec(tmp_path, "pass"), None) is None
