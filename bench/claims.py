@@ -198,7 +198,7 @@ async def _claims(url: str, seconds: float, say: Say) -> dict[str, Any]:
                 won.append(taken)
                 if len(held) == HELD:
                     oldest = held.popleft()
-                    await release(plane.pool, oldest.job.job_id, oldest.attempt)
+                    await release(plane.pool, oldest.job.job_id, oldest.attempt, node)
                 held.append(taken)
 
         start = time.perf_counter()
@@ -443,7 +443,7 @@ async def _trainyard_round(plane: _Plane, total: int) -> tuple[float, float]:
             processing = evolve(job, events[0])
             events += decide(Complete([0] * len(won.learners), now()), processing)
             await plane.store.append(job_stream(job.job_id), won.version, events, metadata)
-            await release(plane.pool, job.job_id, won.attempt)
+            await release(plane.pool, job.job_id, won.attempt, node)
             finished += 1
 
     await asyncio.gather(*(worker(node) for node in _nodes()))

@@ -249,26 +249,17 @@ FROM nodes n
 ORDER BY n.name;
 
 -- name: claim_candidate
--- The next queued job that fits on node $1 (READY, else no row), with the node's free GPUs:
--- fair share first (the tenant holding the fewest GPUs for its weight), then priority, then
--- submission time; within the tenant's GPU quota. Each tenant's best fitting job comes from one
--- scan of its queue index, locked with SKIP LOCKED so that concurrent agents each take a
--- different job instead of queueing on one row (the other tenants' rows locked on the way are
--- released when the claim commits). One statement: a claim is on every job's critical path.
+-- The next queued job that node $1 (READY, else no row) can take, with the node's free GPUs,
+-- CPUs and memory: fair share first (the tenant holding the fewest GPUs for its weight), then
+-- priority, then submission time; within the tenant's GPU quota. A job fits when all of it fits
+-- here, or, with several learners, when one learner fits here and the READY nodes together have
+-- room for them all, counted node by node as `claims.place` places them. Each tenant's
+-- best fitting job comes from one scan of its queue index, locked with SKIP LOCKED so that
+-- concurrent agents each take a different job instead of queueing on one row (the other
+-- tenants' rows locked on the way are released when the claim commits). One statement: a claim
+-- is on every job's critical path.
 WITH free AS (
-    -- What the node can still give: healthy unallocated GPUs (by index), CPUs and memory.
-    SELECT coalesce((SELECT array_agg(g.uuid ORDER BY g.index) FROM node_gpus g
-                     WHERE g.node = n.name AND g.healthy
-                       AND NOT EXISTS (SELECT 1 FROM allocated_gpus a
-                                       WHERE a.gpu_uuid = g.uuid)),
-                    '{}') AS gpus,
-           n.cpus - coalesce((SELECT sum(a.cpus) FROM allocations a
-                              WHERE a.node = n.name AND a.released_at IS NULL), 0) AS cpus,
-           n.memory_mb - coalesce((SELECT sum(a.memory_mb) FROM allocations a
-                                   WHERE a.node = n.name AND a.released_at IS NULL), 0)
-               AS memory_mb
-    FROM nodes n
-    WHERE n.name = $1 AND n.state = 'READY'
+    SELECT * FROM node_capacity WHERE name = $1
 ), usage AS (
     SELECT tenant, sum(cardinality(gpus)) AS gpus
     FROM allocations WHERE released_at IS NULL
@@ -281,14 +272,27 @@ WITH free AS (
     CROSS JOIN LATERAL (
         SELECT s.job_id, s.attempt, s.tenant, s.learners, s.gpus_per_learner,
                s.cpus_per_learner, s.memory_mb_per_learner, s.priority, s.submitted_at,
-               s.version, s.doc, f.gpus AS free_gpus
+               s.version, s.doc, f.gpus AS free_gpus, f.cpus AS free_cpus,
+               f.memory_mb AS free_memory_mb
         FROM job_status s
         WHERE s.tenant = t.name
           AND s.state = 'QUEUED'
           AND (s.not_before IS NULL OR s.not_before <= now())
-          AND s.learners * s.gpus_per_learner <= cardinality(f.gpus)
-          AND s.learners * s.cpus_per_learner <= f.cpus
-          AND s.learners * s.memory_mb_per_learner <= f.memory_mb
+          AND ((s.learners * s.gpus_per_learner <= cardinality(f.gpus)
+                AND s.learners * s.cpus_per_learner <= f.cpus
+                AND s.learners * s.memory_mb_per_learner <= f.memory_mb)
+               OR (s.learners > 1
+                   AND s.gpus_per_learner <= cardinality(f.gpus)
+                   AND s.cpus_per_learner <= f.cpus
+                   AND s.memory_mb_per_learner <= f.memory_mb
+                   AND s.learners <= (
+                       SELECT sum(least(
+                           CASE WHEN s.gpus_per_learner > 0
+                                THEN cardinality(n.gpus) / s.gpus_per_learner
+                                ELSE s.learners END,
+                           floor(n.cpus / s.cpus_per_learner),
+                           n.memory_mb / s.memory_mb_per_learner))
+                       FROM node_capacity n)))
           AND (t.gpu_quota IS NULL
                OR coalesce(u.gpus, 0) + s.learners * s.gpus_per_learner <= t.gpu_quota)
           -- Claimed already, but the projection has not applied the JobDeploying event yet.
@@ -305,32 +309,45 @@ WITH free AS (
 -- number, and epochs still only grow.
 SELECT candidate.*, nextval('claim_epochs') AS epoch FROM candidate;
 
+-- name: other_nodes_capacity
+-- What the other READY nodes can still give, roomiest first: where a claim places the learners
+-- that do not fit on the claiming node.
+SELECT name, gpus, cpus, memory_mb FROM node_capacity
+WHERE name <> $1
+ORDER BY cardinality(gpus) DESC, name;
+
 -- name: insert_allocations
--- A claim's learners and their GPUs in one statement: $6 lists the GPUs, $7 per learner, in
--- learner order (learner i holds $6[i*$7+1 .. (i+1)*$7]).
+-- A claim's learners and their GPUs in one statement: learner $5[k] runs on node $6[k] and
+-- holds GPUs $7[(k-1)*$8+1 .. k*$8] ($8 per learner), with $9 CPUs and $10 MiB.
 WITH learners AS (
     INSERT INTO allocations (job_id, attempt, learner, tenant, node, epoch, gpus, cpus,
                              memory_mb)
-    SELECT $1, $2, i, $3, $4, $5, ($6::text[])[i * $7 + 1:(i + 1) * $7], $9, $10
-    FROM generate_series(0, $8 - 1) AS i
+    SELECT $1, $2, l.learner, $3, l.node, $4, ($7::text[])[(l.k - 1) * $8 + 1:l.k * $8], $9, $10
+    FROM unnest($5::int[], $6::text[]) WITH ORDINALITY AS l(learner, node, k)
 )
 INSERT INTO allocated_gpus (gpu_uuid, job_id, attempt, learner)
-SELECT gpu, $1, $2, (n - 1) / $7
-FROM unnest($6::text[]) WITH ORDINALITY AS g(gpu, n);
+SELECT g.gpu, $1, $2, ($5::int[])[(g.k - 1) / $8 + 1]
+FROM unnest($7::text[]) WITH ORDINALITY AS g(gpu, k)
+-- In one global order: claims racing for GPUs of several nodes wait for each other in the same
+-- order, so they never deadlock (the later one fails on the GPU's key, and retries).
+ORDER BY g.gpu;
 
 -- name: node_allocations
 -- A node's live allocations, learner by learner: what a restarted agent must account for.
-SELECT job_id, attempt, learner, epoch, gpus FROM allocations
+SELECT job_id, attempt, learner, node, epoch, gpus FROM allocations
 WHERE node = $1 AND released_at IS NULL
 ORDER BY job_id, attempt, learner;
 
 -- name: release_allocations
--- Give back an attempt's learners and their GPUs.
+-- Give back an attempt's learners on node $3, and their GPUs (its learners elsewhere are given
+-- back by their own nodes, once they have stopped).
 WITH released AS (
     UPDATE allocations SET released_at = now()
-    WHERE job_id = $1 AND attempt = $2 AND released_at IS NULL
+    WHERE job_id = $1 AND attempt = $2 AND node = $3 AND released_at IS NULL
+    RETURNING learner
 )
-DELETE FROM allocated_gpus WHERE job_id = $1 AND attempt = $2;
+DELETE FROM allocated_gpus g USING released r
+WHERE g.job_id = $1 AND g.attempt = $2 AND g.learner = r.learner;
 
 -- name: stream_version
 SELECT coalesce(max(stream_version), 0) FROM events WHERE stream_id = $1;
@@ -416,6 +433,15 @@ ORDER BY id;
 -- Held by the active lifecycle manager's own session: it ends with that session, so a replica
 -- that dies hands the role on without anyone having to notice first.
 SELECT pg_try_advisory_lock(hashtextextended('trainyard.lifecycle-manager', 0));
+
+-- name: stalled_deployments
+-- Attempts still DEPLOYING after their job's deploy timeout: some learner never started.
+SELECT s.job_id, s.attempt, (s.doc -> 'manifest' ->> 'deploy_timeout_s')::float AS timeout_s
+FROM job_status s
+JOIN job_history h ON h.job_id = s.job_id AND h.attempt = s.attempt AND h.event = 'JobDeploying'
+WHERE s.state = 'DEPLOYING'
+  AND h.at < now() - make_interval(secs => (s.doc -> 'manifest' ->> 'deploy_timeout_s')::float)
+ORDER BY s.job_id;
 
 -- name: expired_nodes
 SELECT name FROM nodes WHERE state = 'READY' AND lease_until < now() ORDER BY name;

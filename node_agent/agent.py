@@ -21,7 +21,13 @@ from controlplane.database import DATABASE_ERRORS
 from controlplane.events.metadata import Metadata
 from controlplane.events.store import EventStore
 from controlplane.events.subscription import LogListener
-from controlplane.jobs.events import CheckpointRequested, JobCancelled, JobRestarted
+from controlplane.jobs.events import (
+    CheckpointRequested,
+    DeploymentRolledBack,
+    JobCancelled,
+    JobFailed,
+    JobRestarted,
+)
 from controlplane.jobs.lifecycle import Command, Job, Refused
 from controlplane.jobs.service import Jobs
 from controlplane.jobs.streams import job_stream
@@ -32,7 +38,7 @@ from node_agent.attempt import Attempt, LogSink
 from node_agent.inventory import Gpu, GpuInventory
 from node_agent.learners import learner_specs
 from node_agent.reconcile import Allocation, Resumed, VersionedJob, plan
-from node_agent.runtime import Learner, LearnerRuntime, LearnerSpec
+from node_agent.runtime import FoundLearner, Learner, LearnerRuntime, LearnerSpec
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -116,12 +122,22 @@ class Agent:
         """Take over what an earlier agent of this node left: re-adopt the learners of attempts
         that still run here, release the allocations of those that are over, and kill stale
         learners (see `node_agent.reconcile`). Call after `register()`, before `run()`."""
-        found = await self._runtime.find(self.config.name)
+        await self._account(await self._runtime.find(self.config.name))
+
+    async def _account(self, found: list[FoundLearner]) -> None:
+        """Act on `plan` for this node's allocations that no attempt here runs: after a
+        restart, all of them; later, learners that another node's claim placed here (a job on
+        several nodes), and allocations whose attempt ended without this node."""
         rows = await self._pool.fetch(Q["node_allocations"], self.config.name)
         allocations = [
-            Allocation(r["job_id"], r["attempt"], r["learner"], r["epoch"], list(r["gpus"]))
+            Allocation(
+                r["job_id"], r["attempt"], r["learner"], r["node"], r["epoch"], list(r["gpus"])
+            )
             for r in rows
+            if r["job_id"] not in self._running
         ]
+        if not allocations and not found:
+            return
         jobs: dict[UUID, VersionedJob] = {}
         for job_id in {a.job_id for a in allocations}:
             job, version = await self._jobs.current(job_id)
@@ -140,7 +156,7 @@ class Agent:
             )
             await self._runtime.kill(stale)
         for job_id, attempt in todo.release:
-            await release(self._pool, job_id, attempt)
+            await release(self._pool, job_id, attempt, self.config.name)
         for resumed in todo.resume:
             await self._resume(resumed)
 
@@ -155,11 +171,11 @@ class Agent:
             if learner is not None:
                 adopted[spec.learner] = learner
         log.info(
-            "job %s attempt %d: re-adopted %d of %d learner(s)",
+            "job %s attempt %d: %d learner(s) here, %d of them started by an earlier agent",
             won.job.job_id,
             won.attempt,
+            len(won.on(self.config.name)),
             len(adopted),
-            len(won.learners),
         )
         self._start(won, adopted)
 
@@ -208,6 +224,7 @@ class Agent:
                 await self._carry_requests()
                 while not self._stopping.is_set() and (won := await self._claim()):
                     self._start(won)
+                await self._account([])
             except DATABASE_ERRORS as exc:
                 log.warning("claiming failed (%s); retrying", exc)
             waiting = {
@@ -268,7 +285,9 @@ class Agent:
         finally:
             # The learners have ended: give their GPUs back (retried until the database
             # answers, or the GPUs would stay allocated for good).
-            await self._retry(lambda: release(self._pool, job_id, attempt.claim.attempt))
+            await self._retry(
+                lambda: release(self._pool, job_id, attempt.claim.attempt, self.config.name)
+            )
             del self._running[job_id]
             self._changed.set()
 
@@ -291,8 +310,9 @@ class Agent:
                 match recorded.event:
                     case JobCancelled():
                         running.attempt.cancel()
-                    case JobRestarted():
-                        # Restarted elsewhere (this node was declared lost): stale learners.
+                    case JobRestarted() | DeploymentRolledBack() | JobFailed():
+                        # Over without this node's say: restarted elsewhere (this node was
+                        # declared lost), rolled back, or failed by a learner on another node.
                         running.attempt.fence()
                     case CheckpointRequested():
                         running.attempt.request_checkpoint()

@@ -16,10 +16,10 @@ from controlplane.jobs.lifecycle import (
     Command,
     Complete,
     EnterPhase,
-    Fail,
     Job,
     JobStatus,
     Restart,
+    RollBack,
     SaveCheckpoint,
 )
 from controlplane.jobs.restarts import LearnerFailure, after_failure
@@ -97,6 +97,8 @@ class Attempt:
         self._terminating: asyncio.Task[None] | None = None
         self._job = claim.job
         self._number = claim.attempt
+        self._indices = tuple(spec.learner for spec in specs)
+        """This node's learners of the job (all of them, unless it runs on several nodes)."""
 
     @property
     def job_id(self) -> object:
@@ -112,8 +114,10 @@ class Attempt:
             failed = self._specs[len(self._learners)]
             reason = f"learner {failed.learner} failed to start: {exc}"
             self._logs.add(failed, "system", reason)
+            # Whole or not at all: the learners started (here and on other nodes) are stopped
+            # and the deployment tried again, or the job fails once its retries are spent.
             await self._terminate()
-            await self._do(Fail(reason=reason, at=now(), attempt=self._number))
+            await self._do(RollBack(reason=reason, at=now(), attempt=self._number))
             return
         async with asyncio.TaskGroup() as group:
             for state in self._learners:
@@ -129,8 +133,9 @@ class Attempt:
         self._end("stopped")
 
     def fence(self) -> None:
-        """This node lost its lease: the attempt was restarted elsewhere; stop the learners and
-        report nothing (any report would be stale)."""
+        """The attempt is over without this node's say (restarted elsewhere, rolled back, or
+        failed by a learner on another node): stop the learners and report nothing (any report
+        would be stale)."""
         self._end("fenced")
 
     def _end(self, why: str) -> None:
@@ -171,7 +176,14 @@ class Attempt:
                 reached = min(s.phase for s in self._learners)
                 if reached > self._job_phase:
                     self._job_phase = reached
-                    await self._do(EnterPhase(PHASES[reached], at=report.at, attempt=self._number))
+                    await self._do(
+                        EnterPhase(
+                            PHASES[reached],
+                            at=report.at,
+                            attempt=self._number,
+                            learners=self._indices,
+                        )
+                    )
             case protocol.PhaseEnded(outcome="failed", error=error, signal=killed_by):
                 state.error = error
                 state.killed_by = killed_by
@@ -202,7 +214,13 @@ class Attempt:
             return
         failed = [s for s in self._learners if s.status is not None and not s.status.succeeded]
         if not failed:
-            await self._do(Complete(exit_codes=[0] * len(statuses), at=now(), attempt=self._number))
+            complete = Complete(
+                exit_codes=[0] * len(statuses),
+                at=now(),
+                attempt=self._number,
+                learners=self._indices,
+            )
+            await self._do(complete)
             return
         first = failed[0]
         assert first.status is not None

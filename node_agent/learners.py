@@ -26,7 +26,8 @@ def learner_specs(
     job = claim.job
     manifest = job.manifest
     specs = []
-    for allocation in claim.learners:
+    # This node's learners only: a job placed on several nodes runs the others there.
+    for allocation in claim.on(node):
         workdir = attempt_dir(work_dir, claim) / f"learner-{allocation.index}"
         checkpoints = checkpoint_dir(work_dir, claim, allocation.index)
         env = {

@@ -206,10 +206,11 @@ async def _until_ended(pid: int) -> None:
         os.close(fd)
 
 
-def find_learners(node: str, proc: Path = Path("/proc")) -> list[FoundLearner]:
-    """The node's running learners: processes whose environment names the node, and which
-    lead their own process group (the training commands they run share their environment,
-    but not their group)."""
+def find_learners(node: str, work_dir: Path, proc: Path = Path("/proc")) -> list[FoundLearner]:
+    """The node's running learners: processes whose environment names the node and a place
+    under the agent's work directory (another agent on the machine, even one with the same node
+    name against another database, has its own), and which lead their own process group (the
+    training commands they run share their environment, but not their group)."""
     found = []
     for entry in proc.iterdir():
         if not entry.name.isdigit():
@@ -222,6 +223,8 @@ def find_learners(node: str, proc: Path = Path("/proc")) -> list[FoundLearner]:
             )
             pid = int(entry.name)
             if environ.get(NODE) != node or os.getpgid(pid) != pid:
+                continue
+            if not Path(environ[EXIT_FILE]).is_relative_to(work_dir):
                 continue
             found.append(
                 FoundLearner(
@@ -239,6 +242,10 @@ def find_learners(node: str, proc: Path = Path("/proc")) -> list[FoundLearner]:
 
 class ProcessRuntime:
     name = "process"
+
+    def __init__(self, work_dir: Path) -> None:
+        self._work_dir = work_dir
+        """The agent's: every learner it starts works below it."""
 
     async def start(self, spec: LearnerSpec) -> Learner:
         spec.workdir.mkdir(parents=True, exist_ok=True)
@@ -263,7 +270,7 @@ class ProcessRuntime:
         return ProcessLearner(process.pid, spec.workdir, _exit_of_child(process))
 
     async def find(self, node: str) -> list[FoundLearner]:
-        return find_learners(node)
+        return find_learners(node, self._work_dir)
 
     async def adopt(self, spec: LearnerSpec, found: FoundLearner | None) -> Learner | None:
         if found is None and not (spec.workdir / OUTPUT_FILES["stdout"]).exists():

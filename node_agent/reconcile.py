@@ -29,6 +29,7 @@ class Allocation:
     job_id: UUID
     attempt: int
     learner: int
+    node: str
     epoch: int
     gpus: list[str]
 
@@ -76,7 +77,8 @@ def plan(
             attempt=attempt,
             epoch=epoch,
             learners=[
-                LearnerAllocation(a.learner, a.gpus) for a in sorted(learners, key=_by_index)
+                LearnerAllocation(a.learner, a.node, a.gpus)
+                for a in sorted(learners, key=_by_index)
             ],
             version=current.version,
         )

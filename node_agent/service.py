@@ -51,7 +51,9 @@ async def _run(
     listener = LogListener(url, poll_interval=config.poll_s)
     shipper = LogShipper(pool)
     sink = NumberedSink(shipper.add)
-    agent = Agent(config, pool, listener, inventory, ProcessRuntime(), sink, agent_id)
+    agent = Agent(
+        config, pool, listener, inventory, ProcessRuntime(config.work_dir), sink, agent_id
+    )
     try:
         await agent.register()
         async with asyncio.TaskGroup() as group:

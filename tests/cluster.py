@@ -29,6 +29,15 @@ from node_agent.service import run_agent
 from tests.polling import eventually
 
 USER = Metadata(actor="tenant:acme", tenant="acme")
+A_WHOLE_RUN = [
+    JobStatus.QUEUED,
+    JobStatus.DEPLOYING,
+    JobStatus.DOWNLOADING,
+    JobStatus.PROCESSING,
+    JobStatus.STORING,
+    JobStatus.COMPLETED,
+]
+"""The states of a job that ran once, start to end."""
 
 
 class Plane:

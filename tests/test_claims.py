@@ -93,7 +93,8 @@ class Cluster:
         job_id = won.job.job_id
         await self.jobs.execute(job_id, EnterPhase(JobStatus.PROCESSING, now()), AGENT)
         await self.jobs.execute(job_id, Complete([0] * len(won.learners), now()), AGENT)
-        await release(self.pool, job_id, won.attempt)
+        for node in won.nodes:
+            await release(self.pool, job_id, won.attempt, node)
 
 
 async def claim_all(cluster: Cluster, node_names: list[str]) -> list[tuple[str, Claim]]:
@@ -155,7 +156,12 @@ async def check_claims(
     gpus = [g for _, c in won for learner in c.learners for g in learner.gpus]
     assert len(gpus) == len(set(gpus)), "a GPU was given twice"
     for name, c in won:
-        assert all(g.startswith(f"GPU-{name}-") for g in c.gpus)
+        # Learners on their nodes' own GPUs; the claiming node runs the first, and a job that
+        # fits on it runs there whole.
+        assert all(g.startswith(f"GPU-{a.node}-") for a in c.learners for g in a.gpus)
+        assert c.learners[0].node == name
+        if len(c.nodes) > 1:
+            assert c.job.manifest.learners > 1
         need = c.job.manifest.learners * c.job.manifest.gpus_per_learner
         assert len(c.gpus) == need
     # The log agrees: exactly one DEPLOYING per claimed job, none for the others.
@@ -165,11 +171,14 @@ async def check_claims(
         assert len(deploys) == (1 if job_id in claimed else 0)
     # Every job that still waits could not have fit in what was left.
     capacity = dict(zip(names, node_sizes, strict=True))
-    for name, c in won:
-        capacity[name] -= len(c.gpus)
+    for _, c in won:
+        for learner in c.learners:
+            capacity[learner.node] -= len(learner.gpus)
     for (g, n), job_id in zip(jobs, submitted, strict=True):
         if job_id not in claimed:
-            assert g * n > max(capacity.values())
+            room = [left // g for left in capacity.values()] if g else [n]
+            # All on one node, or (several learners) spread over nodes with room for one each.
+            assert max(room) < n and (n == 1 or sum(room) < n)
 
 
 async def share_of_gpu_time(
@@ -262,7 +271,7 @@ async def test_a_restarted_job_waits_out_its_backoff(
     [(_, first)] = await claim_all(cluster, ["n1"])
     await cluster.jobs.execute(job_id, EnterPhase(JobStatus.PROCESSING, now()), AGENT)
     await cluster.jobs.execute(job_id, Restart("learner 0 killed by SIGKILL", now(), 2.0), AGENT)
-    await release(pool, job_id, first.attempt)
+    await release(pool, job_id, first.attempt, "n1")
 
     async def requeued() -> bool:
         await cluster.project()

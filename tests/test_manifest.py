@@ -37,6 +37,8 @@ FULL: dict[str, Any] = {
     "results": {"location": "file:///srv/results/resnet"},
     "checkpoint": {"interval_seconds": 300, "keep": 5},
     "max_restarts": 10,
+    "deploy_timeout_s": 300.0,
+    "deploy_retries": 1,
     "priority": -20,
     "labels": {"team": "vision", "cost-centre": "4711"},
     "webhook_url": "https://hooks.example.org/trainyard?token=abc",

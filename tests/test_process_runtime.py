@@ -42,7 +42,7 @@ async def test_long_lines_come_in_pieces_and_an_adopter_reads_the_same_lines(
         "print('oops', file=sys.stderr)\n"
         "sys.stdout.write('no newline at the end')\n"
     )
-    runtime = ProcessRuntime()
+    runtime = ProcessRuntime(tmp_path)
     learner_spec = spec(tmp_path, code)
     started = await runtime.start(learner_spec)
     lines = await collect(started)
@@ -59,4 +59,4 @@ async def test_long_lines_come_in_pieces_and_an_adopter_reads_the_same_lines(
 
 
 async def test_a_learner_that_never_started_is_not_adopted(tmp_path: Path) -> None:
-    assert await ProcessRuntime().adopt(spec(tmp_path, "pass"), None) is None
+    assert await ProcessRuntime(tmp_path).adopt(spec(tmp_path, "pass"), None) is None

@@ -75,7 +75,7 @@ async def test_a_killed_agent_s_learner_keeps_running_and_is_re_adopted(
     try:
         job_id = await plane.submit(chatty(seconds=4))
         await plane.state(job_id, JobStatus.PROCESSING)
-        [found] = await until_found("n1")
+        [found] = await until_found("n1", tmp_path)
         await agent.kill()
         await asyncio.sleep(1)
         os.kill(int(found.handle), 0)  # the learner still runs without its agent
@@ -102,7 +102,7 @@ async def test_a_learner_that_ended_while_its_agent_was_down_is_reported(
         job_id = await plane.submit(chatty(seconds=1.5, exit_code=exit_code))
         await plane.state(job_id, JobStatus.PROCESSING)
         await agent.kill()
-        await until_no_learners("n1")
+        await until_no_learners("n1", tmp_path)
         await agent.start(plane.pool)
         job = await plane.state(job_id, outcome)
         assert job.attempt == 1
@@ -121,7 +121,7 @@ async def test_a_returning_agent_kills_learners_whose_job_moved_on(
     try:
         job_id = await plane.submit(chatty(seconds=60))
         await plane.state(job_id, JobStatus.PROCESSING)
-        [stale] = await until_found("n1")
+        [stale] = await until_found("n1", tmp_path)
         await agent.kill()
         # Down for longer than its lease: the node is declared lost, the job restarted.
         await asyncio.sleep(1.5)
@@ -131,7 +131,7 @@ async def test_a_returning_agent_kills_learners_whose_job_moved_on(
         assert job.attempt == 2
         os.kill(int(stale.handle), 0)  # still running: nobody told it
         await agent.start(plane.pool)
-        await until_no_learners("n1", attempt=1)  # killed on return: its epoch is stale
+        await until_no_learners("n1", tmp_path, attempt=1)  # killed on return: its epoch is stale
         # The job runs again (on n1, the only node), as attempt 2, from the queue.
         job = await plane.until(job_id, lambda j: j.attempt == 2 and j.state.running)
         history = [e.event.type_name for e in await plane.store.read_stream(f"job-{job_id}")]
@@ -155,21 +155,21 @@ def test_the_agent_identity_survives_a_restart(tmp_path: Path) -> None:
         assert again == first
 
 
-async def until_found(node: str, attempt: int | None = None) -> list[FoundLearner]:
+async def until_found(node: str, work_dir: Path, attempt: int | None = None) -> list[FoundLearner]:
     found: list[FoundLearner] = []
 
     async def running() -> bool:
         nonlocal found
-        found = [f for f in find_learners(node) if attempt in (None, f.attempt)]
+        found = [f for f in find_learners(node, work_dir) if attempt in (None, f.attempt)]
         return bool(found)
 
     await eventually(running)
     return found
 
 
-async def until_no_learners(node: str, attempt: int | None = None) -> None:
+async def until_no_learners(node: str, work_dir: Path, attempt: int | None = None) -> None:
     async def none() -> bool:
-        return not [f for f in find_learners(node) if attempt in (None, f.attempt)]
+        return not [f for f in find_learners(node, work_dir) if attempt in (None, f.attempt)]
 
     await eventually(none)
 
@@ -190,10 +190,11 @@ def test_the_plan_resumes_current_attempts_releases_old_ones_and_kills_the_stale
     current, moved_on, cancelled = running_job(), running_job(attempt=2, epoch=9), running_job()
     cancelled = cancelled.model_copy(update={"state": JobStatus.CANCELLED})
     allocations = [
-        Allocation(current.job_id, 1, 0, 7, ["g0"]),
-        Allocation(current.job_id, 1, 1, 7, ["g1"]),
-        Allocation(moved_on.job_id, 1, 0, 3, ["g2"]),  # attempt 1; the job is at attempt 2
-        Allocation(cancelled.job_id, 1, 0, 7, ["g3"]),
+        Allocation(current.job_id, 1, 0, "n1", 7, ["g0"]),
+        Allocation(current.job_id, 1, 1, "n1", 7, ["g1"]),
+        # Attempt 1 of a job now at attempt 2:
+        Allocation(moved_on.job_id, 1, 0, "n1", 3, ["g2"]),
+        Allocation(cancelled.job_id, 1, 0, "n1", 7, ["g3"]),
     ]
     live = FoundLearner(current.job_id, 1, 1, 7, "101")
     stale = FoundLearner(moved_on.job_id, 1, 0, 3, "102")
@@ -210,7 +211,7 @@ def test_the_plan_resumes_current_attempts_releases_old_ones_and_kills_the_stale
 
 def test_a_learner_of_the_right_attempt_but_another_epoch_is_stale() -> None:
     job = running_job(epoch=8)
-    allocations = [Allocation(job.job_id, 1, 0, 8, ["g0"])]
+    allocations = [Allocation(job.job_id, 1, 0, "n1", 8, ["g0"])]
     old = FoundLearner(job.job_id, 1, 0, 5, "201")
     result = plan(allocations, {job.job_id: VersionedJob(job, 3)}, [old])
     assert result.resume[0].running == {} and result.kill == [old]

@@ -3,6 +3,7 @@ DEPLOYING event commit in one transaction, or not at all."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from uuid import UUID
 
@@ -21,12 +22,13 @@ from controlplane.queries import Q
 @dataclass(frozen=True, slots=True)
 class LearnerAllocation:
     index: int
+    node: str
     gpus: list[str]
 
 
 @dataclass(frozen=True, slots=True)
 class Claim:
-    """A job attempt this node now runs: its learners' GPUs and the fencing epoch."""
+    """A job attempt placed on nodes: its learners' nodes and GPUs, and the fencing epoch."""
 
     job: Job
     attempt: int
@@ -39,24 +41,76 @@ class Claim:
     def gpus(self) -> list[str]:
         return [gpu for learner in self.learners for gpu in learner.gpus]
 
+    @property
+    def nodes(self) -> list[str]:
+        return list(dict.fromkeys(learner.node for learner in self.learners))
+
+    def on(self, node: str) -> list[LearnerAllocation]:
+        """The learners that `node` runs."""
+        return [learner for learner in self.learners if learner.node == node]
+
+
+@dataclass(frozen=True, slots=True)
+class Capacity:
+    """What a node can still give."""
+
+    node: str
+    gpus: list[str]
+    cpus: float
+    memory_mb: int
+
+
+@dataclass(frozen=True, slots=True)
+class Demand:
+    """What each learner of a job needs."""
+
+    learners: int
+    gpus: int
+    cpus: float
+    memory_mb: int
+
+
+def place(demand: Demand, nodes: Sequence[Capacity]) -> list[LearnerAllocation] | None:
+    """Learners on nodes, in order (the claiming node first): each node takes as many as fit.
+    None when they do not all fit: a job is placed whole or not at all."""
+    placed: list[LearnerAllocation] = []
+    for node in nodes:
+        fits = min(
+            len(node.gpus) // demand.gpus if demand.gpus else demand.learners,
+            int(node.cpus // demand.cpus),
+            node.memory_mb // demand.memory_mb,
+            demand.learners - len(placed),
+        )
+        for k in range(max(fits, 0)):
+            gpus = node.gpus[k * demand.gpus : (k + 1) * demand.gpus]
+            placed.append(LearnerAllocation(len(placed), node.node, gpus))
+    return placed if len(placed) == demand.learners else None
+
 
 STALE_RETRIES = 5
 
 
 class _Stale(Exception):
-    """The queue row was behind the job's stream; roll the claim back."""
+    """The queue row was behind the job's stream, or the room it counted on was taken; roll
+    the claim back."""
 
 
 async def claim(pool: asyncpg.Pool, store: EventStore, node: str) -> Claim | None:
-    """Claim the next job that fits on `node`, or None when none fits."""
+    """Claim the next job that fits on `node` (and, for a job of several learners, on other
+    nodes too), or None when none fits."""
     for _ in range(STALE_RETRIES):
         try:
             async with pool.acquire() as conn, conn.transaction():
                 return await _claim(conn, store, node)
-        except (_Stale, ConcurrencyError):
+        except (
+            _Stale,
+            ConcurrencyError,
+            asyncpg.UniqueViolationError,
+            asyncpg.DeadlockDetectedError,
+        ):
             # Another node claimed the job, or its user cancelled it, while the queue row (a
-            # projection) lagged; all was rolled back. The next try sees the other claim's
-            # allocation (or the projection's update) and takes the next job.
+            # projection) lagged; or another claim took some of the GPUs this one placed
+            # learners on. All was rolled back; the next try sees the other claim.
             continue
     return None
 
@@ -65,20 +119,33 @@ async def _claim(conn: Executor, store: EventStore, node: str) -> Claim | None:
     row = await conn.fetchrow(Q["claim_candidate"], node)
     if row is None:
         return None  # nothing fits, or the node is not READY (deregistered, or declared lost)
-    gpus: list[str] = list(row["free_gpus"])
     job_id: UUID = row["job_id"]
     # The job as the queue (a projection) has it, at its stream version: if the stream has
     # moved on since (cancelled, say), the append below refuses, and nothing is claimed.
     job = Job.model_validate_json(row["doc"])
     epoch = int(row["epoch"])
-    per_learner = row["gpus_per_learner"]
-    learners = [
-        LearnerAllocation(i, gpus[i * per_learner : (i + 1) * per_learner])
-        for i in range(row["learners"])
-    ]
+    demand = Demand(
+        row["learners"],
+        row["gpus_per_learner"],
+        row["cpus_per_learner"],
+        row["memory_mb_per_learner"],
+    )
+    here = Capacity(node, list(row["free_gpus"]), row["free_cpus"], row["free_memory_mb"])
+    learners = place(demand, [here])
+    if learners is None:
+        others = [
+            Capacity(r["name"], list(r["gpus"]), r["cpus"], r["memory_mb"])
+            for r in await conn.fetch(Q["other_nodes_capacity"], node)
+        ]
+        learners = place(demand, [here, *others])
+        if learners is None:
+            # The queue counted room for it a moment ago, the same way: another claim took
+            # some since. Roll back and look again.
+            raise _Stale
     allocated = [g for learner in learners for g in learner.gpus]
+    nodes = list(dict.fromkeys(learner.node for learner in learners))
     try:
-        events = decide(Deploy(nodes=[node], gpus=allocated, epoch=epoch, at=now()), job)
+        events = decide(Deploy(nodes=nodes, gpus=allocated, epoch=epoch, at=now()), job)
     except Refused as exc:
         raise _Stale from exc
     metadata = Metadata.capture(f"agent:{node}", tenant=row["tenant"])
@@ -88,13 +155,13 @@ async def _claim(conn: Executor, store: EventStore, node: str) -> Claim | None:
         job_id,
         row["attempt"],
         row["tenant"],
-        node,
         epoch,
+        [learner.index for learner in learners],
+        [learner.node for learner in learners],
         allocated,
-        per_learner,
-        row["learners"],
-        row["cpus_per_learner"],
-        row["memory_mb_per_learner"],
+        demand.gpus,
+        demand.cpus,
+        demand.memory_mb,
     )
     deployed = job
     for event in events:
@@ -108,6 +175,6 @@ async def _claim(conn: Executor, store: EventStore, node: str) -> Claim | None:
     )
 
 
-async def release(pool: asyncpg.Pool, job_id: UUID, attempt: int) -> None:
-    """Give back an attempt's allocations once all its learners have ended."""
-    await pool.execute(Q["release_allocations"], job_id, attempt)
+async def release(pool: asyncpg.Pool, job_id: UUID, attempt: int, node: str) -> None:
+    """Give back an attempt's allocations on `node` once its learners there have ended."""
+    await pool.execute(Q["release_allocations"], job_id, attempt, node)

@@ -1,5 +1,6 @@
 """The lifecycle manager: exactly one control plane replica at a time declares nodes whose
-lease expired LOST and restarts their jobs elsewhere, from their latest checkpoints."""
+lease expired LOST and restarts their jobs elsewhere, from their latest checkpoints, and rolls
+back deployments whose learners did not all start within their deploy timeout."""
 
 from __future__ import annotations
 
@@ -13,11 +14,12 @@ import asyncpg
 from controlplane.agents.events import NodeLost
 from controlplane.agents.nodes import Nodes
 from controlplane.database import DATABASE_ERRORS, connect
+from controlplane.events.errors import ConcurrencyError
 from controlplane.events.metadata import Metadata
 from controlplane.events.store import EventStore
 from controlplane.jobs.events import JobEvent
-from controlplane.jobs.lifecycle import Refused, Restart, decide, replay
-from controlplane.jobs.service import now
+from controlplane.jobs.lifecycle import Refused, Restart, RollBack, decide, replay
+from controlplane.jobs.service import Jobs, now
 from controlplane.jobs.streams import job_stream
 from controlplane.queries import Q
 
@@ -37,6 +39,7 @@ class LifecycleManager:
         self._pool = pool
         self._store = store
         self._nodes = Nodes(pool, store)
+        self._jobs = Jobs(store)
         self.interval_s = interval_s
         self.active = False
         self._stopping = asyncio.Event()
@@ -76,12 +79,34 @@ class LifecycleManager:
             await asyncio.wait_for(self._stopping.wait(), self.interval_s)
 
     async def sweep(self) -> list[str]:
-        """Declare every node whose lease has expired LOST; returns their names."""
+        """Declare every node whose lease has expired LOST (returns their names), then roll
+        back deployments that did not start in time."""
         lost = []
         for row in await self._pool.fetch(Q["expired_nodes"]):
             if await self._declare_lost(row["name"]):
                 lost.append(row["name"])
+        for row in await self._pool.fetch(Q["stalled_deployments"]):
+            await self._roll_back(row["job_id"], row["attempt"], row["timeout_s"])
         return lost
+
+    async def _roll_back(self, job_id: UUID, attempt: int, timeout_s: float) -> None:
+        """A deployment whose learners did not all start in time is rolled back (its nodes stop
+        the learners that did start, and give their GPUs back) and retried, or FAILED."""
+        job, version = await self._jobs.current(job_id)
+        if job is None or job.attempt != attempt:
+            return  # restarted meanwhile: the projection that listed it lagged
+        waiting = [n for n in range(job.manifest.learners) if n not in job.learner_phases]
+        reason = (
+            f"deploy_timeout: learner(s) {', '.join(map(str, waiting))} had not started "
+            f"within {timeout_s:g}s"
+        )
+        try:
+            events = decide(RollBack(reason, now(), attempt=attempt), job)
+            metadata = Metadata.capture(ACTOR, causation_id=job_stream(job_id))
+            await self._store.append(job_stream(job_id), version, events, metadata)
+        except (Refused, ConcurrencyError):
+            return  # it moved on meanwhile (started after all, say): the next sweep looks again
+        log.warning("job %s: %s; deployment rolled back", job_id, reason)
 
     async def _declare_lost(self, name: str) -> bool:
         """The node LOST, its jobs' attempts restarted and its allocations released: together
@@ -104,6 +129,6 @@ class LifecycleManager:
                     events = []  # finished, cancelled or already restarted meanwhile
                 if events:
                     await self._store.append(stream, len(history), events, metadata, conn=conn)
-                await conn.execute(Q["release_allocations"], row["job_id"], row["attempt"])
+                await conn.execute(Q["release_allocations"], row["job_id"], row["attempt"], name)
         log.warning("%s: its jobs go back to the queue", reason)
         return True

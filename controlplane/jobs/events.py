@@ -77,6 +77,34 @@ class JobRestarted(JobEvent):
     )
 
 
+@registry.register("LearnersReachedPhase")
+class LearnersReachedPhase(JobEvent):
+    """Some learners of a job that runs on several nodes reached a phase; the job enters it
+    once all have."""
+
+    attempt: int
+    phase: str
+    learners: list[int]
+
+
+@registry.register("LearnersExited")
+class LearnersExited(JobEvent):
+    """Some learners of a job that runs on several nodes exited 0; the job completes once all
+    have."""
+
+    attempt: int
+    learners: list[int]
+
+
+@registry.register("DeploymentRolledBack")
+class DeploymentRolledBack(JobEvent):
+    """Not every learner started (in time): the started ones are stopped, and the job goes back
+    to QUEUED with its attempt raised, to be deployed again (whole or not at all)."""
+
+    reason: str
+    attempt: int = Field(description="the new attempt's number")
+
+
 @registry.register("CheckpointRequested")
 class CheckpointRequested(JobEvent):
     """A user asked for a checkpoint now; the agent signals the learners."""

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict
 from controlplane.jobs.events import (
     CheckpointRequested,
     CheckpointSaved,
+    DeploymentRolledBack,
     JobCancelled,
     JobCompleted,
     JobDeploying,
@@ -24,6 +25,8 @@ from controlplane.jobs.events import (
     JobRestarted,
     JobStoring,
     JobSubmitted,
+    LearnersExited,
+    LearnersReachedPhase,
 )
 from controlplane.jobs.manifest import JobManifest
 
@@ -103,6 +106,13 @@ class Job(BaseModel):
     """A restarted job waits (backoff) until this instant before it may be claimed."""
     exit_codes: list[int] = []
     failure_reason: str | None = None
+    rollbacks: int = 0
+    """Deployments of the job rolled back so far."""
+    learner_phases: dict[int, JobStatus] = {}
+    """Learners of this attempt already in a phase the job has not entered yet (waiting for
+    learners on other nodes)."""
+    exited: list[int] = []
+    """Learners of this attempt that exited 0 while others still run."""
     transitions: list[Transition] = []
     """Every state entered, with its time: the job's history."""
 
@@ -139,11 +149,25 @@ class EnterPhase:
     phase: JobStatus
     at: datetime
     attempt: int | None = None
+    learners: tuple[int, ...] | None = None
+    """The learners that reached the phase (an agent runs those of its node); None: all."""
 
 
 @dataclass(frozen=True, slots=True)
 class Complete:
     exit_codes: list[int]
+    at: datetime
+    attempt: int | None = None
+    learners: tuple[int, ...] | None = None
+    """The learners that exited (with `exit_codes`, in this order); None: all."""
+
+
+@dataclass(frozen=True, slots=True)
+class RollBack:
+    """Not every learner started (in time): deploy the job again, or fail it after
+    `deploy_retries` rollbacks."""
+
+    reason: str
     at: datetime
     attempt: int | None = None
 
@@ -196,6 +220,7 @@ Command = (
     | Restart
     | RequestCheckpoint
     | SaveCheckpoint
+    | RollBack
 )
 
 
@@ -220,7 +245,7 @@ def decide(command: Command, job: Job | None) -> list[JobEvent]:
 
 
 # Commands that report on one attempt (from its agent): `attempt` fences off late reports.
-_ATTEMPT_REPORTS = (EnterPhase, Complete, Fail, Restart, SaveCheckpoint)
+_ATTEMPT_REPORTS = (EnterPhase, Complete, Fail, Restart, RollBack, SaveCheckpoint)
 
 
 def _decide_live(command: Command, job: Job) -> list[JobEvent]:
@@ -233,17 +258,9 @@ def _decide_live(command: Command, job: Job) -> list[JobEvent]:
         case Deploy(nodes, gpus, epoch, at):
             _require(job, {JobStatus.QUEUED}, "deploy")
             return [JobDeploying(attempt=job.attempt, nodes=nodes, gpus=gpus, epoch=epoch, at=at)]
-        case EnterPhase(phase, at):
-            if phase not in _PHASE_EVENTS:
-                phases = ", ".join(_PHASE_EVENTS)
-                raise Refused(
-                    f"job {job.job_id} is {job.state}; {phase} is not a phase a learner enters "
-                    f"(only {phases})"
-                )
-            if not job.state.running or _PHASES.index(phase) <= _PHASES.index(job.state):
-                raise Refused(f"job {job.job_id} is {job.state}; it cannot enter {phase}")
-            return [_PHASE_EVENTS[phase](attempt=job.attempt, at=at)]
-        case Complete(exit_codes, at):
+        case EnterPhase(phase, at, _, learners):
+            return _enter_phase(job, phase, at, learners)
+        case Complete(exit_codes, at, _, learners):
             _require(job, RUNNING - {JobStatus.DEPLOYING}, "complete")
             if any(exit_codes):
                 # A learner that exited non-zero failed; its agent reports that with Fail instead.
@@ -251,7 +268,26 @@ def _decide_live(command: Command, job: Job) -> list[JobEvent]:
                     f"job {job.job_id} is {job.state}; it cannot complete with non-zero exit "
                     f"codes {exit_codes}"
                 )
-            return [JobCompleted(attempt=job.attempt, exit_codes=exit_codes, at=at)]
+            everyone = range(job.manifest.learners)
+            exited = set(everyone if learners is None else learners)
+            if exited | set(job.exited) >= set(everyone):
+                codes = exit_codes if learners is None else [0] * len(everyone)
+                return [JobCompleted(attempt=job.attempt, exit_codes=codes, at=at)]
+            new = sorted(exited - set(job.exited))
+            if not new:
+                raise Refused(f"job {job.job_id}: learners {sorted(exited)} exited already")
+            return [LearnersExited(attempt=job.attempt, learners=new, at=at)]
+        case RollBack(reason, at, _):
+            _require(job, {JobStatus.DEPLOYING}, "roll back")
+            if job.rollbacks >= job.manifest.deploy_retries:
+                return [
+                    JobFailed(
+                        attempt=job.attempt,
+                        reason=f"deployment failed {job.rollbacks + 1} time(s); last: {reason}",
+                        at=at,
+                    )
+                ]
+            return [DeploymentRolledBack(reason=reason, attempt=job.attempt + 1, at=at)]
         case Fail(reason, at, exit_code):
             return [JobFailed(attempt=job.attempt, reason=reason, exit_code=exit_code, at=at)]
         case Cancel(reason, at):
@@ -295,6 +331,37 @@ def _decide_live(command: Command, job: Job) -> list[JobEvent]:
     raise Refused(f"job {job.job_id} is {job.state}; unknown command {type(command).__name__}")
 
 
+def _enter_phase(
+    job: Job, phase: JobStatus, at: datetime, learners: tuple[int, ...] | None
+) -> list[JobEvent]:
+    """The job enters the furthest phase every learner has reached; learners ahead of it are
+    recorded, until the learners on other nodes catch up."""
+    if phase not in _PHASE_EVENTS:
+        phases = ", ".join(_PHASE_EVENTS)
+        raise Refused(
+            f"job {job.job_id} is {job.state}; {phase} is not a phase a learner enters "
+            f"(only {phases})"
+        )
+    if not job.state.running:
+        raise Refused(f"job {job.job_id} is {job.state}; it cannot enter {phase}")
+    where = {n: job.learner_phases.get(n, job.state) for n in range(job.manifest.learners)}
+    ahead = [
+        n
+        for n in (where if learners is None else learners)
+        if _PHASES.index(phase) > _PHASES.index(where[n])
+    ]
+    if not ahead:
+        raise Refused(f"job {job.job_id} is {job.state}; it cannot enter {phase}")
+    where.update(dict.fromkeys(ahead, phase))
+    reached = min(where.values(), key=_PHASES.index)
+    events: list[JobEvent] = []
+    if _PHASES.index(reached) > _PHASES.index(job.state):
+        events.append(_PHASE_EVENTS[reached](attempt=job.attempt, at=at))
+    if reached != phase:
+        events.append(LearnersReachedPhase(attempt=job.attempt, phase=phase, learners=ahead, at=at))
+    return events
+
+
 def _require(job: Job, states: Iterable[JobStatus], verb: str) -> None:
     allowed = set(states)
     if job.state not in allowed:
@@ -323,11 +390,17 @@ def evolve(job: Job | None, event: JobEvent) -> Job:
             job = job.model_copy(update={"nodes": nodes, "gpus": gpus, "epoch": epoch})
             return _enter(job, JobStatus.DEPLOYING, event.at)
         case JobDownloading():
-            return _enter(job, JobStatus.DOWNLOADING, event.at)
+            return _advance(job, JobStatus.DOWNLOADING, event.at)
         case JobProcessing():
-            return _enter(job, JobStatus.PROCESSING, event.at)
+            return _advance(job, JobStatus.PROCESSING, event.at)
         case JobStoring():
-            return _enter(job, JobStatus.STORING, event.at)
+            return _advance(job, JobStatus.STORING, event.at)
+        case LearnersReachedPhase(phase=phase, learners=learners):
+            ahead = {**job.learner_phases, **dict.fromkeys(learners, JobStatus(phase))}
+            return job.model_copy(update={"learner_phases": ahead, "updated_at": event.at})
+        case LearnersExited(learners=learners):
+            exited = sorted({*job.exited, *learners})
+            return job.model_copy(update={"exited": exited, "updated_at": event.at})
         case JobCompleted(exit_codes=codes):
             return _enter(
                 job.model_copy(update={"exit_codes": codes}), JobStatus.COMPLETED, event.at
@@ -340,17 +413,13 @@ def evolve(job: Job | None, event: JobEvent) -> Job:
         case JobCancelled(reason=reason):
             return _enter(job, JobStatus.CANCELLED, event.at, reason)
         case JobRestarted(reason=reason, attempt=attempt, not_before=not_before):
-            requeued = job.model_copy(
-                update={
-                    "attempt": attempt,
-                    "restarts": job.restarts + 1,
-                    "nodes": [],
-                    "gpus": [],
-                    "checkpoint_requested_at": None,
-                    "not_before": not_before,
-                }
+            restarted = job.model_copy(
+                update={"restarts": job.restarts + 1, "not_before": not_before}
             )
-            return _enter(requeued, JobStatus.QUEUED, event.at, reason)
+            return _requeue(restarted, attempt, event.at, reason)
+        case DeploymentRolledBack(reason=reason, attempt=attempt):
+            rolled_back = job.model_copy(update={"rollbacks": job.rollbacks + 1})
+            return _requeue(rolled_back, attempt, event.at, reason)
         case CheckpointRequested():
             return job.model_copy(
                 update={"checkpoint_requested_at": event.at, "updated_at": event.at}
@@ -367,6 +436,27 @@ def evolve(job: Job | None, event: JobEvent) -> Job:
                 }
             )
     raise ValueError(f"unknown job event {event.type_name}")
+
+
+def _advance(job: Job, phase: JobStatus, at: datetime) -> Job:
+    """Enter a phase: learners recorded as ahead are ahead no more once the job catches up."""
+    ahead = {n: p for n, p in job.learner_phases.items() if _PHASES.index(p) > _PHASES.index(phase)}
+    return _enter(job.model_copy(update={"learner_phases": ahead}), phase, at)
+
+
+def _requeue(job: Job, attempt: int, at: datetime, reason: str) -> Job:
+    """Back to the queue as a new attempt, holding nothing."""
+    requeued = job.model_copy(
+        update={
+            "attempt": attempt,
+            "nodes": [],
+            "gpus": [],
+            "checkpoint_requested_at": None,
+            "learner_phases": {},
+            "exited": [],
+        }
+    )
+    return _enter(requeued, JobStatus.QUEUED, at, reason)
 
 
 def _enter(job: Job, state: JobStatus, at: datetime, reason: str | None = None) -> Job:

@@ -109,6 +109,16 @@ class JobManifest(_Strict):
     results: ResultsSpec | None = None
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
     max_restarts: int = Field(default=3, ge=0, le=100)
+    deploy_timeout_s: float = Field(
+        default=120.0,
+        gt=0,
+        le=86_400,
+        description="every learner must have started within this many seconds of DEPLOYING, "
+        "or the deployment is rolled back",
+    )
+    deploy_retries: int = Field(
+        default=2, ge=0, le=100, description="deployments rolled back and retried before FAILED"
+    )
     priority: int = Field(default=0, ge=-100, le=100, description="higher runs first")
     labels: dict[str, str] = Field(default_factory=dict)
     webhook_url: HttpUrl | None = None

@@ -11,6 +11,7 @@ from uuid import UUID
 from controlplane.database import Executor
 from controlplane.events.store import RecordedEvent
 from controlplane.jobs.events import (
+    DeploymentRolledBack,
     JobCancelled,
     JobEvent,
     JobFailed,
@@ -20,6 +21,9 @@ from controlplane.jobs.events import (
 from controlplane.jobs.lifecycle import Job, evolve
 from controlplane.jobs.streams import CATEGORY, job_id_of
 from controlplane.queries import Q
+
+CLAIMABLE = (JobSubmitted, JobRestarted, DeploymentRolledBack)
+"""Events after which a job waits in the queue."""
 
 
 class JobsProjection:
@@ -76,7 +80,7 @@ class JobsProjection:
             [job.not_before for _, job in folded],
         )
         await conn.execute(Q["insert_job_history"], *map(list, zip(*history, strict=True)))
-        if any(isinstance(e.event, JobSubmitted | JobRestarted) for e in mine):
+        if any(isinstance(e.event, CLAIMABLE) for e in mine):
             # Jobs are claimable once this batch commits: wake the agents then (a NOTIFY is
             # delivered at commit, and Postgres sends one per transaction however many).
             await conn.execute(Q["notify_events"])
@@ -84,6 +88,6 @@ class JobsProjection:
 
 def reason(event: JobEvent) -> str | None:
     """Why the event happened, for the events that say."""
-    if isinstance(event, JobFailed | JobCancelled | JobRestarted):
+    if isinstance(event, JobFailed | JobCancelled | JobRestarted | DeploymentRolledBack):
         return event.reason
     return None
