@@ -10,6 +10,7 @@ import sys
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
+from controlplane import telemetry
 from controlplane.agents.nodes import NodeNameTaken
 from controlplane.client.api import NotFound, ServerUnreachable
 from controlplane.client.commands import add_client_commands
@@ -196,6 +197,7 @@ def _listen_args(command: argparse.ArgumentParser) -> None:
 
 
 async def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
+    telemetry.setup("trainyard")
     url = await resolve_database(settings)
     state = await up(
         url,
@@ -210,6 +212,7 @@ async def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
+    telemetry.setup("trainyard-controlplane")
     url = await resolve_database(settings)
     await require_migrated(url)
     async with serving(url, args.host, args.port, settings.home):

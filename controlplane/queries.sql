@@ -292,8 +292,11 @@ WITH usage AS (
     LIMIT 1
 )
 -- The fencing epoch too: a sequence is not transactional, so a claim rolled back only skips a
--- number, and epochs still only grow.
-SELECT candidate.*, nextval('claim_epochs') AS epoch FROM candidate;
+-- number, and epochs still only grow. And the job's trace context, from its first event.
+SELECT candidate.*, nextval('claim_epochs') AS epoch,
+       (SELECT e.metadata -> 'trace' FROM events e
+        WHERE e.stream_id = 'job-' || candidate.job_id AND e.stream_version = 1) AS trace
+FROM candidate;
 
 -- name: insert_allocations
 -- A claim's learners and their GPUs in one statement: $6 lists the GPUs, $7 per learner, in
@@ -415,3 +418,25 @@ RETURNING agent_id;
 SELECT DISTINCT job_id, attempt FROM allocations
 WHERE node = $1 AND released_at IS NULL
 ORDER BY job_id;
+
+-- name: queue_depth
+-- Metrics: every tenant's QUEUED jobs (those waiting out a restart backoff too); 0 included.
+SELECT t.name AS tenant, count(s.job_id) AS jobs
+FROM tenants t
+LEFT JOIN job_status s ON s.tenant = t.name AND s.state = 'QUEUED'
+GROUP BY t.name;
+
+-- name: gpus_by_node
+-- Metrics: the GPUs each READY node offers.
+SELECT n.name AS node, count(g.uuid) AS gpus
+FROM nodes n
+LEFT JOIN node_gpus g ON g.node = n.name
+WHERE n.state = 'READY'
+GROUP BY n.name;
+
+-- name: gpus_allocated
+-- Metrics: the GPUs held by job attempts, per tenant and node.
+SELECT tenant, node, sum(cardinality(gpus)) AS gpus
+FROM allocations
+WHERE released_at IS NULL
+GROUP BY tenant, node;

@@ -12,6 +12,7 @@ import socket
 import sys
 from pathlib import Path
 
+from controlplane import telemetry
 from controlplane.database import resolve_database
 from controlplane.migrate import require_migrated
 from controlplane.settings import Settings
@@ -209,6 +210,7 @@ async def cmd_agent(args: argparse.Namespace, settings: Settings) -> int:
         )
         return EXIT_USAGE
     config = config_from(args, settings)
+    telemetry.setup("trainyard-agent")
     url = await resolve_database(settings)
     await require_migrated(url)
     stop = asyncio.Event()

@@ -3,18 +3,24 @@ DEPLOYING event commit in one transaction, or not at all."""
 
 from __future__ import annotations
 
+import json
+import time
 from dataclasses import dataclass
+from datetime import datetime
 from uuid import UUID
 
 import asyncpg
+from opentelemetry import propagate
 
 from controlplane.database import Executor
 from controlplane.events.errors import ConcurrencyError
 from controlplane.events.metadata import Metadata
 from controlplane.events.store import EventStore
-from controlplane.jobs.lifecycle import Deploy, Job, Refused, decide, evolve
+from controlplane.instruments import CLAIM_LATENCY
+from controlplane.jobs.lifecycle import Deploy, Job, JobStatus, Refused, decide, evolve
 from controlplane.jobs.service import now
 from controlplane.jobs.streams import job_stream
+from controlplane.jobs.tracing import job_span
 from controlplane.queries import Q
 
 
@@ -34,6 +40,8 @@ class Claim:
     learners: list[LearnerAllocation]
     version: int
     """The job stream's version once the claim's event is in."""
+    trace: dict[str, str]
+    """The claim's span (in the job's trace), for the attempt's spans to continue."""
 
     @property
     def gpus(self) -> list[str]:
@@ -52,16 +60,28 @@ async def claim(pool: asyncpg.Pool, store: EventStore, node: str) -> Claim | Non
     for _ in range(STALE_RETRIES):
         try:
             async with pool.acquire() as conn, conn.transaction():
-                return await _claim(conn, store, node)
+                won = await _claim(conn, store, node)
         except (_Stale, ConcurrencyError):
             # Another node claimed the job, or its user cancelled it, while the queue row (a
             # projection) lagged; all was rolled back. The next try sees the other claim's
             # allocation (or the projection's update) and takes the next job.
             continue
+        if won is not None:
+            latency = (now() - queued_since(won.job)).total_seconds()
+            CLAIM_LATENCY.record(max(latency, 0.0), {"tenant": won.job.tenant})
+        return won
     return None
 
 
+def queued_since(job: Job) -> datetime:
+    """When a claimed job last became claimable: it entered QUEUED, or its restart backoff
+    ended."""
+    queued = [t.at for t in job.transitions if t.state is JobStatus.QUEUED]
+    return max(queued[-1], job.not_before or queued[-1])
+
+
 async def _claim(conn: Executor, store: EventStore, node: str) -> Claim | None:
+    started = time.time_ns()
     free = await conn.fetchrow(Q["node_free"], node)
     if free is None:
         return None  # the node is not READY (deregistered, or declared lost)
@@ -80,25 +100,34 @@ async def _claim(conn: Executor, store: EventStore, node: str) -> Claim | None:
         for i in range(row["learners"])
     ]
     allocated = [g for learner in learners for g in learner.gpus]
-    try:
-        events = decide(Deploy(nodes=[node], gpus=allocated, epoch=epoch, at=now()), job)
-    except Refused as exc:
-        raise _Stale from exc
-    metadata = Metadata.capture(f"agent:{node}", tenant=row["tenant"])
-    await store.append(job_stream(job_id), row["version"], events, metadata, conn=conn)
-    await conn.execute(
-        Q["insert_allocations"],
-        job_id,
-        row["attempt"],
-        row["tenant"],
-        node,
-        epoch,
-        allocated,
-        per_learner,
-        row["learners"],
-        row["cpus_per_learner"],
-        row["memory_mb_per_learner"],
-    )
+    attributes = {
+        "trainyard.job.id": str(job_id),
+        "trainyard.job.attempt": row["attempt"],
+        "trainyard.node": node,
+        "trainyard.gpus": allocated,
+    }
+    # The span starts when the agent began looking; which job's trace it joins shows only now.
+    root = propagate.extract(json.loads(row["trace"] or "{}"))
+    with job_span("job.claim", root, attributes, start_time=started):
+        try:
+            events = decide(Deploy(nodes=[node], gpus=allocated, epoch=epoch, at=now()), job)
+        except Refused as exc:
+            raise _Stale from exc
+        metadata = Metadata.capture(f"agent:{node}", tenant=row["tenant"])
+        await store.append(job_stream(job_id), row["version"], events, metadata, conn=conn)
+        await conn.execute(
+            Q["insert_allocations"],
+            job_id,
+            row["attempt"],
+            row["tenant"],
+            node,
+            epoch,
+            allocated,
+            per_learner,
+            row["learners"],
+            row["cpus_per_learner"],
+            row["memory_mb_per_learner"],
+        )
     deployed = job
     for event in events:
         deployed = evolve(deployed, event)
@@ -108,6 +137,7 @@ async def _claim(conn: Executor, store: EventStore, node: str) -> Claim | None:
         epoch=epoch,
         learners=learners,
         version=row["version"] + len(events),
+        trace=metadata.trace,
     )
 
 

@@ -18,6 +18,7 @@ from controlplane.events.metadata import Metadata
 from controlplane.events.store import RecordedEvent
 from controlplane.http.errors import error, validation_error
 from controlplane.http.keys import HUB, JOBS, POOL, SSE_HEARTBEAT_S
+from controlplane.instruments import sse_client
 from controlplane.jobs.events import JobEvent
 from controlplane.jobs.lifecycle import (
     Cancel,
@@ -297,7 +298,8 @@ async def stream_events(request: web.Request) -> web.StreamResponse:
     )
     await response.prepare(request)
     try:
-        await _stream(request, response, job, after)
+        with sse_client("events"):
+            await _stream(request, response, job, after)
         await response.write_eof()
     except ConnectionResetError:
         pass  # the client went away: nothing left to send, and nothing is lost (it resumes)

@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from controlplane import __version__
-from controlplane.http import logs, metrics
+from controlplane.http import logs, metrics, scrape
 from controlplane.http.jobs import CancelRequest
 from controlplane.jobs.lifecycle import Job
 from controlplane.jobs.manifest import JobManifest
@@ -342,6 +342,7 @@ def document() -> dict[str, Any]:
             },
             **logs.openapi_paths(),
             **metrics.openapi_paths(),
+            **scrape.openapi_paths(),
             "/v1/nodes": {
                 "get": {
                     "summary": "Nodes: state, lease, capacity, GPUs and their health",
