@@ -162,6 +162,10 @@ LIMIT $6;
 -- The `tenants` projection: one row per tenant.
 INSERT INTO tenants (name, weight, gpu_quota, created_at) VALUES ($1, $2, $3, $4);
 
+-- name: update_tenant
+-- The `tenants` projection: a tenant's new weight and quota.
+UPDATE tenants SET weight = $2, gpu_quota = $3 WHERE name = $1;
+
 -- name: insert_api_token
 -- The `tenants` projection: a token by the sha256 of its text (the text is never stored).
 INSERT INTO api_tokens (token_sha256, token_id, tenant, is_admin, issued_at)
@@ -175,12 +179,13 @@ UPDATE api_tokens SET revoked_at = $2 WHERE token_id = $1 AND revoked_at IS NULL
 SELECT tenant, is_admin FROM api_tokens WHERE token_sha256 = $1 AND revoked_at IS NULL;
 
 -- name: list_tenants
--- Every tenant with the ids of its live tokens, oldest first.
+-- Every tenant (or only the one named $1) with the ids of its live tokens, oldest first.
 SELECT t.name, t.weight, t.gpu_quota, t.created_at,
        coalesce(array_agg(k.token_id ORDER BY k.issued_at, k.token_id)
                 FILTER (WHERE k.token_id IS NOT NULL), '{}') AS active_tokens
 FROM tenants t
 LEFT JOIN api_tokens k ON k.tenant = t.name AND k.revoked_at IS NULL
+WHERE $1::text IS NULL OR t.name = $1
 GROUP BY t.name
 ORDER BY t.name;
 

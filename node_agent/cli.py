@@ -11,6 +11,7 @@ import signal
 import socket
 import sys
 from pathlib import Path
+from typing import Any
 
 from controlplane import telemetry
 from controlplane.database import resolve_database
@@ -48,7 +49,7 @@ def machine_memory_mb() -> int:
 RUNTIMES = ("process", "docker")
 
 
-def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_commands(commands: argparse._SubParsersAction[Any]) -> None:
     agent = commands.add_parser(
         "agent",
         help="run a node agent: register this machine's GPUs and run the jobs it claims",

@@ -15,7 +15,7 @@ from controlplane.database import create_pool
 from controlplane.events.hub import StreamHub
 from controlplane.events.store import EventStore
 from controlplane.events.subscription import LogListener
-from controlplane.http import jobs, logs, metrics, nodes, scrape
+from controlplane.http import jobs, logs, metrics, nodes, scrape, tenants
 from controlplane.http.keys import (
     BACKGROUND,
     DATABASE_URL,
@@ -59,6 +59,7 @@ def create_app(
     metrics.add_routes(app)
     nodes.add_routes(app)
     scrape.add_routes(app)
+    tenants.add_routes(app)
     return app
 
 
