@@ -32,6 +32,7 @@ from node_agent.systemd import (
     mask_password,
     render_env,
     render_unit,
+    telemetry_env,
     write_atomically,
 )
 
@@ -258,8 +259,10 @@ def install(args: argparse.Namespace, settings: Settings, *, running_as_root: bo
         if not args.unit_dir.is_absolute():
             raise InstallError(f"--unit-dir must be an absolute path, not {str(args.unit_dir)!r}")
         unit = render_unit(options)
-        env = render_env(url, args.home)
-        shown_env = render_env(mask_password(url), args.home)
+        env = render_env(url, args.home, telemetry_env(os.environ))
+        shown_env = render_env(
+            mask_password(url), args.home, telemetry_env(os.environ, masked=True)
+        )
     except InstallError as exc:
         return _install_error(str(exc))
     if args.dry_run:

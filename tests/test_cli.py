@@ -116,3 +116,25 @@ def test_an_unexpected_error_is_one_line_that_offers_the_traceback() -> None:
     )
     assert failure(ApiError(422, "name: too long")) == (2, "name: too long")
     assert failure(ApiError(409, "exists")) == (1, "exists")
+
+
+def test_the_readmes_configuration_table_names_every_flag() -> None:
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    table = readme.split("## Configuration", 1)[1].split("\n## ", 1)[0]
+    flags = {
+        option
+        for command in COMMANDS
+        for action in _parser_of(command)._actions
+        for option in action.option_strings
+        if option not in {"-h", "--help"}
+    }
+    missing = sorted(flag for flag in flags if f"`{flag}" not in table and f" {flag}" not in table)
+    assert missing == []
+
+
+def _parser_of(command: list[str]) -> argparse.ArgumentParser:
+    found = parser()
+    for name in command:
+        [subparsers] = [a for a in found._actions if isinstance(a, argparse._SubParsersAction)]
+        found = subparsers.choices[name]
+    return found
