@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
@@ -22,6 +23,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from controlplane import telemetry
+from controlplane.agents.claims import claim
+from controlplane.agents.manager import LifecycleManager
+from controlplane.events.store import EventStore
 from controlplane.http.app import create_app
 from controlplane.jobs.lifecycle import JobStatus
 from controlplane.prometheus import CONTENT_TYPE, render
@@ -29,6 +33,7 @@ from controlplane.tenants.admin import bootstrap_admin_token
 from controlplane.tenants.service import issue_token
 from tests.cluster import Plane, RunningAgent
 from tests.polling import eventually
+from tests.test_claims import Cluster, manifest
 
 Client = TestClient[web.Request, web.Application]
 
@@ -184,6 +189,44 @@ async def test_a_cancel_request_is_a_step_of_the_jobs_trace_linked_to_the_reques
 
 def _job(span: ReadableSpan) -> Any:
     return (span.attributes or {}).get("trainyard.job.id")
+
+
+async def test_a_lost_nodes_restart_and_the_next_claim_are_spans_of_the_jobs_trace(
+    spans: InMemorySpanExporter,
+    pool: asyncpg.Pool,
+    store: EventStore,
+    db_url: str,
+    owner: asyncpg.Connection,
+) -> None:
+    cluster = Cluster(pool, store, db_url)
+    await cluster.tenant("acme")
+    await cluster.node("n1", 1)
+    await cluster.node("n2", 1)
+    job_id = await cluster.submit("acme", manifest(1))
+    await cluster.project()
+    assert await claim(pool, store, "n1") is not None
+    await owner.execute("UPDATE nodes SET lease_until = now() - interval '1 second'")
+    await owner.execute(
+        "UPDATE nodes SET lease_until = now() + interval '1 hour' WHERE name = 'n2'"
+    )
+    assert await LifecycleManager(db_url, pool, store).sweep() == ["n1"]
+    await cluster.project()
+    again = await claim(pool, store, "n2")
+    assert again is not None and again.attempt == 2
+
+    mine = [s for s in spans.get_finished_spans() if _job(s) == str(job_id)]
+    [submitted] = [s for s in mine if s.name == "job.submit"]
+    assert submitted.context is not None
+    steps = [(s.name, s.attributes.get("trainyard.node")) for s in mine if s.name != "job.submit"]
+    assert steps == [("job.claim", "n1"), ("job.restart", "n1"), ("job.claim", "n2")]
+    for span in mine:
+        assert span.context is not None and span.context.trace_id == submitted.context.trace_id
+    # The restart and the claims are steps of the job, children of its root.
+    assert {s.parent.span_id for s in mine if s.parent} == {submitted.context.span_id}
+    restarted = [e for e in await store.read_stream(f"job-{job_id}") if e.stream_version == 3]
+    assert restarted[0].metadata.trace["traceparent"].split("-")[1] == (
+        f"{submitted.context.trace_id:032x}"
+    )
 
 
 async def test_metrics_are_prometheus_text_with_the_clusters_figures(
