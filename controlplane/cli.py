@@ -7,11 +7,13 @@ import asyncio
 import json
 import logging
 import sys
+import traceback
 from collections.abc import Callable, Coroutine, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
+from controlplane import telemetry
 from controlplane.agents.nodes import NodeNameTaken
-from controlplane.client.api import NotFound, ServerUnreachable
+from controlplane.client.api import ApiError, NotFound, ServerUnreachable, UsageError
 from controlplane.client.commands import add_client_commands
 from controlplane.database import DatabaseUnavailable, create_pool, describe, resolve_database
 from controlplane.events.store import EventStore
@@ -44,27 +46,62 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler: Handler = args.handler
     try:
         return asyncio.run(handler(args, Settings.from_env()))
-    except (DatabaseUnavailable, ServerUnreachable) as exc:
-        print(f"trainyard: {exc}", file=sys.stderr)
-        return EXIT_UNREACHABLE
-    except NotFound as exc:
-        print(f"trainyard: {exc}", file=sys.stderr)
-        return EXIT_NOT_FOUND
-    except (MigrationError, ServeError, NodeNameTaken, LeaseLost, WorkDirInUse) as exc:
-        print(f"trainyard: {exc}", file=sys.stderr)
-        return EXIT_FAILED
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:
+        code, message = failure(exc)
+        print(f"trainyard: {message}", file=sys.stderr)
+        if args.debug:
+            traceback.print_exception(exc)
+        return code
+
+
+def failure(exc: Exception) -> tuple[int, str]:
+    """The exit code and the one line that say why a command failed."""
+    match exc:
+        case DatabaseUnavailable() | ServerUnreachable():
+            return EXIT_UNREACHABLE, str(exc)
+        case NotFound():
+            return EXIT_NOT_FOUND, str(exc)
+        case UsageError():
+            return EXIT_USAGE, str(exc)
+        case ApiError(status=400 | 422):
+            # A manifest or argument the server found invalid is the user's input to fix.
+            return EXIT_USAGE, str(exc)
+        case (
+            ApiError()
+            | MigrationError()
+            | ServeError()
+            | NodeNameTaken()
+            | LeaseLost()
+            | WorkDirInUse()
+        ):
+            return EXIT_FAILED, str(exc)
+    # A bug, or a failure nobody foresaw: still one line, the traceback only when asked.
+    detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    return EXIT_FAILED, f"unexpected error ({detail}); run with --debug for the traceback"
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one line (exit code 2), pointing at the command's --help."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
 
 
 def parser() -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(
+    top = _Parser(
         prog="trainyard",
         description="Trainyard: a dependable deep-learning-training service. The database is "
         "$TRAINYARD_DATABASE_URL, or else an embedded Postgres under $TRAINYARD_HOME "
         "(default ~/.local/share/trainyard).",
     )
     top.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
+    top.add_argument(
+        "--debug",
+        action="store_true",
+        help="on an error, print its traceback after the one-line message",
+    )
     commands = top.add_subparsers(title="commands", required=True, metavar="COMMAND")
 
     local = commands.add_parser(
@@ -197,6 +234,7 @@ def _listen_args(command: argparse.ArgumentParser) -> None:
 
 
 async def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
+    telemetry.setup("trainyard")
     url = await resolve_database(settings)
     state = await up(
         url,
@@ -211,6 +249,7 @@ async def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
+    telemetry.setup("trainyard-controlplane")
     url = await resolve_database(settings)
     await require_migrated(url)
     async with serving(url, args.host, args.port, settings.home):

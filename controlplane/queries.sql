@@ -169,6 +169,10 @@ LIMIT $6;
 -- The `tenants` projection: one row per tenant.
 INSERT INTO tenants (name, weight, gpu_quota, created_at) VALUES ($1, $2, $3, $4);
 
+-- name: update_tenant
+-- The `tenants` projection: a tenant's new weight and quota.
+UPDATE tenants SET weight = $2, gpu_quota = $3 WHERE name = $1;
+
 -- name: insert_api_token
 -- The `tenants` projection: a token by the sha256 of its text (the text is never stored).
 INSERT INTO api_tokens (token_sha256, token_id, tenant, is_admin, issued_at)
@@ -182,12 +186,13 @@ UPDATE api_tokens SET revoked_at = $2 WHERE token_id = $1 AND revoked_at IS NULL
 SELECT tenant, is_admin FROM api_tokens WHERE token_sha256 = $1 AND revoked_at IS NULL;
 
 -- name: list_tenants
--- Every tenant with the ids of its live tokens, oldest first.
+-- Every tenant (or only the one named $1) with the ids of its live tokens, oldest first.
 SELECT t.name, t.weight, t.gpu_quota, t.created_at,
        coalesce(array_agg(k.token_id ORDER BY k.issued_at, k.token_id)
                 FILTER (WHERE k.token_id IS NOT NULL), '{}') AS active_tokens
 FROM tenants t
 LEFT JOIN api_tokens k ON k.tenant = t.name AND k.revoked_at IS NULL
+WHERE $1::text IS NULL OR t.name = $1
 GROUP BY t.name
 ORDER BY t.name;
 
@@ -306,8 +311,11 @@ WITH free AS (
     LIMIT 1
 )
 -- The fencing epoch too: a sequence is not transactional, so a claim rolled back only skips a
--- number, and epochs still only grow.
-SELECT candidate.*, nextval('claim_epochs') AS epoch FROM candidate;
+-- number, and epochs still only grow. And the job's trace context, from its first event.
+SELECT candidate.*, nextval('claim_epochs') AS epoch,
+       (SELECT e.metadata -> 'trace' FROM events e
+        WHERE e.stream_id = 'job-' || candidate.job_id AND e.stream_version = 1) AS trace
+FROM candidate;
 
 -- name: other_nodes_capacity
 -- What the other READY nodes can still give, roomiest first: where a claim places the learners
@@ -413,14 +421,17 @@ SELECT CASE
     ))::float8
 END;
 
--- name: largest_node
--- What the biggest live node offers (each kind on its own): whether a job could ever fit.
+-- name: live_nodes
+-- What the biggest live node offers (each kind on its own), and the live nodes' healthy GPUs
+-- together: whether a job could ever fit.
 SELECT count(*) AS nodes,
-       coalesce(max((SELECT count(*) FROM node_gpus g
-                     WHERE g.node = n.name AND g.healthy)), 0) AS gpus,
+       coalesce(max(g.healthy), 0) AS gpus,
+       coalesce(sum(g.healthy), 0) AS total_gpus,
        coalesce(max(n.cpus), 0) AS cpus,
        coalesce(max(n.memory_mb), 0) AS memory_mb
 FROM nodes n
+CROSS JOIN LATERAL (SELECT count(*) AS healthy FROM node_gpus g
+                    WHERE g.node = n.name AND g.healthy) g
 WHERE n.state = 'READY';
 
 -- name: job_metric_lines
@@ -457,3 +468,25 @@ RETURNING agent_id;
 SELECT DISTINCT job_id, attempt FROM allocations
 WHERE node = $1 AND released_at IS NULL
 ORDER BY job_id;
+
+-- name: queue_depth
+-- Metrics: every tenant's QUEUED jobs (those waiting out a restart backoff too); 0 included.
+SELECT t.name AS tenant, count(s.job_id) AS jobs
+FROM tenants t
+LEFT JOIN job_status s ON s.tenant = t.name AND s.state = 'QUEUED'
+GROUP BY t.name;
+
+-- name: gpus_by_node
+-- Metrics: the GPUs each READY node offers.
+SELECT n.name AS node, count(g.uuid) AS gpus
+FROM nodes n
+LEFT JOIN node_gpus g ON g.node = n.name
+WHERE n.state = 'READY'
+GROUP BY n.name;
+
+-- name: gpus_allocated
+-- Metrics: the GPUs held by job attempts, per tenant and node.
+SELECT tenant, node, sum(cardinality(gpus)) AS gpus
+FROM allocations
+WHERE released_at IS NULL
+GROUP BY tenant, node;

@@ -21,6 +21,7 @@ from controlplane.database import DATABASE_ERRORS
 from controlplane.events.metadata import Metadata
 from controlplane.events.store import EventStore
 from controlplane.events.subscription import LogListener
+from controlplane.instruments import GPU_UTILIZATION, Reading
 from controlplane.jobs.events import (
     CheckpointRequested,
     DeploymentRolledBack,
@@ -182,14 +183,39 @@ class Agent:
     async def run(self) -> None:
         """Heartbeats and work until `stop()`; then deregister. Call `register()` first."""
         try:
-            async with asyncio.TaskGroup() as group:
-                heartbeats = group.create_task(self._heartbeats(), name="heartbeats")
-                await self._work()
-                heartbeats.cancel()
+            with GPU_UTILIZATION.source(self._gpu_utilization):
+                async with asyncio.TaskGroup() as group:
+                    heartbeats = group.create_task(self._heartbeats(), name="heartbeats")
+                    await self._work()
+                    heartbeats.cancel()
         finally:
             # Shielded: a cancelled shutdown must still give the node's name back.
             with contextlib.suppress(*DATABASE_ERRORS):
                 await asyncio.shield(self._nodes.deregister(self.config.name, self.agent_id))
+
+    def _gpu_utilization(self) -> list[Reading]:
+        """NVML's utilization of each GPU of each running attempt, labelled with its job (run
+        by a metrics collection, on any thread)."""
+        attempts = [running.attempt.claim for running in list(self._running.values())]
+        if not attempts:
+            return []
+        percent = self._inventory.utilization()
+        return [
+            (
+                percent[gpu],
+                {
+                    "job": str(claim.job.job_id),
+                    "attempt": claim.attempt,
+                    "learner": learner.index,
+                    "node": self.config.name,
+                    "gpu": gpu,
+                },
+            )
+            for claim in attempts
+            for learner in claim.learners
+            for gpu in learner.gpus
+            if gpu in percent
+        ]
 
     async def _heartbeats(self) -> None:
         while True:

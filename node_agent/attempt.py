@@ -11,6 +11,9 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from opentelemetry import propagate
+from opentelemetry.util.types import Attributes
+
 from controlplane.agents.claims import Claim
 from controlplane.jobs.lifecycle import (
     Command,
@@ -24,6 +27,7 @@ from controlplane.jobs.lifecycle import (
 )
 from controlplane.jobs.restarts import LearnerFailure, after_failure
 from controlplane.jobs.service import now
+from controlplane.jobs.tracing import tracer
 from node_agent.runtime import (
     ExitStatus,
     Learner,
@@ -105,10 +109,21 @@ class Attempt:
         return self.claim.job.job_id
 
     async def run(self) -> None:
-        """Until every learner has ended and the attempt's outcome is recorded."""
+        """Until every learner has ended and the attempt's outcome is recorded: a span in the
+        job's trace (after its claim's), the parent of the attempt's steps."""
+        attributes: Attributes = {
+            "trainyard.job.id": str(self.claim.job.job_id),
+            "trainyard.job.attempt": self._number,
+            "trainyard.learners": len(self._specs),
+        }
+        context = propagate.extract(self.claim.trace)
+        with tracer.start_as_current_span("job.attempt", context=context, attributes=attributes):
+            await self._run()
+
+    async def _run(self) -> None:
         try:
             for spec in self._specs:
-                learner = self._adopted.get(spec.learner) or await self._runtime.start(spec)
+                learner = self._adopted.get(spec.learner) or await self._start(spec)
                 self._learners.append(_LearnerState(spec, learner))
         except LearnerStartError as exc:
             failed = self._specs[len(self._learners)]
@@ -123,6 +138,11 @@ class Attempt:
             for state in self._learners:
                 group.create_task(self._follow(state))
         await self._finish()
+
+    async def _start(self, spec: LearnerSpec) -> Learner:
+        attributes: Attributes = {"trainyard.learner": spec.learner, "trainyard.gpus": spec.gpus}
+        with tracer.start_as_current_span("learner.start", attributes=attributes):
+            return await self._runtime.start(spec)
 
     def cancel(self) -> None:
         """The job was cancelled: stop the learners (its CANCELLED event is already written)."""

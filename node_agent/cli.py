@@ -11,7 +11,9 @@ import signal
 import socket
 import sys
 from pathlib import Path
+from typing import Any
 
+from controlplane import telemetry
 from controlplane.database import resolve_database
 from controlplane.migrate import require_migrated
 from controlplane.settings import Settings
@@ -30,6 +32,7 @@ from node_agent.systemd import (
     mask_password,
     render_env,
     render_unit,
+    telemetry_env,
     write_atomically,
 )
 
@@ -47,7 +50,7 @@ def machine_memory_mb() -> int:
 RUNTIMES = ("process", "docker")
 
 
-def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_commands(commands: argparse._SubParsersAction[Any]) -> None:
     agent = commands.add_parser(
         "agent",
         help="run a node agent: register this machine's GPUs and run the jobs it claims",
@@ -209,6 +212,7 @@ async def cmd_agent(args: argparse.Namespace, settings: Settings) -> int:
         )
         return EXIT_USAGE
     config = config_from(args, settings)
+    telemetry.setup("trainyard-agent")
     url = await resolve_database(settings)
     await require_migrated(url)
     stop = asyncio.Event()
@@ -256,8 +260,10 @@ def install(args: argparse.Namespace, settings: Settings, *, running_as_root: bo
         if not args.unit_dir.is_absolute():
             raise InstallError(f"--unit-dir must be an absolute path, not {str(args.unit_dir)!r}")
         unit = render_unit(options)
-        env = render_env(url, args.home)
-        shown_env = render_env(mask_password(url), args.home)
+        env = render_env(url, args.home, telemetry_env(os.environ))
+        shown_env = render_env(
+            mask_password(url), args.home, telemetry_env(os.environ, masked=True)
+        )
     except InstallError as exc:
         return _install_error(str(exc))
     if args.dry_run:

@@ -30,6 +30,7 @@ from itertools import islice
 import asyncpg
 
 from controlplane.database import DATABASE_ERRORS
+from controlplane.instruments import LOG_LINES
 from controlplane.logs.lines import LogLine, Series
 from controlplane.logs.store import write_lines
 
@@ -135,7 +136,7 @@ class LogShipper:
             target = self._added
             while self._stored < target:
                 batch = list(islice(self._buffer, self._batch_lines))
-                await write_lines(self._pool, batch)
+                LOG_LINES.add(await write_lines(self._pool, batch))
                 for _ in batch:
                     self._buffered_chars -= len(self._buffer.popleft().text) + LINE_OVERHEAD
                 self._stored += len(batch)

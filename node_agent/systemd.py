@@ -7,6 +7,7 @@ import contextlib
 import os
 import re
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit
@@ -27,6 +28,7 @@ MASK = "***"
 # Words systemd takes as they are in ExecStart=; anything else is double-quoted.
 _PLAIN_WORD = re.compile(r"[A-Za-z0-9_@+=:,./-]+")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 class InstallError(ValueError):
@@ -128,17 +130,34 @@ WantedBy=multi-user.target
 """
 
 
-def render_env(database_url: str, home: Path) -> str:
-    """The text of the environment file (the caller masks the URL before printing it)."""
+def render_env(database_url: str, home: Path, telemetry: Mapping[str, str] | None = None) -> str:
+    """The text of the environment file (the caller masks the URL and the telemetry's
+    secrets before printing it); `telemetry` holds OTEL_* settings for the agent's export."""
     _check_path("--home", home)
     if _CONTROL.search(database_url):
         raise InstallError("the database URL contains control characters")
+    extra = sorted((telemetry or {}).items())
+    for name, value in extra:
+        if _CONTROL.search(value) or not _ENV_NAME.fullmatch(name):
+            raise InstallError(f"${name} cannot go into the environment file")
     return (
         "# Written by `trainyard agent install`; read by trainyard-agent.service.\n"
         "# Mode 0600: it holds the database password.\n"
         f"TRAINYARD_DATABASE_URL={_env_value(database_url)}\n"
         f"TRAINYARD_HOME={_env_value(str(home))}\n"
+        + "".join(f"{name}={_env_value(value)}\n" for name, value in extra)
     )
+
+
+def telemetry_env(environ: Mapping[str, str], *, masked: bool = False) -> dict[str, str]:
+    """The installing shell's OpenTelemetry settings (OTEL_*: the OTLP endpoint, its headers,
+    the service name ...), so that the service exports where the operator said; `masked` hides
+    the headers, which may hold credentials."""
+    return {
+        name: "****" if masked and "HEADERS" in name else value
+        for name, value in environ.items()
+        if name.startswith("OTEL_")
+    }
 
 
 def check_database_url(url: str) -> None:

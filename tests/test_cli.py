@@ -6,10 +6,12 @@ import argparse
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from controlplane.cli import parser
+from controlplane.cli import failure, parser
+from controlplane.client.api import ApiError
 from controlplane.projections.catalog import all_projections
 
 
@@ -81,3 +83,58 @@ def test_serve_refuses_an_unmigrated_database(empty_db_url: str) -> None:
     result = trainyard("serve", env={"TRAINYARD_DATABASE_URL": empty_db_url})
     assert result.returncode == 1
     assert "run `trainyard migrate` first" in result.stderr
+
+
+def test_errors_are_one_line_and_debug_adds_the_traceback(tmp_path: Path) -> None:
+    env = {"TRAINYARD_HOME": str(tmp_path)}
+    target = ["--server", "http://127.0.0.1:9", "--token", "t"]
+    plain = trainyard("list", *target, env=env)
+    assert plain.returncode == 3
+    [line] = plain.stderr.splitlines()
+    assert line.startswith("trainyard: cannot reach the server at http://127.0.0.1:9")
+    debug = trainyard("--debug", "list", *target, env=env)
+    assert debug.returncode == 3
+    assert debug.stderr.splitlines()[0] == line
+    assert "Traceback (most recent call last):" in debug.stderr
+    assert "controlplane.client.api.ServerUnreachable" in debug.stderr
+
+
+def test_a_usage_error_is_one_line_that_points_at_help() -> None:
+    result = trainyard("list", "--limit", "lots")
+    assert result.returncode == 2
+    assert result.stderr == (
+        "trainyard list: error: argument --limit: invalid int value: 'lots' "
+        "(see `trainyard list --help`)\n"
+    )
+    assert trainyard("--debug", "nope").stderr.count("\n") == 1
+
+
+def test_an_unexpected_error_is_one_line_that_offers_the_traceback() -> None:
+    assert failure(RuntimeError("boom")) == (
+        1,
+        "unexpected error (RuntimeError: boom); run with --debug for the traceback",
+    )
+    assert failure(ApiError(422, "name: too long")) == (2, "name: too long")
+    assert failure(ApiError(409, "exists")) == (1, "exists")
+
+
+def test_the_readmes_configuration_table_names_every_flag() -> None:
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    table = readme.split("## Configuration", 1)[1].split("\n## ", 1)[0]
+    flags = {
+        option
+        for command in COMMANDS
+        for action in _parser_of(command)._actions
+        for option in action.option_strings
+        if option not in {"-h", "--help"}
+    }
+    missing = sorted(flag for flag in flags if f"`{flag}" not in table and f" {flag}" not in table)
+    assert missing == []
+
+
+def _parser_of(command: list[str]) -> argparse.ArgumentParser:
+    found = parser()
+    for name in command:
+        [subparsers] = [a for a in found._actions if isinstance(a, argparse._SubParsersAction)]
+        found = subparsers.choices[name]
+    return found

@@ -245,9 +245,13 @@ async def test_a_job_that_could_never_fit_says_why(client: Client, tokens: Token
     too_big = await submit(client, tokens.acme, gpus_per_learner=2, learners=2)
     assert too_big["state"] == "QUEUED"  # accepted, never silently stuck
     assert too_big["unschedulable_reason"] == (
-        "needs 4 healthy GPU(s) on one node; the largest node has 2"
+        "needs 4 healthy GPU(s) in all; the live nodes have 2"
     )
-    fits = await submit(client, tokens.acme, gpus_per_learner=2)
+    too_wide = await submit(client, tokens.acme, gpus_per_learner=3)
+    assert too_wide["unschedulable_reason"] == (
+        "needs 3 healthy GPU(s) on one node; the largest node has 2"
+    )
+    fits = await submit(client, tokens.acme, gpus_per_learner=1, learners=2)
     assert fits["unschedulable_reason"] is None
     shown = await (await client.get(f"/v1/jobs/{alone['id']}", headers=auth(tokens.acme))).json()
     assert "largest node has 2" in shown["unschedulable_reason"]

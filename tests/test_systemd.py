@@ -362,6 +362,27 @@ def test_reinstalling_replaces_both_files_and_tightens_a_loose_environment_file(
     assert "rotated" not in capsys.readouterr().out
 
 
+def test_install_passes_the_shells_opentelemetry_settings_to_the_service(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "authorization=Bearer s3cret")
+    env_file = tmp_path / "agent.env"
+    options = ["agent", "install", "--database-url", URL, "--unit-dir", str(tmp_path / "units"),
+               "--env-file", str(env_file)]  # fmt: skip
+    settings = Settings(tmp_path, None)
+    assert install(parser().parse_args(options), settings, running_as_root=True) == 0
+    written = env_file.read_text().splitlines()
+    assert 'OTEL_EXPORTER_OTLP_ENDPOINT="http://collector:4318"' in written
+    assert 'OTEL_EXPORTER_OTLP_HEADERS="authorization=Bearer s3cret"' in written
+    capsys.readouterr()
+    dry_run = parser().parse_args([*options, "--dry-run"])
+    assert install(dry_run, settings, running_as_root=True) == 0
+    shown = capsys.readouterr().out
+    assert 'OTEL_EXPORTER_OTLP_ENDPOINT="http://collector:4318"' in shown
+    assert 'OTEL_EXPORTER_OTLP_HEADERS="****"' in shown and "s3cret" not in shown
+
+
 def test_install_without_a_database_url_is_a_usage_error_that_writes_nothing(
     tmp_path: Path,
 ) -> None:

@@ -5,9 +5,7 @@ projection rebuilds identically; the middleware answers 401; the CLI prints a to
 from __future__ import annotations
 
 import asyncio
-import os
 import stat
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -26,7 +24,13 @@ from controlplane.tenants.admin import TOKEN_FILE, bootstrap_admin_token
 from controlplane.tenants.auth import Principal, auth_middleware, authenticate, principal
 from controlplane.tenants.errors import InvalidTenant, TenantExists, UnknownTenant, UnknownToken
 from controlplane.tenants.projection import TenantsProjection
-from controlplane.tenants.service import create_tenant, issue_token, list_tenants, revoke_token
+from controlplane.tenants.service import (
+    create_tenant,
+    issue_token,
+    list_tenants,
+    revoke_token,
+    update_tenant,
+)
 from controlplane.tenants.tokens import PREFIX, token_sha256
 
 ACTOR = "test"
@@ -177,6 +181,31 @@ async def test_unknown_tenants_and_tokens_are_clear_errors(
     assert await event_count(owner) == before + 1
 
 
+async def test_a_tenants_weight_and_quota_change_alone_or_together(
+    pool: asyncpg.Pool, store: EventStore, runner: ProjectionRunner, owner: asyncpg.Connection
+) -> None:
+    await create_tenant(store, runner, "acme", 2, 4, actor=ACTOR)
+
+    async def settings() -> list[tuple[float, int | None]]:
+        return [(t.weight, t.gpu_quota) for t in await list_tenants(pool, "acme")]
+
+    await update_tenant(store, runner, "acme", weight=0.5, actor=ACTOR)
+    assert await settings() == [(0.5, 4)]
+    await update_tenant(store, runner, "acme", gpu_quota=None, actor=ACTOR)
+    assert await settings() == [(0.5, None)]
+    await update_tenant(store, runner, "acme", weight=3, gpu_quota=0, actor=ACTOR)
+    assert await settings() == [(3, 0)]
+    before = await event_count(owner)
+    with pytest.raises(InvalidTenant, match="invalid weight"):
+        await update_tenant(store, runner, "acme", weight=-1, actor=ACTOR)
+    with pytest.raises(InvalidTenant, match="invalid GPU quota"):
+        await update_tenant(store, runner, "acme", gpu_quota=-1, actor=ACTOR)
+    with pytest.raises(UnknownTenant):
+        await update_tenant(store, runner, "nobody", weight=1, actor=ACTOR)
+    assert await event_count(owner) == before
+    assert await list_tenants(pool, "nobody") == []
+
+
 async def test_concurrent_rotations_each_land(
     pool: asyncpg.Pool, store: EventStore, runner: ProjectionRunner
 ) -> None:
@@ -240,6 +269,8 @@ async def test_rebuild_equals_the_incremental_build(
     await issue_token(store, runner, "globex", revoke_others=True, actor=ACTOR)
     await issue_token(store, runner, "acme", actor=ACTOR)
     await revoke_token(store, runner, "acme", acme.token_id, actor=ACTOR)
+    await update_tenant(store, runner, "globex", weight=3, actor=ACTOR)
+    await update_tenant(store, runner, "acme", gpu_quota=None, actor=ACTOR)
     await bootstrap_admin_token(store, runner, tmp_path)
 
     async def snapshot() -> list[list[dict[str, Any]]]:
@@ -250,7 +281,8 @@ async def test_rebuild_equals_the_incremental_build(
 
     incremental = await snapshot()
     assert len(incremental[0]) == 2 and len(incremental[1]) == 5
-    assert await runner.rebuild("tenants") == 9
+    assert [(r["weight"], r["gpu_quota"]) for r in incremental[0]] == [(2, None), (3, None)]
+    assert await runner.rebuild("tenants") == 11
     assert await snapshot() == incremental
 
 
@@ -320,77 +352,3 @@ async def test_the_middleware_lets_through_only_live_tokens(
     await revoke_token(store, runner, "acme", acme.token_id, actor=ACTOR)
     revoked = await whoami({"Authorization": f"Bearer {acme.plaintext}"})
     assert revoked[0] == 401
-
-
-async def trainyard(db_url: str, *args: str) -> tuple[int, str, str]:
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "controlplane.cli",
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, "TRAINYARD_DATABASE_URL": db_url},
-    )
-    stdout, stderr = await asyncio.wait_for(process.communicate(), 60)
-    assert process.returncode is not None
-    return process.returncode, stdout.decode(), stderr.decode()
-
-
-async def test_the_cli_creates_a_tenant_and_prints_its_token_once(
-    db_url: str, pool: asyncpg.Pool
-) -> None:
-    code, out, err = await trainyard(db_url, "tenants", "create", "acme", "--weight", "2")
-    assert code == 0, err
-    token = out.strip()
-    assert out == token + "\n" and token.startswith(PREFIX)
-    assert token not in err
-    assert "created tenant acme" in err
-    assert await authenticate(pool, token) == ACME
-
-    code, out, err = await trainyard(db_url, "tenants", "token", "acme", "--revoke-others")
-    assert code == 0, err
-    rotated = out.strip()
-    assert await authenticate(pool, token) is None
-    assert await authenticate(pool, rotated) == ACME
-
-    code, out, err = await trainyard(db_url, "tenants", "list")
-    assert code == 0, err
-    header, row = out.splitlines()
-    assert header.split("\t") == ["NAME", "WEIGHT", "GPU_QUOTA", "CREATED", "ACTIVE_TOKENS"]
-    name, weight, quota, _, token_id = row.split("\t")
-    assert (name, weight, quota) == ("acme", "2", "-")
-
-    code, out, err = await trainyard(db_url, "tenants", "revoke", "acme", token_id)
-    assert code == 0, err
-    assert out == f"revoked token {token_id} of tenant acme\n"
-    assert await authenticate(pool, rotated) is None
-
-
-@pytest.mark.parametrize(
-    ("args", "code", "message"),
-    [
-        (["create", "Acme"], 2, "invalid tenant name 'Acme'"),
-        (["create", "acme", "--weight", "-1"], 2, "invalid weight -1.0"),
-        (["create", "acme", "--weight", "lots"], 2, "invalid weight 'lots'"),
-        (["create", "acme", "--gpu-quota", "-2"], 2, "invalid GPU quota -2"),
-        (["create", "taken"], 1, "tenant 'taken' already exists; nothing was written"),
-        (["token", "nobody"], 1, "no tenant named 'nobody'"),
-        (["revoke", "taken", "0123"], 1, "tenant 'taken' has no active token '0123'"),
-    ],
-)
-async def test_the_cli_refuses_bad_input_and_writes_nothing(
-    db_url: str,
-    store: EventStore,
-    runner: ProjectionRunner,
-    owner: asyncpg.Connection,
-    args: list[str],
-    code: int,
-    message: str,
-) -> None:
-    await create_tenant(store, runner, "taken", actor=ACTOR)
-    before = await event_count(owner)
-    returned, out, err = await trainyard(db_url, "tenants", *args)
-    assert (returned, out) == (code, "")
-    assert message in err
-    assert await event_count(owner) == before

@@ -3,19 +3,25 @@ DEPLOYING event commit in one transaction, or not at all."""
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
 from uuid import UUID
 
 import asyncpg
+from opentelemetry import propagate
 
 from controlplane.database import Executor
 from controlplane.events.errors import ConcurrencyError
 from controlplane.events.metadata import Metadata
 from controlplane.events.store import EventStore
-from controlplane.jobs.lifecycle import Deploy, Job, Refused, decide, evolve
+from controlplane.instruments import CLAIM_LATENCY
+from controlplane.jobs.lifecycle import Deploy, Job, JobStatus, Refused, decide, evolve
 from controlplane.jobs.service import now
 from controlplane.jobs.streams import job_stream
+from controlplane.jobs.tracing import job_span
 from controlplane.queries import Q
 
 
@@ -36,6 +42,10 @@ class Claim:
     learners: list[LearnerAllocation]
     version: int
     """The job stream's version once the claim's event is in."""
+    trace: dict[str, str] = field(default_factory=dict)
+    """The claim's span (in the job's trace), for the attempt's spans to continue; empty for
+    an attempt an agent took over (after a restart, or placed on it by another node's claim),
+    whose spans then start a trace of their own."""
 
     @property
     def gpus(self) -> list[str]:
@@ -101,7 +111,7 @@ async def claim(pool: asyncpg.Pool, store: EventStore, node: str) -> Claim | Non
     for _ in range(STALE_RETRIES):
         try:
             async with pool.acquire() as conn, conn.transaction():
-                return await _claim(conn, store, node)
+                won = await _claim(conn, store, node)
         except (
             _Stale,
             ConcurrencyError,
@@ -112,10 +122,22 @@ async def claim(pool: asyncpg.Pool, store: EventStore, node: str) -> Claim | Non
             # projection) lagged; or another claim took some of the GPUs this one placed
             # learners on. All was rolled back; the next try sees the other claim.
             continue
+        if won is not None:
+            latency = (now() - queued_since(won.job)).total_seconds()
+            CLAIM_LATENCY.record(max(latency, 0.0), {"tenant": won.job.tenant})
+        return won
     return None
 
 
+def queued_since(job: Job) -> datetime:
+    """When a claimed job last became claimable: it entered QUEUED, or its restart backoff
+    ended."""
+    queued = [t.at for t in job.transitions if t.state is JobStatus.QUEUED]
+    return max(queued[-1], job.not_before or queued[-1])
+
+
 async def _claim(conn: Executor, store: EventStore, node: str) -> Claim | None:
+    started = time.time_ns()
     row = await conn.fetchrow(Q["claim_candidate"], node)
     if row is None:
         return None  # nothing fits, or the node is not READY (deregistered, or declared lost)
@@ -144,25 +166,35 @@ async def _claim(conn: Executor, store: EventStore, node: str) -> Claim | None:
             raise _Stale
     allocated = [g for learner in learners for g in learner.gpus]
     nodes = list(dict.fromkeys(learner.node for learner in learners))
-    try:
-        events = decide(Deploy(nodes=nodes, gpus=allocated, epoch=epoch, at=now()), job)
-    except Refused as exc:
-        raise _Stale from exc
-    metadata = Metadata.capture(f"agent:{node}", tenant=row["tenant"])
-    await store.append(job_stream(job_id), row["version"], events, metadata, conn=conn)
-    await conn.execute(
-        Q["insert_allocations"],
-        job_id,
-        row["attempt"],
-        row["tenant"],
-        epoch,
-        [learner.index for learner in learners],
-        [learner.node for learner in learners],
-        allocated,
-        demand.gpus,
-        demand.cpus,
-        demand.memory_mb,
-    )
+    attributes = {
+        "trainyard.job.id": str(job_id),
+        "trainyard.job.attempt": row["attempt"],
+        "trainyard.node": node,
+        "trainyard.nodes": nodes,
+        "trainyard.gpus": allocated,
+    }
+    # The span starts when the agent began looking; which job's trace it joins shows only now.
+    root = propagate.extract(json.loads(row["trace"] or "{}"))
+    with job_span("job.claim", root, attributes, start_time=started):
+        try:
+            events = decide(Deploy(nodes=nodes, gpus=allocated, epoch=epoch, at=now()), job)
+        except Refused as exc:
+            raise _Stale from exc
+        metadata = Metadata.capture(f"agent:{node}", tenant=row["tenant"])
+        await store.append(job_stream(job_id), row["version"], events, metadata, conn=conn)
+        await conn.execute(
+            Q["insert_allocations"],
+            job_id,
+            row["attempt"],
+            row["tenant"],
+            epoch,
+            [learner.index for learner in learners],
+            [learner.node for learner in learners],
+            allocated,
+            demand.gpus,
+            demand.cpus,
+            demand.memory_mb,
+        )
     deployed = job
     for event in events:
         deployed = evolve(deployed, event)
@@ -172,6 +204,7 @@ async def _claim(conn: Executor, store: EventStore, node: str) -> Claim | None:
         epoch=epoch,
         learners=learners,
         version=row["version"] + len(events),
+        trace=metadata.trace,
     )
 
 

@@ -21,6 +21,7 @@ from controlplane.jobs.events import JobEvent
 from controlplane.jobs.lifecycle import Refused, Restart, RollBack, decide, replay
 from controlplane.jobs.service import Jobs, now
 from controlplane.jobs.streams import job_stream
+from controlplane.jobs.tracing import job_root, job_span
 from controlplane.queries import Q
 
 log = logging.getLogger(__name__)
@@ -128,7 +129,16 @@ class LifecycleManager:
                 except Refused:
                     events = []  # finished, cancelled or already restarted meanwhile
                 if events:
-                    await self._store.append(stream, len(history), events, metadata, conn=conn)
+                    attributes = {
+                        "trainyard.job.id": str(row["job_id"]),
+                        "trainyard.job.attempt": row["attempt"],
+                        "trainyard.node": name,
+                        "trainyard.reason": reason,
+                    }
+                    with job_span("job.restart", job_root(history), attributes):
+                        await self._store.append(
+                            stream, len(history), events, metadata.traced(), conn=conn
+                        )
                 await conn.execute(Q["release_allocations"], row["job_id"], row["attempt"], name)
         log.warning("%s: its jobs go back to the queue", reason)
         return True

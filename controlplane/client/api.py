@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -39,10 +39,9 @@ class NotFound(Exception):
 class ApiError(Exception):
     """The server refused the request (401, 409, 422, ...)."""
 
-    def __init__(self, status: int, message: str, fields: Sequence[Mapping[str, Any]]) -> None:
+    def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
         self.status = status
-        self.fields = list(fields)
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,10 +107,11 @@ class ApiClient:
         *,
         params: Sequence[tuple[str, str]] = (),
         body: Any = None,
-        not_found: str = "not found",
+        not_found: str | None = None,
         text: bool = False,
     ) -> Any:
-        """The response's JSON (or text); an exception for any error status."""
+        """The response's JSON (or text; None for 204); an exception for any error status. A
+        404 is NotFound, with `not_found` as its message (else the server's)."""
         try:
             async with self.session.request(
                 method,
@@ -121,6 +121,8 @@ class ApiClient:
                 timeout=REQUEST_TIMEOUT,
             ) as response:
                 await raise_for_status(response, not_found)
+                if response.status == 204:
+                    return None
                 return await response.text() if text else await response.json()
         except aiohttp.InvalidURL as exc:
             raise UsageError(f"invalid server URL {self.server!r}") from exc
@@ -132,7 +134,7 @@ class ApiClient:
         return ServerUnreachable(f"cannot reach the server at {self.server}: {detail}")
 
     async def follow(
-        self, path: str, params: Sequence[tuple[str, str]] = (), *, not_found: str = "not found"
+        self, path: str, params: Sequence[tuple[str, str]] = (), *, not_found: str | None = None
     ) -> AsyncGenerator[SseMessage, None]:
         """The messages of an SSE stream, forever: when the connection drops, or the server
         closes it early (a replica shutting down), it reconnects with `Last-Event-ID`, so no
@@ -163,7 +165,9 @@ class ApiClient:
             attempt += 1
 
 
-async def raise_for_status(response: aiohttp.ClientResponse, not_found: str) -> None:
+async def raise_for_status(response: aiohttp.ClientResponse, not_found: str | None) -> None:
+    """NotFound for 404, ApiError for the other error statuses, with a one-line message that
+    names every field the server found wrong."""
     if response.status < 400:
         return
     try:
@@ -172,12 +176,14 @@ async def raise_for_status(response: aiohttp.ClientResponse, not_found: str) -> 
         body = None
     if not isinstance(body, dict):
         body = {"error": f"HTTP {response.status} {response.reason}"}
-    if response.status == 404:
-        raise NotFound(not_found)
     message = str(body.get("error") or f"HTTP {response.status}")
+    if response.status == 404:
+        raise NotFound(not_found or message)
     fields = body.get("fields") or []
     if "field" in body:
         message = f"{body['field']}: {message}"
+    if fields:
+        message += ": " + "; ".join(f"{f.get('field')}: {f.get('message')}" for f in fields)
     if response.status == 401:
         message = f"the server refused the token ({message})"
-    raise ApiError(response.status, message, fields)
+    raise ApiError(response.status, message)

@@ -5,20 +5,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import functools
 import getpass
-import importlib
 import json
 import os
 import re
 import sys
 from collections.abc import Callable, Coroutine, Mapping
 from contextlib import aclosing
-from pathlib import Path
 from typing import Any
 
 from controlplane.client import render
-from controlplane.client.api import ApiClient, ApiError, UsageError
+from controlplane.client.api import ApiClient, UsageError
 from controlplane.client.config import (
     SERVER_ENV,
     TOKEN_ENV,
@@ -27,36 +24,48 @@ from controlplane.client.config import (
     resolve,
     write_config,
 )
+from controlplane.client.manifest_file import read_manifest
 from controlplane.jobs.lifecycle import JobStatus
 from controlplane.settings import Settings
 
 EXIT_FAILED = 1
-EXIT_USAGE = 2
 FAILED_STATES = frozenset({JobStatus.FAILED.value, JobStatus.CANCELLED.value})
 _TEXT_LOG = re.compile(r"\[attempt (\d+) learner (\d+) (\w+)\] (.*)", re.DOTALL)
 
 Handler = Callable[[argparse.Namespace, Settings], Coroutine[Any, Any, int]]
 
 
-def add_client_commands(commands: Any) -> None:
-    """Add the user commands to the top-level subparsers (`add_subparsers()`'s result)."""
+def target_options(token_help: str) -> argparse.ArgumentParser:
+    """--server and --token, for `parents=` of a command that talks to the API."""
     target = argparse.ArgumentParser(add_help=False)
     target.add_argument(
         "--server", metavar="URL", help=f"the control plane (else ${SERVER_ENV}, else login's)"
     )
-    target.add_argument(
-        "--token", metavar="TOKEN", help=f"a bearer token (else ${TOKEN_ENV}, else login's)"
-    )
+    target.add_argument("--token", metavar="TOKEN", help=token_help)
+    return target
+
+
+def output_options() -> argparse.ArgumentParser:
+    """--output text|json, for `parents=` of a read command."""
     output = argparse.ArgumentParser(add_help=False)
     output.add_argument(
         "--output", choices=["text", "json"], default="text", help="text (default) or json"
     )
+    return output
+
+
+def add_client_commands(commands: Any) -> None:
+    """Add the user commands to the top-level subparsers (`add_subparsers()`'s result). Their
+    errors (UsageError, ApiError, NotFound, ServerUnreachable) reach `controlplane.cli.main`,
+    which prints one line and exits with the documented code."""
+    target = target_options(f"a bearer token (else ${TOKEN_ENV}, else login's)")
+    output = output_options()
 
     def add(name: str, summary: str, description: str, handler: Handler, *parents: Any) -> Any:
         command = commands.add_parser(
             name, help=summary, description=description, parents=[target, *parents]
         )
-        command.set_defaults(handler=_guarded(handler))
+        command.set_defaults(handler=handler)
         return command
 
     add(
@@ -69,12 +78,15 @@ def add_client_commands(commands: Any) -> None:
     submit = add(
         "submit",
         "submit a job manifest",
-        "Submit the job described by FILE (JSON; YAML too where PyYAML is installed) and print "
-        "its id. With --follow, show its state, attempt, restarts and logs until it ends; the "
-        "exit code is then 1 if it FAILED or was CANCELLED.",
+        "Submit the job described by FILE (YAML, or JSON when it ends in .json) and print its "
+        "id. The manifest is checked first: a syntax error names the line and column, a "
+        "wrong field its name (exit code 2). With --follow, show its state, attempt, restarts "
+        "and logs until it ends; the exit code is then 1 if it FAILED or was CANCELLED.",
         cmd_submit,
     )
-    submit.add_argument("file", metavar="FILE", help="the manifest, or - for standard input")
+    submit.add_argument(
+        "file", metavar="FILE", help="the manifest (YAML or JSON), or - for standard input"
+    )
     submit.add_argument("--follow", action="store_true", help="follow the job until it ends")
     listing = add(
         "list",
@@ -131,28 +143,7 @@ def add_client_commands(commands: Any) -> None:
     )
 
 
-def _guarded(handler: Handler) -> Handler:
-    """Usage errors and refusals as one line on stderr with their exit code; "unreachable" and
-    "not found" propagate to `main`, which maps them for every command alike."""
-
-    @functools.wraps(handler)
-    async def run(args: argparse.Namespace, settings: Settings) -> int:
-        try:
-            return await handler(args, settings)
-        except UsageError as exc:
-            _error(str(exc))
-            return EXIT_USAGE
-        except ApiError as exc:
-            _error(str(exc))
-            for field in exc.fields:
-                _error(f"  {field.get('field')}: {field.get('message')}")
-            # A manifest or argument the server found invalid is the user's input to fix.
-            return EXIT_USAGE if exc.status in (400, 422) else EXIT_FAILED
-
-    return run
-
-
-def _error(message: str) -> None:
+def _warn(message: str) -> None:
     print(f"trainyard: {message}", file=sys.stderr)
 
 
@@ -187,45 +178,13 @@ def _env(name: str) -> str | None:
     return os.environ.get(name) or None
 
 
-def read_manifest(file: str) -> Any:
-    """The manifest's JSON value; a file that cannot be read or parsed is a usage error that
-    names the line and column."""
-    name = "standard input" if file == "-" else file
-    try:
-        text = sys.stdin.read() if file == "-" else Path(file).read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"cannot read {name}: {exc}") from exc
-    if file.endswith((".yaml", ".yml")):
-        return _yaml(text, name)
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"{name}: line {exc.lineno} column {exc.colno}: {exc.msg}") from exc
-
-
-def _yaml(text: str, name: str) -> Any:
-    try:
-        # Imported by name: PyYAML is optional and not a dependency of Trainyard.
-        yaml = importlib.import_module("yaml")
-    except ImportError:
-        raise UsageError(
-            f"{name}: YAML manifests need PyYAML, which is not installed; use JSON"
-        ) from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1} column {mark.column + 1}: " if mark else ""
-        raise UsageError(f"{name}: {where}{getattr(exc, 'problem', None) or exc}") from exc
-
-
 async def cmd_submit(args: argparse.Namespace, settings: Settings) -> int:
     manifest = read_manifest(args.file)
     async with _client(args, settings) as client:
         job = await client.request("POST", "/v1/jobs", body=manifest)
         print(job["id"], flush=True)
         if job.get("unschedulable_reason"):
-            _error(f"warning: {job['unschedulable_reason']}")
+            _warn(f"warning: {job['unschedulable_reason']}")
         if not args.follow:
             return 0
         return await follow_job(client, job["id"], render.follow_view(False), None, None)

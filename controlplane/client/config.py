@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from controlplane.client.api import UsageError
+from controlplane.tenants.admin import TOKEN_FILE as ADMIN_TOKEN_FILE
 
 SERVER_ENV = "TRAINYARD_SERVER"
 TOKEN_ENV = "TRAINYARD_TOKEN"
@@ -53,16 +54,33 @@ def write_config(home: Path, target: Target) -> Path:
     return path
 
 
-def resolve(server: str | None, token: str | None, home: Path) -> Target:
-    """The first of flag, environment and config file that names each of server and token."""
+def resolve(server: str | None, token: str | None, home: Path, *, admin: bool = False) -> Target:
+    """The first of flag, environment and config file that names each of server and token;
+    with `admin`, the admin token file (on the control plane's machine) before the config."""
     saved = read_config(home)
     server = server or os.environ.get(SERVER_ENV) or saved.get("server")
-    token = token or os.environ.get(TOKEN_ENV) or saved.get("token")
+    token = (
+        token
+        or os.environ.get(TOKEN_ENV)
+        or (read_admin_token(home) if admin else None)
+        or saved.get("token")
+    )
     if not server:
         raise UsageError(f"no server: pass --server, set {SERVER_ENV} or run `trainyard login`")
     if not token:
         raise UsageError(f"no token: pass --token, set {TOKEN_ENV} or run `trainyard login`")
     return Target(normalize_server(server), token)
+
+
+def read_admin_token(home: Path) -> str | None:
+    """The admin token the control plane wrote on its first start, if this is its machine."""
+    path = home / ADMIN_TOKEN_FILE
+    try:
+        return path.read_text().strip() or None
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read the admin token in {path}: {exc}") from exc
 
 
 def normalize_server(server: str) -> str:

@@ -34,16 +34,24 @@ class Metadata(BaseModel):
         causation_id: str | None = None,
     ) -> Metadata:
         """Metadata with the trace context of the current OpenTelemetry span, if any."""
-        carrier: dict[str, str] = {}
-        propagate.inject(carrier)
         return cls(
             actor=actor,
             tenant=tenant,
             correlation_id=correlation_id,
             causation_id=causation_id,
-            trace=carrier,
+            trace=_current_trace(),
         )
+
+    def traced(self) -> Metadata:
+        """The same metadata in the current span's trace context (a job's step, say)."""
+        return self.model_copy(update={"trace": _current_trace()})
 
     def trace_context(self) -> otel_context.Context:
         """The OpenTelemetry context to continue this event's trace in."""
         return propagate.extract(self.trace)
+
+
+def _current_trace() -> dict[str, str]:
+    carrier: dict[str, str] = {}
+    propagate.inject(carrier)
+    return carrier

@@ -16,6 +16,7 @@ from controlplane.database import Executor
 from controlplane.events.errors import ConcurrencyError, MalformedEvent, UnknownEventType
 from controlplane.events.metadata import Metadata
 from controlplane.events.types import Event, EventRegistry, registry
+from controlplane.instruments import EVENTS_APPENDED
 from controlplane.queries import Q
 
 log = logging.getLogger(__name__)
@@ -152,6 +153,9 @@ class EventStore:
             raise await self._conflict(executor, stream_id, expected_version, conn is not None)
         if conn is None:
             self._wake_listeners()
+        # Counted when appended: one in a caller's transaction that rolls back still counts.
+        for name in names:
+            EVENTS_APPENDED.add(1, {"type": name})
         return Appended(
             stream_id,
             expected_version + len(events),

@@ -10,14 +10,16 @@ import asyncpg
 from aiohttp import web
 
 from controlplane.agents.manager import LifecycleManager
+from controlplane.cluster_gauges import ClusterGauges
 from controlplane.database import create_pool
 from controlplane.events.hub import StreamHub
 from controlplane.events.store import EventStore
 from controlplane.events.subscription import LogListener
-from controlplane.http import jobs, logs, metrics, nodes
+from controlplane.http import jobs, logs, metrics, nodes, scrape, tenants
 from controlplane.http.keys import (
     BACKGROUND,
     DATABASE_URL,
+    GAUGES,
     HUB,
     JOBS,
     LISTENER,
@@ -28,6 +30,7 @@ from controlplane.http.keys import (
     STORE,
 )
 from controlplane.http.openapi import document
+from controlplane.http.tracing import tracing_middleware
 from controlplane.jobs.service import Jobs
 from controlplane.projections.catalog import all_projections
 from controlplane.projections.runner import ProjectionRunner
@@ -40,7 +43,7 @@ log = logging.getLogger(__name__)
 def create_app(
     database_url: str, *, poll_interval: float = 1.0, sse_heartbeat_s: float = 15.0
 ) -> web.Application:
-    app = web.Application(middlewares=[auth_middleware])
+    app = web.Application(middlewares=[tracing_middleware, auth_middleware])
     app[DATABASE_URL] = database_url
     app[LISTENER] = LogListener(database_url, poll_interval=poll_interval)
     app[SSE_HEARTBEAT_S] = sse_heartbeat_s
@@ -55,6 +58,8 @@ def create_app(
     logs.add_routes(app)
     metrics.add_routes(app)
     nodes.add_routes(app)
+    scrape.add_routes(app)
+    tenants.add_routes(app)
     return app
 
 
@@ -65,15 +70,17 @@ async def _database(app: web.Application) -> AsyncIterator[None]:
     app[HUB] = StreamHub(store, app[LISTENER])
     app[JOBS] = Jobs(store)
     app[MANAGER] = LifecycleManager(app[DATABASE_URL], pool, store)
+    app[GAUGES] = ClusterGauges(pool)
     yield
     await store.close()
     await pool.close()
 
 
 async def _background(app: web.Application) -> AsyncIterator[None]:
-    """The log listener, the projection runner, the SSE hub and the lifecycle manager:
-    siblings that stop together."""
+    """The log listener, the projection runner, the SSE hub, the lifecycle manager and the
+    cluster gauges: siblings that stop together."""
     listener, projections, hub, manager = app[LISTENER], app[PROJECTIONS], app[HUB], app[MANAGER]
+    gauges = app[GAUGES]
 
     async def supervise() -> None:
         try:
@@ -82,6 +89,7 @@ async def _background(app: web.Application) -> AsyncIterator[None]:
                 group.create_task(projections.run(), name="projection-runner")
                 group.create_task(hub.run(), name="sse-hub")
                 group.create_task(manager.run(), name="lifecycle-manager")
+                group.create_task(gauges.run(), name="cluster-gauges")
         except Exception:
             # The server keeps answering, but /readyz now says "not ready", so a load
             # balancer or supervisor takes this replica out of service.
@@ -92,6 +100,7 @@ async def _background(app: web.Application) -> AsyncIterator[None]:
     yield
     hub.stop()
     manager.stop()
+    gauges.stop()
     listener.stop()
     projections.stop()
     listener.wake()  # the runner and the hub wait on the listener: let them see their flags

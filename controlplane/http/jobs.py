@@ -18,6 +18,7 @@ from controlplane.events.metadata import Metadata
 from controlplane.events.store import RecordedEvent
 from controlplane.http.errors import error, validation_error
 from controlplane.http.keys import HUB, JOBS, POOL, SSE_HEARTBEAT_S
+from controlplane.instruments import sse_client
 from controlplane.jobs.events import JobEvent
 from controlplane.jobs.lifecycle import (
     Cancel,
@@ -28,7 +29,7 @@ from controlplane.jobs.lifecycle import (
     evolve,
 )
 from controlplane.jobs.manifest import JobManifest
-from controlplane.jobs.placement import Largest, unschedulable_reason
+from controlplane.jobs.placement import LiveNodes, unschedulable_reason
 from controlplane.jobs.projection import reason
 from controlplane.jobs.service import IdempotencyMismatch, now
 from controlplane.jobs.streams import job_stream
@@ -63,12 +64,12 @@ def add_routes(app: web.Application) -> None:
     app.router.add_post("/v1/jobs/{job_id}/checkpoint", checkpoint)
 
 
-def job_view(job: Job, largest: Largest | None = None) -> dict[str, Any]:
-    """The job as the API shows it; a queued job that can never fit says why (`largest` is
+def job_view(job: Job, live: LiveNodes | None = None) -> dict[str, Any]:
+    """The job as the API shows it; a queued job that can never fit says why (`live` is
     the cluster now, None for views of the past or of jobs that left the queue)."""
     reason = None
-    if largest is not None and job.state is JobStatus.QUEUED:
-        reason = unschedulable_reason(job.manifest, largest)
+    if live is not None and job.state is JobStatus.QUEUED:
+        reason = unschedulable_reason(job.manifest, live)
     return {
         "id": str(job.job_id),
         **job.model_dump(mode="json", exclude={"job_id"}),
@@ -76,11 +77,15 @@ def job_view(job: Job, largest: Largest | None = None) -> dict[str, Any]:
     }
 
 
-async def _largest(request: web.Request) -> Largest:
-    row = await request.app[POOL].fetchrow(Q["largest_node"])
+async def _live_nodes(request: web.Request) -> LiveNodes:
+    row = await request.app[POOL].fetchrow(Q["live_nodes"])
     assert row is not None
-    return Largest(
-        nodes=row["nodes"], gpus=row["gpus"], cpus=row["cpus"], memory_mb=row["memory_mb"]
+    return LiveNodes(
+        nodes=row["nodes"],
+        gpus=row["gpus"],
+        cpus=row["cpus"],
+        memory_mb=row["memory_mb"],
+        total_gpus=row["total_gpus"],
     )
 
 
@@ -125,7 +130,7 @@ async def submit(request: web.Request) -> web.Response:
     headers = {"Location": f"/v1/jobs/{job.job_id}"}
     if not created:
         headers["Idempotent-Replayed"] = "true"
-    return web.json_response(job_view(job, await _largest(request)), status=201, headers=headers)
+    return web.json_response(job_view(job, await _live_nodes(request)), status=201, headers=headers)
 
 
 def _submitting_tenant(who: Principal, requested: str | None) -> str:
@@ -175,8 +180,8 @@ async def list_jobs(request: web.Request) -> web.Response:
     cursor = (
         _encode_cursor(page[-1]["submitted_at"], page[-1]["job_id"]) if len(rows) > limit else None
     )
-    largest = await _largest(request)
-    jobs = [job_view(Job.model_validate_json(row["doc"]), largest) for row in page]
+    live = await _live_nodes(request)
+    jobs = [job_view(Job.model_validate_json(row["doc"]), live) for row in page]
     return web.json_response({"jobs": jobs, "next_cursor": cursor})
 
 
@@ -220,7 +225,7 @@ async def get_job(request: web.Request) -> web.Response:
         if as_of.tzinfo is None:
             raise error(400, "as_of needs a time zone offset (e.g. Z)", field="as_of")
     job = await _visible_job(request, who, as_of)
-    return web.json_response(job_view(job, None if as_of else await _largest(request)))
+    return web.json_response(job_view(job, None if as_of else await _live_nodes(request)))
 
 
 async def get_history(request: web.Request) -> web.Response:
@@ -297,7 +302,8 @@ async def stream_events(request: web.Request) -> web.StreamResponse:
     )
     await response.prepare(request)
     try:
-        await _stream(request, response, job, after)
+        with sse_client("events"):
+            await _stream(request, response, job, after)
         await response.write_eof()
     except ConnectionResetError:
         pass  # the client went away: nothing left to send, and nothing is lost (it resumes)

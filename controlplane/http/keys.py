@@ -8,6 +8,7 @@ import asyncpg
 from aiohttp import web
 
 from controlplane.agents.manager import LifecycleManager
+from controlplane.cluster_gauges import ClusterGauges
 from controlplane.events.hub import StreamHub
 from controlplane.events.store import EventStore
 from controlplane.events.subscription import LogListener
@@ -22,5 +23,6 @@ PROJECTIONS = web.AppKey("projections", ProjectionRunner)
 HUB = web.AppKey("hub", StreamHub)
 JOBS = web.AppKey("jobs", Jobs)
 MANAGER = web.AppKey("manager", LifecycleManager)
+GAUGES = web.AppKey("gauges", ClusterGauges)
 BACKGROUND = web.AppKey("background", asyncio.Task[None])
 SSE_HEARTBEAT_S = web.AppKey("sse_heartbeat_s", float)

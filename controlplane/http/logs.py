@@ -34,6 +34,7 @@ from aiohttp import web
 from controlplane.http.errors import error
 from controlplane.http.jobs import _visible_job
 from controlplane.http.keys import HUB, JOBS, POOL, SSE_HEARTBEAT_S
+from controlplane.instruments import sse_client
 from controlplane.jobs.events import JobEvent
 from controlplane.jobs.lifecycle import JobStatus, replay
 from controlplane.jobs.service import Jobs
@@ -114,7 +115,8 @@ async def get_logs(request: web.Request) -> web.StreamResponse:
     await response.prepare(request)
     try:
         if query.follow:
-            await _follow(request, response, job.job_id, query)
+            with sse_client("logs"):
+                await _follow(request, response, job.job_id, query)
         else:
             await _text(request, response, job.job_id, query)
         await response.write_eof()

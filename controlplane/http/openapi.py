@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from controlplane import __version__
-from controlplane.http import logs, metrics
+from controlplane.http import logs, metrics, scrape, tenants
 from controlplane.http.jobs import CancelRequest
 from controlplane.jobs.lifecycle import Job
 from controlplane.jobs.manifest import JobManifest
@@ -185,7 +185,14 @@ def document() -> dict[str, Any]:
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
             "schemas": {
-                **_schemas(JobManifest, Job, CancelRequest),
+                **_schemas(
+                    JobManifest,
+                    Job,
+                    CancelRequest,
+                    tenants.TenantCreate,
+                    tenants.TenantUpdate,
+                    tenants.TokenRequest,
+                ),
                 "JobView": _job_view_schema(),
                 "Error": _ERROR,
             },
@@ -342,6 +349,8 @@ def document() -> dict[str, Any]:
             },
             **logs.openapi_paths(),
             **metrics.openapi_paths(),
+            **scrape.openapi_paths(),
+            **tenants.openapi_paths(),
             "/v1/nodes": {
                 "get": {
                     "summary": "Nodes: state, lease, capacity, GPUs and their health",

@@ -1,4 +1,4 @@
-"""Whether a job could ever be placed: a pure judgement against the largest node."""
+"""Whether a job could ever be placed: a pure judgement against the live nodes."""
 
 from __future__ import annotations
 
@@ -8,31 +8,39 @@ from controlplane.jobs.manifest import JobManifest
 
 
 @dataclass(frozen=True, slots=True)
-class Largest:
-    """The most that any one live node offers of each resource (not necessarily one node)."""
+class LiveNodes:
+    """The most that any one live node offers of each resource (not necessarily one node), and
+    what they offer together."""
 
     nodes: int
     gpus: int
     cpus: float
     memory_mb: int
+    total_gpus: int
 
 
-def unschedulable_reason(manifest: JobManifest, largest: Largest) -> str | None:
-    """Why the job can never be placed as the cluster stands, or None. A job's learners run on
-    one node, so it needs its whole share there. With no live node there is nothing to judge
-    against: the job simply waits for one."""
-    if largest.nodes == 0:
+def unschedulable_reason(manifest: JobManifest, live: LiveNodes) -> str | None:
+    """Why the job can never be placed as the cluster stands, or None. Each learner runs on one
+    node; a job of one learner needs its whole share there, a job of several may spread over
+    nodes. With no live node there is nothing to judge against: the job simply waits for one."""
+    if live.nodes == 0:
         return None
-    need_gpus = manifest.learners * manifest.gpus_per_learner
-    need_cpus = manifest.learners * manifest.cpus
-    need_memory = manifest.learners * manifest.memory_mb
-    if need_gpus > largest.gpus:
-        return f"needs {need_gpus} healthy GPU(s) on one node; the largest node has {largest.gpus}"
-    if need_cpus > largest.cpus:
-        return f"needs {need_cpus:g} CPUs on one node; the largest node has {largest.cpus:g}"
-    if need_memory > largest.memory_mb:
+    where = "on one node" if manifest.learners == 1 else "per learner, on one node"
+    if manifest.gpus_per_learner > live.gpus:
         return (
-            f"needs {need_memory} MiB of memory on one node; the largest node has "
-            f"{largest.memory_mb} MiB"
+            f"needs {manifest.gpus_per_learner} healthy GPU(s) {where}; the largest node has "
+            f"{live.gpus}"
+        )
+    if manifest.cpus > live.cpus:
+        return f"needs {manifest.cpus:g} CPUs {where}; the largest node has {live.cpus:g}"
+    if manifest.memory_mb > live.memory_mb:
+        return (
+            f"needs {manifest.memory_mb} MiB of memory {where}; the largest node has "
+            f"{live.memory_mb} MiB"
+        )
+    if manifest.total_gpus > live.total_gpus:
+        return (
+            f"needs {manifest.total_gpus} healthy GPU(s) in all; the live nodes have "
+            f"{live.total_gpus}"
         )
     return None

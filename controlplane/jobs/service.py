@@ -14,6 +14,7 @@ from controlplane.jobs.events import JobEvent
 from controlplane.jobs.lifecycle import Command, Job, Refused, Submit, decide, evolve, replay
 from controlplane.jobs.manifest import JobManifest
 from controlplane.jobs.streams import job_stream
+from controlplane.jobs.tracing import command_span_name, job_root, job_span, tracer
 
 IDEMPOTENCY_NAMESPACE = uuid.UUID("5b0e4c1e-7d2a-4e8a-9f57-3c1d2b9a6e10")
 """Job ids of idempotent submissions are uuid5(namespace, tenant + key): a retry finds its job."""
@@ -66,8 +67,11 @@ class Jobs:
             job_id = uuid.uuid5(IDEMPOTENCY_NAMESPACE, f"{tenant}\n{idempotency_key}")
         command = Submit(job_id=job_id, tenant=tenant, manifest=manifest, at=now())
         events = decide(command, None)
+        # The root of the job's trace (a child of the API request's span).
+        attributes = {"trainyard.job.id": str(job_id), "trainyard.tenant": tenant}
         try:
-            await self._store.append(job_stream(job_id), 0, events, metadata)
+            with tracer.start_as_current_span("job.submit", attributes=attributes):
+                await self._store.append(job_stream(job_id), 0, events, metadata.traced())
         except ConcurrencyError:
             # Only an idempotent retry can collide: the job exists already.
             existing = await self.load(job_id)
@@ -83,20 +87,29 @@ class Jobs:
         return job, True
 
     async def execute(self, job_id: uuid.UUID, command: Command, metadata: Metadata) -> Job:
-        """Decide `command` on the job's latest state and append; Refused if illegal."""
-        for _ in range(CONFLICT_RETRIES):
-            job, version = await self.current(job_id)
-            events = decide(command, job)
-            try:
-                await self._store.append(job_stream(job_id), version, events, metadata)
-            except ConcurrencyError:
-                # Someone else changed the job meanwhile: decide again on its new state.
-                continue
-            for event in events:
-                job = evolve(job, event)
-            assert job is not None
-            return job
-        raise Refused(f"job {job_id} kept changing; gave up after {CONFLICT_RETRIES} tries")
+        """Decide `command` on the job's latest state and append; Refused if illegal. The
+        step is a span in the job's trace, and so are the events' metadata."""
+        history = await self.history(job_id)
+        attributes = {"trainyard.job.id": str(job_id)}
+        with job_span(command_span_name(command), job_root(history), attributes) as span:
+            metadata = metadata.traced()
+            for _ in range(CONFLICT_RETRIES):
+                job = replay(_job_events(history))
+                events = decide(command, job)
+                try:
+                    await self._store.append(job_stream(job_id), len(history), events, metadata)
+                except ConcurrencyError:
+                    # Someone else changed the job meanwhile: decide again on its new state.
+                    history = await self.history(job_id)
+                    continue
+                for event in events:
+                    job = evolve(job, event)
+                assert job is not None
+                span.set_attributes(
+                    {"trainyard.job.state": job.state.value, "trainyard.job.attempt": job.attempt}
+                )
+                return job
+            raise Refused(f"job {job_id} kept changing; gave up after {CONFLICT_RETRIES} tries")
 
 
 def _job_events(history: Iterable[RecordedEvent]) -> Iterator[JobEvent]:

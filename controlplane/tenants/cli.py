@@ -1,94 +1,86 @@
-"""`trainyard tenants …`: create tenants, list them, issue and revoke their tokens.
+"""`trainyard tenants …`: the admin's commands, over the HTTP API (`/v1/tenants`): create
+tenants, list them, change their weight and GPU quota, issue and revoke their tokens.
 
-A token is printed once, alone on stdout (so `TOKEN=$(trainyard tenants create acme)` works);
-what happened is said on stderr. Exit codes as everywhere: 2 for a usage error, 1 for a command
-that failed, 3 for a database that cannot be reached (raised to `controlplane.cli.main`).
+The server comes from --server, $TRAINYARD_SERVER or `trainyard login`; the token from --token,
+$TRAINYARD_TOKEN, the admin token file the control plane writes on its first start
+($TRAINYARD_HOME/admin-token, on its machine) or `trainyard login`. A new token is printed
+once, alone on stdout (so `TOKEN=$(trainyard tenants create acme)` works); what happened is said
+on stderr. Errors reach `controlplane.cli.main`: 2 for a usage error or a refused value, 3 for
+a server that cannot be reached, 4 for an unknown tenant or token, 1 for other refusals.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
-from typing import TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
-import asyncpg
-
-from controlplane.database import create_pool, resolve_database
-from controlplane.events.store import EventStore
-from controlplane.events.subscription import LogListener
-from controlplane.migrate import require_migrated
-from controlplane.projections.runner import ProjectionRunner
+from controlplane.client.api import ApiClient, UsageError
+from controlplane.client.commands import output_options, target_options
+from controlplane.client.config import TOKEN_ENV, resolve
+from controlplane.client.render import table
 from controlplane.settings import Settings
-from controlplane.tenants.errors import InvalidTenant, TenantError
-from controlplane.tenants.projection import TenantsProjection
-from controlplane.tenants.service import (
-    create_tenant,
-    issue_token,
-    list_tenants,
-    project_now,
-    revoke_token,
-)
+from controlplane.tenants.errors import InvalidTenant
 from controlplane.tenants.validation import check_gpu_quota, check_name, check_weight
-
-# The same codes as `controlplane.cli`, which imports this module and so cannot be imported here.
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-
-ACTOR = "operator:cli"
-"""The actor recorded in the events of these commands: whoever can reach the database."""
 
 T = TypeVar("T")
 
 
-def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_commands(commands: argparse._SubParsersAction[Any]) -> None:
     """Add the `tenants` command group to the top-level subcommands."""
     tenants = commands.add_parser(
         "tenants",
-        help="create tenants and manage their bearer tokens",
+        help="create tenants, set their shares, manage their bearer tokens (admin)",
         description="Tenants submit and see only their own jobs, authenticated by bearer "
-        "tokens. A token is printed once and stored only as its sha256.",
+        "tokens; a token is printed once and stored only as its sha256. These commands need "
+        "the admin token: --token, $TRAINYARD_TOKEN, $TRAINYARD_HOME/admin-token (on the "
+        "control plane's machine) or login's.",
     )
     group = tenants.add_subparsers(title="commands", required=True, metavar="COMMAND")
+    target = target_options(
+        f"the admin token (else ${TOKEN_ENV}, else $TRAINYARD_HOME/admin-token, else login's)"
+    )
 
-    create = group.add_parser(
+    def add(name: str, summary: str, description: str, *parents: Any) -> Any:
+        return group.add_parser(
+            name, help=summary, description=description, parents=[target, *parents]
+        )
+
+    create = add(
         "create",
-        help="create a tenant and print its first token",
-        description="Create a tenant and print its first bearer token, once, on stdout.",
+        "create a tenant and print its first token",
+        "Create a tenant and print its first bearer token, once, on stdout.",
     )
     create.add_argument(
         "name", type=_name, metavar="NAME", help="lowercase letters, digits and '-' (max 63)"
     )
-    create.add_argument(
-        "--weight",
-        type=_weight,
-        default=1.0,
-        metavar="W",
-        help="share of the cluster relative to other tenants (a positive number; default 1)",
-    )
-    create.add_argument(
-        "--gpu-quota",
-        type=_gpu_quota,
-        default=None,
-        metavar="N",
-        help="most GPUs the tenant may hold at once (default: no quota)",
-    )
+    _share_options(create, creating=True)
     create.set_defaults(handler=cmd_create)
 
-    listing = group.add_parser(
+    listing = add(
         "list",
-        help="list tenants with their weights, quotas and active token ids",
-        description="List every tenant: weight, GPU quota, creation time and the ids of its "
-        "active tokens (tab-separated, one line per tenant, after a header line).",
+        "list tenants with their weights, quotas and active token ids",
+        "List every tenant: weight, GPU quota, creation time and the ids of its active tokens.",
+        output_options(),
     )
     listing.set_defaults(handler=cmd_list)
 
-    token = group.add_parser(
+    change = add(
+        "set",
+        "change a tenant's weight or GPU quota",
+        "Change a tenant's weight, GPU quota or both; claims use them at once.",
+    )
+    change.add_argument("name", type=_name, metavar="NAME", help="the tenant")
+    _share_options(change, creating=False)
+    change.add_argument("--no-gpu-quota", action="store_true", help="remove the tenant's GPU quota")
+    change.set_defaults(handler=cmd_set)
+
+    token = add(
         "token",
-        help="issue a new token for a tenant",
-        description="Issue a new bearer token for a tenant and print it once on stdout; with "
+        "issue a new token for a tenant",
+        "Issue a new bearer token for a tenant and print it once on stdout; with "
         "--revoke-others, revoke all its other tokens in the same step (rotation).",
     )
     token.add_argument("name", type=_name, metavar="NAME", help="the tenant")
@@ -97,11 +89,11 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     token.set_defaults(handler=cmd_token)
 
-    revoke = group.add_parser(
+    revoke = add(
         "revoke",
-        help="revoke one token of a tenant",
-        description="Revoke one of a tenant's tokens by its id (see `tenants list`); "
-        "requests with it are refused with 401 from then on.",
+        "revoke one token of a tenant",
+        "Revoke one of a tenant's tokens by its id (see `tenants list`); requests with it are "
+        "refused with 401 from then on.",
     )
     revoke.add_argument("name", type=_name, metavar="NAME", help="the tenant")
     revoke.add_argument(
@@ -110,96 +102,89 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     revoke.set_defaults(handler=cmd_revoke)
 
 
+def _share_options(command: argparse.ArgumentParser, *, creating: bool) -> None:
+    command.add_argument(
+        "--weight",
+        type=_weight,
+        default=1.0 if creating else None,
+        metavar="W",
+        help="share of the cluster relative to other tenants (a positive number"
+        + ("; default 1)" if creating else ")"),
+    )
+    command.add_argument(
+        "--gpu-quota",
+        type=_gpu_quota,
+        metavar="N",
+        help="most GPUs the tenant may hold at once" + (" (default: no quota)" if creating else ""),
+    )
+
+
+def _client(args: argparse.Namespace, settings: Settings) -> ApiClient:
+    target = resolve(args.server, args.token, settings.home, admin=True)
+    return ApiClient(target.server, target.token)
+
+
 async def cmd_create(args: argparse.Namespace, settings: Settings) -> int:
-    async with _session(settings) as session:
-        try:
-            token = await create_tenant(
-                session.store,
-                session.runner,
-                args.name,
-                args.weight,
-                args.gpu_quota,
-                actor=ACTOR,
-            )
-        except TenantError as exc:
-            return _failed(exc)
-    print(token.plaintext)
+    body = {"name": args.name, "weight": args.weight, "gpu_quota": args.gpu_quota}
+    async with _client(args, settings) as client:
+        created = await client.request("POST", "/v1/tenants", body=body)
+    print(created["token"])
     print(
-        f"created tenant {args.name}; token {token.token_id} is shown only this once",
+        f"created tenant {args.name}; token {created['token_id']} is shown only this once",
         file=sys.stderr,
     )
     return 0
 
 
 async def cmd_list(args: argparse.Namespace, settings: Settings) -> int:
-    async with _session(settings) as session:
-        await project_now(session.runner, await session.store.log_tail())
-        tenants = await list_tenants(session.pool)
-    print("NAME\tWEIGHT\tGPU_QUOTA\tCREATED\tACTIVE_TOKENS")
-    for t in tenants:
-        quota = "-" if t.gpu_quota is None else str(t.gpu_quota)
-        tokens = ",".join(t.active_tokens) or "-"
-        print(f"{t.name}\t{t.weight:g}\t{quota}\t{t.created_at.isoformat()}\t{tokens}")
+    async with _client(args, settings) as client:
+        tenants = (await client.request("GET", "/v1/tenants"))["tenants"]
+    if args.output == "json":
+        print(json.dumps(tenants, indent=2))
+        return 0
+    rows = [
+        (t["name"], f"{t['weight']:g}", t["gpu_quota"], t["created_at"], t["active_tokens"])
+        for t in tenants
+    ]
+    print(table(["NAME", "WEIGHT", "GPU QUOTA", "CREATED", "ACTIVE TOKENS"], rows))
+    return 0
+
+
+async def cmd_set(args: argparse.Namespace, settings: Settings) -> int:
+    if args.no_gpu_quota and args.gpu_quota is not None:
+        raise UsageError("give --gpu-quota N or --no-gpu-quota, not both")
+    body: dict[str, Any] = {}
+    if args.weight is not None:
+        body["weight"] = args.weight
+    if args.gpu_quota is not None or args.no_gpu_quota:
+        body["gpu_quota"] = args.gpu_quota
+    if not body:
+        raise UsageError("nothing to change: give --weight, --gpu-quota or --no-gpu-quota")
+    async with _client(args, settings) as client:
+        tenant = await client.request("PATCH", f"/v1/tenants/{args.name}", body=body)
+    quota = "none" if tenant["gpu_quota"] is None else tenant["gpu_quota"]
+    print(f"tenant {tenant['name']}: weight {tenant['weight']:g}, GPU quota {quota}")
     return 0
 
 
 async def cmd_token(args: argparse.Namespace, settings: Settings) -> int:
-    async with _session(settings) as session:
-        try:
-            token = await issue_token(
-                session.store,
-                session.runner,
-                args.name,
-                revoke_others=args.revoke_others,
-                actor=ACTOR,
-            )
-        except TenantError as exc:
-            return _failed(exc)
-    print(token.plaintext)
+    body = {"revoke_others": args.revoke_others}
+    async with _client(args, settings) as client:
+        token = await client.request("POST", f"/v1/tenants/{args.name}/tokens", body=body)
+    print(token["token"])
     others = "; every other token of it is revoked" if args.revoke_others else ""
     print(
-        f"issued token {token.token_id} for tenant {args.name}, shown only this once{others}",
+        f"issued token {token['token_id']} for tenant {args.name}, shown only this once{others}",
         file=sys.stderr,
     )
     return 0
 
 
 async def cmd_revoke(args: argparse.Namespace, settings: Settings) -> int:
-    async with _session(settings) as session:
-        try:
-            await revoke_token(session.store, session.runner, args.name, args.token_id, actor=ACTOR)
-        except TenantError as exc:
-            return _failed(exc)
+    async with _client(args, settings) as client:
+        await client.request("DELETE", f"/v1/tenants/{args.name}/tokens/{args.token_id}")
     print(f"revoked token {args.token_id} of tenant {args.name}")
     return 0
-
-
-@dataclass(frozen=True, slots=True)
-class _Session:
-    pool: asyncpg.Pool
-    store: EventStore
-    runner: ProjectionRunner
-    """Runs only the `tenants` projection, so that new tokens work as soon as a command ends."""
-
-
-@asynccontextmanager
-async def _session(settings: Settings) -> AsyncIterator[_Session]:
-    url = await resolve_database(settings)
-    await require_migrated(url)
-    pool = await create_pool(url, min_size=1, max_size=2)
-    store = EventStore(pool)
-    try:
-        # The runner never waits on its listener here (only `run` does), so it is not started.
-        runner = ProjectionRunner(pool, store, LogListener(url), [TenantsProjection()])
-        yield _Session(pool, store, runner)
-    finally:
-        await store.close()
-        await pool.close()
-
-
-def _failed(exc: TenantError) -> int:
-    print(f"trainyard: {exc}", file=sys.stderr)
-    return EXIT_USAGE if isinstance(exc, InvalidTenant) else EXIT_FAILED
 
 
 def _name(text: str) -> str:

@@ -20,6 +20,14 @@ class TenantCreated(TenantEvent):
     gpu_quota: int | None = Field(description="GPUs the tenant may hold at once; None: no quota")
 
 
+@registry.register("TenantUpdated")
+class TenantUpdated(TenantEvent):
+    """The tenant's share and quota from now on (both, whichever changed)."""
+
+    weight: float = Field(description="the tenant's share of the cluster relative to others")
+    gpu_quota: int | None = Field(description="GPUs the tenant may hold at once; None: no quota")
+
+
 @registry.register("TokenIssued")
 class TokenIssued(TenantEvent):
     """A bearer token for the stream's tenant."""

@@ -8,7 +8,13 @@ from collections.abc import Sequence
 from controlplane.database import Executor
 from controlplane.events.store import RecordedEvent
 from controlplane.queries import Q
-from controlplane.tenants.events import AdminTokenIssued, TenantCreated, TokenIssued, TokenRevoked
+from controlplane.tenants.events import (
+    AdminTokenIssued,
+    TenantCreated,
+    TenantUpdated,
+    TokenIssued,
+    TokenRevoked,
+)
 from controlplane.tenants.streams import tenant_of
 
 
@@ -30,6 +36,13 @@ class TenantsProjection:
                     created.weight,
                     created.gpu_quota,
                     created.at,
+                )
+            case TenantUpdated() as updated:
+                await conn.execute(
+                    Q["update_tenant"],
+                    tenant_of(event.stream_id),
+                    updated.weight,
+                    updated.gpu_quota,
                 )
             case TokenIssued() as issued:
                 await conn.execute(

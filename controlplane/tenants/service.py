@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from enum import Enum
 
 from controlplane.database import Executor
 from controlplane.events.errors import ConcurrencyError
@@ -18,7 +19,7 @@ from controlplane.events.types import Event
 from controlplane.projections.runner import ProjectionRunner
 from controlplane.queries import Q
 from controlplane.tenants.errors import TenantBusy, TenantExists, UnknownTenant, UnknownToken
-from controlplane.tenants.events import TenantCreated, TokenIssued, TokenRevoked
+from controlplane.tenants.events import TenantCreated, TenantUpdated, TokenIssued, TokenRevoked
 from controlplane.tenants.projection import TenantsProjection
 from controlplane.tenants.streams import tenant_stream
 from controlplane.tenants.tokens import IssuedToken, new_token
@@ -26,8 +27,27 @@ from controlplane.tenants.validation import check_gpu_quota, check_name, check_w
 
 CONFLICT_RETRIES = 10
 
-Decide = Callable[[frozenset[str], datetime], Sequence[Event]]
-"""From a tenant's active token ids and the time now, the events to append."""
+
+class _Keep(Enum):
+    KEEP = "keep"
+
+
+KEEP = _Keep.KEEP
+"""For `update_tenant`: leave this setting as it is."""
+
+
+@dataclass(frozen=True, slots=True)
+class TenantState:
+    """A tenant as its stream has it: what commands decide on."""
+
+    weight: float
+    gpu_quota: int | None
+    active_tokens: frozenset[str]
+    """The ids of its tokens that are not revoked."""
+
+
+Decide = Callable[[TenantState, datetime], Sequence[Event]]
+"""From the tenant's state and the time now, the events to append."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,8 +105,8 @@ async def issue_token(
     """Issue another token for a tenant, and with `revoke_others` revoke all its others."""
     token = new_token()
 
-    def decide(active: frozenset[str], at: datetime) -> list[Event]:
-        revoked = sorted(active) if revoke_others else []
+    def decide(tenant: TenantState, at: datetime) -> list[Event]:
+        revoked = sorted(tenant.active_tokens) if revoke_others else []
         return [_issued(token, at), *(TokenRevoked(token_id=t, at=at) for t in revoked)]
 
     await project_now(runner, await _change(store, name, decide, actor))
@@ -98,8 +118,8 @@ async def revoke_token(
 ) -> None:
     """Revoke one of a tenant's tokens; it stops authenticating once this returns."""
 
-    def decide(active: frozenset[str], at: datetime) -> list[Event]:
-        if token_id not in active:
+    def decide(tenant: TenantState, at: datetime) -> list[Event]:
+        if token_id not in tenant.active_tokens:
             raise UnknownToken(
                 f"tenant {name!r} has no active token {token_id!r}; nothing was written"
             )
@@ -108,8 +128,35 @@ async def revoke_token(
     await project_now(runner, await _change(store, name, decide, actor))
 
 
-async def list_tenants(db: Executor) -> list[TenantSummary]:
-    """Every tenant by name, from the `tenants` projection."""
+async def update_tenant(
+    store: EventStore,
+    runner: ProjectionRunner,
+    name: str,
+    *,
+    weight: float | _Keep = KEEP,
+    gpu_quota: int | _Keep | None = KEEP,
+    actor: str,
+) -> None:
+    """Change a tenant's weight or GPU quota (None: no quota); claims use them at once."""
+    if weight is not KEEP:
+        check_weight(weight)
+    if gpu_quota is not KEEP:
+        check_gpu_quota(gpu_quota)
+
+    def decide(tenant: TenantState, at: datetime) -> list[Event]:
+        return [
+            TenantUpdated(
+                weight=tenant.weight if weight is KEEP else weight,
+                gpu_quota=tenant.gpu_quota if gpu_quota is KEEP else gpu_quota,
+                at=at,
+            )
+        ]
+
+    await project_now(runner, await _change(store, name, decide, actor))
+
+
+async def list_tenants(db: Executor, name: str | None = None) -> list[TenantSummary]:
+    """Every tenant (or only `name`) by name, from the `tenants` projection."""
     return [
         TenantSummary(
             name=row["name"],
@@ -118,7 +165,7 @@ async def list_tenants(db: Executor) -> list[TenantSummary]:
             created_at=row["created_at"],
             active_tokens=tuple(row["active_tokens"]),
         )
-        for row in await db.fetch(Q["list_tenants"])
+        for row in await db.fetch(Q["list_tenants"], name)
     ]
 
 
@@ -128,15 +175,19 @@ async def project_now(runner: ProjectionRunner, through: LogPosition) -> None:
     await runner.wait_applied(TenantsProjection.name, through)
 
 
-def active_tokens(events: Iterable[Event]) -> frozenset[str]:
-    """The ids of a tenant's tokens that are not revoked, from its stream's events."""
+def tenant_state(events: Iterable[Event]) -> TenantState:
+    """The tenant folded from its stream's events (which start with TenantCreated)."""
+    weight, gpu_quota = 1.0, None
     active: set[str] = set()
     for event in events:
-        if isinstance(event, TokenIssued):
-            active.add(event.token_id)
-        elif isinstance(event, TokenRevoked):
-            active.discard(event.token_id)
-    return frozenset(active)
+        match event:
+            case TenantCreated() | TenantUpdated():
+                weight, gpu_quota = event.weight, event.gpu_quota
+            case TokenIssued():
+                active.add(event.token_id)
+            case TokenRevoked():
+                active.discard(event.token_id)
+    return TenantState(weight, gpu_quota, frozenset(active))
 
 
 async def _change(store: EventStore, name: str, decide: Decide, actor: str) -> LogPosition:
@@ -146,7 +197,7 @@ async def _change(store: EventStore, name: str, decide: Decide, actor: str) -> L
         history = await store.read_stream(stream)
         if not history:
             raise UnknownTenant(f"no tenant named {name!r}; nothing was written")
-        events = decide(active_tokens(r.event for r in history), now())
+        events = decide(tenant_state(r.event for r in history), now())
         try:
             appended = await store.append(
                 stream, len(history), events, Metadata.capture(actor, tenant=name)

@@ -1,0 +1,90 @@
+"""Reading a job manifest file for `trainyard submit`: JSON (`.json`) or YAML (anything else,
+standard input too; YAML reads JSON as well), checked against the manifest's schema before it
+is sent, so that every mistake is one line naming the file, and the line, column or field."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from controlplane.client.api import UsageError
+from controlplane.jobs.manifest import JobManifest
+
+
+def read_manifest(file: str) -> dict[str, Any]:
+    """The manifest as JSON to send (only the fields the file gives); UsageError otherwise."""
+    name = "standard input" if file == "-" else file
+    try:
+        text = sys.stdin.read() if file == "-" else Path(file).read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read {name}: {exc}") from exc
+    is_json = file.endswith(".json")
+    value = _json(text, name) if is_json else _yaml(text, name)
+    if not isinstance(value, dict):
+        raise UsageError(f"{name}: a manifest is a mapping of fields, not {_kind(value)}")
+    try:
+        manifest = JobManifest.model_validate(value)
+    except ValidationError as exc:
+        problems = [_problem(error, None if is_json else text) for error in exc.errors()]
+        raise UsageError(f"{name}: invalid manifest: {'; '.join(problems)}") from exc
+    return manifest.model_dump(mode="json", exclude_unset=True)
+
+
+def _json(text: str, name: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{name}: line {exc.lineno} column {exc.colno}: {exc.msg}") from exc
+
+
+def _yaml(text: str, name: str) -> Any:
+    try:
+        return yaml.safe_load(text)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"line {mark.line + 1} column {mark.column + 1}: " if mark else ""
+        raise UsageError(f"{name}: {where}{exc.problem or exc.context}") from exc
+    except yaml.YAMLError as exc:
+        raise UsageError(f"{name}: {exc}") from exc
+
+
+def _kind(value: object) -> str:
+    return "nothing" if value is None else f"a {type(value).__name__}"
+
+
+def _problem(error: Any, yaml_text: str | None) -> str:
+    """`field: message`, with the field's line in a YAML file (a missing field's: its parent's)."""
+    loc = tuple(error["loc"])
+    field = ".".join(str(part) for part in loc) or "(manifest)"
+    line = _yaml_line(yaml_text, loc) if yaml_text is not None else None
+    where = f" (line {line})" if line is not None else ""
+    return f"{field}{where}: {error['msg']}"
+
+
+def _yaml_line(text: str, loc: tuple[Any, ...]) -> int | None:
+    """The line of the node at `loc` in a YAML document, or of the deepest node found on it."""
+    node: yaml.Node | None = yaml.compose(text, Loader=yaml.SafeLoader)
+    line = None
+    for part in loc:
+        if node is None:
+            break
+        line = node.start_mark.line + 1
+        node = _child(node, part)
+    if node is not None:
+        line = node.start_mark.line + 1
+    return line
+
+
+def _child(node: yaml.Node, part: Any) -> yaml.Node | None:
+    if isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            if isinstance(key, yaml.ScalarNode) and key.value == str(part):
+                return value  # type: ignore[no-any-return]
+    elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+        return node.value[part]  # type: ignore[no-any-return]
+    return None

@@ -1,0 +1,60 @@
+"""The cluster's gauges as the database has them (queue depth, GPUs offered and allocated):
+sampled by each control plane replica, on each `/metrics` scrape and every few seconds for
+OTLP export (collection runs observable callbacks on other threads, which cannot query)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+import asyncpg
+
+from controlplane.database import DATABASE_ERRORS
+from controlplane.instruments import GPUS, GPUS_ALLOCATED, QUEUE_DEPTH, Reading
+from controlplane.queries import Q
+
+log = logging.getLogger(__name__)
+
+SAMPLE_S = 5.0
+
+
+class ClusterGauges:
+    def __init__(self, pool: asyncpg.Pool, *, interval_s: float = SAMPLE_S) -> None:
+        self._pool = pool
+        self._interval_s = interval_s
+        self._queued: list[Reading] = []
+        self._gpus: list[Reading] = []
+        self._allocated: list[Reading] = []
+        self._stopping = asyncio.Event()
+
+    async def sample(self) -> None:
+        """Read the gauges' values now."""
+        queued = await self._pool.fetch(Q["queue_depth"])
+        gpus = await self._pool.fetch(Q["gpus_by_node"])
+        allocated = await self._pool.fetch(Q["gpus_allocated"])
+        # Replaced whole, never mutated: a collection on another thread sees one sample.
+        self._queued = [(r["jobs"], {"tenant": r["tenant"]}) for r in queued]
+        self._gpus = [(r["gpus"], {"node": r["node"]}) for r in gpus]
+        self._allocated = [
+            (r["gpus"], {"tenant": r["tenant"], "node": r["node"]}) for r in allocated
+        ]
+
+    async def run(self) -> None:
+        """Report the gauges, sampled every interval, until `stop()`."""
+        with (
+            QUEUE_DEPTH.source(lambda: self._queued),
+            GPUS.source(lambda: self._gpus),
+            GPUS_ALLOCATED.source(lambda: self._allocated),
+        ):
+            while not self._stopping.is_set():
+                try:
+                    await self.sample()
+                except DATABASE_ERRORS as exc:
+                    # The last sample stays; metrics are no reason to stop the control plane.
+                    log.warning("sampling the cluster's gauges failed: %s", exc)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stopping.wait(), self._interval_s)
+
+    def stop(self) -> None:
+        self._stopping.set()

@@ -1,0 +1,54 @@
+-- Tenants are managed over the HTTP API with the admin token (`/v1/tenants`, which the
+-- `trainyard tenants` commands use), and a tenant's weight and GPU quota can change
+-- (TenantUpdated): audit.actions lists those changes too. The view keeps its columns, so its
+-- grants and column comments stay.
+
+CREATE OR REPLACE VIEW audit.actions AS
+SELECT (e.data ->> 'at')::timestamptz AS at,
+       e.metadata ->> 'actor' AS actor,
+       CASE
+           -- A job's tenant is named by its submission, the stream's first event.
+           WHEN e.stream_id LIKE 'job-%' THEN s.data ->> 'tenant'
+           WHEN e.stream_id LIKE 'tenant-%' THEN substr(e.stream_id, length('tenant-') + 1)
+       END AS tenant,
+       CASE e.type
+           WHEN 'JobSubmitted' THEN 'submit'
+           WHEN 'JobCancelled' THEN 'cancel'
+           WHEN 'CheckpointRequested' THEN 'checkpoint_request'
+           WHEN 'TenantCreated' THEN 'tenant_create'
+           WHEN 'TenantUpdated' THEN 'tenant_update'
+           WHEN 'TokenIssued' THEN 'token_issue'
+           WHEN 'TokenRevoked' THEN 'token_revoke'
+           WHEN 'AdminTokenIssued' THEN 'admin_token_issue'
+       END AS action,
+       CASE WHEN e.stream_id LIKE 'job-%' THEN substr(e.stream_id, length('job-') + 1)::uuid END
+           AS job_id,
+       e.data ->> 'token_id' AS token_id,
+       e.data ->> 'reason' AS reason,
+       e.metadata ->> 'correlation_id' AS correlation_id,
+       -- traceparent is version-traceid-parentid-flags (W3C trace context).
+       nullif(split_part(e.metadata -> 'trace' ->> 'traceparent', '-', 2), '') AS trace_id,
+       e.type AS event_type,
+       e.position,
+       e.recorded_at
+FROM public.events e
+LEFT JOIN public.events s
+    ON s.stream_id = e.stream_id AND s.stream_version = 1 AND e.stream_id LIKE 'job-%'
+WHERE e.type IN ('JobSubmitted', 'JobCancelled', 'CheckpointRequested', 'TenantCreated',
+                 'TenantUpdated', 'TokenIssued', 'TokenRevoked', 'AdminTokenIssued');
+
+COMMENT ON VIEW audit.actions IS
+    'Who did what: job submissions, cancellations and checkpoint requests; tenants created and '
+    'their weight or GPU quota changed; tokens issued and revoked. The use of a token by each '
+    'request is not recorded as an event, so it is not here (see docs/audit.md).';
+COMMENT ON COLUMN audit.actions.actor IS
+    'Who did it: tenant:<name> or admin (HTTP API, and the trainyard tenants commands), '
+    'operator:cli (tenant commands of versions that wrote to the database directly), '
+    'system:bootstrap or system:up (the control plane itself).';
+COMMENT ON COLUMN audit.actions.action IS
+    'submit, cancel, checkpoint_request, tenant_create, tenant_update, token_issue, '
+    'token_revoke or admin_token_issue.';
+COMMENT ON COLUMN audit.actions.trace_id IS
+    'The W3C trace id, when traced: for job actions the job''s trace (that of the request that '
+    'submitted it; a later request''s own trace is linked from the job''s span for it), else '
+    'the request''s.';
