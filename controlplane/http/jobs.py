@@ -33,7 +33,7 @@ from controlplane.jobs.projection import reason
 from controlplane.jobs.service import IdempotencyMismatch, now
 from controlplane.jobs.streams import job_stream
 from controlplane.queries import Q
-from controlplane.tenants.auth import Principal, principal
+from controlplane.tenants.auth import Principal, acting_tenant, principal
 
 MAX_PAGE = 500
 
@@ -110,7 +110,7 @@ async def submit(request: web.Request) -> web.Response:
         manifest = JobManifest.model_validate(body)
     except ValidationError as exc:
         raise validation_error(exc) from exc
-    tenant = _submitting_tenant(who, request.query.get("tenant"))
+    tenant = acting_tenant(who, request.query.get("tenant"), "submits")
     if not await request.app[POOL].fetchval(Q["tenant_exists"], tenant):
         raise error(422, f"no tenant named {tenant!r}", field="tenant")
     key = request.headers.get("Idempotency-Key")
@@ -126,20 +126,6 @@ async def submit(request: web.Request) -> web.Response:
     if not created:
         headers["Idempotent-Replayed"] = "true"
     return web.json_response(job_view(job, await _largest(request)), status=201, headers=headers)
-
-
-def _submitting_tenant(who: Principal, requested: str | None) -> str:
-    """A tenant submits as itself; an admin names the tenant with `?tenant=`."""
-    if who.is_admin:
-        if not requested:
-            raise error(
-                400, "an admin submits on behalf of a tenant: add ?tenant=NAME", field="tenant"
-            )
-        return requested
-    assert who.tenant is not None
-    if requested not in (None, who.tenant):
-        raise error(403, f"a tenant's token submits only as {who.tenant!r}", field="tenant")
-    return who.tenant
 
 
 async def list_jobs(request: web.Request) -> web.Response:
