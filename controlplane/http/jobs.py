@@ -17,7 +17,8 @@ from controlplane.events.hub import Lagged
 from controlplane.events.metadata import Metadata
 from controlplane.events.store import RecordedEvent
 from controlplane.http.errors import error, validation_error
-from controlplane.http.keys import HUB, JOBS, POOL, SSE_HEARTBEAT_S
+from controlplane.http.keys import HUB, JOBS, POOL, SSE_HEARTBEAT_S, STORE
+from controlplane.http.webhooks import delivery_history
 from controlplane.jobs.events import JobEvent
 from controlplane.jobs.lifecycle import (
     Cancel,
@@ -217,7 +218,9 @@ async def get_history(request: web.Request) -> web.Response:
     for recorded in await request.app[JOBS].history(job.job_id):
         state = evolve(state, _job_event(recorded))
         entries.append(_history_entry(recorded, state))
-    return web.json_response({"id": str(job.job_id), "history": entries})
+    # The notifications of the job's events, from a stream of their own (see webhooks.streams).
+    deliveries = await delivery_history(request.app[STORE], job.job_id)
+    return web.json_response({"id": str(job.job_id), "history": entries, "webhooks": deliveries})
 
 
 def _job_event(recorded: RecordedEvent) -> JobEvent:

@@ -13,6 +13,7 @@ from controlplane.events.store import EventStore
 from controlplane.events.subscription import LogListener
 from controlplane.jobs.service import Jobs
 from controlplane.projections.runner import ProjectionRunner
+from controlplane.webhooks.relay import RelayConfig, WebhookRelay
 
 DATABASE_URL = web.AppKey("database_url", str)
 POOL = web.AppKey("pool", asyncpg.Pool)
@@ -22,5 +23,7 @@ PROJECTIONS = web.AppKey("projections", ProjectionRunner)
 HUB = web.AppKey("hub", StreamHub)
 JOBS = web.AppKey("jobs", Jobs)
 MANAGER = web.AppKey("manager", LifecycleManager)
+WEBHOOKS = web.AppKey("webhooks", WebhookRelay)
+WEBHOOK_CONFIG = web.AppKey("webhook_config", RelayConfig)
 BACKGROUND = web.AppKey("background", asyncio.Task[None])
 SSE_HEARTBEAT_S = web.AppKey("sse_heartbeat_s", float)

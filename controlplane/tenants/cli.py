@@ -32,6 +32,7 @@ from controlplane.tenants.service import (
     revoke_token,
 )
 from controlplane.tenants.validation import check_gpu_quota, check_name, check_weight
+from controlplane.webhooks.tenant_secrets import rotate
 
 # The same codes as `controlplane.cli`, which imports this module and so cannot be imported here.
 EXIT_FAILED = 1
@@ -109,6 +110,16 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     revoke.set_defaults(handler=cmd_revoke)
 
+    secret = group.add_parser(
+        "webhook-secret",
+        help="issue a new webhook signing secret for a tenant",
+        description="Issue a new secret that signs the tenant's webhook deliveries and print "
+        "it on stdout. The secret it replaces keeps signing them too for 24 hours, so that "
+        "receivers can switch. The tenant reads its secrets with GET /v1/webhook-secret.",
+    )
+    secret.add_argument("name", type=_name, metavar="NAME", help="the tenant")
+    secret.set_defaults(handler=cmd_webhook_secret)
+
 
 async def cmd_create(args: argparse.Namespace, settings: Settings) -> int:
     async with _session(settings) as session:
@@ -171,6 +182,27 @@ async def cmd_revoke(args: argparse.Namespace, settings: Settings) -> int:
         except TenantError as exc:
             return _failed(exc)
     print(f"revoked token {args.token_id} of tenant {args.name}")
+    return 0
+
+
+async def cmd_webhook_secret(args: argparse.Namespace, settings: Settings) -> int:
+    async with _session(settings) as session:
+        try:
+            issued = await rotate(session.pool, session.store, args.name, actor=ACTOR)
+        except TenantError as exc:
+            return _failed(exc)
+    assert issued is not None  # only `unless_present` rotations may issue nothing
+    print(issued.secret)
+    until = issued.previous_valid_until
+    previous = (
+        f"; the previous one signs deliveries too until {until:%Y-%m-%d %H:%M:%S%z}"
+        if until
+        else ""
+    )
+    print(
+        f"issued webhook secret {issued.secret_id} for tenant {args.name}{previous}",
+        file=sys.stderr,
+    )
     return 0
 
 
