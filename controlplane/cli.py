@@ -281,7 +281,11 @@ async def cmd_projections_rebuild(args: argparse.Namespace, settings: Settings) 
             known = ", ".join(runner.projections)
             print(f"trainyard: no projection named {args.name!r} (known: {known})", file=sys.stderr)
             return EXIT_USAGE
-        count = await runner.rebuild(args.name)
+        try:
+            count = await runner.rebuild(args.name)
+        except ValueError as exc:
+            print(f"trainyard: {exc}", file=sys.stderr)
+            return EXIT_USAGE
     print(f"rebuilt {args.name} from {count} events")
     return 0
 

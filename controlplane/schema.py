@@ -277,3 +277,45 @@ job_log_series = Table(
     Column("stream", Text, primary_key=True),
     Column("last_seq", BigInteger, nullable=False),
 )
+
+webhook_secrets = Table(
+    "webhook_secrets",
+    metadata,
+    Column("secret_id", Text, primary_key=True),
+    Column("tenant", Text, nullable=False),
+    Column("secret", Text, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("retired_at", DateTime(timezone=True)),
+    Index(
+        "webhook_secrets_current",
+        "tenant",
+        unique=True,
+        postgresql_where=text("retired_at IS NULL"),
+    ),
+)
+
+webhook_deliveries = Table(
+    "webhook_deliveries",
+    metadata,
+    Column("delivery_id", Uuid, primary_key=True),
+    Column("position", BigInteger, nullable=False, unique=True),
+    Column("job_id", Uuid, nullable=False),
+    Column("tenant", Text, nullable=False),
+    Column("event", Text, nullable=False),
+    Column("url", Text, nullable=False),
+    Column("body", Text, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    Column("state", Text, nullable=False, server_default=text("'pending'")),
+    Column("attempts", Integer, nullable=False, server_default=text("0")),
+    Column(
+        "next_attempt_at", DateTime(timezone=True), nullable=False, server_default=text("now()")
+    ),
+    Column("claim", Uuid),
+    Column("last_status", Integer),
+    Column("last_error", Text),
+    Column("finished_at", DateTime(timezone=True)),
+    CheckConstraint("state IN ('pending', 'delivered', 'failed')"),
+    CheckConstraint("attempts >= 0"),
+    Index("webhook_deliveries_due", "next_attempt_at", postgresql_where=text("state = 'pending'")),
+    Index("webhook_deliveries_job", "job_id"),
+)

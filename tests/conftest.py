@@ -18,6 +18,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
+from bench.served import ServedControlPlane
 from controlplane.database import connect, create_pool, embedded_server_url, with_database
 from controlplane.events.store import EventStore
 from controlplane.events.subscription import LogListener
@@ -28,7 +29,7 @@ from controlplane.tenants.admin import bootstrap_admin_token
 from controlplane.tenants.projection import TenantsProjection
 from controlplane.tenants.service import create_tenant
 from tests.cluster import Plane, RunningAgent, agent_config
-from tests.tenancy import Tokens
+from tests.tenancy import Cli, Tokens
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -169,3 +170,12 @@ async def agent(plane: Plane, tmp_path: Path) -> AsyncIterator[RunningAgent]:
     running = await RunningAgent(plane.url, agent_config(tmp_path), fake_gpus=2).started()
     yield running
     await running.finish()
+
+
+@pytest.fixture
+async def cli(db_url: str, tmp_path: Path) -> AsyncIterator[Cli]:
+    """`trainyard tenants` against a served control plane on the test's database."""
+    served = ServedControlPlane(db_url, tmp_path / "server")
+    await served.start()
+    yield Cli(served)
+    await served.stop()

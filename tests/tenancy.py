@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
+import sys
 from dataclasses import dataclass
+
+from bench.served import ServedControlPlane
 
 
 @dataclass(frozen=True)
@@ -10,3 +15,23 @@ class Tokens:
     acme: str
     globex: str
     admin: str
+
+
+class Cli:
+    """`trainyard` as the control plane's operator runs it: TRAINYARD_HOME is the control
+    plane's, so the admin token comes from its file."""
+
+    def __init__(self, served: ServedControlPlane) -> None:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINYARD_")}
+        self.env = {**env, "TRAINYARD_HOME": str(served.home), "TRAINYARD_SERVER": served.url}
+
+    async def __call__(self, *args: str) -> tuple[int, str, str]:
+        process = await asyncio.create_subprocess_exec(
+            *(sys.executable, "-m", "controlplane.cli", "tenants", *args),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=self.env,
+        )
+        stdout, stderr = await asyncio.wait_for(process.communicate(), 60)
+        assert process.returncode is not None
+        return process.returncode, stdout.decode(), stderr.decode()

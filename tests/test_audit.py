@@ -47,6 +47,7 @@ VIEWS = {
     "job_transitions",
     "jobs",
     "restarts",
+    "webhook_attempts",
 }
 
 # --- docs/audit.md ------------------------------------------------------------------------

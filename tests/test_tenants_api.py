@@ -3,12 +3,8 @@ and quota, issue and revoke tokens; bad input writes nothing; documented exit co
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
-import sys
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -16,11 +12,10 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from bench.served import ServedControlPlane
 from controlplane.http.app import create_app
 from controlplane.tenants.auth import Principal, authenticate
 from controlplane.tenants.tokens import PREFIX
-from tests.tenancy import Tokens
+from tests.tenancy import Cli, Tokens
 
 Client = TestClient[web.Request, web.Application]
 
@@ -148,34 +143,6 @@ async def test_every_tenant_route_is_in_the_openapi_document(client: Client) -> 
     assert set(paths["/v1/tenants/{name}/tokens"]) == {"post"}
     assert set(paths["/v1/tenants/{name}/tokens/{token_id}"]) == {"delete"}
     assert set(paths["/metrics"]) == {"get"}
-
-
-class Cli:
-    """`trainyard` as the control plane's operator runs it: TRAINYARD_HOME is the control
-    plane's, so the admin token comes from its file."""
-
-    def __init__(self, served: ServedControlPlane) -> None:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINYARD_")}
-        self.env = {**env, "TRAINYARD_HOME": str(served.home), "TRAINYARD_SERVER": served.url}
-
-    async def __call__(self, *args: str) -> tuple[int, str, str]:
-        process = await asyncio.create_subprocess_exec(
-            *(sys.executable, "-m", "controlplane.cli", "tenants", *args),
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env=self.env,
-        )
-        stdout, stderr = await asyncio.wait_for(process.communicate(), 60)
-        assert process.returncode is not None
-        return process.returncode, stdout.decode(), stderr.decode()
-
-
-@pytest.fixture
-async def cli(db_url: str, tmp_path: Path) -> AsyncIterator[Cli]:
-    served = ServedControlPlane(db_url, tmp_path / "server")
-    await served.start()
-    yield Cli(served)
-    await served.stop()
 
 
 async def test_the_cli_manages_tenants_and_prints_each_token_once(

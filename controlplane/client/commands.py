@@ -274,10 +274,12 @@ async def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     async with _client(args, settings) as client:
         job = await client.request("GET", f"/v1/jobs/{args.job}", not_found=not_found)
         history = await client.request("GET", f"/v1/jobs/{args.job}/history", not_found=not_found)
+    # A server older than webhook notifications sends no `webhooks`.
+    webhooks = history.get("webhooks", [])
     if args.output == "json":
-        _json({"job": job, "history": history["history"]})
+        _json({"job": job, "history": history["history"], "webhooks": webhooks})
     else:
-        print(render.job_status(job, history["history"]))
+        print(render.job_status(job, history["history"], webhooks))
     return 0
 
 

@@ -63,7 +63,11 @@ def nodes_table(nodes: Sequence[Mapping[str, Any]]) -> str:
     return table(["NAME", "STATE", "RUNTIME", "GPUS FREE", "CPUS", "MEMORY MB", "LEASE"], rows)
 
 
-def job_status(job: Mapping[str, Any], history: Sequence[Mapping[str, Any]]) -> str:
+def job_status(
+    job: Mapping[str, Any],
+    history: Sequence[Mapping[str, Any]],
+    webhooks: Sequence[Mapping[str, Any]] = (),
+) -> str:
     checkpoint = job.get("last_checkpoint")
     fields: list[tuple[str, object]] = [
         ("job", job["id"]),
@@ -92,7 +96,29 @@ def job_status(job: Mapping[str, Any], history: Sequence[Mapping[str, Any]]) -> 
         for e in history
     ]
     events = table(["AT", "EVENT", "STATE", "ATTEMPT", "ACTOR", "REASON"], rows)
-    return f"{head}\n\nhistory:\n{events}"
+    text = f"{head}\n\nhistory:\n{events}"
+    if webhooks:
+        attempts = [
+            (
+                w["at"],
+                w["job_event"],
+                w["attempt"],
+                _WEBHOOK_OUTCOMES.get(w["event"], w["event"]),
+                w.get("status"),
+                w.get("error"),
+            )
+            for w in webhooks
+        ]
+        headers = ["AT", "NOTIFIED", "ATTEMPT", "OUTCOME", "STATUS", "ERROR"]
+        text += "\n\nwebhooks:\n" + table(headers, attempts)
+    return text
+
+
+_WEBHOOK_OUTCOMES = {
+    "WebhookDelivered": "delivered",
+    "WebhookAttemptFailed": "retrying",
+    "WebhookFailed": "gave up",
+}
 
 
 def log_text(line: Mapping[str, Any]) -> str:

@@ -23,12 +23,22 @@ log = logging.getLogger(__name__)
 
 
 class LogListener:
-    """One LISTEN connection per process, shared by every reader that waits for new events."""
+    """One LISTEN connection per process, shared by every reader that waits for new events.
+
+    `channel` is `trainyard_events` (appends) unless a reader waits for another hint, as the
+    webhook relay does for new deliveries (`trainyard_webhooks`).
+    """
 
     def __init__(
-        self, url: str, *, poll_interval: float = 1.0, retry_interval: float = 1.0
+        self,
+        url: str,
+        *,
+        channel: str = CHANNEL,
+        poll_interval: float = 1.0,
+        retry_interval: float = 1.0,
     ) -> None:
         self._url = url
+        self.channel = channel
         self.poll_interval = poll_interval
         self._retry_interval = retry_interval
         self._generation = 0
@@ -67,7 +77,9 @@ class LogListener:
                 await self._listen_once()
             except (DatabaseUnavailable, *DATABASE_ERRORS) as exc:
                 # Listening is only a hint: readers poll meanwhile, and are woken below.
-                log.warning("event listener: %s; retrying in %.1fs", exc, self._retry_interval)
+                log.warning(
+                    "listener on %s: %s; retrying in %.1fs", self.channel, exc, self._retry_interval
+                )
             # Whatever happened while we were not listening, readers must look again.
             self.wake()
             with contextlib.suppress(TimeoutError):
@@ -81,7 +93,7 @@ class LogListener:
         self._dropped.clear()
         conn.add_termination_listener(lambda _: self._dropped.set())
         try:
-            await conn.add_listener(CHANNEL, self._on_notify)
+            await conn.add_listener(self.channel, self._on_notify)
             self.connection = conn
             self.connected.set()
             # Catch up on what committed before LISTEN took effect.
@@ -94,7 +106,7 @@ class LogListener:
                 stop.cancel()
                 dropped.cancel()
             if self._dropped.is_set():
-                log.warning("event listener: connection dropped; reconnecting")
+                log.warning("listener on %s: connection dropped; reconnecting", self.channel)
         finally:
             self.connected.clear()
             self.connection = None

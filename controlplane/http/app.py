@@ -15,7 +15,7 @@ from controlplane.database import create_pool
 from controlplane.events.hub import StreamHub
 from controlplane.events.store import EventStore
 from controlplane.events.subscription import LogListener
-from controlplane.http import jobs, logs, metrics, nodes, scrape, tenants
+from controlplane.http import jobs, logs, metrics, nodes, scrape, tenants, webhooks
 from controlplane.http.keys import (
     BACKGROUND,
     DATABASE_URL,
@@ -28,6 +28,8 @@ from controlplane.http.keys import (
     PROJECTIONS,
     SSE_HEARTBEAT_S,
     STORE,
+    WEBHOOK_CONFIG,
+    WEBHOOKS,
 )
 from controlplane.http.openapi import document
 from controlplane.http.tracing import tracing_middleware
@@ -36,15 +38,21 @@ from controlplane.projections.catalog import all_projections
 from controlplane.projections.runner import ProjectionRunner
 from controlplane.queries import Q
 from controlplane.tenants.auth import auth_middleware
+from controlplane.webhooks.relay import RelayConfig, WebhookRelay
 
 log = logging.getLogger(__name__)
 
 
 def create_app(
-    database_url: str, *, poll_interval: float = 1.0, sse_heartbeat_s: float = 15.0
+    database_url: str,
+    *,
+    poll_interval: float = 1.0,
+    sse_heartbeat_s: float = 15.0,
+    relay: RelayConfig | None = None,
 ) -> web.Application:
     app = web.Application(middlewares=[tracing_middleware, auth_middleware])
     app[DATABASE_URL] = database_url
+    app[WEBHOOK_CONFIG] = relay or RelayConfig()
     app[LISTENER] = LogListener(database_url, poll_interval=poll_interval)
     app[SSE_HEARTBEAT_S] = sse_heartbeat_s
     app.cleanup_ctx.append(_database)
@@ -60,6 +68,7 @@ def create_app(
     nodes.add_routes(app)
     scrape.add_routes(app)
     tenants.add_routes(app)
+    webhooks.add_routes(app)
     return app
 
 
@@ -71,6 +80,7 @@ async def _database(app: web.Application) -> AsyncIterator[None]:
     app[JOBS] = Jobs(store)
     app[MANAGER] = LifecycleManager(app[DATABASE_URL], pool, store)
     app[GAUGES] = ClusterGauges(pool)
+    app[WEBHOOKS] = WebhookRelay(app[DATABASE_URL], pool, store, app[WEBHOOK_CONFIG])
     yield
     await store.close()
     await pool.close()
@@ -78,9 +88,9 @@ async def _database(app: web.Application) -> AsyncIterator[None]:
 
 async def _background(app: web.Application) -> AsyncIterator[None]:
     """The log listener, the projection runner, the SSE hub, the lifecycle manager and the
-    cluster gauges: siblings that stop together."""
+    cluster gauges and webhook relay: siblings that stop together."""
     listener, projections, hub, manager = app[LISTENER], app[PROJECTIONS], app[HUB], app[MANAGER]
-    gauges = app[GAUGES]
+    gauges, relay = app[GAUGES], app[WEBHOOKS]
 
     async def supervise() -> None:
         try:
@@ -90,6 +100,7 @@ async def _background(app: web.Application) -> AsyncIterator[None]:
                 group.create_task(hub.run(), name="sse-hub")
                 group.create_task(manager.run(), name="lifecycle-manager")
                 group.create_task(gauges.run(), name="cluster-gauges")
+                group.create_task(relay.run(), name="webhook-relay")
         except Exception:
             # The server keeps answering, but /readyz now says "not ready", so a load
             # balancer or supervisor takes this replica out of service.
@@ -101,6 +112,7 @@ async def _background(app: web.Application) -> AsyncIterator[None]:
     hub.stop()
     manager.stop()
     gauges.stop()
+    relay.stop()
     listener.stop()
     projections.stop()
     listener.wake()  # the runner and the hub wait on the listener: let them see their flags

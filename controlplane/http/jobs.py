@@ -17,7 +17,8 @@ from controlplane.events.hub import Lagged
 from controlplane.events.metadata import Metadata
 from controlplane.events.store import RecordedEvent
 from controlplane.http.errors import error, validation_error
-from controlplane.http.keys import HUB, JOBS, POOL, SSE_HEARTBEAT_S
+from controlplane.http.keys import HUB, JOBS, POOL, SSE_HEARTBEAT_S, STORE
+from controlplane.http.webhooks import delivery_history
 from controlplane.instruments import sse_client
 from controlplane.jobs.events import JobEvent
 from controlplane.jobs.lifecycle import (
@@ -34,7 +35,7 @@ from controlplane.jobs.projection import reason
 from controlplane.jobs.service import IdempotencyMismatch, now
 from controlplane.jobs.streams import job_stream
 from controlplane.queries import Q
-from controlplane.tenants.auth import Principal, principal
+from controlplane.tenants.auth import Principal, acting_tenant, principal
 
 MAX_PAGE = 500
 
@@ -115,7 +116,7 @@ async def submit(request: web.Request) -> web.Response:
         manifest = JobManifest.model_validate(body)
     except ValidationError as exc:
         raise validation_error(exc) from exc
-    tenant = _submitting_tenant(who, request.query.get("tenant"))
+    tenant = acting_tenant(who, request.query.get("tenant"), "submits")
     if not await request.app[POOL].fetchval(Q["tenant_exists"], tenant):
         raise error(422, f"no tenant named {tenant!r}", field="tenant")
     key = request.headers.get("Idempotency-Key")
@@ -131,20 +132,6 @@ async def submit(request: web.Request) -> web.Response:
     if not created:
         headers["Idempotent-Replayed"] = "true"
     return web.json_response(job_view(job, await _live_nodes(request)), status=201, headers=headers)
-
-
-def _submitting_tenant(who: Principal, requested: str | None) -> str:
-    """A tenant submits as itself; an admin names the tenant with `?tenant=`."""
-    if who.is_admin:
-        if not requested:
-            raise error(
-                400, "an admin submits on behalf of a tenant: add ?tenant=NAME", field="tenant"
-            )
-        return requested
-    assert who.tenant is not None
-    if requested not in (None, who.tenant):
-        raise error(403, f"a tenant's token submits only as {who.tenant!r}", field="tenant")
-    return who.tenant
 
 
 async def list_jobs(request: web.Request) -> web.Response:
@@ -236,7 +223,9 @@ async def get_history(request: web.Request) -> web.Response:
     for recorded in await request.app[JOBS].history(job.job_id):
         state = evolve(state, _job_event(recorded))
         entries.append(_history_entry(recorded, state))
-    return web.json_response({"id": str(job.job_id), "history": entries})
+    # The notifications of the job's events, from a stream of their own (see webhooks.streams).
+    deliveries = await delivery_history(request.app[STORE], job.job_id)
+    return web.json_response({"id": str(job.job_id), "history": entries, "webhooks": deliveries})
 
 
 def _job_event(recorded: RecordedEvent) -> JobEvent:

@@ -70,7 +70,87 @@ _HISTORY = {
                 },
             },
         },
+        "webhooks": {
+            "type": "array",
+            "description": "every attempt to deliver the job's notifications, in the order "
+            "they ended (from the stream webhook-<job_id>)",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "version": {"type": "integer"},
+                    "position": {"type": "integer"},
+                    "event": {
+                        "type": "string",
+                        "enum": ["WebhookDelivered", "WebhookAttemptFailed", "WebhookFailed"],
+                        "description": "delivered (2xx); failed and retried at retry_at; "
+                        "failed on the last attempt (given up)",
+                    },
+                    "delivery_id": {"type": "string", "format": "uuid"},
+                    "job_event": {"type": "string"},
+                    "job_event_position": {"type": "integer"},
+                    "attempt": {"type": "integer"},
+                    "started_at": {"type": "string", "format": "date-time"},
+                    "at": {"type": "string", "format": "date-time"},
+                    "status": {"type": ["integer", "null"]},
+                    "error": {"type": "string"},
+                    "retry_at": {"type": "string", "format": "date-time"},
+                },
+            },
+        },
     },
+}
+_SECRETS = {
+    "type": "object",
+    "properties": {
+        "tenant": {"type": "string"},
+        "secrets": {
+            "type": "array",
+            "description": "the secrets deliveries are signed with now, the current one first",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "id": {"type": "string"},
+                    "secret": {"type": "string"},
+                    "created_at": {"type": "string", "format": "date-time"},
+                    "valid_until": {
+                        "type": ["string", "null"],
+                        "format": "date-time",
+                        "description": "null for the current secret; for a replaced one, the "
+                        "end of its grace period",
+                    },
+                },
+            },
+        },
+    },
+}
+_ISSUED_SECRET = {
+    "type": "object",
+    "properties": {
+        "tenant": {"type": "string"},
+        "id": {"type": "string"},
+        "secret": {"type": "string"},
+        "created_at": {"type": "string", "format": "date-time"},
+        "previous_valid_until": {
+            "type": ["string", "null"],
+            "format": "date-time",
+            "description": "until when the replaced secret signs deliveries too",
+        },
+    },
+}
+_NOTIFICATION = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "string", "format": "uuid", "description": "the delivery id"},
+        "type": {"type": "string", "enum": ["JobRestarted", "JobFailed", "JobCompleted"]},
+        "job_id": {"type": "string", "format": "uuid"},
+        "job_name": {"type": "string"},
+        "tenant": {"type": "string"},
+        "position": {"type": "integer", "description": "the event's place in the global log"},
+        "version": {"type": "integer", "description": "the event's version in the job"},
+        "at": {"type": "string", "format": "date-time"},
+        "data": {"type": "object", "description": "the event's fields"},
+    },
+    "required": ["id", "type", "job_id", "job_name", "tenant", "position", "version", "at", "data"],
 }
 
 
@@ -166,6 +246,8 @@ def _param(name: str, where: str, description: str, schema: dict[str, Any]) -> d
 
 
 _JOB_ID = {**_param("job_id", "path", "the job's id", {"type": "string"}), "required": True}
+_STRING = {"type": "string"}
+_TENANT = _param("tenant", "query", "admins only: the tenant", _STRING)
 
 
 def _schemas(*models: type[BaseModel]) -> dict[str, Any]:
@@ -196,6 +278,30 @@ def document() -> dict[str, Any]:
                 "JobView": _job_view_schema(),
                 "Error": _ERROR,
             },
+        },
+        "webhooks": {
+            "jobEvent": {
+                "post": {
+                    "summary": "A job restarted, failed or completed (sent to its webhook_url)",
+                    "description": "At least once: answer 2xx to acknowledge, and dedupe on "
+                    "Trainyard-Delivery-Id. Anything else (or no answer within 10 s; redirects "
+                    "are not followed) is retried with exponential backoff, up to 12 attempts. "
+                    "Verify Trainyard-Signature (t=<unix>,v1=<hex>[,v1=...]): HMAC-SHA256 with "
+                    "the tenant's webhook secret of '<t>.' + the raw body; accept if any v1 "
+                    "matches and t is recent.",
+                    "parameters": [
+                        _param("Trainyard-Signature", "header", "the signature", _STRING),
+                        _param("Trainyard-Delivery-Id", "header", "dedupe on it", _STRING),
+                        _param("Trainyard-Event", "header", "the event's type", _STRING),
+                        _param("Trainyard-Attempt", "header", "from 1", {"type": "integer"}),
+                    ],
+                    "requestBody": {
+                        "required": True,
+                        "content": {"application/json": {"schema": _NOTIFICATION}},
+                    },
+                    "responses": {"2XX": {"description": "received"}},
+                }
+            }
         },
         "paths": {
             "/healthz": {
@@ -301,7 +407,8 @@ def document() -> dict[str, Any]:
             },
             "/v1/jobs/{job_id}/history": {
                 "get": {
-                    "summary": "Every event of the job with its time, actor and reason",
+                    "summary": "Every event of the job with its time, actor and reason, and "
+                    "every attempt to deliver its webhook notifications",
                     "security": secured,
                     "parameters": [_JOB_ID],
                     "responses": {"200": _json("the history", _HISTORY), **_errors(401, 404)},
@@ -357,6 +464,36 @@ def document() -> dict[str, Any]:
                     "security": secured,
                     "responses": {"200": _json("the nodes", _NODES), **_errors(401)},
                 }
+            },
+            "/v1/webhook-secret": {
+                "get": {
+                    "summary": "The tenant's webhook signing secrets",
+                    "security": secured,
+                    "parameters": [_TENANT],
+                    "responses": {
+                        "200": _json("the secrets", _SECRETS),
+                        **_errors(400, 401, 403, 404, e404="no secret issued yet"),
+                    },
+                },
+                "post": {
+                    "summary": "Issue a new webhook signing secret (rotate)",
+                    "description": "The secret it replaces keeps signing deliveries too for "
+                    "24 hours (one v1 per secret in Trainyard-Signature).",
+                    "security": secured,
+                    "parameters": [_TENANT],
+                    "responses": {
+                        "201": _json("the new secret", _ISSUED_SECRET),
+                        **_errors(
+                            400,
+                            401,
+                            403,
+                            404,
+                            409,
+                            e404="no such tenant",
+                            e409="the tenant kept changing; retry",
+                        ),
+                    },
+                },
             },
             "/v1/jobs/{job_id}/checkpoint": {
                 "post": {

@@ -6,7 +6,8 @@ from controlplane.jobs.projection import JobsProjection
 from controlplane.projections.base import Projection
 from controlplane.projections.streams import StreamsProjection
 from controlplane.tenants.projection import TenantsProjection
+from controlplane.webhooks.outbox import WebhookOutbox
 
 
 def all_projections() -> list[Projection]:
-    return [StreamsProjection(), JobsProjection(), TenantsProjection()]
+    return [StreamsProjection(), JobsProjection(), TenantsProjection(), WebhookOutbox()]

@@ -123,8 +123,16 @@ class ProjectionRunner:
         One transaction: readers (token checks, job lists) see the old tables until the new
         ones commit, never an empty or half-built projection. Rows are deleted, not truncated,
         because TRUNCATE would lock readers out for the whole replay.
+
+        A projection that owns no tables (an outbox, whose rows are side effects to carry out,
+        not a view to rebuild) is refused with ValueError: replaying it would redo them.
         """
         projection = self.projections[name]
+        if not projection.tables:
+            raise ValueError(
+                f"projection {name} owns no tables to rebuild (it is an outbox: replaying the "
+                "log into it would send old notifications again)"
+            )
         total = 0
         async with self._pool.acquire() as conn, conn.transaction():
             # Wait for a running batch (here or in another replica) instead of skipping.

@@ -13,6 +13,7 @@ from aiohttp import hdrs, web
 from aiohttp.typedefs import Handler
 
 from controlplane.database import Executor
+from controlplane.http.errors import error
 from controlplane.http.keys import POOL
 from controlplane.queries import Q
 from controlplane.tenants.tokens import PREFIX, token_sha256
@@ -38,6 +39,21 @@ class Principal:
 
 
 PRINCIPAL = web.RequestKey("principal", Principal)
+
+
+def acting_tenant(who: Principal, requested: str | None, action: str) -> str:
+    """The tenant a request acts for: a tenant acts as itself; an admin names the tenant with
+    `?tenant=` (`requested`). `action` completes the error messages ("submits", ...)."""
+    if who.is_admin:
+        if not requested:
+            raise error(
+                400, f"an admin {action} on behalf of a tenant: add ?tenant=NAME", field="tenant"
+            )
+        return requested
+    assert who.tenant is not None
+    if requested not in (None, who.tenant):
+        raise error(403, f"a tenant's token {action} only as {who.tenant!r}", field="tenant")
+    return who.tenant
 
 
 def principal(request: web.Request) -> Principal:

@@ -101,6 +101,16 @@ def add_commands(commands: argparse._SubParsersAction[Any]) -> None:
     )
     revoke.set_defaults(handler=cmd_revoke)
 
+    secret = add(
+        "webhook-secret",
+        "issue a new webhook signing secret for a tenant",
+        "Issue a new secret that signs the tenant's webhook deliveries and print it on stdout. "
+        "The secret it replaces keeps signing them too for 24 hours, so that receivers can "
+        "switch. The tenant reads its secrets with GET /v1/webhook-secret.",
+    )
+    secret.add_argument("name", type=_name, metavar="NAME", help="the tenant")
+    secret.set_defaults(handler=cmd_webhook_secret)
+
 
 def _share_options(command: argparse.ArgumentParser, *, creating: bool) -> None:
     command.add_argument(
@@ -184,6 +194,20 @@ async def cmd_revoke(args: argparse.Namespace, settings: Settings) -> int:
     async with _client(args, settings) as client:
         await client.request("DELETE", f"/v1/tenants/{args.name}/tokens/{args.token_id}")
     print(f"revoked token {args.token_id} of tenant {args.name}")
+    return 0
+
+
+async def cmd_webhook_secret(args: argparse.Namespace, settings: Settings) -> int:
+    async with _client(args, settings) as client:
+        # Tenant names are lowercase letters, digits and '-': safe in a query as they are.
+        issued = await client.request("POST", f"/v1/webhook-secret?tenant={args.name}")
+    print(issued["secret"])
+    until = issued["previous_valid_until"]
+    previous = f"; the previous one signs deliveries too until {until}" if until else ""
+    print(
+        f"issued webhook secret {issued['id']} for tenant {args.name}{previous}",
+        file=sys.stderr,
+    )
     return 0
 
 

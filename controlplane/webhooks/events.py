@@ -1,0 +1,57 @@
+"""The events of webhook notifications: a tenant's secret rotated (on `tenant-<name>`), and each
+delivery attempt's outcome (on `webhook-<job_id>`, beside the job's own stream, see `streams`)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from uuid import UUID
+
+from pydantic import Field
+
+from controlplane.events.types import Event, registry
+from controlplane.tenants.events import TenantEvent
+
+
+@registry.register("WebhookSecretRotated")
+class WebhookSecretRotated(TenantEvent):
+    """The tenant's webhook signing secret was replaced; the secret itself is never an event."""
+
+    secret_id: str
+    previous_valid_until: datetime | None = Field(
+        description="until when deliveries are also signed with the secret it replaced"
+    )
+
+
+class WebhookAttempt(Event):
+    """One attempt to POST a notification of one job event to the job's webhook_url."""
+
+    delivery_id: UUID = Field(description="the delivery; receivers dedupe on it")
+    job_event: str = Field(description="the event notified: JobRestarted, JobFailed, ...")
+    job_event_position: int = Field(description="its position in the global log")
+    attempt: int = Field(description="the attempt's number, from 1")
+    started_at: datetime
+    at: datetime = Field(description="when the attempt ended")
+    status: int | None = Field(description="the receiver's HTTP status; None when none came")
+
+
+@registry.register("WebhookDelivered")
+class WebhookDelivered(WebhookAttempt):
+    """The receiver answered 2xx."""
+
+
+@registry.register("WebhookAttemptFailed")
+class WebhookAttemptFailed(WebhookAttempt):
+    """The attempt failed and the delivery is tried again, not before `retry_at` (backoff)."""
+
+    error: str
+    retry_at: datetime
+
+
+@registry.register("WebhookFailed")
+class WebhookFailed(WebhookAttempt):
+    """The last allowed attempt failed: the delivery is given up."""
+
+    error: str
+
+
+AttemptOutcome = WebhookDelivered | WebhookAttemptFailed | WebhookFailed
