@@ -88,8 +88,8 @@ def plan(
             if (f.job_id, f.attempt, f.epoch) == (job_id, attempt, epoch)
         }
         resume.append(Resumed(claim, running))
-    kept = {id(f) for r in resume for f in r.running.values()}
-    return Plan(resume, release, [f for f in found if id(f) not in kept])
+    kept = {f for r in resume for f in r.running.values()}
+    return Plan(resume, release, [f for f in found if f not in kept])
 
 
 def _runs(job: Job, attempt: int, epoch: int) -> bool:
