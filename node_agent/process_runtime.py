@@ -12,31 +12,20 @@ import os
 import resource
 import signal
 from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime
 
-from node_agent.runtime import ExitStatus, Learner, LearnerSpec, LearnerStartError, Stream
+from node_agent.runtime import (
+    ExitStatus,
+    Learner,
+    LearnerLine,
+    LearnerSpec,
+    LearnerStartError,
+    Stream,
+    learner_env,
+)
 
 LINE_LIMIT = 1 << 20
 """Longest line read at once; longer output arrives in pieces (and the log store splits)."""
-
-
-def learner_env(spec: LearnerSpec) -> dict[str, str]:
-    """The learner's environment: the manifest's, then Trainyard's (which wins)."""
-    visible = ",".join(spec.gpus)
-    return {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "HOME": str(spec.workdir),
-        "LANG": "C.UTF-8",
-        # Unbuffered, so that lines (and protocol reports) arrive as they are written.
-        "PYTHONUNBUFFERED": "1",
-        **spec.env,
-        # Exactly this learner's GPUs; an empty value hides every GPU from CUDA.
-        "CUDA_VISIBLE_DEVICES": visible,
-        "NVIDIA_VISIBLE_DEVICES": visible or "void",
-        "TRAINYARD_JOB_ID": str(spec.job_id),
-        "TRAINYARD_ATTEMPT": str(spec.attempt),
-        "TRAINYARD_LEARNER": str(spec.learner),
-        "TRAINYARD_EPOCH": str(spec.epoch),
-    }
 
 
 def _limits(memory_mb: int) -> Callable[[], None]:
@@ -59,8 +48,8 @@ class ProcessLearner:
     def pid(self) -> int:
         return self._process.pid
 
-    async def lines(self) -> AsyncIterator[tuple[Stream, str]]:
-        queue: asyncio.Queue[tuple[Stream, str] | None] = asyncio.Queue(maxsize=1024)
+    async def lines(self) -> AsyncIterator[LearnerLine]:
+        queue: asyncio.Queue[LearnerLine | None] = asyncio.Queue(maxsize=1024)
         assert self._process.stdout is not None and self._process.stderr is not None
         readers = [
             asyncio.create_task(_pump("stdout", self._process.stdout, queue)),
@@ -92,9 +81,12 @@ class ProcessLearner:
                 # would otherwise get it twice) and reports what happened.
                 os.kill(self._process.pid, sig)
 
+    async def remove(self) -> None:
+        """Nothing to remove: the ended process is reaped, its files are the node's."""
+
 
 async def _pump(
-    stream: Stream, reader: asyncio.StreamReader, queue: asyncio.Queue[tuple[Stream, str] | None]
+    stream: Stream, reader: asyncio.StreamReader, queue: asyncio.Queue[LearnerLine | None]
 ) -> None:
     while True:
         try:
@@ -105,7 +97,8 @@ async def _pump(
             raw = await reader.readexactly(exc.consumed)  # a piece of a very long line
         if not raw:
             break
-        await queue.put((stream, raw.decode("utf-8", "replace").rstrip("\n")))
+        text = raw.decode("utf-8", "replace").rstrip("\n")
+        await queue.put(LearnerLine(stream, text, datetime.now(UTC)))
     await queue.put(None)  # this stream has ended
 
 
@@ -118,7 +111,7 @@ class ProcessRuntime:
             process = await asyncio.create_subprocess_exec(
                 *spec.command,
                 cwd=spec.workdir,
-                env=learner_env(spec),
+                env=learner_env(spec, path=os.environ.get("PATH", "/usr/bin:/bin")),
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,

@@ -11,7 +11,7 @@ from node_agent.agent import Agent, AgentConfig
 from node_agent.inventory import open_inventory
 from node_agent.log_shipper import LogShipper
 from node_agent.log_sink import NumberedSink
-from node_agent.process_runtime import ProcessRuntime
+from node_agent.runtimes import open_runtime
 
 log = logging.getLogger("node_agent")
 
@@ -34,26 +34,11 @@ async def run_agent(
     pool = await create_pool(url, min_size=2, max_size=6)
     listener = LogListener(url, poll_interval=config.poll_s)
     shipper = LogShipper(pool)
-    agent = Agent(config, pool, listener, inventory, ProcessRuntime(), NumberedSink(shipper.add))
     try:
-        await agent.register()
-        if registered is not None:
-            registered.set()
-        async with asyncio.TaskGroup() as group:
-            group.create_task(listener.run(), name="listener")
-            shipping = group.create_task(shipper.run(), name="log-shipper")
-            working = group.create_task(agent.run(), name="agent")
-            stopping = asyncio.ensure_future(stop.wait())
-            # Until asked to stop, or until the agent stops by itself (its lease was lost).
-            await asyncio.wait({working, stopping}, return_when=asyncio.FIRST_COMPLETED)
-            stopping.cancel()
-            agent.stop()
-            # The agent's learners have ended (and their jobs went back to the queue) before
-            # the last lines are shipped and the listener closes.
-            await working
-            shipper.stop()
-            await shipping
-            listener.stop()
+        async with open_runtime(config.runtime, request_gpus=config.request_gpus) as runtime:
+            sink = NumberedSink(shipper.add, shipper.flush)
+            agent = Agent(config, pool, listener, inventory, runtime, sink)
+            await _serve(agent, listener, shipper, stop, registered)
     finally:
         await pool.close()
         inventory.close()
@@ -62,3 +47,30 @@ async def run_agent(
             f"node {config.name} lost its lease (declared LOST; its jobs were restarted "
             "elsewhere); its learners were killed. Restart the agent to rejoin."
         )
+
+
+async def _serve(
+    agent: Agent,
+    listener: LogListener,
+    shipper: LogShipper,
+    stop: asyncio.Event,
+    registered: asyncio.Event | None,
+) -> None:
+    await agent.register()
+    if registered is not None:
+        registered.set()
+    async with asyncio.TaskGroup() as group:
+        group.create_task(listener.run(), name="listener")
+        shipping = group.create_task(shipper.run(), name="log-shipper")
+        working = group.create_task(agent.run(), name="agent")
+        stopping = asyncio.ensure_future(stop.wait())
+        # Until asked to stop, or until the agent stops by itself (its lease was lost).
+        await asyncio.wait({working, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        stopping.cancel()
+        agent.stop()
+        # The agent's learners have ended (and their jobs went back to the queue) before
+        # the last lines are shipped and the listener closes.
+        await working
+        shipper.stop()
+        await shipping
+        listener.stop()
