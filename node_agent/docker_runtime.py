@@ -15,7 +15,7 @@ import logging
 import os
 import signal
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
@@ -95,7 +95,7 @@ class DockerLearner:
     def id(self) -> str:
         return self._container.id
 
-    async def lines(self, since: datetime | None = None) -> AsyncIterator[LearnerLine]:
+    async def lines(self, since: datetime | None = None) -> AsyncGenerator[LearnerLine, None]:
         """Its output, from the start or from `since` (inclusive: a line written at that very
         instant comes again), until the container stops."""
         seen = _Seen()
