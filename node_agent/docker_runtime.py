@@ -117,6 +117,9 @@ class DockerLearner:
             # Exactly (a float's rounding could skip the line at `since`).
             seconds = calendar.timegm(since.utctimetuple())
             params["since"] = f"{seconds}.{since.microsecond:06d}"
+        # The raw response, through aiodocker's request helper: its public `log()` merges
+        # stdout and stderr into one stream and drops bytes that are not UTF-8, and the agent
+        # needs both kept (stdout carries the launcher's reports).
         async with self._docker._query(
             f"containers/{self.id}/logs",
             params=params,

@@ -31,10 +31,10 @@ from controlplane.tenants.service import create_tenant
 from tests.cluster import Plane, RunningAgent, agent_config
 from tests.docker_engine import (
     Engine,
-    check_engine,
     docker_agent_config,
     node_name,
     remove_containers_of,
+    require_engine,
 )
 from tests.tenancy import Tokens
 
@@ -182,7 +182,7 @@ async def agent(plane: Plane, tmp_path: Path) -> AsyncIterator[RunningAgent]:
 @pytest.fixture(scope="session")
 def docker_engine() -> Engine:
     """A Docker engine with the project's images (see tests/docker_engine.py)."""
-    return check_engine()
+    return require_engine()
 
 
 @pytest.fixture

@@ -5,6 +5,7 @@ failure. Elsewhere they skip, with one line saying why."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import subprocess
 import uuid
@@ -34,17 +35,27 @@ class Engine:
 def unavailable(reason: str) -> NoReturn:
     if os.environ.get("CI"):
         pytest.fail(f"{reason}; on CI the Docker tests must run (./dev test sets Docker up)")
-    pytest.skip(f"{reason} (./dev test as root sets Docker up)")
+    pytest.skip(f"{reason} (./dev test as root sets Docker up)", allow_module_level=True)
 
 
-def check_engine() -> Engine:
-    """The engine, with the project's images; skip or fail (see above) without them."""
+def require_engine() -> Engine:
+    """The engine, with the project's images. Called at the top of each Docker test module:
+    without them the module skips (every module on one line, this one's) or, on CI, fails."""
+    found = _engine()
+    if isinstance(found, str):
+        unavailable(found)
+    return found
+
+
+@functools.cache
+def _engine() -> Engine | str:
+    """The engine, or why there is none; looked for once per test session."""
     if not asyncio.run(docker_answers()):
-        unavailable("no Docker engine answers")
+        return "no Docker engine answers"
     for image in (LEARNER_IMAGE, PROJECT_IMAGE):
         found = subprocess.run(["docker", "image", "inspect", image], capture_output=True)
         if found.returncode != 0:
-            unavailable(f"no {image} image (images/build.sh builds it)")
+            return f"no {image} image (images/build.sh builds it)"
     return Engine(gpu_driver=asyncio.run(_has_gpu_driver()))
 
 

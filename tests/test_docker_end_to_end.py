@@ -21,7 +21,9 @@ from testcontainers.core.wait_strategies import LogMessageWaitStrategy
 from bench.served import free_port
 from node_agent.images import LEARNER_IMAGE, PROJECT_IMAGE
 from tests.cluster import Plane, RunningAgent
-from tests.docker_engine import Engine, containers_of, docker_agent_config
+from tests.docker_engine import Engine, containers_of, docker_agent_config, require_engine
+
+require_engine()  # or the whole module skips (on CI: fails)
 
 SOCKET_DIR = "/run/postgresql"
 """Where the control plane's container finds a Postgres that listens on a Unix socket only

@@ -14,12 +14,21 @@ from uuid import uuid4
 import aiodocker
 import pytest
 
+from node_agent.cli import choose_runtime
 from node_agent.containers import LEARNER_UID, PIDS_LIMIT, LearnerLabels
 from node_agent.docker_runtime import DockerLearner, DockerRuntime
 from node_agent.images import LEARNER_IMAGE
 from node_agent.runtime import ExitStatus, LearnerSpec, LearnerStartError, Mount
-from tests.docker_engine import Engine, containers_of, kill_from_outside, require_gpu_driver
+from tests.docker_engine import (
+    Engine,
+    containers_of,
+    kill_from_outside,
+    require_engine,
+    require_gpu_driver,
+)
 from tests.test_agent import SIGNALLED
+
+require_engine()  # or the whole module skips (on CI: fails)
 
 GPUS = ["GPU-0b6b7c4e-0000-4000-8000-000000000001", "GPU-0b6b7c4e-0000-4000-8000-000000000002"]
 
@@ -293,3 +302,8 @@ async def test_signals_reach_the_learner_in_order(
     assert rest == ["checkpoint requested", "terminating"]
     assert await asyncio.wait_for(learner.wait(), 10) == ExitStatus(code=0)
     await learner.remove()
+
+
+async def test_an_agent_not_told_otherwise_runs_learners_in_containers() -> None:
+    assert (await choose_runtime(None))[0] == "docker"
+    assert await choose_runtime("process") == ("process", "--runtime")
