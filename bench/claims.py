@@ -280,28 +280,36 @@ class _Timeline:
 
 
 async def _latency(url: str, say: Say) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as work:
+        config = AgentConfig(
+            name="bench-agent",
+            work_dir=Path(work),
+            cpus=64,
+            memory_mb=1 << 20,
+            launcher=(sys.executable, "-m", "runners.launch"),
+        )
+        return await submit_latency(url, config, NO_OP, say)
+
+
+async def submit_latency(
+    url: str, config: AgentConfig, job: JobManifest, say: Say
+) -> dict[str, Any]:
+    """LATENCY_JOBS copies of `job` submitted steadily to one real agent (`config`, two fake
+    GPUs) on the database at `url`: each stage's p50 and p99 (see the module's note)."""
     async with _plane(url, all_projections(), 6) as plane:
         plane.start()
-        with tempfile.TemporaryDirectory() as work:
-            stop, registered = asyncio.Event(), asyncio.Event()
-            config = AgentConfig(
-                name="bench-agent",
-                work_dir=Path(work),
-                cpus=64,
-                memory_mb=1 << 20,
-                launcher=(sys.executable, "-m", "runners.launch"),
-            )
-            agent = asyncio.create_task(
-                run_agent(url, config, fake_gpus=2, stop=stop, registered=registered)
-            )
-            try:
-                await until_registered(agent, registered)
-                say(f"latency: {LATENCY_JOBS} jobs at {LATENCY_RATE:g}/s to one agent ...")
-                timelines = await _submit_steadily(plane)
-                await _until_completed(plane.pool, len(timelines))
-            finally:
-                stop.set()
-                await asyncio.wait_for(agent, 30)
+        stop, registered = asyncio.Event(), asyncio.Event()
+        agent = asyncio.create_task(
+            run_agent(url, config, fake_gpus=2, stop=stop, registered=registered)
+        )
+        try:
+            await until_registered(agent, registered)
+            say(f"latency: {LATENCY_JOBS} jobs at {LATENCY_RATE:g}/s to one agent ...")
+            timelines = await _submit_steadily(plane, job)
+            await _until_completed(plane.pool, len(timelines))
+        finally:
+            stop.set()
+            await asyncio.wait_for(agent, 30)
         for job_id, timeline in timelines.items():
             for recorded in await plane.store.read_stream(job_stream(job_id)):
                 timeline.at[recorded.event.type_name] = recorded.recorded_at
@@ -312,19 +320,19 @@ async def _latency(url: str, say: Say) -> dict[str, Any]:
     }
     for name, start, end in STAGES:
         durations = [timeline.between(start, end) for timeline in timelines.values()]
-        result[f"{name}_p50_ms"] = _ms(statistics.median(durations))
-        result[f"{name}_p99_ms"] = _ms(_p99(durations))
+        result[f"{name}_p50_ms"] = ms(statistics.median(durations))
+        result[f"{name}_p99_ms"] = ms(p99(durations))
     return result
 
 
-async def _submit_steadily(plane: _Plane) -> dict[UUID, _Timeline]:
+async def _submit_steadily(plane: _Plane, manifest: JobManifest) -> dict[UUID, _Timeline]:
     timelines: dict[UUID, _Timeline] = {}
     watchers: list[asyncio.Task[None]] = []
     start = time.perf_counter()
     for i in range(LATENCY_JOBS):
         await asyncio.sleep(max(0.0, start + i / LATENCY_RATE - time.perf_counter()))
         before = datetime.now(UTC)
-        job, _ = await plane.jobs.submit(TENANT, NO_OP, USER)
+        job, _ = await plane.jobs.submit(TENANT, manifest, USER)
         timeline = timelines[job.job_id] = _Timeline({SUBMIT: before})
         watchers.append(asyncio.create_task(_watch_queue(plane.pool, job.job_id, timeline)))
     await asyncio.gather(*watchers)
@@ -490,9 +498,9 @@ async def _concurrently(count: int, call: Callable[[], Awaitable[object]]) -> No
     await asyncio.gather(*(client() for _ in range(CONCURRENCY)))
 
 
-def _ms(seconds: float) -> float:
+def ms(seconds: float) -> float:
     return round(seconds * 1000, 1)
 
 
-def _p99(values: list[float]) -> float:
+def p99(values: list[float]) -> float:
     return statistics.quantiles(values, n=100)[98] if len(values) > 1 else values[0]

@@ -11,7 +11,9 @@ itself, against running the same script by hand.
   every line shipped to Postgres), started before the submit and stopped once the job is
   COMPLETED. Its metrics are read back as users read them (`read_metrics`), its checkpoints
   from its CheckpointSaved events.
-- docker: not measured yet; a reason says why.
+- docker: the same through the system with the Docker runtime, the example run in the learner
+  image (its own Python and torch, in a container limited to the machine's CPUs and memory);
+  when no engine answers or the image is missing, a reason says so instead.
 - checkpoint: the median `duration_s` and `size_bytes` of the `checkpoint_saved` reports of
   every run (both sides save the same state).
 
@@ -48,6 +50,7 @@ from uuid import UUID
 
 import asyncpg
 
+from bench.docker import learner_image_missing
 from bench.scratch import scratch_database
 from bench.served import until_registered
 from controlplane.database import create_pool
@@ -64,7 +67,8 @@ from controlplane.projections.catalog import all_projections
 from controlplane.projections.runner import ProjectionRunner
 from controlplane.tenants.service import create_tenant
 from node_agent.agent import AgentConfig
-from node_agent.cli import machine_memory_mb
+from node_agent.cli import LAUNCHERS, machine_memory_mb
+from node_agent.images import LEARNER_IMAGE
 from node_agent.service import run_agent
 from runners import config as runner_env
 from runners import protocol
@@ -82,9 +86,6 @@ JOB_POLL_S = 1.0
 WAIT_S = 600.0
 DEVICE = "cpu"
 """The example trains on the CPU, one thread (it sets torch's thread count itself)."""
-NO_DOCKER = (
-    "no Docker runtime in this build: the node agent runs learners with the process runtime only"
-)
 
 TENANT = "bench"
 USER = Metadata(actor="bench", tenant=TENANT)
@@ -100,15 +101,19 @@ async def run(url: str, *, steps: int, rounds: int, progress: bool = False) -> d
 
     bare: list[_Run] = []
     process: list[_Run] = []
+    docker: list[_Run] = []
+    no_docker = await learner_image_missing()
     async with scratch_database(url, "overhead") as scratch, _plane(scratch) as plane:
         for round_ in range(1, rounds + 1):
             say(f"round {round_}/{rounds}: bare, {steps} steps ...")
             bare.append(await asyncio.to_thread(_bare, steps))
             say(f"round {round_}/{rounds}: through the system, {steps} steps ...")
-            process.append(await _through_system(plane, steps))
+            process.append(await _through_system(plane, steps, "process"))
+            if no_docker is None:
+                say(f"round {round_}/{rounds}: through the system in Docker, {steps} steps ...")
+                docker.append(await _through_system(plane, steps, "docker"))
     bare_rate = statistics.median(r.steps_per_s for r in bare)
-    process_rate = statistics.median(r.steps_per_s for r in process)
-    checkpoints = [c for r in bare + process for c in r.checkpoints]
+    checkpoints = [c for r in bare + process + docker for c in r.checkpoints]
     return {
         "steps": steps,
         "rounds": rounds,
@@ -117,11 +122,12 @@ async def run(url: str, *, steps: int, rounds: int, progress: bool = False) -> d
         "checkpoint_interval_s": CHECKPOINT_INTERVAL_S,
         "target_overhead_pct": TARGET_OVERHEAD_PCT,
         "bare": _side(bare),
-        "process": {
-            **_side(process),
-            "overhead_pct": round((bare_rate - process_rate) / bare_rate * 100, 2),
-        },
-        "docker": {"steps_per_s": None, "overhead_pct": None, "reason": NO_DOCKER},
+        "process": _against(process, bare_rate),
+        "docker": (
+            _against(docker, bare_rate)
+            if no_docker is None
+            else {"steps_per_s": None, "overhead_pct": None, "reason": no_docker}
+        ),
         "checkpoint": _checkpoint_figures(checkpoints),
     }
 
@@ -197,9 +203,14 @@ def _side(runs: Sequence[_Run]) -> dict[str, Any]:
     }
 
 
-def _command(steps: int) -> list[str]:
+def _against(runs: Sequence[_Run], bare_rate: float) -> dict[str, Any]:
+    rate = statistics.median(r.steps_per_s for r in runs)
+    return {**_side(runs), "overhead_pct": round((bare_rate - rate) / bare_rate * 100, 2)}
+
+
+def _command(steps: int, python: str = sys.executable) -> list[str]:
     return [
-        sys.executable,
+        python,
         "-m",
         "runners.examples.classifier",
         "--seed",
@@ -279,12 +290,17 @@ async def _plane(url: str) -> AsyncIterator[_Plane]:
         await pool.close()
 
 
-async def _through_system(plane: _Plane, steps: int) -> _Run:
+async def _through_system(plane: _Plane, steps: int, runtime: str) -> _Run:
+    # In a container, the image's interpreter (the node's is not there).
+    python = "python3" if runtime == "docker" else sys.executable
     manifest = JobManifest.model_validate(
         {
             "name": "bench-overhead",
-            "image": "trainyard/learner",
-            "command": _command(steps),
+            "image": LEARNER_IMAGE,
+            "command": _command(steps, python),
+            # All of the machine, as the bare run has (the default is one CPU and 2 GiB).
+            "cpus": float(os.cpu_count() or 1),
+            "memory_mb": machine_memory_mb() // 2,
             "checkpoint": {"interval_seconds": CHECKPOINT_INTERVAL_S, "keep": CHECKPOINT_KEEP},
             # A second attempt would mix two runs' reports into one measurement: fail instead.
             "max_restarts": 0,
@@ -298,7 +314,8 @@ async def _through_system(plane: _Plane, steps: int) -> _Run:
             work_dir=Path(work),
             cpus=float(os.cpu_count() or 1),
             memory_mb=machine_memory_mb(),
-            launcher=(sys.executable, "-m", "runners.launch"),
+            launcher=LAUNCHERS[runtime],
+            runtime=runtime,
         )
         stop, registered = asyncio.Event(), asyncio.Event()
         agent = asyncio.create_task(

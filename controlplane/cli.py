@@ -225,6 +225,18 @@ def parser() -> argparse.ArgumentParser:
     )
     overhead.add_argument("--json", action="store_true", help="print only the JSON object")
     overhead.set_defaults(handler=cmd_bench_overhead)
+    docker = bench_commands.add_parser(
+        "docker",
+        help="learner container start through the Docker runtime against the docker CLI",
+        description="Start the learner image's container through the Docker runtime (create, "
+        "start, until its first log line) and with `docker run` of the same settings, "
+        "alternating for some rounds (p50, p99, and our p50 over the CLI's); then submit "
+        "no-op jobs to one Docker-runtime agent on a scratch database (submit to PROCESSING, "
+        "p50 and p99). Needs a Docker engine and the learner image. Prints JSON.",
+    )
+    docker.add_argument("--rounds", type=int, default=30, help="container starts each way")
+    docker.add_argument("--json", action="store_true", help="print only the JSON object")
+    docker.set_defaults(handler=cmd_bench_docker)
     return top
 
 
@@ -334,6 +346,22 @@ async def cmd_bench_overhead(args: argparse.Namespace, settings: Settings) -> in
         return EXIT_USAGE
     url = await resolve_database(settings)
     result = await run(url, steps=args.steps, rounds=args.rounds, progress=not args.json)
+    print(json.dumps(result, indent=None if args.json else 2))
+    return 0
+
+
+async def cmd_bench_docker(args: argparse.Namespace, settings: Settings) -> int:
+    from bench.docker import EngineMissing, run
+
+    if args.rounds < 2:
+        print("trainyard: --rounds must be at least 2", file=sys.stderr)
+        return EXIT_USAGE
+    url = await resolve_database(settings)
+    try:
+        result = await run(url, rounds=args.rounds, progress=not args.json)
+    except EngineMissing as exc:
+        print(f"trainyard bench docker: {exc}", file=sys.stderr)
+        return EXIT_FAILED
     print(json.dumps(result, indent=None if args.json else 2))
     return 0
 

@@ -60,6 +60,13 @@ class AgentConfig:
     ttl_s: float = 10.0
     grace_s: float = 10.0
     poll_s: float = 1.0
+    runtime: str = "process"
+    """How learners run: "process" (child processes) or "docker" (containers)."""
+    request_gpus: bool = True
+    """Whether a container's GPUs are requested from the engine's NVIDIA driver: not for fake
+    GPUs, which an engine can only take with a stand-in driver (as under CI)."""
+    network_tenants: frozenset[str] = frozenset()
+    """Tenants whose learners may use the network; the others' containers have none."""
 
 
 @dataclass
@@ -279,6 +286,7 @@ class Agent:
             node=self.config.name,
             work_dir=self.config.work_dir,
             launcher=list(self.config.launcher),
+            network_tenants=self.config.network_tenants,
         )
 
     def _start(self, won: Claim, adopted: Mapping[int, Learner] | None = None) -> None:
@@ -309,11 +317,14 @@ class Agent:
             log.exception("job %s: the attempt failed unexpectedly", job_id)
             raise
         finally:
-            # The learners have ended: give their GPUs back (retried until the database
-            # answers, or the GPUs would stay allocated for good).
-            await self._retry(
-                lambda: release(self._pool, job_id, attempt.claim.attempt, self.config.name)
-            )
+            # The learners have ended. Their containers go once their last lines are stored
+            # (until then the engine holds the only copy), and before their GPUs go back, so
+            # that the next job never shares a GPU with a container still being torn down.
+            # Both are retried until the database answers, or the GPUs would stay allocated.
+            await self._retry(self._logs.flush)
+            await attempt.remove_learners()
+            number, node = attempt.claim.attempt, self.config.name
+            await self._retry(lambda: release(self._pool, job_id, number, node))
             del self._running[job_id]
             self._changed.set()
 

@@ -9,6 +9,7 @@ import logging
 import signal
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Protocol
 
 from opentelemetry import propagate
@@ -46,7 +47,13 @@ PHASES = (JobStatus.DOWNLOADING, JobStatus.PROCESSING, JobStatus.STORING)
 class LogSink(Protocol):
     """Where learner output goes (batched into Postgres by the log shipper)."""
 
-    def add(self, spec: LearnerSpec, stream: Stream | str, text: str) -> None: ...
+    def add(
+        self, spec: LearnerSpec, stream: Stream | str, text: str, at: datetime | None = None
+    ) -> None: ...
+
+    async def flush(self) -> None:
+        """Store every line added so far; the database's error when it cannot."""
+        ...
 
     def resume(self, spec: LearnerSpec, stream: str, stored_seq: int) -> None:
         """The learner's output is read again from its start: ship only after `stored_seq`."""
@@ -169,14 +176,19 @@ class Attempt:
             if state.status is None:
                 state.learner.signal(signal.SIGUSR1)
 
+    async def remove_learners(self) -> None:
+        """Remove what the ended learners leave behind; call once their lines are stored."""
+        for state in self._learners:
+            await state.learner.remove()
+
     async def wait_stopped(self) -> None:
         for state in self._learners:
             await state.done.wait()
 
     async def _follow(self, state: _LearnerState) -> None:
         try:
-            async for stream, text in state.learner.lines():
-                self._logs.add(state.spec, stream, text)
+            async for stream, text, at in state.learner.lines():
+                self._logs.add(state.spec, stream, text, at)
                 report = protocol.parse(text) if stream == "stdout" else None
                 if report is not None:
                     await self._on_report(state, report)

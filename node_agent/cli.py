@@ -18,6 +18,7 @@ from controlplane.database import resolve_database
 from controlplane.migrate import require_migrated
 from controlplane.settings import Settings
 from node_agent.agent import AgentConfig
+from node_agent.runtimes import RUNTIMES, docker_answers
 from node_agent.service import run_agent
 from node_agent.systemd import (
     DEFAULT_ENV_FILE,
@@ -45,9 +46,6 @@ EXIT_USAGE = 2
 
 def machine_memory_mb() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // (1 << 20)
-
-
-RUNTIMES = ("process", "docker")
 
 
 def add_commands(commands: argparse._SubParsersAction[Any]) -> None:
@@ -119,9 +117,18 @@ def _agent_options(command: argparse.ArgumentParser, *, defaults: bool) -> None:
     command.add_argument(
         "--runtime",
         choices=RUNTIMES,
-        default=default("process"),
+        default=default(None),
         help="how learners run: child processes (the image is not used), or Docker "
-        "containers (default: process)",
+        "containers (default: docker when a Docker engine answers as the agent starts, "
+        "else process)",
+    )
+    command.add_argument(
+        "--allow-network",
+        action="append",
+        metavar="TENANT",
+        default=default([]),
+        help="let this tenant's learners use the network (repeatable); the others' "
+        "containers have none",
     )
     command.add_argument(
         "--fake-gpus",
@@ -184,7 +191,14 @@ def option_problem(args: argparse.Namespace) -> str | None:
     return None
 
 
-def config_from(args: argparse.Namespace, settings: Settings) -> AgentConfig:
+LAUNCHERS = {
+    "process": (sys.executable, "-m", "runners.launch"),
+    # The learner image's interpreter, which has the runners package (images/learner).
+    "docker": ("python3", "-m", "runners.launch"),
+}
+
+
+def config_from(args: argparse.Namespace, settings: Settings, runtime: str) -> AgentConfig:
     problem = option_problem(args)
     if problem is not None:
         raise SystemExit(f"trainyard agent: error: {problem}")
@@ -193,25 +207,31 @@ def config_from(args: argparse.Namespace, settings: Settings) -> AgentConfig:
         work_dir=args.work_dir or settings.home / "agents" / args.name,
         cpus=args.cpus if args.cpus is not None else float(os.cpu_count() or 1),
         memory_mb=args.memory_mb if args.memory_mb is not None else machine_memory_mb(),
-        launcher=(sys.executable, "-m", "runners.launch"),
+        launcher=LAUNCHERS[runtime],
         heartbeat_s=args.heartbeat,
         ttl_s=args.ttl,
         grace_s=args.grace,
+        runtime=runtime,
+        # Fake GPUs are not the engine's to hand out (see AgentConfig.request_gpus).
+        request_gpus=args.fake_gpus is None,
+        network_tenants=frozenset(args.allow_network),
     )
 
 
+async def choose_runtime(requested: str | None) -> tuple[str, str]:
+    """The runtime asked for, or docker when an engine answers, else process; and why."""
+    if requested is not None:
+        return requested, "--runtime"
+    if await docker_answers():
+        return "docker", "a Docker engine answers; --runtime process to override"
+    return "process", "no Docker engine answers; learners run as child processes"
+
+
 async def cmd_agent(args: argparse.Namespace, settings: Settings) -> int:
-    if args.runtime != "process":
-        # Accepted by the parser so that `agent install --runtime docker` can write its unit,
-        # but the Docker runtime is not wired into run_agent yet: refuse rather than run
-        # learners as bare processes on a node that was set up for Docker.
-        print(
-            f"trainyard agent: error: --runtime {args.runtime} is not available in this "
-            "version yet; use --runtime process",
-            file=sys.stderr,
-        )
-        return EXIT_USAGE
-    config = config_from(args, settings)
+    runtime, why = await choose_runtime(args.runtime)
+    config = config_from(args, settings, runtime)
+    # On standard output, so that the service's journal says how its learners run.
+    print(f"trainyard agent {config.name}: runtime {runtime} ({why})", flush=True)
     telemetry.setup("trainyard-agent")
     url = await resolve_database(settings)
     await require_migrated(url)
@@ -253,6 +273,7 @@ def install(args: argparse.Namespace, settings: Settings, *, running_as_root: bo
         cpus=args.cpus,
         memory_mb=args.memory_mb,
         work_dir=args.work_dir,
+        allow_network=tuple(args.allow_network),
     )
     unit_path: Path = args.unit_dir / UNIT_NAME
     try:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Set
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from controlplane.agents.claims import Claim
-from node_agent.runtime import LearnerSpec
+from node_agent.runtime import LearnerSpec, Mount
 from runners import config as runner_env
+from runners.uri import file_path
 
 
 def attempt_dir(work_dir: Path, claim: Claim) -> Path:
@@ -18,11 +21,25 @@ def checkpoint_dir(work_dir: Path, claim: Claim, learner: int) -> Path:
     return work_dir / str(claim.job.job_id) / "checkpoints" / f"learner-{learner}"
 
 
+def _results_mount(location: Path) -> Path:
+    """The launcher stages its copy of the results beside their location, so the location's
+    parent is written too; never the root, though (a container would then see all of the
+    node's file system): results at the top level cannot be staged in a container, and its
+    STORING phase says so."""
+    return location if location.parent == Path("/") else location.parent
+
+
 def learner_specs(
-    claim: Claim, *, node: str, work_dir: Path, launcher: list[str]
+    claim: Claim,
+    *,
+    node: str,
+    work_dir: Path,
+    launcher: list[str],
+    network_tenants: Set[str] = frozenset(),
 ) -> list[LearnerSpec]:
     """One spec per learner: the user's command wrapped by the learner launcher (which reports
-    phases and checkpoints), with the manifest's data, results and checkpoint settings."""
+    phases and checkpoints), with the manifest's data, results and checkpoint settings, and
+    the network only for the tenants in `network_tenants`."""
     job = claim.job
     manifest = job.manifest
     specs = []
@@ -30,6 +47,7 @@ def learner_specs(
     for allocation in claim.on(node):
         workdir = attempt_dir(work_dir, claim) / f"learner-{allocation.index}"
         checkpoints = checkpoint_dir(work_dir, claim, allocation.index)
+        mounts = [Mount(checkpoints, writable=True)]
         env = {
             **manifest.env,
             runner_env.RESULTS_DIR: str(workdir / "results"),
@@ -42,12 +60,17 @@ def learner_specs(
             env[runner_env.DATA_DIR] = manifest.data.mount_path or str(workdir / "data")
             if manifest.data.sha256:
                 env[runner_env.DATA_SHA256] = manifest.data.sha256
+            if urlsplit(manifest.data.source).scheme == "file":
+                mounts.append(Mount(file_path(manifest.data.source), writable=False))
+            if manifest.data.mount_path is not None:
+                mounts.append(Mount(Path(manifest.data.mount_path), writable=True))
         if manifest.results is not None:
             location = manifest.results.location.rstrip("/")
             # Several learners must not overwrite each other's results.
             if manifest.learners > 1:
                 location = f"{location}/learner-{allocation.index}"
             env[runner_env.RESULTS_URI] = location
+            mounts.append(Mount(_results_mount(file_path(location)), writable=True))
         resume = job.last_checkpoint.path if job.last_checkpoint else None
         if resume is not None and Path(resume).is_relative_to(checkpoints):
             env[runner_env.RESUME_FROM] = resume
@@ -65,6 +88,8 @@ def learner_specs(
                 gpus=allocation.gpus,
                 cpus=manifest.cpus,
                 memory_mb=manifest.memory_mb,
+                mounts=mounts,
+                network=job.tenant in network_tenants,
             )
         )
     return specs

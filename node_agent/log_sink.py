@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
 from controlplane.logs.lines import LogLine, Series, Stream, split_long_line, storable
@@ -14,8 +14,11 @@ class NumberedSink:
     """Numbers each series' lines from 1, cleans text Postgres cannot hold, and splits very
     long lines with a marker instead of dropping them."""
 
-    def __init__(self, ship: Callable[[LogLine], None]) -> None:
+    def __init__(
+        self, ship: Callable[[LogLine], None], store: Callable[[], Awaitable[None]]
+    ) -> None:
         self._ship = ship
+        self._store = store
         self._seqs: defaultdict[Series, int] = defaultdict(int)
         self._stored: dict[Series, int] = {}
 
@@ -27,8 +30,13 @@ class NumberedSink:
         alone; a line of several pieces stored in part ships only its missing pieces."""
         self._stored[(spec.job_id, spec.attempt, spec.learner, Stream(stream))] = stored_seq
 
-    def add(self, spec: LearnerSpec, stream: str, text: str) -> None:
-        at = datetime.now(UTC)
+    async def flush(self) -> None:
+        """Store every line added so far (the database's error if it cannot)."""
+        await self._store()
+
+    def add(self, spec: LearnerSpec, stream: str, text: str, at: datetime | None = None) -> None:
+        """A line the learner wrote at `at` (the container engine's time, say), or now."""
+        at = at or datetime.now(UTC)
         kind = Stream(stream)
         series: Series = (spec.job_id, spec.attempt, spec.learner, kind)
         stored = self._stored.get(series, 0)

@@ -18,17 +18,25 @@ import os
 import resource
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO, Literal
 from uuid import UUID
 
 from node_agent.runtime import (
+    ATTEMPT,
+    EPOCH,
+    JOB_ID,
+    LEARNER,
+    NODE,
     ExitStatus,
     FoundLearner,
     Learner,
+    LearnerLine,
     LearnerSpec,
     LearnerStartError,
     Stream,
+    learner_env,
 )
 from runners.config import EXIT_FILE
 
@@ -41,32 +49,13 @@ checkpoint) reaches the agent within it."""
 OUTPUT_FILES: dict[Stream, str] = {"stdout": "stdout.log", "stderr": "stderr.log"}
 EXIT_STATUS_FILE = "exit-status"
 
-NODE = "TRAINYARD_NODE"
-JOB_ID = "TRAINYARD_JOB_ID"
-ATTEMPT = "TRAINYARD_ATTEMPT"
-LEARNER = "TRAINYARD_LEARNER"
-EPOCH = "TRAINYARD_EPOCH"
 
-
-def learner_env(spec: LearnerSpec) -> dict[str, str]:
-    """The learner's environment: the manifest's, then Trainyard's (which wins)."""
-    visible = ",".join(spec.gpus)
+def process_env(spec: LearnerSpec) -> dict[str, str]:
+    """A learner process's environment: the node's PATH, and where its launcher leaves its
+    exit status. Its TRAINYARD_* variables are also how a restarted agent recognises it (see
+    `find_learners`)."""
     return {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "HOME": str(spec.workdir),
-        "LANG": "C.UTF-8",
-        # Unbuffered, so that lines (and protocol reports) arrive as they are written.
-        "PYTHONUNBUFFERED": "1",
-        **spec.env,
-        # Exactly this learner's GPUs; an empty value hides every GPU from CUDA.
-        "CUDA_VISIBLE_DEVICES": visible,
-        "NVIDIA_VISIBLE_DEVICES": visible or "void",
-        # Also how a restarted agent recognises the learner (see `find_learners`).
-        NODE: spec.node,
-        JOB_ID: str(spec.job_id),
-        ATTEMPT: str(spec.attempt),
-        LEARNER: str(spec.learner),
-        EPOCH: str(spec.epoch),
+        **learner_env(spec, path=os.environ.get("PATH", "/usr/bin:/bin")),
         EXIT_FILE: str(spec.workdir / EXIT_STATUS_FILE),
     }
 
@@ -91,7 +80,7 @@ class ProcessLearner:
         self._workdir = workdir
         self._status = asyncio.ensure_future(status)
 
-    async def lines(self) -> AsyncIterator[tuple[Stream, str]]:
+    async def lines(self) -> AsyncIterator[LearnerLine]:
         with _output_files(self._workdir, "rb") as files:
             tails = [_Tail(stream, file) for stream, file in files.items()]
             while True:
@@ -102,17 +91,20 @@ class ProcessLearner:
                 for tail in tails:
                     for line in tail.lines():
                         quiet = False
-                        yield tail.stream, line
+                        yield LearnerLine(tail.stream, line, datetime.now(UTC))
                 if ended:
                     for tail in tails:
                         if (rest := tail.rest()) is not None:
-                            yield tail.stream, rest
+                            yield LearnerLine(tail.stream, rest, datetime.now(UTC))
                     return
                 if quiet:
                     await asyncio.wait({self._status}, timeout=POLL_S)
 
     async def wait(self) -> ExitStatus:
         return await asyncio.shield(self._status)
+
+    async def remove(self) -> None:
+        """Nothing to remove: the ended process is gone, its files are the node's."""
 
     def signal(self, sig: signal.Signals) -> None:
         if self._pid is None or self._status.done():
@@ -254,7 +246,7 @@ class ProcessRuntime:
                 process = await asyncio.create_subprocess_exec(
                     *spec.command,
                     cwd=spec.workdir,
-                    env=learner_env(spec),
+                    env=process_env(spec),
                     stdin=asyncio.subprocess.DEVNULL,
                     stdout=files["stdout"],
                     stderr=files["stderr"],

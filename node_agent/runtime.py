@@ -6,11 +6,37 @@ from __future__ import annotations
 import signal
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Literal, NamedTuple, Protocol
 from uuid import UUID
 
 Stream = Literal["stdout", "stderr"]
+
+# Every learner's environment names its node, job, attempt, learner and fencing epoch.
+NODE = "TRAINYARD_NODE"
+JOB_ID = "TRAINYARD_JOB_ID"
+ATTEMPT = "TRAINYARD_ATTEMPT"
+LEARNER = "TRAINYARD_LEARNER"
+EPOCH = "TRAINYARD_EPOCH"
+
+
+class LearnerLine(NamedTuple):
+    """One line of a learner's output (without the newline) and when it was written."""
+
+    stream: Stream
+    text: str
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Mount:
+    """A host path a learner uses besides its working directory, seen at the same path inside a
+    container (so that paths in its environment and in checkpoint events mean the same inside
+    and out). A child process sees the host anyway."""
+
+    path: Path
+    writable: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +56,10 @@ class LearnerSpec:
     cpus: float
     memory_mb: int
     labels: dict[str, str] = field(default_factory=dict)
+    mounts: list[Mount] = field(default_factory=list)
+    network: bool = False
+    """Whether the learner may use the network (its tenant is allowed to); a container has
+    none otherwise."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +96,30 @@ class ExitStatus:
         return cls(code=returncode)
 
 
+def learner_env(spec: LearnerSpec, *, path: str | None) -> dict[str, str]:
+    """The learner's environment: the manifest's, then Trainyard's (which wins). `path` is its
+    PATH, or None to keep the one its image sets (a container's programs are where its image
+    put them, not where the node has its own)."""
+    visible = ",".join(spec.gpus)
+    base = {"PATH": path} if path is not None else {}
+    return {
+        **base,
+        "HOME": str(spec.workdir),
+        "LANG": "C.UTF-8",
+        # Unbuffered, so that lines (and protocol reports) arrive as they are written.
+        "PYTHONUNBUFFERED": "1",
+        **spec.env,
+        # Exactly this learner's GPUs; an empty value hides every GPU from CUDA.
+        "CUDA_VISIBLE_DEVICES": visible,
+        "NVIDIA_VISIBLE_DEVICES": visible or "void",
+        NODE: spec.node,
+        JOB_ID: str(spec.job_id),
+        ATTEMPT: str(spec.attempt),
+        LEARNER: str(spec.learner),
+        EPOCH: str(spec.epoch),
+    }
+
+
 class LearnerStartError(Exception):
     """The learner could not be started at all (missing image or command, bad limits)."""
 
@@ -73,14 +127,19 @@ class LearnerStartError(Exception):
 class Learner(Protocol):
     """A started learner."""
 
-    def lines(self) -> AsyncIterator[tuple[Stream, str]]:
-        """Its output, line by line (without the newline), until both streams end."""
+    def lines(self) -> AsyncIterator[LearnerLine]:
+        """Its output, line by line, until both streams end."""
         ...
 
     async def wait(self) -> ExitStatus: ...
 
     def signal(self, sig: signal.Signals) -> None:
         """Deliver a signal (SIGTERM to stop, SIGUSR1 for a checkpoint, SIGKILL)."""
+        ...
+
+    async def remove(self) -> None:
+        """Remove what the ended learner leaves behind (its container), once its lines are
+        stored: until then they are the only copy."""
         ...
 
 

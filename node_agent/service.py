@@ -13,7 +13,7 @@ from node_agent.identity import agent_identity
 from node_agent.inventory import open_inventory
 from node_agent.log_shipper import LogShipper
 from node_agent.log_sink import NumberedSink
-from node_agent.process_runtime import ProcessRuntime
+from node_agent.runtimes import open_runtime
 
 log = logging.getLogger("node_agent")
 
@@ -50,31 +50,13 @@ async def _run(
     pool = await create_pool(url, min_size=2, max_size=6)
     listener = LogListener(url, poll_interval=config.poll_s)
     shipper = LogShipper(pool)
-    sink = NumberedSink(shipper.add)
-    agent = Agent(
-        config, pool, listener, inventory, ProcessRuntime(config.work_dir), sink, agent_id
-    )
     try:
-        await agent.register()
-        async with asyncio.TaskGroup() as group:
-            group.create_task(listener.run(), name="listener")
-            shipping = group.create_task(shipper.run(), name="log-shipper")
-            # Before any claim: what an earlier agent of this node left is accounted for.
-            await agent.reconcile()
-            if registered is not None:
-                registered.set()
-            working = group.create_task(agent.run(), name="agent")
-            stopping = asyncio.ensure_future(stop.wait())
-            # Until asked to stop, or until the agent stops by itself (its lease was lost).
-            await asyncio.wait({working, stopping}, return_when=asyncio.FIRST_COMPLETED)
-            stopping.cancel()
-            agent.stop()
-            # The agent's learners have ended (and their jobs went back to the queue) before
-            # the last lines are shipped and the listener closes.
-            await working
-            shipper.stop()
-            await shipping
-            listener.stop()
+        async with open_runtime(
+            config.runtime, work_dir=config.work_dir, request_gpus=config.request_gpus
+        ) as runtime:
+            sink = NumberedSink(shipper.add, shipper.flush)
+            agent = Agent(config, pool, listener, inventory, runtime, sink, agent_id)
+            await _serve(agent, listener, shipper, stop, registered)
     finally:
         await pool.close()
         inventory.close()
@@ -83,3 +65,32 @@ async def _run(
             f"node {config.name} lost its lease (declared LOST; its jobs were restarted "
             "elsewhere); its learners were killed. Restart the agent to rejoin."
         )
+
+
+async def _serve(
+    agent: Agent,
+    listener: LogListener,
+    shipper: LogShipper,
+    stop: asyncio.Event,
+    registered: asyncio.Event | None,
+) -> None:
+    await agent.register()
+    async with asyncio.TaskGroup() as group:
+        group.create_task(listener.run(), name="listener")
+        shipping = group.create_task(shipper.run(), name="log-shipper")
+        # Before any claim: what an earlier agent of this node left is accounted for.
+        await agent.reconcile()
+        if registered is not None:
+            registered.set()
+        working = group.create_task(agent.run(), name="agent")
+        stopping = asyncio.ensure_future(stop.wait())
+        # Until asked to stop, or until the agent stops by itself (its lease was lost).
+        await asyncio.wait({working, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        stopping.cancel()
+        agent.stop()
+        # The agent's learners have ended (and their jobs went back to the queue) before
+        # the last lines are shipped and the listener closes.
+        await working
+        shipper.stop()
+        await shipping
+        listener.stop()

@@ -43,7 +43,8 @@ class ServiceOptions:
     """Absolute path of the interpreter that has Trainyard installed (its venv's, unresolved:
     resolving a venv's symlink would lose the venv)."""
     name: str
-    runtime: str
+    runtime: str | None
+    """None: the agent picks docker when an engine answers as it starts, else process."""
     heartbeat_s: float
     ttl_s: float
     grace_s: float
@@ -54,12 +55,15 @@ class ServiceOptions:
     memory_mb: int | None = None
     """None: the agent offers all of the machine's memory, measured each time it starts."""
     work_dir: Path | None = None
+    allow_network: tuple[str, ...] = ()
+    """Tenants whose learners may use the network."""
 
 
 def agent_command(opts: ServiceOptions) -> list[str]:
     """The agent's command line, with the same flags `trainyard agent` takes."""
     words = [opts.python, "-m", "controlplane.cli", "agent", "--name", opts.name]
-    words += ["--runtime", opts.runtime]
+    if opts.runtime is not None:
+        words += ["--runtime", opts.runtime]
     if opts.fake_gpus is not None:
         words += ["--fake-gpus", str(opts.fake_gpus)]
     if opts.cpus is not None:
@@ -68,6 +72,8 @@ def agent_command(opts: ServiceOptions) -> list[str]:
         words += ["--memory-mb", str(opts.memory_mb)]
     if opts.work_dir is not None:
         words += ["--work-dir", str(opts.work_dir)]
+    for tenant in opts.allow_network:
+        words += ["--allow-network", tenant]
     words += ["--heartbeat", _number(opts.heartbeat_s), "--ttl", _number(opts.ttl_s)]
     words += ["--grace", _number(opts.grace_s)]
     return words
@@ -82,10 +88,11 @@ def render_unit(opts: ServiceOptions) -> str:
         if _CONTROL.search(word):
             raise InstallError(f"control characters cannot go into a unit file: {word!r}")
     after = ["network-online.target"]
-    if opts.runtime == "docker":
-        after.append("docker.service")
     needs = "Postgres over the network"
-    if opts.runtime == "docker":
+    # Unless told to run processes, the agent looks for Docker as it starts: after Docker,
+    # where the machine has it (an absent unit is no error).
+    if opts.runtime != "process":
+        after.append("docker.service")
         needs += ", and Docker for its learners"
     grace = _number(opts.grace_s)
     stop_s = _ceil(opts.grace_s) + STOP_MARGIN_S

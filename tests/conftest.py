@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import aiodocker
 import asyncpg
 import pytest
 
@@ -29,6 +30,13 @@ from controlplane.tenants.admin import bootstrap_admin_token
 from controlplane.tenants.projection import TenantsProjection
 from controlplane.tenants.service import create_tenant
 from tests.cluster import Plane, RunningAgent, agent_config
+from tests.docker_engine import (
+    Engine,
+    docker_agent_config,
+    node_name,
+    remove_containers_of,
+    require_engine,
+)
 from tests.tenancy import Cli, Tokens
 
 
@@ -179,3 +187,35 @@ async def cli(db_url: str, tmp_path: Path) -> AsyncIterator[Cli]:
     await served.start()
     yield Cli(served)
     await served.stop()
+
+
+@pytest.fixture(scope="session")
+def docker_engine() -> Engine:
+    """A Docker engine with the project's images (see tests/docker_engine.py)."""
+    return require_engine()
+
+
+@pytest.fixture
+async def docker(docker_engine: Engine) -> AsyncIterator[aiodocker.Docker]:
+    async with aiodocker.Docker() as client:
+        yield client
+
+
+@pytest.fixture
+def docker_node(docker_engine: Engine) -> Iterator[str]:
+    """A node name of the test's own; its containers are removed afterwards, whatever the
+    test left (the tests that promise to leave none check it themselves)."""
+    name = node_name()
+    yield name
+    remove_containers_of(name)
+
+
+@pytest.fixture
+async def docker_agent(
+    plane: Plane, tmp_path: Path, docker_engine: Engine, docker_node: str
+) -> AsyncIterator[RunningAgent]:
+    """A real agent with the Docker runtime and two fake GPUs."""
+    config = docker_agent_config(tmp_path, docker_engine, name=docker_node)
+    running = await RunningAgent(plane.url, config, fake_gpus=2).started()
+    yield running
+    await running.finish()

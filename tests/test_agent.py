@@ -68,15 +68,15 @@ async def test_a_command_that_cannot_start_fails_with_the_error(
     await wait_for_line(plane, job_id, "no-such-program-anywhere")
 
 
-SLEEPER = [
-    sys.executable,
-    "-c",
+SIGNALLED = (
     "import signal, sys, time\n"
     "signal.signal(signal.SIGUSR1, lambda *_: print('checkpoint requested', flush=True))\n"
     "signal.signal(signal.SIGTERM, lambda *_: (print('terminating', flush=True), sys.exit(0)))\n"
     "print('ready', flush=True)\n"
-    "while True: time.sleep(0.05)\n",
-]
+    "while True: time.sleep(0.05)\n"
+)
+"""A learner's code that says what signals it gets (SIGUSR1: a checkpoint request; SIGTERM)."""
+SLEEPER = [sys.executable, "-c", SIGNALLED]
 
 
 async def wait_for_line(plane: Plane, job_id: UUID, text: str) -> None:

@@ -29,7 +29,7 @@ def spec(tmp_path: Path, code: str) -> LearnerSpec:
 
 
 async def collect(learner: Learner) -> list[tuple[str, str]]:
-    return [item async for item in learner.lines()]
+    return [(line.stream, line.text) async for line in learner.lines()]
 
 
 async def test_long_lines_come_in_pieces_and_an_adopter_reads_the_same_lines(

@@ -114,6 +114,20 @@ def test_a_docker_agent_starts_after_docker_and_wants_it() -> None:
     assert "--runtime docker" in unit["Service"]["ExecStart"]
 
 
+def test_an_agent_that_picks_its_runtime_starts_after_docker_and_passes_no_runtime() -> None:
+    unit = sections(render_unit(options(runtime=None, allow_network=("acme", "globex"))))
+    assert unit["Unit"]["After"].split() == ["network-online.target", "docker.service"]
+    words = shlex.split(unit["Service"]["ExecStart"])
+    assert "--runtime" not in words
+    args = parser().parse_args(words[3:])
+    assert (args.runtime, args.allow_network) == (None, ["acme", "globex"])
+
+
+def test_a_process_agent_does_not_wait_for_docker() -> None:
+    unit = sections(render_unit(options(runtime="process")))
+    assert unit["Unit"]["After"].split() == ["network-online.target"]
+
+
 def test_exec_start_is_an_agent_command_line_with_the_same_options() -> None:
     unit = sections(
         render_unit(
@@ -248,7 +262,7 @@ def world_writable() -> Iterator[Path]:
 def test_agent_options_still_run_the_agent_and_may_come_before_install() -> None:
     args = parser().parse_args(["agent", "--name", "x", "--fake-gpus", "1"])
     assert args.handler is cmd_agent
-    assert (args.name, args.fake_gpus, args.runtime, args.grace) == ("x", 1, "process", 10.0)
+    assert (args.name, args.fake_gpus, args.runtime, args.grace) == ("x", 1, None, 10.0)
     before = parser().parse_args(["agent", "--name", "x", "--grace", "30", "install"])
     assert before.handler is cmd_install
     assert (before.name, before.grace, before.ttl) == ("x", 30.0, 10.0)
@@ -333,7 +347,7 @@ def test_as_root_install_writes_the_unit_and_a_0600_environment_file(
     assert env_file.read_text() == render_env(URL, Path("/srv/ty"))
     service = sections(unit_path.read_text())["Service"]
     assert service["EnvironmentFile"] == str(env_file)
-    assert "--name gpu-03 --runtime process --fake-gpus 8" in service["ExecStart"]
+    assert "--name gpu-03 --fake-gpus 8" in service["ExecStart"]
 
     out = capsys.readouterr()
     assert out.out.splitlines() == [
@@ -413,9 +427,3 @@ def test_bad_install_options_are_usage_errors_that_write_nothing(
     assert message in err
     assert PASSWORD not in err
     assert files_under(tmp_path) == []
-
-
-def test_the_agent_refuses_the_docker_runtime_until_it_exists() -> None:
-    result = trainyard("agent", "--runtime", "docker", "--name", "d")
-    assert result.returncode == 2
-    assert "--runtime docker is not available" in result.stderr

@@ -1,0 +1,271 @@
+"""Learners as Docker containers, through the engine's API (aiodocker).
+
+Each learner is one container, configured by `containers.container_config`: labelled with its
+job, attempt, learner, node and fencing epoch; its GPUs requested by UUID; limited and
+isolated. Its output is followed from the engine's log (which keeps every line, also while no
+agent reads it), its exit code and OOM flag come from the container's state, and the container
+is removed once its lines are stored. Nothing is ever pulled: an image must be on the node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import calendar
+import logging
+import os
+import signal
+from collections import Counter
+from collections.abc import AsyncGenerator, AsyncIterator
+from dataclasses import replace
+from datetime import datetime
+from pathlib import Path
+from signal import Signals
+from typing import Any
+
+import aiodocker
+import aiohttp
+from aiodocker.exceptions import DockerError
+
+from node_agent.containers import (
+    LearnerLabels,
+    container_config,
+    container_name,
+    learner_ids,
+)
+from node_agent.docker_logs import log_lines
+from node_agent.runtime import (
+    ExitStatus,
+    FoundLearner,
+    Learner,
+    LearnerLine,
+    LearnerSpec,
+    LearnerStartError,
+    Stream,
+)
+
+log = logging.getLogger(__name__)
+
+ENGINE_ERRORS = (DockerError, aiohttp.ClientError, OSError)
+"""What a refusing, failing or unreachable engine raises (aiodocker reports an engine it cannot
+reach as a DockerError too)."""
+NOT_FOUND = 404
+CONFLICT = 409
+KILLED = 128 + signal.SIGKILL
+"""A container's exit code when its PID 1 was SIGKILLed (from outside, by the OOM killer, or by
+a stop's timeout): the launcher exits with it only when the command itself was SIGKILLed, which
+is an outside kill too."""
+
+
+def exit_status(code: int, *, oom_killed: bool) -> ExitStatus:
+    """How a container ended, from its exit code and state."""
+    if code == KILLED:
+        return ExitStatus(code=None, signal=signal.SIGKILL.name, oom_killed=oom_killed)
+    return ExitStatus(code=code, oom_killed=oom_killed)
+
+
+class _Seen:
+    """The lines read so far, as far as a second read from the last one's time needs: that
+    time, and how many lines of each stream had it (times are microseconds, and several lines
+    may share one)."""
+
+    def __init__(self) -> None:
+        self.last: datetime | None = None
+        self._at_last: Counter[Stream] = Counter()
+
+    def add(self, line: LearnerLine) -> None:
+        if line.at != self.last:
+            self.last = line.at
+            self._at_last.clear()
+        self._at_last[line.stream] += 1
+
+    def is_new(self, line: LearnerLine) -> bool:
+        """Whether a line of the second read was not read before (call in the log's order)."""
+        if self.last is None or line.at > self.last:
+            return True
+        if line.at < self.last:
+            return False
+        if self._at_last[line.stream] == 0:
+            return True
+        self._at_last[line.stream] -= 1
+        return False
+
+
+class DockerLearner:
+    """A learner's container: started by this agent, or found again by its labels."""
+
+    def __init__(self, docker: aiodocker.Docker, container_id: str) -> None:
+        self._docker = docker
+        self._container = docker.containers.container(container_id)
+        self._signalling = asyncio.Lock()
+        self._signals: set[asyncio.Task[None]] = set()
+
+    @property
+    def id(self) -> str:
+        return self._container.id
+
+    async def lines(self, since: datetime | None = None) -> AsyncGenerator[LearnerLine, None]:
+        """Its output, from the start or from `since` (inclusive: a line written at that very
+        instant comes again), until the container stops."""
+        seen = _Seen()
+        async for line in self._log(since, follow=True):
+            seen.add(line)
+            yield line
+        # The engine's follow can end before the container's last message is in its log (a
+        # last line without a newline is written only as the container exits; dockerd 20.10
+        # drops it from `logs -f` about half the time): once the container has stopped, read
+        # what the log holds from the last line on, leaving out the lines already read.
+        await self._container.wait()
+        async for line in self._log(seen.last or since, follow=False):
+            if seen.is_new(line):
+                yield line
+
+    async def _log(self, since: datetime | None, *, follow: bool) -> AsyncIterator[LearnerLine]:
+        params: dict[str, Any] = {"stdout": 1, "stderr": 1, "follow": follow, "timestamps": 1}
+        if since is not None:
+            # Exactly (a float's rounding could skip the line at `since`).
+            seconds = calendar.timegm(since.utctimetuple())
+            params["since"] = f"{seconds}.{since.microsecond:06d}"
+        # The raw response, through aiodocker's request helper: its public `log()` merges
+        # stdout and stderr into one stream and drops bytes that are not UTF-8, and the agent
+        # needs both kept (stdout carries the launcher's reports).
+        async with self._docker._query(
+            f"containers/{self.id}/logs",
+            params=params,
+            # Followed for as long as the learner runs.
+            timeout=self._docker._resolve_long_running_timeout(None),
+        ) as response:
+            async for line in log_lines(response.content):
+                yield line
+
+    async def wait(self) -> ExitStatus:
+        """Once the container has stopped (at once if it has): how it ended."""
+        result = await self._container.wait()
+        state = (await self._container.show())["State"]
+        return exit_status(int(result["StatusCode"]), oom_killed=bool(state["OOMKilled"]))
+
+    def signal(self, sig: Signals) -> None:
+        # To the container's PID 1, the launcher, which passes it on to the command.
+        task = asyncio.get_running_loop().create_task(self._kill(sig))
+        self._signals.add(task)
+        task.add_done_callback(self._signals.discard)
+
+    async def _kill(self, sig: Signals) -> None:
+        # One at a time, in the order sent: a checkpoint request (SIGUSR1) must not be
+        # overtaken by the SIGTERM after it, nor a SIGTERM by the SIGKILL after its grace.
+        async with self._signalling:
+            try:
+                await self._container.kill(signal=sig.name)
+            except DockerError as exc:
+                # Gone, or no longer running: there is nothing left to signal.
+                if exc.status not in (NOT_FOUND, CONFLICT):
+                    log.warning("cannot send %s to container %s: %s", sig.name, self.id, exc)
+            except ENGINE_ERRORS as exc:
+                log.warning("cannot send %s to container %s: %s", sig.name, self.id, exc)
+
+    async def remove(self) -> None:
+        """Remove the container (killing it if it still runs). An engine that cannot is
+        logged, not raised: the container keeps its labels, so it is found again later."""
+        try:
+            await self._container.delete(force=True)
+        except DockerError as exc:
+            if exc.status != NOT_FOUND:
+                log.warning("cannot remove container %s: %s", self.id, exc)
+        except ENGINE_ERRORS as exc:
+            log.warning("cannot remove container %s: %s", self.id, exc)
+
+
+class DockerRuntime:
+    name = "docker"
+
+    def __init__(self, docker: aiodocker.Docker, *, request_gpus: bool = True) -> None:
+        self._docker = docker
+        self._request_gpus = request_gpus
+        self._user = learner_ids()
+
+    async def start(self, spec: LearnerSpec) -> DockerLearner:
+        spec = self._prepare(spec)
+        config = container_config(spec, user=self._user, request_gpus=self._request_gpus)
+        try:
+            container = await self._docker.containers.create(config, name=container_name(spec))
+        except ENGINE_ERRORS as exc:
+            raise LearnerStartError(_create_error(spec, exc)) from exc
+        learner = DockerLearner(self._docker, container.id)
+        try:
+            await container.start()
+        except ENGINE_ERRORS as exc:
+            # Created but not started (its command not found in the image, say): no
+            # container is left behind.
+            await learner.remove()
+            message = f"the Docker engine could not start it: {_message(exc)}"
+            raise LearnerStartError(message) from exc
+        return learner
+
+    def _prepare(self, spec: LearnerSpec) -> LearnerSpec:
+        """Create the directories the container writes to, owned by its user; leave out a
+        read-only mount that does not exist (a missing data file: the launcher reports it,
+        while the engine would refuse the whole container)."""
+        for path in [spec.workdir, *(m.path for m in spec.mounts if m.writable)]:
+            _make_dir(path, self._user)
+        mounts = [m for m in spec.mounts if m.writable or m.path.exists()]
+        return replace(spec, mounts=mounts)
+
+    async def find(self, node: str) -> list[FoundLearner]:
+        """This node's running learner containers, by their labels."""
+        containers = await self._docker.containers.list(
+            filters={"label": [f"{LearnerLabels.NODE}={node}"], "status": ["running"]}
+        )
+        found = []
+        for container in containers:
+            try:
+                labels = LearnerLabels.from_labels(container["Labels"])
+            except ValueError:
+                continue  # labelled by hand, or by another version: not ours to adopt
+            found.append(
+                FoundLearner(
+                    job_id=labels.job_id,
+                    attempt=labels.attempt,
+                    learner=labels.learner,
+                    epoch=labels.epoch,
+                    handle=container.id,
+                )
+            )
+        return found
+
+    async def adopt(self, spec: LearnerSpec, found: FoundLearner | None) -> Learner | None:
+        if found is not None:
+            return DockerLearner(self._docker, found.handle)
+        # Ended while no agent watched: its container stays (with its log) until its lines
+        # are stored, under the name the spec gives it.
+        try:
+            container = await self._docker.containers.get(container_name(spec))
+        except DockerError as exc:
+            if exc.status == NOT_FOUND:
+                return None  # never started
+            raise
+        return DockerLearner(self._docker, container.id)
+
+    async def kill(self, found: FoundLearner) -> None:
+        await DockerLearner(self._docker, found.handle).remove()
+
+
+def _make_dir(path: Path, user: tuple[int, int]) -> None:
+    if path.is_dir():
+        return
+    path.mkdir(parents=True)
+    # An agent that is root hands it to the learner's user; one that is not runs its
+    # learners as itself, and owns it already.
+    if os.geteuid() == 0:
+        os.chown(path, *user)
+
+
+def _message(exc: BaseException) -> str:
+    return exc.message if isinstance(exc, DockerError) else str(exc)
+
+
+def _create_error(spec: LearnerSpec, exc: BaseException) -> str:
+    if isinstance(exc, DockerError) and exc.status == NOT_FOUND:
+        return (
+            f"image {spec.image!r} is not on this node ({exc.message}); learner images are "
+            "built or loaded on each node, never pulled"
+        )
+    return f"the Docker engine refused to create its container: {_message(exc)}"

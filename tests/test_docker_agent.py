@@ -1,0 +1,159 @@
+"""The node agent with the Docker runtime: real Postgres, a real engine, fake GPUs."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from typing import Any
+from uuid import UUID
+
+import aiodocker
+import asyncpg
+import pytest
+
+from controlplane.jobs.lifecycle import Cancel, JobStatus, RequestCheckpoint
+from controlplane.jobs.service import now
+from node_agent.containers import LearnerLabels
+from node_agent.images import LEARNER_IMAGE
+from tests.cluster import USER, Plane, RunningAgent
+from tests.docker_engine import Engine, containers_of, kill_from_outside, require_engine
+from tests.polling import eventually
+from tests.test_agent import SIGNALLED, wait_for_line
+
+require_engine()  # or the whole module skips (on CI: fails)
+
+
+async def submit(plane: Plane, code: str, **extra: Any) -> UUID:
+    return await plane.submit(["python3", "-c", code], image=LEARNER_IMAGE, **extra)
+
+
+async def released(owner: asyncpg.Connection) -> bool:
+    return not await owner.fetchval("SELECT count(*) FROM allocated_gpus")
+
+
+async def test_a_job_runs_in_a_container_to_completion_with_its_logs(
+    plane: Plane, docker_agent: RunningAgent, docker_node: str, owner: asyncpg.Connection
+) -> None:
+    code = (
+        "import os, sys\n"
+        "print('gpus=' + os.environ['CUDA_VISIBLE_DEVICES'])\n"
+        "for i in range(50): print(f'tick {i}')\n"
+        "print('to stderr', file=sys.stderr)\n"
+    )
+    job_id = await submit(plane, code)
+    job = await plane.state(job_id, JobStatus.COMPLETED)
+    assert job.exit_codes == [0]
+    assert [t.state for t in job.transitions][-4:] == [
+        JobStatus.DOWNLOADING,
+        JobStatus.PROCESSING,
+        JobStatus.STORING,
+        JobStatus.COMPLETED,
+    ]
+    assert job.nodes == [docker_node]
+    await wait_for_line(plane, job_id, "to stderr")
+    lines = await plane.log_text(job_id)
+    assert f"gpus={job.gpus[0]}" in lines  # exactly its GPU
+    assert [line for line in lines if line.startswith("tick")] == [f"tick {i}" for i in range(50)]
+    # Its GPU went back, and its container is gone (after its lines were stored).
+    await eventually(lambda: released(owner))
+    assert containers_of(docker_node) == []
+
+
+async def test_a_running_learner_is_labelled_pinned_and_a_kill_from_outside_fails_it(
+    plane: Plane,
+    docker_agent: RunningAgent,
+    docker_node: str,
+    docker: aiodocker.Docker,
+    owner: asyncpg.Connection,
+) -> None:
+    job_id = await submit(
+        plane, "import time\nprint('ready', flush=True)\ntime.sleep(120)", max_restarts=0
+    )
+    job = await plane.state(job_id, JobStatus.PROCESSING)
+    await wait_for_line(plane, job_id, "ready")
+    [container] = containers_of(docker_node)
+    info = await docker.containers.container(container).show()
+    assert LearnerLabels.from_labels(info["Config"]["Labels"]) == LearnerLabels(
+        job_id, attempt=1, learner=0, node=docker_node, epoch=job.epoch or 0
+    )
+    assert f"NVIDIA_VISIBLE_DEVICES={job.gpus[0]}" in info["Config"]["Env"]
+    assert info["HostConfig"]["NetworkMode"] == "none"
+
+    await kill_from_outside(container)
+    job = await plane.state(job_id, JobStatus.FAILED)
+    assert job.failure_reason is not None and "SIGKILL" in job.failure_reason
+    await eventually(lambda: released(owner))
+    assert containers_of(docker_node) == []
+
+
+async def test_checkpoint_requests_and_cancel_reach_the_container(
+    plane: Plane, docker_agent: RunningAgent, docker_node: str, owner: asyncpg.Connection
+) -> None:
+    job_id = await submit(plane, SIGNALLED)
+    await plane.state(job_id, JobStatus.PROCESSING)
+    await wait_for_line(plane, job_id, "ready")
+    await plane.jobs.execute(job_id, RequestCheckpoint(at=now()), USER)
+    await wait_for_line(plane, job_id, "checkpoint requested")
+    await plane.jobs.execute(job_id, Cancel(reason="enough", at=now()), USER)
+    await wait_for_line(plane, job_id, "terminating")
+    await eventually(lambda: released(owner))
+    assert containers_of(docker_node) == []
+
+
+EMPTY_IMAGE = "trainyard-test-empty:latest"
+
+
+@pytest.fixture(scope="module")
+def empty_image(docker_engine: Engine) -> str:
+    """An image with no files at all: not even the launcher's interpreter."""
+    subprocess.run(
+        ["docker", "import", "-", EMPTY_IMAGE], input=EMPTY_TAR, check=True, capture_output=True
+    )
+    return EMPTY_IMAGE
+
+
+EMPTY_TAR = bytes(1024)  # a tar archive's end: two zero blocks
+
+
+@pytest.mark.parametrize(
+    ("manifest", "error"),
+    [
+        ({"image": "trainyard-no-such-image:1"}, "is not on this node"),
+        ({"image": EMPTY_IMAGE}, 'could not start it: .*"python3": executable file not found'),
+        # More CPUs than the machine has (the test agent offers one more).
+        ({"cpus": float(os.cpu_count() or 1) + 1}, "refused to create its container"),
+    ],
+    ids=["missing-image", "launcher-not-in-image", "refused"],
+)
+async def test_a_learner_that_cannot_start_fails_the_job_with_the_error(
+    plane: Plane,
+    docker_agent: RunningAgent,
+    docker_node: str,
+    owner: asyncpg.Connection,
+    empty_image: str,
+    manifest: dict[str, Any],
+    error: str,
+) -> None:
+    job_id = await plane.submit(["python3", "-c", "print('never runs')"], **manifest)
+    job = await plane.state(job_id, JobStatus.FAILED)
+    assert job.failure_reason is not None and re.search(error, job.failure_reason)
+
+    async def logged() -> bool:
+        return any(re.search(error, line) for line in await plane.log_text(job_id))
+
+    await eventually(logged)
+    assert "never runs" not in await plane.log_text(job_id)
+    await eventually(lambda: released(owner))
+    assert containers_of(docker_node) == []
+
+
+async def test_a_command_missing_from_the_image_fails_the_job_with_the_error(
+    plane: Plane, docker_agent: RunningAgent, docker_node: str, owner: asyncpg.Connection
+) -> None:
+    job_id = await plane.submit(["no-such-program-anywhere", "--flag"], image=LEARNER_IMAGE)
+    job = await plane.state(job_id, JobStatus.FAILED)
+    assert job.failure_reason is not None and "no-such-program-anywhere" in job.failure_reason
+    await wait_for_line(plane, job_id, "no-such-program-anywhere")
+    await eventually(lambda: released(owner))
+    assert containers_of(docker_node) == []

@@ -1,0 +1,319 @@
+"""The Docker runtime against a real engine: output, exit status, limits, isolation, labels,
+GPU requests, bad input, and finding a node's learners again."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from contextlib import aclosing
+from pathlib import Path
+from typing import Any
+from uuid import uuid4
+
+import aiodocker
+import pytest
+
+from node_agent.cli import choose_runtime
+from node_agent.containers import LEARNER_UID, PIDS_LIMIT, LearnerLabels
+from node_agent.docker_runtime import DockerLearner, DockerRuntime
+from node_agent.images import LEARNER_IMAGE
+from node_agent.runtime import ExitStatus, LearnerSpec, LearnerStartError, Mount
+from tests.docker_engine import (
+    Engine,
+    containers_of,
+    kill_from_outside,
+    require_engine,
+    require_gpu_driver,
+)
+from tests.test_agent import SIGNALLED
+
+require_engine()  # or the whole module skips (on CI: fails)
+
+GPUS = ["GPU-0b6b7c4e-0000-4000-8000-000000000001", "GPU-0b6b7c4e-0000-4000-8000-000000000002"]
+
+
+def spec(tmp_path: Path, node: str, command: list[str], **changes: Any) -> LearnerSpec:
+    values: dict[str, Any] = {
+        "job_id": uuid4(),
+        "attempt": 2,
+        "learner": 1,
+        "epoch": 7,
+        "node": node,
+        "image": LEARNER_IMAGE,
+        "command": command,
+        "env": {},
+        "workdir": tmp_path / "work",
+        "gpus": [],
+        "cpus": 1.0,
+        "memory_mb": 512,
+    }
+    return LearnerSpec(**{**values, **changes})
+
+
+def python(code: str) -> list[str]:
+    return ["python3", "-c", code]
+
+
+SLEEPER = python("print('ready', flush=True)\nimport time\ntime.sleep(120)")
+
+
+async def show(docker: aiodocker.Docker, learner: DockerLearner) -> dict[str, Any]:
+    info: dict[str, Any] = await docker.containers.container(learner.id).show()
+    return info
+
+
+async def first_line(learner: DockerLearner) -> str:
+    async with aclosing(learner.lines()) as lines:
+        async for line in lines:
+            return line.text
+    raise AssertionError("the learner ended without a line")
+
+
+async def test_lines_arrive_complete_and_in_order_with_the_exit_code(
+    docker: aiodocker.Docker, docker_node: str, tmp_path: Path
+) -> None:
+    code = (
+        "import sys\n"
+        "for i in range(300):\n"
+        "    print(f'out {i}')\n"
+        "    print(f'err {i}', file=sys.stderr)\n"
+        "print('x' * 40000)\n"  # longer than the log driver's 16 KiB messages
+        "print('tschüß ✓')\n"
+        "print('no newline at the end', end='')\n"
+        "raise SystemExit(3)\n"
+    )
+    learner = await DockerRuntime(docker).start(spec(tmp_path, docker_node, python(code)))
+    lines = [line async for line in learner.lines()]
+    assert await learner.wait() == ExitStatus(code=3)
+    out = [line.text for line in lines if line.stream == "stdout"]
+    err = [line.text for line in lines if line.stream == "stderr"]
+    assert out == [f"out {i}" for i in range(300)] + [
+        "x" * 40000,
+        "tschüß ✓",
+        "no newline at the end",
+    ]
+    assert err == [f"err {i}" for i in range(300)]
+    for stream in ("stdout", "stderr"):
+        times = [line.at for line in lines if line.stream == stream]
+        assert times == sorted(times)  # the engine's timestamps, in order
+    await learner.remove()
+    assert containers_of(docker_node) == []
+
+
+async def test_inspect_shows_the_gpus_limits_isolation_and_labels(
+    docker: aiodocker.Docker, docker_engine: Engine, docker_node: str, tmp_path: Path
+) -> None:
+    require_gpu_driver(docker_engine)
+    checkpoints = tmp_path / "checkpoints"
+    wanted = spec(
+        tmp_path,
+        docker_node,
+        SLEEPER,
+        gpus=GPUS,
+        cpus=0.5,
+        memory_mb=300,
+        mounts=[Mount(checkpoints, writable=True)],
+    )
+    learner = await DockerRuntime(docker, request_gpus=True).start(wanted)
+    assert await first_line(learner) == "ready"
+    info = await show(docker, learner)
+    assert info["State"]["Running"]
+    host = info["HostConfig"]
+    [request] = host["DeviceRequests"]
+    assert (request["Driver"], request["DeviceIDs"], request["Capabilities"]) == (
+        "nvidia",
+        GPUS,
+        [["gpu"]],
+    )
+    assert "NVIDIA_VISIBLE_DEVICES=" + ",".join(GPUS) in info["Config"]["Env"]
+    assert "CUDA_VISIBLE_DEVICES=" + ",".join(GPUS) in info["Config"]["Env"]
+    assert (host["NanoCpus"], host["Memory"], host["MemorySwap"]) == (
+        5 * 10**8,
+        300 << 20,
+        300 << 20,
+    )
+    assert host["PidsLimit"] == PIDS_LIMIT
+    assert host["NetworkMode"] == "none"
+    assert host["CapDrop"] == ["ALL"]
+    assert host["SecurityOpt"] == ["no-new-privileges"]
+    assert host["ReadonlyRootfs"] is True
+    assert info["Config"]["User"] == f"{LEARNER_UID}:{LEARNER_UID}"
+    assert {(m["Destination"], m["RW"]) for m in info["Mounts"]} == {
+        (str(wanted.workdir), True),
+        (str(checkpoints), True),
+    }
+    assert LearnerLabels.from_labels(info["Config"]["Labels"]) == LearnerLabels(
+        wanted.job_id, attempt=2, learner=1, node=docker_node, epoch=7
+    )
+    learner.signal(signal.SIGKILL)
+    await learner.wait()
+
+
+ISOLATION_CHECK = """
+import os, pathlib
+print('uid', os.getuid())
+for path in ['/usr/x', '/tmp/x', os.environ['HOME'] + '/x', os.environ['CHECKPOINTS'] + '/x']:
+    try:
+        pathlib.Path(path).write_text('x')
+        print('writable', path)
+    except OSError:
+        print('read-only', path)
+print('interfaces', ' '.join(sorted(os.listdir('/sys/class/net'))))
+status = dict(line.split(':', 1) for line in open('/proc/self/status').read().splitlines())
+print('capabilities', status['CapEff'].strip(), 'no-new-privs', status['NoNewPrivs'].strip())
+"""
+
+
+async def test_inside_the_learner_is_a_non_root_user_without_network_or_privileges(
+    docker: aiodocker.Docker, docker_node: str, tmp_path: Path
+) -> None:
+    checkpoints = tmp_path / "checkpoints"
+    wanted = spec(
+        tmp_path,
+        docker_node,
+        python(ISOLATION_CHECK),
+        env={"CHECKPOINTS": str(checkpoints)},
+        mounts=[Mount(checkpoints, writable=True)],
+    )
+    learner = await DockerRuntime(docker).start(wanted)
+    lines = [line.text async for line in learner.lines()]
+    assert await learner.wait() == ExitStatus(code=0), lines
+    assert lines == [
+        f"uid {LEARNER_UID}",
+        "read-only /usr/x",
+        "writable /tmp/x",
+        f"writable {wanted.workdir}/x",
+        f"writable {checkpoints}/x",
+        "interfaces lo",
+        "capabilities 0000000000000000 no-new-privs 1",
+    ]
+    # The learner's files are on the node, owned by the learner's user.
+    assert (checkpoints / "x").stat().st_uid == LEARNER_UID
+    await learner.remove()
+
+
+async def test_a_tenant_allowed_the_network_gets_one(
+    docker: aiodocker.Docker, docker_node: str, tmp_path: Path
+) -> None:
+    code = "import os; print(' '.join(sorted(os.listdir('/sys/class/net'))))"
+    learner = await DockerRuntime(docker).start(
+        spec(tmp_path, docker_node, python(code), network=True)
+    )
+    assert (await show(docker, learner))["HostConfig"]["NetworkMode"] == "bridge"
+    assert await first_line(learner) == "eth0 lo"
+    await learner.wait()
+    await learner.remove()
+
+
+async def test_killing_the_container_from_outside_is_a_kill(
+    docker: aiodocker.Docker, docker_node: str, tmp_path: Path
+) -> None:
+    learner = await DockerRuntime(docker).start(spec(tmp_path, docker_node, SLEEPER))
+    assert await first_line(learner) == "ready"
+    await kill_from_outside(learner.id)
+    status = await learner.wait()
+    assert (status.signal, status.succeeded) == ("SIGKILL", False)
+    await learner.remove()
+
+
+async def test_a_learner_over_its_memory_limit_is_reported_oom_killed(
+    docker: aiodocker.Docker, docker_node: str, tmp_path: Path
+) -> None:
+    hog = python("blocks = []\nwhile True:\n    blocks.append(bytearray(16 << 20))")
+    learner = await DockerRuntime(docker).start(spec(tmp_path, docker_node, hog, memory_mb=64))
+    status = await learner.wait()
+    assert status.oom_killed
+    assert status.describe() == "killed for using too much memory (OOM)"
+    await learner.remove()
+
+
+@pytest.mark.parametrize(
+    ("changes", "error"),
+    [
+        (
+            {"image": "trainyard-no-such-image:1"},
+            "image 'trainyard-no-such-image:1' is not on this node",
+        ),
+        (
+            {"command": ["no-such-program", "--flag"]},
+            "could not start it: .*no-such-program",
+        ),
+        ({"cpus": float(os.cpu_count() or 1) + 1}, "refused to create its container: .*CPU"),
+    ],
+    ids=["missing-image", "command-not-in-image", "refused"],
+)
+async def test_a_learner_that_cannot_start_says_why_and_leaves_no_container(
+    docker: aiodocker.Docker,
+    docker_node: str,
+    tmp_path: Path,
+    changes: dict[str, Any],
+    error: str,
+) -> None:
+    command = changes.pop("command", SLEEPER)
+    with pytest.raises(LearnerStartError, match=error):
+        await DockerRuntime(docker).start(spec(tmp_path, docker_node, command, **changes))
+    assert containers_of(docker_node) == []
+
+
+async def test_a_node_s_learners_are_found_again_by_their_labels(
+    docker: aiodocker.Docker, docker_node: str, tmp_path: Path
+) -> None:
+    runtime = DockerRuntime(docker)
+    code = (
+        "import os, time\n"
+        "print('one'); print('two', flush=True)\n"
+        "while not os.path.exists('go'): time.sleep(0.05)\n"
+        "print('three')\n"
+        "raise SystemExit(4)\n"
+    )
+    wanted = spec(tmp_path, docker_node, python(code))
+    started = await runtime.start(wanted)
+    async with aclosing(started.lines()) as lines:
+        seen = [await anext(lines), await anext(lines)]
+    assert [line.text for line in seen] == ["one", "two"]
+
+    [found] = await runtime.find(docker_node)
+    labels = LearnerLabels.of(wanted)
+    assert (found.job_id, found.attempt, found.learner, found.epoch) == (
+        labels.job_id,
+        labels.attempt,
+        labels.learner,
+        labels.epoch,
+    )
+    assert found.handle == started.id
+    assert await runtime.find("another-node") == []
+    adopted = await runtime.adopt(wanted, found)
+    assert isinstance(adopted, DockerLearner)
+    (wanted.workdir / "go").touch()
+    # From the last line read on (inclusive), to the end, and how it ended.
+    again = [line.text async for line in adopted.lines(since=seen[-1].at)]
+    assert again == ["two", "three"]
+    assert await adopted.wait() == ExitStatus(code=4)
+
+    # Ended while no agent watched: no longer running, found again by its name.
+    assert await runtime.find(docker_node) == []
+    ended = await runtime.adopt(wanted, None)
+    assert ended is not None
+    assert [line.text async for line in ended.lines()] == ["one", "two", "three"]
+    await ended.remove()
+    assert await runtime.adopt(wanted, None) is None
+
+
+async def test_signals_reach_the_learner_in_order(
+    docker: aiodocker.Docker, docker_node: str, tmp_path: Path
+) -> None:
+    learner = await DockerRuntime(docker).start(spec(tmp_path, docker_node, python(SIGNALLED)))
+    async with aclosing(learner.lines()) as lines:
+        assert (await anext(lines)).text == "ready"
+        learner.signal(signal.SIGUSR1)
+        learner.signal(signal.SIGTERM)
+        rest = [line.text async for line in lines]
+    assert rest == ["checkpoint requested", "terminating"]
+    assert await asyncio.wait_for(learner.wait(), 10) == ExitStatus(code=0)
+    await learner.remove()
+
+
+async def test_an_agent_not_told_otherwise_runs_learners_in_containers() -> None:
+    assert (await choose_runtime(None))[0] == "docker"
+    assert await choose_runtime("process") == ("process", "--runtime")
