@@ -53,6 +53,10 @@ class AgentConfig:
     ttl_s: float = 10.0
     grace_s: float = 10.0
     poll_s: float = 1.0
+    checkpoint_dir: Path | None = None
+    """Where jobs' checkpoints go, per job and learner; None: under `work_dir`. A directory that
+    every node mounts (NFS, say) lets a job restarted on another node, after its node was lost,
+    resume from its checkpoint; under `work_dir` it resumes only on this node."""
 
 
 @dataclass
@@ -235,6 +239,7 @@ class Agent:
             won,
             node=self.config.name,
             work_dir=self.config.work_dir,
+            checkpoint_root=self.config.checkpoint_dir or self.config.work_dir,
             launcher=list(self.config.launcher),
         )
 

@@ -145,6 +145,14 @@ def _agent_options(command: argparse.ArgumentParser, *, defaults: bool) -> None:
         "(default: $TRAINYARD_HOME/agents/NAME)",
     )
     command.add_argument(
+        "--checkpoint-dir",
+        type=Path,
+        default=default(None),
+        help="where jobs' checkpoints go; a directory every node mounts (NFS) lets a job "
+        "whose node was lost resume from its checkpoint on another node (default: under "
+        "the work directory, so only on this node)",
+    )
+    command.add_argument(
         "--heartbeat",
         type=float,
         default=default(2.0),
@@ -194,6 +202,7 @@ def config_from(args: argparse.Namespace, settings: Settings) -> AgentConfig:
         heartbeat_s=args.heartbeat,
         ttl_s=args.ttl,
         grace_s=args.grace,
+        checkpoint_dir=args.checkpoint_dir,
     )
 
 
@@ -249,6 +258,7 @@ def install(args: argparse.Namespace, settings: Settings, *, running_as_root: bo
         cpus=args.cpus,
         memory_mb=args.memory_mb,
         work_dir=args.work_dir,
+        checkpoint_dir=args.checkpoint_dir,
     )
     unit_path: Path = args.unit_dir / UNIT_NAME
     try:

@@ -13,13 +13,14 @@ def attempt_dir(work_dir: Path, claim: Claim) -> Path:
     return work_dir / str(claim.job.job_id) / f"attempt-{claim.attempt}"
 
 
-def checkpoint_dir(work_dir: Path, claim: Claim, learner: int) -> Path:
-    """Shared by every attempt of the job on this node, so a restart resumes from it."""
-    return work_dir / str(claim.job.job_id) / "checkpoints" / f"learner-{learner}"
+def checkpoint_dir(root: Path, claim: Claim, learner: int) -> Path:
+    """Shared by every attempt of the job that runs where `root` is mounted (this node, or every
+    node when it is a shared volume), so a restart resumes from it."""
+    return root / str(claim.job.job_id) / "checkpoints" / f"learner-{learner}"
 
 
 def learner_specs(
-    claim: Claim, *, node: str, work_dir: Path, launcher: list[str]
+    claim: Claim, *, node: str, work_dir: Path, checkpoint_root: Path, launcher: list[str]
 ) -> list[LearnerSpec]:
     """One spec per learner: the user's command wrapped by the learner launcher (which reports
     phases and checkpoints), with the manifest's data, results and checkpoint settings."""
@@ -28,7 +29,7 @@ def learner_specs(
     specs = []
     for allocation in claim.learners:
         workdir = attempt_dir(work_dir, claim) / f"learner-{allocation.index}"
-        checkpoints = checkpoint_dir(work_dir, claim, allocation.index)
+        checkpoints = checkpoint_dir(checkpoint_root, claim, allocation.index)
         env = {
             **manifest.env,
             runner_env.RESULTS_DIR: str(workdir / "results"),

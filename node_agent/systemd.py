@@ -52,6 +52,7 @@ class ServiceOptions:
     memory_mb: int | None = None
     """None: the agent offers all of the machine's memory, measured each time it starts."""
     work_dir: Path | None = None
+    checkpoint_dir: Path | None = None
 
 
 def agent_command(opts: ServiceOptions) -> list[str]:
@@ -66,6 +67,8 @@ def agent_command(opts: ServiceOptions) -> list[str]:
         words += ["--memory-mb", str(opts.memory_mb)]
     if opts.work_dir is not None:
         words += ["--work-dir", str(opts.work_dir)]
+    if opts.checkpoint_dir is not None:
+        words += ["--checkpoint-dir", str(opts.checkpoint_dir)]
     words += ["--heartbeat", _number(opts.heartbeat_s), "--ttl", _number(opts.ttl_s)]
     words += ["--grace", _number(opts.grace_s)]
     return words
