@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
+from uuid import UUID
 
 from controlplane.agents.claims import Claim
 from node_agent.runtime import LearnerSpec
 from runners import config as runner_env
 
 
-def attempt_dir(work_dir: Path, claim: Claim) -> Path:
-    return work_dir / str(claim.job.job_id) / f"attempt-{claim.attempt}"
+def learner_dir(work_dir: Path, job_id: UUID, attempt: int, learner: int) -> Path:
+    """A learner's working directory, where its output files are."""
+    return work_dir / str(job_id) / f"attempt-{attempt}" / f"learner-{learner}"
 
 
 def checkpoint_dir(root: Path, claim: Claim, learner: int) -> Path:
@@ -28,7 +30,7 @@ def learner_specs(
     manifest = job.manifest
     specs = []
     for allocation in claim.learners:
-        workdir = attempt_dir(work_dir, claim) / f"learner-{allocation.index}"
+        workdir = learner_dir(work_dir, job.job_id, claim.attempt, allocation.index)
         checkpoints = checkpoint_dir(checkpoint_root, claim, allocation.index)
         env = {
             **manifest.env,

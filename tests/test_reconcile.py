@@ -13,6 +13,7 @@ from uuid import UUID, uuid4
 import asyncpg
 import pytest
 
+from bench.agent_process import AgentProcess
 from controlplane.agents.manager import LifecycleManager
 from controlplane.jobs.lifecycle import Job, JobStatus, Submit, decide, replay
 from controlplane.jobs.manifest import JobManifest
@@ -21,7 +22,7 @@ from node_agent.identity import WorkDirInUse, agent_identity
 from node_agent.process_runtime import find_learners
 from node_agent.reconcile import Allocation, VersionedJob, plan
 from node_agent.runtime import FoundLearner
-from tests.cluster import AgentProcess, Plane, RunningAgent, agent_config
+from tests.cluster import Plane, RunningAgent, agent_config
 from tests.polling import eventually
 
 LINES = 300
