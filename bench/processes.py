@@ -86,13 +86,14 @@ class Cluster:
         await plane.start()
         return plane
 
-    async def add_agent(self, *, ttl_s: float) -> AgentProcess:
+    async def add_agent(self, *, ttl_s: float, heartbeat_s: float) -> AgentProcess:
         name = f"{self.prefix}-{len(self.agents)}"
         agent = AgentProcess(
             self.database_url,
             self.root / "agents" / name,
             name,
             ttl_s=ttl_s,
+            heartbeat_s=heartbeat_s,
             checkpoint_dir=self.root / "checkpoints",
         )
         self.agents[name] = agent

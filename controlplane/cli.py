@@ -188,6 +188,18 @@ def parser() -> argparse.ArgumentParser:
     )
     overhead.add_argument("--json", action="store_true", help="print only the JSON object")
     overhead.set_defaults(handler=cmd_bench_overhead)
+    recovery = bench_commands.add_parser(
+        "recovery",
+        help="time to recover from kill -9 of each component (DLaaS Fig. 4, IDunno)",
+        description="With real processes on a scratch database (a served control plane, two "
+        "agents with a 3 s lease, their learners), kill -9 the control plane, an agent, a "
+        "learner, a whole node (agent and learners) and the active manager's replica (with a "
+        "standby), and time each recovery; print the medians, the settings, the targets and "
+        "the DLaaS and IDunno figures as JSON (definitions: bench/recovery.py).",
+    )
+    recovery.add_argument("--trials", type=int, default=3, help="trials of each crash")
+    recovery.add_argument("--json", action="store_true", help="print only the JSON object")
+    recovery.set_defaults(handler=cmd_bench_recovery)
     return top
 
 
@@ -291,6 +303,18 @@ async def cmd_bench_overhead(args: argparse.Namespace, settings: Settings) -> in
         return EXIT_USAGE
     url = await resolve_database(settings)
     result = await run(url, steps=args.steps, rounds=args.rounds, progress=not args.json)
+    print(json.dumps(result, indent=None if args.json else 2))
+    return 0
+
+
+async def cmd_bench_recovery(args: argparse.Namespace, settings: Settings) -> int:
+    from bench.recovery import run
+
+    if args.trials < 1:
+        print("trainyard: --trials must be at least 1", file=sys.stderr)
+        return EXIT_USAGE
+    url = await resolve_database(settings)
+    result = await run(url, trials=args.trials, progress=not args.json)
     print(json.dumps(result, indent=None if args.json else 2))
     return 0
 

@@ -155,7 +155,7 @@ def restart_of(job: Job, attempt: int) -> tuple[str | None, datetime]:
 async def test_an_agent_killed_mid_job_leaves_its_learner_running_and_takes_it_back(
     cluster: Cluster,
 ) -> None:
-    agent = await cluster.add_agent(ttl_s=TTL_S)
+    agent = await cluster.add_agent(ttl_s=TTL_S, heartbeat_s=HEARTBEAT_S)
     job_id = await cluster.submit(counter(STEPS, STEP_S), cluster.planes[0])
     async with one_learner_at_a_time(cluster, job_id):
         await cluster.job_event(job_id, CheckpointSaved)
@@ -173,7 +173,7 @@ async def test_an_agent_killed_mid_job_leaves_its_learner_running_and_takes_it_b
 async def test_a_control_plane_killed_mid_job_costs_the_job_nothing_and_sse_resumes(
     cluster: Cluster,
 ) -> None:
-    await cluster.add_agent(ttl_s=TTL_S)
+    await cluster.add_agent(ttl_s=TTL_S, heartbeat_s=HEARTBEAT_S)
     plane = cluster.planes[0]
     job_id = await cluster.submit(counter(STEPS, STEP_S), plane)
     async with one_learner_at_a_time(cluster, job_id), asyncio.TaskGroup() as group:
@@ -212,7 +212,7 @@ async def follow_until_terminal(cluster: Cluster, job_id: UUID) -> list[SseMessa
 
 
 async def test_a_killed_learner_is_restarted_from_its_checkpoint(cluster: Cluster) -> None:
-    agent = await cluster.add_agent(ttl_s=TTL_S)
+    agent = await cluster.add_agent(ttl_s=TTL_S, heartbeat_s=HEARTBEAT_S)
     job_id = await cluster.submit(counter(STEPS, STEP_S), cluster.planes[0])
     async with one_learner_at_a_time(cluster, job_id):
         await cluster.job_event(job_id, CheckpointSaved)
@@ -238,7 +238,7 @@ async def test_a_lost_node_s_job_resumes_from_its_checkpoint_on_another_node(
     cluster: Cluster,
 ) -> None:
     for _ in range(2):
-        await cluster.add_agent(ttl_s=TTL_S)
+        await cluster.add_agent(ttl_s=TTL_S, heartbeat_s=HEARTBEAT_S)
     job_id = await cluster.submit(counter(STEPS, STEP_S), cluster.planes[0])
     async with one_learner_at_a_time(cluster, job_id):
         await cluster.job_event(job_id, CheckpointSaved)
