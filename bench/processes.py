@@ -143,9 +143,17 @@ class Cluster:
             lines += batch
         return lines
 
+    def live_learners(self) -> list[FoundLearner]:
+        """The learners running on the cluster's nodes."""
+        return [
+            found
+            for name, agent in self.agents.items()
+            for found in find_learners(name, agent.work_dir)
+        ]
+
     def learners(self, job_id: UUID) -> list[FoundLearner]:
         """The job's live learners on any of the cluster's nodes."""
-        return [f for node in self.agents for f in find_learners(node) if f.job_id == job_id]
+        return [found for found in self.live_learners() if found.job_id == job_id]
 
     async def learner(self, job_id: UUID, attempt: int) -> FoundLearner:
         async def running() -> FoundLearner | None:
@@ -174,9 +182,8 @@ async def cluster(database_url: str, root: Path, pool: asyncpg.Pool) -> AsyncIte
     finally:
         await running.stop()
         # Learners outlive their agents by design: the ones a killed agent left go too.
-        for node in running.agents:
-            for found in find_learners(node):
-                kill_learner(found)
+        for found in running.live_learners():
+            kill_learner(found)
 
 
 class LogTail:

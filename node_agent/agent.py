@@ -120,7 +120,7 @@ class Agent:
         """Take over what an earlier agent of this node left: re-adopt the learners of attempts
         that still run here, release the allocations of those that are over, and kill stale
         learners (see `node_agent.reconcile`). Call after `register()`, before `run()`."""
-        found = await self._runtime.find(self.config.name)
+        found = await self._runtime.find(self.config.name, self.config.work_dir)
         rows = await self._pool.fetch(Q["node_allocations"], self.config.name)
         allocations = [
             Allocation(r["job_id"], r["attempt"], r["learner"], r["epoch"], list(r["gpus"]))

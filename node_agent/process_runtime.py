@@ -206,10 +206,13 @@ async def _until_ended(pid: int) -> None:
         os.close(fd)
 
 
-def find_learners(node: str, proc: Path = Path("/proc")) -> list[FoundLearner]:
-    """The node's running learners: processes whose environment names the node, and which
-    lead their own process group (the training commands they run share their environment,
-    but not their group)."""
+def find_learners(node: str, work_dir: Path, proc: Path = Path("/proc")) -> list[FoundLearner]:
+    """The running learners that an agent of `node` on `work_dir` started: processes whose
+    environment names the node and a file under the work directory, and which lead their own
+    process group (the training commands they run share their environment, but not their
+    group). Another agent of the same name on this machine (another cluster's, named after the
+    host too, or another test run's) has another work directory, and its learners are not this
+    agent's to adopt or kill."""
     found = []
     for entry in proc.iterdir():
         if not entry.name.isdigit():
@@ -222,6 +225,10 @@ def find_learners(node: str, proc: Path = Path("/proc")) -> list[FoundLearner]:
             )
             pid = int(entry.name)
             if environ.get(NODE) != node or os.getpgid(pid) != pid:
+                continue
+            # Trainyard's own variable (the manifest's env cannot override it), in the
+            # learner's working directory.
+            if not Path(environ[EXIT_FILE]).is_relative_to(work_dir):
                 continue
             found.append(
                 FoundLearner(
@@ -262,8 +269,8 @@ class ProcessRuntime:
                 ) from exc
         return ProcessLearner(process.pid, spec.workdir, _exit_of_child(process))
 
-    async def find(self, node: str) -> list[FoundLearner]:
-        return find_learners(node)
+    async def find(self, node: str, work_dir: Path) -> list[FoundLearner]:
+        return find_learners(node, work_dir)
 
     async def adopt(self, spec: LearnerSpec, found: FoundLearner | None) -> Learner | None:
         if found is None and not (spec.workdir / OUTPUT_FILES["stdout"]).exists():

@@ -103,8 +103,9 @@ class LearnerRuntime(Protocol):
         """Start the learner; LearnerStartError if it cannot start at all."""
         ...
 
-    async def find(self, node: str) -> list[FoundLearner]:
-        """The node's learners that are running now, whoever started them."""
+    async def find(self, node: str, work_dir: Path) -> list[FoundLearner]:
+        """The learners running now that an agent of `node` on `work_dir` started (this one or
+        an earlier one); never those of another agent that shares the machine and the name."""
         ...
 
     async def adopt(self, spec: LearnerSpec, found: FoundLearner | None) -> Learner | None:
