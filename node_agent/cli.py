@@ -193,16 +193,19 @@ def config_from(args: argparse.Namespace, settings: Settings) -> AgentConfig:
     problem = option_problem(args)
     if problem is not None:
         raise SystemExit(f"trainyard agent: error: {problem}")
+    # Absolute: learners get these paths in their environment and read them from their own
+    # working directories.
+    checkpoint_dir = args.checkpoint_dir.absolute() if args.checkpoint_dir else None
     return AgentConfig(
         name=args.name,
-        work_dir=args.work_dir or settings.home / "agents" / args.name,
+        work_dir=(args.work_dir or settings.home / "agents" / args.name).absolute(),
         cpus=args.cpus if args.cpus is not None else float(os.cpu_count() or 1),
         memory_mb=args.memory_mb if args.memory_mb is not None else machine_memory_mb(),
         launcher=(sys.executable, "-m", "runners.launch"),
         heartbeat_s=args.heartbeat,
         ttl_s=args.ttl,
         grace_s=args.grace,
-        checkpoint_dir=args.checkpoint_dir,
+        checkpoint_dir=checkpoint_dir,
     )
 
 

@@ -7,9 +7,12 @@ from pathlib import Path
 from uuid import uuid4
 
 from controlplane.agents.claims import Claim, LearnerAllocation
+from controlplane.cli import parser
 from controlplane.jobs.lifecycle import Checkpoint, Job, JobStatus, Submit, decide, replay
 from controlplane.jobs.manifest import JobManifest
 from controlplane.jobs.service import now
+from controlplane.settings import Settings
+from node_agent.cli import config_from
 from node_agent.learners import learner_specs
 from node_agent.runtime import LearnerSpec
 from runners.config import CHECKPOINT_DIR, RESUME_FROM
@@ -62,3 +65,13 @@ def test_checkpoints_under_a_node_s_work_directory_resume_only_on_that_node(
     assert spec("a", tmp_path / "a", tmp_path / "a", saved).env[RESUME_FROM] == str(saved)
     # Node b cannot read node a's disk: its learner starts over rather than fail on the path.
     assert RESUME_FROM not in spec("b", tmp_path / "b", tmp_path / "b", saved).env
+
+
+def test_relative_agent_directories_become_absolute() -> None:
+    # A learner reads the paths in its environment from its own working directory: relative
+    # ones would put its checkpoints (and its exit status) where no later attempt looks.
+    options = ["agent", "--name", "a", "--work-dir", "work", "--checkpoint-dir", "ckpt"]
+    config = config_from(parser().parse_args(options), Settings(Path("home"), None))
+    assert (config.work_dir, config.checkpoint_dir) == (Path.cwd() / "work", Path.cwd() / "ckpt")
+    default = config_from(parser().parse_args(["agent", "--name", "a"]), Settings(Path("h"), None))
+    assert default.work_dir == Path.cwd() / "h" / "agents" / "a"
