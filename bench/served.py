@@ -7,12 +7,16 @@ import os
 import signal
 import socket
 import sys
+import time
 from pathlib import Path
 
 import aiohttp
 
 START_S = 20.0
 STOP_S = 20.0
+READY_PROBE_S = 0.02
+"""How often a starting control plane is asked whether it is ready: the resolution of the
+recovery benchmark's readiness figures."""
 
 
 def free_port() -> int:
@@ -29,6 +33,8 @@ class ServedControlPlane:
         self.home = home
         self.port = free_port()
         self._process: asyncio.subprocess.Process | None = None
+        self.spawned_at = 0.0
+        """`time.perf_counter()` just before the latest start spawned the process."""
 
     @property
     def url(self) -> str:
@@ -39,11 +45,13 @@ class ServedControlPlane:
         return (self.home / "admin-token").read_text().strip()
 
     async def start(self) -> None:
+        """Spawn the process; return once /readyz says it is ready."""
         env = {
             **os.environ,
             "TRAINYARD_DATABASE_URL": self.database_url,
             "TRAINYARD_HOME": str(self.home),
         }
+        self.spawned_at = time.perf_counter()
         self._process = await asyncio.create_subprocess_exec(
             *(sys.executable, "-m", "controlplane.cli", "serve", "--port", str(self.port)),
             env=env,
@@ -59,13 +67,22 @@ class ServedControlPlane:
                             return
                 except aiohttp.ClientConnectionError:
                     pass  # not listening yet
-                await asyncio.sleep(0.05)
+                await asyncio.sleep(READY_PROBE_S)
 
     async def stop(self) -> int:
         """SIGTERM, as a service manager would; returns the exit code."""
         assert self._process is not None
+        if self._process.returncode is not None:
+            return self._process.returncode  # killed, or it stopped by itself
         self._process.send_signal(signal.SIGTERM)
         return await asyncio.wait_for(self._process.wait(), STOP_S)
+
+    async def kill(self) -> None:
+        """kill -9: a crash, with no clean shutdown (its sessions, and the manager lock held
+        by one of them, end when Postgres sees the connections close)."""
+        assert self._process is not None
+        self._process.kill()
+        await self._process.wait()
 
 
 async def until_registered(agent: asyncio.Task[None], registered: asyncio.Event) -> None:

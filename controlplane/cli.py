@@ -237,6 +237,18 @@ def parser() -> argparse.ArgumentParser:
     docker.add_argument("--rounds", type=int, default=30, help="container starts each way")
     docker.add_argument("--json", action="store_true", help="print only the JSON object")
     docker.set_defaults(handler=cmd_bench_docker)
+    recovery = bench_commands.add_parser(
+        "recovery",
+        help="time to recover from kill -9 of each component (DLaaS Fig. 4, IDunno)",
+        description="With real processes on a scratch database (a served control plane, two "
+        "agents with a 3 s lease, their learners), kill -9 the control plane, an agent, a "
+        "learner, a whole node (agent and learners) and the active manager's replica (with a "
+        "standby), and time each recovery; print the medians, the settings, the targets and "
+        "the DLaaS and IDunno figures as JSON (definitions: bench/recovery.py).",
+    )
+    recovery.add_argument("--trials", type=int, default=3, help="trials of each crash")
+    recovery.add_argument("--json", action="store_true", help="print only the JSON object")
+    recovery.set_defaults(handler=cmd_bench_recovery)
     return top
 
 
@@ -362,6 +374,18 @@ async def cmd_bench_docker(args: argparse.Namespace, settings: Settings) -> int:
     except EngineMissing as exc:
         print(f"trainyard bench docker: {exc}", file=sys.stderr)
         return EXIT_FAILED
+    print(json.dumps(result, indent=None if args.json else 2))
+    return 0
+
+
+async def cmd_bench_recovery(args: argparse.Namespace, settings: Settings) -> int:
+    from bench.recovery import run
+
+    if args.trials < 1:
+        print("trainyard: --trials must be at least 1", file=sys.stderr)
+        return EXIT_USAGE
+    url = await resolve_database(settings)
+    result = await run(url, trials=args.trials, progress=not args.json)
     print(json.dumps(result, indent=None if args.json else 2))
     return 0
 

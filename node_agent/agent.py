@@ -67,6 +67,10 @@ class AgentConfig:
     GPUs, which an engine can only take with a stand-in driver (as under CI)."""
     network_tenants: frozenset[str] = frozenset()
     """Tenants whose learners may use the network; the others' containers have none."""
+    checkpoint_dir: Path | None = None
+    """Where jobs' checkpoints go, per job and learner; None: under `work_dir`. A directory that
+    every node mounts (NFS, say) lets a job restarted on another node, after its node was lost,
+    resume from its checkpoint; under `work_dir` it resumes only on this node."""
 
 
 @dataclass
@@ -285,6 +289,7 @@ class Agent:
             won,
             node=self.config.name,
             work_dir=self.config.work_dir,
+            checkpoint_root=self.config.checkpoint_dir or self.config.work_dir,
             launcher=list(self.config.launcher),
             network_tenants=self.config.network_tenants,
         )

@@ -155,6 +155,14 @@ def _agent_options(command: argparse.ArgumentParser, *, defaults: bool) -> None:
         "(default: $TRAINYARD_HOME/agents/NAME)",
     )
     command.add_argument(
+        "--checkpoint-dir",
+        type=Path,
+        default=default(None),
+        help="where jobs' checkpoints go; a directory every node mounts (NFS) lets a job "
+        "whose node was lost resume from its checkpoint on another node (default: under "
+        "the work directory, so only on this node)",
+    )
+    command.add_argument(
         "--heartbeat",
         type=float,
         default=default(2.0),
@@ -202,9 +210,12 @@ def config_from(args: argparse.Namespace, settings: Settings, runtime: str) -> A
     problem = option_problem(args)
     if problem is not None:
         raise SystemExit(f"trainyard agent: error: {problem}")
+    # Absolute: learners get these paths in their environment and read them from their own
+    # working directories.
+    checkpoint_dir = args.checkpoint_dir.absolute() if args.checkpoint_dir else None
     return AgentConfig(
         name=args.name,
-        work_dir=args.work_dir or settings.home / "agents" / args.name,
+        work_dir=(args.work_dir or settings.home / "agents" / args.name).absolute(),
         cpus=args.cpus if args.cpus is not None else float(os.cpu_count() or 1),
         memory_mb=args.memory_mb if args.memory_mb is not None else machine_memory_mb(),
         launcher=LAUNCHERS[runtime],
@@ -215,6 +226,7 @@ def config_from(args: argparse.Namespace, settings: Settings, runtime: str) -> A
         # Fake GPUs are not the engine's to hand out (see AgentConfig.request_gpus).
         request_gpus=args.fake_gpus is None,
         network_tenants=frozenset(args.allow_network),
+        checkpoint_dir=checkpoint_dir,
     )
 
 
@@ -274,6 +286,7 @@ def install(args: argparse.Namespace, settings: Settings, *, running_as_root: bo
         memory_mb=args.memory_mb,
         work_dir=args.work_dir,
         allow_network=tuple(args.allow_network),
+        checkpoint_dir=args.checkpoint_dir,
     )
     unit_path: Path = args.unit_dir / UNIT_NAME
     try:

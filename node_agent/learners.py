@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Set
 from pathlib import Path
 from urllib.parse import urlsplit
+from uuid import UUID
 
 from controlplane.agents.claims import Claim
 from node_agent.runtime import LearnerSpec, Mount
@@ -12,13 +13,15 @@ from runners import config as runner_env
 from runners.uri import file_path
 
 
-def attempt_dir(work_dir: Path, claim: Claim) -> Path:
-    return work_dir / str(claim.job.job_id) / f"attempt-{claim.attempt}"
+def learner_dir(work_dir: Path, job_id: UUID, attempt: int, learner: int) -> Path:
+    """A learner's working directory, where its output files are."""
+    return work_dir / str(job_id) / f"attempt-{attempt}" / f"learner-{learner}"
 
 
-def checkpoint_dir(work_dir: Path, claim: Claim, learner: int) -> Path:
-    """Shared by every attempt of the job on this node, so a restart resumes from it."""
-    return work_dir / str(claim.job.job_id) / "checkpoints" / f"learner-{learner}"
+def checkpoint_dir(root: Path, claim: Claim, learner: int) -> Path:
+    """Shared by every attempt of the job that runs where `root` is mounted (this node, or every
+    node when it is a shared volume), so a restart resumes from it."""
+    return root / str(claim.job.job_id) / "checkpoints" / f"learner-{learner}"
 
 
 def _results_mount(location: Path) -> Path:
@@ -34,6 +37,7 @@ def learner_specs(
     *,
     node: str,
     work_dir: Path,
+    checkpoint_root: Path,
     launcher: list[str],
     network_tenants: Set[str] = frozenset(),
 ) -> list[LearnerSpec]:
@@ -45,8 +49,8 @@ def learner_specs(
     specs = []
     # This node's learners only: a job placed on several nodes runs the others there.
     for allocation in claim.on(node):
-        workdir = attempt_dir(work_dir, claim) / f"learner-{allocation.index}"
-        checkpoints = checkpoint_dir(work_dir, claim, allocation.index)
+        workdir = learner_dir(work_dir, job.job_id, claim.attempt, allocation.index)
+        checkpoints = checkpoint_dir(checkpoint_root, claim, allocation.index)
         mounts = [Mount(checkpoints, writable=True)]
         env = {
             **manifest.env,

@@ -199,10 +199,12 @@ async def _until_ended(pid: int) -> None:
 
 
 def find_learners(node: str, work_dir: Path, proc: Path = Path("/proc")) -> list[FoundLearner]:
-    """The node's running learners: processes whose environment names the node and a place
-    under the agent's work directory (another agent on the machine, even one with the same node
-    name against another database, has its own), and which lead their own process group (the
-    training commands they run share their environment, but not their group)."""
+    """The running learners that an agent of `node` on `work_dir` started: processes whose
+    environment names the node and a file under the work directory, and which lead their own
+    process group (the training commands they run share their environment, but not their
+    group). Another agent of the same name on this machine (another cluster's, named after the
+    host too, or another test run's) has another work directory, and its learners are not this
+    agent's to adopt or kill."""
     found = []
     for entry in proc.iterdir():
         if not entry.name.isdigit():
@@ -216,6 +218,8 @@ def find_learners(node: str, work_dir: Path, proc: Path = Path("/proc")) -> list
             pid = int(entry.name)
             if environ.get(NODE) != node or os.getpgid(pid) != pid:
                 continue
+            # Trainyard's own variable (the manifest's env cannot override it), in the
+            # learner's working directory.
             if not Path(environ[EXIT_FILE]).is_relative_to(work_dir):
                 continue
             found.append(

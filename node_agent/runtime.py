@@ -163,7 +163,9 @@ class LearnerRuntime(Protocol):
         ...
 
     async def find(self, node: str) -> list[FoundLearner]:
-        """The node's learners that are running now, whoever started them."""
+        """The learners running now that an agent of `node` started (this one or an earlier
+        one); never those of another agent that shares the machine and the name (the process
+        runtime knows its agent's work directory)."""
         ...
 
     async def adopt(self, spec: LearnerSpec, found: FoundLearner | None) -> Learner | None:

@@ -57,6 +57,7 @@ class ServiceOptions:
     work_dir: Path | None = None
     allow_network: tuple[str, ...] = ()
     """Tenants whose learners may use the network."""
+    checkpoint_dir: Path | None = None
 
 
 def agent_command(opts: ServiceOptions) -> list[str]:
@@ -74,6 +75,8 @@ def agent_command(opts: ServiceOptions) -> list[str]:
         words += ["--work-dir", str(opts.work_dir)]
     for tenant in opts.allow_network:
         words += ["--allow-network", tenant]
+    if opts.checkpoint_dir is not None:
+        words += ["--checkpoint-dir", str(opts.checkpoint_dir)]
     words += ["--heartbeat", _number(opts.heartbeat_s), "--ttl", _number(opts.ttl_s)]
     words += ["--grace", _number(opts.grace_s)]
     return words

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -26,7 +25,6 @@ from controlplane.projections.catalog import all_projections
 from controlplane.projections.runner import ProjectionRunner
 from node_agent.agent import AgentConfig
 from node_agent.service import run_agent
-from tests.polling import eventually
 
 USER = Metadata(actor="tenant:acme", tenant="acme")
 A_WHOLE_RUN = [
@@ -110,69 +108,3 @@ class RunningAgent:
     async def finish(self) -> None:
         self.stop.set()
         await asyncio.wait_for(self.task, 30)
-
-
-class AgentProcess:
-    """`trainyard agent` as a real process (process runtime, fake GPUs), to kill -9."""
-
-    def __init__(self, url: str, work_dir: Path, name: str = "n1", ttl_s: float = 5) -> None:
-        self.url = url
-        self.work_dir = work_dir
-        self.name = name
-        self.ttl_s = ttl_s
-        self.process: asyncio.subprocess.Process | None = None
-
-    async def start(self, pool: asyncpg.Pool) -> AgentProcess:
-        """Start it; return once it has registered (and reconciled) and is claiming."""
-        before = await _registrations(pool, self.name)
-        self.process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "controlplane.cli",
-            "agent",
-            "--name",
-            self.name,
-            "--fake-gpus",
-            "1",
-            "--work-dir",
-            str(self.work_dir),
-            "--heartbeat",
-            "0.5",
-            "--ttl",
-            str(self.ttl_s),
-            "--grace",
-            "2",
-            env={**os.environ, "TRAINYARD_DATABASE_URL": self.url},
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.DEVNULL,
-        )
-
-        async def registered() -> bool:
-            assert self.process is not None
-            if self.process.returncode is not None:
-                raise AssertionError(f"the agent exited with {self.process.returncode}")
-            return await _registrations(pool, self.name) > before
-
-        await eventually(registered)
-        return self
-
-    async def kill(self) -> None:
-        """kill -9: no clean shutdown, its learners left running."""
-        assert self.process is not None
-        self.process.kill()
-        await self.process.wait()
-
-    async def stop(self) -> None:
-        if self.process is not None and self.process.returncode is None:
-            self.process.terminate()
-            await self.process.wait()
-
-
-async def _registrations(pool: asyncpg.Pool, node: str) -> int:
-    return int(
-        await pool.fetchval(
-            "SELECT count(*) FROM events WHERE stream_id = $1 AND type = 'NodeRegistered'",
-            f"node-{node}",
-        )
-    )

@@ -3,11 +3,13 @@ agent that adopts the learner."""
 
 from __future__ import annotations
 
+import signal
 import sys
+from dataclasses import replace
 from pathlib import Path
 from uuid import uuid4
 
-from node_agent.process_runtime import LINE_LIMIT, ProcessRuntime
+from node_agent.process_runtime import LINE_LIMIT, ProcessRuntime, find_learners
 from node_agent.runtime import Learner, LearnerSpec
 
 
@@ -60,3 +62,25 @@ async def test_long_lines_come_in_pieces_and_an_adopter_reads_the_same_lines(
 
 async def test_a_learner_that_never_started_is_not_adopted(tmp_path: Path) -> None:
     assert await ProcessRuntime(tmp_path).adopt(spec(tmp_path, "pass"), None) is None
+
+
+async def test_an_agent_finds_only_the_learners_of_its_own_work_directory(
+    tmp_path: Path,
+) -> None:
+    # Two agents of one node name on one machine (two clusters' agents both named after the
+    # host, or two test runs): a starting agent kills the learners it finds that its database
+    # does not know, so it must never find the other's.
+    runtime = ProcessRuntime(tmp_path)
+    node = f"n-{uuid4().hex[:8]}"
+    mine, theirs = (
+        replace(spec(tmp_path / agent, "import time; time.sleep(60)"), node=node)
+        for agent in ("mine", "theirs")
+    )
+    started = [await runtime.start(learner_spec) for learner_spec in (mine, theirs)]
+    try:
+        found = find_learners(node, tmp_path / "mine")
+        assert [f.job_id for f in found] == [mine.job_id]
+    finally:
+        for learner in started:
+            learner.signal(signal.SIGKILL)
+            await learner.wait()

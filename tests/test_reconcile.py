@@ -13,6 +13,7 @@ from uuid import UUID, uuid4
 import asyncpg
 import pytest
 
+from bench.agent_process import AgentProcess
 from controlplane.agents.manager import LifecycleManager
 from controlplane.jobs.lifecycle import Job, JobStatus, Submit, decide, replay
 from controlplane.jobs.manifest import JobManifest
@@ -21,7 +22,7 @@ from node_agent.identity import WorkDirInUse, agent_identity
 from node_agent.process_runtime import find_learners
 from node_agent.reconcile import Allocation, VersionedJob, plan
 from node_agent.runtime import FoundLearner
-from tests.cluster import AgentProcess, Plane, RunningAgent, agent_config
+from tests.cluster import Plane, RunningAgent, agent_config
 from tests.polling import eventually
 
 LINES = 300
@@ -75,7 +76,7 @@ async def test_a_killed_agent_s_learner_keeps_running_and_is_re_adopted(
     try:
         job_id = await plane.submit(chatty(seconds=4))
         await plane.state(job_id, JobStatus.PROCESSING)
-        [found] = await until_found("n1", tmp_path)
+        [found] = await until_found(agent)
         await agent.kill()
         await asyncio.sleep(1)
         os.kill(int(found.handle), 0)  # the learner still runs without its agent
@@ -102,7 +103,7 @@ async def test_a_learner_that_ended_while_its_agent_was_down_is_reported(
         job_id = await plane.submit(chatty(seconds=1.5, exit_code=exit_code))
         await plane.state(job_id, JobStatus.PROCESSING)
         await agent.kill()
-        await until_no_learners("n1", tmp_path)
+        await until_no_learners(agent)
         await agent.start(plane.pool)
         job = await plane.state(job_id, outcome)
         assert job.attempt == 1
@@ -121,7 +122,7 @@ async def test_a_returning_agent_kills_learners_whose_job_moved_on(
     try:
         job_id = await plane.submit(chatty(seconds=60))
         await plane.state(job_id, JobStatus.PROCESSING)
-        [stale] = await until_found("n1", tmp_path)
+        [stale] = await until_found(agent)
         await agent.kill()
         # Down for longer than its lease: the node is declared lost, the job restarted.
         await asyncio.sleep(1.5)
@@ -131,7 +132,7 @@ async def test_a_returning_agent_kills_learners_whose_job_moved_on(
         assert job.attempt == 2
         os.kill(int(stale.handle), 0)  # still running: nobody told it
         await agent.start(plane.pool)
-        await until_no_learners("n1", tmp_path, attempt=1)  # killed on return: its epoch is stale
+        await until_no_learners(agent, attempt=1)  # killed on return: its epoch is stale
         # The job runs again (on n1, the only node), as attempt 2, from the queue.
         job = await plane.until(job_id, lambda j: j.attempt == 2 and j.state.running)
         history = [e.event.type_name for e in await plane.store.read_stream(f"job-{job_id}")]
@@ -155,23 +156,27 @@ def test_the_agent_identity_survives_a_restart(tmp_path: Path) -> None:
         assert again == first
 
 
-async def until_found(node: str, work_dir: Path, attempt: int | None = None) -> list[FoundLearner]:
+async def until_found(agent: AgentProcess, attempt: int | None = None) -> list[FoundLearner]:
     found: list[FoundLearner] = []
 
     async def running() -> bool:
         nonlocal found
-        found = [f for f in find_learners(node, work_dir) if attempt in (None, f.attempt)]
+        found = [f for f in learners_of(agent) if attempt in (None, f.attempt)]
         return bool(found)
 
     await eventually(running)
     return found
 
 
-async def until_no_learners(node: str, work_dir: Path, attempt: int | None = None) -> None:
+async def until_no_learners(agent: AgentProcess, attempt: int | None = None) -> None:
     async def none() -> bool:
-        return not [f for f in find_learners(node, work_dir) if attempt in (None, f.attempt)]
+        return not [f for f in learners_of(agent) if attempt in (None, f.attempt)]
 
     await eventually(none)
+
+
+def learners_of(agent: AgentProcess) -> list[FoundLearner]:
+    return find_learners(agent.name, agent.work_dir)
 
 
 # The plan, as a pure function.

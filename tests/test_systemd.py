@@ -136,6 +136,7 @@ def test_exec_start_is_an_agent_command_line_with_the_same_options() -> None:
                 cpus=7.5,
                 memory_mb=4096,
                 work_dir=Path("/srv/learners"),
+                checkpoint_dir=Path("/mnt/checkpoints"),
                 heartbeat_s=1.5,
                 ttl_s=6.0,
                 grace_s=20.0,
@@ -147,6 +148,7 @@ def test_exec_start_is_an_agent_command_line_with_the_same_options() -> None:
     assert args.handler is cmd_agent
     assert (args.name, args.runtime, args.fake_gpus) == ("gpu-01", "process", 2)
     assert (args.cpus, args.memory_mb, args.work_dir) == (7.5, 4096, Path("/srv/learners"))
+    assert args.checkpoint_dir == Path("/mnt/checkpoints")
     assert (args.heartbeat, args.ttl, args.grace) == (1.5, 6.0, 20.0)
 
 

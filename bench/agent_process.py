@@ -1,0 +1,83 @@
+"""`trainyard agent` as a real child process (process runtime, fake GPUs), to kill -9 and
+restart: a crash leaves its learners running, and the restarted agent (same work directory,
+so same identity) takes its lease back at once and re-adopts them."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+from pathlib import Path
+
+import asyncpg
+
+from controlplane.agents.events import NodeRegistered
+from controlplane.agents.nodes import node_stream
+from controlplane.events.store import EventStore
+
+REGISTER_S = 30.0
+PROBE_S = 0.02
+
+
+class AgentProcess:
+    def __init__(
+        self,
+        url: str,
+        work_dir: Path,
+        name: str = "n1",
+        *,
+        ttl_s: float = 5,
+        heartbeat_s: float = 0.5,
+        checkpoint_dir: Path | None = None,
+    ) -> None:
+        self.url = url
+        self.work_dir = work_dir
+        self.name = name
+        self.ttl_s = ttl_s
+        self.heartbeat_s = heartbeat_s
+        self.checkpoint_dir = checkpoint_dir
+        self.process: asyncio.subprocess.Process | None = None
+        self.spawned_at = 0.0
+        """`time.perf_counter()` just before the latest start spawned the process."""
+
+    async def start(self, pool: asyncpg.Pool) -> AgentProcess:
+        """Start it; return once it has registered its node (it reconciles and claims next)."""
+        store = EventStore(pool)
+        before = await _registrations(store, self.name)
+        options = ["--name", self.name, "--fake-gpus", "1", "--work-dir", str(self.work_dir)]
+        options += ["--heartbeat", str(self.heartbeat_s), "--ttl", str(self.ttl_s)]
+        # Processes, whether or not a Docker engine answers: learners are found by their pids.
+        options += ["--grace", "2", "--runtime", "process"]
+        if self.checkpoint_dir is not None:
+            options += ["--checkpoint-dir", str(self.checkpoint_dir)]
+        self.spawned_at = time.perf_counter()
+        self.process = await asyncio.create_subprocess_exec(
+            *(sys.executable, "-m", "controlplane.cli", "agent", *options),
+            env={**os.environ, "TRAINYARD_DATABASE_URL": self.url},
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL,
+        )
+        async with asyncio.timeout(REGISTER_S):
+            while await _registrations(store, self.name) == before:
+                if self.process.returncode is not None:
+                    raise RuntimeError(f"the agent exited with {self.process.returncode}")
+                await asyncio.sleep(PROBE_S)
+        return self
+
+    async def kill(self) -> None:
+        """kill -9: no clean shutdown, its learners left running."""
+        assert self.process is not None
+        self.process.kill()
+        await self.process.wait()
+
+    async def stop(self) -> None:
+        if self.process is not None and self.process.returncode is None:
+            self.process.terminate()
+            await self.process.wait()
+
+
+async def _registrations(store: EventStore, node: str) -> int:
+    history = await store.read_stream(node_stream(node))
+    return sum(isinstance(e.event, NodeRegistered) for e in history)

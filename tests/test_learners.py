@@ -1,0 +1,79 @@
+"""What an agent runs for a claimed attempt: where its learners keep checkpoints, and which one
+a restarted attempt resumes from, on this node or on another one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from uuid import uuid4
+
+from controlplane.agents.claims import Claim, LearnerAllocation
+from controlplane.cli import parser
+from controlplane.jobs.lifecycle import Checkpoint, Job, JobStatus, Submit, decide, replay
+from controlplane.jobs.manifest import JobManifest
+from controlplane.jobs.service import now
+from controlplane.settings import Settings
+from node_agent.cli import config_from
+from node_agent.learners import learner_specs
+from node_agent.runtime import LearnerSpec
+from runners.config import CHECKPOINT_DIR, RESUME_FROM
+
+MANIFEST = JobManifest.model_validate({"name": "j", "image": "i", "command": ["train"]})
+
+
+def submitted() -> Job:
+    job = replay(decide(Submit(job_id=uuid4(), tenant="t", manifest=MANIFEST, at=now()), None))
+    assert job is not None
+    return job
+
+
+JOB = submitted()
+
+
+def spec(node: str, work_dir: Path, checkpoint_root: Path, checkpoint: Path | None) -> LearnerSpec:
+    """Learner 0 of the job's attempt 1, or, after `checkpoint`, of its attempt 2."""
+    last = None
+    if checkpoint is not None:
+        last = Checkpoint(attempt=1, step=40, path=str(checkpoint), size_bytes=1, at=now())
+    attempt = 1 if checkpoint is None else 2
+    job = JOB.model_copy(
+        update={"state": JobStatus.DEPLOYING, "attempt": attempt, "last_checkpoint": last}
+    )
+    claim = Claim(job, attempt, epoch=attempt, learners=[LearnerAllocation(0, node, [])], version=3)
+    [only] = learner_specs(
+        claim, node=node, work_dir=work_dir, checkpoint_root=checkpoint_root, launcher=["run"]
+    )
+    return only
+
+
+def test_a_job_moved_off_a_lost_node_resumes_from_a_shared_checkpoint_directory(
+    tmp_path: Path,
+) -> None:
+    shared = tmp_path / "nfs"
+    first = spec("a", tmp_path / "a", shared, None)
+    saved = Path(first.env[CHECKPOINT_DIR]) / "ckpt-00000001.pt"
+    assert saved.is_relative_to(shared)
+    moved = spec("b", tmp_path / "b", shared, saved)
+    assert moved.env[CHECKPOINT_DIR] == first.env[CHECKPOINT_DIR]
+    assert moved.env[RESUME_FROM] == str(saved)
+
+
+def test_checkpoints_under_a_node_s_work_directory_resume_only_on_that_node(
+    tmp_path: Path,
+) -> None:
+    first = spec("a", tmp_path / "a", tmp_path / "a", None)
+    saved = Path(first.env[CHECKPOINT_DIR]) / "ckpt-00000001.pt"
+    assert spec("a", tmp_path / "a", tmp_path / "a", saved).env[RESUME_FROM] == str(saved)
+    # Node b cannot read node a's disk: its learner starts over rather than fail on the path.
+    assert RESUME_FROM not in spec("b", tmp_path / "b", tmp_path / "b", saved).env
+
+
+def test_relative_agent_directories_become_absolute() -> None:
+    # A learner reads the paths in its environment from its own working directory: relative
+    # ones would put its checkpoints (and its exit status) where no later attempt looks.
+    options = ["agent", "--name", "a", "--work-dir", "work", "--checkpoint-dir", "ckpt"]
+    config = config_from(parser().parse_args(options), Settings(Path("home"), None), "process")
+    assert (config.work_dir, config.checkpoint_dir) == (Path.cwd() / "work", Path.cwd() / "ckpt")
+    default = config_from(
+        parser().parse_args(["agent", "--name", "a"]), Settings(Path("h"), None), "process"
+    )
+    assert default.work_dir == Path.cwd() / "h" / "agents" / "a"
