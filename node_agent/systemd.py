@@ -18,7 +18,7 @@ DEFAULT_ENV_FILE = Path("/etc/trainyard/agent.env")
 DEFAULT_HOME = Path("/var/lib/trainyard")
 ENV_FILE_MODE = 0o600
 UNIT_FILE_MODE = 0o644
-RESTART_S = 5
+RESTART_S = 1
 STOP_MARGIN_S = 30
 """Seconds past --grace that systemd waits for the agent to stop: after its learners have
 ended it still ships their last log lines and deregisters the node."""
@@ -122,8 +122,8 @@ EnvironmentFile={_specifiers(str(opts.env_file))}
 Environment=PYTHONUNBUFFERED=1
 ExecStart={exec_start}
 Restart=always
-# After a crash the old lease stays live for up to --ttl seconds and the name is refused until
-# then; a few seconds between tries keeps the journal readable while it expires.
+# A restarted agent keeps its identity (in --work-dir), so it takes its lease back at once and
+# re-adopts the learners it left running: restart promptly, but not in a tight loop.
 RestartSec={RESTART_S}
 # process: systemd signals only the agent, never its learners. On `systemctl stop` the agent
 # itself stops them in order (SIGTERM, --grace seconds to checkpoint, SIGKILL) and re-queues

@@ -65,7 +65,8 @@ class LifecycleManager:
                     self.active = bool(await conn.fetchval(Q["manager_lock"]))
                     if self.active:
                         log.info("lifecycle manager: active")
-                else:
+                # Sweep at once on taking over: a node may have expired while nobody swept.
+                if self.active:
                     # Still holding the lock only while this session lives: check it first.
                     # (Should it die just after, two replicas may sweep at once for a moment;
                     # a sweep is transactional and conditional, so neither repeats the other.)
