@@ -58,6 +58,7 @@ async def run(
                 async with aiohttp.ClientSession(
                     plane.url, headers=headers, connector=connector
                 ) as session:
+                    await _create_tenant(session)
                     say(f"submitting at {rate:g}/s for {seconds:g}s ...")
                     submit = await _submits(session, rate, seconds)
                     say(
@@ -67,6 +68,12 @@ async def run(
             finally:
                 await plane.stop()
     return {**submit, **sse}
+
+
+async def _create_tenant(session: aiohttp.ClientSession) -> None:
+    async with session.post("/v1/tenants", json={"name": "bench"}) as response:
+        if response.status != 201:
+            raise RuntimeError(f"create tenant: {response.status} {await response.text()}")
 
 
 async def _submit(session: aiohttp.ClientSession) -> UUID:
