@@ -1,0 +1,12 @@
+"""`trainyard bench api` end to end, briefly: the benchmark runs against a served control plane
+and reports what it measured (its figures are for `bench/`, not for this test)."""
+
+from __future__ import annotations
+
+from bench.api import run
+
+
+async def test_the_api_benchmark_runs_and_misses_no_delivery(pg_server: str) -> None:
+    result = await run(pg_server, seconds=1, rate=20, subscribers=5, jobs=2, event_rate=10)
+    assert result["submit_per_s"] > 0 and result["submit_p99_ms"] > 0
+    assert result["sse_deliveries"] > 0 and result["sse_deliveries_missing"] == 0
