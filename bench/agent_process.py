@@ -1,4 +1,4 @@
-"""`trainyard agent` as a real child process (process runtime, fake GPUs), to kill -9 and
+"""`trainyard agent` as a real child process (fake GPUs), to kill -9 and
 restart: a crash leaves its learners running, and the restarted agent (same work directory,
 so same identity) takes its lease back at once and re-adopts them."""
 
@@ -30,6 +30,7 @@ class AgentProcess:
         ttl_s: float = 5,
         heartbeat_s: float = 0.5,
         checkpoint_dir: Path | None = None,
+        runtime: str = "process",
     ) -> None:
         self.url = url
         self.work_dir = work_dir
@@ -37,6 +38,8 @@ class AgentProcess:
         self.ttl_s = ttl_s
         self.heartbeat_s = heartbeat_s
         self.checkpoint_dir = checkpoint_dir
+        self.runtime = runtime
+        """Given, never left to the engine's presence: each runtime finds its learners its own way."""
         self.process: asyncio.subprocess.Process | None = None
         self.spawned_at = 0.0
         """`time.perf_counter()` just before the latest start spawned the process."""
@@ -47,8 +50,7 @@ class AgentProcess:
         before = await _registrations(store, self.name)
         options = ["--name", self.name, "--fake-gpus", "1", "--work-dir", str(self.work_dir)]
         options += ["--heartbeat", str(self.heartbeat_s), "--ttl", str(self.ttl_s)]
-        # Processes, whether or not a Docker engine answers: learners are found by their pids.
-        options += ["--grace", "2", "--runtime", "process"]
+        options += ["--grace", "2", "--runtime", self.runtime]
         if self.checkpoint_dir is not None:
             options += ["--checkpoint-dir", str(self.checkpoint_dir)]
         self.spawned_at = time.perf_counter()

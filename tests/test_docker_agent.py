@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import subprocess
+from pathlib import Path
 from typing import Any
 from uuid import UUID
 
@@ -12,6 +14,7 @@ import aiodocker
 import asyncpg
 import pytest
 
+from bench.agent_process import AgentProcess
 from controlplane.jobs.lifecycle import Cancel, JobStatus, RequestCheckpoint
 from controlplane.jobs.service import now
 from node_agent.containers import LearnerLabels
@@ -157,3 +160,40 @@ async def test_a_command_missing_from_the_image_fails_the_job_with_the_error(
     await wait_for_line(plane, job_id, "no-such-program-anywhere")
     await eventually(lambda: released(owner))
     assert containers_of(docker_node) == []
+
+
+async def test_a_killed_agent_s_container_runs_on_and_is_re_adopted(
+    plane: Plane, tmp_path: Path, docker_engine: Engine, docker_node: str
+) -> None:
+    agent = AgentProcess(plane.url, tmp_path / "agent", docker_node, runtime="docker")
+    await agent.start(plane.pool)
+    try:
+        code = (
+            "import time\n"
+            "for i in range(60):\n"
+            "    print('line', i, flush=True)\n"
+            "    time.sleep(0.05)\n"
+        )
+        job_id = await plane.submit(
+            ["python3", "-c", code], image=LEARNER_IMAGE, gpus_per_learner=0
+        )
+        await plane.state(job_id, JobStatus.PROCESSING)
+        await agent.kill()
+        await asyncio.sleep(0.5)
+        await agent.start(plane.pool)
+        job = await plane.state(job_id, JobStatus.COMPLETED)
+        assert job.attempt == 1 and job.restarts == 0  # the same container, not a rerun
+
+        async def every_line_once() -> bool:
+            lines = await plane.pool.fetch(
+                "SELECT seq, line FROM job_logs WHERE job_id = $1 AND stream = 'stdout' "
+                "ORDER BY seq",
+                job_id,
+            )
+            numbered = [r["line"] for r in lines if r["line"].startswith("line ")]
+            assert [r["seq"] for r in lines] == list(range(1, len(lines) + 1))
+            return numbered == [f"line {i}" for i in range(60)]
+
+        await eventually(every_line_once)
+    finally:
+        await agent.stop()
