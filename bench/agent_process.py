@@ -39,7 +39,8 @@ class AgentProcess:
         self.heartbeat_s = heartbeat_s
         self.checkpoint_dir = checkpoint_dir
         self.runtime = runtime
-        """Given, never left to the engine's presence: each runtime finds its learners its own way."""
+        """Always given, never left to whether an engine answers: each runtime finds its
+        learners its own way."""
         self.process: asyncio.subprocess.Process | None = None
         self.spawned_at = 0.0
         """`time.perf_counter()` just before the latest start spawned the process."""
