@@ -14,7 +14,6 @@ import asyncpg
 from controlplane.agents.events import NodeLost
 from controlplane.agents.nodes import Nodes
 from controlplane.database import DATABASE_ERRORS, connect
-from controlplane.events.errors import ConcurrencyError
 from controlplane.events.metadata import Metadata
 from controlplane.events.store import EventStore
 from controlplane.jobs.events import JobEvent
@@ -94,7 +93,7 @@ class LifecycleManager:
     async def _roll_back(self, job_id: UUID, attempt: int, timeout_s: float) -> None:
         """A deployment whose learners did not all start in time is rolled back (its nodes stop
         the learners that did start, and give their GPUs back) and retried, or FAILED."""
-        job, version = await self._jobs.current(job_id)
+        job, _ = await self._jobs.current(job_id)
         if job is None or job.attempt != attempt:
             return  # restarted meanwhile: the projection that listed it lagged
         waiting = [n for n in range(job.manifest.learners) if n not in job.learner_phases]
@@ -102,12 +101,13 @@ class LifecycleManager:
             f"deploy_timeout: learner(s) {', '.join(map(str, waiting))} had not started "
             f"within {timeout_s:g}s"
         )
+        metadata = Metadata.capture(ACTOR, causation_id=job_stream(job_id))
         try:
-            events = decide(RollBack(reason, now(), attempt=attempt), job)
-            metadata = Metadata.capture(ACTOR, causation_id=job_stream(job_id))
-            await self._store.append(job_stream(job_id), version, events, metadata)
-        except (Refused, ConcurrencyError):
-            return  # it moved on meanwhile (started after all, say): the next sweep looks again
+            # A step of the job's trace like every other command; refused when the attempt
+            # moved on meanwhile (it started after all, say): the next sweep looks again.
+            await self._jobs.execute(job_id, RollBack(reason, now(), attempt=attempt), metadata)
+        except Refused:
+            return
         log.warning("job %s: %s; deployment rolled back", job_id, reason)
 
     async def _declare_lost(self, name: str) -> bool:
