@@ -193,13 +193,13 @@ async def _claims(url: str, seconds: float, say: Say) -> dict[str, Any]:
             held: deque[Claim] = deque()
             while time.perf_counter() < deadline:
                 taken = await claim(plane.pool, plane.store, node)
-                if taken is None:
+                if not taken:
                     return  # the queue is empty, or its last jobs are being claimed by others
-                won.append(taken)
-                if len(held) == HELD:
+                won.extend(taken)
+                held.extend(taken)
+                while len(held) > HELD:
                     oldest = held.popleft()
                     await release(plane.pool, oldest.job.job_id, oldest.attempt, node)
-                held.append(taken)
 
         start = time.perf_counter()
         await asyncio.gather(*(agent(name) for name in _nodes()))
@@ -444,15 +444,23 @@ async def _trainyard_round(plane: _Plane, total: int) -> tuple[float, float]:
 
     async def worker(node: str) -> None:
         nonlocal finished
+        # An agent of its own: its appends are committed together only with its own.
+        store = EventStore(plane.pool)
         metadata = Metadata(actor=f"agent:{node}", tenant=TENANT)
-        while (won := await claim(plane.pool, plane.store, node)) is not None:
+
+        async def finish(won: Claim) -> None:
             job = won.job
             events = decide(EnterPhase(JobStatus.PROCESSING, now()), job)
             processing = evolve(job, events[0])
             events += decide(Complete([0] * len(won.learners), now()), processing)
-            await plane.store.append(job_stream(job.job_id), won.version, events, metadata)
+            await store.append(job_stream(job.job_id), won.version, events, metadata)
             await release(plane.pool, job.job_id, won.attempt, node)
-            finished += 1
+
+        while won := await claim(plane.pool, store, node):
+            # The learners of the jobs claimed together run side by side, as on a node.
+            await asyncio.gather(*(finish(taken) for taken in won))
+            finished += len(won)
+        await store.close()
 
     await asyncio.gather(*(worker(node) for node in _nodes()))
     if finished != total - existing:

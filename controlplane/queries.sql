@@ -2,30 +2,38 @@
 -- a block starts with "-- name: <name>" and its remaining comment lines say what it is for.
 
 -- name: append_events
--- Append events to one stream, only if the stream is at the expected version and its head was
--- written by an older transaction (so (xid, position) order never inverts a stream's versions).
--- Zero rows back means a conflict. With $7 it also wakes listeners when the caller's
--- transaction commits: one pg_notify per statement, and Postgres folds identical
--- notifications within a transaction, so a transaction sends one at most.
-WITH head AS (
-    SELECT stream_version, xid FROM events
-    WHERE stream_id = $1
-    ORDER BY stream_version DESC
-    LIMIT 1
+-- Append events to several streams in one statement (a claim's jobs; appends gathered by a group
+-- commit): stream $1[k] gets the events whose $4 is k, in order, only if it is at version $2[k]
+-- and its head was written by an older transaction (so (xid, position) order never inverts a
+-- stream's versions). A stream missing from the result was refused: a conflict, and nothing of
+-- it was written. Positions are taken in the order rows are inserted, stream by stream and
+-- event by event. With $9 it also wakes listeners when the caller's transaction commits: one
+-- pg_notify per statement, and Postgres folds identical notifications within a transaction.
+WITH streams AS (
+    SELECT s.stream_id, s.expected, s.metadata, s.k
+    FROM unnest($1::text[], $2::bigint[], $3::jsonb[])
+        WITH ORDINALITY AS s(stream_id, expected, metadata, k)
+    WHERE (SELECT coalesce(max(stream_version), 0) FROM events WHERE stream_id = s.stream_id)
+          = s.expected
+      AND coalesce((SELECT xid FROM events
+                    WHERE stream_id = s.stream_id AND stream_version = s.expected), '0'::xid8)
+          <= pg_current_xact_id()
 ), inserted AS (
     INSERT INTO events (stream_id, stream_version, type, schema_version, data, metadata)
-    SELECT $1, $2 + e.ord, e.type, e.schema_version, e.data, $6
-    FROM unnest($3::text[], $4::smallint[], $5::jsonb[])
-        WITH ORDINALITY AS e(type, schema_version, data, ord)
-    WHERE coalesce((SELECT stream_version FROM head), 0) = $2
-      AND coalesce((SELECT xid FROM head), '0'::xid8) <= pg_current_xact_id()
-    RETURNING position, xid, recorded_at
+    SELECT s.stream_id, s.expected + e.ord, e.type, e.schema_version, e.data, s.metadata
+    FROM unnest($4::int[], $5::int[], $6::text[], $7::smallint[], $8::jsonb[])
+        AS e(k, ord, type, schema_version, data)
+    JOIN streams s USING (k)
+    ORDER BY e.k, e.ord
+    RETURNING stream_id, position, xid, recorded_at
 )
-SELECT array_agg(position ORDER BY position) AS positions,
+SELECT stream_id,
+       array_agg(position ORDER BY position) AS positions,
        max(xid)::text::bigint AS xid,
        min(recorded_at) AS recorded_at,
-       CASE WHEN $7 AND count(*) > 0 THEN pg_notify('trainyard_events', '') END AS notified
-FROM inserted;
+       CASE WHEN $9 THEN pg_notify('trainyard_events', '') END AS notified
+FROM inserted
+GROUP BY stream_id;
 
 -- name: notify_events
 -- Wake every listener after appends that committed on their own; the payload means nothing.
@@ -253,24 +261,30 @@ SELECT n.name, n.state, n.lease_until, n.heartbeat_at, n.registered_at, n.runtim
 FROM nodes n
 ORDER BY n.name;
 
--- name: claim_candidate
--- The next queued job that node $1 (READY, else no row) can take, with the node's free GPUs,
--- CPUs and memory: fair share first (the tenant holding the fewest GPUs for its weight), then
--- priority, then submission time; within the tenant's GPU quota. A job fits when all of it fits
--- here, or, with several learners, when one learner fits here and the READY nodes together have
--- room for them all, counted node by node as `claims.place` places them. Each tenant's
--- best fitting job comes from one scan of its queue index, locked with SKIP LOCKED so that
--- concurrent agents each take a different job instead of queueing on one row (the other
--- tenants' rows locked on the way are released when the claim commits). One statement: a claim
--- is on every job's critical path.
+-- name: claim_candidates
+-- Up to $2 queued jobs that node $1 (READY, else no rows) can take, with the node's free GPUs,
+-- CPUs and memory, in the order a claim takes them: fair share first (the tenant holding the
+-- fewest GPUs for its weight, counting the jobs before it in this list as held), then priority,
+-- then submission time; within the tenant's GPU quota (again counting the jobs before it). Each
+-- job fits the node's free room on its own; `claims.claim` takes them in order while they fit
+-- together. A job fits when all of it fits here, or, with several learners, when one learner
+-- fits here and the READY nodes together have room for them all, counted node by node as
+-- `claims.place` places them. Each tenant's best fitting jobs come from one scan of its queue
+-- index, locked with SKIP LOCKED so that concurrent agents each take different jobs instead of
+-- queueing on one row (the rows locked but not taken are released when the claim commits). One
+-- statement: a claim is on every job's critical path.
 WITH free AS (
     SELECT * FROM node_capacity WHERE name = $1
 ), usage AS (
     SELECT tenant, sum(cardinality(gpus)) AS gpus
     FROM allocations WHERE released_at IS NULL
     GROUP BY tenant
-), candidate AS (
-    SELECT c.*
+), fitting AS (
+    SELECT c.*, coalesce(u.gpus, 0) AS held, t.weight, t.gpu_quota,
+           sum(c.learners * c.gpus_per_learner) OVER (
+               PARTITION BY c.tenant
+               ORDER BY c.priority DESC, c.submitted_at, c.job_id
+           ) AS taken
     FROM free f
     CROSS JOIN tenants t
     LEFT JOIN usage u ON u.tenant = t.name
@@ -304,18 +318,27 @@ WITH free AS (
           AND NOT EXISTS (SELECT 1 FROM allocations a
                           WHERE a.job_id = s.job_id AND a.attempt = s.attempt)
         ORDER BY s.priority DESC, s.submitted_at, s.job_id
-        LIMIT 1
+        -- No more than could fit together (GPU jobs: one a free GPU), so that jobs this claim
+        -- cannot take stay free for other nodes.
+        LIMIT least($2, greatest(cardinality(f.gpus), 1))
         FOR UPDATE OF s SKIP LOCKED
     ) c
-    ORDER BY coalesce(u.gpus, 0) / t.weight, c.priority DESC, c.submitted_at, c.job_id
-    LIMIT 1
+), candidates AS (
+    SELECT * FROM fitting
+    WHERE gpu_quota IS NULL OR held + taken <= gpu_quota
+    -- The tenant's share just before this job: what it holds and the jobs before it here.
+    ORDER BY (held + taken - learners * gpus_per_learner) / weight,
+             priority DESC, submitted_at, job_id
+    LIMIT $2
 )
--- The fencing epoch too: a sequence is not transactional, so a claim rolled back only skips a
--- number, and epochs still only grow. And the job's trace context, from its first event.
-SELECT candidate.*, nextval('claim_epochs') AS epoch,
+-- Fencing epochs too: a sequence is not transactional, so a claim rolled back only skips
+-- numbers, and epochs still only grow. And each job's trace context, from its first event.
+SELECT c.*, nextval('claim_epochs') AS epoch,
        (SELECT e.metadata -> 'trace' FROM events e
-        WHERE e.stream_id = 'job-' || candidate.job_id AND e.stream_version = 1) AS trace
-FROM candidate;
+        WHERE e.stream_id = 'job-' || c.job_id AND e.stream_version = 1) AS trace
+FROM candidates c
+ORDER BY (held + taken - learners * gpus_per_learner) / weight,
+         priority DESC, submitted_at, job_id;
 
 -- name: other_nodes_capacity
 -- What the other READY nodes can still give, roomiest first: where a claim places the learners
@@ -325,17 +348,24 @@ WHERE name <> $1
 ORDER BY cardinality(gpus) DESC, name;
 
 -- name: insert_allocations
--- A claim's learners and their GPUs in one statement: learner $5[k] runs on node $6[k] and
--- holds GPUs $7[(k-1)*$8+1 .. k*$8] ($8 per learner), with $9 CPUs and $10 MiB.
+-- Claims' learners and their GPUs in one statement: learner row k is learner $3[k] of attempt
+-- $2[k] of job $1[k], for tenant $4[k] on node $5[k] with epoch $6[k], $7[k] CPUs and $8[k] MiB;
+-- GPU $9[g] belongs to learner row $10[g].
 WITH learners AS (
     INSERT INTO allocations (job_id, attempt, learner, tenant, node, epoch, gpus, cpus,
                              memory_mb)
-    SELECT $1, $2, l.learner, $3, l.node, $4, ($7::text[])[(l.k - 1) * $8 + 1:l.k * $8], $9, $10
-    FROM unnest($5::int[], $6::text[]) WITH ORDINALITY AS l(learner, node, k)
+    SELECT l.job_id, l.attempt, l.learner, l.tenant, l.node, l.epoch,
+           coalesce((SELECT array_agg(g.gpu ORDER BY g.n)
+                     FROM unnest($9::text[], $10::int[]) WITH ORDINALITY AS g(gpu, k, n)
+                     WHERE g.k = l.k), '{}'),
+           l.cpus, l.memory_mb
+    FROM unnest($1::uuid[], $2::int[], $3::int[], $4::text[], $5::text[], $6::bigint[],
+                $7::float8[], $8::bigint[])
+        WITH ORDINALITY AS l(job_id, attempt, learner, tenant, node, epoch, cpus, memory_mb, k)
 )
 INSERT INTO allocated_gpus (gpu_uuid, job_id, attempt, learner)
-SELECT g.gpu, $1, $2, ($5::int[])[(g.k - 1) / $8 + 1]
-FROM unnest($7::text[]) WITH ORDINALITY AS g(gpu, k)
+SELECT g.gpu, ($1::uuid[])[g.k], ($2::int[])[g.k], ($3::int[])[g.k]
+FROM unnest($9::text[], $10::int[]) AS g(gpu, k)
 -- In one global order: claims racing for GPUs of several nodes wait for each other in the same
 -- order, so they never deadlock (the later one fails on the GPU's key, and retries).
 ORDER BY g.gpu;

@@ -260,7 +260,8 @@ class Agent:
             try:
                 await self._carry_requests()
                 while not self._stopping.is_set() and (won := await self._claim()):
-                    self._start(won)
+                    for taken in won:
+                        self._start(taken)
                 await self._account([])
             except DATABASE_ERRORS as exc:
                 log.warning("claiming failed (%s); retrying", exc)
@@ -281,7 +282,7 @@ class Agent:
         if self._running:
             await asyncio.wait([r.task for r in self._running.values()])
 
-    async def _claim(self) -> Claim | None:
+    async def _claim(self) -> list[Claim]:
         return await claim(self._pool, self._store, self.config.name)
 
     def _specs(self, won: Claim) -> list[LearnerSpec]:

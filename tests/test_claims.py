@@ -98,15 +98,20 @@ class Cluster:
 
 
 async def claim_all(cluster: Cluster, node_names: list[str]) -> list[tuple[str, Claim]]:
-    """Every node claims concurrently, as often as work fits."""
+    """Every node claims concurrently, as often as work fits, until a round in which no node
+    claims anything (a node finds nothing while another's claim holds jobs it then leaves; an
+    agent looks again when that claim's event wakes it)."""
     won: list[tuple[str, Claim]] = []
 
     async def agent(name: str) -> None:
-        while (result := await claim(cluster.pool, cluster.store, name)) is not None:
-            won.append((name, result))
+        while result := await claim(cluster.pool, cluster.store, name):
+            won.extend((name, taken) for taken in result)
 
-    await asyncio.gather(*(agent(name) for name in node_names))
-    return won
+    while True:
+        before = len(won)
+        await asyncio.gather(*(agent(name) for name in node_names))
+        if len(won) == before:
+            return won
 
 
 @settings(
@@ -279,7 +284,7 @@ async def test_a_restarted_job_waits_out_its_backoff(
         return bool(state == "QUEUED")
 
     await eventually(requeued)
-    assert await claim(pool, store, "n1") is None  # still backing off
+    assert await claim(pool, store, "n1") == []  # still backing off
     await asyncio.sleep(2.1)
-    again = await claim(pool, store, "n1")
-    assert again is not None and again.job.job_id == job_id and again.attempt == 2
+    [again] = await claim(pool, store, "n1")
+    assert again.job.job_id == job_id and again.attempt == 2

@@ -16,8 +16,9 @@ from opentelemetry import propagate
 from controlplane.database import Executor
 from controlplane.events.errors import ConcurrencyError
 from controlplane.events.metadata import Metadata
-from controlplane.events.store import EventStore
+from controlplane.events.store import EventStore, StreamAppend
 from controlplane.instruments import CLAIM_LATENCY
+from controlplane.jobs.events import JobEvent
 from controlplane.jobs.lifecycle import Deploy, Job, JobStatus, Refused, decide, evolve
 from controlplane.jobs.service import now
 from controlplane.jobs.streams import job_stream
@@ -69,6 +70,17 @@ class Capacity:
     cpus: float
     memory_mb: int
 
+    def less(self, learners: Sequence[LearnerAllocation], demand: Demand) -> Capacity:
+        """What is left once `learners` (those placed here) have their share."""
+        here = [learner for learner in learners if learner.node == self.node]
+        used = {gpu for learner in here for gpu in learner.gpus}
+        return Capacity(
+            self.node,
+            [gpu for gpu in self.gpus if gpu not in used],
+            self.cpus - len(here) * demand.cpus,
+            self.memory_mb - len(here) * demand.memory_mb,
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class Demand:
@@ -98,35 +110,40 @@ def place(demand: Demand, nodes: Sequence[Capacity]) -> list[LearnerAllocation] 
 
 
 STALE_RETRIES = 5
+CLAIM_BATCH = 8
+"""The most jobs one claim takes: a node with room for several takes them in one transaction."""
 
 
 class _Stale(Exception):
-    """The queue row was behind the job's stream, or the room it counted on was taken; roll
+    """The queue rows were behind their jobs' streams, or the room counted on was taken; roll
     the claim back."""
 
 
-async def claim(pool: asyncpg.Pool, store: EventStore, node: str) -> Claim | None:
-    """Claim the next job that fits on `node` (and, for a job of several learners, on other
-    nodes too), or None when none fits."""
+async def claim(
+    pool: asyncpg.Pool, store: EventStore, node: str, *, limit: int = CLAIM_BATCH
+) -> list[Claim]:
+    """Claim the next jobs that fit on `node` together, up to `limit` (for a job of several
+    learners, on other nodes too); none when none fits."""
     for _ in range(STALE_RETRIES):
         try:
             async with pool.acquire() as conn, conn.transaction():
-                won = await _claim(conn, store, node)
+                won = await _claim(conn, store, node, limit)
         except (
             _Stale,
             ConcurrencyError,
             asyncpg.UniqueViolationError,
             asyncpg.DeadlockDetectedError,
         ):
-            # Another node claimed the job, or its user cancelled it, while the queue row (a
-            # projection) lagged; or another claim took some of the GPUs this one placed
-            # learners on. All was rolled back; the next try sees the other claim.
+            # Other nodes claimed the jobs, or their users cancelled them, while the queue rows
+            # (a projection) lagged; or another claim took some of the GPUs this one placed
+            # learners on. All was rolled back; the next try sees the other claims.
             continue
-        if won is not None:
-            latency = (now() - queued_since(won.job)).total_seconds()
-            CLAIM_LATENCY.record(max(latency, 0.0), {"tenant": won.job.tenant})
+        at = now()
+        for taken in won:
+            latency = (at - queued_since(taken.job)).total_seconds()
+            CLAIM_LATENCY.record(max(latency, 0.0), {"tenant": taken.job.tenant})
         return won
-    return None
+    return []
 
 
 def queued_since(job: Job) -> datetime:
@@ -136,75 +153,125 @@ def queued_since(job: Job) -> datetime:
     return max(queued[-1], job.not_before or queued[-1])
 
 
-async def _claim(conn: Executor, store: EventStore, node: str) -> Claim | None:
+@dataclass(frozen=True, slots=True)
+class _Placed:
+    """A candidate, where its learners go, and its DEPLOYING event."""
+
+    row: asyncpg.Record
+    job: Job
+    learners: list[LearnerAllocation]
+    events: list[JobEvent]
+    metadata: Metadata
+
+
+async def _claim(conn: Executor, store: EventStore, node: str, limit: int) -> list[Claim]:
     started = time.time_ns()
-    row = await conn.fetchrow(Q["claim_candidate"], node)
-    if row is None:
-        return None  # nothing fits, or the node is not READY (deregistered, or declared lost)
-    job_id: UUID = row["job_id"]
-    # The job as the queue (a projection) has it, at its stream version: if the stream has
-    # moved on since (cancelled, say), the append below refuses, and nothing is claimed.
-    job = Job.model_validate_json(row["doc"])
-    epoch = int(row["epoch"])
-    demand = Demand(
-        row["learners"],
-        row["gpus_per_learner"],
-        row["cpus_per_learner"],
-        row["memory_mb_per_learner"],
-    )
-    here = Capacity(node, list(row["free_gpus"]), row["free_cpus"], row["free_memory_mb"])
-    learners = place(demand, [here])
-    if learners is None:
-        others = [
-            Capacity(r["name"], list(r["gpus"]), r["cpus"], r["memory_mb"])
-            for r in await conn.fetch(Q["other_nodes_capacity"], node)
-        ]
-        learners = place(demand, [here, *others])
+    rows = await conn.fetch(Q["claim_candidates"], node, limit)
+    if not rows:
+        return []  # nothing fits, or the node is not READY (deregistered, or declared lost)
+    first = rows[0]
+    room = Capacity(node, list(first["free_gpus"]), first["free_cpus"], first["free_memory_mb"])
+    placed: list[_Placed] = []
+    for row in rows:
+        demand = Demand(
+            row["learners"],
+            row["gpus_per_learner"],
+            row["cpus_per_learner"],
+            row["memory_mb_per_learner"],
+        )
+        learners = place(demand, [room])
+        if learners is None and placed:
+            continue  # it fits the node alone, but not beside the jobs taken before it
         if learners is None:
-            # The queue counted room for it a moment ago, the same way: another claim took
-            # some since. Roll back and look again.
-            raise _Stale
-    allocated = [g for learner in learners for g in learner.gpus]
+            others = [
+                Capacity(r["name"], list(r["gpus"]), r["cpus"], r["memory_mb"])
+                for r in await conn.fetch(Q["other_nodes_capacity"], node)
+            ]
+            learners = place(demand, [room, *others])
+            if learners is None:
+                # The queue counted room for it a moment ago, the same way: another claim took
+                # some since. Roll back and look again.
+                raise _Stale
+        deployed = _deploy(row, node, learners, started)
+        if deployed is None:
+            continue
+        placed.append(deployed)
+        if any(learner.node != node for learner in learners):
+            break  # placed on other nodes too: their room has changed; take no more now
+        room = room.less(learners, demand)
+    if not placed:
+        raise _Stale  # every candidate's queue row was behind its job
+    appended = await store.append_many(
+        [
+            StreamAppend(job_stream(p.job.job_id), p.row["version"], p.events, p.metadata)
+            for p in placed
+        ],
+        conn=conn,
+    )
+    # A job whose stream moved on since its queue row was written (claimed by another node a
+    # moment ago, cancelled) is left out; its row lock goes at commit.
+    placed = [p for p, done in zip(placed, appended, strict=True) if done is not None]
+    if not placed:
+        raise _Stale
+    await _allocate(conn, placed)
+    return [_claimed(p) for p in placed]
+
+
+def _deploy(
+    row: asyncpg.Record, node: str, learners: list[LearnerAllocation], started: int
+) -> _Placed | None:
+    """The DEPLOYING event of a candidate placed on `learners`, in a `job.claim` span of its
+    trace (from when the agent began looking until the event is decided); None when the job,
+    as its queue row has it, cannot be deployed (the row is behind: leave the job out)."""
+    job = Job.model_validate_json(row["doc"])
+    allocated = [gpu for learner in learners for gpu in learner.gpus]
     nodes = list(dict.fromkeys(learner.node for learner in learners))
     attributes = {
-        "trainyard.job.id": str(job_id),
+        "trainyard.job.id": str(job.job_id),
         "trainyard.job.attempt": row["attempt"],
         "trainyard.node": node,
         "trainyard.nodes": nodes,
         "trainyard.gpus": allocated,
     }
-    # The span starts when the agent began looking; which job's trace it joins shows only now.
     root = propagate.extract(json.loads(row["trace"] or "{}"))
     with job_span("job.claim", root, attributes, start_time=started):
         try:
-            events = decide(Deploy(nodes=nodes, gpus=allocated, epoch=epoch, at=now()), job)
-        except Refused as exc:
-            raise _Stale from exc
+            events = decide(Deploy(nodes=nodes, gpus=allocated, epoch=row["epoch"], at=now()), job)
+        except Refused:
+            return None
         metadata = Metadata.capture(f"agent:{node}", tenant=row["tenant"])
-        await store.append(job_stream(job_id), row["version"], events, metadata, conn=conn)
-        await conn.execute(
-            Q["insert_allocations"],
-            job_id,
-            row["attempt"],
-            row["tenant"],
-            epoch,
-            [learner.index for learner in learners],
-            [learner.node for learner in learners],
-            allocated,
-            demand.gpus,
-            demand.cpus,
-            demand.memory_mb,
-        )
-    deployed = job
-    for event in events:
+    return _Placed(row, job, learners, events, metadata)
+
+
+async def _allocate(conn: Executor, placed: Sequence[_Placed]) -> None:
+    """Every placed learner's allocation and GPUs, in one statement."""
+    learners = [(p, learner) for p in placed for learner in p.learners]
+    await conn.execute(
+        Q["insert_allocations"],
+        [p.job.job_id for p, _ in learners],
+        [p.row["attempt"] for p, _ in learners],
+        [learner.index for _, learner in learners],
+        [p.row["tenant"] for p, _ in learners],
+        [learner.node for _, learner in learners],
+        [p.row["epoch"] for p, _ in learners],
+        [p.row["cpus_per_learner"] for p, _ in learners],
+        [p.row["memory_mb_per_learner"] for p, _ in learners],
+        [gpu for _, learner in learners for gpu in learner.gpus],
+        [k for k, (_, learner) in enumerate(learners, start=1) for _ in learner.gpus],
+    )
+
+
+def _claimed(placed: _Placed) -> Claim:
+    deployed = placed.job
+    for event in placed.events:
         deployed = evolve(deployed, event)
     return Claim(
         job=deployed,
-        attempt=row["attempt"],
-        epoch=epoch,
-        learners=learners,
-        version=row["version"] + len(events),
-        trace=metadata.trace,
+        attempt=placed.row["attempt"],
+        epoch=placed.row["epoch"],
+        learners=placed.learners,
+        version=placed.row["version"] + len(placed.events),
+        trace=placed.metadata.trace,
     )
 
 

@@ -14,6 +14,7 @@ import asyncpg
 
 from controlplane.database import Executor
 from controlplane.events.errors import ConcurrencyError, MalformedEvent, UnknownEventType
+from controlplane.events.group_commit import GroupCommit
 from controlplane.events.metadata import Metadata
 from controlplane.events.types import Event, EventRegistry, registry
 from controlplane.instruments import EVENTS_APPENDED
@@ -76,12 +77,35 @@ class Appended:
         return LogPosition(self.xid, self.positions[-1])
 
 
+@dataclass(frozen=True, slots=True)
+class StreamAppend:
+    """Events for one stream, to be appended only if it is at `expected_version`."""
+
+    stream_id: str
+    expected_version: int
+    events: Sequence[Event]
+    metadata: Metadata
+
+
+@dataclass(frozen=True, slots=True)
+class _Serialized:
+    """A checked append, its events and metadata as JSON."""
+
+    stream_id: str
+    expected_version: int
+    types: list[str]
+    schema_versions: list[int]
+    datas: list[str]
+    metadata: str
+
+
 class EventStore:
     """Appends to and reads from the `events` table.
 
     Every method takes an optional `conn` so that callers can append inside their own
     transaction (a claim, its GPU allocation and its event commit together); without one the
-    store uses its pool and each append is its own transaction.
+    store uses its pool, and appends requested while others are in flight are committed
+    together in one statement (group commit), each still refused or accepted on its own.
     """
 
     def __init__(self, pool: asyncpg.Pool, types: EventRegistry = registry) -> None:
@@ -89,9 +113,14 @@ class EventStore:
         self._types = types
         self._wake_pending = False
         self._waker: asyncio.Task[None] | None = None
+        self._group: GroupCommit[_Serialized, Appended | None] = GroupCommit(
+            self._commit_group, key=lambda new: new.stream_id
+        )
 
     async def close(self) -> None:
-        """Let the last wake-up go out; call before closing the pool."""
+        """Finish the appends in flight and let the last wake-up go out; call before closing
+        the pool."""
+        await self._group.close()
         if self._waker is not None:
             await self._waker
 
@@ -107,15 +136,38 @@ class EventStore:
         """Append `events` to a stream at `expected_version` (0: the stream must be new).
 
         Raises ConcurrencyError, writing nothing, when the stream is at another version.
+        Without `conn`, appends made while others are in flight are committed together.
         """
+        new = self._prepare(StreamAppend(stream_id, expected_version, events, metadata))
+        if conn is None:
+            appended = await self._group.submit(new)
+        else:
+            [appended] = await self._insert(conn, [new], in_transaction=True)
+        if appended is None:
+            raise await self._conflict(conn or self._pool, stream_id, expected_version, conn)
+        return appended
+
+    async def append_many(
+        self, appends: Sequence[StreamAppend], *, conn: Executor
+    ) -> list[Appended | None]:
+        """Append to several streams in one statement inside the caller's transaction: for
+        each, what was appended, or None where its stream was not at the expected version
+        (nothing of that one was written; the others were)."""
+        news = [self._prepare(append) for append in appends]
+        if len({new.stream_id for new in news}) < len(news):
+            raise ValueError("append_many: a stream appears twice; append its events together")
+        return await self._insert(conn, news, in_transaction=True)
+
+    def _prepare(self, append: StreamAppend) -> _Serialized:
+        stream_id, expected_version = append.stream_id, append.expected_version
         if not STREAM_ID.match(stream_id):
             raise ValueError(f"invalid stream id {stream_id!r}: expected '<category>-<id>'")
         if expected_version < 0:
             raise ValueError(f"stream {stream_id}: expected version must be >= 0")
-        if not events:
+        if not append.events:
             raise ValueError(f"stream {stream_id}: nothing to append")
         names, versions, datas = [], [], []
-        for offset, event in enumerate(events, start=1):
+        for offset, event in enumerate(append.events, start=1):
             version = expected_version + offset
             if not self._types.is_registered(event):
                 raise UnknownEventType(
@@ -131,38 +183,71 @@ class EventStore:
                 ) from exc
             names.append(event.type_name)
             versions.append(event.schema_version)
-        executor = conn if conn is not None else self._pool
+        return _Serialized(
+            stream_id, expected_version, names, versions, datas, append.metadata.model_dump_json()
+        )
+
+    async def _commit_group(self, news: list[_Serialized]) -> list[Appended | None]:
+        appended = await self._insert(self._pool, news, in_transaction=False)
+        if any(appended):
+            self._wake_listeners()
+        return appended
+
+    async def _insert(
+        self, executor: Executor, news: Sequence[_Serialized], *, in_transaction: bool
+    ) -> list[Appended | None]:
+        ks, ords, names, versions, datas = [], [], [], [], []
+        for k, new in enumerate(news, start=1):
+            for ord_, (name, version, data) in enumerate(
+                zip(new.types, new.schema_versions, new.datas, strict=True), start=1
+            ):
+                ks.append(k)
+                ords.append(ord_)
+                names.append(name)
+                versions.append(version)
+                datas.append(data)
         try:
-            row = await executor.fetchrow(
+            rows = await executor.fetch(
                 Q["append_events"],
-                stream_id,
-                expected_version,
+                [new.stream_id for new in news],
+                [new.expected_version for new in news],
+                [new.metadata for new in news],
+                ks,
+                ords,
                 names,
                 versions,
                 datas,
-                metadata.model_dump_json(),
-                conn is not None,
+                in_transaction,
             )
         except asyncpg.UniqueViolationError as exc:
-            # A concurrent append took the next version between our check and our insert.
+            # A concurrent append took a next version between our check and our insert.
+            stream_id = news[0].stream_id if len(news) == 1 else "(one of several)"
             raise ConcurrencyError(
-                stream_id, expected_version, -1, "another append took that version concurrently"
+                stream_id,
+                news[0].expected_version,
+                -1,
+                "another append took that version concurrently",
             ) from exc
-        assert row is not None  # an aggregate always returns one row
-        if row["positions"] is None:
-            raise await self._conflict(executor, stream_id, expected_version, conn is not None)
-        if conn is None:
-            self._wake_listeners()
-        # Counted when appended: one in a caller's transaction that rolls back still counts.
-        for name in names:
-            EVENTS_APPENDED.add(1, {"type": name})
-        return Appended(
-            stream_id,
-            expected_version + len(events),
-            tuple(row["positions"]),
-            row["xid"],
-            row["recorded_at"],
-        )
+        by_stream = {row["stream_id"]: row for row in rows}
+        results: list[Appended | None] = []
+        for new in news:
+            row = by_stream.get(new.stream_id)
+            if row is None:
+                results.append(None)
+                continue
+            # Counted when appended: one in a caller's transaction that rolls back still counts.
+            for name in new.types:
+                EVENTS_APPENDED.add(1, {"type": name})
+            results.append(
+                Appended(
+                    new.stream_id,
+                    new.expected_version + len(new.types),
+                    tuple(row["positions"]),
+                    row["xid"],
+                    row["recorded_at"],
+                )
+            )
+        return results
 
     def _wake_listeners(self) -> None:
         """NOTIFY listeners, after the append committed, without making the appender wait.
@@ -189,13 +274,17 @@ class EventStore:
                 return
 
     async def _conflict(
-        self, executor: Executor, stream_id: str, expected_version: int, conn_given: bool
+        self,
+        executor: Executor,
+        stream_id: str,
+        expected_version: int,
+        conn: Executor | None,
     ) -> ConcurrencyError:
         head = await executor.fetchrow(Q["stream_head"], stream_id)
         actual = head["stream_version"] if head else 0
         # "Younger" compares with the caller's transaction, so it means something only when
         # the append ran in one (`conn`); on the pool, this query runs on another connection.
-        if conn_given and head is not None and actual == expected_version and head["younger"]:
+        if conn is not None and head is not None and actual == expected_version and head["younger"]:
             # Appending would put this stream's new event before its head in (xid, position)
             # order; the caller's transaction started earlier than the head's and must retry.
             return ConcurrencyError(
