@@ -49,7 +49,7 @@ from procrastinate.tasks import Task
 from bench.logs import run as run_logs
 from bench.scratch import scratch_database
 from bench.served import until_registered
-from controlplane.agents.claims import Claim, claim, release
+from controlplane.agents.claims import Claim, Releases, claim
 from controlplane.agents.events import GpuInfo
 from controlplane.agents.nodes import Nodes, NodeSpec
 from controlplane.database import create_pool
@@ -190,6 +190,7 @@ async def _claims(url: str, seconds: float, say: Say) -> dict[str, Any]:
         deadline = time.perf_counter() + seconds
 
         async def agent(node: str) -> None:
+            releases = Releases(plane.pool, node)
             held: deque[Claim] = deque()
             while time.perf_counter() < deadline:
                 taken = await claim(plane.pool, plane.store, node)
@@ -199,7 +200,7 @@ async def _claims(url: str, seconds: float, say: Say) -> dict[str, Any]:
                 held.extend(taken)
                 while len(held) > HELD:
                     oldest = held.popleft()
-                    await release(plane.pool, oldest.job.job_id, oldest.attempt, node)
+                    await releases.release(oldest.job.job_id, oldest.attempt)
 
         start = time.perf_counter()
         await asyncio.gather(*(agent(name) for name in _nodes()))
@@ -444,8 +445,9 @@ async def _trainyard_round(plane: _Plane, total: int) -> tuple[float, float]:
 
     async def worker(node: str) -> None:
         nonlocal finished
-        # An agent of its own: its appends are committed together only with its own.
+        # An agent of its own: its appends and releases go together only with its own.
         store = EventStore(plane.pool)
+        releases = Releases(plane.pool, node)
         metadata = Metadata(actor=f"agent:{node}", tenant=TENANT)
 
         async def finish(won: Claim) -> None:
@@ -454,7 +456,7 @@ async def _trainyard_round(plane: _Plane, total: int) -> tuple[float, float]:
             processing = evolve(job, events[0])
             events += decide(Complete([0] * len(won.learners), now()), processing)
             await store.append(job_stream(job.job_id), won.version, events, metadata)
-            await release(plane.pool, job.job_id, won.attempt, node)
+            await releases.release(job.job_id, won.attempt)
 
         while won := await claim(plane.pool, store, node):
             # The learners of the jobs claimed together run side by side, as on a node.

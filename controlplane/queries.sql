@@ -377,15 +377,16 @@ WHERE node = $1 AND released_at IS NULL
 ORDER BY job_id, attempt, learner;
 
 -- name: release_allocations
--- Give back an attempt's learners on node $3, and their GPUs (its learners elsewhere are given
--- back by their own nodes, once they have stopped).
+-- Give back the learners on node $3 of attempts ($1[k], $2[k]), and their GPUs.
 WITH released AS (
-    UPDATE allocations SET released_at = now()
-    WHERE job_id = $1 AND attempt = $2 AND node = $3 AND released_at IS NULL
-    RETURNING learner
+    UPDATE allocations a SET released_at = now()
+    FROM unnest($1::uuid[], $2::int[]) AS r(job_id, attempt)
+    WHERE a.job_id = r.job_id AND a.attempt = r.attempt AND a.node = $3
+      AND a.released_at IS NULL
+    RETURNING a.job_id, a.attempt, a.learner
 )
 DELETE FROM allocated_gpus g USING released r
-WHERE g.job_id = $1 AND g.attempt = $2 AND g.learner = r.learner;
+WHERE g.job_id = r.job_id AND g.attempt = r.attempt AND g.learner = r.learner;
 
 -- name: stream_version
 SELECT coalesce(max(stream_version), 0) FROM events WHERE stream_id = $1;

@@ -14,7 +14,7 @@ from uuid import UUID
 
 import asyncpg
 
-from controlplane.agents.claims import Claim, claim, release
+from controlplane.agents.claims import Claim, Releases, claim
 from controlplane.agents.events import GpuInfo
 from controlplane.agents.nodes import Nodes, NodeSpec
 from controlplane.database import DATABASE_ERRORS
@@ -98,6 +98,7 @@ class Agent:
         self._pool = pool
         self._store = EventStore(pool)
         self._jobs = Jobs(self._store)
+        self._releases = Releases(pool, config.name)
         self._nodes = Nodes(pool, self._store)
         self._listener = listener
         self._inventory = inventory
@@ -168,7 +169,7 @@ class Agent:
             )
             await self._runtime.kill(stale)
         for job_id, attempt in todo.release:
-            await release(self._pool, job_id, attempt, self.config.name)
+            await self._releases.release(job_id, attempt)
         for resumed in todo.resume:
             await self._resume(resumed)
 
@@ -329,8 +330,8 @@ class Agent:
             # Both are retried until the database answers, or the GPUs would stay allocated.
             await self._retry(self._logs.flush)
             await attempt.remove_learners()
-            number, node = attempt.claim.attempt, self.config.name
-            await self._retry(lambda: release(self._pool, job_id, number, node))
+            number = attempt.claim.attempt
+            await self._retry(lambda: self._releases.release(job_id, number))
             del self._running[job_id]
             self._changed.set()
 

@@ -12,7 +12,7 @@ import asyncpg
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from controlplane.agents.claims import Claim, claim, release
+from controlplane.agents.claims import Claim, Releases, claim
 from controlplane.agents.events import GpuInfo
 from controlplane.agents.nodes import Nodes, NodeSpec
 from controlplane.database import create_pool
@@ -94,7 +94,7 @@ class Cluster:
         await self.jobs.execute(job_id, EnterPhase(JobStatus.PROCESSING, now()), AGENT)
         await self.jobs.execute(job_id, Complete([0] * len(won.learners), now()), AGENT)
         for node in won.nodes:
-            await release(self.pool, job_id, won.attempt, node)
+            await Releases(self.pool, node).release(job_id, won.attempt)
 
 
 async def claim_all(cluster: Cluster, node_names: list[str]) -> list[tuple[str, Claim]]:
@@ -276,7 +276,7 @@ async def test_a_restarted_job_waits_out_its_backoff(
     [(_, first)] = await claim_all(cluster, ["n1"])
     await cluster.jobs.execute(job_id, EnterPhase(JobStatus.PROCESSING, now()), AGENT)
     await cluster.jobs.execute(job_id, Restart("learner 0 killed by SIGKILL", now(), 2.0), AGENT)
-    await release(pool, job_id, first.attempt, "n1")
+    await Releases(pool, "n1").release(job_id, first.attempt)
 
     async def requeued() -> bool:
         await cluster.project()

@@ -15,6 +15,7 @@ from opentelemetry import propagate
 
 from controlplane.database import Executor
 from controlplane.events.errors import ConcurrencyError
+from controlplane.events.group_commit import GroupCommit
 from controlplane.events.metadata import Metadata
 from controlplane.events.store import EventStore, StreamAppend
 from controlplane.instruments import CLAIM_LATENCY
@@ -275,6 +276,26 @@ def _claimed(placed: _Placed) -> Claim:
     )
 
 
-async def release(pool: asyncpg.Pool, job_id: UUID, attempt: int, node: str) -> None:
-    """Give back an attempt's allocations on `node` once its learners there have ended."""
-    await pool.execute(Q["release_allocations"], job_id, attempt, node)
+class Releases:
+    """Gives back attempts' allocations on one node once their learners there have ended (their
+    learners elsewhere are given back by their own nodes). A node's learners often end together:
+    releases asked for while others are in flight go in one statement."""
+
+    def __init__(self, pool: asyncpg.Pool, node: str) -> None:
+        self._pool = pool
+        self._node = node
+        self._group: GroupCommit[tuple[UUID, int], None] = GroupCommit(
+            self._release, key=lambda attempt: attempt
+        )
+
+    async def release(self, job_id: UUID, attempt: int) -> None:
+        await self._group.submit((job_id, attempt))
+
+    async def _release(self, attempts: list[tuple[UUID, int]]) -> list[None]:
+        await self._pool.execute(
+            Q["release_allocations"],
+            [job_id for job_id, _ in attempts],
+            [attempt for _, attempt in attempts],
+            self._node,
+        )
+        return [None] * len(attempts)

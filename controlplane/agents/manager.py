@@ -121,7 +121,8 @@ class LifecycleManager:
                 return False  # it renewed in time after all, or another manager was first
             await self._nodes.record(conn, name, NodeLost(agent_id=agent_id, reason=reason, at=at))
             metadata = Metadata.capture(ACTOR, causation_id=f"node-{name}")
-            for row in await conn.fetch(Q["node_attempts"], name):
+            attempts = await conn.fetch(Q["node_attempts"], name)
+            for row in attempts:
                 stream = job_stream(row["job_id"])
                 history = await self._store.read_stream(stream, conn=conn)
                 job = replay(e.event for e in history if isinstance(e.event, JobEvent))
@@ -140,6 +141,11 @@ class LifecycleManager:
                         await self._store.append(
                             stream, len(history), events, metadata.traced(), conn=conn
                         )
-                await conn.execute(Q["release_allocations"], row["job_id"], row["attempt"], name)
+            await conn.execute(
+                Q["release_allocations"],
+                [row["job_id"] for row in attempts],
+                [row["attempt"] for row in attempts],
+                name,
+            )
         log.warning("%s: its jobs go back to the queue", reason)
         return True
