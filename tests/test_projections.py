@@ -79,6 +79,7 @@ class Exploding:
 
     name = "exploding"
     tables = ("exploding",)
+    categories: frozenset[str] | None = None
 
     def __init__(self, fail_at: int) -> None:
         self.fail_at = fail_at

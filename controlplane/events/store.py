@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import NamedTuple
@@ -75,6 +75,16 @@ class Appended:
     def log_position(self) -> LogPosition:
         """The place of the last appended event in the global log."""
         return LogPosition(self.xid, self.positions[-1])
+
+
+@dataclass(frozen=True, slots=True)
+class LogBatch:
+    """What one read of the log returned: the wanted events, how many it read in all, and the
+    place of the last one read (`after` when it read none)."""
+
+    events: list[RecordedEvent]
+    read: int
+    end: LogPosition
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,9 +326,28 @@ class EventStore:
         Gap-free: an event still being written by an open transaction is held back, together
         with everything after it, until that transaction ends.
         """
+        return (await self.read_log_of(None, after, limit, conn=conn)).events
+
+    async def read_log_of(
+        self,
+        categories: Collection[str] | None,
+        after: LogPosition,
+        limit: int = 1000,
+        *,
+        conn: Executor | None = None,
+    ) -> LogBatch:
+        """Like `read_log`, but only the events of streams in `categories` (None: all) are
+        decoded and returned; the batch also says where reading stopped, so that a reader
+        (a projection) moves past the others without paying to decode them."""
         executor = conn if conn is not None else self._pool
         rows = await executor.fetch(Q["read_log"], str(after.xid), after.position, limit)
-        return [self._decode(row) for row in rows]
+        events = [
+            self._decode(row)
+            for row in rows
+            if categories is None or row["stream_id"].partition("-")[0] in categories
+        ]
+        end = LogPosition(rows[-1]["xid"], rows[-1]["position"]) if rows else after
+        return LogBatch(events, len(rows), end)
 
     async def has_more(self, after: LogPosition, *, conn: Executor | None = None) -> bool:
         """Whether `read_log(after)` would return anything now."""

@@ -29,6 +29,7 @@ CLAIMABLE = (JobSubmitted, JobRestarted, DeploymentRolledBack)
 class JobsProjection:
     name = "jobs"
     tables: Sequence[str] = ("job_status", "job_history")
+    categories: frozenset[str] | None = frozenset({CATEGORY})
 
     async def apply(self, conn: Executor, events: Sequence[RecordedEvent]) -> None:
         mine = [e for e in events if e.category == CATEGORY and isinstance(e.event, JobEvent)]

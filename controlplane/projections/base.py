@@ -19,6 +19,9 @@ class Projection(Protocol):
     name: str
     tables: Sequence[str]
     """The tables it owns: emptied before a rebuild replays the log from zero."""
+    categories: frozenset[str] | None
+    """The stream categories whose events it applies (None: every event); it is given only
+    those, and its checkpoint moves past the others."""
 
     async def apply(self, conn: Executor, events: Sequence[RecordedEvent]) -> None:
         """Apply a batch of events, in log order (a batch lets a projection write each of its

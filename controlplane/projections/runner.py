@@ -82,12 +82,15 @@ class ProjectionRunner:
         self, conn: Executor, projection: Projection, position: LogPosition
     ) -> int:
         """Apply the batch after `position` and advance the checkpoint, on `conn`."""
-        events = await self._store.read_log(position, self._batch_size, conn=conn)
-        if events:
-            await projection.apply(conn, events)
-            last = events[-1].log_position
-            await conn.execute(Q["write_checkpoint"], projection.name, str(last.xid), last.position)
-        return len(events)
+        batch = await self._store.read_log_of(
+            projection.categories, position, self._batch_size, conn=conn
+        )
+        if batch.events:
+            await projection.apply(conn, batch.events)
+        if batch.read:
+            end = batch.end
+            await conn.execute(Q["write_checkpoint"], projection.name, str(end.xid), end.position)
+        return batch.read
 
     async def wait_applied(self, name: str, target: LogPosition) -> None:
         """Return once the projection has applied the log through `target` (applying it here

@@ -12,6 +12,7 @@ from controlplane.queries import Q
 class StreamsProjection:
     name = "streams"
     tables: Sequence[str] = ("streams",)
+    categories: frozenset[str] | None = None
 
     async def apply(self, conn: Executor, events: Sequence[RecordedEvent]) -> None:
         # Each stream once: its first event in the batch (where a new stream begins) and its

@@ -15,12 +15,13 @@ from controlplane.tenants.events import (
     TokenIssued,
     TokenRevoked,
 )
-from controlplane.tenants.streams import tenant_of
+from controlplane.tenants.streams import ADMIN_STREAM, CATEGORY, tenant_of
 
 
 class TenantsProjection:
     name = "tenants"
     tables: Sequence[str] = ("tenants", "api_tokens")
+    categories: frozenset[str] | None = frozenset({CATEGORY, ADMIN_STREAM.partition("-")[0]})
 
     async def apply(self, conn: Executor, events: Sequence[RecordedEvent]) -> None:
         # Tenants and tokens change rarely: one statement per event is plenty.

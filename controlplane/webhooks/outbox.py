@@ -36,6 +36,7 @@ def delivery_id(recorded: RecordedEvent) -> uuid.UUID:
 class WebhookOutbox:
     name = "webhook_outbox"
     tables: Sequence[str] = ()
+    categories: frozenset[str] | None = frozenset({CATEGORY})
 
     async def apply(self, conn: Executor, events: Sequence[RecordedEvent]) -> None:
         notified = [e for e in events if e.category == CATEGORY and isinstance(e.event, NOTIFIED)]
