@@ -63,6 +63,10 @@ class GroupCommit(Generic[T, R]):
 
     async def _drain(self) -> None:
         try:
+            # One turn of the event loop first: callers started together (an agent's
+            # learners reporting at once) all join the first batch instead of the first
+            # going alone.
+            await asyncio.sleep(0)
             while batch := self._take():
                 await self._deliver(batch)
         finally:
