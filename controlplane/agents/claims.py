@@ -235,7 +235,8 @@ def _deploy(
         "trainyard.nodes": nodes,
         "trainyard.gpus": allocated,
     }
-    root = propagate.extract(json.loads(row["trace"] or "{}"))
+    carrier = json.loads(row["trace"] or "{}")
+    root = propagate.extract(carrier) if carrier else None
     with job_span("job.claim", root, attributes, start_time=started):
         try:
             events = decide(Deploy(nodes=nodes, gpus=allocated, epoch=row["epoch"], at=now()), job)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from opentelemetry import context as otel_context
-from opentelemetry import propagate
+from opentelemetry import propagate, trace
 from pydantic import BaseModel, ConfigDict, Field
 
 
@@ -52,6 +52,10 @@ class Metadata(BaseModel):
 
 
 def _current_trace() -> dict[str, str]:
+    # Outside a valid span (tracing off, or no span) there is nothing to carry: skip the
+    # propagators, which a claim would otherwise run for every job it takes.
+    if not trace.get_current_span().get_span_context().is_valid:
+        return {}
     carrier: dict[str, str] = {}
     propagate.inject(carrier)
     return carrier

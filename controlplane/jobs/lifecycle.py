@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from controlplane.jobs.events import (
     CheckpointRequested,
@@ -97,23 +97,23 @@ class Job(BaseModel):
     restarts: int
     submitted_at: datetime
     updated_at: datetime
-    nodes: list[str] = []
-    gpus: list[str] = []
+    nodes: list[str] = Field(default_factory=list)
+    gpus: list[str] = Field(default_factory=list)
     epoch: int | None = None
     last_checkpoint: Checkpoint | None = None
     checkpoint_requested_at: datetime | None = None
     not_before: datetime | None = None
     """A restarted job waits (backoff) until this instant before it may be claimed."""
-    exit_codes: list[int] = []
+    exit_codes: list[int] = Field(default_factory=list)
     failure_reason: str | None = None
     rollbacks: int = 0
     """Deployments of the job rolled back so far."""
-    learner_phases: dict[int, JobStatus] = {}
+    learner_phases: dict[int, JobStatus] = Field(default_factory=dict)
     """Learners of this attempt already in a phase the job has not entered yet (waiting for
     learners on other nodes)."""
-    exited: list[int] = []
+    exited: list[int] = Field(default_factory=list)
     """Learners of this attempt that exited 0 while others still run."""
-    transitions: list[Transition] = []
+    transitions: list[Transition] = Field(default_factory=list)
     """Every state entered, with its time: the job's history."""
 
 
