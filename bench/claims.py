@@ -3,7 +3,8 @@ job runs, how fast a learner's log lines are stored, and the queue's work agains
 
 - claims: AGENTS concurrent agents (one task per registered fake node) claim from a queue of
   QUEUE_DEPTH one-GPU jobs until `seconds` pass or the queue is empty, while the projections
-  that the queue reads (`jobs`, `tenants`) run as the control plane runs them. Each agent holds
+  that the queue reads (`jobs`, `tenants`) run as the control plane runs them: in a process of
+  their own (`bench.projector`), not on the agents' event loop. Each agent holds
   HELD claims and releases the oldest as it takes a new one, so GPUs are really allocated and
   freed but a node (NODE_GPUS) never fills up. double_claims: jobs with more than one
   JobDeploying event in the log, plus GPUs allocated again while an earlier allocation of them
@@ -16,11 +17,15 @@ job runs, how fast a learner's log lines are stored, and the queue's work agains
 - logs: `bench.logs` (one learner's lines stored through `write_lines`).
 - peer: PEER_JOBS no-op jobs through each queue, in the same scratch database, in alternating
   rounds, with CONCURRENCY clients and then CONCURRENCY workers on each side (and Trainyard's
-  queue projections running, as in the claims part). Both sides count the time to enqueue
-  every job (Trainyard: `Jobs.submit`, and until the queue projection holds them all;
-  procrastinate: `defer_async`), then the time to take and finish each (Trainyard: `claim`, one
-  append of JobProcessing + JobCompleted, `release`; procrastinate: a worker's fetch, the no-op
-  task and its finish).
+  queue projections running in their own process, as in the claims part; procrastinate keeps
+  its own records with triggers, inside Postgres). Both sides count the time to enqueue every
+  job (Trainyard: `Jobs.submit`, and until the queue projection holds them all;
+  procrastinate: `defer_async`), then the time to take and finish each (Trainyard: `claim`,
+  which takes as many as fit on the node, up to 8; for each, one append of JobProcessing +
+  JobCompleted and `release`, an agent's appends and releases made at once going together;
+  procrastinate: a worker's fetch, the no-op task and its finish). Trainyard's clients and
+  agents share the benchmark's process and event loop, as procrastinate's clients and
+  workers do.
 
 Each part runs in a scratch database on the configured server, dropped at the end.
 """
@@ -47,6 +52,7 @@ from procrastinate import App, PsycopgConnector
 from procrastinate.tasks import Task
 
 from bench.logs import run as run_logs
+from bench.projector import projector
 from bench.scratch import scratch_database
 from bench.served import until_registered
 from controlplane.agents.claims import Claim, Releases, claim
@@ -184,7 +190,6 @@ async def _claims(url: str, seconds: float, say: Say) -> dict[str, Any]:
         for projection in plane.runner.projections.values():
             await plane.runner.catch_up(projection)
         await plane.runner.wait_applied(JobsProjection.name, last)
-        plane.start()
         say(f"claims: {AGENTS} agents for {seconds:g}s ...")
         won: list[Claim] = []
         deadline = time.perf_counter() + seconds
@@ -202,9 +207,10 @@ async def _claims(url: str, seconds: float, say: Say) -> dict[str, Any]:
                     oldest = held.popleft()
                     await releases.release(oldest.job.job_id, oldest.attempt)
 
-        start = time.perf_counter()
-        await asyncio.gather(*(agent(name) for name in _nodes()))
-        elapsed = time.perf_counter() - start
+        async with projector(url):
+            start = time.perf_counter()
+            await asyncio.gather(*(agent(name) for name in _nodes()))
+            elapsed = time.perf_counter() - start
         double = await _double_claims(plane.pool, len(won))
     return {
         "agents": AGENTS,
@@ -408,12 +414,12 @@ async def _versus_peer(url: str, say: Say) -> dict[str, Any]:
         await app.schema_manager.apply_schema_async()
         for name in _nodes():
             await plane.node(name)
-        plane.start()
-        # Alternating rounds, so that drift in the machine's load hits both alike.
-        for round_ in range(1, ROUNDS + 1):
-            say(f"peer: round {round_}/{ROUNDS}, {per_round} jobs through each queue ...")
-            ours.add(*await _trainyard_round(plane, per_round * round_))
-            theirs.add(*await _procrastinate_round(app, task, per_round, per_round * round_))
+        async with projector(url):
+            # Alternating rounds, so that drift in the machine's load hits both alike.
+            for round_ in range(1, ROUNDS + 1):
+                say(f"peer: round {round_}/{ROUNDS}, {per_round} jobs through each queue ...")
+                ours.add(*await _trainyard_round(plane, per_round * round_))
+                theirs.add(*await _procrastinate_round(app, task, per_round, per_round * round_))
     return {
         "peer": f"procrastinate {version('procrastinate')}",
         "peer_jobs": PEER_JOBS,

@@ -163,7 +163,13 @@ INSERT INTO job_history (job_id, version, position, event, state, attempt, at, a
 SELECT * FROM unnest($1::uuid[], $2::int[], $3::bigint[], $4::text[], $5::text[], $6::int[],
                      $7::timestamptz[], $8::text[], $9::text[]);
 
+-- name: plan_per_call
+-- For a transaction whose statement is best planned for its values (sessions plan generically).
+SET LOCAL plan_cache_mode = force_custom_plan;
+
 -- name: list_jobs
+-- Planned per call (`plan_per_call`): one tenant's jobs come from its own index, everyone's
+-- from the global order.
 -- Newest first, optionally one tenant's, filtered by states and labels, after a cursor.
 SELECT doc, submitted_at, job_id FROM job_status
 WHERE ($1::text IS NULL OR tenant = $1)
@@ -261,12 +267,6 @@ SELECT n.name, n.state, n.lease_until, n.heartbeat_at, n.registered_at, n.runtim
 FROM nodes n
 ORDER BY n.name;
 
--- name: plan_claims_generically
--- For the claim's transaction: Postgres would plan `claim_candidates` anew at every claim (its
--- estimate for a plan of any node is higher than for one node's), which took twice as long as
--- running it; the generic plan runs as fast.
-SET LOCAL plan_cache_mode = force_generic_plan;
-
 -- name: claim_candidates
 -- Up to $2 queued jobs that node $1 (READY, else no rows) can take, with the node's free GPUs,
 -- CPUs and memory, in the order a claim takes them: fair share first (the tenant holding the
@@ -321,8 +321,11 @@ WITH free AS MATERIALIZED (
           AND (t.gpu_quota IS NULL
                OR coalesce(u.gpus, 0) + s.learners * s.gpus_per_learner <= t.gpu_quota)
           -- Claimed already, but the projection has not applied the JobDeploying event yet.
+          -- (OFFSET 0 keeps this a probe of the allocations' primary key for each candidate:
+          -- turned into an anti-join, it scanned every allocation ever made for each, once
+          -- statistics said the table had grown.)
           AND NOT EXISTS (SELECT 1 FROM allocations a
-                          WHERE a.job_id = s.job_id AND a.attempt = s.attempt)
+                          WHERE a.job_id = s.job_id AND a.attempt = s.attempt OFFSET 0)
         ORDER BY s.priority DESC, s.submitted_at, s.job_id
         -- No more than could fit together (GPU jobs: one a free GPU), so that jobs this claim
         -- cannot take stay free for other nodes.

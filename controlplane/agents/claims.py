@@ -167,7 +167,6 @@ class _Placed:
 
 async def _claim(conn: Executor, store: EventStore, node: str, limit: int) -> list[Claim]:
     started = time.time_ns()
-    await conn.execute(Q["plan_claims_generically"])
     rows = await conn.fetch(Q["claim_candidates"], node, limit)
     if not rows:
         return []  # nothing fits, or the node is not READY (deregistered, or declared lost)

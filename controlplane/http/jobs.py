@@ -154,15 +154,17 @@ async def list_jobs(request: web.Request) -> web.Response:
     if not 1 <= limit <= MAX_PAGE:
         raise error(400, f"limit must be between 1 and {MAX_PAGE}", field="limit")
     after_time, after_id = _decode_cursor(query.get("cursor"))
-    rows = await request.app[POOL].fetch(
-        Q["list_jobs"],
-        None if who.is_admin else who.tenant,
-        states or None,
-        json.dumps(labels),
-        after_time,
-        after_id,
-        limit + 1,
-    )
+    async with request.app[POOL].acquire() as conn, conn.transaction():
+        await conn.execute(Q["plan_per_call"])
+        rows = await conn.fetch(
+            Q["list_jobs"],
+            None if who.is_admin else who.tenant,
+            states or None,
+            json.dumps(labels),
+            after_time,
+            after_id,
+            limit + 1,
+        )
     page = rows[:limit]
     cursor = (
         _encode_cursor(page[-1]["submitted_at"], page[-1]["job_id"]) if len(rows) > limit else None

@@ -1,0 +1,71 @@
+"""The queue's projections (`jobs`, `tenants`) in a process of their own, as the control plane
+(`trainyard serve`) applies them beside the agents, which run elsewhere:
+`python -m bench.projector DATABASE_URL` runs them until SIGTERM, and `projector(url)` is such
+a process for the length of a `with` block."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from controlplane.database import create_pool
+from controlplane.events.store import EventStore
+from controlplane.events.subscription import LogListener
+from controlplane.jobs.projection import JobsProjection
+from controlplane.projections.runner import ProjectionRunner
+from controlplane.tenants.projection import TenantsProjection
+
+READY = b"ready\n"
+START_S = 20.0
+STOP_S = 20.0
+
+
+async def run(url: str) -> None:
+    pool = await create_pool(url, min_size=2, max_size=4)
+    store = EventStore(pool)
+    listener = LogListener(url)
+    runner = ProjectionRunner(pool, store, listener, [JobsProjection(), TenantsProjection()])
+
+    def stop() -> None:
+        runner.stop()
+        listener.stop()
+        listener.wake()
+
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop)
+    try:
+        for projection in runner.projections.values():
+            await runner.catch_up(projection)
+        sys.stdout.buffer.write(READY)
+        sys.stdout.flush()
+        async with asyncio.TaskGroup() as group:
+            group.create_task(listener.run())
+            group.create_task(runner.run())
+    finally:
+        await store.close()
+        await pool.close()
+
+
+@asynccontextmanager
+async def projector(url: str) -> AsyncIterator[None]:
+    """The projections in a child process, caught up with the log when this yields."""
+    child = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "bench.projector", url), stdout=asyncio.subprocess.PIPE
+    )
+    try:
+        assert child.stdout is not None
+        async with asyncio.timeout(START_S):
+            if await child.stdout.readline() != READY:
+                raise RuntimeError(f"the projector exited with {await child.wait()}")
+        yield
+    finally:
+        if child.returncode is None:
+            child.send_signal(signal.SIGTERM)
+        if await asyncio.wait_for(child.wait(), STOP_S) != 0:
+            raise RuntimeError(f"the projector exited with {child.returncode}")
+
+
+if __name__ == "__main__":
+    asyncio.run(run(sys.argv[1]))
