@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import logging
 import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
@@ -19,11 +17,6 @@ from controlplane.events.metadata import Metadata
 from controlplane.events.types import Event, EventRegistry, registry
 from controlplane.instruments import EVENTS_APPENDED
 from controlplane.queries import Q
-
-log = logging.getLogger(__name__)
-
-WAKE_WINDOW_S = 0.002
-"""How long appends gather before one NOTIFY wakes listeners for all of them."""
 
 STREAM_ID = re.compile(r"^[a-z][a-z0-9_]*-[A-Za-z0-9._:@-]+$")
 """`<category>-<id>`, e.g. `job-<uuid>`, `node-gpu01`, `tenant-acme`; the table checks it too."""
@@ -121,18 +114,13 @@ class EventStore:
     def __init__(self, pool: asyncpg.Pool, types: EventRegistry = registry) -> None:
         self._pool = pool
         self._types = types
-        self._wake_pending = False
-        self._waker: asyncio.Task[None] | None = None
         self._group: GroupCommit[_Serialized, Appended | None] = GroupCommit(
-            self._commit_group, key=lambda new: new.stream_id
+            lambda news: self._insert(self._pool, news), key=lambda new: new.stream_id
         )
 
     async def close(self) -> None:
-        """Finish the appends in flight and let the last wake-up go out; call before closing
-        the pool."""
+        """Finish the appends in flight; call before closing the pool."""
         await self._group.close()
-        if self._waker is not None:
-            await self._waker
 
     async def append(
         self,
@@ -152,7 +140,7 @@ class EventStore:
         if conn is None:
             appended = await self._group.submit(new)
         else:
-            [appended] = await self._insert(conn, [new], in_transaction=True)
+            [appended] = await self._insert(conn, [new])
         if appended is None:
             raise await self._conflict(conn or self._pool, stream_id, expected_version, conn)
         return appended
@@ -166,7 +154,7 @@ class EventStore:
         news = [self._prepare(append) for append in appends]
         if len({new.stream_id for new in news}) < len(news):
             raise ValueError("append_many: a stream appears twice; append its events together")
-        return await self._insert(conn, news, in_transaction=True)
+        return await self._insert(conn, news)
 
     def _prepare(self, append: StreamAppend) -> _Serialized:
         stream_id, expected_version = append.stream_id, append.expected_version
@@ -197,14 +185,8 @@ class EventStore:
             stream_id, expected_version, names, versions, datas, append.metadata.model_dump_json()
         )
 
-    async def _commit_group(self, news: list[_Serialized]) -> list[Appended | None]:
-        appended = await self._insert(self._pool, news, in_transaction=False)
-        if any(appended):
-            self._wake_listeners()
-        return appended
-
     async def _insert(
-        self, executor: Executor, news: Sequence[_Serialized], *, in_transaction: bool
+        self, executor: Executor, news: Sequence[_Serialized]
     ) -> list[Appended | None]:
         ks, ords, names, versions, datas = [], [], [], [], []
         for k, new in enumerate(news, start=1):
@@ -227,7 +209,6 @@ class EventStore:
                 names,
                 versions,
                 datas,
-                in_transaction,
             )
         except asyncpg.UniqueViolationError as exc:
             # A concurrent append took a next version between our check and our insert.
@@ -258,30 +239,6 @@ class EventStore:
                 )
             )
         return results
-
-    def _wake_listeners(self) -> None:
-        """NOTIFY listeners, after the append committed, without making the appender wait.
-
-        A NOTIFY inside each append transaction would take Postgres's global notify lock at
-        every commit and serialize all appenders (half the throughput). Instead one sender per
-        process NOTIFYs from its own transaction, and appends that commit while it is busy are
-        covered by one more NOTIFY when it is done. A lost wake-up costs listeners one poll
-        interval of latency, never an event.
-        """
-        self._wake_pending = True
-        if self._waker is None or self._waker.done():
-            self._waker = asyncio.create_task(self._send_wakeups(), name="event-store-notify")
-
-    async def _send_wakeups(self) -> None:
-        while self._wake_pending:
-            # A short window gathers the appends of many concurrent writers under one NOTIFY.
-            await asyncio.sleep(WAKE_WINDOW_S)
-            self._wake_pending = False
-            try:
-                await self._pool.execute(Q["notify_events"])
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-                log.debug("event store: wake-up not sent (%s); listeners will poll", exc)
-                return
 
     async def _conflict(
         self,
