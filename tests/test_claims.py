@@ -288,3 +288,70 @@ async def test_a_restarted_job_waits_out_its_backoff(
     await asyncio.sleep(2.1)
     [again] = await claim(pool, store, "n1")
     assert again.job.job_id == job_id and again.attempt == 2
+
+
+async def test_one_claim_takes_what_fits_together_in_fair_share_order(
+    pool: asyncpg.Pool, store: EventStore, db_url: str, owner: asyncpg.Connection
+) -> None:
+    cluster = Cluster(pool, store, db_url)
+    await cluster.tenant("acme")
+    await cluster.tenant("globex")
+    await cluster.tenant("initech", quota=1)
+    acme = [await cluster.submit("acme", manifest(1)) for _ in range(4)]
+    globex = [await cluster.submit("globex", manifest(1)) for _ in range(4)]
+    initech = [await cluster.submit("initech", manifest(1)) for _ in range(2)]
+    await cluster.node("n1", 5)
+    await cluster.project()
+
+    won = await claim(pool, store, "n1")
+    # One transaction, taken in the order claims one by one would have taken them: the tenant
+    # holding least goes next (ties by submission), and initech's quota stops it at one GPU.
+    assert [c.job.job_id for c in won] == [acme[0], globex[0], initech[0], acme[1], globex[1]]
+    assert len({c.version for c in won}) == 1 and len({c.epoch for c in won}) == 5
+    assert sorted(g for c in won for g in c.gpus) == [f"GPU-n1-{i}" for i in range(5)]
+    xids = await owner.fetch(
+        "SELECT DISTINCT xid FROM events WHERE type = $1", JobDeploying.type_name
+    )
+    assert len(xids) == 1
+    assert await claim(pool, store, "n1") == []  # the node is full
+
+
+async def test_a_claim_leaves_what_does_not_fit_beside_the_jobs_before_it(
+    pool: asyncpg.Pool, store: EventStore, db_url: str
+) -> None:
+    cluster = Cluster(pool, store, db_url)
+    await cluster.tenant("acme")
+    big = await cluster.submit("acme", manifest(2))
+    also_big = await cluster.submit("acme", manifest(2))
+    small = await cluster.submit("acme", manifest(1))
+    await cluster.node("n1", 3)
+    await cluster.project()
+
+    won = await claim(pool, store, "n1")
+    assert [c.job.job_id for c in won] == [big, small]
+    assert len(won[0].gpus) == 2 and len(won[1].gpus) == 1
+    await cluster.project()
+    state = await pool.fetchval("SELECT state FROM job_status WHERE job_id = $1", also_big)
+    assert state == "QUEUED"
+
+
+async def test_a_node_s_releases_made_at_once_go_together(
+    pool: asyncpg.Pool, store: EventStore, db_url: str, owner: asyncpg.Connection
+) -> None:
+    cluster = Cluster(pool, store, db_url)
+    await cluster.tenant("acme")
+    for _ in range(4):
+        await cluster.submit("acme", manifest(1))
+    await cluster.node("n1", 4)
+    await cluster.project()
+    won = await claim(pool, store, "n1")
+    assert len(won) == 4
+    releases = Releases(pool, "n1")
+    await asyncio.gather(*(releases.release(c.job.job_id, c.attempt) for c in won))
+    assert await owner.fetchval("SELECT count(*) FROM allocated_gpus") == 0
+    released = await owner.fetch("SELECT DISTINCT released_at FROM allocations")
+    assert len(released) == 1 and released[0]["released_at"] is not None  # one statement
+    # Released twice, or by another node, changes nothing.
+    await Releases(pool, "n2").release(won[0].job.job_id, won[0].attempt)
+    await releases.release(won[0].job.job_id, won[0].attempt)
+    assert await owner.fetch("SELECT DISTINCT released_at FROM allocations") == released

@@ -193,3 +193,36 @@ async def test_rebuild_equals_the_incremental_build(
     assert await runner.rebuild("streams") == 36
     assert [dict(r) for r in await owner.fetch(SNAPSHOT)] == incremental
     assert await owner.fetchrow("SELECT xid, position FROM projection_checkpoints") == checkpoint
+
+
+class Collecting:
+    """Keeps what it is given, of the `node` streams only."""
+
+    name = "collecting"
+    tables: Sequence[str] = ()
+    categories: frozenset[str] | None = frozenset({"node"})
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    async def apply(self, conn: Executor, events: Sequence[RecordedEvent]) -> None:
+        self.seen += [f"{e.stream_id}@{e.stream_version}" for e in events]
+
+
+async def test_a_projection_gets_only_its_categories_and_moves_past_the_rest(
+    pool: asyncpg.Pool, store: EventStore, listener: LogListener, owner: asyncpg.Connection
+) -> None:
+    for v in range(4):
+        await store.append("job-1", v, [Pinged(n=v)], META)
+        await store.append("node-a", v, [Pinged(n=v)], META)
+    await store.append("job-2", 0, [Pinged(n=9)], META)
+    await all_readable(store, 9)
+    projection = Collecting()
+    runner = ProjectionRunner(pool, store, listener, [projection], batch_size=3)
+    # Counted as read, all nine: batches of three, the last with no event of its own.
+    assert await runner.catch_up(projection) == 9
+    assert projection.seen == [f"node-a@{v}" for v in range(1, 5)]
+    checkpoint = await owner.fetchval("SELECT position FROM projection_checkpoints")
+    assert checkpoint == await owner.fetchval("SELECT max(position) FROM events")
+    assert await runner.is_caught_up("collecting")
+    assert await runner.catch_up(projection) == 0
