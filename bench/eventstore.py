@@ -1,7 +1,9 @@
 """`trainyard bench eventstore`: append throughput against two references measured in one run.
 
 - raw: the same writers doing plain single-row INSERT + COMMIT with asyncpg into a table of the
-  same shape as `events` (no version check, no notify, no trigger): the ceiling.
+  same shape as `events` (no version check, no notify, no trigger): the ceiling of one commit
+  per event. The store's appends from concurrent writers share statements and commits (group
+  commit), so they can pass it: that is the point of group commit.
 - peer: the `eventsourcing` library's PostgreSQL application recorder (psycopg, one thread per
   writer) appending the same events to the same database: what a team would otherwise use.
 
@@ -64,7 +66,6 @@ async def _measure(url: str, seconds: float, progress: bool) -> dict[str, Any]:
             print(f"measuring {what} for {seconds:g}s ...", file=sys.stderr)
 
     metadata = Metadata(actor="bench", tenant="bench")
-    # One connection more than writers: the store sends its wake-ups on its own.
     pool = await create_pool(url, min_size=WRITERS + 1, max_size=WRITERS + 1)
     try:
         store = EventStore(pool)
