@@ -60,13 +60,22 @@ ORDER BY stream_version;
 -- name: read_log
 -- The global log after a checkpoint, in (xid, position) order, only below the oldest running
 -- transaction: everything under that bound has committed or rolled back, so no later commit
--- can ever land before the returned events, and a reader never skips or repeats one.
+-- can ever land before the returned events, and a reader never skips or repeats one. With
+-- categories $4, the events of other streams come back as their place only (no data, no
+-- metadata): a reader moves past them without Postgres rendering their JSON.
 SELECT position, xid::text::bigint AS xid, stream_id, stream_version, type, schema_version,
-       data, metadata, recorded_at
-FROM events
+       w.wanted,
+       CASE WHEN w.wanted THEN data END AS data,
+       CASE WHEN w.wanted THEN metadata END AS metadata,
+       recorded_at
+FROM events,
+     LATERAL (SELECT $4::text[] IS NULL OR split_part(stream_id, '-', 1) = ANY($4::text[]))
+         AS w(wanted)
 WHERE (xid, position) > ($1::text::xid8, $2::bigint)
   AND xid < pg_snapshot_xmin(pg_current_snapshot())
-ORDER BY xid, position
+-- The table's columns, not the output's bigint `xid`: ordered by the cast, Postgres sorted
+-- every event after the checkpoint to return the first few, instead of walking the index.
+ORDER BY events.xid, events.position
 LIMIT $3;
 
 -- name: log_has_more
@@ -140,7 +149,7 @@ INSERT INTO schema_migrations (version, name, checksum) VALUES ($1, $2, $3);
 -- The last event a reader could read now: where a live follower starts.
 SELECT xid::text::bigint AS xid, position FROM events
 WHERE xid < pg_snapshot_xmin(pg_current_snapshot())
-ORDER BY xid DESC, position DESC
+ORDER BY events.xid DESC, events.position DESC  -- the index's order (see `read_log`)
 LIMIT 1;
 
 -- name: job_docs

@@ -297,12 +297,9 @@ class EventStore:
         decoded and returned; the batch also says where reading stopped, so that a reader
         (a projection) moves past the others without paying to decode them."""
         executor = conn if conn is not None else self._pool
-        rows = await executor.fetch(Q["read_log"], str(after.xid), after.position, limit)
-        events = [
-            self._decode(row)
-            for row in rows
-            if categories is None or row["stream_id"].partition("-")[0] in categories
-        ]
+        wanted = None if categories is None else list(categories)
+        rows = await executor.fetch(Q["read_log"], str(after.xid), after.position, limit, wanted)
+        events = [self._decode(row) for row in rows if row["wanted"]]
         end = LogPosition(rows[-1]["xid"], rows[-1]["position"]) if rows else after
         return LogBatch(events, len(rows), end)
 
