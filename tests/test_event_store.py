@@ -11,6 +11,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from controlplane.events.errors import ConcurrencyError, MalformedEvent, UnknownEventType
 from controlplane.events.metadata import Metadata
 from controlplane.events.store import EventStore
+from controlplane.queries import Q
 from tests.events import Pinged, Renamed, Unregistered
 
 META = Metadata(actor="user:alice", tenant="acme", correlation_id="req-1")
@@ -161,3 +162,20 @@ async def test_metadata_carries_the_current_trace_context(store: EventStore) -> 
     assert recorded.metadata.trace["traceparent"].split("-")[1] == trace_id
     continued = tracer.start_span("claim", context=recorded.metadata.trace_context())
     assert continued.get_span_context().trace_id == span.get_span_context().trace_id
+
+
+async def test_reading_the_log_walks_its_index_instead_of_sorting_it(
+    owner: asyncpg.Connection,
+) -> None:
+    # A reader far behind (a rebuild, a resumed follower) reads a long log batch by batch:
+    # each batch must cost its own size, not a sort of everything after the checkpoint.
+    await owner.execute(
+        "INSERT INTO events (stream_id, stream_version, type, schema_version, data, metadata)"
+        " SELECT 'job-' || g, 1, 'test.Pinged', 1, '{\"n\": 1}', '{\"actor\": \"a\"}'"
+        " FROM generate_series(1, 5000) g"
+    )
+    await owner.execute("ANALYZE events")
+    for name, args in (("read_log", "('0', 0, 100, NULL)"), ("log_tail", "")):
+        await owner.execute(f"PREPARE {name}_plan AS {Q[name]}".replace(";", ""))
+        plan = await owner.fetchval(f"EXPLAIN (FORMAT JSON) EXECUTE {name}_plan{args}")
+        assert '"Sort"' not in plan and "events_log_order" in plan, plan
