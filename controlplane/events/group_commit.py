@@ -100,7 +100,8 @@ class GroupCommit(Generic[T, R]):
             raise
         except Exception as exc:
             if len(batch) == 1:
-                _settle(batch[0][1], exc)
+                if not batch[0][1].done():
+                    batch[0][1].set_exception(exc)
                 return
             # One bad item fails the whole statement: write each alone, so that every caller
             # gets its own outcome and no good item fails for another's fault.
@@ -110,8 +111,3 @@ class GroupCommit(Generic[T, R]):
         for (_, future), result in zip(batch, results, strict=True):
             if not future.done():
                 future.set_result(result)
-
-
-def _settle(future: asyncio.Future[R], exc: Exception) -> None:
-    if not future.done():
-        future.set_exception(exc)

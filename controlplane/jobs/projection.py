@@ -32,7 +32,8 @@ class JobsProjection:
     categories: frozenset[str] | None = frozenset({CATEGORY})
 
     async def apply(self, conn: Executor, events: Sequence[RecordedEvent]) -> None:
-        mine = [e for e in events if e.category == CATEGORY and isinstance(e.event, JobEvent)]
+        # The runner hands it only the events of job streams (`categories`), all JobEvents.
+        mine = [e for e in events if isinstance(e.event, JobEvent)]
         if not mine:
             return
         ids = list(dict.fromkeys(job_id_of(e.stream_id) for e in mine))

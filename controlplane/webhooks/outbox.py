@@ -39,7 +39,8 @@ class WebhookOutbox:
     categories: frozenset[str] | None = frozenset({CATEGORY})
 
     async def apply(self, conn: Executor, events: Sequence[RecordedEvent]) -> None:
-        notified = [e for e in events if e.category == CATEGORY and isinstance(e.event, NOTIFIED)]
+        # Only job streams' events come here (`categories`).
+        notified = [e for e in events if isinstance(e.event, NOTIFIED)]
         if not notified:
             return
         # Who to tell comes from each job's submission (its stream's first event, committed
