@@ -8,6 +8,7 @@ from uuid import UUID
 from pydantic import Field
 
 from controlplane.events.types import Event, registry
+from controlplane.jobs.limits import JobLimits
 from controlplane.jobs.manifest import JobManifest
 
 
@@ -20,6 +21,7 @@ class JobSubmitted(JobEvent):
     job_id: UUID
     tenant: str
     manifest: JobManifest
+    limits: JobLimits = Field(default_factory=JobLimits)
 
 
 @registry.register("JobDeploying")

@@ -4,7 +4,7 @@ new events (or a refusal), `evolve` folds events into the job's state. No I/O he
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 from uuid import UUID
@@ -28,6 +28,7 @@ from controlplane.jobs.events import (
     LearnersExited,
     LearnersReachedPhase,
 )
+from controlplane.jobs.limits import JobLimits
 from controlplane.jobs.manifest import JobManifest
 
 
@@ -92,6 +93,7 @@ class Job(BaseModel):
     job_id: UUID
     tenant: str
     manifest: JobManifest
+    limits: JobLimits = Field(default_factory=JobLimits)
     state: JobStatus
     attempt: int
     restarts: int
@@ -134,6 +136,7 @@ class Submit:
     tenant: str
     manifest: JobManifest
     at: datetime
+    limits: JobLimits = field(default_factory=JobLimits)
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,6 +237,7 @@ def decide(command: Command, job: Job | None) -> list[JobEvent]:
                 job_id=command.job_id,
                 tenant=command.tenant,
                 manifest=command.manifest,
+                limits=command.limits,
                 at=command.at,
             )
         ]
@@ -376,6 +380,7 @@ def evolve(job: Job | None, event: JobEvent) -> Job:
             job_id=event.job_id,
             tenant=event.tenant,
             manifest=event.manifest,
+            limits=event.limits,
             state=JobStatus.QUEUED,
             attempt=1,
             restarts=0,
