@@ -51,7 +51,7 @@ async def run(url: str, *, seconds: float, progress: bool = False) -> dict[str, 
 
 
 async def _measure(url: str, seconds: float, progress: bool) -> dict[str, Any]:
-    owner = await connect(url, as_app=False)
+    owner = await connect(url, role=None)
     try:
         # Same columns, defaults, constraints and indexes as `events`; no triggers.
         await owner.execute(

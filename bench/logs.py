@@ -60,7 +60,7 @@ async def run(url: str, *, seconds: float) -> dict[str, Any]:
 
 
 async def _measure(url: str, seconds: float) -> dict[str, Any]:
-    owner = await connect(url, as_app=False)
+    owner = await connect(url, role=None)
     try:
         # Same columns, constraints and indexes as `job_logs`.
         await owner.execute(

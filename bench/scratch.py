@@ -14,7 +14,7 @@ from controlplane.migrate import migrate
 async def scratch_database(url: str, name: str) -> AsyncIterator[str]:
     """Yield the URL of a fresh, migrated database on the server of `url`."""
     scratch = f"trainyard_bench_{name}_{os.getpid()}"
-    admin = await connect(url, as_app=False)
+    admin = await connect(url, role=None)
     try:
         await admin.execute(f'DROP DATABASE IF EXISTS "{scratch}"')
         await admin.execute(f'CREATE DATABASE "{scratch}"')

@@ -1,16 +1,17 @@
 """Finding, starting and connecting to Trainyard's Postgres.
 
 The database is `TRAINYARD_DATABASE_URL` when set, otherwise an embedded Postgres (the
-`pgserver` wheel) kept under the data directory. The application's sessions run as the
-`trainyard_app` role, which may append events but never change them; migrations run as the
-connecting user, who owns the schema.
+`pgserver` wheel) kept under the data directory. The control plane's sessions run as the
+`trainyard_app` role, which may append events but never change them; node agents' sessions as
+`trainyard_agent`, which may only claim, heartbeat, ship logs and append the agents' own events
+(migrations/0014_agent_role.sql); migrations run as the connecting user, who owns the schema.
 """
 
 from __future__ import annotations
 
 import contextlib
 import warnings
-from typing import Any, Protocol
+from typing import Any, Final, Literal, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
@@ -18,7 +19,10 @@ import asyncpg
 from controlplane.queries import Q
 from controlplane.settings import Settings
 
-APP_ROLE = "trainyard_app"
+APP_ROLE: Final = "trainyard_app"
+AGENT_ROLE: Final = "trainyard_agent"
+Role = Literal["trainyard_app", "trainyard_agent"]
+"""The role a session runs as (SET ROLE at connection start); None: the login's own rights."""
 
 
 DATABASE_ERRORS = (
@@ -56,7 +60,7 @@ async def resolve_database(settings: Settings) -> str:
     if settings.database_url:
         return settings.database_url
     server = embedded_server_url(settings)
-    conn = await connect(server, as_app=False)
+    conn = await connect(server, role=None)
     try:
         exists = await conn.fetchval(Q["database_exists"], EMBEDDED_DATABASE)
         if not exists:
@@ -102,22 +106,24 @@ def describe(url: str) -> str:
     return f"{host}{port}{parts.path or '/'}"
 
 
-async def connect(url: str, *, as_app: bool = True) -> asyncpg.Connection:
-    """One connection, as the application's role unless `as_app` is false (for migrations)."""
+async def connect(url: str, *, role: Role | None = APP_ROLE) -> asyncpg.Connection:
+    """One connection, as `role` (None: as the login itself, for migrations)."""
     try:
-        return await asyncpg.connect(url, server_settings=_settings(as_app), timeout=10)
+        return await asyncpg.connect(url, server_settings=_settings(role), timeout=10)
     except (TimeoutError, OSError, asyncpg.PostgresError) as exc:
         raise _unreachable(url, exc) from exc
 
 
-async def create_pool(url: str, *, min_size: int = 2, max_size: int = 10) -> asyncpg.Pool:
-    """A pool of connections that all run as the application's role."""
+async def create_pool(
+    url: str, *, min_size: int = 2, max_size: int = 10, role: Role = APP_ROLE
+) -> asyncpg.Pool:
+    """A pool of connections that all run as `role`: the control plane's, or an agent's."""
     try:
         pool = await asyncpg.create_pool(
             url,
             min_size=min_size,
             max_size=max_size,
-            server_settings=_settings(as_app=True),
+            server_settings=_settings(role),
             reset=_keep_session,
             timeout=10,
         )
@@ -138,8 +144,10 @@ async def _keep_session(conn: asyncpg.Connection) -> None:
     UNLISTEN *, unlock all) is a round trip on every release, more than one per claimed job."""
 
 
-def _settings(as_app: bool) -> dict[str, str]:
-    # Startup settings rather than SET, so that they hold for the whole session.
+def _settings(role: Role | None) -> dict[str, str]:
+    # Startup settings rather than SET, so that they hold for the whole session (RESET ROLE
+    # brings back the login's rights: the role is what the code runs as, not a sandbox; an
+    # agent's login is kept to the agent role by being a member of nothing else).
     # No JIT: every statement here is a short one on indexes, but a claim's many subqueries
     # make the planner's cost estimate pass jit_above_cost, and compiling it then took 70 ms
     # on a server built with LLVM (Debian's Postgres), against 0.5 ms to run it.
@@ -152,6 +160,6 @@ def _settings(as_app: bool) -> dict[str, str]:
         "jit": "off",
         "plan_cache_mode": "force_generic_plan",
     }
-    if as_app:
-        settings["role"] = APP_ROLE
+    if role is not None:
+        settings["role"] = role
     return settings

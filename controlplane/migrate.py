@@ -65,7 +65,7 @@ def pending(migrations: list[Migration], applied: list[asyncpg.Record]) -> list[
 
 async def migrate(url: str) -> list[Migration]:
     """Bring the database at `url` up to date; returns the migrations it applied."""
-    conn = await connect(url, as_app=False)
+    conn = await connect(url, role=None)
     try:
         # A session lock, held across the per-migration transactions: a concurrent `migrate`
         # waits here, then finds everything applied.
@@ -91,7 +91,7 @@ async def migrate(url: str) -> list[Migration]:
 
 async def require_migrated(url: str) -> None:
     """Refuse to run against a database that is behind (or ahead of) this code's migrations."""
-    conn = await connect(url, as_app=False)
+    conn = await connect(url, role=None)
     try:
         exists = await conn.fetchval(Q["migrations_table_exists"])
         applied = await conn.fetch(Q["migrations_applied"]) if exists else []

@@ -6,7 +6,7 @@ import asyncio
 import logging
 from uuid import UUID
 
-from controlplane.database import create_pool
+from controlplane.database import AGENT_ROLE, create_pool
 from controlplane.events.subscription import LogListener
 from node_agent.agent import Agent, AgentConfig
 from node_agent.identity import agent_identity
@@ -47,8 +47,9 @@ async def _run(
     registered: asyncio.Event | None,
 ) -> None:
     inventory = open_inventory(fake_gpus, config.name, log)
-    pool = await create_pool(url, min_size=2, max_size=6)
-    listener = LogListener(url, poll_interval=config.poll_s)
+    # Whatever the login, the agent acts with the agent role's rights only.
+    pool = await create_pool(url, min_size=2, max_size=6, role=AGENT_ROLE)
+    listener = LogListener(url, poll_interval=config.poll_s, role=AGENT_ROLE)
     shipper = LogShipper(pool)
     try:
         async with open_runtime(

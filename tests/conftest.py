@@ -79,7 +79,7 @@ def template_db(pg_server: str) -> str:
     name = f"trainyard_template_{digest[:16]}"
 
     async def build() -> None:
-        admin = await connect(pg_server, as_app=False)
+        admin = await connect(pg_server, role=None)
         try:
             # Several test sessions may share the server: build the template under a lock.
             await admin.execute("SELECT pg_advisory_lock(hashtext($1))", name)
@@ -103,7 +103,7 @@ async def fresh_database(pg_server: str, template_db: str | None) -> AsyncIterat
     empty when `template_db` is None."""
     name = f"trainyard_test_{uuid.uuid4().hex[:12]}"
     template = f' TEMPLATE "{template_db}"' if template_db else ""
-    admin = await connect(pg_server, as_app=False)
+    admin = await connect(pg_server, role=None)
     try:
         await admin.execute(f'CREATE DATABASE "{name}"{template}')
         yield with_database(pg_server, name)
@@ -136,7 +136,7 @@ async def pool(db_url: str) -> AsyncIterator[asyncpg.Pool]:
 @pytest.fixture
 async def owner(db_url: str) -> AsyncIterator[asyncpg.Connection]:
     """A connection as the schema's owner (not the application's role)."""
-    conn = await connect(db_url, as_app=False)
+    conn = await connect(db_url, role=None)
     yield conn
     await conn.close()
 

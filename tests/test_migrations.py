@@ -38,7 +38,7 @@ ORDER BY 1, 2
 
 
 async def catalog(url: str) -> dict[str, Any]:
-    conn = await connect(url, as_app=False)
+    conn = await connect(url, role=None)
     try:
         return {
             "columns": [dict(r) for r in await conn.fetch(CATALOG)],
@@ -60,7 +60,7 @@ async def test_migrating_from_empty_gives_exactly_the_declared_schema(
     applied = await migrate(empty_db_url)
     assert [m.version for m in applied] == [m.version for m in available()]
     # Build the declaration in another database and compare the two catalogs whole.
-    conn = await connect(db_url, as_app=False)
+    conn = await connect(db_url, role=None)
     try:
         for table in schema.metadata.tables:
             await conn.execute(f"DROP TABLE {table} CASCADE")
@@ -85,7 +85,7 @@ async def test_migrate_applies_each_migration_once(empty_db_url: str) -> None:
 async def test_concurrent_migrate_runs_are_safe(empty_db_url: str) -> None:
     results = await asyncio.gather(*(migrate(empty_db_url) for _ in range(3)))
     assert sorted(len(r) for r in results) == [0, 0, len(available())]
-    conn = await connect(empty_db_url, as_app=False)
+    conn = await connect(empty_db_url, role=None)
     try:
         rows = await conn.fetch("SELECT version, checksum FROM schema_migrations ORDER BY 1")
     finally:

@@ -15,7 +15,13 @@ from collections.abc import AsyncGenerator
 
 import asyncpg
 
-from controlplane.database import DATABASE_ERRORS, DatabaseUnavailable, connect
+from controlplane.database import (
+    APP_ROLE,
+    DATABASE_ERRORS,
+    DatabaseUnavailable,
+    Role,
+    connect,
+)
 from controlplane.events.store import EventStore, LogPosition, RecordedEvent
 
 CHANNEL = "trainyard_events"
@@ -36,8 +42,10 @@ class LogListener:
         channel: str = CHANNEL,
         poll_interval: float = 1.0,
         retry_interval: float = 1.0,
+        role: Role = APP_ROLE,
     ) -> None:
         self._url = url
+        self._role: Role = role
         self.channel = channel
         self.poll_interval = poll_interval
         self._retry_interval = retry_interval
@@ -89,7 +97,7 @@ class LogListener:
         self._stopping.set()
 
     async def _listen_once(self) -> None:
-        conn = await connect(self._url)
+        conn = await connect(self._url, role=self._role)
         self._dropped.clear()
         conn.add_termination_listener(lambda _: self._dropped.set())
         try:
