@@ -12,6 +12,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, NoReturn
 
 from controlplane import telemetry
+from controlplane.agents.login_cli import add_commands as add_agent_login_commands
 from controlplane.agents.nodes import NodeNameTaken
 from controlplane.client.api import ApiError, NotFound, ServerUnreachable, UsageError
 from controlplane.client.commands import add_client_commands
@@ -161,6 +162,7 @@ def parser() -> argparse.ArgumentParser:
 
     add_tenant_commands(commands)
     add_agent_commands(commands)
+    add_agent_login_commands(commands)
     add_client_commands(commands)
 
     bench = commands.add_parser(

@@ -627,3 +627,37 @@ INSERT INTO webhook_secrets (secret_id, tenant, secret, created_at) VALUES ($1, 
 SELECT secret_id, secret, created_at, retired_at FROM webhook_secrets
 WHERE tenant = $1 AND (retired_at IS NULL OR retired_at > now() - make_interval(secs => $2))
 ORDER BY retired_at DESC NULLS FIRST;
+
+-- name: role_exists
+SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1);
+
+-- name: create_agent_login_statement
+-- CREATE ROLE takes no parameters: the server quotes the name and the SCRAM verifier itself.
+-- The verifier was computed by the client, so the password is never sent, and a server that
+-- logs DDL logs only the verifier. The login is a member of trainyard_agent and of nothing
+-- else, with none of the attributes that would give it more.
+SELECT format('CREATE ROLE %I LOGIN PASSWORD %L NOSUPERUSER NOCREATEDB NOCREATEROLE '
+              'NOREPLICATION NOBYPASSRLS IN ROLE trainyard_agent', $1::text, $2::text);
+
+-- name: login_excess
+-- What the session's login may do beyond the agent role: its attributes, the tables of this
+-- database it owns (through any role it belongs to), and the roles it belongs to that the
+-- agent role does not. A superuser belongs to every role: that one word says it all.
+SELECT CASE WHEN r.rolsuper THEN ARRAY['superuser'] ELSE array_remove(ARRAY[
+           CASE WHEN r.rolcreaterole THEN 'CREATEROLE' END,
+           CASE WHEN r.rolcreatedb THEN 'CREATEDB' END,
+           CASE WHEN r.rolbypassrls THEN 'BYPASSRLS' END,
+           CASE WHEN r.rolreplication THEN 'REPLICATION' END,
+           CASE WHEN EXISTS (SELECT 1 FROM pg_class c
+                             WHERE c.relnamespace = 'public'::regnamespace
+                               AND pg_has_role(r.oid, c.relowner, 'MEMBER'))
+                THEN 'owns the tables' END
+       ], NULL) || ARRAY(
+           SELECT 'member of ' || m.rolname FROM pg_roles m
+           WHERE m.oid <> r.oid AND m.rolname <> 'trainyard_agent'
+             AND pg_has_role(r.oid, m.oid, 'MEMBER')
+             AND NOT pg_has_role('trainyard_agent', m.oid, 'MEMBER')
+           ORDER BY m.rolname)
+       END AS excess
+FROM pg_roles r
+WHERE r.rolname = session_user;

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from controlplane import telemetry
-from controlplane.database import resolve_database
+from controlplane.agents.logins import login_excess
+from controlplane.database import AGENT_ROLE, resolve_database
 from controlplane.migrate import require_migrated
 from controlplane.settings import Settings
 from node_agent.agent import AgentConfig
@@ -43,6 +44,8 @@ log = logging.getLogger("node_agent")
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 
+AGENT_LOGIN_HINT = "as the database's owner: trainyard agent-login create NAME --password-file FILE"
+
 
 def machine_memory_mb() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // (1 << 20)
@@ -68,9 +71,13 @@ def add_commands(commands: argparse._SubParsersAction[Any]) -> None:
         "agent` with these options (Restart=always, after the network and, with --runtime "
         "docker, Docker; KillMode=process, so that stopping or losing the agent never has "
         "systemd kill its learners), and its environment file (TRAINYARD_DATABASE_URL and "
-        "TRAINYARD_HOME, mode 0600). Needs root, and a database URL (--database-url or "
-        "$TRAINYARD_DATABASE_URL): a fleet's agents share one Postgres. --dry-run prints "
-        "both files (password masked) and writes nothing. systemctl is left to you.",
+        "TRAINYARD_HOME, mode 0600). Needs root, and --database-url: the URL of an agent "
+        "login, a member of the trainyard_agent role only, which the database's owner "
+        "creates with `trainyard agent-login create NAME --password-file FILE` (never the "
+        "owner's URL: $TRAINYARD_DATABASE_URL is not used; the agent refuses a login with "
+        "more rights unless --allow-privileged-login). A fleet's agents share one Postgres. "
+        "--dry-run prints both files (password masked) and writes nothing. systemctl is "
+        "left to you.",
     )
     # The agent's options may come before or after `install`: the subparser only sets those
     # given after it (no defaults of its own), so it never overwrites ones given before.
@@ -78,8 +85,8 @@ def add_commands(commands: argparse._SubParsersAction[Any]) -> None:
     install.add_argument(
         "--database-url",
         metavar="URL",
-        help="the fleet's Postgres, postgresql://USER:PASSWORD@HOST:PORT/DB "
-        "(default: $TRAINYARD_DATABASE_URL)",
+        help="the fleet's Postgres as an agent login, postgresql://NAME:PASSWORD@HOST:PORT/DB "
+        "(required; see `trainyard agent-login create --help`)",
     )
     install.add_argument(
         "--home",
@@ -180,6 +187,15 @@ def _agent_options(command: argparse.ArgumentParser, *, defaults: bool) -> None:
         default=default(10.0),
         help="seconds between SIGTERM and SIGKILL (default: 10)",
     )
+    command.add_argument(
+        "--allow-privileged-login",
+        action="store_true",
+        default=default(False),
+        help="start even when the database login has more rights than the trainyard_agent "
+        "role (the owner's, say); without it the agent refuses such a login to an external "
+        "database, and warns on the embedded one. Create a login with `trainyard agent-login "
+        "create`",
+    )
 
 
 def option_problem(args: argparse.Namespace) -> str | None:
@@ -247,6 +263,19 @@ async def cmd_agent(args: argparse.Namespace, settings: Settings) -> int:
     telemetry.setup("trainyard-agent")
     url = await resolve_database(settings)
     await require_migrated(url)
+    excess = await login_excess(url)
+    if excess and not args.allow_privileged_login:
+        problem = (
+            f"the database login has more rights than the {AGENT_ROLE} role "
+            f"({', '.join(excess)}): a node running tenants' code should not hold them. "
+            f"Create an agent login ({AGENT_LOGIN_HINT}) and use its URL, or pass "
+            "--allow-privileged-login"
+        )
+        if settings.database_url:
+            print(f"trainyard agent: error: {problem}", file=sys.stderr)
+            return EXIT_FAILED
+        # The embedded database is one machine's, where the agent and its owner are one.
+        print(f"trainyard agent: warning: {problem}", file=sys.stderr, flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -266,12 +295,14 @@ def install(args: argparse.Namespace, settings: Settings, *, running_as_root: bo
     problem = option_problem(args)
     if problem is not None:
         return _install_error(problem)
-    url = args.database_url or settings.database_url
+    # Never $TRAINYARD_DATABASE_URL: on an operator's machine that is the owner's URL, and a
+    # node running tenants' code must log in as an agent (see `agent-login create`).
+    url = args.database_url
     if not url:
         return _install_error(
-            "no database: pass --database-url postgresql://USER:PASSWORD@HOST/DB or set "
-            "TRAINYARD_DATABASE_URL (a fleet's agents share one Postgres; the embedded "
-            "database is only for a single machine)"
+            "no database: pass --database-url postgresql://NAME:PASSWORD@HOST/DB, the URL of "
+            f"an agent login (create one {AGENT_LOGIN_HINT}); a fleet's agents share one "
+            "Postgres, and the embedded database is only for a single machine"
         )
     options = ServiceOptions(
         python=sys.executable,
@@ -287,6 +318,7 @@ def install(args: argparse.Namespace, settings: Settings, *, running_as_root: bo
         work_dir=args.work_dir,
         allow_network=tuple(args.allow_network),
         checkpoint_dir=args.checkpoint_dir,
+        allow_privileged_login=args.allow_privileged_login,
     )
     unit_path: Path = args.unit_dir / UNIT_NAME
     try:

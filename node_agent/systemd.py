@@ -58,6 +58,8 @@ class ServiceOptions:
     allow_network: tuple[str, ...] = ()
     """Tenants whose learners may use the network."""
     checkpoint_dir: Path | None = None
+    allow_privileged_login: bool = False
+    """Whether the agent starts with a login that has more than the agent role."""
 
 
 def agent_command(opts: ServiceOptions) -> list[str]:
@@ -79,6 +81,8 @@ def agent_command(opts: ServiceOptions) -> list[str]:
         words += ["--checkpoint-dir", str(opts.checkpoint_dir)]
     words += ["--heartbeat", _number(opts.heartbeat_s), "--ttl", _number(opts.ttl_s)]
     words += ["--grace", _number(opts.grace_s)]
+    if opts.allow_privileged_login:
+        words.append("--allow-privileged-login")
     return words
 
 

@@ -123,6 +123,14 @@ def test_an_agent_that_picks_its_runtime_starts_after_docker_and_passes_no_runti
     assert (args.runtime, args.allow_network) == (None, ["acme", "globex"])
 
 
+def test_the_unit_passes_allow_privileged_login_only_when_asked() -> None:
+    for allowed in (False, True):
+        words = shlex.split(
+            sections(render_unit(options(allow_privileged_login=allowed)))["Service"]["ExecStart"]
+        )
+        assert parser().parse_args(words[3:]).allow_privileged_login is allowed
+
+
 def test_a_process_agent_does_not_wait_for_docker() -> None:
     unit = sections(render_unit(options(runtime="process")))
     assert unit["Unit"]["After"].split() == ["network-online.target"]
@@ -278,8 +286,7 @@ def test_dry_run_prints_both_files_with_the_password_masked_and_writes_nothing(
     env_file = tmp_path / "etc" / "agent.env"
     result = trainyard(
         "agent", "install", "--name", "gpu-07", "--runtime", "docker", "--dry-run",
-        "--unit-dir", str(tmp_path / "units"), "--env-file", str(env_file),
-        env={"TRAINYARD_DATABASE_URL": URL},
+        "--database-url", URL, "--unit-dir", str(tmp_path / "units"), "--env-file", str(env_file),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     out = result.stdout
@@ -337,10 +344,9 @@ def test_as_root_install_writes_the_unit_and_a_0600_environment_file(
     units, env_file = tmp_path / "units", tmp_path / "etc" / "trainyard" / "agent.env"
     args = parser().parse_args(
         ["agent", "install", "--name", "gpu-03", "--fake-gpus", "8", "--home", "/srv/ty",
-         "--unit-dir", str(units), "--env-file", str(env_file)]
+         "--database-url", URL, "--unit-dir", str(units), "--env-file", str(env_file)]
     )  # fmt: skip
-    settings = Settings(home=tmp_path, database_url=URL)  # as from $TRAINYARD_DATABASE_URL
-    assert install(args, settings, running_as_root=True) == 0
+    assert install(args, Settings(home=tmp_path, database_url=None), running_as_root=True) == 0
 
     unit_path = units / UNIT_NAME
     assert stat.S_IMODE(env_file.stat().st_mode) == 0o600
@@ -402,12 +408,15 @@ def test_install_passes_the_shells_opentelemetry_settings_to_the_service(
 def test_install_without_a_database_url_is_a_usage_error_that_writes_nothing(
     tmp_path: Path,
 ) -> None:
+    # $TRAINYARD_DATABASE_URL is the operator's (the owner's) URL: never written for an agent.
     result = trainyard(
-        "agent", "install", "--unit-dir", str(tmp_path), "--env-file", str(tmp_path / "a.env")
-    )
+        "agent", "install", "--unit-dir", str(tmp_path), "--env-file", str(tmp_path / "a.env"),
+        env={"TRAINYARD_DATABASE_URL": URL},
+    )  # fmt: skip
     assert result.returncode == 2
     assert result.stderr.startswith("trainyard agent install: error: no database: pass ")
-    assert "TRAINYARD_DATABASE_URL" in result.stderr
+    assert "trainyard agent-login create NAME --password-file FILE" in result.stderr
+    assert PASSWORD not in result.stderr
     assert files_under(tmp_path) == []
 
 
@@ -423,8 +432,9 @@ def test_install_without_a_database_url_is_a_usage_error_that_writes_nothing(
 def test_bad_install_options_are_usage_errors_that_write_nothing(
     extra: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    args = parser().parse_args(["agent", "install", "--unit-dir", str(tmp_path), *extra])
-    assert install(args, Settings(tmp_path, URL), running_as_root=True) == 2
+    base = ["agent", "install", "--database-url", URL, "--unit-dir", str(tmp_path)]
+    args = parser().parse_args([*base, *extra])
+    assert install(args, Settings(tmp_path, None), running_as_root=True) == 2
     err = capsys.readouterr().err
     assert message in err
     assert PASSWORD not in err

@@ -1,0 +1,121 @@
+"""`trainyard agent-login create NAME`: a database login for node agents, run by an operator
+with the owner's database URL. Exit codes as `controlplane.cli.main`'s: 2 for bad input, 1 when
+the login cannot be created, 3 when the database cannot be reached; nothing changes on error."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit
+
+import asyncpg
+
+from controlplane.agents.logins import (
+    MIN_PASSWORD,
+    InvalidLogin,
+    LoginExists,
+    check_login_name,
+    create_agent_login,
+)
+from controlplane.database import resolve_database
+from controlplane.migrate import require_migrated
+from controlplane.settings import Settings
+
+PASSWORD_ENV = "TRAINYARD_AGENT_PASSWORD"
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+
+def add_commands(commands: argparse._SubParsersAction[Any]) -> None:
+    """Add the `agent-login` command group to the top-level subcommands."""
+    logins = commands.add_parser(
+        "agent-login",
+        help="create database logins for node agents (operator)",
+        description="Node agents should not log in to Postgres with the owner's URL: a "
+        "compromised node would be the whole service. An agent login is a member of the "
+        "trainyard_agent role only (claims, heartbeats, log lines and the agents' own events; "
+        "no tokens, no webhook secrets, no tenants' events). Run with the owner's "
+        "$TRAINYARD_DATABASE_URL (a login that may create roles).",
+    )
+    group = logins.add_subparsers(title="commands", required=True, metavar="COMMAND")
+    create = group.add_parser(
+        "create",
+        help="create a login that is a member of trainyard_agent only",
+        description="Create the LOGIN role NAME, a member of trainyard_agent and of nothing "
+        "else. Its SCRAM-SHA-256 verifier is computed here, so the password never reaches the "
+        f"server or its logs. The password (printable ASCII, at least {MIN_PASSWORD} "
+        f"characters) comes from --password-file or ${PASSWORD_ENV}. Prints the URL to give "
+        "`trainyard agent install --database-url` (password masked).",
+    )
+    create.add_argument("name", metavar="NAME", help="lowercase letters, digits and '_'")
+    create.add_argument(
+        "--password-file",
+        type=Path,
+        metavar="FILE",
+        help=f"a file holding the password (one line); default: ${PASSWORD_ENV}",
+    )
+    create.set_defaults(handler=cmd_create)
+
+
+async def cmd_create(args: argparse.Namespace, settings: Settings) -> int:
+    try:
+        name = check_login_name(args.name)
+        password = _password(args.password_file)
+    except InvalidLogin as exc:
+        return _error(str(exc), EXIT_USAGE)
+    url = await resolve_database(settings)
+    await require_migrated(url)
+    try:
+        await create_agent_login(url, name, password)
+    except InvalidLogin as exc:
+        return _error(str(exc), EXIT_USAGE)
+    except LoginExists as exc:
+        return _error(str(exc), EXIT_FAILED)
+    except asyncpg.InsufficientPrivilegeError as exc:
+        return _error(
+            f"this database login may not create roles ({exc}); run with the owner's URL "
+            "or a login with CREATEROLE",
+            EXIT_FAILED,
+        )
+    print(f"created database login {name!r}, a member of trainyard_agent only", file=sys.stderr)
+    print(agent_url(url, name))
+    return 0
+
+
+def agent_url(url: str, name: str) -> str:
+    """The URL an agent logs in with: `url`'s server and database as `name`, with the password
+    left for the operator to fill in (it is never printed, nor the owner's)."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"  # IPv6
+    port = f":{parts.port}" if parts.port else ""
+    # The owner's user and password may be parameters too (postgresql:///db?host=...&user=...).
+    kept = [
+        (key, value)
+        for key, value in parse_qsl(parts.query, keep_blank_values=True)
+        if key not in ("user", "password", "passfile")
+    ]
+    query = f"?{urlencode(kept, quote_via=quote, safe='/')}" if kept else ""
+    return f"{parts.scheme}://{quote(name)}:PASSWORD@{host}{port}{parts.path}{query}"
+
+
+def _password(path: Path | None) -> str:
+    if path is not None:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InvalidLogin(f"--password-file {str(path)!r} cannot be read ({exc})") from None
+        return text.removesuffix("\n").removesuffix("\r")
+    password = os.environ.get(PASSWORD_ENV)
+    if not password:
+        raise InvalidLogin(f"no password: pass --password-file FILE or set ${PASSWORD_ENV}")
+    return password
+
+
+def _error(message: str, code: int) -> int:
+    print(f"trainyard agent-login create: error: {message}", file=sys.stderr)
+    return code

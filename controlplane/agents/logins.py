@@ -1,0 +1,102 @@
+"""Database logins for node agents: members of `trainyard_agent` only (see
+migrations/0014_agent_role.sql), created with a password the server never sees, and the check an
+agent makes of what it logged in as."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import re
+import secrets
+
+import asyncpg
+
+from controlplane.database import AGENT_ROLE, connect
+from controlplane.queries import Q
+
+LOGIN_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+"""Lowercase, so that the name needs no quoting in a URL or in psql; Postgres's length limit."""
+RESERVED_PREFIXES = ("pg_", "trainyard_")
+"""Postgres's own roles, and ours (the application's, the agents', the auditors')."""
+MIN_PASSWORD = 16
+SCRAM_ITERATIONS = 4096
+"""Postgres's default (scram_iterations): what its own clients compute."""
+
+
+class InvalidLogin(ValueError):
+    """A name or password that cannot make an agent login (the message says which)."""
+
+
+class LoginExists(Exception):
+    """A role of that name exists already; nothing was changed."""
+
+
+def check_login_name(name: str) -> str:
+    if not LOGIN_NAME.fullmatch(name):
+        raise InvalidLogin(
+            f"NAME {name!r}: use lowercase letters, digits and '_', starting with a letter or "
+            "'_' (at most 63)"
+        )
+    if name.startswith(RESERVED_PREFIXES):
+        raise InvalidLogin(f"NAME {name!r}: names starting with pg_ or trainyard_ are reserved")
+    return name
+
+
+def check_password(password: str) -> str:
+    """Printable ASCII only: Postgres prepares other passwords (SASLprep) before hashing them,
+    and a verifier computed here without that step would never match."""
+    if not password.isascii() or not password.isprintable():
+        raise InvalidLogin("the password must be printable ASCII characters")
+    if len(password) < MIN_PASSWORD:
+        raise InvalidLogin(f"the password must be at least {MIN_PASSWORD} characters long")
+    return password
+
+
+def scram_verifier(password: str, *, salt: bytes | None = None) -> str:
+    """The SCRAM-SHA-256 verifier Postgres stores for `password` (RFC 5802, RFC 7677), in the
+    form CREATE ROLE ... PASSWORD accepts as it is, without seeing the password."""
+    salt = secrets.token_bytes(16) if salt is None else salt
+    salted = hashlib.pbkdf2_hmac("sha256", password.encode(), salt, SCRAM_ITERATIONS)
+    client_key = hmac.digest(salted, b"Client Key", "sha256")
+    stored_key = hashlib.sha256(client_key).digest()
+    server_key = hmac.digest(salted, b"Server Key", "sha256")
+
+    def b64(data: bytes) -> str:
+        return base64.b64encode(data).decode()
+
+    return f"SCRAM-SHA-256${SCRAM_ITERATIONS}:{b64(salt)}${b64(stored_key)}:{b64(server_key)}"
+
+
+async def create_agent_login(url: str, name: str, password: str) -> None:
+    """Create the LOGIN role `name`, a member of trainyard_agent only, as the login of `url`
+    (which needs CREATEROLE). LoginExists if the name is taken; InvalidLogin for bad input."""
+    check_login_name(name)
+    verifier = scram_verifier(check_password(password))
+    conn = await connect(url, role=None)
+    try:
+        if not await conn.fetchval(Q["role_exists"], AGENT_ROLE):
+            raise InvalidLogin(
+                f"the database has no role {AGENT_ROLE}: run `trainyard migrate` first"
+            )
+        if await conn.fetchval(Q["role_exists"], name):
+            raise LoginExists(f"a database role named {name!r} exists already; nothing was changed")
+        statement = await conn.fetchval(Q["create_agent_login_statement"], name, verifier)
+        try:
+            await conn.execute(statement)
+        except asyncpg.DuplicateObjectError as exc:  # created meanwhile by someone else
+            raise LoginExists(
+                f"a database role named {name!r} exists already; nothing was changed"
+            ) from exc
+    finally:
+        await conn.close()
+
+
+async def login_excess(url: str) -> list[str]:
+    """What the login of `url` may do beyond the agent role (empty: nothing), in words."""
+    conn = await connect(url, role=None)
+    try:
+        excess: list[str] = await conn.fetchval(Q["login_excess"])
+    finally:
+        await conn.close()
+    return excess
