@@ -12,6 +12,7 @@ from pathlib import Path
 
 import asyncpg
 
+from bench.agent_login import agent_login_url
 from controlplane.agents.events import NodeRegistered
 from controlplane.agents.nodes import node_stream
 from controlplane.events.store import EventStore
@@ -54,10 +55,11 @@ class AgentProcess:
         options += ["--grace", "2", "--runtime", self.runtime]
         if self.checkpoint_dir is not None:
             options += ["--checkpoint-dir", str(self.checkpoint_dir)]
+        login = await agent_login_url(self.url)
         self.spawned_at = time.perf_counter()
         self.process = await asyncio.create_subprocess_exec(
             *(sys.executable, "-m", "controlplane.cli", "agent", *options),
-            env={**os.environ, "TRAINYARD_DATABASE_URL": self.url},
+            env={**os.environ, "TRAINYARD_DATABASE_URL": login},
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.DEVNULL,

@@ -13,6 +13,7 @@ from uuid import UUID
 
 import asyncpg
 
+from bench.agent_login import agent_login_url
 from controlplane.database import DATABASE_ERRORS
 from controlplane.events.metadata import Metadata
 from controlplane.events.store import EventStore
@@ -88,11 +89,17 @@ def agent_config(tmp_path: Path, name: str = "n1", grace_s: float = 5) -> AgentC
 
 
 class RunningAgent:
+    """An agent logged in as operators set agents up: as an agent login, not the owner."""
+
     def __init__(self, url: str, config: AgentConfig, fake_gpus: int) -> None:
         self.stop = asyncio.Event()
         self.registered = asyncio.Event()
-        self.task = asyncio.create_task(
-            run_agent(url, config, fake_gpus=fake_gpus, stop=self.stop, registered=self.registered)
+        self.task = asyncio.create_task(self._run(url, config, fake_gpus))
+
+    async def _run(self, url: str, config: AgentConfig, fake_gpus: int) -> None:
+        login = await agent_login_url(url)
+        await run_agent(
+            login, config, fake_gpus=fake_gpus, stop=self.stop, registered=self.registered
         )
 
     async def started(self) -> RunningAgent:

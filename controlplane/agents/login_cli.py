@@ -85,9 +85,9 @@ async def cmd_create(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def agent_url(url: str, name: str) -> str:
-    """The URL an agent logs in with: `url`'s server and database as `name`, with the password
-    left for the operator to fill in (it is never printed, nor the owner's)."""
+def agent_url(url: str, name: str, *, password: str = "PASSWORD") -> str:
+    """The URL an agent logs in with: `url`'s server and database as `name`; by default with
+    the password left for the operator to fill in (it is never printed, nor the owner's)."""
     parts = urlsplit(url)
     host = parts.hostname or ""
     if ":" in host:
@@ -100,7 +100,8 @@ def agent_url(url: str, name: str) -> str:
         if key not in ("user", "password", "passfile")
     ]
     query = f"?{urlencode(kept, quote_via=quote, safe='/')}" if kept else ""
-    return f"{parts.scheme}://{quote(name)}:PASSWORD@{host}{port}{parts.path}{query}"
+    credentials = f"{quote(name)}:{quote(password, safe='')}"
+    return f"{parts.scheme}://{credentials}@{host}{port}{parts.path}{query}"
 
 
 def _password(path: Path | None) -> str:
