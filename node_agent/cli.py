@@ -44,6 +44,8 @@ log = logging.getLogger("node_agent")
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 
+AGENT_URL_ENV = "TRAINYARD_AGENT_DATABASE_URL"
+"""Where `agent install` also takes the agent login's URL (out of `ps` and the shell history)."""
 AGENT_LOGIN_HINT = "as the database's owner: trainyard agent-login create NAME --password-file FILE"
 
 
@@ -71,11 +73,12 @@ def add_commands(commands: argparse._SubParsersAction[Any]) -> None:
         "agent` with these options (Restart=always, after the network and, with --runtime "
         "docker, Docker; KillMode=process, so that stopping or losing the agent never has "
         "systemd kill its learners), and its environment file (TRAINYARD_DATABASE_URL and "
-        "TRAINYARD_HOME, mode 0600). Needs root, and --database-url: the URL of an agent "
-        "login, a member of the trainyard_agent role only, which the database's owner "
-        "creates with `trainyard agent-login create NAME --password-file FILE` (never the "
-        "owner's URL: $TRAINYARD_DATABASE_URL is not used; the agent refuses a login with "
-        "more rights unless --allow-privileged-login). A fleet's agents share one Postgres. "
+        "TRAINYARD_HOME, mode 0600). Needs root, and the URL of an agent login (--database-url "
+        "or $TRAINYARD_AGENT_DATABASE_URL), a member of the trainyard_agent role only, which "
+        "the database's owner creates with `trainyard agent-login create NAME --password-file "
+        "FILE`; never the owner's URL: $TRAINYARD_DATABASE_URL is not used, and the agent "
+        "refuses a login with more rights unless --allow-privileged-login. A fleet's agents "
+        "share one Postgres. "
         "--dry-run prints both files (password masked) and writes nothing. systemctl is "
         "left to you.",
     )
@@ -86,7 +89,7 @@ def add_commands(commands: argparse._SubParsersAction[Any]) -> None:
         "--database-url",
         metavar="URL",
         help="the fleet's Postgres as an agent login, postgresql://NAME:PASSWORD@HOST:PORT/DB "
-        "(required; see `trainyard agent-login create --help`)",
+        "(default: $TRAINYARD_AGENT_DATABASE_URL; see `trainyard agent-login create --help`)",
     )
     install.add_argument(
         "--home",
@@ -297,12 +300,13 @@ def install(args: argparse.Namespace, settings: Settings, *, running_as_root: bo
         return _install_error(problem)
     # Never $TRAINYARD_DATABASE_URL: on an operator's machine that is the owner's URL, and a
     # node running tenants' code must log in as an agent (see `agent-login create`).
-    url = args.database_url
+    url = args.database_url or os.environ.get(AGENT_URL_ENV)
     if not url:
         return _install_error(
-            "no database: pass --database-url postgresql://NAME:PASSWORD@HOST/DB, the URL of "
-            f"an agent login (create one {AGENT_LOGIN_HINT}); a fleet's agents share one "
-            "Postgres, and the embedded database is only for a single machine"
+            f"no database: pass --database-url or set ${AGENT_URL_ENV} to "
+            "postgresql://NAME:PASSWORD@HOST/DB, the URL of an agent login (create one "
+            f"{AGENT_LOGIN_HINT}); a fleet's agents share one Postgres, and the embedded "
+            "database is only for a single machine"
         )
     options = ServiceOptions(
         python=sys.executable,

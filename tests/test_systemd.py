@@ -59,7 +59,8 @@ def sections(unit: str) -> configparser.ConfigParser:
 def trainyard(
     *args: str, env: dict[str, str] | None = None, user: str | None = None
 ) -> subprocess.CompletedProcess[str]:
-    base = {k: v for k, v in os.environ.items() if k != "TRAINYARD_DATABASE_URL"}
+    unset = ("TRAINYARD_DATABASE_URL", "TRAINYARD_AGENT_DATABASE_URL")
+    base = {k: v for k, v in os.environ.items() if k not in unset}
     # As another user the checkout is read-only: no bytecode caches to write.
     base["PYTHONDONTWRITEBYTECODE"] = "1"
     prefix: list[str] = []
@@ -416,8 +417,20 @@ def test_install_without_a_database_url_is_a_usage_error_that_writes_nothing(
     assert result.returncode == 2
     assert result.stderr.startswith("trainyard agent install: error: no database: pass ")
     assert "trainyard agent-login create NAME --password-file FILE" in result.stderr
+    assert "TRAINYARD_AGENT_DATABASE_URL" in result.stderr
     assert PASSWORD not in result.stderr
     assert files_under(tmp_path) == []
+
+
+def test_install_takes_the_agent_logins_url_from_its_own_variable(tmp_path: Path) -> None:
+    env_file = tmp_path / "agent.env"
+    result = trainyard(
+        "agent", "install", "--dry-run", "--unit-dir", str(tmp_path), "--env-file", str(env_file),
+        env={"TRAINYARD_AGENT_DATABASE_URL": URL, "TRAINYARD_DATABASE_URL": "postgresql://owner@x/y"},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert 'TRAINYARD_DATABASE_URL="postgresql://trainyard:***@db.example.com' in result.stdout
+    assert "owner" not in result.stdout
 
 
 @pytest.mark.parametrize(
