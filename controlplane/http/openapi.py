@@ -285,7 +285,8 @@ def document() -> dict[str, Any]:
                     "summary": "A job restarted, failed or completed (sent to its webhook_url)",
                     "description": "At least once: answer 2xx to acknowledge, and dedupe on "
                     "Trainyard-Delivery-Id. Anything else (or no answer within 10 s; redirects "
-                    "are not followed) is retried with exponential backoff, up to 12 attempts. "
+                    "are not followed) is retried with exponential backoff, up to 12 attempts; a "
+                    "host resolving to a non-public address fails at once. "
                     "Verify Trainyard-Signature (t=<unix>,v1=<hex>[,v1=...]): HMAC-SHA256 with "
                     "the tenant's webhook secret of '<t>.' + the raw body; accept if any v1 "
                     "matches and t is recent.",
@@ -353,7 +354,9 @@ def document() -> dict[str, Any]:
                             409,
                             422,
                             e409="the Idempotency-Key was used for a different manifest",
-                            e422="invalid manifest fields, each listed, or an unknown tenant",
+                            e422="invalid manifest fields, each listed; an unknown tenant; or a "
+                            "webhook_url whose host is or resolves to a non-public address (not "
+                            "in TRAINYARD_WEBHOOK_ALLOW_NETWORKS) or does not resolve",
                         ),
                     },
                 },
