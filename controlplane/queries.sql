@@ -627,3 +627,17 @@ INSERT INTO webhook_secrets (secret_id, tenant, secret, created_at) VALUES ($1, 
 SELECT secret_id, secret, created_at, retired_at FROM webhook_secrets
 WHERE tenant = $1 AND (retired_at IS NULL OR retired_at > now() - make_interval(secs => $2))
 ORDER BY retired_at DESC NULLS FIRST;
+
+-- name: insert_job_secret_env
+-- A job's secret environment variables, written in the transaction that appends its
+-- JobSubmitted: kept apart from the event log, which is kept forever and read by auditors.
+INSERT INTO job_secret_env (job_id, tenant, env) VALUES ($1, $2, $3::jsonb);
+
+-- name: job_secret_env
+-- The secret environment variables an agent gives a job's learners as it starts an attempt
+-- (NULL when the job has none, or has ended and they were deleted).
+SELECT env::text FROM job_secret_env WHERE job_id = $1;
+
+-- name: delete_job_secret_env
+-- The `jobs` projection forgets the secrets of jobs that have ended: no attempt will need them.
+DELETE FROM job_secret_env WHERE job_id = ANY($1::uuid[]);

@@ -29,7 +29,7 @@ from controlplane.jobs.lifecycle import (
     RequestCheckpoint,
     evolve,
 )
-from controlplane.jobs.manifest import JobManifest
+from controlplane.jobs.manifest import JobSubmission
 from controlplane.jobs.placement import LiveNodes, unschedulable_reason
 from controlplane.jobs.projection import reason
 from controlplane.jobs.service import IdempotencyMismatch, now
@@ -116,7 +116,7 @@ async def submit(request: web.Request) -> web.Response:
     who = principal(request)
     body = await _json_body(request)
     try:
-        manifest = JobManifest.model_validate(body)
+        manifest, secret_env = JobSubmission.model_validate(body).split()
     except ValidationError as exc:
         raise validation_error(exc) from exc
     tenant = acting_tenant(who, request.query.get("tenant"), "submits")
@@ -129,7 +129,7 @@ async def submit(request: web.Request) -> web.Response:
         await _check_webhook(request, str(manifest.webhook_url))
     try:
         job, created = await request.app[JOBS].submit(
-            tenant, manifest, _metadata(request, who, tenant), key
+            tenant, manifest, _metadata(request, who, tenant), key, secret_env=secret_env
         )
     except IdempotencyMismatch as exc:
         raise error(409, str(exc)) from exc

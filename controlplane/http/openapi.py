@@ -11,7 +11,7 @@ from controlplane import __version__
 from controlplane.http import logs, metrics, scrape, tenants
 from controlplane.http.jobs import CancelRequest
 from controlplane.jobs.lifecycle import Job
-from controlplane.jobs.manifest import JobManifest
+from controlplane.jobs.manifest import JobManifest, JobSubmission
 
 REF = "#/components/schemas/"
 
@@ -269,6 +269,7 @@ def document() -> dict[str, Any]:
             "schemas": {
                 **_schemas(
                     JobManifest,
+                    JobSubmission,
                     Job,
                     CancelRequest,
                     tenants.TenantCreate,
@@ -343,7 +344,7 @@ def document() -> dict[str, Any]:
                     ],
                     "requestBody": {
                         "required": True,
-                        "content": {"application/json": {"schema": _ref("JobManifest")}},
+                        "content": {"application/json": {"schema": _ref("JobSubmission")}},
                     },
                     "responses": {
                         "201": _json("the job (also for an idempotent retry)", _ref("JobView")),
