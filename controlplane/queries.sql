@@ -661,3 +661,17 @@ SELECT CASE WHEN r.rolsuper THEN ARRAY['superuser'] ELSE array_remove(ARRAY[
        END AS excess
 FROM pg_roles r
 WHERE r.rolname = session_user;
+
+-- name: insert_job_secret_env
+-- A job's secret environment variables, written in the transaction that appends its
+-- JobSubmitted: kept apart from the event log, which is kept forever and read by auditors.
+INSERT INTO job_secret_env (job_id, tenant, env) VALUES ($1, $2, $3::jsonb);
+
+-- name: job_secret_env
+-- The secret environment variables an agent gives a job's learners as it starts an attempt
+-- (NULL when the job has none, or has ended and they were deleted).
+SELECT env::text FROM job_secret_env WHERE job_id = $1;
+
+-- name: delete_job_secret_env
+-- The `jobs` projection forgets the secrets of jobs that have ended: no attempt will need them.
+DELETE FROM job_secret_env WHERE job_id = ANY($1::uuid[]);

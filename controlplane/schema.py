@@ -319,3 +319,12 @@ webhook_deliveries = Table(
     Index("webhook_deliveries_due", "next_attempt_at", postgresql_where=text("state = 'pending'")),
     Index("webhook_deliveries_job", "job_id"),
 )
+
+job_secret_env = Table(
+    "job_secret_env",
+    metadata,
+    Column("job_id", Uuid, primary_key=True),
+    Column("tenant", Text, nullable=False),
+    Column("env", JSONB, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -14,6 +15,8 @@ from controlplane.database import describe
 from controlplane.http.app import create_app
 from controlplane.http.keys import PROJECTIONS, STORE
 from controlplane.tenants.admin import TOKEN_FILE, bootstrap_admin_token
+from controlplane.webhooks.addresses import ALLOW_NETWORKS_ENV, parse_networks
+from controlplane.webhooks.relay import RelayConfig
 
 
 class ServeError(Exception):
@@ -34,7 +37,11 @@ async def serving(url: str, host: str, port: int, home: Path) -> AsyncIterator[w
     """The control plane listening on host:port until the block ends; then a graceful
     shutdown (open SSE streams closed, in-flight requests finished, background tasks stopped).
     """
-    app = create_app(url)
+    try:
+        allowed = parse_networks(os.environ.get(ALLOW_NETWORKS_ENV, ""))
+    except ValueError as exc:
+        raise ServeError(str(exc)) from None
+    app = create_app(url, relay=RelayConfig(allow_networks=allowed))
     runner = web.AppRunner(app, handle_signals=False)
     await runner.setup()
     try:

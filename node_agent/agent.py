@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -177,7 +178,8 @@ class Agent:
         won = resumed.claim
         stored = await last_seqs(self._pool, won.job.job_id, won.attempt)
         adopted: dict[int, Learner] = {}
-        for spec in self._specs(won):
+        specs = await self._specs(won)
+        for spec in specs:
             for stream in ("stdout", "stderr"):
                 self._logs.resume(spec, stream, stored.get((spec.learner, Stream(stream)), 0))
             learner = await self._runtime.adopt(spec, resumed.running.get(spec.learner))
@@ -190,7 +192,7 @@ class Agent:
             len(won.on(self.config.name)),
             len(adopted),
         )
-        self._start(won, adopted)
+        self._start(won, specs, adopted)
 
     async def run(self) -> None:
         """Heartbeats and work until `stop()`; then deregister. Call `register()` first."""
@@ -262,7 +264,7 @@ class Agent:
                 await self._carry_requests()
                 while not self._stopping.is_set() and (won := await self._claim()):
                     for taken in won:
-                        self._start(taken)
+                        self._start(taken, await self._specs(taken))
                 await self._account([])
             except DATABASE_ERRORS as exc:
                 log.warning("claiming failed (%s); retrying", exc)
@@ -286,9 +288,13 @@ class Agent:
     async def _claim(self) -> list[Claim]:
         return await claim(self._pool, self._store, self.config.name)
 
-    def _specs(self, won: Claim) -> list[LearnerSpec]:
+    async def _specs(self, won: Claim) -> list[LearnerSpec]:
+        # The job's secrets are read as each attempt starts, never kept: the table is their
+        # only copy, and the job's end deletes them.
+        secrets = await self._pool.fetchval(Q["job_secret_env"], won.job.job_id)
         return learner_specs(
             won,
+            secret_env=json.loads(secrets) if secrets is not None else {},
             node=self.config.name,
             work_dir=self.config.work_dir,
             checkpoint_root=self.config.checkpoint_dir or self.config.work_dir,
@@ -296,9 +302,10 @@ class Agent:
             network_tenants=self.config.network_tenants,
         )
 
-    def _start(self, won: Claim, adopted: Mapping[int, Learner] | None = None) -> None:
+    def _start(
+        self, won: Claim, specs: list[LearnerSpec], adopted: Mapping[int, Learner] | None = None
+    ) -> None:
         job_id = won.job.job_id
-        specs = self._specs(won)
 
         async def execute(command: Command) -> Job | None:
             return await self._execute(job_id, command)

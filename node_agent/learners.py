@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Set
+from collections.abc import Mapping, Set
 from pathlib import Path
 from urllib.parse import urlsplit
 from uuid import UUID
@@ -40,10 +40,12 @@ def learner_specs(
     checkpoint_root: Path,
     launcher: list[str],
     network_tenants: Set[str] = frozenset(),
+    secret_env: Mapping[str, str] | None = None,
 ) -> list[LearnerSpec]:
     """One spec per learner: the user's command wrapped by the learner launcher (which reports
-    phases and checkpoints), with the manifest's data, results and checkpoint settings, and
-    the network only for the tenants in `network_tenants`."""
+    phases and checkpoints), with the manifest's environment and the job's `secret_env`, its
+    data, results and checkpoint settings, and the network only for the tenants in
+    `network_tenants`."""
     job = claim.job
     manifest = job.manifest
     specs = []
@@ -54,6 +56,7 @@ def learner_specs(
         mounts = [Mount(checkpoints, writable=True)]
         env = {
             **manifest.env,
+            **(secret_env or {}),
             runner_env.RESULTS_DIR: str(workdir / "results"),
             runner_env.CHECKPOINT_DIR: str(checkpoints),
             runner_env.CHECKPOINT_INTERVAL: str(manifest.checkpoint.interval_seconds),

@@ -50,7 +50,7 @@ class LearnerSpec:
     node: str
     image: str
     command: list[str]
-    env: dict[str, str]
+    env: dict[str, str] = field(repr=False)  # holds the job's secrets: never logged
     workdir: Path
     gpus: list[str]
     cpus: float

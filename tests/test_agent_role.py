@@ -63,6 +63,7 @@ AGENT_RIGHTS = {
     "SELECT ON events",  # job and node streams only (row-level security)
     "INSERT ON events",  # the agents' event types only (row-level security)
     "SELECT ON agent_event_types",
+    "SELECT ON job_secret_env",  # to give an attempt's learners their secret_env
 }
 
 TABLE_PRIVILEGES = ["SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE", "REFERENCES", "TRIGGER"]

@@ -17,6 +17,7 @@ import pytest
 from controlplane.jobs.lifecycle import Complete, Deploy, EnterPhase, Fail, JobStatus, Restart
 from controlplane.jobs.service import now
 from controlplane.queries import Q
+from controlplane.webhooks.addresses import parse_networks
 from controlplane.webhooks.events import (
     WebhookAttempt,
     WebhookAttemptFailed,
@@ -39,7 +40,10 @@ from tests.receivers import (
     slow,
 )
 
+LOCAL = parse_networks("127.0.0.0/8")
+"""The tests' receivers listen on loopback, which webhooks may reach only when allowed."""
 FAST = RelayConfig(
+    allow_networks=LOCAL,
     retries=RetryPolicy(max_attempts=5, first_backoff_s=0.3, jitter=0.2),
     timeout_s=2,
     lease_s=5,
@@ -183,6 +187,7 @@ async def test_a_dead_receiver_is_given_up_after_the_last_attempt(
     plane: Plane, owner: asyncpg.Connection
 ) -> None:
     config = RelayConfig(
+        allow_networks=LOCAL,
         retries=RetryPolicy(max_attempts=3, first_backoff_s=0.05),
         timeout_s=2,
         lease_s=5,
@@ -221,6 +226,7 @@ async def test_a_relay_stopped_mid_way_records_its_interrupted_attempts_and_the_
     plane: Plane,
 ) -> None:
     config = RelayConfig(
+        allow_networks=LOCAL,
         retries=RetryPolicy(max_attempts=3, first_backoff_s=0.1),
         timeout_s=5,
         lease_s=30,  # far longer than the test: only the handing back makes them due at once
@@ -306,6 +312,7 @@ async def test_a_relay_that_dies_mid_attempt_leaves_it_to_the_next_after_its_lea
 
 async def test_two_relays_never_make_the_same_attempt_at_once(plane: Plane) -> None:
     config = RelayConfig(
+        allow_networks=LOCAL,
         retries=RetryPolicy(max_attempts=5, first_backoff_s=0.05),
         timeout_s=5,
         lease_s=10,
@@ -336,7 +343,11 @@ async def test_a_receiver_that_hangs_holds_up_neither_jobs_nor_other_deliveries(
     plane: Plane,
 ) -> None:
     config = RelayConfig(
-        retries=RetryPolicy(max_attempts=1), timeout_s=3, lease_s=6, poll_interval_s=0.2
+        allow_networks=LOCAL,
+        retries=RetryPolicy(max_attempts=1),
+        timeout_s=3,
+        lease_s=6,
+        poll_interval_s=0.2,
     )
 
     async def hang(receiver: Receiver, received: Received) -> int:

@@ -13,7 +13,7 @@ import yaml
 from pydantic import ValidationError
 
 from controlplane.client.api import UsageError
-from controlplane.jobs.manifest import JobManifest
+from controlplane.jobs.manifest import JobSubmission
 
 
 def read_manifest(file: str) -> dict[str, Any]:
@@ -28,7 +28,7 @@ def read_manifest(file: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise UsageError(f"{name}: a manifest is a mapping of fields, not {_kind(value)}")
     try:
-        manifest = JobManifest.model_validate(value)
+        manifest = JobSubmission.model_validate(value)
     except ValidationError as exc:
         problems = [_problem(error, None if is_json else text) for error in exc.errors()]
         raise UsageError(f"{name}: invalid manifest: {'; '.join(problems)}") from exc

@@ -118,6 +118,11 @@ class EventStore:
             lambda news: self._insert(self._pool, news), key=lambda new: new.stream_id
         )
 
+    @property
+    def pool(self) -> asyncpg.Pool:
+        """The pool it appends with: for callers that append inside a transaction of theirs."""
+        return self._pool
+
     async def close(self) -> None:
         """Finish the appends in flight; call before closing the pool."""
         await self._group.close()

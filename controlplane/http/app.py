@@ -82,6 +82,7 @@ async def _database(app: web.Application) -> AsyncIterator[None]:
     app[GAUGES] = ClusterGauges(pool)
     app[WEBHOOKS] = WebhookRelay(app[DATABASE_URL], pool, store, app[WEBHOOK_CONFIG])
     yield
+    await app[WEBHOOKS].close()
     await store.close()
     await pool.close()
 

@@ -17,7 +17,7 @@ from controlplane.events.hub import Lagged
 from controlplane.events.metadata import Metadata
 from controlplane.events.store import RecordedEvent
 from controlplane.http.errors import error, validation_error
-from controlplane.http.keys import HUB, JOBS, POOL, SSE_HEARTBEAT_S, STORE
+from controlplane.http.keys import HUB, JOBS, POOL, SSE_HEARTBEAT_S, STORE, WEBHOOKS
 from controlplane.http.webhooks import delivery_history
 from controlplane.instruments import sse_client
 from controlplane.jobs.events import JobEvent
@@ -29,15 +29,18 @@ from controlplane.jobs.lifecycle import (
     RequestCheckpoint,
     evolve,
 )
-from controlplane.jobs.manifest import JobManifest
+from controlplane.jobs.manifest import JobSubmission
 from controlplane.jobs.placement import LiveNodes, unschedulable_reason
 from controlplane.jobs.projection import reason
 from controlplane.jobs.service import IdempotencyMismatch, now
 from controlplane.jobs.streams import job_stream
 from controlplane.queries import Q
 from controlplane.tenants.auth import Principal, acting_tenant, principal
+from controlplane.webhooks.targets import TargetRefused
 
 MAX_PAGE = 500
+WEBHOOK_LOOKUP_S = 5.0
+"""How long a submission waits for its webhook host to resolve before it is refused."""
 
 
 class CancelRequest(BaseModel):
@@ -113,7 +116,7 @@ async def submit(request: web.Request) -> web.Response:
     who = principal(request)
     body = await _json_body(request)
     try:
-        manifest = JobManifest.model_validate(body)
+        manifest, secret_env = JobSubmission.model_validate(body).split()
     except ValidationError as exc:
         raise validation_error(exc) from exc
     tenant = acting_tenant(who, request.query.get("tenant"), "submits")
@@ -122,9 +125,11 @@ async def submit(request: web.Request) -> web.Response:
     key = request.headers.get("Idempotency-Key")
     if key is not None and not 1 <= len(key) <= 255:
         raise error(400, "Idempotency-Key must be 1 to 255 characters")
+    if manifest.webhook_url is not None:
+        await _check_webhook(request, str(manifest.webhook_url))
     try:
         job, created = await request.app[JOBS].submit(
-            tenant, manifest, _metadata(request, who, tenant), key
+            tenant, manifest, _metadata(request, who, tenant), key, secret_env=secret_env
         )
     except IdempotencyMismatch as exc:
         raise error(409, str(exc)) from exc
@@ -132,6 +137,21 @@ async def submit(request: web.Request) -> web.Response:
     if not created:
         headers["Idempotent-Replayed"] = "true"
     return web.json_response(job_view(job, await _live_nodes(request)), status=201, headers=headers)
+
+
+async def _check_webhook(request: web.Request, url: str) -> None:
+    """Refuse a webhook URL the relay would refuse to deliver to (it checks again then)."""
+    try:
+        async with asyncio.timeout(WEBHOOK_LOOKUP_S):
+            await request.app[WEBHOOKS].targets.check_url(url)
+    except TargetRefused as exc:
+        raise error(422, str(exc), field="webhook_url") from exc
+    except TimeoutError:
+        raise error(
+            422,
+            f"the webhook's host did not resolve within {WEBHOOK_LOOKUP_S:g}s",
+            field="webhook_url",
+        ) from None
 
 
 async def list_jobs(request: web.Request) -> web.Response:

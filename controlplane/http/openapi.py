@@ -11,7 +11,7 @@ from controlplane import __version__
 from controlplane.http import logs, metrics, scrape, tenants
 from controlplane.http.jobs import CancelRequest
 from controlplane.jobs.lifecycle import Job
-from controlplane.jobs.manifest import JobManifest
+from controlplane.jobs.manifest import JobManifest, JobSubmission
 
 REF = "#/components/schemas/"
 
@@ -269,6 +269,7 @@ def document() -> dict[str, Any]:
             "schemas": {
                 **_schemas(
                     JobManifest,
+                    JobSubmission,
                     Job,
                     CancelRequest,
                     tenants.TenantCreate,
@@ -285,7 +286,8 @@ def document() -> dict[str, Any]:
                     "summary": "A job restarted, failed or completed (sent to its webhook_url)",
                     "description": "At least once: answer 2xx to acknowledge, and dedupe on "
                     "Trainyard-Delivery-Id. Anything else (or no answer within 10 s; redirects "
-                    "are not followed) is retried with exponential backoff, up to 12 attempts. "
+                    "are not followed) is retried with exponential backoff, up to 12 attempts; a "
+                    "host resolving to a non-public address fails at once. "
                     "Verify Trainyard-Signature (t=<unix>,v1=<hex>[,v1=...]): HMAC-SHA256 with "
                     "the tenant's webhook secret of '<t>.' + the raw body; accept if any v1 "
                     "matches and t is recent.",
@@ -342,7 +344,7 @@ def document() -> dict[str, Any]:
                     ],
                     "requestBody": {
                         "required": True,
-                        "content": {"application/json": {"schema": _ref("JobManifest")}},
+                        "content": {"application/json": {"schema": _ref("JobSubmission")}},
                     },
                     "responses": {
                         "201": _json("the job (also for an idempotent retry)", _ref("JobView")),
@@ -353,7 +355,9 @@ def document() -> dict[str, Any]:
                             409,
                             422,
                             e409="the Idempotency-Key was used for a different manifest",
-                            e422="invalid manifest fields, each listed, or an unknown tenant",
+                            e422="invalid manifest fields, each listed; an unknown tenant; or a "
+                            "webhook_url whose host is or resolves to a non-public address (not "
+                            "in TRAINYARD_WEBHOOK_ALLOW_NETWORKS) or does not resolve",
                         ),
                     },
                 },

@@ -5,11 +5,22 @@ from __future__ import annotations
 from typing import Literal
 from urllib.parse import unquote, urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, HttpUrl, field_validator
+from pydantic import BaseModel, ConfigDict, Field, HttpUrl, ValidationInfo, field_validator
 
 Framework = Literal["pytorch", "tensorflow", "jax", "horovod", "custom"]
 DATA_SCHEMES = ("file", "http", "https")
 RESULTS_SCHEMES = ("file",)
+MAX_SECRET_ENV = 64
+"""Most secret environment variables a job may have."""
+MAX_SECRET_ENV_BYTES = 64 * 1024
+"""Most bytes (UTF-8) all of a job's secret names and values may take together."""
+
+
+def check_env_name(name: str) -> None:
+    """Refuse a name that cannot be an environment variable's; the one rule for `env` and
+    `secret_env` alike."""
+    if not name or "=" in name or "\0" in name:
+        raise ValueError(f"invalid environment variable name {name!r}")
 
 
 def _check_uri(uri: str, allowed: tuple[str, ...]) -> str:
@@ -134,10 +145,43 @@ class JobManifest(_Strict):
     @classmethod
     def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
         for name in value:
-            if not name or "=" in name or "\0" in name:
-                raise ValueError(f"invalid environment variable name {name!r}")
+            check_env_name(name)
         return value
 
     @property
     def total_gpus(self) -> int:
         return self.learners * self.gpus_per_learner
+
+
+class JobSubmission(JobManifest):
+    """A manifest as submitted: with `secret_env`, which `split` takes apart from it. The
+    manifest goes into the JobSubmitted event, kept forever and read by auditors; the secrets
+    only to the job's learners (stored apart, deleted when the job ends)."""
+
+    secret_env: dict[str, str] = Field(
+        default_factory=dict,
+        description="environment variables given to the learners only: never in the job's "
+        f"history, status or audit (at most {MAX_SECRET_ENV}, "
+        f"{MAX_SECRET_ENV_BYTES // 1024} KiB together)",
+    )
+
+    @field_validator("secret_env")
+    @classmethod
+    def _secret_names(cls, value: dict[str, str], info: ValidationInfo) -> dict[str, str]:
+        for name in value:
+            check_env_name(name)
+        # `env` is validated first (declared first); absent here when it was itself invalid.
+        both = sorted(value.keys() & info.data.get("env", {}).keys())
+        if both:
+            raise ValueError(f"names in both env and secret_env: {', '.join(both)}")
+        if len(value) > MAX_SECRET_ENV:
+            raise ValueError(f"at most {MAX_SECRET_ENV} secret variables, not {len(value)}")
+        size = sum(len(k.encode()) + len(v.encode()) for k, v in value.items())
+        if size > MAX_SECRET_ENV_BYTES:
+            raise ValueError(f"at most {MAX_SECRET_ENV_BYTES} bytes together, not {size}")
+        return value
+
+    def split(self) -> tuple[JobManifest, dict[str, str]]:
+        """The manifest to record, and the secrets to keep apart."""
+        manifest = JobManifest.model_validate(self.model_dump(exclude={"secret_env"}))
+        return manifest, dict(self.secret_env)

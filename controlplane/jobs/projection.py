@@ -1,5 +1,7 @@
 """The `jobs` projection: `job_status` (one row per job, its folded state) and `job_history`
-(every event of every job with the state it left, its time, actor and reason)."""
+(every event of every job with the state it left, its time, actor and reason). It also deletes
+the secret environment (`job_secret_env`) of jobs that have ended; that table is not its own
+(a rebuild must not empty it: jobs still running need their secrets)."""
 
 from __future__ import annotations
 
@@ -82,6 +84,9 @@ class JobsProjection:
             [job.not_before for _, job in folded],
         )
         await conn.execute(Q["insert_job_history"], *map(list, zip(*history, strict=True)))
+        ended = [job.job_id for _, job in folded if job.state.terminal]
+        if ended:
+            await conn.execute(Q["delete_job_secret_env"], ended)
         if any(isinstance(e.event, CLAIMABLE) for e in mine):
             # Jobs are claimable once this batch commits: wake the agents then (a NOTIFY is
             # delivered at commit, and Postgres sends one per transaction however many).

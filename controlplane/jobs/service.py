@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from itertools import takewhile
 
@@ -15,6 +16,7 @@ from controlplane.jobs.lifecycle import Command, Job, Refused, Submit, decide, e
 from controlplane.jobs.manifest import JobManifest
 from controlplane.jobs.streams import job_stream
 from controlplane.jobs.tracing import command_span_name, job_root, job_span, tracer
+from controlplane.queries import Q
 
 IDEMPOTENCY_NAMESPACE = uuid.UUID("5b0e4c1e-7d2a-4e8a-9f57-3c1d2b9a6e10")
 """Job ids of idempotent submissions are uuid5(namespace, tenant + key): a retry finds its job."""
@@ -59,8 +61,12 @@ class Jobs:
         manifest: JobManifest,
         metadata: Metadata,
         idempotency_key: str | None = None,
+        *,
+        secret_env: Mapping[str, str] | None = None,
     ) -> tuple[Job, bool]:
-        """Submit a job; returns it and whether it was created now (False for a retry)."""
+        """Submit a job; returns it and whether it was created now (False for a retry). Its
+        `secret_env` is stored apart from the event log, in the same transaction as the job's
+        first event (a retry keeps the secrets of the job it finds)."""
         if idempotency_key is None:
             job_id = uuid.uuid4()
         else:
@@ -71,7 +77,10 @@ class Jobs:
         attributes = {"trainyard.job.id": str(job_id), "trainyard.tenant": tenant}
         try:
             with tracer.start_as_current_span("job.submit", attributes=attributes):
-                await self._store.append(job_stream(job_id), 0, events, metadata.traced())
+                if secret_env:
+                    await self._submit_with_secrets(job_id, tenant, events, metadata, secret_env)
+                else:
+                    await self._store.append(job_stream(job_id), 0, events, metadata.traced())
         except ConcurrencyError:
             # Only an idempotent retry can collide: the job exists already.
             existing = await self.load(job_id)
@@ -85,6 +94,18 @@ class Jobs:
         job = replay(events)
         assert job is not None
         return job, True
+
+    async def _submit_with_secrets(
+        self,
+        job_id: uuid.UUID,
+        tenant: str,
+        events: list[JobEvent],
+        metadata: Metadata,
+        secret_env: Mapping[str, str],
+    ) -> None:
+        async with self._store.pool.acquire() as conn, conn.transaction():
+            await self._store.append(job_stream(job_id), 0, events, metadata.traced(), conn=conn)
+            await conn.execute(Q["insert_job_secret_env"], job_id, tenant, json.dumps(secret_env))
 
     async def execute(self, job_id: uuid.UUID, command: Command, metadata: Metadata) -> Job:
         """Decide `command` on the job's latest state and append; Refused if illegal. The

@@ -33,12 +33,14 @@ from controlplane.events.subscription import LogListener
 from controlplane.jobs.service import now
 from controlplane.queries import Q
 from controlplane.tenants.errors import TenantError
+from controlplane.webhooks.addresses import Network
 from controlplane.webhooks.events import AttemptOutcome, WebhookAttemptFailed, WebhookDelivered
 from controlplane.webhooks.outbox import CHANNEL
 from controlplane.webhooks.resolver import OwnThreadsResolver
 from controlplane.webhooks.retries import Attempt, Result, RetryPolicy, interrupted, outcome
 from controlplane.webhooks.signing import HEADER, sign
 from controlplane.webhooks.streams import webhook_stream
+from controlplane.webhooks.targets import CheckingResolver, TargetRefused, check_literal
 from controlplane.webhooks.tenant_secrets import GRACE, rotate, signing_secrets
 
 log = logging.getLogger(__name__)
@@ -65,6 +67,8 @@ class RelayConfig:
     stop_grace_s: float = 2.0
     """On stop, how long attempts under way may finish before they are cut off (recorded as
     interrupted, due again at once, for the next relay)."""
+    allow_networks: tuple[Network, ...] = ()
+    """Networks that receivers may be in although they are not public (see `addresses`)."""
 
     def __post_init__(self) -> None:
         if self.lease_s <= self.timeout_s:
@@ -100,6 +104,10 @@ class WebhookRelay:
         )
         self._stopping = asyncio.Event()
         self._in_flight: set[asyncio.Task[None]] = set()
+        self.targets = CheckingResolver(
+            OwnThreadsResolver(self.config.max_in_flight), self.config.allow_networks
+        )
+        """Checks webhook URLs at submission, and resolves receivers' hosts for delivery."""
         self.attempts_started = 0
         """Attempts this relay has claimed and begun, since it was made."""
 
@@ -116,12 +124,17 @@ class WebhookRelay:
                 timeout = aiohttp.ClientTimeout(total=self.config.timeout_s)
                 connector = aiohttp.TCPConnector(
                     limit=self.config.max_in_flight,
-                    resolver=OwnThreadsResolver(self.config.max_in_flight),
+                    resolver=self.targets,
                 )
                 async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
                     await self._relay(session)
             finally:
                 self._listener.stop()
+
+    async def close(self) -> None:
+        """Once the relay has stopped and nothing checks URLs any more: end the lookups'
+        threads."""
+        await self.targets.close()
 
     async def _relay(self, session: aiohttp.ClientSession) -> None:
         async with asyncio.TaskGroup() as deliveries:
@@ -232,11 +245,21 @@ class WebhookRelay:
             HEADER: sign(secrets, int(time.time()), body),
         }
         try:
-            # Redirects are not followed: a receiver answers where it was registered.
+            check_literal(delivery.url, self.targets.allowed)
+            # Redirects are not followed: a receiver answers where it was registered (and a
+            # redirect could lead anywhere). Only the status line and headers are read (aiohttp
+            # bounds their size), never the body, and all within the timeout.
             async with session.post(
                 delivery.url, data=body, headers=headers, allow_redirects=False
             ) as response:
                 status, reason = response.status, response.reason
+        except TargetRefused as exc:
+            return Result(None, str(exc), now(), final=True)
+        except aiohttp.ClientConnectorError as exc:
+            # A refused address comes from the resolver, as the cause of the connection error.
+            if isinstance(exc.os_error, TargetRefused):
+                return Result(None, str(exc.os_error), now(), final=True)
+            return Result(None, f"{type(exc).__name__}: {exc}"[:500], now())
         except TimeoutError:
             return Result(None, f"no answer within {self.config.timeout_s:g}s", now())
         except (aiohttp.ClientError, OSError) as exc:

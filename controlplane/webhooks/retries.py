@@ -54,6 +54,8 @@ class Result:
     status: int | None
     error: str | None
     at: datetime
+    final: bool = False
+    """Trying again cannot help (the receiver's address is refused): give up now."""
 
     @property
     def ok(self) -> bool:
@@ -66,7 +68,7 @@ def outcome(policy: RetryPolicy, attempt: Attempt, result: Result, spread: float
     if result.ok:
         return WebhookDelivered(**common)
     error = result.error or f"HTTP {result.status}"
-    if attempt.number >= policy.max_attempts:
+    if result.final or attempt.number >= policy.max_attempts:
         return WebhookFailed(**common, error=error)
     wait = timedelta(seconds=policy.backoff_s(attempt.number, spread))
     return WebhookAttemptFailed(**common, error=error, retry_at=result.at + wait)
