@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -13,11 +14,20 @@ from aiohttp import web
 from controlplane.database import describe
 from controlplane.http.app import create_app
 from controlplane.http.keys import PROJECTIONS, STORE
+from controlplane.jobs.images import ImageAllowlist
 from controlplane.tenants.admin import TOKEN_FILE, bootstrap_admin_token
 
 
 class ServeError(Exception):
     """The control plane cannot start; the message is one line for the operator."""
+
+
+def allowed_images() -> ImageAllowlist:
+    """`TRAINYARD_IMAGES`; ServeError naming it when it is malformed."""
+    try:
+        return ImageAllowlist.from_env(os.environ)
+    except ValueError as exc:
+        raise ServeError(str(exc)) from None
 
 
 def signalled() -> asyncio.Event:
@@ -30,11 +40,13 @@ def signalled() -> asyncio.Event:
 
 
 @asynccontextmanager
-async def serving(url: str, host: str, port: int, home: Path) -> AsyncIterator[web.Application]:
+async def serving(
+    url: str, host: str, port: int, home: Path, images: ImageAllowlist
+) -> AsyncIterator[web.Application]:
     """The control plane listening on host:port until the block ends; then a graceful
     shutdown (open SSE streams closed, in-flight requests finished, background tasks stopped).
     """
-    app = create_app(url)
+    app = create_app(url, images=images)
     runner = web.AppRunner(app, handle_signals=False)
     await runner.setup()
     try:

@@ -15,6 +15,7 @@ from typing import Any
 
 from controlplane import telemetry
 from controlplane.database import resolve_database
+from controlplane.jobs.images import ImageAllowlist
 from controlplane.migrate import require_migrated
 from controlplane.settings import Settings
 from node_agent.agent import AgentConfig
@@ -210,6 +211,10 @@ def config_from(args: argparse.Namespace, settings: Settings, runtime: str) -> A
     problem = option_problem(args)
     if problem is not None:
         raise SystemExit(f"trainyard agent: error: {problem}")
+    try:
+        images = ImageAllowlist.from_env(os.environ)
+    except ValueError as exc:
+        raise SystemExit(f"trainyard agent: error: {exc}") from None
     # Absolute: learners get these paths in their environment and read them from their own
     # working directories.
     checkpoint_dir = args.checkpoint_dir.absolute() if args.checkpoint_dir else None
@@ -226,6 +231,7 @@ def config_from(args: argparse.Namespace, settings: Settings, runtime: str) -> A
         # Fake GPUs are not the engine's to hand out (see AgentConfig.request_gpus).
         request_gpus=args.fake_gpus is None,
         network_tenants=frozenset(args.allow_network),
+        images=images,
         checkpoint_dir=checkpoint_dir,
     )
 

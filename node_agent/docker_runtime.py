@@ -4,7 +4,9 @@ Each learner is one container, configured by `containers.container_config`: labe
 job, attempt, learner, node and fencing epoch; its GPUs requested by UUID; limited and
 isolated. Its output is followed from the engine's log (which keeps every line, also while no
 agent reads it), its exit code and OOM flag come from the container's state, and the container
-is removed once its lines are stored. Nothing is ever pulled: an image must be on the node.
+is removed once its lines are stored. Nothing is ever pulled: an image must be on the node, and
+admitted by the node's allowlist (`TRAINYARD_IMAGES`); the container is created from the ID the
+check resolved.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import aiodocker
 import aiohttp
 from aiodocker.exceptions import DockerError
 
+from controlplane.jobs.images import DEFAULT_ALLOWLIST, ImageAllowlist
 from node_agent.containers import (
     LearnerLabels,
     container_config,
@@ -33,6 +36,7 @@ from node_agent.containers import (
     learner_ids,
 )
 from node_agent.docker_logs import log_lines
+from node_agent.images import admit, resolved_id
 from node_agent.runtime import (
     ExitStatus,
     FoundLearner,
@@ -177,12 +181,21 @@ class DockerLearner:
 class DockerRuntime:
     name = "docker"
 
-    def __init__(self, docker: aiodocker.Docker, *, request_gpus: bool = True) -> None:
+    def __init__(
+        self,
+        docker: aiodocker.Docker,
+        *,
+        request_gpus: bool = True,
+        images: ImageAllowlist = DEFAULT_ALLOWLIST,
+    ) -> None:
         self._docker = docker
         self._request_gpus = request_gpus
+        self._images = images
         self._user = learner_ids()
 
     async def start(self, spec: LearnerSpec) -> DockerLearner:
+        # The image first: a refused one leaves nothing behind on the node.
+        spec = replace(spec, image=await self._image(spec))
         spec = self._prepare(spec)
         config = container_config(spec, user=self._user, request_gpus=self._request_gpus)
         try:
@@ -199,6 +212,16 @@ class DockerRuntime:
             message = f"the Docker engine could not start it: {_message(exc)}"
             raise LearnerStartError(message) from exc
         return learner
+
+    async def _image(self, spec: LearnerSpec) -> str:
+        """The ID of the learner's image, which this node's allowlist admits (pinned: and whose
+        digest it pins); LearnerStartError saying why not."""
+        digests = admit(self._images, spec.image)
+        try:
+            inspected = await self._docker.images.inspect(spec.image)
+        except ENGINE_ERRORS as exc:
+            raise LearnerStartError(_create_error(spec, exc)) from exc
+        return resolved_id(spec.image, digests, inspected)
 
     def _prepare(self, spec: LearnerSpec) -> LearnerSpec:
         """Create the directories the container writes to, owned by its user; leave out a

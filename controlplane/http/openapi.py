@@ -353,7 +353,9 @@ def document() -> dict[str, Any]:
                             409,
                             422,
                             e409="the Idempotency-Key was used for a different manifest",
-                            e422="invalid manifest fields, each listed, or an unknown tenant",
+                            e422="invalid manifest fields, each listed (a reserved environment "
+                            "name as `env.NAME`), an image the service does not allow "
+                            "(`image`), or an unknown tenant",
                         ),
                     },
                 },
