@@ -34,6 +34,7 @@ from node_agent.images import LEARNER_IMAGE, resolved_id
 from node_agent.runtime import LearnerSpec, LearnerStartError
 from tests.cluster import Plane, RunningAgent
 from tests.docker_engine import Engine, containers_of, docker_agent_config
+from tests.polling import eventually
 from tests.tenancy import Tokens
 
 Client = TestClient[Any, Any]
@@ -290,6 +291,11 @@ async def test_a_job_whose_image_the_node_refuses_fails_with_the_reason(
         job = await plane.state(job_id, JobStatus.FAILED)
         assert job.failure_reason is not None
         assert "is not allowed" in job.failure_reason, job.failure_reason
-        assert any("is not allowed" in line for line in await plane.log_text(job_id))
+
+        async def logged() -> bool:
+            return any("is not allowed" in line for line in await plane.log_text(job_id))
+
+        await eventually(logged)
+        assert containers_of(docker_node) == []
     finally:
         await asyncio.wait_for(running.finish(), 60)
