@@ -31,6 +31,7 @@ from node_agent.systemd import (
     InstallError,
     ServiceOptions,
     check_database_url,
+    images_env,
     mask_password,
     render_env,
     render_unit,
@@ -68,9 +69,10 @@ def add_commands(commands: argparse._SubParsersAction[Any]) -> None:
         description="Write /etc/systemd/system/trainyard-agent.service, which runs `trainyard "
         "agent` with these options (Restart=always, after the network and, with --runtime "
         "docker, Docker; KillMode=process, so that stopping or losing the agent never has "
-        "systemd kill its learners), and its environment file (TRAINYARD_DATABASE_URL and "
-        "TRAINYARD_HOME, mode 0600). Needs root, and a database URL (--database-url or "
-        "$TRAINYARD_DATABASE_URL): a fleet's agents share one Postgres. --dry-run prints "
+        "systemd kill its learners), and its environment file (TRAINYARD_DATABASE_URL, "
+        "TRAINYARD_HOME, and the shell's OTEL_* and TRAINYARD_IMAGES; mode 0600). Needs "
+        "root, and a database URL (--database-url or $TRAINYARD_DATABASE_URL): a fleet's "
+        "agents share one Postgres. --dry-run prints "
         "both files (password masked) and writes nothing. systemctl is left to you.",
     )
     # The agent's options may come before or after `install`: the subparser only sets those
@@ -300,9 +302,10 @@ def install(args: argparse.Namespace, settings: Settings, *, running_as_root: bo
         if not args.unit_dir.is_absolute():
             raise InstallError(f"--unit-dir must be an absolute path, not {str(args.unit_dir)!r}")
         unit = render_unit(options)
-        env = render_env(url, args.home, telemetry_env(os.environ))
+        images = images_env(os.environ)
+        env = render_env(url, args.home, {**telemetry_env(os.environ), **images})
         shown_env = render_env(
-            mask_password(url), args.home, telemetry_env(os.environ, masked=True)
+            mask_password(url), args.home, {**telemetry_env(os.environ, masked=True), **images}
         )
     except InstallError as exc:
         return _install_error(str(exc))
