@@ -130,8 +130,10 @@ def _agent_options(command: argparse.ArgumentParser, *, defaults: bool) -> None:
         action="append",
         metavar="TENANT",
         default=default([]),
-        help="let this tenant's learners use the network (repeatable); the others' "
-        "containers have none",
+        help="let this tenant's learners use the network (repeatable): each job gets a "
+        "Docker network of its own that reaches the internet, not the node, other jobs, "
+        "private or link-local addresses (needs root: iptables); the others' containers "
+        "have none",
     )
     command.add_argument(
         "--fake-gpus",

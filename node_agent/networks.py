@@ -221,7 +221,9 @@ class JobNetworks:
         """Remove the job's network and its rules, once no container of the job is attached
         (the engine refuses while one is: the last learner's removal takes it). Logged, not
         raised: the next agent's sweep takes what is left."""
-        name = network_name(job_id)
+        await self._release(network_name(job_id))
+
+    async def _release(self, name: str) -> None:
         try:
             await (await self._docker.networks.get(name)).delete()
         except DockerError as exc:
@@ -252,7 +254,7 @@ class JobNetworks:
                 continue
             detail = await (await self._docker.networks.get(network["Id"])).show()
             if not detail.get("Containers"):
-                await self.release(UUID(labels[NETWORK_LABEL_JOB]))
+                await self._release(network["Name"])
         names = {network["Name"] for network in networks}
         for bridge in bridges - names:
             await self._firewall.release(bridge)
