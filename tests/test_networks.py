@@ -20,6 +20,7 @@ import aiodocker
 import pytest
 from aiodocker.exceptions import DockerError
 
+from controlplane.jobs.lifecycle import JobStatus
 from node_agent.docker_runtime import DockerLearner, DockerRuntime
 from node_agent.images import LEARNER_IMAGE
 from node_agent.networks import (
@@ -31,7 +32,8 @@ from node_agent.networks import (
     network_name,
 )
 from node_agent.runtime import LearnerSpec
-from tests.docker_engine import containers_of, require_engine
+from tests.cluster import Plane, RunningAgent
+from tests.docker_engine import Engine, containers_of, docker_agent_config, require_engine
 
 require_engine()  # or the whole module skips (on CI: fails)
 if os.geteuid() != 0:
@@ -269,3 +271,42 @@ async def test_a_learner_without_the_network_has_none(
     await started.wait()
     await started.remove()
     assert not await network_exists(docker, network_name(spec.job_id))
+
+
+async def test_an_agent_runs_a_networked_tenant_s_job_on_its_own_network_and_removes_it(
+    plane: Plane, tmp_path: Path, docker_engine: Engine, docker_node: str, host_server: int
+) -> None:
+    config = replace(
+        docker_agent_config(tmp_path, docker_engine, name=docker_node),
+        network_tenants=frozenset({"acme"}),
+    )
+    running = await RunningAgent(plane.url, config, fake_gpus=2).started()
+    try:
+        # The node's address on Docker's own bridge: where a learner on that bridge (what
+        # networked learners used to get) reaches the node.
+        docker0 = (await docker_bridge_gateway()) or "172.17.0.1"
+        targets = [(docker0, host_server), ("169.254.169.254", 80)]
+        job_id = await plane.submit(
+            ["python3", "-c", PROBE, json.dumps(targets)], image=LEARNER_IMAGE
+        )
+        job = await plane.state(job_id, JobStatus.COMPLETED, JobStatus.FAILED)
+        assert job.state is JobStatus.COMPLETED, job.failure_reason
+        lines = await plane.log_text(job_id)
+        assert f"{docker0} blocked" in " ".join(lines), lines
+        assert "169.254.169.254 blocked" in " ".join(lines), lines
+    finally:
+        await asyncio.wait_for(running.finish(), 60)
+    assert not await network_exists_now(network_name(job_id))
+    assert rules_of(network_name(job_id)) == []
+
+
+async def docker_bridge_gateway() -> str | None:
+    async with aiodocker.Docker() as docker:
+        shown = await (await docker.networks.get("bridge")).show()
+    config = shown["IPAM"]["Config"]
+    return str(config[0]["Gateway"]) if config and "Gateway" in config[0] else None
+
+
+async def network_exists_now(name: str) -> bool:
+    async with aiodocker.Docker() as docker:
+        return await network_exists(docker, name)
