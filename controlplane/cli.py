@@ -22,7 +22,7 @@ from controlplane.events.subscription import LogListener
 from controlplane.migrate import MigrationError, available, migrate, require_migrated
 from controlplane.projections.catalog import all_projections
 from controlplane.projections.runner import ProjectionRunner
-from controlplane.serving import ServeError, serving, signalled
+from controlplane.serving import ServeError, allowed_images, serving, signalled
 from controlplane.settings import Settings
 from controlplane.tenants.cli import add_commands as add_tenant_commands
 from controlplane.up import up
@@ -276,9 +276,11 @@ async def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
 
 async def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     telemetry.setup("trainyard-controlplane")
+    # Before the database: a malformed setting is reported at once, whatever else is wrong.
+    images = allowed_images()
     url = await resolve_database(settings)
     await require_migrated(url)
-    async with serving(url, args.host, args.port, settings.home):
+    async with serving(url, args.host, args.port, settings.home, images):
         await signalled().wait()
     return 0
 

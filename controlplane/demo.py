@@ -13,6 +13,7 @@ import aiohttp
 
 from controlplane.client.api import sse_messages
 from controlplane.events.store import EventStore
+from controlplane.jobs.images import DEFAULT_IMAGES
 from controlplane.projections.runner import ProjectionRunner
 from controlplane.tenants.errors import TenantExists
 from controlplane.tenants.service import create_tenant
@@ -25,8 +26,10 @@ TOKEN_FILE = "demo-token"
 def manifest() -> dict[str, Any]:
     return {
         "name": "demo-classifier",
-        "image": "trainyard/learner",
-        # The agent runs on this machine: the interpreter that runs Trainyard has torch.
+        # The learner image (the default of TRAINYARD_IMAGES); unused by the process runtime
+        # `up` runs, whose agent runs on this machine: the interpreter that runs Trainyard has
+        # torch.
+        "image": DEFAULT_IMAGES,
         "command": [sys.executable, "-m", "runners.examples.classifier", "--steps", "400"],
         "framework": "pytorch",
         "gpus_per_learner": 0,

@@ -14,6 +14,7 @@ from aiohttp import web
 from controlplane.database import describe
 from controlplane.http.app import create_app
 from controlplane.http.keys import PROJECTIONS, STORE
+from controlplane.jobs.images import ImageAllowlist
 from controlplane.tenants.admin import TOKEN_FILE, bootstrap_admin_token
 from controlplane.webhooks.addresses import ALLOW_NETWORKS_ENV, parse_networks
 from controlplane.webhooks.relay import RelayConfig
@@ -21,6 +22,14 @@ from controlplane.webhooks.relay import RelayConfig
 
 class ServeError(Exception):
     """The control plane cannot start; the message is one line for the operator."""
+
+
+def allowed_images() -> ImageAllowlist:
+    """`TRAINYARD_IMAGES`; ServeError naming it when it is malformed."""
+    try:
+        return ImageAllowlist.from_env(os.environ)
+    except ValueError as exc:
+        raise ServeError(str(exc)) from None
 
 
 def signalled() -> asyncio.Event:
@@ -33,7 +42,9 @@ def signalled() -> asyncio.Event:
 
 
 @asynccontextmanager
-async def serving(url: str, host: str, port: int, home: Path) -> AsyncIterator[web.Application]:
+async def serving(
+    url: str, host: str, port: int, home: Path, images: ImageAllowlist
+) -> AsyncIterator[web.Application]:
     """The control plane listening on host:port until the block ends; then a graceful
     shutdown (open SSE streams closed, in-flight requests finished, background tasks stopped).
     """
@@ -41,7 +52,7 @@ async def serving(url: str, host: str, port: int, home: Path) -> AsyncIterator[w
         allowed = parse_networks(os.environ.get(ALLOW_NETWORKS_ENV, ""))
     except ValueError as exc:
         raise ServeError(str(exc)) from None
-    app = create_app(url, relay=RelayConfig(allow_networks=allowed))
+    app = create_app(url, images=images, relay=RelayConfig(allow_networks=allowed))
     runner = web.AppRunner(app, handle_signals=False)
     await runner.setup()
     try:

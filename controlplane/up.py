@@ -11,7 +11,7 @@ from pathlib import Path
 from controlplane.demo import demo_token, run_demo
 from controlplane.http.keys import PROJECTIONS, STORE
 from controlplane.migrate import migrate
-from controlplane.serving import serving, signalled
+from controlplane.serving import allowed_images, serving, signalled
 from node_agent.agent import AgentConfig
 from node_agent.service import run_agent
 
@@ -34,10 +34,11 @@ async def up(
 ) -> str | None:
     """Run until SIGINT/SIGTERM (or, unless `stay`, until the demo job ends); returns the demo
     job's final state."""
+    images = allowed_images()
     applied = await migrate(url)
     if applied:
         print(f"applied {len(applied)} migration(s)")
-    async with serving(url, host, port, home) as app:
+    async with serving(url, host, port, home, images) as app:
         stop = signalled()
         registered = asyncio.Event()
         agent = asyncio.create_task(

@@ -30,6 +30,7 @@ from controlplane.jobs.events import (
     JobFailed,
     JobRestarted,
 )
+from controlplane.jobs.images import DEFAULT_ALLOWLIST, ImageAllowlist
 from controlplane.jobs.lifecycle import Command, Job, Refused
 from controlplane.jobs.service import Jobs
 from controlplane.jobs.streams import job_stream
@@ -68,6 +69,8 @@ class AgentConfig:
     GPUs, which an engine can only take with a stand-in driver (as under CI)."""
     network_tenants: frozenset[str] = frozenset()
     """Tenants whose learners may use the network; the others' containers have none."""
+    images: ImageAllowlist = DEFAULT_ALLOWLIST
+    """The learner images containers may be created from (`TRAINYARD_IMAGES`)."""
     checkpoint_dir: Path | None = None
     """Where jobs' checkpoints go, per job and learner; None: under `work_dir`. A directory that
     every node mounts (NFS, say) lets a job restarted on another node, after its node was lost,

@@ -16,6 +16,7 @@ from typing import Any
 from controlplane import telemetry
 from controlplane.agents.logins import login_excess
 from controlplane.database import AGENT_ROLE, resolve_database
+from controlplane.jobs.images import ImageAllowlist
 from controlplane.migrate import require_migrated
 from controlplane.settings import Settings
 from node_agent.agent import AgentConfig
@@ -31,6 +32,7 @@ from node_agent.systemd import (
     InstallError,
     ServiceOptions,
     check_database_url,
+    images_env,
     mask_password,
     render_env,
     render_unit,
@@ -72,8 +74,9 @@ def add_commands(commands: argparse._SubParsersAction[Any]) -> None:
         description="Write /etc/systemd/system/trainyard-agent.service, which runs `trainyard "
         "agent` with these options (Restart=always, after the network and, with --runtime "
         "docker, Docker; KillMode=process, so that stopping or losing the agent never has "
-        "systemd kill its learners), and its environment file (TRAINYARD_DATABASE_URL and "
-        "TRAINYARD_HOME, mode 0600). Needs root, and the URL of an agent login (--database-url "
+        "systemd kill its learners), and its environment file (TRAINYARD_DATABASE_URL, "
+        "TRAINYARD_HOME, and the shell's OTEL_* and TRAINYARD_IMAGES; mode 0600). "
+        "Needs root, and the URL of an agent login (--database-url "
         "or $TRAINYARD_AGENT_DATABASE_URL), a member of the trainyard_agent role only, which "
         "the database's owner creates with `trainyard agent-login create NAME --password-file "
         "FILE`; never the owner's URL: $TRAINYARD_DATABASE_URL is not used, and the agent "
@@ -137,8 +140,10 @@ def _agent_options(command: argparse.ArgumentParser, *, defaults: bool) -> None:
         action="append",
         metavar="TENANT",
         default=default([]),
-        help="let this tenant's learners use the network (repeatable); the others' "
-        "containers have none",
+        help="let this tenant's learners use the network (repeatable): each job gets a "
+        "Docker network of its own that reaches the internet, not the node, other jobs, "
+        "private or link-local addresses (needs root: iptables); the others' containers "
+        "have none",
     )
     command.add_argument(
         "--fake-gpus",
@@ -229,6 +234,10 @@ def config_from(args: argparse.Namespace, settings: Settings, runtime: str) -> A
     problem = option_problem(args)
     if problem is not None:
         raise SystemExit(f"trainyard agent: error: {problem}")
+    try:
+        images = ImageAllowlist.from_env(os.environ)
+    except ValueError as exc:
+        raise SystemExit(f"trainyard agent: error: {exc}") from None
     # Absolute: learners get these paths in their environment and read them from their own
     # working directories.
     checkpoint_dir = args.checkpoint_dir.absolute() if args.checkpoint_dir else None
@@ -245,6 +254,7 @@ def config_from(args: argparse.Namespace, settings: Settings, runtime: str) -> A
         # Fake GPUs are not the engine's to hand out (see AgentConfig.request_gpus).
         request_gpus=args.fake_gpus is None,
         network_tenants=frozenset(args.allow_network),
+        images=images,
         checkpoint_dir=checkpoint_dir,
     )
 
@@ -330,9 +340,10 @@ def install(args: argparse.Namespace, settings: Settings, *, running_as_root: bo
         if not args.unit_dir.is_absolute():
             raise InstallError(f"--unit-dir must be an absolute path, not {str(args.unit_dir)!r}")
         unit = render_unit(options)
-        env = render_env(url, args.home, telemetry_env(os.environ))
+        images = images_env(os.environ)
+        env = render_env(url, args.home, {**telemetry_env(os.environ), **images})
         shown_env = render_env(
-            mask_password(url), args.home, telemetry_env(os.environ, masked=True)
+            mask_password(url), args.home, {**telemetry_env(os.environ, masked=True), **images}
         )
     except InstallError as exc:
         return _install_error(str(exc))

@@ -88,17 +88,18 @@ def _bind(path: Path, *, writable: bool) -> dict[str, Any]:
 
 
 def container_config(
-    spec: LearnerSpec, *, user: tuple[int, int], request_gpus: bool
+    spec: LearnerSpec, *, user: tuple[int, int], request_gpus: bool, network: str = "none"
 ) -> dict[str, Any]:
     """The body of the engine's create call for this learner; its GPUs are requested from the
-    engine's NVIDIA driver by UUID when `request_gpus` (not for fake GPUs)."""
+    engine's NVIDIA driver by UUID when `request_gpus` (not for fake GPUs). `network`: the
+    Docker network it joins, its job's own (see `networks`) when its tenant may use one."""
     memory = spec.memory_mb << 20
     mounts = [_bind(spec.workdir, writable=True)]
     mounts += [_bind(mount.path, writable=mount.writable) for mount in spec.mounts]
     host: dict[str, Any] = {
         # Isolation by default: no network, no privileges, nothing writable but what the
         # learner needs (its scratch, working, checkpoint and results directories).
-        "NetworkMode": "bridge" if spec.network else "none",
+        "NetworkMode": network,
         "CapDrop": ["ALL"],
         "SecurityOpt": ["no-new-privileges"],
         "ReadonlyRootfs": True,

@@ -4,28 +4,33 @@ Each learner is one container, configured by `containers.container_config`: labe
 job, attempt, learner, node and fencing epoch; its GPUs requested by UUID; limited and
 isolated. Its output is followed from the engine's log (which keeps every line, also while no
 agent reads it), its exit code and OOM flag come from the container's state, and the container
-is removed once its lines are stored. Nothing is ever pulled: an image must be on the node.
+is removed once its lines are stored. Nothing is ever pulled: an image must be on the node, and
+admitted by the node's allowlist (`TRAINYARD_IMAGES`); the container is created from the ID the
+check resolved.
 """
 
 from __future__ import annotations
 
 import asyncio
 import calendar
+import functools
 import logging
 import os
 import signal
 from collections import Counter
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from signal import Signals
 from typing import Any
+from uuid import UUID
 
 import aiodocker
 import aiohttp
 from aiodocker.exceptions import DockerError
 
+from controlplane.jobs.images import DEFAULT_ALLOWLIST, ImageAllowlist
 from node_agent.containers import (
     LearnerLabels,
     container_config,
@@ -33,6 +38,8 @@ from node_agent.containers import (
     learner_ids,
 )
 from node_agent.docker_logs import log_lines
+from node_agent.images import admit, resolved_id
+from node_agent.networks import FirewallError, JobNetworks
 from node_agent.runtime import (
     ExitStatus,
     FoundLearner,
@@ -48,6 +55,7 @@ log = logging.getLogger(__name__)
 ENGINE_ERRORS = (DockerError, aiohttp.ClientError, OSError)
 """What a refusing, failing or unreachable engine raises (aiodocker reports an engine it cannot
 reach as a DockerError too)."""
+Release = Callable[[], Awaitable[None]]
 NOT_FOUND = 404
 CONFLICT = 409
 KILLED = 128 + signal.SIGKILL
@@ -93,9 +101,13 @@ class _Seen:
 class DockerLearner:
     """A learner's container: started by this agent, or found again by its labels."""
 
-    def __init__(self, docker: aiodocker.Docker, container_id: str) -> None:
+    def __init__(
+        self, docker: aiodocker.Docker, container_id: str, *, release: Release | None = None
+    ) -> None:
         self._docker = docker
         self._container = docker.containers.container(container_id)
+        self._release = release
+        """What goes with the container: its job's network, once no learner uses it."""
         self._signalling = asyncio.Lock()
         self._signals: set[asyncio.Task[None]] = set()
 
@@ -170,26 +182,47 @@ class DockerLearner:
         except DockerError as exc:
             if exc.status != NOT_FOUND:
                 log.warning("cannot remove container %s: %s", self.id, exc)
+                return
         except ENGINE_ERRORS as exc:
             log.warning("cannot remove container %s: %s", self.id, exc)
+            return
+        if self._release is not None:
+            await self._release()
 
 
 class DockerRuntime:
     name = "docker"
 
-    def __init__(self, docker: aiodocker.Docker, *, request_gpus: bool = True) -> None:
+    def __init__(
+        self,
+        docker: aiodocker.Docker,
+        *,
+        request_gpus: bool = True,
+        images: ImageAllowlist = DEFAULT_ALLOWLIST,
+    ) -> None:
         self._docker = docker
         self._request_gpus = request_gpus
+        self._images = images
+        self._networks = JobNetworks(docker)
         self._user = learner_ids()
 
     async def start(self, spec: LearnerSpec) -> DockerLearner:
+        # The image first: a refused one leaves nothing behind on the node.
+        spec = replace(spec, image=await self._image(spec))
         spec = self._prepare(spec)
-        config = container_config(spec, user=self._user, request_gpus=self._request_gpus)
+        # Its job's network, isolated before the container joins it.
+        network = await self._networks.prepare(spec) if spec.network else "none"
+        config = container_config(
+            spec, user=self._user, request_gpus=self._request_gpus, network=network
+        )
+        release = self._release(spec.job_id) if spec.network else None
         try:
             container = await self._docker.containers.create(config, name=container_name(spec))
         except ENGINE_ERRORS as exc:
+            if release is not None:
+                await release()
             raise LearnerStartError(_create_error(spec, exc)) from exc
-        learner = DockerLearner(self._docker, container.id)
+        learner = DockerLearner(self._docker, container.id, release=release)
         try:
             await container.start()
         except ENGINE_ERRORS as exc:
@@ -200,6 +233,16 @@ class DockerRuntime:
             raise LearnerStartError(message) from exc
         return learner
 
+    async def _image(self, spec: LearnerSpec) -> str:
+        """The ID of the learner's image, which this node's allowlist admits (pinned: and whose
+        digest it pins); LearnerStartError saying why not."""
+        digests = admit(self._images, spec.image)
+        try:
+            inspected = await self._docker.images.inspect(spec.image)
+        except ENGINE_ERRORS as exc:
+            raise LearnerStartError(_create_error(spec, exc)) from exc
+        return resolved_id(spec.image, digests, inspected)
+
     def _prepare(self, spec: LearnerSpec) -> LearnerSpec:
         """Create the directories the container writes to, owned by its user; leave out a
         read-only mount that does not exist (a missing data file: the launcher reports it,
@@ -209,8 +252,16 @@ class DockerRuntime:
         mounts = [m for m in spec.mounts if m.writable or m.path.exists()]
         return replace(spec, mounts=mounts)
 
+    def _release(self, job_id: UUID) -> Release:
+        return functools.partial(self._networks.release, job_id)
+
     async def find(self, node: str) -> list[FoundLearner]:
-        """This node's running learner containers, by their labels."""
+        """This node's running learner containers, by their labels; first, the networks and
+        rules an earlier agent left that no learner uses any more."""
+        try:
+            await self._networks.sweep(node)
+        except (*ENGINE_ERRORS, FirewallError) as exc:
+            log.warning("cannot sweep the jobs' networks: %s", exc)
         containers = await self._docker.containers.list(
             filters={"label": [f"{LearnerLabels.NODE}={node}"], "status": ["running"]}
         )
@@ -232,8 +283,9 @@ class DockerRuntime:
         return found
 
     async def adopt(self, spec: LearnerSpec, found: FoundLearner | None) -> Learner | None:
+        release = self._release(spec.job_id) if spec.network else None
         if found is not None:
-            return DockerLearner(self._docker, found.handle)
+            return DockerLearner(self._docker, found.handle, release=release)
         # Ended while no agent watched: its container stays (with its log) until its lines
         # are stored, under the name the spec gives it.
         try:
@@ -242,10 +294,11 @@ class DockerRuntime:
             if exc.status == NOT_FOUND:
                 return None  # never started
             raise
-        return DockerLearner(self._docker, container.id)
+        return DockerLearner(self._docker, container.id, release=release)
 
     async def kill(self, found: FoundLearner) -> None:
-        await DockerLearner(self._docker, found.handle).remove()
+        release = self._release(found.job_id)
+        await DockerLearner(self._docker, found.handle, release=release).remove()
 
 
 def _make_dir(path: Path, user: tuple[int, int]) -> None:

@@ -97,18 +97,19 @@ class ExitStatus:
 
 
 def learner_env(spec: LearnerSpec, *, path: str | None) -> dict[str, str]:
-    """The learner's environment: the manifest's, then Trainyard's (which wins). `path` is its
-    PATH, or None to keep the one its image sets (a container's programs are where its image
-    put them, not where the node has its own)."""
+    """The learner's environment: the spec's, then Trainyard's, last, so that no name in a
+    manifest overrides what the agent sets (the control plane refuses those names too, see
+    `manifest.RESERVED_ENV`). `path` is its PATH, or None to keep the one its image sets (a
+    container's programs are where its image put them, not where the node has its own)."""
     visible = ",".join(spec.gpus)
     base = {"PATH": path} if path is not None else {}
     return {
+        **spec.env,
         **base,
         "HOME": str(spec.workdir),
         "LANG": "C.UTF-8",
         # Unbuffered, so that lines (and protocol reports) arrive as they are written.
         "PYTHONUNBUFFERED": "1",
-        **spec.env,
         # Exactly this learner's GPUs; an empty value hides every GPU from CUDA.
         "CUDA_VISIBLE_DEVICES": visible,
         "NVIDIA_VISIBLE_DEVICES": visible or "void",

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import aiodocker
 
+from controlplane.jobs.images import ImageAllowlist
 from node_agent.docker_runtime import ENGINE_ERRORS, DockerRuntime
 from node_agent.process_runtime import ProcessRuntime
 from node_agent.runtime import LearnerRuntime
@@ -38,12 +39,12 @@ async def docker_answers() -> bool:
 
 @asynccontextmanager
 async def open_runtime(
-    name: str, *, work_dir: Path, request_gpus: bool
+    name: str, *, work_dir: Path, request_gpus: bool, images: ImageAllowlist
 ) -> AsyncIterator[LearnerRuntime]:
     """The runtime called `name`, for the agent working in `work_dir`, for as long as the block
-    runs; `request_gpus`: see DockerRuntime."""
+    runs; `request_gpus` and `images`: see DockerRuntime (a process runs no image)."""
     if name == "process":
         yield ProcessRuntime(work_dir)
         return
     async with aiodocker.Docker() as docker:
-        yield DockerRuntime(docker, request_gpus=request_gpus)
+        yield DockerRuntime(docker, request_gpus=request_gpus, images=images)

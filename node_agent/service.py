@@ -53,7 +53,10 @@ async def _run(
     shipper = LogShipper(pool)
     try:
         async with open_runtime(
-            config.runtime, work_dir=config.work_dir, request_gpus=config.request_gpus
+            config.runtime,
+            work_dir=config.work_dir,
+            request_gpus=config.request_gpus,
+            images=config.images,
         ) as runtime:
             sink = NumberedSink(shipper.add, shipper.flush)
             agent = Agent(config, pool, listener, inventory, runtime, sink, agent_id)

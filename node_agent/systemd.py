@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
+from controlplane.jobs.images import IMAGES_ENV, ImageAllowlist
+
 UNIT_NAME = "trainyard-agent.service"
 DEFAULT_UNIT_DIR = Path("/etc/systemd/system")
 DEFAULT_ENV_FILE = Path("/etc/trainyard/agent.env")
@@ -146,7 +148,8 @@ WantedBy=multi-user.target
 
 def render_env(database_url: str, home: Path, telemetry: Mapping[str, str] | None = None) -> str:
     """The text of the environment file (the caller masks the URL and the telemetry's
-    secrets before printing it); `telemetry` holds OTEL_* settings for the agent's export."""
+    secrets before printing it); `telemetry` holds OTEL_* settings for the agent's export, and
+    the other settings carried over from the installing shell (`images_env`)."""
     _check_path("--home", home)
     if _CONTROL.search(database_url):
         raise InstallError("the database URL contains control characters")
@@ -172,6 +175,20 @@ def telemetry_env(environ: Mapping[str, str], *, masked: bool = False) -> dict[s
         for name, value in environ.items()
         if name.startswith("OTEL_")
     }
+
+
+def images_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The installing shell's TRAINYARD_IMAGES, so that the service admits the learner images
+    the operator allows (unset: none, and the agent's default applies); InstallError naming it
+    when it is malformed (the agent would refuse to start)."""
+    value = environ.get(IMAGES_ENV)
+    if not value:
+        return {}
+    try:
+        ImageAllowlist.from_env(environ)
+    except ValueError as exc:
+        raise InstallError(str(exc)) from None
+    return {IMAGES_ENV: value}
 
 
 def check_database_url(url: str) -> None:

@@ -18,6 +18,7 @@ from controlplane.database import DATABASE_ERRORS
 from controlplane.events.metadata import Metadata
 from controlplane.events.store import EventStore
 from controlplane.events.subscription import LogListener
+from controlplane.jobs.images import ImageAllowlist
 from controlplane.jobs.lifecycle import Job, JobStatus
 from controlplane.jobs.manifest import JobManifest
 from controlplane.jobs.service import Jobs
@@ -28,6 +29,9 @@ from node_agent.agent import AgentConfig
 from node_agent.service import run_agent
 
 USER = Metadata(actor="tenant:acme", tenant="acme")
+TEST_IMAGES = "trainyard-learner:latest,trainyard-test-*,trainyard-no-such-image,trainyard/*,img,i"
+"""The images the tests name, allowed as an operator would allow them (TRAINYARD_IMAGES): to
+every control plane and agent the tests start (see conftest.py)."""
 A_WHOLE_RUN = [
     JobStatus.QUEUED,
     JobStatus.DEPLOYING,
@@ -85,6 +89,7 @@ def agent_config(tmp_path: Path, name: str = "n1", grace_s: float = 5) -> AgentC
         ttl_s=5,
         grace_s=grace_s,
         poll_s=0.2,
+        images=ImageAllowlist.parse(TEST_IMAGES),
     )
 
 

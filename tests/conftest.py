@@ -23,13 +23,14 @@ from bench.served import ServedControlPlane
 from controlplane.database import connect, create_pool, embedded_server_url, with_database
 from controlplane.events.store import EventStore
 from controlplane.events.subscription import LogListener
+from controlplane.jobs.images import IMAGES_ENV
 from controlplane.migrate import available, migrate
 from controlplane.projections.runner import ProjectionRunner
 from controlplane.settings import Settings
 from controlplane.tenants.admin import bootstrap_admin_token
 from controlplane.tenants.projection import TenantsProjection
 from controlplane.tenants.service import create_tenant
-from tests.cluster import Plane, RunningAgent, agent_config
+from tests.cluster import TEST_IMAGES, Plane, RunningAgent, agent_config
 from tests.docker_engine import (
     Engine,
     docker_agent_config,
@@ -48,6 +49,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="default: TRAINYARD_DATABASE_URL or the embedded Postgres; "
         "container: a testcontainers Postgres (needs Docker and a local `postgres` image)",
     )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def allowed_images() -> Iterator[None]:
+    """Control planes the tests start, in process or as `trainyard serve`, allow the images
+    the tests name."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(IMAGES_ENV, TEST_IMAGES)
+        yield
 
 
 @pytest.fixture(scope="session")

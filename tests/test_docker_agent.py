@@ -125,7 +125,10 @@ EMPTY_TAR = bytes(1024)  # a tar archive's end: two zero blocks
         ({"image": "trainyard-no-such-image:1"}, "is not on this node"),
         ({"image": EMPTY_IMAGE}, 'could not start it: .*"python3": executable file not found'),
         # More CPUs than the machine has (the test agent offers one more).
-        ({"cpus": float(os.cpu_count() or 1) + 1}, "refused to create its container"),
+        (
+            {"cpus": float(os.cpu_count() or 1) + 1, "image": LEARNER_IMAGE},
+            "refused to create its container",
+        ),
     ],
     ids=["missing-image", "launcher-not-in-image", "refused"],
 )

@@ -14,11 +14,14 @@ from uuid import uuid4
 import aiodocker
 import pytest
 
+from controlplane.jobs.images import ImageAllowlist
 from node_agent.cli import choose_runtime
 from node_agent.containers import LEARNER_UID, PIDS_LIMIT, LearnerLabels
 from node_agent.docker_runtime import DockerLearner, DockerRuntime
 from node_agent.images import LEARNER_IMAGE
+from node_agent.networks import network_name
 from node_agent.runtime import ExitStatus, LearnerSpec, LearnerStartError, Mount
+from tests.cluster import TEST_IMAGES
 from tests.docker_engine import (
     Engine,
     containers_of,
@@ -197,10 +200,10 @@ async def test_a_tenant_allowed_the_network_gets_one(
     docker: aiodocker.Docker, docker_node: str, tmp_path: Path
 ) -> None:
     code = "import os; print(' '.join(sorted(os.listdir('/sys/class/net'))))"
-    learner = await DockerRuntime(docker).start(
-        spec(tmp_path, docker_node, python(code), network=True)
-    )
-    assert (await show(docker, learner))["HostConfig"]["NetworkMode"] == "bridge"
+    wanted = spec(tmp_path, docker_node, python(code), network=True)
+    learner = await DockerRuntime(docker).start(wanted)
+    # Its job's own (tests/test_networks.py has what it reaches).
+    assert (await show(docker, learner))["HostConfig"]["NetworkMode"] == network_name(wanted.job_id)
     assert await first_line(learner) == "eth0 lo"
     await learner.wait()
     await learner.remove()
@@ -252,7 +255,8 @@ async def test_a_learner_that_cannot_start_says_why_and_leaves_no_container(
 ) -> None:
     command = changes.pop("command", SLEEPER)
     with pytest.raises(LearnerStartError, match=error):
-        await DockerRuntime(docker).start(spec(tmp_path, docker_node, command, **changes))
+        runtime = DockerRuntime(docker, images=ImageAllowlist.parse(TEST_IMAGES))
+        await runtime.start(spec(tmp_path, docker_node, command, **changes))
     assert containers_of(docker_node) == []
 
 

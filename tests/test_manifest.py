@@ -13,9 +13,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from controlplane.events.errors import MalformedEvent
 from controlplane.events.types import registry
 from controlplane.jobs.events import JobSubmitted
-from controlplane.jobs.manifest import CheckpointSpec, DataSpec, JobManifest, ResultsSpec
+from controlplane.jobs.lifecycle import Job, evolve
+from controlplane.jobs.manifest import (
+    CheckpointSpec,
+    DataSpec,
+    JobManifest,
+    ResultsSpec,
+    check_env_name,
+    reserved_env,
+)
 
 DIGEST = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
 MINIMAL: dict[str, Any] = {"name": "mnist", "image": "trainyard/pytorch:2", "command": ["train"]}
@@ -115,7 +124,7 @@ def test_a_manifest_is_read_from_json_text() -> None:
         {"data": {"source": "http://10.0.0.5:8000/mnist.npz", "sha256": DIGEST}},
         {"data": {"source": "HTTPS://Data.Example.org/x.tar"}},
         {"results": {"location": "file:///results"}},
-        {"env": {"_": "", "PATH": "/usr/bin:/bin"}},
+        {"env": {"_": "", "MY_PATH": "/usr/bin:/bin", "NCCL_DEBUG": "INFO", "path": "x"}},
         {"framework": "jax"},
         {"webhook_url": "http://hooks.internal:8080/done"},
     ],
@@ -198,8 +207,65 @@ def test_an_empty_or_malformed_command_is_refused(
 
 @pytest.mark.parametrize("name", ["", "A=B", "=", "A\0B"])
 def test_environment_variable_names_are_checked(name: str) -> None:
-    message = refused_at(manifest(env={"OK": "1", name: "x"}), "env")
-    assert "environment variable" in message or "NUL" in message
+    message = refused_at(manifest(env={"OK": "1", name: "x"}), "env", name, "[key]")
+    assert "environment variable" in message
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "TRAINYARD_JOB_ID",
+        "TRAINYARD_EPOCH",
+        "TRAINYARD_CHECKPOINT_DIR",
+        "TRAINYARD_",
+        "NVIDIA_VISIBLE_DEVICES",
+        "NVIDIA_DRIVER_CAPABILITIES",
+        "CUDA_VISIBLE_DEVICES",
+        "LD_PRELOAD",
+        "LD_LIBRARY_PATH",
+        "PYTHONPATH",
+        "PYTHONSTARTUP",
+        "PYTHONUNBUFFERED",
+        "PATH",
+        "HOME",
+        "LANG",
+    ],
+)
+def test_reserved_environment_names_are_refused_by_name(name: str) -> None:
+    message = refused_at(manifest(env={"NCCL_DEBUG": "INFO", name: "x"}), "env", name, "[key]")
+    assert f"{name} is reserved" in message
+    assert check_env_name("NCCL_DEBUG") == "NCCL_DEBUG"
+    with pytest.raises(ValueError, match="reserved"):
+        check_env_name(name)
+
+
+def test_a_jobsubmitted_event_of_version_1_reads_without_its_reserved_names() -> None:
+    """Jobs in the log from before the names were refused: they still read, and run with
+    Trainyard's values for them (their own are left out)."""
+    env = {"NCCL_DEBUG": "INFO", "LD_PRELOAD": "/x.so", "TRAINYARD_EPOCH": "9", "PATH": "/p"}
+    data = {
+        "at": "2026-01-01T00:00:00Z",
+        "job_id": str(UUID(int=7)),
+        "tenant": "acme",
+        "manifest": manifest(env=env),
+    }
+    assert JobSubmitted.schema_version == 2
+    with pytest.raises(MalformedEvent):
+        registry.decode("JobSubmitted", 2, json.dumps(data))
+    decoded = registry.decode("JobSubmitted", 1, json.dumps(data))
+    assert isinstance(decoded, JobSubmitted)
+    assert decoded.manifest.env == {"NCCL_DEBUG": "INFO"}
+
+
+def test_a_stored_job_state_reads_without_its_reserved_names() -> None:
+    """The jobs projection and the claim queue hold states folded from such events."""
+    submitted = JobSubmitted(
+        job_id=UUID(int=7), tenant="acme", manifest=JobManifest(**MINIMAL), at=datetime.now(UTC)
+    )
+    job = evolve(None, submitted)
+    stored = job.model_dump(mode="json")
+    stored["manifest"]["env"] = {"A": "1", "CUDA_VISIBLE_DEVICES": "0,1,2,3"}
+    assert Job.model_validate_json(json.dumps(stored)).manifest.env == {"A": "1"}
 
 
 @pytest.mark.parametrize(
@@ -295,7 +361,7 @@ def test_a_manifest_with_several_mistakes_reports_every_one() -> None:
         ("gpus_per_learner",),
         ("cpus",),
         ("memory_mb",),
-        ("env",),
+        ("env", "A=B", "[key]"),
         ("data", "source"),
         ("data", "sha256"),
         ("data", "mount_path"),
@@ -347,7 +413,9 @@ manifests = st.builds(
     gpus_per_learner=st.integers(0, 64),
     cpus=st.floats(min_value=0, max_value=1024, exclude_min=True, allow_nan=False),
     memory_mb=st.integers(16, 2**40),
-    env=st.dictionaries(words.filter(lambda name: "=" not in name), text, max_size=3),
+    env=st.dictionaries(
+        words.filter(lambda name: "=" not in name and not reserved_env(name)), text, max_size=3
+    ),
     data=st.none() | data_specs,
     results=st.none() | paths.map(lambda path: ResultsSpec(location="file://" + path)),
     checkpoint=st.builds(

@@ -19,7 +19,7 @@ import pytest
 
 from controlplane.cli import parser
 from controlplane.settings import Settings
-from node_agent.cli import cmd_agent, cmd_install, install
+from node_agent.cli import EXIT_USAGE, cmd_agent, cmd_install, install
 from node_agent.systemd import (
     UNIT_NAME,
     ServiceOptions,
@@ -32,6 +32,13 @@ from node_agent.systemd import (
 REPO = Path(__file__).resolve().parents[1]
 PASSWORD = "s3cr3t-Pa55"
 URL = f"postgresql://trainyard:{PASSWORD}@db.example.com:5432/trainyard"
+
+
+@pytest.fixture(autouse=True)
+def no_image_allowlist(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The installing shell sets no TRAINYARD_IMAGES unless a test says so (conftest.py sets
+    one for the control planes and agents the tests start)."""
+    monkeypatch.delenv("TRAINYARD_IMAGES", raising=False)
 
 
 def options(**changes: object) -> ServiceOptions:
@@ -404,6 +411,22 @@ def test_install_passes_the_shells_opentelemetry_settings_to_the_service(
     shown = capsys.readouterr().out
     assert 'OTEL_EXPORTER_OTLP_ENDPOINT="http://collector:4318"' in shown
     assert 'OTEL_EXPORTER_OTLP_HEADERS="****"' in shown and "s3cret" not in shown
+
+
+def test_install_passes_the_shells_image_allowlist_to_the_service(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    env_file = tmp_path / "agent.env"
+    options = ["agent", "install", "--database-url", URL, "--unit-dir", str(tmp_path / "units"),
+               "--env-file", str(env_file)]  # fmt: skip
+    settings = Settings(tmp_path, None)
+    monkeypatch.setenv("TRAINYARD_IMAGES", "x@sha256:1")
+    assert install(parser().parse_args(options), settings, running_as_root=True) == EXIT_USAGE
+    assert "TRAINYARD_IMAGES" in capsys.readouterr().err
+    assert not env_file.exists()
+    monkeypatch.setenv("TRAINYARD_IMAGES", "trainyard-learner:latest,vision/*")
+    assert install(parser().parse_args(options), settings, running_as_root=True) == 0
+    assert 'TRAINYARD_IMAGES="trainyard-learner:latest,vision/*"' in env_file.read_text()
 
 
 def test_install_without_a_database_url_is_a_usage_error_that_writes_nothing(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import AsyncIterator
 
 import asyncpg
@@ -21,6 +22,7 @@ from controlplane.http.keys import (
     DATABASE_URL,
     GAUGES,
     HUB,
+    IMAGES,
     JOBS,
     LISTENER,
     MANAGER,
@@ -33,6 +35,7 @@ from controlplane.http.keys import (
 )
 from controlplane.http.openapi import document
 from controlplane.http.tracing import tracing_middleware
+from controlplane.jobs.images import ImageAllowlist
 from controlplane.jobs.service import Jobs
 from controlplane.projections.catalog import all_projections
 from controlplane.projections.runner import ProjectionRunner
@@ -49,9 +52,13 @@ def create_app(
     poll_interval: float = 1.0,
     sse_heartbeat_s: float = 15.0,
     relay: RelayConfig | None = None,
+    images: ImageAllowlist | None = None,
 ) -> web.Application:
+    """The application; `images` None: the allowlist `TRAINYARD_IMAGES` sets (ValueError when
+    it is malformed), or the default."""
     app = web.Application(middlewares=[tracing_middleware, auth_middleware])
     app[DATABASE_URL] = database_url
+    app[IMAGES] = ImageAllowlist.from_env(os.environ) if images is None else images
     app[WEBHOOK_CONFIG] = relay or RelayConfig()
     app[LISTENER] = LogListener(database_url, poll_interval=poll_interval)
     app[SSE_HEARTBEAT_S] = sse_heartbeat_s

@@ -19,12 +19,17 @@ def error(status: int, message: str, *, field: str | None = None) -> web.HTTPExc
 
 def validation_error(exc: ValidationError) -> web.HTTPException:
     """422 listing every offending field with its message."""
-    fields = [
-        {"field": ".".join(str(p) for p in err["loc"]) or "(body)", "message": err["msg"]}
-        for err in exc.errors()
-    ]
+    fields = [{"field": _field(err["loc"]), "message": err["msg"]} for err in exc.errors()]
     body = {"error": f"{len(fields)} invalid field(s)", "status": 422, "fields": fields}
     return web.HTTPUnprocessableEntity(text=json.dumps(body), content_type="application/json")
+
+
+def _field(loc: tuple[int | str, ...]) -> str:
+    # A refused key of a mapping is named by the key (`env.LD_PRELOAD`): pydantic adds a
+    # "[key]" step to tell it from the key's value, which only says the same thing less clearly.
+    if loc and loc[-1] == "[key]":
+        loc = loc[:-1]
+    return ".".join(str(p) for p in loc) or "(body)"
 
 
 _CLASSES: dict[int, type[web.HTTPException]] = {

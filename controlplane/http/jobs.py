@@ -17,10 +17,11 @@ from controlplane.events.hub import Lagged
 from controlplane.events.metadata import Metadata
 from controlplane.events.store import RecordedEvent
 from controlplane.http.errors import error, validation_error
-from controlplane.http.keys import HUB, JOBS, POOL, SSE_HEARTBEAT_S, STORE, WEBHOOKS
+from controlplane.http.keys import HUB, IMAGES, JOBS, POOL, SSE_HEARTBEAT_S, STORE, WEBHOOKS
 from controlplane.http.webhooks import delivery_history
 from controlplane.instruments import sse_client
 from controlplane.jobs.events import JobEvent
+from controlplane.jobs.images import ImageRefused
 from controlplane.jobs.lifecycle import (
     Cancel,
     Job,
@@ -119,6 +120,10 @@ async def submit(request: web.Request) -> web.Response:
         manifest, secret_env = JobSubmission.model_validate(body).split()
     except ValidationError as exc:
         raise validation_error(exc) from exc
+    try:
+        request.app[IMAGES].admit(manifest.image)
+    except ImageRefused as exc:
+        raise error(422, str(exc), field="image") from exc
     tenant = acting_tenant(who, request.query.get("tenant"), "submits")
     if not await request.app[POOL].fetchval(Q["tenant_exists"], tenant):
         raise error(422, f"no tenant named {tenant!r}", field="tenant")

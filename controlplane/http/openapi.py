@@ -355,9 +355,11 @@ def document() -> dict[str, Any]:
                             409,
                             422,
                             e409="the Idempotency-Key was used for a different manifest",
-                            e422="invalid manifest fields, each listed; an unknown tenant; or a "
-                            "webhook_url whose host is or resolves to a non-public address (not "
-                            "in TRAINYARD_WEBHOOK_ALLOW_NETWORKS) or does not resolve",
+                            e422="invalid manifest fields, each listed (a reserved environment "
+                            "name as `env.NAME`); an image the service does not allow (`image`); "
+                            "an unknown tenant; or a webhook_url whose host is or resolves to a "
+                            "non-public address (not in TRAINYARD_WEBHOOK_ALLOW_NETWORKS) or does "
+                            "not resolve",
                         ),
                     },
                 },

@@ -3,25 +3,38 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 from uuid import UUID
 
 from pydantic import Field
 
 from controlplane.events.types import Event, registry
 from controlplane.jobs.limits import JobLimits
-from controlplane.jobs.manifest import JobManifest
+from controlplane.jobs.manifest import JobManifest, without_reserved_env
 
 
 class JobEvent(Event):
     at: datetime
 
 
-@registry.register("JobSubmitted")
+@registry.register("JobSubmitted", version=2)
 class JobSubmitted(JobEvent):
+    """Version 2: the manifest's `env` holds no reserved names (see `manifest.RESERVED_ENV`)."""
+
     job_id: UUID
     tenant: str
     manifest: JobManifest
     limits: JobLimits = Field(default_factory=JobLimits)
+
+
+@registry.upcaster("JobSubmitted", from_version=1)
+def _reserved_env_left_out(data: dict[str, Any]) -> dict[str, Any]:
+    # Version 1 accepted any name: those a manifest may no longer set are dropped, so that the
+    # job still reads (and runs as its agent would have run it: with Trainyard's values).
+    manifest = data.get("manifest")
+    if isinstance(manifest, dict):
+        return {**data, "manifest": without_reserved_env(manifest)}
+    return data
 
 
 @registry.register("JobDeploying")

@@ -7,9 +7,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
+from typing import Any
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from controlplane.jobs.events import (
     CheckpointRequested,
@@ -29,7 +30,7 @@ from controlplane.jobs.events import (
     LearnersReachedPhase,
 )
 from controlplane.jobs.limits import JobLimits
-from controlplane.jobs.manifest import JobManifest
+from controlplane.jobs.manifest import JobManifest, without_reserved_env
 
 
 class JobStatus(StrEnum):
@@ -117,6 +118,13 @@ class Job(BaseModel):
     """Learners of this attempt that exited 0 while others still run."""
     transitions: list[Transition] = Field(default_factory=list)
     """Every state entered, with its time: the job's history."""
+
+    @field_validator("manifest", mode="before")
+    @classmethod
+    def _reserved_env_left_out(cls, value: Any) -> Any:
+        # A stored state (the jobs projection, the claim queue) folded before reserved names
+        # were refused may hold them, as JobSubmitted version 1 may: left out the same way.
+        return without_reserved_env(value) if isinstance(value, dict) else value
 
 
 class Refused(Exception):

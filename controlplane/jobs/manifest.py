@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from fnmatch import fnmatchcase
+from typing import Annotated, Any, Literal
 from urllib.parse import unquote, urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, HttpUrl, ValidationInfo, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    HttpUrl,
+    ValidationInfo,
+    field_validator,
+)
+
+from controlplane.jobs.images import DEFAULT_IMAGES, IMAGES_ENV
 
 Framework = Literal["pytorch", "tensorflow", "jax", "horovod", "custom"]
 DATA_SCHEMES = ("file", "http", "https")
@@ -14,13 +25,6 @@ MAX_SECRET_ENV = 64
 """Most secret environment variables a job may have."""
 MAX_SECRET_ENV_BYTES = 64 * 1024
 """Most bytes (UTF-8) all of a job's secret names and values may take together."""
-
-
-def check_env_name(name: str) -> None:
-    """Refuse a name that cannot be an environment variable's; the one rule for `env` and
-    `secret_env` alike."""
-    if not name or "=" in name or "\0" in name:
-        raise ValueError(f"invalid environment variable name {name!r}")
 
 
 def _check_uri(uri: str, allowed: tuple[str, ...]) -> str:
@@ -43,6 +47,56 @@ def _check_uri(uri: str, allowed: tuple[str, ...]) -> str:
     elif not parts.hostname:
         raise ValueError(f"{uri!r} names no host")
     return uri
+
+
+RESERVED_ENV = (
+    # Trainyard's own: who a learner is, its fencing epoch, where its data, results and
+    # checkpoints are (node_agent/runtime.py, runners/config.py).
+    "TRAINYARD_*",
+    # Which GPUs a learner sees (the agent sets both to exactly its allocation).
+    "NVIDIA_*",
+    "CUDA_VISIBLE_DEVICES",
+    # The dynamic loader's and the interpreter's: LD_PRELOAD, PYTHONPATH and friends load code
+    # into the launcher (the node's own Python, under the process runtime) before the user's.
+    "LD_*",
+    "PYTHON*",
+    # What the runtimes set for every learner (node_agent/runtime.py: learner_env).
+    "PATH",
+    "HOME",
+    "LANG",
+)
+"""Environment names a manifest may not set (fnmatch patterns, case-sensitive as the
+environment is): the agent sets them, or they change what runs before the user's command."""
+
+
+def reserved_env(name: str) -> bool:
+    return any(fnmatchcase(name, pattern) for pattern in RESERVED_ENV)
+
+
+def check_env_name(name: str) -> str:
+    """`name` if a tenant may set it in a learner's environment; ValueError saying why not.
+    The one rule for every variable a tenant names (`env`, and the secrets it refers to)."""
+    if not name or "=" in name or "\0" in name:
+        raise ValueError(f"invalid environment variable name {name!r}")
+    if reserved_env(name):
+        raise ValueError(
+            f"{name} is reserved: Trainyard or the learner runtime sets it "
+            f"(reserved: {', '.join(RESERVED_ENV)})"
+        )
+    return name
+
+
+def without_reserved_env(manifest: dict[str, Any]) -> dict[str, Any]:
+    """A stored manifest (as JSON data) with the environment names a manifest may no longer set
+    left out: jobs submitted before they were refused carry them in the log, and the agent
+    sets its own anyway, so they never took effect where it mattered."""
+    env = manifest.get("env")
+    if not isinstance(env, dict):
+        return manifest
+    return {**manifest, "env": {k: v for k, v in env.items() if not reserved_env(k)}}
+
+
+EnvName = Annotated[str, AfterValidator(check_env_name)]
 
 
 def _check_storable(value: object) -> None:
@@ -108,14 +162,24 @@ class JobManifest(_Strict):
     """A training job. Unknown fields are rejected, so a typo never goes unnoticed."""
 
     name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-    image: str = Field(min_length=1, max_length=512, description="learner image (Docker runtime)")
+    image: str = Field(
+        min_length=1,
+        max_length=512,
+        description="learner image (Docker runtime): one the operator's allowlist "
+        f"{IMAGES_ENV} admits (default {DEFAULT_IMAGES}; names or patterns, optionally pinned "
+        "by digest), else 422 naming `image`",
+    )
     command: list[str] = Field(min_length=1, description="the training command, argv style")
     framework: Framework = "custom"
     learners: int = Field(default=1, ge=1, le=1024)
     gpus_per_learner: int = Field(default=0, ge=0, le=64)
     cpus: float = Field(default=1.0, gt=0, le=1024)
     memory_mb: int = Field(default=2048, ge=16)
-    env: dict[str, str] = Field(default_factory=dict)
+    env: dict[EnvName, str] = Field(
+        default_factory=dict,
+        description="extra environment variables; names Trainyard reserves are refused "
+        f"({', '.join(RESERVED_ENV)})",
+    )
     data: DataSpec | None = None
     results: ResultsSpec | None = None
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
@@ -139,13 +203,6 @@ class JobManifest(_Strict):
     def _command_words(cls, value: list[str]) -> list[str]:
         if not value[0]:
             raise ValueError("the program (first word) must not be empty")
-        return value
-
-    @field_validator("env")
-    @classmethod
-    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
-        for name in value:
-            check_env_name(name)
         return value
 
     @property
