@@ -12,6 +12,7 @@ from controlplane.cluster_gauges import ClusterGauges
 from controlplane.events.hub import StreamHub
 from controlplane.events.store import EventStore
 from controlplane.events.subscription import LogListener
+from controlplane.jobs.locations import Roots
 from controlplane.jobs.service import Jobs
 from controlplane.projections.runner import ProjectionRunner
 from controlplane.webhooks.relay import RelayConfig, WebhookRelay
@@ -29,3 +30,4 @@ WEBHOOKS = web.AppKey("webhooks", WebhookRelay)
 WEBHOOK_CONFIG = web.AppKey("webhook_config", RelayConfig)
 BACKGROUND = web.AppKey("background", asyncio.Task[None])
 SSE_HEARTBEAT_S = web.AppKey("sse_heartbeat_s", float)
+LOCATION_ROOTS = web.AppKey("location_roots", Roots)

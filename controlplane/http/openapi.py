@@ -353,7 +353,9 @@ def document() -> dict[str, Any]:
                             409,
                             422,
                             e409="the Idempotency-Key was used for a different manifest",
-                            e422="invalid manifest fields, each listed, or an unknown tenant",
+                            e422="invalid manifest fields, each listed; an unknown tenant; or a "
+                            "file:// data.source or results.location outside the operator's "
+                            "roots for the tenant (field names it)",
                         ),
                     },
                 },
