@@ -12,13 +12,10 @@ from __future__ import annotations
 import asyncio
 import calendar
 import logging
-import os
 import signal
 from collections import Counter
 from collections.abc import AsyncGenerator, AsyncIterator
-from dataclasses import replace
 from datetime import datetime
-from pathlib import Path
 from signal import Signals
 from typing import Any
 
@@ -26,13 +23,9 @@ import aiodocker
 import aiohttp
 from aiodocker.exceptions import DockerError
 
-from node_agent.containers import (
-    LearnerLabels,
-    container_config,
-    container_name,
-    learner_ids,
-)
+from node_agent.containers import LearnerLabels, container_config, container_name
 from node_agent.docker_logs import log_lines
+from node_agent.folders import prepare
 from node_agent.runtime import (
     ExitStatus,
     FoundLearner,
@@ -180,11 +173,12 @@ class DockerRuntime:
     def __init__(self, docker: aiodocker.Docker, *, request_gpus: bool = True) -> None:
         self._docker = docker
         self._request_gpus = request_gpus
-        self._user = learner_ids()
 
     async def start(self, spec: LearnerSpec) -> DockerLearner:
-        spec = self._prepare(spec)
-        config = container_config(spec, user=self._user, request_gpus=self._request_gpus)
+        # Its folders made and its locations checked, on the node, now; any failure is the
+        # start's (LearnerStartError), so the attempt rolls back with the reason.
+        spec = prepare(spec)
+        config = container_config(spec, request_gpus=self._request_gpus)
         try:
             container = await self._docker.containers.create(config, name=container_name(spec))
         except ENGINE_ERRORS as exc:
@@ -199,15 +193,6 @@ class DockerRuntime:
             message = f"the Docker engine could not start it: {_message(exc)}"
             raise LearnerStartError(message) from exc
         return learner
-
-    def _prepare(self, spec: LearnerSpec) -> LearnerSpec:
-        """Create the directories the container writes to, owned by its user; leave out a
-        read-only mount that does not exist (a missing data file: the launcher reports it,
-        while the engine would refuse the whole container)."""
-        for path in [spec.workdir, *(m.path for m in spec.mounts if m.writable)]:
-            _make_dir(path, self._user)
-        mounts = [m for m in spec.mounts if m.writable or m.path.exists()]
-        return replace(spec, mounts=mounts)
 
     async def find(self, node: str) -> list[FoundLearner]:
         """This node's running learner containers, by their labels."""
@@ -246,16 +231,6 @@ class DockerRuntime:
 
     async def kill(self, found: FoundLearner) -> None:
         await DockerLearner(self._docker, found.handle).remove()
-
-
-def _make_dir(path: Path, user: tuple[int, int]) -> None:
-    if path.is_dir():
-        return
-    path.mkdir(parents=True)
-    # An agent that is root hands it to the learner's user; one that is not runs its
-    # learners as itself, and owns it already.
-    if os.geteuid() == 0:
-        os.chown(path, *user)
 
 
 def _message(exc: BaseException) -> str:

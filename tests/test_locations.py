@@ -117,8 +117,11 @@ def test_roots_come_from_the_environment_and_must_be_absolute() -> None:
         parse_roots("/ok:rel", "TRAINYARD_DATA_ROOTS")
 
 
-def test_a_root_itself_is_a_location(tmp_path: Path) -> None:
-    roots = Roots(results=(str(tmp_path),))
-    check_manifest_locations(None, f"file://{tmp_path}", roots, "t")
-    with pytest.raises(LocationRefused):
-        check_manifest_locations(None, f"file://{tmp_path.parent}", roots, "t")
+def test_a_root_itself_is_a_data_source_but_never_a_results_location(tmp_path: Path) -> None:
+    # Storing replaces the location: the operator's root is not the tenant's to replace.
+    roots = Roots(data=(str(tmp_path),), results=(str(tmp_path),))
+    check_manifest_locations(f"file://{tmp_path}", f"file://{tmp_path}/r", roots, "t")
+    with pytest.raises(LocationRefused, match=r"results\.location"):
+        check_manifest_locations(None, f"file://{tmp_path}", roots, "t")
+    with pytest.raises(LocationRefused, match=r"data\.source"):
+        check_manifest_locations(f"file://{tmp_path.parent}", None, roots, "t")

@@ -5,7 +5,8 @@ configures, per tenant, never a path the tenant chooses freely.
 `:`; `{tenant}` in a root stands for the submitting tenant's name (tenant names are lowercase
 letters, digits and `-`, so they never climb out of it). Unset or empty: no root, so `file://`
 is refused. A location is accepted when the path it names, with symlinks and `..` resolved,
-is a root (resolved too) or lies below one. The control plane checks at submit (422) and the
+is a root (resolved too) or lies below one (results: strictly below, since storing replaces
+the location). The control plane checks at submit (422) and the
 agent again on the node before anything uses the path (a symlink may have changed meanwhile);
 the launcher checks results once more as it stores them.
 """
@@ -68,17 +69,19 @@ def tenant_roots(roots: tuple[str, ...], tenant: str) -> list[Path]:
     return [Path(os.path.realpath(root.replace(TENANT, tenant))) for root in roots]
 
 
-def root_of(path: Path, roots: tuple[str, ...], tenant: str) -> Path | None:
-    """The (resolved) root under which `path` lies once resolved; None when under none."""
+def root_of(path: Path, roots: tuple[str, ...], tenant: str, *, below: bool = False) -> Path | None:
+    """The (resolved) root under which `path` lies once resolved; None when under none.
+    `below`: the root itself does not count (results replace their location, and a root is
+    the operator's)."""
     resolved = Path(os.path.realpath(path))
     for root in tenant_roots(roots, tenant):
-        if resolved.is_relative_to(root):
+        if resolved.is_relative_to(root) and not (below and resolved == root):
             return root
     return None
 
 
 def check_file_location(
-    uri: str, roots: tuple[str, ...], tenant: str, *, field: str, setting: str
+    uri: str, roots: tuple[str, ...], tenant: str, *, field: str, setting: str, below: bool
 ) -> Path | None:
     """The root a `file://` URI lies under (None for other schemes); LocationRefused naming
     `field` when it lies under none of the tenant's roots."""
@@ -94,13 +97,13 @@ def check_file_location(
             f"file:// locations are not allowed on this service (the operator has set no "
             f"{setting}); {uri!r} was refused",
         )
-    root = root_of(path, roots, tenant)
+    root = root_of(path, roots, tenant, below=below)
     if root is None:
         allowed = ", ".join(str(r) for r in tenant_roots(roots, tenant))
         raise LocationRefused(
             field,
-            f"{uri!r} is not under a root allowed for tenant {tenant!r} ({allowed}), "
-            "after resolving symlinks and '..'",
+            f"{uri!r} is not {'below' if below else 'under'} a root allowed for tenant "
+            f"{tenant!r} ({allowed}), after resolving symlinks and '..'",
         )
     return root
 
@@ -111,7 +114,12 @@ def check_manifest_locations(
     """LocationRefused for the first of a manifest's `file://` locations outside its roots."""
     if data_source is not None:
         check_file_location(
-            data_source, roots.data, tenant, field="data.source", setting=DATA_ROOTS_ENV
+            data_source,
+            roots.data,
+            tenant,
+            field="data.source",
+            setting=DATA_ROOTS_ENV,
+            below=False,
         )
     if results_location is not None:
         check_file_location(
@@ -120,4 +128,5 @@ def check_manifest_locations(
             tenant,
             field="results.location",
             setting=RESULTS_ROOTS_ENV,
+            below=True,
         )
