@@ -95,7 +95,7 @@ def prepare(spec: LearnerSpec) -> LearnerSpec:
         for folder in spec.folders:
             make_folder(folder.base, folder.path, spec.user)
     except OSError as exc:
-        raise LearnerStartError(f"cannot prepare its folders: {exc.strerror or exc}") from exc
+        raise LearnerStartError(f"cannot prepare its folders: {exc}") from exc
     mounts = list(spec.mounts)
     env = dict(spec.env)
     for shared in spec.shared:

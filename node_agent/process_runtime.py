@@ -25,7 +25,7 @@ from typing import BinaryIO, Literal
 from uuid import UUID
 
 from node_agent.folders import open_regular, prepare
-from node_agent.learners import job_dir
+from node_agent.learners import learner_dir
 from node_agent.runtime import (
     ATTEMPT,
     EPOCH,
@@ -249,18 +249,23 @@ def find_learners(node: str, work_dir: Path, proc: Path = Path("/proc")) -> list
             pid = int(entry.name)
             if environ.get(NODE) != node or os.getpgid(pid) != pid:
                 continue
-            # Trainyard's own variable (the manifest's env cannot override it), in the
-            # learner's working directory.
-            if not Path(environ[EXIT_FILE]).is_relative_to(work_dir):
+            job_id, attempt, learner = (
+                UUID(environ[JOB_ID]),
+                int(environ[ATTEMPT]),
+                int(environ[LEARNER]),
+            )
+            # Trainyard's own variable (the manifest's env cannot override it): the exit file
+            # in the working directory of the learner it claims to be, whose owner it runs as.
+            workdir = learner_dir(work_dir, job_id, attempt, learner)
+            if environ[EXIT_FILE] != str(workdir / EXIT_STATUS_FILE):
                 continue
-            job_id = UUID(environ[JOB_ID])
-            if entry.stat().st_uid != job_dir(work_dir, job_id).stat().st_uid:
+            if entry.stat().st_uid != workdir.stat().st_uid:
                 continue
             found.append(
                 FoundLearner(
                     job_id=job_id,
-                    attempt=int(environ[ATTEMPT]),
-                    learner=int(environ[LEARNER]),
+                    attempt=attempt,
+                    learner=learner,
                     epoch=int(environ[EPOCH]),
                     handle=str(pid),
                 )
