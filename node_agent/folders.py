@@ -49,8 +49,8 @@ def make_folder(base: Path, path: Path, user: tuple[int, int] | None) -> None:
                 # O_NOFOLLOW on a symlink: ELOOP; a file or a FIFO: ENOTDIR.
                 raise OSError(
                     exc.errno,
-                    f"{base / path.relative_to(base)} level {name!r} is not a "
-                    f"directory of the agent's ({exc.strerror}); it is left alone",
+                    f"{name!r} on the way to {path} is not a directory of the agent's "
+                    f"({exc.strerror}); it is left alone",
                 ) from None
             os.close(fd)
             fd = child

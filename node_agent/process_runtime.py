@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import resource
 import signal
@@ -43,6 +44,8 @@ from node_agent.runtime import (
 )
 from node_agent.users import leftover_processes
 from runners.config import EXIT_FILE
+
+log = logging.getLogger(__name__)
 
 LINE_LIMIT = 1 << 20
 """Longest line read at once; longer output arrives in pieces (and the log store splits)."""
@@ -92,7 +95,14 @@ class ProcessLearner:
         self._user = user
 
     async def lines(self) -> AsyncIterator[LearnerLine]:
-        with _output_files(self._workdir, "rb") as files:
+        with contextlib.ExitStack() as stack:
+            try:
+                files = stack.enter_context(_output_files(self._workdir, "rb"))
+            except OSError as exc:
+                # The learner replaced them (with a symlink, a FIFO): its output is lost, the
+                # agent's files are not read for it, and its end is still awaited.
+                log.warning("learner in %s: its output cannot be read: %s", self._workdir, exc)
+                return
             tails = [_Tail(stream, file) for stream, file in files.items()]
             while True:
                 # Looked at before reading: whatever the learner wrote before it ended is then

@@ -80,6 +80,7 @@ def traversable(path: Path) -> Path:
     """`path`, with the test's own directories on the way to it passable by other users
     (pytest makes them 0700): learners run as uids of their own when the tests run as root,
     as an agent's folders are for them on a node."""
+    path.mkdir(parents=True, exist_ok=True)
     for directory in [*reversed(path.parents), path]:
         info = directory.stat()
         if info.st_uid == os.geteuid() and not info.st_mode & stat.S_IXOTH:

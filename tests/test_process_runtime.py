@@ -9,8 +9,8 @@ from dataclasses import replace
 from pathlib import Path
 from uuid import uuid4
 
-from node_agent.process_runtime import LINE_LIMIT, ProcessRuntime, find_learners
 from node_agent.learners import learner_dir
+from node_agent.process_runtime import LINE_LIMIT, ProcessRuntime, find_learners
 from node_agent.runtime import Folder, Learner, LearnerSpec
 
 
