@@ -15,10 +15,10 @@ import aiodocker
 import pytest
 
 from node_agent.cli import choose_runtime
-from node_agent.containers import LEARNER_UID, PIDS_LIMIT, LearnerLabels
+from node_agent.containers import PIDS_LIMIT, LearnerLabels
 from node_agent.docker_runtime import DockerLearner, DockerRuntime
 from node_agent.images import LEARNER_IMAGE
-from node_agent.runtime import ExitStatus, LearnerSpec, LearnerStartError, Mount
+from node_agent.runtime import ExitStatus, Folder, LearnerSpec, LearnerStartError, Mount
 from tests.docker_engine import (
     Engine,
     containers_of,
@@ -30,6 +30,8 @@ from tests.test_agent import SIGNALLED
 
 require_engine()  # or the whole module skips (on CI: fails)
 
+LEARNER_UID = 200123
+"""The job's user (see node_agent.users), which its container runs as."""
 GPUS = ["GPU-0b6b7c4e-0000-4000-8000-000000000001", "GPU-0b6b7c4e-0000-4000-8000-000000000002"]
 
 
@@ -47,6 +49,8 @@ def spec(tmp_path: Path, node: str, command: list[str], **changes: Any) -> Learn
         "gpus": [],
         "cpus": 1.0,
         "memory_mb": 512,
+        "user": (LEARNER_UID, LEARNER_UID),
+        "folders": [Folder(tmp_path, tmp_path / "work")],
     }
     return LearnerSpec(**{**values, **changes})
 
@@ -113,7 +117,8 @@ async def test_inspect_shows_the_gpus_limits_isolation_and_labels(
         gpus=GPUS,
         cpus=0.5,
         memory_mb=300,
-        mounts=[Mount(checkpoints, writable=True)],
+        mounts=[Mount.same(checkpoints, writable=True)],
+        folders=[Folder(tmp_path, tmp_path / "work"), Folder(tmp_path, checkpoints)],
     )
     learner = await DockerRuntime(docker, request_gpus=True).start(wanted)
     assert await first_line(learner) == "ready"
@@ -174,7 +179,8 @@ async def test_inside_the_learner_is_a_non_root_user_without_network_or_privileg
         docker_node,
         python(ISOLATION_CHECK),
         env={"CHECKPOINTS": str(checkpoints)},
-        mounts=[Mount(checkpoints, writable=True)],
+        mounts=[Mount.same(checkpoints, writable=True)],
+        folders=[Folder(tmp_path, tmp_path / "work"), Folder(tmp_path, checkpoints)],
     )
     learner = await DockerRuntime(docker).start(wanted)
     lines = [line.text async for line in learner.lines()]
