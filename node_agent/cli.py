@@ -366,9 +366,10 @@ def install(args: argparse.Namespace, settings: Settings, *, running_as_root: bo
         who = runs_tenants_code(args.runtime, root=True, uids=UidRange.from_env())
     except ValueError as exc:
         return _install_error(str(exc))
-    # Said before anything is written: the operator sees how tenants' code will run.
-    print(f"runtime {args.runtime or 'chosen as it starts'}: {who} (the service runs as root)")
+    # The operator sees how tenants' code will run on this node.
+    runs = f"runtime {args.runtime or 'chosen as it starts'}: {who} (the service runs as root)"
     if args.dry_run:
+        print(f"# {runs}")
         print(f"# {unit_path}\n{unit}")
         print(f"# {args.env_file} (mode 0600; the password is masked here)\n{shown_env}", end="")
         return 0
@@ -384,6 +385,7 @@ def install(args: argparse.Namespace, settings: Settings, *, running_as_root: bo
     write_atomically(unit_path, unit, UNIT_FILE_MODE)
     print(f"wrote {unit_path}")
     print(f"wrote {args.env_file} (mode 0600)")
+    print(runs)
     print("next: systemctl daemon-reload && systemctl enable --now trainyard-agent")
     return 0
 
