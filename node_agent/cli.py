@@ -123,7 +123,7 @@ def _agent_options(command: argparse.ArgumentParser, *, defaults: bool) -> None:
         default=default(None),
         help="how learners run: child processes (the image is not used), or Docker "
         "containers (default: docker when a Docker engine answers as the agent starts, "
-        "else process)",
+        "else process; docker without an engine refuses to start)",
     )
     command.add_argument(
         "--allow-network",
