@@ -37,10 +37,10 @@ from bench.scratch import scratch_database
 from controlplane.jobs.manifest import JobManifest
 from node_agent.agent import AgentConfig
 from node_agent.cli import LAUNCHERS
-from node_agent.containers import container_config, learner_ids
+from node_agent.containers import container_config
 from node_agent.docker_runtime import DockerRuntime
 from node_agent.images import LEARNER_IMAGE
-from node_agent.runtime import LearnerSpec
+from node_agent.runtime import Folder, LearnerSpec
 from node_agent.runtimes import docker_answers
 
 ROUNDS = 30
@@ -127,6 +127,7 @@ def _spec(work: Path) -> LearnerSpec:
         gpus=[],
         cpus=1.0,
         memory_mb=1024,
+        folders=[Folder(work, work / "learner")],
     )
 
 
@@ -176,7 +177,7 @@ async def _cli(spec: LearnerSpec) -> float:
 def _run_command(spec: LearnerSpec) -> list[str]:
     """`docker run` of the container the runtime would create for `spec`: the same settings,
     as CLI flags."""
-    config = container_config(spec, user=learner_ids(), request_gpus=False)
+    config = container_config(spec, request_gpus=False)
     host = config["HostConfig"]
     words = ["docker", "run", "--rm", "--name", f"bench-cli-{spec.job_id}"]
     words += ["--network", host["NetworkMode"], "--user", config["User"]]

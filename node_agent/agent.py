@@ -7,8 +7,9 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 from uuid import UUID
@@ -32,6 +33,7 @@ from controlplane.jobs.events import (
 )
 from controlplane.jobs.images import DEFAULT_ALLOWLIST, ImageAllowlist
 from controlplane.jobs.lifecycle import Command, Job, Refused
+from controlplane.jobs.locations import Roots
 from controlplane.jobs.service import Jobs
 from controlplane.jobs.streams import job_stream
 from controlplane.logs.lines import Stream
@@ -39,9 +41,10 @@ from controlplane.logs.store import last_seqs
 from controlplane.queries import Q
 from node_agent.attempt import Attempt, LogSink
 from node_agent.inventory import Gpu, GpuInventory
-from node_agent.learners import learner_specs
+from node_agent.learners import job_dir, learner_specs
 from node_agent.reconcile import Allocation, Resumed, VersionedJob, plan
 from node_agent.runtime import FoundLearner, Learner, LearnerRuntime, LearnerSpec
+from node_agent.users import DEFAULT_LEARNER_UIDS, UidRange, Users
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -75,6 +78,14 @@ class AgentConfig:
     """Where jobs' checkpoints go, per job and learner; None: under `work_dir`. A directory that
     every node mounts (NFS, say) lets a job restarted on another node, after its node was lost,
     resume from its checkpoint; under `work_dir` it resumes only on this node."""
+    roots: Roots = field(default_factory=Roots)
+    """Where jobs' `file://` data and results may be (see `controlplane.jobs.locations`)."""
+    learner_uids: UidRange = field(default_factory=lambda: UidRange.parse(DEFAULT_LEARNER_UIDS))
+    """The uids jobs' learners run as, one per job, when the agent is root."""
+
+    @property
+    def checkpoint_root(self) -> Path:
+        return self.checkpoint_dir or self.work_dir
 
 
 @dataclass
@@ -109,6 +120,7 @@ class Agent:
         self._runtime = runtime
         self._logs = logs
         self._running: dict[UUID, _Running] = {}
+        self._users = Users(config.learner_uids, root=os.geteuid() == 0)
         self._stopping = asyncio.Event()
         self._changed = asyncio.Event()
         self._unhealthy: set[str] = set()
@@ -292,17 +304,26 @@ class Agent:
         return await claim(self._pool, self._store, self.config.name)
 
     async def _specs(self, won: Claim) -> list[LearnerSpec]:
+        job_id = won.job.job_id
+        try:
+            # An earlier agent's learners of the job run as the folder's owner.
+            owner: int | None = job_dir(self.config.work_dir, job_id).lstat().st_uid
+        except FileNotFoundError:
+            owner = None
         # The job's secrets are read as each attempt starts, never kept: the table is their
         # only copy, and the job's end deletes them.
-        secrets = await self._pool.fetchval(Q["job_secret_env"], won.job.job_id)
+        secrets = await self._pool.fetchval(Q["job_secret_env"], job_id)
         return learner_specs(
             won,
             secret_env=json.loads(secrets) if secrets is not None else {},
             node=self.config.name,
             work_dir=self.config.work_dir,
-            checkpoint_root=self.config.checkpoint_dir or self.config.work_dir,
+            checkpoint_root=self.config.checkpoint_root,
             launcher=list(self.config.launcher),
             network_tenants=self.config.network_tenants,
+            roots=self.config.roots,
+            user=self._users.of(job_id, owner),
+            container=self._runtime.name == "docker",
         )
 
     def _start(
@@ -343,6 +364,7 @@ class Agent:
             number = attempt.claim.attempt
             await self._retry(lambda: self._releases.release(job_id, number))
             del self._running[job_id]
+            self._users.release(job_id)
             self._changed.set()
 
     async def _execute(self, job_id: UUID, command: Command) -> Job | None:

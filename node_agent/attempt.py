@@ -132,8 +132,13 @@ class Attempt:
             for spec in self._specs:
                 learner = self._adopted.get(spec.learner) or await self._start(spec)
                 self._learners.append(_LearnerState(spec, learner))
-        except LearnerStartError as exc:
+        except Exception as exc:
+            # Whatever kept it from starting (a refused location, a folder it cannot have, an
+            # engine's error, or a bug): the attempt ends here with the reason, never waits
+            # for its deploy timeout.
             failed = self._specs[len(self._learners)]
+            if not isinstance(exc, LearnerStartError):
+                log.exception("job %s: learner %d failed to start", self.job_id, failed.learner)
             reason = f"learner {failed.learner} failed to start: {exc}"
             self._logs.add(failed, "system", reason)
             # Whole or not at all: the learners started (here and on other nodes) are stopped

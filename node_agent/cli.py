@@ -17,9 +17,11 @@ from controlplane import telemetry
 from controlplane.agents.logins import login_excess
 from controlplane.database import AGENT_ROLE, resolve_database
 from controlplane.jobs.images import ImageAllowlist
+from controlplane.jobs.locations import Roots
 from controlplane.migrate import require_migrated
 from controlplane.settings import Settings
 from node_agent.agent import AgentConfig
+from node_agent.folders import unreachable_for_learners
 from node_agent.runtimes import RUNTIMES, docker_answers
 from node_agent.service import run_agent
 from node_agent.systemd import (
@@ -39,6 +41,7 @@ from node_agent.systemd import (
     telemetry_env,
     write_atomically,
 )
+from node_agent.users import UidRange
 
 log = logging.getLogger("node_agent")
 
@@ -133,7 +136,7 @@ def _agent_options(command: argparse.ArgumentParser, *, defaults: bool) -> None:
         default=default(None),
         help="how learners run: child processes (the image is not used), or Docker "
         "containers (default: docker when a Docker engine answers as the agent starts, "
-        "else process)",
+        "else process; docker without an engine refuses to start)",
     )
     command.add_argument(
         "--allow-network",
@@ -241,6 +244,11 @@ def config_from(args: argparse.Namespace, settings: Settings, runtime: str) -> A
     # Absolute: learners get these paths in their environment and read them from their own
     # working directories.
     checkpoint_dir = args.checkpoint_dir.absolute() if args.checkpoint_dir else None
+    try:
+        roots = Roots.from_env()
+        learner_uids = UidRange.from_env()
+    except ValueError as exc:
+        raise SystemExit(f"trainyard agent: error: {exc}") from None
     return AgentConfig(
         name=args.name,
         work_dir=(args.work_dir or settings.home / "agents" / args.name).absolute(),
@@ -256,11 +264,25 @@ def config_from(args: argparse.Namespace, settings: Settings, runtime: str) -> A
         network_tenants=frozenset(args.allow_network),
         images=images,
         checkpoint_dir=checkpoint_dir,
+        roots=roots,
+        learner_uids=learner_uids,
     )
 
 
+class NoEngine(Exception):
+    """`--runtime docker`, and no Docker engine answers."""
+
+
 async def choose_runtime(requested: str | None) -> tuple[str, str]:
-    """The runtime asked for, or docker when an engine answers, else process; and why."""
+    """The runtime asked for, or docker when an engine answers, else process; and why.
+    NoEngine for docker without an engine: never a silent fall back to processes, which
+    isolate tenants' code less."""
+    if requested == "docker" and not await docker_answers():
+        raise NoEngine(
+            "--runtime docker, but no Docker engine answers (DOCKER_HOST, the docker "
+            "context, /var/run/docker.sock); start Docker, or choose --runtime process "
+            "knowingly: it runs tenants' code as processes on this machine"
+        )
     if requested is not None:
         return requested, "--runtime"
     if await docker_answers():
@@ -268,11 +290,51 @@ async def choose_runtime(requested: str | None) -> tuple[str, str]:
     return "process", "no Docker engine answers; learners run as child processes"
 
 
+def runs_tenants_code(runtime: str | None, *, root: bool, uids: UidRange) -> str:
+    """What the agent's start line (and `agent install`) says about who runs tenants' code;
+    `runtime` None: chosen as the agent starts."""
+    containers = "in Docker containers (no privileges, no network unless allowed)"
+    processes = "as processes on this machine"
+    if runtime is None:
+        where = f"{containers} if an engine answers as the agent starts, else {processes}"
+    else:
+        where = containers if runtime == "docker" else processes
+    if not root:
+        return (
+            f"tenants' code runs {where} AS THE AGENT'S OWN USER (uid {os.geteuid()}): the "
+            "agent is not root, so it cannot give each job a user of its own, and a job's "
+            "code can read whatever this user can (its files, other jobs')"
+        )
+    last = uids.start + uids.count - 1
+    return f"tenants' code runs {where}, each job as its own uid ({uids.start}-{last})"
+
+
 async def cmd_agent(args: argparse.Namespace, settings: Settings) -> int:
-    runtime, why = await choose_runtime(args.runtime)
+    try:
+        runtime, why = await choose_runtime(args.runtime)
+    except NoEngine as exc:
+        print(f"trainyard agent: error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
     config = config_from(args, settings, runtime)
+    root = os.geteuid() == 0
     # On standard output, so that the service's journal says how its learners run.
     print(f"trainyard agent {config.name}: runtime {runtime} ({why})", flush=True)
+    who = runs_tenants_code(runtime, root=root, uids=config.learner_uids)
+    print(f"trainyard agent {config.name}: {who}", flush=True)
+    if not root:
+        log.warning("%s", who)
+    for directory in {config.work_dir, config.checkpoint_root}:
+        blocked = unreachable_for_learners(directory) if root else None
+        if blocked is not None:
+            print(
+                f"trainyard agent: error: learners, which run as users of their own, cannot "
+                f"reach {directory}: {blocked} lets no other user through (mode "
+                f"{blocked.stat().st_mode & 0o777:04o}); give it the execute bit for others "
+                "(chmod o+x, which lists nothing), or choose another --work-dir or "
+                "--checkpoint-dir",
+                file=sys.stderr,
+            )
+            return EXIT_FAILED
     telemetry.setup("trainyard-agent")
     url = await resolve_database(settings)
     await require_migrated(url)
@@ -347,7 +409,14 @@ def install(args: argparse.Namespace, settings: Settings, *, running_as_root: bo
         )
     except InstallError as exc:
         return _install_error(str(exc))
+    try:
+        who = runs_tenants_code(args.runtime, root=True, uids=UidRange.from_env())
+    except ValueError as exc:
+        return _install_error(str(exc))
+    # The operator sees how tenants' code will run on this node.
+    runs = f"runtime {args.runtime or 'chosen as it starts'}: {who} (the service runs as root)"
     if args.dry_run:
+        print(f"# {runs}")
         print(f"# {unit_path}\n{unit}")
         print(f"# {args.env_file} (mode 0600; the password is masked here)\n{shown_env}", end="")
         return 0
@@ -363,6 +432,7 @@ def install(args: argparse.Namespace, settings: Settings, *, running_as_root: bo
     write_atomically(unit_path, unit, UNIT_FILE_MODE)
     print(f"wrote {unit_path}")
     print(f"wrote {args.env_file} (mode 0600)")
+    print(runs)
     print("next: systemctl daemon-reload && systemctl enable --now trainyard-agent")
     return 0
 

@@ -6,15 +6,11 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 from uuid import UUID
 
-from node_agent.runtime import LearnerSpec, learner_env
+from node_agent.runtime import LearnerSpec, Mount, learner_env
 
-LEARNER_UID = 1000
-"""The user learners run as when the agent is root (the learner image's); an agent that is not
-root runs them as itself, so that both can read and write the learners' directories."""
 PIDS_LIMIT = 4096
 """Ample for a training script with data loader workers and their threads; a fork bomb stops
 here instead of exhausting the node's process table."""
@@ -69,11 +65,11 @@ class LearnerLabels:
             raise ValueError(f"no {exc.args[0]} label") from None
 
 
-def learner_ids() -> tuple[int, int]:
-    """The user and group learners run as: never root (see LEARNER_UID)."""
-    if os.geteuid() == 0:
-        return LEARNER_UID, LEARNER_UID
-    return os.geteuid(), os.getegid()
+def learner_user(spec: LearnerSpec) -> tuple[int, int]:
+    """The user and group the container runs as: the job's (see `node_agent.users`), or, under
+    an agent that is not root, the agent's own, so that both can use the learner's folders.
+    Never root."""
+    return spec.user if spec.user is not None else (os.geteuid(), os.getegid())
 
 
 def container_name(spec: LearnerSpec) -> str:
@@ -81,21 +77,27 @@ def container_name(spec: LearnerSpec) -> str:
     return f"trainyard-{spec.job_id}-{spec.attempt}-{spec.learner}-e{spec.epoch}"
 
 
-def _bind(path: Path, *, writable: bool) -> dict[str, Any]:
-    # At the same path inside: the paths in the learner's environment (checkpoint and results
-    # directories) and in its checkpoint reports are the node's paths.
-    return {"Type": "bind", "Source": str(path), "Target": str(path), "ReadOnly": not writable}
+def _bind(mount: Mount) -> dict[str, Any]:
+    return {
+        "Type": "bind",
+        "Source": str(mount.source),
+        "Target": str(mount.target),
+        "ReadOnly": not mount.writable,
+    }
 
 
 def container_config(
-    spec: LearnerSpec, *, user: tuple[int, int], request_gpus: bool, network: str = "none"
+    spec: LearnerSpec, *, request_gpus: bool, network: str = "none"
 ) -> dict[str, Any]:
     """The body of the engine's create call for this learner; its GPUs are requested from the
     engine's NVIDIA driver by UUID when `request_gpus` (not for fake GPUs). `network`: the
     Docker network it joins, its job's own (see `networks`) when its tenant may use one."""
     memory = spec.memory_mb << 20
-    mounts = [_bind(spec.workdir, writable=True)]
-    mounts += [_bind(mount.path, writable=mount.writable) for mount in spec.mounts]
+    # Its working directory at the same path inside, as the other folders of the agent's: the
+    # paths in its environment and in its checkpoint reports are the node's paths.
+    mounts = [_bind(Mount.same(spec.workdir, writable=True))]
+    mounts += [_bind(mount) for mount in spec.mounts]
+    user = learner_user(spec)
     host: dict[str, Any] = {
         # Isolation by default: no network, no privileges, nothing writable but what the
         # learner needs (its scratch, working, checkpoint and results directories).

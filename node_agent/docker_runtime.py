@@ -15,13 +15,11 @@ import asyncio
 import calendar
 import functools
 import logging
-import os
 import signal
 from collections import Counter
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from datetime import datetime
-from pathlib import Path
 from signal import Signals
 from typing import Any
 from uuid import UUID
@@ -31,13 +29,9 @@ import aiohttp
 from aiodocker.exceptions import DockerError
 
 from controlplane.jobs.images import DEFAULT_ALLOWLIST, ImageAllowlist
-from node_agent.containers import (
-    LearnerLabels,
-    container_config,
-    container_name,
-    learner_ids,
-)
+from node_agent.containers import LearnerLabels, container_config, container_name
 from node_agent.docker_logs import log_lines
+from node_agent.folders import prepare
 from node_agent.images import admit, resolved_id
 from node_agent.networks import FirewallError, JobNetworks
 from node_agent.runtime import (
@@ -204,17 +198,16 @@ class DockerRuntime:
         self._request_gpus = request_gpus
         self._images = images
         self._networks = JobNetworks(docker)
-        self._user = learner_ids()
 
     async def start(self, spec: LearnerSpec) -> DockerLearner:
         # The image first: a refused one leaves nothing behind on the node.
         spec = replace(spec, image=await self._image(spec))
-        spec = self._prepare(spec)
+        # Its folders made and its locations checked, on the node, now; any failure is the
+        # start's (LearnerStartError), so the attempt rolls back with the reason.
+        spec = prepare(spec)
         # Its job's network, isolated before the container joins it.
         network = await self._networks.prepare(spec) if spec.network else "none"
-        config = container_config(
-            spec, user=self._user, request_gpus=self._request_gpus, network=network
-        )
+        config = container_config(spec, request_gpus=self._request_gpus, network=network)
         release = self._release(spec.job_id) if spec.network else None
         try:
             container = await self._docker.containers.create(config, name=container_name(spec))
@@ -242,15 +235,6 @@ class DockerRuntime:
         except ENGINE_ERRORS as exc:
             raise LearnerStartError(_create_error(spec, exc)) from exc
         return resolved_id(spec.image, digests, inspected)
-
-    def _prepare(self, spec: LearnerSpec) -> LearnerSpec:
-        """Create the directories the container writes to, owned by its user; leave out a
-        read-only mount that does not exist (a missing data file: the launcher reports it,
-        while the engine would refuse the whole container)."""
-        for path in [spec.workdir, *(m.path for m in spec.mounts if m.writable)]:
-            _make_dir(path, self._user)
-        mounts = [m for m in spec.mounts if m.writable or m.path.exists()]
-        return replace(spec, mounts=mounts)
 
     def _release(self, job_id: UUID) -> Release:
         return functools.partial(self._networks.release, job_id)
@@ -299,16 +283,6 @@ class DockerRuntime:
     async def kill(self, found: FoundLearner) -> None:
         release = self._release(found.job_id)
         await DockerLearner(self._docker, found.handle, release=release).remove()
-
-
-def _make_dir(path: Path, user: tuple[int, int]) -> None:
-    if path.is_dir():
-        return
-    path.mkdir(parents=True)
-    # An agent that is root hands it to the learner's user; one that is not runs its
-    # learners as itself, and owns it already.
-    if os.geteuid() == 0:
-        os.chown(path, *user)
 
 
 def _message(exc: BaseException) -> str:

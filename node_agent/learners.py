@@ -1,35 +1,39 @@
-"""What each learner of a claimed attempt runs: a pure function of the claim and the node."""
+"""What each learner of a claimed attempt runs: a pure function of the claim and the node.
+
+Its folders are the agent's (made by `node_agent.folders`, owned by the job's user); the
+tenant names no node path: `data.mount_path` is where a container sees its data folder, and
+`file://` locations are used only under the operator's roots, which a container sees instead.
+"""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Set
 from pathlib import Path
 from urllib.parse import urlsplit
 from uuid import UUID
 
 from controlplane.agents.claims import Claim
-from node_agent.runtime import LearnerSpec, Mount
+from controlplane.jobs.locations import DATA_ROOTS_ENV, RESULTS_ROOTS_ENV, Roots
+from node_agent.runtime import Folder, LearnerSpec, Mount, Shared
 from runners import config as runner_env
 from runners.uri import file_path
 
 
+def job_dir(work_dir: Path, job_id: UUID) -> Path:
+    """The job's folder on this node, owned by its user: every learner's folders are in it."""
+    return work_dir / str(job_id)
+
+
 def learner_dir(work_dir: Path, job_id: UUID, attempt: int, learner: int) -> Path:
     """A learner's working directory, where its output files are."""
-    return work_dir / str(job_id) / f"attempt-{attempt}" / f"learner-{learner}"
+    return job_dir(work_dir, job_id) / f"attempt-{attempt}" / f"learner-{learner}"
 
 
 def checkpoint_dir(root: Path, claim: Claim, learner: int) -> Path:
     """Shared by every attempt of the job that runs where `root` is mounted (this node, or every
     node when it is a shared volume), so a restart resumes from it."""
     return root / str(claim.job.job_id) / "checkpoints" / f"learner-{learner}"
-
-
-def _results_mount(location: Path) -> Path:
-    """The launcher stages its copy of the results beside their location, so the location's
-    parent is written too; never the root, though (a container would then see all of the
-    node's file system): results at the top level cannot be staged in a container, and its
-    STORING phase says so."""
-    return location if location.parent == Path("/") else location.parent
 
 
 def learner_specs(
@@ -40,12 +44,18 @@ def learner_specs(
     checkpoint_root: Path,
     launcher: list[str],
     network_tenants: Set[str] = frozenset(),
+    roots: Roots | None = None,
+    user: tuple[int, int] | None = None,
+    container: bool = False,
     secret_env: Mapping[str, str] | None = None,
 ) -> list[LearnerSpec]:
     """One spec per learner: the user's command wrapped by the learner launcher (which reports
     phases and checkpoints), with the manifest's environment and the job's `secret_env`, its
     data, results and checkpoint settings, and the network only for the tenants in
-    `network_tenants`."""
+    `network_tenants`; `file://` locations allowed under `roots` (none: refused when the
+    learner is prepared), run as `user`; `container`: whether it runs in one (where
+    `data.mount_path` applies)."""
+    roots = roots or Roots()
     job = claim.job
     manifest = job.manifest
     specs = []
@@ -53,7 +63,10 @@ def learner_specs(
     for allocation in claim.on(node):
         workdir = learner_dir(work_dir, job.job_id, claim.attempt, allocation.index)
         checkpoints = checkpoint_dir(checkpoint_root, claim, allocation.index)
-        mounts = [Mount(checkpoints, writable=True)]
+        data = workdir / "data"
+        folders = [Folder(work_dir, data), Folder(checkpoint_root, checkpoints)]
+        mounts = [Mount.same(checkpoints, writable=True)]
+        shared = []
         env = {
             **manifest.env,
             **(secret_env or {}),
@@ -63,23 +76,39 @@ def learner_specs(
             runner_env.CHECKPOINT_KEEP: str(manifest.checkpoint.keep),
         }
         if manifest.data is not None:
+            data_dir = data
+            if container and manifest.data.mount_path is not None:
+                # A place inside the container only: the agent's data folder is seen there.
+                data_dir = Path(manifest.data.mount_path)
+                mounts.append(Mount(data, data_dir, writable=True))
             env[runner_env.DATA_URI] = manifest.data.source
-            env[runner_env.DATA_DIR] = manifest.data.mount_path or str(workdir / "data")
+            env[runner_env.DATA_DIR] = str(data_dir)
             if manifest.data.sha256:
                 env[runner_env.DATA_SHA256] = manifest.data.sha256
             if urlsplit(manifest.data.source).scheme == "file":
-                mounts.append(Mount(file_path(manifest.data.source), writable=False))
-            if manifest.data.mount_path is not None:
-                mounts.append(Mount(Path(manifest.data.mount_path), writable=True))
+                source = file_path(manifest.data.source)
+                shared.append(
+                    Shared(source, roots.data, job.tenant, False, "data.source", DATA_ROOTS_ENV)
+                )
         if manifest.results is not None:
             location = manifest.results.location.rstrip("/")
             # Several learners must not overwrite each other's results.
             if manifest.learners > 1:
                 location = f"{location}/learner-{allocation.index}"
             env[runner_env.RESULTS_URI] = location
-            mounts.append(Mount(_results_mount(file_path(location)), writable=True))
+            shared.append(
+                Shared(
+                    file_path(location),
+                    roots.results,
+                    job.tenant,
+                    True,
+                    "results.location",
+                    RESULTS_ROOTS_ENV,
+                )
+            )
         resume = job.last_checkpoint.path if job.last_checkpoint else None
-        if resume is not None and Path(resume).is_relative_to(checkpoints):
+        # As the learner reported it: normalized, so that `..` cannot lead out of its folder.
+        if resume is not None and Path(os.path.normpath(resume)).is_relative_to(checkpoints):
             env[runner_env.RESUME_FROM] = resume
         specs.append(
             LearnerSpec(
@@ -97,6 +126,9 @@ def learner_specs(
                 memory_mb=manifest.memory_mb,
                 mounts=mounts,
                 network=job.tenant in network_tenants,
+                user=user,
+                folders=folders,
+                shared=shared,
             )
         )
     return specs

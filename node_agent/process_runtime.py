@@ -14,15 +14,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import resource
 import signal
+import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO, Literal
 from uuid import UUID
 
+from node_agent.folders import open_regular, prepare
+from node_agent.learners import learner_dir
 from node_agent.runtime import (
     ATTEMPT,
     EPOCH,
@@ -38,7 +42,10 @@ from node_agent.runtime import (
     Stream,
     learner_env,
 )
+from node_agent.users import leftover_processes
 from runners.config import EXIT_FILE
+
+log = logging.getLogger(__name__)
 
 LINE_LIMIT = 1 << 20
 """Longest line read at once; longer output arrives in pieces (and the log store splits)."""
@@ -51,9 +58,9 @@ EXIT_STATUS_FILE = "exit-status"
 
 
 def process_env(spec: LearnerSpec) -> dict[str, str]:
-    """A learner process's environment: the node's PATH, and where its launcher leaves its
-    exit status. Its TRAINYARD_* variables are also how a restarted agent recognises it (see
-    `find_learners`)."""
+    """A learner process's environment, made afresh: nothing of the agent's (its database URL,
+    its tokens) but the node's PATH; and where its launcher leaves its exit status. Its
+    TRAINYARD_* variables are also how a restarted agent recognises it (see `find_learners`)."""
     return {
         **learner_env(spec, path=os.environ.get("PATH", "/usr/bin:/bin")),
         EXIT_FILE: str(spec.workdir / EXIT_STATUS_FILE),
@@ -75,13 +82,27 @@ def _limits(memory_mb: int) -> Callable[[], None]:
 class ProcessLearner:
     """A learner process, started by this agent or adopted from an earlier one."""
 
-    def __init__(self, pid: int | None, workdir: Path, status: Awaitable[ExitStatus]) -> None:
+    def __init__(
+        self,
+        pid: int | None,
+        workdir: Path,
+        status: Awaitable[ExitStatus],
+        user: tuple[int, int] | None = None,
+    ) -> None:
         self._pid = pid
         self._workdir = workdir
         self._status = asyncio.ensure_future(status)
+        self._user = user
 
     async def lines(self) -> AsyncIterator[LearnerLine]:
-        with _output_files(self._workdir, "rb") as files:
+        with contextlib.ExitStack() as stack:
+            try:
+                files = stack.enter_context(_output_files(self._workdir, "rb"))
+            except OSError as exc:
+                # The learner replaced them (with a symlink, a FIFO): its output is lost, the
+                # agent's files are not read for it, and its end is still awaited.
+                log.warning("learner in %s: its output cannot be read: %s", self._workdir, exc)
+                return
             tails = [_Tail(stream, file) for stream, file in files.items()]
             while True:
                 # Looked at before reading: whatever the learner wrote before it ended is then
@@ -104,7 +125,14 @@ class ProcessLearner:
         return await asyncio.shield(self._status)
 
     async def remove(self) -> None:
-        """Nothing to remove: the ended process is gone, its files are the node's."""
+        """Kill what the learner left running (a daemon its command detached, still holding
+        its GPUs): every process of the job's user, which only the job's learners use. Its
+        files stay. Nothing to do for learners that run as the agent's user."""
+        if self._user is None:
+            return
+        for pid in leftover_processes(self._user[0]):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
     def signal(self, sig: signal.Signals) -> None:
         if self._pid is None or self._status.done():
@@ -121,12 +149,21 @@ class ProcessLearner:
 
 @contextlib.contextmanager
 def _output_files(workdir: Path, mode: Literal["rb", "ab"]) -> Iterator[dict[Stream, BinaryIO]]:
-    # Local files: opening them does not block the event loop for any time that matters.
+    """The learner's output files, opened by the agent: never through a symlink, and for
+    reading only if they are regular files (the learner owns its folder and may have replaced
+    them with a link to the agent's secrets, or a FIFO that would block the agent). Local
+    files: opening them does not block the event loop for any time that matters."""
     with contextlib.ExitStack() as stack:
-        yield {
-            stream: stack.enter_context(open(workdir / name, mode))
-            for stream, name in OUTPUT_FILES.items()
-        }
+        files: dict[Stream, BinaryIO] = {}
+        for stream, name in OUTPUT_FILES.items():
+            path = workdir / name
+            if mode == "rb":
+                fd = open_regular(path)
+            else:
+                flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+                fd = os.open(path, flags, 0o600)
+            files[stream] = stack.enter_context(os.fdopen(fd, mode))
+        yield files
 
 
 class _Tail:
@@ -172,7 +209,9 @@ async def _exit_of_adopted(pid: int | None, workdir: Path) -> ExitStatus:
     if pid is not None:
         await _until_ended(pid)
     try:
-        return ExitStatus(code=int((workdir / EXIT_STATUS_FILE).read_text()))
+        # Written by the launcher, as the job's user: read like its output files.
+        with os.fdopen(open_regular(workdir / EXIT_STATUS_FILE), "rb") as status:
+            return ExitStatus(code=int(status.read(32)))
     except (OSError, ValueError):
         return ExitStatus(code=None)  # killed before its launcher could say
 
@@ -200,11 +239,13 @@ async def _until_ended(pid: int) -> None:
 
 def find_learners(node: str, work_dir: Path, proc: Path = Path("/proc")) -> list[FoundLearner]:
     """The running learners that an agent of `node` on `work_dir` started: processes whose
-    environment names the node and a file under the work directory, and which lead their own
+    environment names the node and a file under the work directory, which lead their own
     process group (the training commands they run share their environment, but not their
-    group). Another agent of the same name on this machine (another cluster's, named after the
-    host too, or another test run's) has another work directory, and its learners are not this
-    agent's to adopt or kill."""
+    group), and which run as the user that owns the job's folder. Another agent of the same
+    name on this machine (another cluster's, named after the host too, or another test run's)
+    has another work directory, and its learners are not this agent's to adopt or kill; a
+    process one job's code started with another job's variables is an impostor, run by the
+    wrong user, and is not adopted as that job's learner."""
     found = []
     for entry in proc.iterdir():
         if not entry.name.isdigit():
@@ -218,15 +259,23 @@ def find_learners(node: str, work_dir: Path, proc: Path = Path("/proc")) -> list
             pid = int(entry.name)
             if environ.get(NODE) != node or os.getpgid(pid) != pid:
                 continue
-            # Trainyard's own variable (the manifest's env cannot override it), in the
-            # learner's working directory.
-            if not Path(environ[EXIT_FILE]).is_relative_to(work_dir):
+            job_id, attempt, learner = (
+                UUID(environ[JOB_ID]),
+                int(environ[ATTEMPT]),
+                int(environ[LEARNER]),
+            )
+            # Trainyard's own variable (the manifest's env cannot override it): the exit file
+            # in the working directory of the learner it claims to be, whose owner it runs as.
+            workdir = learner_dir(work_dir, job_id, attempt, learner)
+            if environ[EXIT_FILE] != str(workdir / EXIT_STATUS_FILE):
+                continue
+            if entry.stat().st_uid != workdir.stat().st_uid:
                 continue
             found.append(
                 FoundLearner(
-                    job_id=UUID(environ[JOB_ID]),
-                    attempt=int(environ[ATTEMPT]),
-                    learner=int(environ[LEARNER]),
+                    job_id=job_id,
+                    attempt=attempt,
+                    learner=learner,
                     epoch=int(environ[EPOCH]),
                     handle=str(pid),
                 )
@@ -244,26 +293,41 @@ class ProcessRuntime:
         """The agent's: every learner it starts works below it."""
 
     async def start(self, spec: LearnerSpec) -> Learner:
-        spec.workdir.mkdir(parents=True, exist_ok=True)
-        with _output_files(spec.workdir, "ab") as files:
-            try:
-                process = await asyncio.create_subprocess_exec(
-                    *spec.command,
-                    cwd=spec.workdir,
-                    env=process_env(spec),
-                    stdin=asyncio.subprocess.DEVNULL,
-                    stdout=files["stdout"],
-                    stderr=files["stderr"],
-                    # Its own session and process group: signals from the agent's terminal do
-                    # not reach it, it outlives the agent, and the agent signals the group.
-                    start_new_session=True,
-                    preexec_fn=_limits(spec.memory_mb),
-                )
-            except OSError as exc:
-                raise LearnerStartError(
-                    f"cannot start {spec.command[0]!r}: {exc.strerror}"
-                ) from exc
-        return ProcessLearner(process.pid, spec.workdir, _exit_of_child(process))
+        # Its folders made and its locations checked, on the node, now.
+        spec = prepare(spec)
+        user, group = spec.user if spec.user is not None else (None, None)
+        try:
+            with _output_files(spec.workdir, "ab") as files:
+                process = await self._spawn(spec, files, user, group)
+        except OSError as exc:
+            raise LearnerStartError(f"cannot open its output files: {exc}") from exc
+        return ProcessLearner(process.pid, spec.workdir, _exit_of_child(process), spec.user)
+
+    @staticmethod
+    async def _spawn(
+        spec: LearnerSpec, files: dict[Stream, BinaryIO], user: int | None, group: int | None
+    ) -> asyncio.subprocess.Process:
+        try:
+            return await asyncio.create_subprocess_exec(
+                *spec.command,
+                cwd=spec.workdir,
+                env=process_env(spec),
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=files["stdout"],
+                stderr=files["stderr"],
+                # Its own session and process group: signals from the agent's terminal do
+                # not reach it, it outlives the agent, and the agent signals the group.
+                start_new_session=True,
+                preexec_fn=_limits(spec.memory_mb),
+                # The job's user, with no supplementary groups (the agent's, root's, would
+                # stay otherwise): set in the child before it runs anything of the job's.
+                user=user,
+                group=group,
+                extra_groups=[] if user is not None else None,
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            # Not an OSError any more: the caller reports it as the start's failure.
+            raise LearnerStartError(f"cannot start {spec.command[0]!r}: {exc}") from exc
 
     async def find(self, node: str) -> list[FoundLearner]:
         return find_learners(node, self._work_dir)
@@ -272,7 +336,7 @@ class ProcessRuntime:
         if found is None and not (spec.workdir / OUTPUT_FILES["stdout"]).exists():
             return None  # its output files are made before it starts: it never started
         pid = int(found.handle) if found is not None else None
-        return ProcessLearner(pid, spec.workdir, _exit_of_adopted(pid, spec.workdir))
+        return ProcessLearner(pid, spec.workdir, _exit_of_adopted(pid, spec.workdir), spec.user)
 
     async def kill(self, found: FoundLearner) -> None:
         with contextlib.suppress(ProcessLookupError):

@@ -31,12 +31,44 @@ class LearnerLine(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class Mount:
-    """A host path a learner uses besides its working directory, seen at the same path inside a
-    container (so that paths in its environment and in checkpoint events mean the same inside
-    and out). A child process sees the host anyway."""
+    """A node path a container sees at `target`: one of the agent's own folders for the job, or
+    an operator's root. Never a path the tenant chose. A child process sees the node anyway."""
+
+    source: Path
+    target: Path
+    writable: bool
+
+    @classmethod
+    def same(cls, path: Path, *, writable: bool) -> Mount:
+        """Seen at the same path inside (so that paths in the learner's environment and in its
+        checkpoint reports mean the same inside and out)."""
+        return cls(path, path, writable)
+
+
+@dataclass(frozen=True, slots=True)
+class Folder:
+    """A folder the agent makes for the job before its learner starts: `path`, below `base`
+    (the agent's work or checkpoint directory), each level owned by the job's user, mode
+    0700, made without following symlinks."""
+
+    base: Path
+    path: Path
+
+
+@dataclass(frozen=True, slots=True)
+class Shared:
+    """A `file://` location of the job on the node, which must lie under one of the operator's
+    `roots` for `tenant` (checked again on the node, after resolving symlinks, before the
+    learner starts); a container then sees that root, at the same path."""
 
     path: Path
+    roots: tuple[str, ...]
+    tenant: str
     writable: bool
+    field: str
+    """The manifest field it came from (for the reason an attempt fails)."""
+    setting: str
+    """The operator's setting that lists the roots."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +92,11 @@ class LearnerSpec:
     network: bool = False
     """Whether the learner may use the network (its tenant is allowed to); a container has
     none otherwise."""
+    user: tuple[int, int] | None = None
+    """The uid and gid it runs as (the job's, see `node_agent.users`); None: the agent's own
+    (an agent that is not root cannot hand out others)."""
+    folders: list[Folder] = field(default_factory=list)
+    shared: list[Shared] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)

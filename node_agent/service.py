@@ -9,6 +9,7 @@ from uuid import UUID
 from controlplane.database import AGENT_ROLE, create_pool
 from controlplane.events.subscription import LogListener
 from node_agent.agent import Agent, AgentConfig
+from node_agent.folders import make_base
 from node_agent.identity import agent_identity
 from node_agent.inventory import open_inventory
 from node_agent.log_shipper import LogShipper
@@ -34,6 +35,8 @@ async def run_agent(
     runs on the work directory), take back what an earlier agent of the node left running, work
     until `stop` is set, then stop the learners, ship the last lines and deregister."""
     with agent_identity(config.work_dir) as agent_id:
+        make_base(config.work_dir)
+        make_base(config.checkpoint_root)
         await _run(url, config, agent_id, fake_gpus=fake_gpus, stop=stop, registered=registered)
 
 

@@ -20,6 +20,9 @@ DATA_SHA256 = "TRAINYARD_DATA_SHA256"
 DATA_DIR = "TRAINYARD_DATA_DIR"
 RESULTS_DIR = "TRAINYARD_RESULTS_DIR"
 RESULTS_URI = "TRAINYARD_RESULTS_URI"
+RESULTS_ROOT = "TRAINYARD_RESULTS_ROOT"
+"""The operator's root that the results location lies under (set by the agent): the launcher
+stores nowhere else, whatever symlinks the location has come to pass through."""
 CHECKPOINT_DIR = "TRAINYARD_CHECKPOINT_DIR"
 CHECKPOINT_INTERVAL = "TRAINYARD_CHECKPOINT_INTERVAL"
 CHECKPOINT_KEEP = "TRAINYARD_CHECKPOINT_KEEP"
@@ -53,6 +56,7 @@ class DataSource:
 class Results:
     directory: Path
     uri: str | None  # None: the command's results stay where it wrote them
+    root: Path | None = None  # where the location must stay, see RESULTS_ROOT
 
 
 @dataclass(frozen=True)
@@ -131,7 +135,9 @@ def _results(environ: Mapping[str, str]) -> Results | None:
         _check_uri(RESULTS_URI, uri, RESULTS_SCHEMES)
         if directory is None:
             raise ConfigError(f"{RESULTS_DIR} must be set when {RESULTS_URI} is")
-    return None if directory is None else Results(directory=Path(directory), uri=uri)
+    if directory is None:
+        return None
+    return Results(directory=Path(directory), uri=uri, root=_path(_get(environ, RESULTS_ROOT)))
 
 
 def _get(environ: Mapping[str, str], name: str) -> str | None:

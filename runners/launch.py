@@ -118,7 +118,7 @@ class Launcher:
         results = self._loaded_config().results
         if results is not None and results.uri is not None:
             with self._router.interruptible():
-                store(results.directory, results.uri)
+                store(results.directory, results.uri, root=results.root)
         return SUCCEEDED
 
     def _loaded_config(self) -> LaunchConfig:

@@ -1,8 +1,11 @@
 """The STORING phase's work: copy the results directory to the results location.
 
 Supported locations: `file://` (a directory, created with its parents if missing, replaced if it
-exists). The copy is assembled under a hidden staging name next to the destination, made durable,
-and only then renamed into place, so the destination never holds a partial copy.
+exists), below the operator's root when the agent names one (`TRAINYARD_RESULTS_ROOT`): checked
+with symlinks resolved, so a location that has come to pass through a symlink out of the root
+is refused rather than replaced. The copy is assembled under a hidden staging name next to the
+destination, made durable, and only then renamed into place, so the destination never holds a
+partial copy.
 """
 
 from __future__ import annotations
@@ -23,16 +26,32 @@ class StoreError(PhaseError):
     """The results could not be stored at the results location."""
 
 
-def store(results_dir: Path, uri: str) -> None:
-    """Copy `results_dir` to the location `uri` names."""
+def store(results_dir: Path, uri: str, *, root: Path | None = None) -> None:
+    """Copy `results_dir` to the location `uri` names, which must lie below `root` if given."""
     try:
         require_scheme(uri, RESULTS_SCHEMES)
         destination = file_path(uri)
+        if root is not None:
+            destination = _below(destination, root)
         if not results_dir.is_dir():
             raise StoreError(f"cannot store results: {results_dir} is not a directory")
         _replace_tree(results_dir, destination)
     except (OSError, UriError) as error:
         raise StoreError(f"cannot store results to {uri}: {error!s}") from error
+
+
+def _below(destination: Path, root: Path) -> Path:
+    """`destination` with symlinks resolved, if it lies below `root` (the root itself is not
+    replaced: it is the operator's)."""
+    resolved = Path(os.path.realpath(destination))
+    if resolved == Path(os.path.realpath(root)) or not resolved.is_relative_to(
+        os.path.realpath(root)
+    ):
+        raise StoreError(
+            f"cannot store results to {destination}: it resolves to {resolved}, which is not "
+            f"below the results root {root}"
+        )
+    return resolved
 
 
 def _replace_tree(source: Path, destination: Path) -> None:

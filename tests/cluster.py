@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import stat
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -20,6 +22,7 @@ from controlplane.events.store import EventStore
 from controlplane.events.subscription import LogListener
 from controlplane.jobs.images import ImageAllowlist
 from controlplane.jobs.lifecycle import Job, JobStatus
+from controlplane.jobs.locations import Roots
 from controlplane.jobs.manifest import JobManifest
 from controlplane.jobs.service import Jobs
 from controlplane.logs.store import read_lines
@@ -78,8 +81,23 @@ class Plane:
         return [stored.line.text for stored in await read_lines(self.pool, job_id, limit=10_000)]
 
 
+def traversable(path: Path) -> Path:
+    """`path`, with the test's own directories on the way to it passable by other users
+    (pytest makes them 0700): learners run as uids of their own when the tests run as root,
+    as an agent's folders are for them on a node."""
+    path.mkdir(parents=True, exist_ok=True)
+    for directory in [*reversed(path.parents), path]:
+        info = directory.stat()
+        if info.st_uid == os.geteuid() and not info.st_mode & stat.S_IXOTH:
+            directory.chmod(info.st_mode | stat.S_IXOTH)
+    return path
+
+
 def agent_config(tmp_path: Path, name: str = "n1", grace_s: float = 5) -> AgentConfig:
+    """An agent for which the test's directory is the operator's data and results root."""
+    traversable(tmp_path)
     return AgentConfig(
+        roots=Roots(data=(str(tmp_path),), results=(str(tmp_path),)),
         name=name,
         work_dir=tmp_path / name,
         cpus=4,

@@ -200,3 +200,46 @@ async def test_a_killed_agent_s_container_runs_on_and_is_re_adopted(
         await eventually(every_line_once)
     finally:
         await agent.stop()
+
+
+async def test_a_mount_path_naming_a_file_of_the_image_fails_the_job_with_the_reason(
+    plane: Plane, docker_agent: RunningAgent, docker_node: str
+) -> None:
+    # `mount_path` is a place inside the container only; one the engine cannot mount there
+    # (an existing file of the image) fails the deployment at once, never waits for the
+    # deploy timeout, and leaves nothing on the node.
+    job_id = await submit(
+        plane,
+        "print('never runs')",
+        data={"source": "https://example.invalid/d", "mount_path": "/etc/passwd"},
+        deploy_retries=0,
+        deploy_timeout_s=3600,
+    )
+    job = await plane.state(job_id, JobStatus.FAILED)
+    assert job.failure_reason is not None and "failed to start" in job.failure_reason
+    await wait_for_line(plane, job_id, "learner 0 failed to start")
+
+    async def removed() -> bool:
+        return containers_of(docker_node) == []
+
+    await eventually(removed)
+
+
+async def test_a_container_runs_as_its_job_s_user_and_sees_its_data_at_mount_path(
+    plane: Plane, docker_agent: RunningAgent, tmp_path: Path
+) -> None:
+    data = tmp_path / "data.bin"
+    data.write_text("the data\n")
+    data.chmod(0o644)
+    code = (
+        "import os\n"
+        "print('uid', os.getuid())\n"
+        "print('data', open('/mnt/in/data.bin').read().strip())\n"
+    )
+    job_id = await submit(plane, code, data={"source": data.as_uri(), "mount_path": "/mnt/in"})
+    job = await plane.state(job_id, JobStatus.COMPLETED, JobStatus.FAILED)
+    lines = await plane.log_text(job_id)
+    assert job.state is JobStatus.COMPLETED, lines
+    [uid] = [int(line.split()[1]) for line in lines if line.startswith("uid ")]
+    assert uid >= 200000
+    assert "data the data" in lines

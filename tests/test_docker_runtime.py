@@ -16,11 +16,11 @@ import pytest
 
 from controlplane.jobs.images import ImageAllowlist
 from node_agent.cli import choose_runtime
-from node_agent.containers import LEARNER_UID, PIDS_LIMIT, LearnerLabels
+from node_agent.containers import PIDS_LIMIT, LearnerLabels
 from node_agent.docker_runtime import DockerLearner, DockerRuntime
 from node_agent.images import LEARNER_IMAGE
 from node_agent.networks import network_name
-from node_agent.runtime import ExitStatus, LearnerSpec, LearnerStartError, Mount
+from node_agent.runtime import ExitStatus, Folder, LearnerSpec, LearnerStartError, Mount
 from tests.cluster import TEST_IMAGES
 from tests.docker_engine import (
     Engine,
@@ -33,6 +33,8 @@ from tests.test_agent import SIGNALLED
 
 require_engine()  # or the whole module skips (on CI: fails)
 
+LEARNER_UID = 200123
+"""The job's user (see node_agent.users), which its container runs as."""
 GPUS = ["GPU-0b6b7c4e-0000-4000-8000-000000000001", "GPU-0b6b7c4e-0000-4000-8000-000000000002"]
 
 
@@ -50,6 +52,8 @@ def spec(tmp_path: Path, node: str, command: list[str], **changes: Any) -> Learn
         "gpus": [],
         "cpus": 1.0,
         "memory_mb": 512,
+        "user": (LEARNER_UID, LEARNER_UID),
+        "folders": [Folder(tmp_path, tmp_path / "work")],
     }
     return LearnerSpec(**{**values, **changes})
 
@@ -116,7 +120,8 @@ async def test_inspect_shows_the_gpus_limits_isolation_and_labels(
         gpus=GPUS,
         cpus=0.5,
         memory_mb=300,
-        mounts=[Mount(checkpoints, writable=True)],
+        mounts=[Mount.same(checkpoints, writable=True)],
+        folders=[Folder(tmp_path, tmp_path / "work"), Folder(tmp_path, checkpoints)],
     )
     learner = await DockerRuntime(docker, request_gpus=True).start(wanted)
     assert await first_line(learner) == "ready"
@@ -177,7 +182,8 @@ async def test_inside_the_learner_is_a_non_root_user_without_network_or_privileg
         docker_node,
         python(ISOLATION_CHECK),
         env={"CHECKPOINTS": str(checkpoints)},
-        mounts=[Mount(checkpoints, writable=True)],
+        mounts=[Mount.same(checkpoints, writable=True)],
+        folders=[Folder(tmp_path, tmp_path / "work"), Folder(tmp_path, checkpoints)],
     )
     learner = await DockerRuntime(docker).start(wanted)
     lines = [line.text async for line in learner.lines()]

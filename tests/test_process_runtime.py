@@ -9,13 +9,17 @@ from dataclasses import replace
 from pathlib import Path
 from uuid import uuid4
 
+from node_agent.learners import learner_dir
 from node_agent.process_runtime import LINE_LIMIT, ProcessRuntime, find_learners
-from node_agent.runtime import Learner, LearnerSpec
+from node_agent.runtime import Folder, Learner, LearnerSpec
 
 
 def spec(tmp_path: Path, code: str) -> LearnerSpec:
+    """A learner of a job of the agent working in `tmp_path`."""
+    job_id = uuid4()
+    workdir = learner_dir(tmp_path, job_id, 1, 0)
     return LearnerSpec(
-        job_id=uuid4(),
+        job_id=job_id,
         attempt=1,
         learner=0,
         epoch=1,
@@ -23,7 +27,8 @@ def spec(tmp_path: Path, code: str) -> LearnerSpec:
         image="unused",
         command=[sys.executable, "-c", code],
         env={},
-        workdir=tmp_path / "learner-0",
+        workdir=workdir,
+        folders=[Folder(tmp_path, workdir)],
         gpus=[],
         cpus=1,
         memory_mb=4096,
@@ -76,6 +81,8 @@ async def test_an_agent_finds_only_the_learners_of_its_own_work_directory(
         replace(spec(tmp_path / agent, "import time; time.sleep(60)"), node=node)
         for agent in ("mine", "theirs")
     )
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "theirs").mkdir()
     started = [await runtime.start(learner_spec) for learner_spec in (mine, theirs)]
     try:
         found = find_learners(node, tmp_path / "mine")

@@ -302,6 +302,9 @@ def test_dry_run_prints_both_files_with_the_password_masked_and_writes_nothing(
     assert "KillMode=process" in out
     assert f"EnvironmentFile={env_file}" in out
     assert "--name gpu-07 --runtime docker" in out
+    # Which runtime runs tenants' code, and as whom.
+    assert "# runtime docker: tenants' code runs in Docker containers" in out
+    assert "each job as its own uid (200000-265535)" in out
     assert f"# {env_file} (mode 0600" in out
     assert (
         'TRAINYARD_DATABASE_URL="postgresql://trainyard:***@db.example.com:5432/trainyard"' in out
@@ -369,6 +372,10 @@ def test_as_root_install_writes_the_unit_and_a_0600_environment_file(
     assert out.out.splitlines() == [
         f"wrote {unit_path}",
         f"wrote {env_file} (mode 0600)",
+        "runtime chosen as it starts: tenants' code runs in Docker containers (no privileges, "
+        "no network unless allowed) if an engine answers as the agent starts, else as "
+        "processes on this machine, each job as its own uid (200000-265535) (the service "
+        "runs as root)",
         "next: systemctl daemon-reload && systemctl enable --now trainyard-agent",
     ]
     assert PASSWORD not in out.out + out.err

@@ -25,6 +25,7 @@ from controlplane.http.keys import (
     IMAGES,
     JOBS,
     LISTENER,
+    LOCATION_ROOTS,
     MANAGER,
     POOL,
     PROJECTIONS,
@@ -36,6 +37,7 @@ from controlplane.http.keys import (
 from controlplane.http.openapi import document
 from controlplane.http.tracing import tracing_middleware
 from controlplane.jobs.images import ImageAllowlist
+from controlplane.jobs.locations import Roots
 from controlplane.jobs.service import Jobs
 from controlplane.projections.catalog import all_projections
 from controlplane.projections.runner import ProjectionRunner
@@ -53,15 +55,18 @@ def create_app(
     sse_heartbeat_s: float = 15.0,
     relay: RelayConfig | None = None,
     images: ImageAllowlist | None = None,
+    roots: Roots | None = None,
 ) -> web.Application:
     """The application; `images` None: the allowlist `TRAINYARD_IMAGES` sets (ValueError when
-    it is malformed), or the default."""
+    it is malformed), or the default; `roots`: where `file://` data and results may be
+    (default: from the environment)."""
     app = web.Application(middlewares=[tracing_middleware, auth_middleware])
     app[DATABASE_URL] = database_url
     app[IMAGES] = ImageAllowlist.from_env(os.environ) if images is None else images
     app[WEBHOOK_CONFIG] = relay or RelayConfig()
     app[LISTENER] = LogListener(database_url, poll_interval=poll_interval)
     app[SSE_HEARTBEAT_S] = sse_heartbeat_s
+    app[LOCATION_ROOTS] = roots if roots is not None else Roots.from_env()
     app.cleanup_ctx.append(_database)
     app.cleanup_ctx.append(_background)
     # Open SSE streams end first, so that shutdown does not wait for their clients.

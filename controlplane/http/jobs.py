@@ -17,7 +17,16 @@ from controlplane.events.hub import Lagged
 from controlplane.events.metadata import Metadata
 from controlplane.events.store import RecordedEvent
 from controlplane.http.errors import error, validation_error
-from controlplane.http.keys import HUB, IMAGES, JOBS, POOL, SSE_HEARTBEAT_S, STORE, WEBHOOKS
+from controlplane.http.keys import (
+    HUB,
+    IMAGES,
+    JOBS,
+    LOCATION_ROOTS,
+    POOL,
+    SSE_HEARTBEAT_S,
+    STORE,
+    WEBHOOKS,
+)
 from controlplane.http.webhooks import delivery_history
 from controlplane.instruments import sse_client
 from controlplane.jobs.events import JobEvent
@@ -30,6 +39,7 @@ from controlplane.jobs.lifecycle import (
     RequestCheckpoint,
     evolve,
 )
+from controlplane.jobs.locations import LocationRefused, check_manifest_locations
 from controlplane.jobs.manifest import JobSubmission
 from controlplane.jobs.placement import LiveNodes, unschedulable_reason
 from controlplane.jobs.projection import reason
@@ -127,6 +137,15 @@ async def submit(request: web.Request) -> web.Response:
     tenant = acting_tenant(who, request.query.get("tenant"), "submits")
     if not await request.app[POOL].fetchval(Q["tenant_exists"], tenant):
         raise error(422, f"no tenant named {tenant!r}", field="tenant")
+    try:
+        check_manifest_locations(
+            manifest.data.source if manifest.data else None,
+            manifest.results.location if manifest.results else None,
+            request.app[LOCATION_ROOTS],
+            tenant,
+        )
+    except LocationRefused as exc:
+        raise error(422, exc.message, field=exc.field) from exc
     key = request.headers.get("Idempotency-Key")
     if key is not None and not 1 <= len(key) <= 255:
         raise error(400, "Idempotency-Key must be 1 to 255 characters")

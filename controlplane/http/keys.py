@@ -13,6 +13,7 @@ from controlplane.events.hub import StreamHub
 from controlplane.events.store import EventStore
 from controlplane.events.subscription import LogListener
 from controlplane.jobs.images import ImageAllowlist
+from controlplane.jobs.locations import Roots
 from controlplane.jobs.service import Jobs
 from controlplane.projections.runner import ProjectionRunner
 from controlplane.webhooks.relay import RelayConfig, WebhookRelay
@@ -32,3 +33,4 @@ BACKGROUND = web.AppKey("background", asyncio.Task[None])
 SSE_HEARTBEAT_S = web.AppKey("sse_heartbeat_s", float)
 IMAGES = web.AppKey("images", ImageAllowlist)
 """The learner images jobs may name (`TRAINYARD_IMAGES`)."""
+LOCATION_ROOTS = web.AppKey("location_roots", Roots)

@@ -357,9 +357,10 @@ def document() -> dict[str, Any]:
                             e409="the Idempotency-Key was used for a different manifest",
                             e422="invalid manifest fields, each listed (a reserved environment "
                             "name as `env.NAME`); an image the service does not allow (`image`); "
-                            "an unknown tenant; or a webhook_url whose host is or resolves to a "
-                            "non-public address (not in TRAINYARD_WEBHOOK_ALLOW_NETWORKS) or does "
-                            "not resolve",
+                            "a file:// data.source or results.location outside the operator's "
+                            "roots for the tenant (the field names it); an unknown tenant; or a "
+                            "webhook_url whose host is or resolves to a non-public address (not "
+                            "in TRAINYARD_WEBHOOK_ALLOW_NETWORKS) or does not resolve",
                         ),
                     },
                 },

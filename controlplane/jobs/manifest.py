@@ -130,12 +130,18 @@ class _Strict(BaseModel):
 
 
 class DataSpec(_Strict):
-    source: str = Field(description="where the training data comes from (file://, http(s)://)")
+    source: str = Field(
+        description="where the training data comes from (http(s)://, or file:// only under a "
+        "data root the operator allows for the tenant, TRAINYARD_DATA_ROOTS; else 422)"
+    )
     sha256: str | None = Field(
         default=None, pattern=r"^[0-9a-f]{64}$", description="checksum the download must match"
     )
     mount_path: str | None = Field(
-        default=None, pattern=r"^/", description="where learners see the data (absolute path)"
+        default=None,
+        pattern=r"^/",
+        description="where a container sees its data directory (an absolute path inside the "
+        "container, never a node path; the process runtime ignores it)",
     )
 
     @field_validator("source")
@@ -145,7 +151,10 @@ class DataSpec(_Strict):
 
 
 class ResultsSpec(_Strict):
-    location: str = Field(description="where the results directory is copied at the end (file://)")
+    location: str = Field(
+        description="where the results directory is copied at the end (file://, only under a "
+        "results root the operator allows for the tenant, TRAINYARD_RESULTS_ROOTS; else 422)"
+    )
 
     @field_validator("location")
     @classmethod

@@ -1,0 +1,125 @@
+"""The folders a learner uses, which the agent makes and owns, and the files in them that the
+agent reads; never a path the tenant names.
+
+A learner's folders (its working, data and checkpoint directories) lie below the agent's work
+and checkpoint directories. The agent makes each level without following symlinks (a learner
+that replaced a folder of its job with a symlink to /etc gets an error, not /etc), mode 0700,
+owned by the job's user, so that no other job's learner can read them. The agent's own
+directories stay traversable (0711) but not listable, and its own files (lock, identity) are
+its own.
+
+Files a learner could have replaced (its output and exit-status files) are opened without
+following symlinks and only when they are regular files: a symlink to the agent's secrets or a
+FIFO that would block the agent is refused.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import stat
+from dataclasses import replace
+from pathlib import Path
+
+from controlplane.jobs.locations import root_of, tenant_roots
+from node_agent.runtime import LearnerSpec, LearnerStartError, Mount
+from runners.config import RESULTS_ROOT
+
+FOLDER_MODE = 0o700
+BASE_MODE = 0o711
+"""The agent's work and checkpoint directories: learners pass through to their job's folder,
+but cannot list the other jobs'."""
+_DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def make_folder(base: Path, path: Path, user: tuple[int, int] | None) -> None:
+    """Make `path` and every level of it below `base` (which must exist), or take them as they
+    are, without following symlinks; each level mode 0700 and owned by `user` (None: the
+    agent's). OSError when a level is not a directory of its own (a symlink, a file)."""
+    fd = os.open(base, _DIRECTORY)
+    try:
+        for name in path.relative_to(base).parts:
+            # Made already for an earlier learner or attempt of the job: checked below.
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(name, FOLDER_MODE, dir_fd=fd)
+            try:
+                child = os.open(name, _DIRECTORY, dir_fd=fd)
+            except OSError as exc:
+                # O_NOFOLLOW on a symlink: ELOOP; a file or a FIFO: ENOTDIR.
+                raise OSError(
+                    exc.errno,
+                    f"{name!r} on the way to {path} is not a directory of the agent's "
+                    f"({exc.strerror}); it is left alone",
+                ) from None
+            os.close(fd)
+            fd = child
+            if user is not None and os.geteuid() == 0:
+                os.fchown(fd, *user)
+            os.fchmod(fd, FOLDER_MODE)
+    finally:
+        os.close(fd)
+
+
+def make_base(path: Path) -> None:
+    """One of the agent's own directories (its work or checkpoint directory): made if missing,
+    and traversable but not listable by learners when the agent owns it."""
+    path.mkdir(parents=True, exist_ok=True)
+    if path.stat().st_uid == os.geteuid():
+        path.chmod(BASE_MODE)
+
+
+def unreachable_for_learners(path: Path) -> Path | None:
+    """The first existing directory on the way to `path` (itself included) that another user
+    cannot pass through (no execute bit for others), if any: learners that run as users of
+    their own cannot reach their folders below it. The agent's own directories are made
+    traversable as it starts (`make_base`), so an existing one it owns does not count."""
+    for directory in [*reversed(path.parents), path]:
+        try:
+            info = directory.stat()
+        except FileNotFoundError:
+            return None  # made by the agent, traversable
+        if directory.is_relative_to(path) and info.st_uid == os.geteuid():
+            continue
+        if not info.st_mode & stat.S_IXOTH:
+            return directory
+    return None
+
+
+def prepare(spec: LearnerSpec) -> LearnerSpec:
+    """Make the learner's folders and check its `file://` locations again, on this node and
+    now (a symlink may have changed since submit); the spec with the operator roots it may
+    see mounted, and the results root for the launcher. LearnerStartError with the reason
+    when it cannot run."""
+    try:
+        for folder in spec.folders:
+            make_folder(folder.base, folder.path, spec.user)
+    except OSError as exc:
+        raise LearnerStartError(f"cannot prepare its folders: {exc}") from exc
+    mounts = list(spec.mounts)
+    env = dict(spec.env)
+    for shared in spec.shared:
+        root = root_of(shared.path, shared.roots, shared.tenant, below=shared.writable)
+        if root is None:
+            allowed = ", ".join(str(r) for r in tenant_roots(shared.roots, shared.tenant))
+            raise LearnerStartError(
+                f"{shared.field} {str(shared.path)!r} is not under a root this node allows for "
+                f"tenant {shared.tenant!r} ({shared.setting}: {allowed or 'none'}), after "
+                "resolving symlinks"
+            )
+        # The root, not the location: what the learner writes below it stays there, and a
+        # symlink it plants there resolves inside the container, never on the node.
+        mounts.append(Mount.same(root, writable=shared.writable))
+        if shared.writable:
+            env[RESULTS_ROOT] = str(root)
+    return replace(spec, mounts=mounts, env=env)
+
+
+def open_regular(path: Path) -> int:
+    """A file descriptor of `path` for reading, if it is a regular file and not a symlink
+    (OSError otherwise): a learner may have replaced it."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, f"{path} is not a regular file")
+    return fd

@@ -1,0 +1,221 @@
+"""Learners as a hostile tenant would write them, under the process runtime with an agent that
+is root (as the tests run): each job runs as a uid of its own, in folders only it can read,
+with nothing of the agent's; what it plants in its folders never makes the agent read, write,
+chown or adopt anything of someone else's."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from dataclasses import replace
+from pathlib import Path
+from uuid import uuid4
+
+import pytest
+
+from controlplane.jobs.lifecycle import JobStatus
+from controlplane.jobs.locations import RESULTS_ROOTS_ENV
+from node_agent.folders import make_folder, prepare
+from node_agent.learners import job_dir, learner_dir
+from node_agent.process_runtime import ProcessRuntime, find_learners, process_env
+from node_agent.runtime import Folder, LearnerSpec, LearnerStartError, Shared
+from node_agent.users import UidRange, Users, leftover_processes
+from tests.cluster import Plane, RunningAgent, traversable
+from tests.polling import eventually
+from tests.test_agent import wait_for_line
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the agent must be root to do this")
+
+UIDS = UidRange(200000, 65536)
+
+PROBE = (
+    "import os, sys\n"
+    "print(f'ids {os.getuid()} {os.getgid()} {os.getgroups()}')\n"
+    "for path in sys.argv[1:]:\n"
+    "    try:\n"
+    "        open(path, 'rb').read()\n"
+    "        print(f'read {path}')\n"
+    "    except OSError as exc:\n"
+    "        print(f'refused {path} {type(exc).__name__}')\n"
+    "print('env ' + ' '.join(sorted(os.environ)))\n"
+)
+"""A learner that says who it runs as, which of the paths it is given it could read, and the
+names in its environment."""
+
+
+async def test_a_learner_runs_as_its_job_s_own_user_and_reads_nothing_of_the_agent_s(
+    plane: Plane, agent: RunningAgent, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    token = home / "admin-token"
+    token.write_text("the admin token\n")
+    token.chmod(0o600)
+    # What the agent's environment holds (the database URL with its password, say).
+    monkeypatch.setenv("TRAINYARD_DATABASE_URL", "postgresql://agent:secret@db/trainyard")
+    agent_environ = f"/proc/{os.getpid()}/environ"
+    job_id = await plane.submit([sys.executable, "-c", PROBE, str(token), agent_environ])
+    await plane.state(job_id, JobStatus.COMPLETED)
+    await wait_for_line(plane, job_id, f"refused {agent_environ} PermissionError")
+    lines = await plane.log_text(job_id)
+    assert f"refused {token} PermissionError" in lines
+    [ids] = [line.split(" ", 1)[1] for line in lines if line.startswith("ids ")]
+    uid, gid, groups = ids.split(" ", 2)
+    assert int(uid) in UIDS and gid == uid and groups == "[]"
+    [env] = [line.split()[1:] for line in lines if line.startswith("env ")]
+    assert "TRAINYARD_DATABASE_URL" not in env
+    assert not [name for name in env if "TOKEN" in name]
+    # Its folders are its user's alone.
+    info = job_dir((tmp_path / "n1"), job_id).stat()
+    assert (info.st_uid, info.st_mode & 0o777) == (int(uid), 0o700)
+    assert (tmp_path / "n1").stat().st_mode & 0o777 == 0o711
+
+
+async def test_two_jobs_run_as_two_users_and_cannot_read_each_other_s_folders(
+    plane: Plane, agent: RunningAgent, tmp_path: Path
+) -> None:
+    sleeper = [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(30)"]
+    first = await plane.submit(sleeper)
+    await wait_for_line(plane, first, "up")
+    other = job_dir((tmp_path / "n1"), first)
+    second = await plane.submit([sys.executable, "-c", PROBE, str(other / "attempt-1")])
+    await plane.state(second, JobStatus.COMPLETED)
+    await wait_for_line(plane, second, f"refused {other / 'attempt-1'} PermissionError")
+    owners = {job_dir((tmp_path / "n1"), j).stat().st_uid for j in (first, second)}
+    assert len(owners) == 2 and all(uid in UIDS for uid in owners)
+
+
+def test_a_symlink_planted_among_a_job_s_folders_is_refused_not_followed(
+    tmp_path: Path,
+) -> None:
+    base, victim = tmp_path / "work", tmp_path / "etc"
+    base.mkdir()
+    victim.mkdir(mode=0o755)
+    job = base / "job"
+    make_folder(base, job, (UIDS.start, UIDS.start))
+    # The job's code owns its folder: it replaces the next attempt's folder with a link.
+    (job / "attempt-2").symlink_to(victim)
+    with pytest.raises(OSError, match=r"'attempt-2' on the way to .* is not a directory"):
+        make_folder(base, job / "attempt-2" / "learner-0", (UIDS.start, UIDS.start))
+    # Nothing was made, chowned or chmodded through it.
+    assert list(victim.iterdir()) == []
+    info = victim.stat()
+    assert (info.st_uid, info.st_mode & 0o777) == (0, 0o755)
+
+
+def spec_in(work: Path, code: str, user: tuple[int, int] | None) -> LearnerSpec:
+    job_id = uuid4()
+    workdir = learner_dir(work, job_id, 1, 0)
+    return LearnerSpec(
+        job_id=job_id,
+        attempt=1,
+        learner=0,
+        epoch=1,
+        node=f"n-{job_id.hex[:8]}",
+        image="unused",
+        command=[sys.executable, "-c", code],
+        env={},
+        workdir=workdir,
+        gpus=[],
+        cpus=1,
+        memory_mb=4096,
+        user=user,
+        folders=[Folder(work, workdir)],
+    )
+
+
+@pytest.fixture
+def work(tmp_path: Path) -> Path:
+    work = traversable(tmp_path) / "work"
+    work.mkdir(mode=0o711)
+    return work
+
+
+async def test_an_output_file_replaced_by_a_symlink_is_not_read_for_the_learner(
+    work: Path, tmp_path: Path
+) -> None:
+    secret = tmp_path / "secret"
+    secret.write_text("the agent's secret\n")
+    secret.chmod(0o600)
+    code = f"import os\nos.remove('stdout.log')\nos.symlink({str(secret)!r}, 'stdout.log')\n"
+    user = Users(UIDS, root=True).of(uuid4())
+    runtime = ProcessRuntime(work)
+    learner_spec = spec_in(work, code, user)
+    started = await runtime.start(learner_spec)
+    assert (await started.wait()).code == 0
+    # An agent that restarts reads the learner's output again: never the link's target.
+    adopted = await runtime.adopt(learner_spec, None)
+    assert adopted is not None
+    assert [line.text async for line in adopted.lines()] == []
+
+
+async def test_processes_a_learner_leaves_behind_are_killed_when_it_is_removed(
+    work: Path,
+) -> None:
+    # A daemon the command detaches (its own session): it outlives the learner's group.
+    code = (
+        "import os, subprocess, sys\n"
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'],"
+        " start_new_session=True)\n"
+    )
+    user = Users(UIDS, root=True).of(uuid4())
+    assert user is not None
+    started = await ProcessRuntime(work).start(spec_in(work, code, user))
+    assert (await started.wait()).code == 0
+    assert leftover_processes(user[0])
+    await started.remove()
+
+    async def gone() -> bool:
+        return not leftover_processes(user[0])
+
+    await eventually(gone)
+
+
+async def test_a_process_posing_as_another_job_s_learner_is_not_adopted(work: Path) -> None:
+    users = Users(UIDS, root=True)
+    sleep = "import time; time.sleep(60)"
+    victim = spec_in(work, sleep, None)
+    victim = replace(victim, user=users.of(victim.job_id))
+    other = users.of(uuid4())
+    assert other is not None
+    real = await ProcessRuntime(work).start(victim)
+    # Started by another job's code (its own user), in a session of its own, with exactly
+    # the victim's variables: a restarted agent must not take it for the victim's learner.
+    impostor = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        sleep,
+        env=process_env(victim),
+        cwd="/",
+        user=other[0],
+        group=other[1],
+        extra_groups=[],
+        start_new_session=True,
+    )
+    try:
+        found = find_learners(victim.node, work)
+        assert [f.handle for f in found] != [] and str(impostor.pid) not in [
+            f.handle for f in found
+        ]
+    finally:
+        impostor.kill()
+        await impostor.wait()
+        real.signal(signal.SIGKILL)
+        await real.wait()
+
+
+def test_a_results_location_that_leaves_its_root_is_refused_on_the_node(tmp_path: Path) -> None:
+    root, outside = tmp_path / "results" / "acme", tmp_path / "elsewhere"
+    root.mkdir(parents=True)
+    outside.mkdir()
+    # Accepted at submit, then turned into a symlink out of the root before the job runs.
+    (root / "run").symlink_to(outside)
+    (tmp_path / "work").mkdir()
+    spec = spec_in(tmp_path / "work", "pass", None)
+    shared = Shared(
+        root / "run" / "x", (str(root),), "acme", True, "results.location", RESULTS_ROOTS_ENV
+    )
+    with pytest.raises(LearnerStartError, match=r"results\.location .* is not under a root"):
+        prepare(replace(spec, shared=[shared]))
