@@ -31,7 +31,7 @@ from controlplane.jobs.images import (
 from controlplane.jobs.lifecycle import JobStatus
 from node_agent.docker_runtime import DockerRuntime
 from node_agent.images import LEARNER_IMAGE, resolved_id
-from node_agent.runtime import LearnerSpec, LearnerStartError
+from node_agent.runtime import Folder, LearnerSpec, LearnerStartError
 from tests.cluster import Plane, RunningAgent
 from tests.docker_engine import Engine, containers_of, docker_agent_config
 from tests.polling import eventually
@@ -236,6 +236,7 @@ def learner(tmp_path: Path, node: str, image: str) -> LearnerSpec:
         gpus=[],
         cpus=1.0,
         memory_mb=256,
+        folders=[Folder(tmp_path, tmp_path / "work")],
     )
 
 

@@ -31,7 +31,7 @@ from node_agent.networks import (
     forward_rules,
     network_name,
 )
-from node_agent.runtime import LearnerSpec
+from node_agent.runtime import Folder, LearnerSpec
 from tests.cluster import Plane, RunningAgent
 from tests.docker_engine import Engine, containers_of, docker_agent_config, require_engine
 
@@ -80,6 +80,7 @@ def learner(
         cpus=0.5,
         memory_mb=256,
         network=True,
+        folders=[Folder(tmp_path, tmp_path / str(job_id) / str(index))],
     )
 
 

@@ -19,7 +19,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from controlplane.http.app import create_app
 from controlplane.jobs.manifest import MAX_SECRET_ENV
-from tests.cluster import RunningAgent, agent_config
+from tests.cluster import RunningAgent, agent_config, traversable
 from tests.polling import eventually
 from tests.tenancy import Tokens
 
@@ -77,7 +77,10 @@ async def test_the_learner_gets_the_secret_and_nothing_else_keeps_it(
 ) -> None:
     caplog.set_level(logging.DEBUG)
     secret = f"s3cret-{uuid.uuid4().hex}"
-    seen = tmp_path / "seen"
+    # Somewhere the learner, which runs as a uid of its job's, may write.
+    shared = traversable(tmp_path / "shared")
+    shared.chmod(0o777)
+    seen = shared / "seen"
     learner = [
         sys.executable,
         "-c",
