@@ -16,6 +16,7 @@ from typing import Any
 from controlplane import telemetry
 from controlplane.database import resolve_database
 from controlplane.migrate import require_migrated
+from controlplane.secret_arguments import RefusedSecret, read_secret_file
 from controlplane.settings import Settings
 from node_agent.agent import AgentConfig
 from node_agent.runtimes import RUNTIMES, docker_answers
@@ -68,7 +69,7 @@ def add_commands(commands: argparse._SubParsersAction[Any]) -> None:
         "agent` with these options (Restart=always, after the network and, with --runtime "
         "docker, Docker; KillMode=process, so that stopping or losing the agent never has "
         "systemd kill its learners), and its environment file (TRAINYARD_DATABASE_URL and "
-        "TRAINYARD_HOME, mode 0600). Needs root, and a database URL (--database-url or "
+        "TRAINYARD_HOME, mode 0600). Needs root, and a database URL (--database-url-file or "
         "$TRAINYARD_DATABASE_URL): a fleet's agents share one Postgres. --dry-run prints "
         "both files (password masked) and writes nothing. systemctl is left to you.",
     )
@@ -76,10 +77,16 @@ def add_commands(commands: argparse._SubParsersAction[Any]) -> None:
     # given after it (no defaults of its own), so it never overwrites ones given before.
     _agent_options(install, defaults=False)
     install.add_argument(
+        "--database-url-file",
+        metavar="FILE",
+        help="a file holding the fleet's Postgres, postgresql://USER:PASSWORD@HOST:PORT/DB; "
+        "- for standard input (default: $TRAINYARD_DATABASE_URL)",
+    )
+    install.add_argument(
         "--database-url",
-        metavar="URL",
-        help="the fleet's Postgres, postgresql://USER:PASSWORD@HOST:PORT/DB "
-        "(default: $TRAINYARD_DATABASE_URL)",
+        action=RefusedSecret,
+        instead="--database-url-file FILE or $TRAINYARD_DATABASE_URL",
+        help=argparse.SUPPRESS,
     )
     install.add_argument(
         "--home",
@@ -266,10 +273,16 @@ def install(args: argparse.Namespace, settings: Settings, *, running_as_root: bo
     problem = option_problem(args)
     if problem is not None:
         return _install_error(problem)
-    url = args.database_url or settings.database_url
+    url = settings.database_url
+    if args.database_url_file is not None:
+        try:
+            url = read_secret_file(args.database_url_file, "database URL")
+        except ValueError as exc:
+            return _install_error(str(exc))
     if not url:
         return _install_error(
-            "no database: pass --database-url postgresql://USER:PASSWORD@HOST/DB or set "
+            "no database: pass --database-url-file FILE (holding "
+            "postgresql://USER:PASSWORD@HOST/DB) or set "
             "TRAINYARD_DATABASE_URL (a fleet's agents share one Postgres; the embedded "
             "database is only for a single machine)"
         )
