@@ -128,6 +128,11 @@ async def test_secrets_are_stored_apart_until_the_job_is_cancelled(
     assert response.status == 201, await response.text()
     job_id = (await response.json())["id"]
     assert await stored_secrets(owner, job_id) == f'{{"TOKEN": "{secret}"}}'
+    # The auditor reads the audit views only, never this table.
+    async with owner.transaction():
+        await owner.execute("SET LOCAL ROLE trainyard_auditor")
+        with pytest.raises(asyncpg.InsufficientPrivilegeError):
+            await owner.fetch("SELECT * FROM job_secret_env")
     response = await client.post(f"/v1/jobs/{job_id}/cancel", headers=auth(tokens.acme))
     assert response.status == 200, await response.text()
 
