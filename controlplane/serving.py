@@ -61,7 +61,10 @@ async def serving(
         except OSError as exc:
             raise ServeError(f"cannot write the admin token under {home}: {exc}") from exc
         if token is not None:
-            print(f"admin token (shown once; also in {home / TOKEN_FILE}): {token}")
+            # Only where it is: stdout ends up in journals and `docker logs`, kept and read
+            # far more widely than the file (mode 0600) is.
+            path = home / TOKEN_FILE
+            print(f"admin token issued, in {path} (mode 0600): use it with --token-file {path}")
         try:
             await web.TCPSite(runner, host, port).start()
         except OSError as exc:

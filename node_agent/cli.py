@@ -19,6 +19,7 @@ from controlplane.database import AGENT_ROLE, resolve_database
 from controlplane.jobs.images import ImageAllowlist
 from controlplane.jobs.locations import Roots
 from controlplane.migrate import require_migrated
+from controlplane.secret_arguments import RefusedSecret, read_secret_file
 from controlplane.settings import Settings
 from node_agent.agent import AgentConfig
 from node_agent.folders import unreachable_for_learners
@@ -79,8 +80,8 @@ def add_commands(commands: argparse._SubParsersAction[Any]) -> None:
         "docker, Docker; KillMode=process, so that stopping or losing the agent never has "
         "systemd kill its learners), and its environment file (TRAINYARD_DATABASE_URL, "
         "TRAINYARD_HOME, and the shell's OTEL_* and TRAINYARD_IMAGES; mode 0600). "
-        "Needs root, and the URL of an agent login (--database-url "
-        "or $TRAINYARD_AGENT_DATABASE_URL), a member of the trainyard_agent role only, which "
+        "Needs root, and the URL of an agent login (--database-url-file FILE or "
+        "$TRAINYARD_AGENT_DATABASE_URL), a member of the trainyard_agent role only, which "
         "the database's owner creates with `trainyard agent-login create NAME --password-file "
         "FILE`; never the owner's URL: $TRAINYARD_DATABASE_URL is not used, and the agent "
         "refuses a login with more rights unless --allow-privileged-login. A fleet's agents "
@@ -92,10 +93,17 @@ def add_commands(commands: argparse._SubParsersAction[Any]) -> None:
     # given after it (no defaults of its own), so it never overwrites ones given before.
     _agent_options(install, defaults=False)
     install.add_argument(
+        "--database-url-file",
+        metavar="FILE",
+        help="a file holding the fleet's Postgres as an agent login, "
+        "postgresql://NAME:PASSWORD@HOST:PORT/DB; - for standard input (default: "
+        "$TRAINYARD_AGENT_DATABASE_URL; see `trainyard agent-login create --help`)",
+    )
+    install.add_argument(
         "--database-url",
-        metavar="URL",
-        help="the fleet's Postgres as an agent login, postgresql://NAME:PASSWORD@HOST:PORT/DB "
-        "(default: $TRAINYARD_AGENT_DATABASE_URL; see `trainyard agent-login create --help`)",
+        action=RefusedSecret,
+        instead=f"--database-url-file FILE or ${AGENT_URL_ENV}",
+        help=argparse.SUPPRESS,
     )
     install.add_argument(
         "--home",
@@ -372,13 +380,18 @@ def install(args: argparse.Namespace, settings: Settings, *, running_as_root: bo
         return _install_error(problem)
     # Never $TRAINYARD_DATABASE_URL: on an operator's machine that is the owner's URL, and a
     # node running tenants' code must log in as an agent (see `agent-login create`).
-    url = args.database_url or os.environ.get(AGENT_URL_ENV)
+    url = os.environ.get(AGENT_URL_ENV)
+    if args.database_url_file is not None:
+        try:
+            url = read_secret_file(args.database_url_file, "database URL")
+        except ValueError as exc:
+            return _install_error(str(exc))
     if not url:
         return _install_error(
-            f"no database: pass --database-url or set ${AGENT_URL_ENV} to "
-            "postgresql://NAME:PASSWORD@HOST/DB, the URL of an agent login (create one "
-            f"{AGENT_LOGIN_HINT}); a fleet's agents share one Postgres, and the embedded "
-            "database is only for a single machine"
+            f"no database: pass --database-url-file FILE (holding "
+            f"postgresql://NAME:PASSWORD@HOST/DB) or set ${AGENT_URL_ENV}: the URL of an agent "
+            f"login (create one {AGENT_LOGIN_HINT}); a fleet's agents share one Postgres, and "
+            "the embedded database is only for a single machine"
         )
     options = ServiceOptions(
         python=sys.executable,

@@ -86,8 +86,8 @@ def test_serve_refuses_an_unmigrated_database(empty_db_url: str) -> None:
 
 
 def test_errors_are_one_line_and_debug_adds_the_traceback(tmp_path: Path) -> None:
-    env = {"TRAINYARD_HOME": str(tmp_path)}
-    target = ["--server", "http://127.0.0.1:9", "--token", "t"]
+    env = {"TRAINYARD_HOME": str(tmp_path), "TRAINYARD_TOKEN": "t"}
+    target = ["--server", "http://127.0.0.1:9"]
     plain = trainyard("list", *target, env=env)
     assert plain.returncode == 3
     [line] = plain.stderr.splitlines()
@@ -138,3 +138,31 @@ def _parser_of(command: list[str]) -> argparse.ArgumentParser:
         [subparsers] = [a for a in found._actions if isinstance(a, argparse._SubParsersAction)]
         found = subparsers.choices[name]
     return found
+
+
+def test_a_token_as_an_argument_is_refused_with_what_to_use_instead(tmp_path: Path) -> None:
+    env = {"TRAINYARD_HOME": str(tmp_path)}
+    for command in (["list"], ["tenants", "list"], ["login"]):
+        result = trainyard(
+            *command, "--server", "http://127.0.0.1:9", "--token", "ty_s3cret", env=env
+        )
+        assert result.returncode == 2, command
+        assert "use --token-file FILE or $TRAINYARD_TOKEN" in result.stderr
+        assert "ty_s3cret" not in result.stderr
+
+
+def test_the_token_comes_from_a_file(tmp_path: Path) -> None:
+    """A file named by --token-file wins over the environment; an unreadable one is a usage
+    error. (Here no server answers, so getting as far as calling it is the success.)"""
+    token_file = tmp_path / "token"
+    token_file.write_text("ty_from_file\n")
+    env = {"TRAINYARD_HOME": str(tmp_path), "TRAINYARD_TOKEN": ""}
+    target = ["--server", "http://127.0.0.1:9"]
+    found = trainyard("list", *target, "--token-file", str(token_file), env=env)
+    assert found.returncode == 3, found.stderr  # the server is unreachable: the token was found
+    missing = trainyard("list", *target, env=env)
+    assert missing.returncode == 2
+    assert "pass --token-file FILE, set TRAINYARD_TOKEN" in missing.stderr
+    unreadable = trainyard("list", *target, "--token-file", str(tmp_path / "nope"), env=env)
+    assert unreadable.returncode == 2
+    assert "cannot read the token from" in unreadable.stderr

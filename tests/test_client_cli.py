@@ -152,14 +152,17 @@ async def test_user_commands_against_a_served_control_plane(cli: Cli, tmp_path: 
 async def test_login_saves_a_private_config_that_the_commands_use(cli: Cli, tmp_path: Path) -> None:
     home = tmp_path / "login-home"
     env = _base_env(home)
+    nope, token_file = tmp_path / "nope", tmp_path / "token"
+    nope.write_text("nope\n")
     wrong = await Cli(env, tmp_path)(
-        "login", "--server", cli.env["TRAINYARD_SERVER"], "--token", "nope"
+        "login", "--server", cli.env["TRAINYARD_SERVER"], "--token-file", str(nope)
     )
     assert wrong.rc == 1
     assert not (home / "client.json").exists()
 
     server, token = cli.env["TRAINYARD_SERVER"], cli.env["TRAINYARD_TOKEN"]
-    login = await Cli(env, tmp_path)("login", "--server", server, "--token", token)
+    token_file.write_text(token)
+    login = await Cli(env, tmp_path)("login", "--server", server, "--token-file", str(token_file))
     assert login.rc == 0, login.stderr
     config = home / "client.json"
     assert stat.S_IMODE(config.stat().st_mode) == 0o600

@@ -73,9 +73,13 @@ def control_plane(db_url: str, docker_engine: Engine) -> Iterator[Served]:
     container.start()
     try:
         out, _ = container.get_logs()
-        token = re.search(r"admin token \(shown once; [^)]*\): (\S+)", out.decode())
-        assert token is not None, out.decode()
-        yield Served(f"http://127.0.0.1:{port}", token.group(1))
+        path = re.search(r"admin token issued, in (\S+) \(mode 0600\)", out.decode())
+        assert path is not None, out.decode()
+        # The token is in its file only, not in the container's logs.
+        code, token = container.exec(["cat", path.group(1)])
+        assert code == 0, token
+        assert token.decode().strip() not in out.decode()
+        yield Served(f"http://127.0.0.1:{port}", token.decode().strip())
     finally:
         container.stop()
 

@@ -131,6 +131,11 @@ async def test_secrets_are_stored_apart_until_the_job_is_cancelled(
     assert response.status == 201, await response.text()
     job_id = (await response.json())["id"]
     assert await stored_secrets(owner, job_id) == f'{{"TOKEN": "{secret}"}}'
+    # The auditor reads the audit views only, never this table.
+    async with owner.transaction():
+        await owner.execute("SET LOCAL ROLE trainyard_auditor")
+        with pytest.raises(asyncpg.InsufficientPrivilegeError):
+            await owner.fetch("SELECT * FROM job_secret_env")
     response = await client.post(f"/v1/jobs/{job_id}/cancel", headers=auth(tokens.acme))
     assert response.status == 200, await response.text()
 
@@ -139,6 +144,21 @@ async def test_secrets_are_stored_apart_until_the_job_is_cancelled(
 
     await eventually(forgotten)
     assert secret not in await everything_recorded(owner)
+
+
+async def test_an_idempotent_retry_keeps_one_job_and_its_secrets(
+    client: Client, tokens: Tokens, owner: asyncpg.Connection
+) -> None:
+    headers = {**auth(tokens.acme), "Idempotency-Key": "with-secrets"}
+    body = manifest(["true"], secret_env={"TOKEN": "first"})
+    first = await client.post("/v1/jobs", json=body, headers=headers)
+    assert first.status == 201, await first.text()
+    retry = await client.post("/v1/jobs", json=body, headers=headers)
+    assert retry.status == 201 and retry.headers["Idempotent-Replayed"] == "true"
+    job_id = (await first.json())["id"]
+    assert (await retry.json())["id"] == job_id
+    assert await owner.fetchval("SELECT count(*) FROM job_secret_env") == 1
+    assert await stored_secrets(owner, job_id) == '{"TOKEN": "first"}'
 
 
 @pytest.mark.parametrize(

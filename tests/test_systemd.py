@@ -87,6 +87,23 @@ def user_gid(user: str) -> int:
     return pwd.getpwnam(user).pw_gid
 
 
+def url_file(factory: pytest.TempPathFactory, url: str) -> str:
+    """A file holding `url`, outside the directory the test checks is left untouched."""
+    path = factory.mktemp("secret") / "database-url"
+    path.write_text(url + "\n")
+    return str(path)
+
+
+def test_a_database_url_as_an_argument_is_refused_with_what_to_use_instead(
+    tmp_path: Path,
+) -> None:
+    result = trainyard("agent", "install", "--database-url", URL, "--unit-dir", str(tmp_path))
+    assert result.returncode == 2
+    assert "--database-url-file FILE or $TRAINYARD_AGENT_DATABASE_URL" in result.stderr
+    assert PASSWORD not in result.stderr
+    assert files_under(tmp_path) == []
+
+
 def files_under(directory: Path) -> list[Path]:
     return sorted(p for p in directory.rglob("*") if not p.is_dir())
 
@@ -294,7 +311,8 @@ def test_dry_run_prints_both_files_with_the_password_masked_and_writes_nothing(
     env_file = tmp_path / "etc" / "agent.env"
     result = trainyard(
         "agent", "install", "--name", "gpu-07", "--runtime", "docker", "--dry-run",
-        "--database-url", URL, "--unit-dir", str(tmp_path / "units"), "--env-file", str(env_file),
+        "--unit-dir", str(tmp_path / "units"), "--env-file", str(env_file),
+        env={"TRAINYARD_AGENT_DATABASE_URL": URL},
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     out = result.stdout
@@ -321,9 +339,10 @@ def test_without_root_install_says_so_and_writes_nothing(world_writable: Path) -
     if user is not None and shutil.which("setpriv") is None:
         pytest.skip("running as root without setpriv (util-linux): cannot drop to nobody")
     result = trainyard(
-        "agent", "install", "--database-url", URL,
+        "agent", "install",
         "--unit-dir", str(world_writable / "units"),
         "--env-file", str(world_writable / "etc" / "agent.env"),
+        env={"TRAINYARD_AGENT_DATABASE_URL": URL},
         user=user,
     )  # fmt: skip
     assert result.returncode == 1
@@ -337,12 +356,12 @@ def test_without_root_install_says_so_and_writes_nothing(world_writable: Path) -
 
 
 def test_the_root_check_comes_after_the_input_is_known_good(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, capsys: pytest.CaptureFixture[str]
 ) -> None:
     env_file = tmp_path / "agent.env"
     args = parser().parse_args(
-        ["agent", "install", "--database-url", URL, "--unit-dir", str(tmp_path), "--env-file",
-         str(env_file)]
+        ["agent", "install", "--database-url-file", url_file(tmp_path_factory, URL),
+         "--unit-dir", str(tmp_path), "--env-file", str(env_file)]
     )  # fmt: skip
     assert install(args, Settings(tmp_path, None), running_as_root=False) == 1
     assert "must run as root" in capsys.readouterr().err
@@ -350,12 +369,13 @@ def test_the_root_check_comes_after_the_input_is_known_good(
 
 
 def test_as_root_install_writes_the_unit_and_a_0600_environment_file(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, capsys: pytest.CaptureFixture[str]
 ) -> None:
     units, env_file = tmp_path / "units", tmp_path / "etc" / "trainyard" / "agent.env"
     args = parser().parse_args(
         ["agent", "install", "--name", "gpu-03", "--fake-gpus", "8", "--home", "/srv/ty",
-         "--database-url", URL, "--unit-dir", str(units), "--env-file", str(env_file)]
+         "--database-url-file", url_file(tmp_path_factory, URL),
+         "--unit-dir", str(units), "--env-file", str(env_file)]
     )  # fmt: skip
     assert install(args, Settings(home=tmp_path, database_url=None), running_as_root=True) == 0
 
@@ -382,7 +402,7 @@ def test_as_root_install_writes_the_unit_and_a_0600_environment_file(
 
 
 def test_reinstalling_replaces_both_files_and_tightens_a_loose_environment_file(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, capsys: pytest.CaptureFixture[str]
 ) -> None:
     units, env_file = tmp_path / "units", tmp_path / "agent.env"
     units.mkdir()
@@ -390,7 +410,8 @@ def test_reinstalling_replaces_both_files_and_tightens_a_loose_environment_file(
     env_file.write_text("TRAINYARD_DATABASE_URL=old\n")
     env_file.chmod(0o644)
     new_url = URL.replace(PASSWORD, "rotated")
-    args = parser().parse_args(["agent", "install", "--database-url", new_url, "--grace", "60",
+    args = parser().parse_args(["agent", "install", "--grace", "60",
+                                "--database-url-file", url_file(tmp_path_factory, new_url),
                                 "--unit-dir", str(units), "--env-file", str(env_file)])  # fmt: skip
     assert install(args, Settings(tmp_path, None), running_as_root=True) == 0
     assert stat.S_IMODE(env_file.stat().st_mode) == 0o600
@@ -402,12 +423,13 @@ def test_reinstalling_replaces_both_files_and_tightens_a_loose_environment_file(
 def test_install_passes_the_shells_opentelemetry_settings_to_the_service(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    monkeypatch.setenv("TRAINYARD_AGENT_DATABASE_URL", URL)
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318")
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "authorization=Bearer s3cret")
     env_file = tmp_path / "agent.env"
-    options = ["agent", "install", "--database-url", URL, "--unit-dir", str(tmp_path / "units"),
+    options = ["agent", "install", "--unit-dir", str(tmp_path / "units"),
                "--env-file", str(env_file)]  # fmt: skip
-    settings = Settings(tmp_path, None)
+    settings = Settings(tmp_path, URL)
     assert install(parser().parse_args(options), settings, running_as_root=True) == 0
     written = env_file.read_text().splitlines()
     assert 'OTEL_EXPORTER_OTLP_ENDPOINT="http://collector:4318"' in written
@@ -424,9 +446,10 @@ def test_install_passes_the_shells_image_allowlist_to_the_service(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     env_file = tmp_path / "agent.env"
-    options = ["agent", "install", "--database-url", URL, "--unit-dir", str(tmp_path / "units"),
+    options = ["agent", "install", "--unit-dir", str(tmp_path / "units"),
                "--env-file", str(env_file)]  # fmt: skip
     settings = Settings(tmp_path, None)
+    monkeypatch.setenv("TRAINYARD_AGENT_DATABASE_URL", URL)
     monkeypatch.setenv("TRAINYARD_IMAGES", "x@sha256:1")
     assert install(parser().parse_args(options), settings, running_as_root=True) == EXIT_USAGE
     assert "TRAINYARD_IMAGES" in capsys.readouterr().err
@@ -469,14 +492,23 @@ def test_install_takes_the_agent_logins_url_from_its_own_variable(tmp_path: Path
         (["--ttl", "2", "--heartbeat", "2"], "--ttl must be longer than --heartbeat"),
         (["--fake-gpus", "-1"], "--fake-gpus must be >= 0"),
         (["--env-file", "relative.env"], "--env-file must be an absolute path"),
-        (["--database-url", f"mysql://u:{PASSWORD}@db/x"], "must start with postgresql://"),
+        (["--database-url-file", f"mysql://u:{PASSWORD}@db/x"], "must start with postgresql://"),
+        (["--database-url-file", "/nonexistent/url"], "cannot read the database URL"),
+        (["--database-url-file", ""], "holds no database URL"),
     ],
 )
 def test_bad_install_options_are_usage_errors_that_write_nothing(
-    extra: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    extra: list[str],
+    message: str,
+    tmp_path: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    base = ["agent", "install", "--database-url", URL, "--unit-dir", str(tmp_path)]
-    args = parser().parse_args([*base, *extra])
+    monkeypatch.setenv("TRAINYARD_AGENT_DATABASE_URL", URL)
+    if extra[0] == "--database-url-file" and not extra[1].startswith("/"):
+        extra = [extra[0], url_file(tmp_path_factory, extra[1])]  # the file holds this text
+    args = parser().parse_args(["agent", "install", "--unit-dir", str(tmp_path), *extra])
     assert install(args, Settings(tmp_path, None), running_as_root=True) == 2
     err = capsys.readouterr().err
     assert message in err

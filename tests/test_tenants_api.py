@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -211,8 +212,10 @@ async def test_the_cli_refuses_bad_input_with_one_line_and_writes_nothing(
     assert await event_count(owner) == before
 
 
-async def test_a_tenants_token_cannot_manage_tenants(cli: Cli) -> None:
+async def test_a_tenants_token_cannot_manage_tenants(cli: Cli, tmp_path: Path) -> None:
     _, token, _ = await cli("create", "acme")
-    code, out, err = await cli("list", "--token", token.strip())
+    token_file = tmp_path / "acme-token"
+    token_file.write_text(token)
+    code, out, err = await cli("list", "--token-file", str(token_file))
     assert (code, out) == (1, "")
     assert err == "trainyard: only the admin token may manage tenants\n"

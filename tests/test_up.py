@@ -22,7 +22,10 @@ def test_up_runs_the_demo_job_to_completion_and_streams_it(db_url: str, tmp_path
     )
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout
-    assert "admin token (shown once" in out
+    admin_token = (tmp_path / "admin-token").read_text().strip()
+    assert f"admin token issued, in {tmp_path / 'admin-token'} (mode 0600)" in out
+    assert admin_token not in result.stdout + result.stderr  # only in its file
+    assert (tmp_path / "admin-token").stat().st_mode & 0o777 == 0o600
     for state in ("QUEUED", "DEPLOYING", "PROCESSING", "COMPLETED"):
         assert f": {state}, attempt 1" in out
     assert "[learner 0] step 400: final_loss" in out  # real training, its logs streamed

@@ -5,17 +5,20 @@ failed delivery with the reason, not retried); redirects are not followed."""
 from __future__ import annotations
 
 import ipaddress
+import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from aiohttp import web
+from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.test_utils import TestClient, TestServer
 
 from controlplane.http.app import create_app
 from controlplane.webhooks.addresses import parse_networks, refusal
 from controlplane.webhooks.relay import RelayConfig
 from controlplane.webhooks.retries import RetryPolicy
+from controlplane.webhooks.targets import CheckingResolver, TargetRefused
 from tests.cluster import Plane
 from tests.receivers import receiving
 from tests.tenancy import Tokens
@@ -125,7 +128,7 @@ NOT_ALLOWED = RelayConfig(
 )
 
 
-@pytest.mark.parametrize("host", ["127.0.0.1", "localhost"])
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "[::1]", "[::ffff:127.0.0.1]"])
 async def test_delivery_to_a_refused_address_fails_at_once_and_sends_nothing(
     plane: Plane, host: str
 ) -> None:
@@ -140,9 +143,44 @@ async def test_delivery_to_a_refused_address_fails_at_once_and_sends_nothing(
         assert receiver.received == []
     [row] = await rows(plane.pool)
     assert (row["state"], row["attempts"]) == ("failed", 1)  # not tried again
-    assert "loopback" in row["last_error"]
+    assert "allow it with TRAINYARD_WEBHOOK_ALLOW_NETWORKS" in row["last_error"]
     [attempt] = await attempts(plane, job_id)
-    assert "loopback" in attempt.model_dump()["error"]
+    assert attempt.model_dump()["error"] == row["last_error"]
+
+
+class Answers(AbstractResolver):
+    """A DNS server's answers, as a test sets them."""
+
+    def __init__(self, *addresses: str) -> None:
+        self.addresses = addresses
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_UNSPEC
+    ) -> list[ResolveResult]:
+        return [
+            ResolveResult(hostname=host, host=a, port=port, family=0, proto=0, flags=0)
+            for a in self.addresses
+        ]
+
+    async def close(self) -> None:
+        pass
+
+
+async def test_a_name_is_refused_if_any_of_its_addresses_is() -> None:
+    """A public address beside a private one does not make the private one safe: the
+    connection could go to either. What the resolver answers is what is connected to, so a
+    name that changes its answers between the check and the connection cannot slip through."""
+    mixed = CheckingResolver(Answers("93.184.215.14", "10.0.0.5"), ())
+    with pytest.raises(TargetRefused, match=r"resolves to 10\.0\.0\.5 is a private address"):
+        await mixed.resolve("hooks.example.org", 443)
+    with pytest.raises(TargetRefused, match=r"resolves to 10\.0\.0\.5"):
+        await mixed.check_url("https://hooks.example.org/x")
+    public = CheckingResolver(Answers("93.184.215.14"), ())
+    [answer] = await public.resolve("hooks.example.org", 443)
+    assert answer["host"] == "93.184.215.14"
+    nothing = CheckingResolver(Answers(), ())
+    with pytest.raises(TargetRefused, match="has no address"):
+        await nothing.check_url("https://hooks.example.org/x")
 
 
 async def test_redirects_are_not_followed(plane: Plane) -> None:

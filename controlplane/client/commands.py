@@ -21,11 +21,13 @@ from controlplane.client.config import (
     TOKEN_ENV,
     Target,
     normalize_server,
+    read_token_file,
     resolve,
     write_config,
 )
 from controlplane.client.manifest_file import read_manifest
 from controlplane.jobs.lifecycle import JobStatus
+from controlplane.secret_arguments import RefusedSecret
 from controlplane.settings import Settings
 
 EXIT_FAILED = 1
@@ -36,12 +38,18 @@ Handler = Callable[[argparse.Namespace, Settings], Coroutine[Any, Any, int]]
 
 
 def target_options(token_help: str) -> argparse.ArgumentParser:
-    """--server and --token, for `parents=` of a command that talks to the API."""
+    """--server and --token-file, for `parents=` of a command that talks to the API."""
     target = argparse.ArgumentParser(add_help=False)
     target.add_argument(
         "--server", metavar="URL", help=f"the control plane (else ${SERVER_ENV}, else login's)"
     )
-    target.add_argument("--token", metavar="TOKEN", help=token_help)
+    target.add_argument("--token-file", metavar="FILE", help=token_help)
+    target.add_argument(
+        "--token",
+        action=RefusedSecret,
+        instead=f"--token-file FILE or ${TOKEN_ENV}",
+        help=argparse.SUPPRESS,
+    )
     return target
 
 
@@ -58,7 +66,9 @@ def add_client_commands(commands: Any) -> None:
     """Add the user commands to the top-level subparsers (`add_subparsers()`'s result). Their
     errors (UsageError, ApiError, NotFound, ServerUnreachable) reach `controlplane.cli.main`,
     which prints one line and exits with the documented code."""
-    target = target_options(f"a bearer token (else ${TOKEN_ENV}, else login's)")
+    target = target_options(
+        f"a file holding the bearer token, - for standard input (else ${TOKEN_ENV}, else login's)"
+    )
     output = output_options()
 
     def add(name: str, summary: str, description: str, handler: Handler, *parents: Any) -> Any:
@@ -72,7 +82,7 @@ def add_client_commands(commands: Any) -> None:
         "login",
         "save a server URL and token for the other commands",
         "Check the token against the server and save both to $TRAINYARD_HOME/client.json "
-        "(mode 0600). Without --token, it is read from $TRAINYARD_TOKEN or asked for.",
+        "(mode 0600). Without --token-file, it is read from $TRAINYARD_TOKEN or asked for.",
         cmd_login,
     )
     submit = add(
@@ -148,7 +158,7 @@ def _warn(message: str) -> None:
 
 
 def _client(args: argparse.Namespace, settings: Settings) -> ApiClient:
-    target = resolve(args.server, args.token, settings.home)
+    target = resolve(args.server, args.token_file, settings.home)
     return ApiClient(target.server, target.token)
 
 
@@ -160,10 +170,12 @@ async def cmd_login(args: argparse.Namespace, settings: Settings) -> int:
     server = args.server or _env(SERVER_ENV)
     if not server:
         raise UsageError(f"login needs --server URL (or ${SERVER_ENV})")
-    token = args.token or _env(TOKEN_ENV)
+    token = read_token_file(args.token_file) if args.token_file else _env(TOKEN_ENV)
     if not token:
         if not sys.stdin.isatty():
-            raise UsageError(f"login needs --token (or ${TOKEN_ENV}) when not on a terminal")
+            raise UsageError(
+                f"login needs --token-file FILE (or ${TOKEN_ENV}) when not on a terminal"
+            )
         token = await asyncio.to_thread(getpass.getpass, "token: ")
     target = Target(normalize_server(server), token.strip())
     async with ApiClient(target.server, target.token) as client:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from controlplane.client.api import UsageError
+from controlplane.secret_arguments import read_secret_file
 from controlplane.tenants.admin import TOKEN_FILE as ADMIN_TOKEN_FILE
 
 SERVER_ENV = "TRAINYARD_SERVER"
@@ -54,13 +55,17 @@ def write_config(home: Path, target: Target) -> Path:
     return path
 
 
-def resolve(server: str | None, token: str | None, home: Path, *, admin: bool = False) -> Target:
-    """The first of flag, environment and config file that names each of server and token;
-    with `admin`, the admin token file (on the control plane's machine) before the config."""
+def resolve(
+    server: str | None, token_file: str | None, home: Path, *, admin: bool = False
+) -> Target:
+    """The first of flag, environment and config file that names each of server and token
+    (the token's flag names a file: a token in the arguments would be visible to every user of
+    the machine, in `ps`); with `admin`, the admin token file (on the control plane's machine)
+    before the config."""
     saved = read_config(home)
     server = server or os.environ.get(SERVER_ENV) or saved.get("server")
     token = (
-        token
+        (read_token_file(token_file) if token_file is not None else None)
         or os.environ.get(TOKEN_ENV)
         or (read_admin_token(home) if admin else None)
         or saved.get("token")
@@ -68,8 +73,18 @@ def resolve(server: str | None, token: str | None, home: Path, *, admin: bool = 
     if not server:
         raise UsageError(f"no server: pass --server, set {SERVER_ENV} or run `trainyard login`")
     if not token:
-        raise UsageError(f"no token: pass --token, set {TOKEN_ENV} or run `trainyard login`")
+        raise UsageError(
+            f"no token: pass --token-file FILE, set {TOKEN_ENV} or run `trainyard login`"
+        )
     return Target(normalize_server(server), token)
+
+
+def read_token_file(path: str) -> str:
+    """The token in the file `path` (`-`: standard input); UsageError otherwise."""
+    try:
+        return read_secret_file(path, "token")
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
 
 
 def read_admin_token(home: Path) -> str | None:

@@ -1,12 +1,12 @@
 """`trainyard tenants …`: the admin's commands, over the HTTP API (`/v1/tenants`): create
 tenants, list them, change their weight and GPU quota, issue and revoke their tokens.
 
-The server comes from --server, $TRAINYARD_SERVER or `trainyard login`; the token from --token,
-$TRAINYARD_TOKEN, the admin token file the control plane writes on its first start
-($TRAINYARD_HOME/admin-token, on its machine) or `trainyard login`. A new token is printed
-once, alone on stdout (so `TOKEN=$(trainyard tenants create acme)` works); what happened is said
-on stderr. Errors reach `controlplane.cli.main`: 2 for a usage error or a refused value, 3 for
-a server that cannot be reached, 4 for an unknown tenant or token, 1 for other refusals.
+The server comes from --server, $TRAINYARD_SERVER or `trainyard login`; the token from the file
+named by --token-file, $TRAINYARD_TOKEN, the admin token file the control plane writes on its
+first start ($TRAINYARD_HOME/admin-token, on its machine) or `trainyard login`. A new token is
+printed once, alone on stdout (so `TOKEN=$(trainyard tenants create acme)` works); what happened
+is said on stderr. Errors reach `controlplane.cli.main`: 2 for a usage error or a refused value,
+3 for a server that cannot be reached, 4 for an unknown tenant or token, 1 for other refusals.
 """
 
 from __future__ import annotations
@@ -35,12 +35,13 @@ def add_commands(commands: argparse._SubParsersAction[Any]) -> None:
         help="create tenants, set their shares, manage their bearer tokens (admin)",
         description="Tenants submit and see only their own jobs, authenticated by bearer "
         "tokens; a token is printed once and stored only as its sha256. These commands need "
-        "the admin token: --token, $TRAINYARD_TOKEN, $TRAINYARD_HOME/admin-token (on the "
+        "the admin token: --token-file, $TRAINYARD_TOKEN, $TRAINYARD_HOME/admin-token (on the "
         "control plane's machine) or login's.",
     )
     group = tenants.add_subparsers(title="commands", required=True, metavar="COMMAND")
     target = target_options(
-        f"the admin token (else ${TOKEN_ENV}, else $TRAINYARD_HOME/admin-token, else login's)"
+        f"a file holding the admin token, - for standard input (else ${TOKEN_ENV}, else "
+        "$TRAINYARD_HOME/admin-token, else login's)"
     )
 
     def add(name: str, summary: str, description: str, *parents: Any) -> Any:
@@ -130,7 +131,7 @@ def _share_options(command: argparse.ArgumentParser, *, creating: bool) -> None:
 
 
 def _client(args: argparse.Namespace, settings: Settings) -> ApiClient:
-    target = resolve(args.server, args.token, settings.home, admin=True)
+    target = resolve(args.server, args.token_file, settings.home, admin=True)
     return ApiClient(target.server, target.token)
 
 

@@ -10,6 +10,8 @@ stopped records its unfinished attempts as interrupted, due again at once. Deliv
 concurrently (up to `max_in_flight`), each bounded by its timeout: a receiver that hangs or is
 gone costs a slot for a while, never a job event, a projection or another delivery. Woken by a
 NOTIFY from the outbox projection, by a delivery's retry time coming due, and by polling.
+Receivers are reached only at addresses `targets` allows, checked as each connection resolves
+its host: a refused one fails the delivery at once.
 """
 
 from __future__ import annotations
