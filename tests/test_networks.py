@@ -31,7 +31,7 @@ from node_agent.networks import (
     forward_rules,
     network_name,
 )
-from node_agent.runtime import LearnerSpec
+from node_agent.runtime import LearnerSpec, LearnerStartError
 from tests.cluster import Plane, RunningAgent
 from tests.docker_engine import Engine, containers_of, docker_agent_config, require_engine
 
@@ -310,3 +310,24 @@ async def docker_bridge_gateway() -> str | None:
 async def network_exists_now(name: str) -> bool:
     async with aiodocker.Docker() as docker:
         return await network_exists(docker, name)
+
+
+async def test_a_learner_whose_network_cannot_be_isolated_does_not_start_and_leaves_nothing(
+    docker: aiodocker.Docker,
+    docker_node: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An agent that is not root, say: iptables refuses, so the learner fails to start (its
+    attempt is rolled back with the reason) instead of running on an open network."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    refusing = bin_dir / "iptables"
+    refusing.write_text("#!/bin/sh\necho 'Permission denied (you must be root)' >&2\nexit 4\n")
+    refusing.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    spec = learner(tmp_path, docker_node, ["true"], uuid4())
+    with pytest.raises(LearnerStartError, match=r"network of its own: .*you must be root"):
+        await DockerRuntime(docker).start(spec)
+    assert not await network_exists(docker, network_name(spec.job_id))
+    assert containers_of(docker_node) == []
