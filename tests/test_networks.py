@@ -83,17 +83,21 @@ def learner(
     )
 
 
-def iptables(*args: str) -> str:
-    return subprocess.run(["iptables", "-w", *args], capture_output=True, text=True).stdout
+def iptables(*args: str, program: str = "iptables") -> str:
+    return subprocess.run([program, "-w", *args], capture_output=True, text=True).stdout
 
 
-def rules_of(bridge: str) -> list[str]:
+def rules_of(bridge: str, program: str = "iptables") -> list[str]:
     return [
         line
         for chain in (FORWARD_CHAIN, INPUT_CHAIN)
-        for line in iptables("-S", chain).splitlines()
+        for line in iptables("-S", chain, program=program).splitlines()
         if f" {bridge} " in f"{line} "
     ]
+
+
+IP6TABLES = subprocess.run(["ip6tables", "-w", "-S"], capture_output=True).returncode == 0
+"""Whether ip6tables works here (the rules go there too, where it does)."""
 
 
 async def network_exists(docker: aiodocker.Docker, name: str) -> bool:
@@ -192,6 +196,8 @@ async def test_a_networked_learner_reaches_its_job_but_not_the_node_other_jobs_o
         # Our rules are in place for both bridges, and the bridges are the jobs' own.
         for bridge in (net, network_name(other)):
             assert any("DROP" in rule for rule in rules_of(bridge)), iptables("-S", FORWARD_CHAIN)
+            if IP6TABLES:
+                assert f"-A {FORWARD_CHAIN} -i {bridge} -j DROP" in rules_of(bridge, "ip6tables")
         other_job = await address(docker, servers[0], network_name(other))
         same_job = await address(docker, servers[1], net)
         node = [await gateway(docker, net), *host_addresses()]
@@ -216,6 +222,7 @@ async def test_a_networked_learner_reaches_its_job_but_not_the_node_other_jobs_o
     for job in (mine, other):
         assert not await network_exists(docker, network_name(job))
         assert rules_of(network_name(job)) == []
+        assert rules_of(network_name(job), "ip6tables") == []
     assert containers_of(docker_node) == []
 
 
