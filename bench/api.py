@@ -27,10 +27,11 @@ from bench.served import ServedControlPlane
 from controlplane.database import create_pool
 from controlplane.events.metadata import Metadata
 from controlplane.events.store import EventStore
+from controlplane.jobs.images import DEFAULT_IMAGES
 from controlplane.jobs.lifecycle import Deploy, EnterPhase, JobStatus, SaveCheckpoint
 from controlplane.jobs.service import Jobs, now
 
-MANIFEST = {"name": "bench", "image": "trainyard/learner", "command": ["python", "train.py"]}
+MANIFEST = {"name": "bench", "image": DEFAULT_IMAGES, "command": ["python", "train.py"]}
 AGENT = Metadata(actor="agent:bench")
 
 

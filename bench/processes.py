@@ -23,6 +23,7 @@ from bench.served import ServedControlPlane
 from controlplane.client.api import ApiClient
 from controlplane.events.store import EventStore
 from controlplane.events.subscription import LogListener
+from controlplane.jobs.images import DEFAULT_IMAGES
 from controlplane.jobs.lifecycle import Job
 from controlplane.jobs.service import Jobs
 from controlplane.jobs.streams import job_stream
@@ -54,7 +55,7 @@ def counter(steps: int, step_s: float) -> dict[str, Any]:
     checkpoints every second; with no GPU and a tenth of a CPU, several fit on one node."""
     return {
         "name": "counter",
-        "image": "trainyard/learner",
+        "image": DEFAULT_IMAGES,
         "command": [
             *(sys.executable, "-m", "runners.examples.counter"),
             *("--steps", str(steps), "--step-s", str(step_s)),

@@ -67,6 +67,7 @@ from controlplane.agents.nodes import Nodes, NodeSpec, node_stream
 from controlplane.client.api import ApiClient
 from controlplane.database import create_pool
 from controlplane.jobs.events import CheckpointSaved, JobProcessing, JobRestarted
+from controlplane.jobs.images import DEFAULT_IMAGES
 from controlplane.jobs.lifecycle import JobStatus
 from node_agent.learners import learner_dir
 from node_agent.process_runtime import OUTPUT_FILES
@@ -85,7 +86,7 @@ STEP_S = 0.02
 """The counter's step: its output lines come this often."""
 LONG = 10_000_000
 """Steps of a job that runs until the benchmark cancels it."""
-PROBE = {"name": "probe", "image": "trainyard/learner", "command": [sys.executable, "-c", "pass"]}
+PROBE = {"name": "probe", "image": DEFAULT_IMAGES, "command": [sys.executable, "-c", "pass"]}
 
 TARGETS_S = {
     "control_plane_recovery_s": 2.0,

@@ -129,7 +129,9 @@ def parser() -> argparse.ArgumentParser:
         "serve",
         help="run the control plane (HTTP API and projections)",
         description="Run the control plane against an already migrated database until "
-        "SIGINT or SIGTERM; several replicas may run against one database.",
+        "SIGINT or SIGTERM; several replicas may run against one database. Jobs may name the "
+        "learner images TRAINYARD_IMAGES allows (comma-separated names or patterns, "
+        "optionally NAME@sha256:DIGEST; default trainyard-learner:latest).",
     )
     _listen_args(serve)
     serve.set_defaults(handler=cmd_serve)

@@ -66,7 +66,9 @@ def add_commands(commands: argparse._SubParsersAction[Any]) -> None:
         description="Register this node (its GPUs from NVML, or --fake-gpus), renew its lease by "
         "heartbeat, claim queued jobs that fit, run their learners and stream their logs, "
         "until SIGINT or SIGTERM; then stop the learners (they checkpoint), re-queue their "
-        "jobs and deregister. `trainyard agent install` sets the same up as a systemd service.",
+        "jobs and deregister. Containers are created only from images TRAINYARD_IMAGES allows "
+        "(default trainyard-learner:latest; a pinned NAME@sha256:DIGEST must be that image on "
+        "the node). `trainyard agent install` sets the same up as a systemd service.",
     )
     _agent_options(agent, defaults=True)
     agent.set_defaults(handler=cmd_agent)

@@ -31,6 +31,7 @@ import shutil
 from uuid import UUID
 
 import aiodocker
+import aiohttp
 from aiodocker.exceptions import DockerError
 
 from node_agent.runtime import LearnerSpec, LearnerStartError
@@ -55,6 +56,8 @@ BLOCKED_V4 = (
 NETWORK_LABEL_JOB = "trainyard.job"
 NETWORK_LABEL_NODE = "trainyard.node"
 NOT_FOUND = 404
+ENGINE_ERRORS = (DockerError, aiohttp.ClientError, OSError)
+"""What a refusing, failing or unreachable engine raises (as in docker_runtime)."""
 _BRIDGE = re.compile(r"-i (" + re.escape(PREFIX) + r"[0-9a-f]{12})\b")
 Rule = list[str]
 
@@ -190,7 +193,7 @@ class JobNetworks:
         try:
             await self._create(spec, name)
             await self._firewall.isolate(name)
-        except (DockerError, FirewallError, OSError) as exc:
+        except (*ENGINE_ERRORS, FirewallError) as exc:
             await self.release(spec.job_id)
             message = exc.message if isinstance(exc, DockerError) else str(exc)
             raise LearnerStartError(f"cannot give the job a network of its own: {message}") from exc
@@ -230,7 +233,7 @@ class JobNetworks:
             if exc.status != NOT_FOUND:
                 log.debug("network %s stays for now: %s", name, exc.message)
                 return
-        except OSError as exc:
+        except ENGINE_ERRORS as exc:
             log.warning("cannot remove network %s: %s", name, exc)
             return
         try:

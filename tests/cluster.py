@@ -32,7 +32,7 @@ from node_agent.agent import AgentConfig
 from node_agent.service import run_agent
 
 USER = Metadata(actor="tenant:acme", tenant="acme")
-TEST_IMAGES = "trainyard-learner:latest,trainyard-test-*,trainyard-no-such-image,trainyard/*,img,i"
+TEST_IMAGES = "trainyard-learner:latest,trainyard-test-*,trainyard-no-such-image,img,i"
 """The images the tests name, allowed as an operator would allow them (TRAINYARD_IMAGES): to
 every control plane and agent the tests start (see conftest.py)."""
 A_WHOLE_RUN = [

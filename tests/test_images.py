@@ -132,16 +132,21 @@ def test_unset_or_empty_is_the_default() -> None:
     assert ImageRef.parse("a/b:c@" + DIGEST_A) == ImageRef("a/b", "c", DIGEST_A)
 
 
-def test_a_served_control_plane_with_a_malformed_setting_does_not_start(tmp_path: Path) -> None:
-    served = subprocess.run(
-        [sys.executable, "-m", "controlplane.cli", "serve", "--port", "1"],
+@pytest.mark.parametrize(
+    "command", [["serve", "--port", "1"], ["agent", "--runtime", "process", "--fake-gpus", "1"]]
+)
+def test_a_control_plane_or_agent_with_a_malformed_setting_does_not_start(
+    tmp_path: Path, command: list[str]
+) -> None:
+    started = subprocess.run(
+        [sys.executable, "-m", "controlplane.cli", *command],
         env={"TRAINYARD_HOME": str(tmp_path), IMAGES_ENV: "x@sha256:1", "PATH": "/usr/bin:/bin"},
         capture_output=True,
         text=True,
         timeout=60,
     )
-    assert served.returncode != 0
-    assert IMAGES_ENV in served.stderr
+    assert started.returncode == 1
+    assert f"{IMAGES_ENV}: 'x@sha256:1': a digest is" in started.stderr
 
 
 # --- at submission ------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ Client = TestClient[Any, Any]
 
 MANIFEST: dict[str, Any] = {
     "name": "mnist",
-    "image": "trainyard/learner:latest",
+    "image": "trainyard-learner:latest",
     "command": ["python", "train.py"],
     "framework": "pytorch",
     "gpus_per_learner": 1,

@@ -31,7 +31,7 @@ from node_agent.networks import (
     forward_rules,
     network_name,
 )
-from node_agent.runtime import Folder, LearnerSpec
+from node_agent.runtime import Folder, LearnerSpec, LearnerStartError
 from tests.cluster import Plane, RunningAgent
 from tests.docker_engine import Engine, containers_of, docker_agent_config, require_engine
 
@@ -84,17 +84,21 @@ def learner(
     )
 
 
-def iptables(*args: str) -> str:
-    return subprocess.run(["iptables", "-w", *args], capture_output=True, text=True).stdout
+def iptables(*args: str, program: str = "iptables") -> str:
+    return subprocess.run([program, "-w", *args], capture_output=True, text=True).stdout
 
 
-def rules_of(bridge: str) -> list[str]:
+def rules_of(bridge: str, program: str = "iptables") -> list[str]:
     return [
         line
         for chain in (FORWARD_CHAIN, INPUT_CHAIN)
-        for line in iptables("-S", chain).splitlines()
+        for line in iptables("-S", chain, program=program).splitlines()
         if f" {bridge} " in f"{line} "
     ]
+
+
+IP6TABLES = subprocess.run(["ip6tables", "-w", "-S"], capture_output=True).returncode == 0
+"""Whether ip6tables works here (the rules go there too, where it does)."""
 
 
 async def network_exists(docker: aiodocker.Docker, name: str) -> bool:
@@ -193,6 +197,8 @@ async def test_a_networked_learner_reaches_its_job_but_not_the_node_other_jobs_o
         # Our rules are in place for both bridges, and the bridges are the jobs' own.
         for bridge in (net, network_name(other)):
             assert any("DROP" in rule for rule in rules_of(bridge)), iptables("-S", FORWARD_CHAIN)
+            if IP6TABLES:
+                assert f"-A {FORWARD_CHAIN} -i {bridge} -j DROP" in rules_of(bridge, "ip6tables")
         other_job = await address(docker, servers[0], network_name(other))
         same_job = await address(docker, servers[1], net)
         node = [await gateway(docker, net), *host_addresses()]
@@ -217,6 +223,7 @@ async def test_a_networked_learner_reaches_its_job_but_not_the_node_other_jobs_o
     for job in (mine, other):
         assert not await network_exists(docker, network_name(job))
         assert rules_of(network_name(job)) == []
+        assert rules_of(network_name(job), "ip6tables") == []
     assert containers_of(docker_node) == []
 
 
@@ -311,3 +318,24 @@ async def docker_bridge_gateway() -> str | None:
 async def network_exists_now(name: str) -> bool:
     async with aiodocker.Docker() as docker:
         return await network_exists(docker, name)
+
+
+async def test_a_learner_whose_network_cannot_be_isolated_does_not_start_and_leaves_nothing(
+    docker: aiodocker.Docker,
+    docker_node: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An agent that is not root, say: iptables refuses, so the learner fails to start (its
+    attempt is rolled back with the reason) instead of running on an open network."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    refusing = bin_dir / "iptables"
+    refusing.write_text("#!/bin/sh\necho 'Permission denied (you must be root)' >&2\nexit 4\n")
+    refusing.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    spec = learner(tmp_path, docker_node, ["true"], uuid4())
+    with pytest.raises(LearnerStartError, match=r"network of its own: .*you must be root"):
+        await DockerRuntime(docker).start(spec)
+    assert not await network_exists(docker, network_name(spec.job_id))
+    assert containers_of(docker_node) == []
