@@ -54,7 +54,7 @@ async def _run(
         async with open_runtime(
             config.runtime, work_dir=config.work_dir, request_gpus=config.request_gpus
         ) as runtime:
-            sink = NumberedSink(shipper.add, shipper.flush)
+            sink = NumberedSink(shipper)
             agent = Agent(config, pool, listener, inventory, runtime, sink, agent_id)
             await _serve(agent, listener, shipper, stop, registered)
     finally:

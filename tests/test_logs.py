@@ -285,7 +285,7 @@ async def test_a_slow_database_never_blocks_the_shipper_and_dropped_lines_leave_
 ) -> None:
     job = uuid4()
     size = len(line(job, 1).text) + LINE_OVERHEAD
-    shipper = LogShipper(pool, batch_lines=100, flush_interval_s=0.02, max_buffered_chars=5 * size)
+    shipper = LogShipper(pool, batch_lines=100, flush_interval_s=0.02, job_buffer_chars=5 * size)
     running = asyncio.create_task(shipper.run())
     shipper.add(line(job, 1))
     await shipper.flush()
