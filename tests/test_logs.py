@@ -37,6 +37,7 @@ from controlplane.logs.lines import (
 )
 from controlplane.logs.store import last_seqs, read_lines, write_lines
 from node_agent.log_shipper import LINE_OVERHEAD, LogShipper
+from runners import protocol
 from tests.tenancy import Tokens
 
 Client = TestClient[Any, Any]
@@ -415,6 +416,7 @@ async def test_another_tenants_job_is_not_found_and_bad_parameters_are_400(
         ("learner=-1", {}, "learner"),
         ("learner=1.5", {}, "learner"),
         ("follow=maybe", {}, "follow"),
+        ("protocol=yes", {}, "protocol"),
         ("after=x", {}, "after"),
         ("follow=true", {"Last-Event-ID": "abc"}, "Last-Event-ID"),
         ("follow=true", {"Last-Event-ID": "-1"}, "Last-Event-ID"),
@@ -523,6 +525,43 @@ async def test_following_an_ended_job_sends_its_lines_and_ends_filtered_or_not(
     resumed = {**headers, "Last-Event-ID": str(every[2].id)}
     response = await client.get(f"/v1/jobs/{job}/logs?follow=true", headers=resumed)
     assert [m.event async for m in sse(response) if m is not None] == ["end"]
+
+
+async def test_protocol_lines_are_left_out_unless_asked_for_as_text_and_followed(
+    client: Client, tokens: Tokens, pool: asyncpg.Pool
+) -> None:
+    job = await submit(client, tokens.acme)
+    headers = auth(tokens.acme)
+    metric = protocol.encode(protocol.Metric(at=T0, step=3, values={"loss": 0.5}))
+    lookalike = protocol.PREFIX + "{not a report"
+    await write_lines(
+        pool,
+        [
+            line(job, 1, text="epoch 1"),
+            line(job, 2, text=metric),
+            line(job, 3, text=lookalike),
+            line(job, 1, stream=Stream.STDERR, text=metric),  # only stdout carries reports
+            line(job, 4, text=metric),
+        ],
+    )
+    body = await (await client.get(f"/v1/jobs/{job}/logs", headers=headers)).text()
+    assert body == (
+        "[attempt 1 learner 0 stdout] epoch 1\n"
+        f"[attempt 1 learner 0 stdout] {lookalike}\n"
+        f"[attempt 1 learner 0 stderr] {metric}\n"
+    )
+    every = await client.get(f"/v1/jobs/{job}/logs?protocol=true", headers=headers)
+    assert (await every.text()).count(metric) == 3
+
+    assert (await client.post(f"/v1/jobs/{job}/cancel", headers=headers)).status == 200
+    await asyncio.sleep(0.3)  # the settle time passes
+    stored = await read_lines(pool, job)
+    response = await client.get(f"/v1/jobs/{job}/logs?follow=true", headers=headers)
+    shown = [m async for m in sse(response) if m is not None]
+    assert [m.id for m in shown] == [stored[0].id, stored[2].id, stored[3].id, None]
+    assert shown[-1].data["last_id"] == stored[-1].id  # past the left-out last line
+    response = await client.get(f"/v1/jobs/{job}/logs?follow=true&protocol=1", headers=headers)
+    assert len([m async for m in sse(response) if m is not None]) == 5 + 1
 
 
 async def test_following_a_cancelled_job_waits_until_its_learners_have_ended(

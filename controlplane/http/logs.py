@@ -4,6 +4,10 @@ Plain text (the default) is every stored line, in the order stored, one per line
 
     [attempt 1 learner 0 stdout] epoch 3 loss 0.12
 
+What the user printed, by default: the launcher's reports to the agent (`@@trainyard/1 {...}`
+lines on stdout: phases, metrics, checkpoints; see `runners.protocol`) are stored with the rest
+but left out unless `?protocol=true` (the CLI asks for them and shows them readably).
+
 With `?follow=true` it is SSE instead: each line is an `event: line` whose `id` is the line's
 per-job id (send it back as `Last-Event-ID`, or `?after=`, to resume exactly after it) and whose
 `data` is JSON (`attempt`, `learner`, `stream`, `seq`, `at`, `line`), so that any character of
@@ -39,9 +43,10 @@ from controlplane.jobs.events import JobEvent
 from controlplane.jobs.lifecycle import JobStatus, replay
 from controlplane.jobs.service import Jobs
 from controlplane.jobs.streams import job_stream
-from controlplane.logs.lines import StoredLine
+from controlplane.logs.lines import StoredLine, Stream
 from controlplane.logs.store import quiet_s, read_lines
 from controlplane.tenants.auth import principal
+from runners import protocol
 
 LOG_SETTLE_S = web.AppKey("log_settle_s", float)
 """How long an ended job's log must have been quiet before a follower's stream ends."""
@@ -74,13 +79,14 @@ class LogQuery:
     learner: int | None
     follow: bool
     after: int
+    protocol: bool
+    """Whether the launcher's protocol lines are included."""
 
 
 def parse_query(query: Mapping[str, str], headers: Mapping[str, str]) -> LogQuery:
     """The request's filters and cursor; a 400 naming the field for anything malformed."""
-    follow = query.get("follow", "false").lower()
-    if follow not in _TRUE | _FALSE:
-        raise error(400, "follow must be true or false", field="follow")
+    follow = _boolean(query, "follow")
+    reports = _boolean(query, "protocol")
     if "Last-Event-ID" in headers:
         after = _integer(headers["Last-Event-ID"], "Last-Event-ID")
     else:
@@ -88,8 +94,26 @@ def parse_query(query: Mapping[str, str], headers: Mapping[str, str]) -> LogQuer
     return LogQuery(
         attempt=_integer(query.get("attempt"), "attempt", minimum=1),
         learner=_integer(query.get("learner"), "learner", minimum=0),
-        follow=follow in _TRUE,
+        follow=follow,
         after=after or 0,
+        protocol=reports,
+    )
+
+
+def _boolean(query: Mapping[str, str], field: str) -> bool:
+    value = query.get(field, "false").lower()
+    if value not in _TRUE | _FALSE:
+        raise error(400, f"{field} must be true or false", field=field)
+    return value in _TRUE
+
+
+def is_report(stored: StoredLine) -> bool:
+    """Whether the line is one of the launcher's reports to the agent, not the user's output."""
+    line = stored.line
+    return (
+        line.stream is Stream.STDOUT
+        and line.text.startswith(protocol.PREFIX)
+        and protocol.parse(line.text) is not None
     )
 
 
@@ -150,11 +174,11 @@ async def _text(
     after = query.after
     while True:
         page = await _page(request, job_id, query, after)
-        if page:
-            await response.write("".join(map(text_line, page)).encode())
-            after = page[-1].id
+        if shown := _shown(page, query):
+            await response.write("".join(map(text_line, shown)).encode())
         if len(page) < PAGE:
             return
+        after = page[-1].id
 
 
 async def _page(
@@ -168,6 +192,12 @@ async def _page(
         after=after,
         limit=PAGE,
     )
+
+
+def _shown(page: list[StoredLine], query: LogQuery) -> list[StoredLine]:
+    if query.protocol:
+        return page
+    return [stored for stored in page if not is_report(stored)]
 
 
 async def _follow(
@@ -188,8 +218,12 @@ async def _follow(
             quiet = None if ended_at is None else await quiet_s(app[POOL], job_id, ended_at)
             page = await _page(request, job_id, query, after)
             if page:
-                await response.write("".join(map(sse_message, page)).encode())
-                after, written = page[-1].id, loop.time()
+                # Left-out lines move the cursor too (the end's `last_id`); a client resuming
+                # after the last line it got reads them again only to leave them out.
+                if shown := _shown(page, query):
+                    await response.write("".join(map(sse_message, shown)).encode())
+                    written = loop.time()
+                after = page[-1].id
                 if len(page) == PAGE:
                     continue
             if quiet is not None and quiet >= settle_s:
@@ -238,7 +272,8 @@ def openapi_paths() -> dict[str, Any]:
         "/v1/jobs/{job_id}/logs": {
             "get": {
                 "summary": "The job's learner logs, as text or followed as server-sent events",
-                "description": "Lines in the order stored. Text: one line each, as "
+                "description": "Lines in the order stored; the launcher's protocol lines only "
+                "with `protocol=true`. Text: one line each, as "
                 "`[attempt N learner I STREAM] text`. With `follow=true`, SSE: each line an "
                 "`event: line` whose `id` resumes exactly after it (`Last-Event-ID` or "
                 "`after`) and whose `data` is JSON with `attempt`, `learner`, `stream` "
@@ -261,6 +296,14 @@ def openapi_paths() -> dict[str, Any]:
                         "follow",
                         "query",
                         "stream as SSE until the job has ended (default false)",
+                        {"type": "boolean"},
+                    ),
+                    param(
+                        "protocol",
+                        "query",
+                        "include the launcher's reports to the agent (`@@trainyard/1 {...}` "
+                        "lines on stdout: phases, metrics, checkpoints), stored with the "
+                        "learner's output (default false: only what the user's command printed)",
                         {"type": "boolean"},
                     ),
                     param(
