@@ -456,6 +456,11 @@ SELECT coalesce((SELECT last_id FROM job_log_heads WHERE job_id = $1), 0) AS lin
        coalesce((SELECT sum(octet_length(line)) FROM job_logs WHERE job_id = $1), 0)::bigint
            AS bytes;
 
+-- name: job_log_last_id
+-- Where a log feed starts reading a job's new lines: its last id stored (committed with them,
+-- so that every line up to it is readable).
+SELECT coalesce((SELECT last_id FROM job_log_heads WHERE job_id = $1), 0);
+
 -- name: read_job_logs
 -- A job's lines after a cursor, in id order (the order they were stored in), optionally of one
 -- attempt and one learner.

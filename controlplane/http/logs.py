@@ -18,18 +18,18 @@ log has been quiet for the settle time (for the agent's last batch), an `event: 
 later still (from an agent cut off from the database for longer) stays readable, by text or by
 resuming.
 
-New lines are found by polling, one index probe per follower per interval: a NOTIFY per
-stored batch would take Postgres's global notify lock at the commit of every batch, on the
-hottest write path. Changes of the job's state come from the app's stream hub (no polling).
+New lines are found by polling, one index probe per followed job per interval, whatever its
+number of followers (they share one reader, see `controlplane.logs.feeds`): a NOTIFY per stored
+batch would take Postgres's global notify lock at the commit of every batch, on the hottest
+write path. Changes of the job's state come from the app's stream hub (no polling).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 from uuid import UUID
 
@@ -39,19 +39,19 @@ from controlplane.http.errors import error
 from controlplane.http.jobs import _visible_job
 from controlplane.http.keys import HUB, JOBS, POOL, SSE_HEARTBEAT_S
 from controlplane.instruments import sse_client
-from controlplane.jobs.events import JobEvent
-from controlplane.jobs.lifecycle import JobStatus, replay
-from controlplane.jobs.service import Jobs
-from controlplane.jobs.streams import job_stream
+from controlplane.logs.feeds import FOLLOWER_LINES, LAGGED, End, Follower, Lines, LogFeeds
 from controlplane.logs.lines import StoredLine, Stream
-from controlplane.logs.store import quiet_s, read_lines
+from controlplane.logs.store import read_lines
 from controlplane.tenants.auth import principal
 from runners import protocol
 
 LOG_SETTLE_S = web.AppKey("log_settle_s", float)
 """How long an ended job's log must have been quiet before a follower's stream ends."""
 LOG_POLL_S = web.AppKey("log_poll_s", float)
-"""How often a follower looks for new lines."""
+"""How often a followed job's feed looks for new lines."""
+LOG_FOLLOWER_LINES = web.AppKey("log_follower_lines", int)
+"""The most lines queued for one follower; one that falls further behind reads the database."""
+LOG_FEEDS = web.AppKey("log_feeds", LogFeeds)
 
 SETTLE_S = 3.0
 """After its learners have ended, an agent ships their last lines within its flush interval
@@ -70,7 +70,24 @@ _TRUE, _FALSE = frozenset({"true", "1"}), frozenset({"false", "0"})
 def add_routes(app: web.Application) -> None:
     app.setdefault(LOG_SETTLE_S, SETTLE_S)
     app.setdefault(LOG_POLL_S, POLL_S)
+    app.setdefault(LOG_FOLLOWER_LINES, FOLLOWER_LINES)
+    app.cleanup_ctx.append(_feeds)
     app.router.add_get("/v1/jobs/{job_id}/logs", get_logs)
+
+
+async def _feeds(app: web.Application) -> AsyncIterator[None]:
+    """The followed jobs' feeds, on the app's pool and hub (set up before, closed after)."""
+    feeds = LogFeeds(
+        app[POOL],
+        app[HUB],
+        app[JOBS],
+        poll_s=app[LOG_POLL_S],
+        settle_s=app[LOG_SETTLE_S],
+        capacity=app[LOG_FOLLOWER_LINES],
+    )
+    app[LOG_FEEDS] = feeds
+    yield
+    await feeds.close()
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,58 +221,68 @@ async def _follow(
     request: web.Request, response: web.StreamResponse, job_id: UUID, query: LogQuery
 ) -> None:
     app = request.app
-    settle_s, poll_s, heartbeat_s = app[LOG_SETTLE_S], app[LOG_POLL_S], app[SSE_HEARTBEAT_S]
+    heartbeat_s = app[SSE_HEARTBEAT_S]
     loop = asyncio.get_running_loop()
-    # Subscribe before reading the job's state, so that no change in between is missed.
-    with app[HUB].subscribe(job_stream(job_id)) as changes:
-        ended_at, state = await _ended(app[JOBS], job_id)
-        after = query.after
-        written = loop.time()
+    after = query.after
+    written = loop.time()
+
+    async def send(lines: list[StoredLine]) -> None:
+        nonlocal written
+        if shown := _shown(lines, query):
+            await response.write("".join(map(sse_message, shown)).encode())
+            written = loop.time()
+
+    async def catch_up() -> None:
+        """Read from the database up to its end as of now (the feed brings what follows)."""
+        nonlocal after
         while True:
-            # How long the log has been quiet (None while the job runs or a learner is still
-            # allocated), asked BEFORE reading the lines: every batch that counted towards it
-            # has then been read, so the stream never ends short of one.
-            quiet = None if ended_at is None else await quiet_s(app[POOL], job_id, ended_at)
             page = await _page(request, job_id, query, after)
+            await send(page)
             if page:
-                # Left-out lines move the cursor too (the end's `last_id`); a client resuming
-                # after the last line it got reads them again only to leave them out.
-                if shown := _shown(page, query):
-                    await response.write("".join(map(sse_message, shown)).encode())
-                    written = loop.time()
                 after = page[-1].id
-                if len(page) == PAGE:
-                    continue
-            if quiet is not None and quiet >= settle_s:
-                end = {"state": state, "last_id": after}
-                await response.write(f"event: end\ndata: {json.dumps(end)}\n\n".encode())
+            if len(page) < PAGE:
                 return
-            try:
-                async with asyncio.timeout(poll_s):
-                    change = await changes.next()
-            except TimeoutError:
-                pass  # time to look for lines again
-            else:
-                if change is None:
-                    return  # the server is shutting down; the client resumes elsewhere
-                # A job event (or LAGGED: some were missed): read the job's state again.
-                ended_at, state = await _ended(app[JOBS], job_id)
-            if loop.time() - written >= heartbeat_s:
+
+    # Subscribed before reading what is stored, so that nothing falls between.
+    with app[LOG_FEEDS].follow(job_id) as feed:
+        await catch_up()
+        while True:
+            item = await _next(feed, heartbeat_s - (loop.time() - written))
+            if item is _HEARTBEAT:
                 await response.write(b": heartbeat\n\n")
                 written = loop.time()
+            elif item is LAGGED:
+                await catch_up()  # the queue was emptied: it fell behind
+            elif isinstance(item, Lines):
+                # Left-out lines (filtered, or reports) move the cursor too; lines read in the
+                # catch-up come again from the feed, and are left out by id.
+                await send([s for s in item.lines if s.id > after and _matches(s, query)])
+                after = max(after, item.upto)
+            elif isinstance(item, End):
+                end = {"state": item.state, "last_id": max(after, item.upto)}
+                await response.write(f"event: end\ndata: {json.dumps(end)}\n\n".encode())
+                return
+            else:
+                return  # the server is shutting down; the client resumes elsewhere
 
 
-async def _ended(jobs: Jobs, job_id: UUID) -> tuple[datetime | None, JobStatus]:
-    """When (by the database's clock) the job ended, None while it runs; and its state."""
-    history = await jobs.history(job_id)
-    events: list[JobEvent] = []
-    for recorded in history:
-        assert isinstance(recorded.event, JobEvent)  # a job's stream holds only job events
-        events.append(recorded.event)
-    job = replay(events)
-    assert job is not None  # the route has found the job already
-    # A terminal state is final: its event is the stream's last.
-    return (history[-1].recorded_at if job.state.terminal else None), job.state
+_HEARTBEAT = object()
+
+
+async def _next(feed: Follower, wait_s: float) -> object:
+    """The feed's next item, or _HEARTBEAT when none comes within `wait_s`."""
+    try:
+        async with asyncio.timeout(max(wait_s, 0)):
+            return await feed.next()
+    except TimeoutError:
+        return _HEARTBEAT
+
+
+def _matches(stored: StoredLine, query: LogQuery) -> bool:
+    line = stored.line
+    return (query.attempt is None or line.attempt == query.attempt) and (
+        query.learner is None or line.learner == query.learner
+    )
 
 
 def openapi_paths() -> dict[str, Any]:
