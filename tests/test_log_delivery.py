@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import sys
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 from uuid import UUID, uuid4
 
@@ -24,8 +25,10 @@ from controlplane.jobs.streams import job_stream
 from controlplane.logs.lines import Stream
 from controlplane.logs.store import read_lines, write_lines
 from controlplane.tenants.service import create_tenant
+from node_agent import attempt as attempt_module
 from node_agent.log_shipper import LINE_OVERHEAD, LogShipper
 from tests.cluster import Plane, RunningAgent
+from tests.polling import eventually
 from tests.test_logs import line
 
 Client = TestClient[Any, Any]
@@ -183,3 +186,41 @@ async def test_an_agent_holds_a_job_to_its_log_limit_and_says_how_much_it_droppe
         "the job's log limit was reached"
     )
     assert int(count) >= 500 - len(printed)
+
+
+async def test_an_attempt_whose_lines_cannot_be_stored_in_time_ends_and_says_how_many_wait(
+    plane: Plane,
+    agent: RunningAgent,
+    token: str,
+    owner: asyncpg.Connection,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(attempt_module, "LOGS_STORED_WITHIN_S", 1.0)
+    go = tmp_path / "go"
+    printer = [
+        sys.executable,
+        "-c",
+        f"import os, time\nwhile not os.path.exists({str(go)!r}): time.sleep(0.05)\n"
+        "for i in range(100): print(f'line {i}')",
+    ]
+    job_id = await submit(plane, printer)
+    await plane.state(job_id, JobStatus.PROCESSING)
+    # No line can be stored for now (reads go on): the learner prints, and ends.
+    stall = owner.transaction()
+    await stall.start()
+    await owner.execute("LOCK TABLE job_logs IN SHARE MODE")
+    go.touch()
+    await plane.state(job_id, JobStatus.COMPLETED)  # after the bounded wait, all the same
+    await stall.rollback()
+
+    async def stored() -> bool:
+        texts = [s.line.text for s in await read_lines(plane.pool, job_id)]
+        return any("not yet stored" in text for text in texts)
+
+    await eventually(stored)
+    texts = [s.line.text for s in await read_lines(plane.pool, job_id)]
+    assert [text for text in texts if text.startswith("line ")] == [f"line {i}" for i in range(100)]
+    marker = texts[-1]
+    assert marker.startswith("[trainyard] attempt 1 ended with ")
+    assert int(marker.split(" with ", 1)[1].split(" ", 1)[0]) >= 100
