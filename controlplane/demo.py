@@ -87,7 +87,9 @@ async def _follow_status(session: aiohttp.ClientSession, job_id: str) -> str:
 
 
 async def _follow_logs(session: aiohttp.ClientSession, job_id: str) -> None:
-    async with session.get(f"/v1/jobs/{job_id}/logs", params={"follow": "true"}) as response:
+    # With the launcher's reports (left out by default): its metrics are shown readably.
+    params = {"follow": "true", "protocol": "true"}
+    async with session.get(f"/v1/jobs/{job_id}/logs", params=params) as response:
         response.raise_for_status()
         async for event, line in _sse(response):
             if event == "line" and (text := _readable(line["line"])):

@@ -448,6 +448,19 @@ SELECT job_id, attempt, learner, stream, last_seq FROM stored;
 -- Where an agent resumes shipping an attempt's output: the last stored seq of each series.
 SELECT learner, stream, last_seq FROM job_log_series WHERE job_id = $1 AND attempt = $2;
 
+-- name: job_log_usage
+-- What a job has logged so far, over all its attempts (markers included): where an agent starts
+-- counting towards the job's log limits, after a restart too. `last_id` counts the job's lines;
+-- their bytes are summed over the job's rows (a walk of its primary key, bounded by the limits).
+SELECT coalesce((SELECT last_id FROM job_log_heads WHERE job_id = $1), 0) AS lines,
+       coalesce((SELECT sum(octet_length(line)) FROM job_logs WHERE job_id = $1), 0)::bigint
+           AS bytes;
+
+-- name: job_log_last_id
+-- Where a log feed starts reading a job's new lines: its last id stored (committed with them,
+-- so that every line up to it is readable).
+SELECT coalesce((SELECT last_id FROM job_log_heads WHERE job_id = $1), 0);
+
 -- name: read_job_logs
 -- A job's lines after a cursor, in id order (the order they were stored in), optionally of one
 -- attempt and one learner.

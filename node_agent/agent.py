@@ -350,6 +350,8 @@ class Agent:
     async def _run_attempt(self, attempt: Attempt) -> None:
         job_id = attempt.claim.job.job_id
         try:
+            # Before any learner writes: its lines count towards the job's log limits.
+            await self._retry(lambda: self._logs.open(job_id, attempt.claim.job.limits))
             await attempt.run()
         except Exception:
             log.exception("job %s: the attempt failed unexpectedly", job_id)
@@ -360,6 +362,7 @@ class Agent:
             # that the next job never shares a GPU with a container still being torn down.
             # Both are retried until the database answers, or the GPUs would stay allocated.
             await self._retry(self._logs.flush)
+            self._logs.close(job_id)
             await attempt.remove_learners()
             number = attempt.claim.attempt
             await self._retry(lambda: self._releases.release(job_id, number))

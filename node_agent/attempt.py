@@ -11,11 +11,13 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
+from uuid import UUID
 
 from opentelemetry import propagate
 from opentelemetry.util.types import Attributes
 
 from controlplane.agents.claims import Claim
+from controlplane.database import DATABASE_ERRORS
 from controlplane.jobs.lifecycle import (
     Command,
     Complete,
@@ -26,6 +28,7 @@ from controlplane.jobs.lifecycle import (
     RollBack,
     SaveCheckpoint,
 )
+from controlplane.jobs.limits import JobLimits
 from controlplane.jobs.restarts import LearnerFailure, after_failure
 from controlplane.jobs.service import now
 from controlplane.jobs.tracing import tracer
@@ -43,6 +46,11 @@ log = logging.getLogger(__name__)
 
 PHASES = (JobStatus.DOWNLOADING, JobStatus.PROCESSING, JobStatus.STORING)
 
+LOGS_STORED_WITHIN_S = 60.0
+"""How long an ending attempt waits for its learners' lines to be stored before its ending event
+is appended all the same (with a line saying how many were still waiting)."""
+LOGS_RETRY_S = 0.5
+
 
 class LogSink(Protocol):
     """Where learner output goes (batched into Postgres by the log shipper)."""
@@ -57,6 +65,24 @@ class LogSink(Protocol):
 
     def resume(self, spec: LearnerSpec, stream: str, stored_seq: int) -> None:
         """The learner's output is read again from its start: ship only after `stored_seq`."""
+        ...
+
+    async def open(self, job_id: UUID, limits: JobLimits) -> None:
+        """An attempt of the job runs here: hold its lines to `limits`; the database's error
+        when it cannot read what the job has logged so far."""
+        ...
+
+    async def seal(self, job_id: UUID) -> None:
+        """The job's attempt has ended: store its lines added so far (with markers for any
+        dropped); the database's error when it cannot."""
+        ...
+
+    def unstored(self, job_id: UUID) -> int:
+        """The job's lines added and not yet stored."""
+        ...
+
+    def close(self, job_id: UUID) -> None:
+        """The job's attempt here is over: forget it once its lines are stored."""
         ...
 
 
@@ -144,6 +170,7 @@ class Attempt:
             # Whole or not at all: the learners started (here and on other nodes) are stopped
             # and the deployment tried again, or the job fails once its retries are spent.
             await self._terminate()
+            await self._store_logs()
             await self._do(RollBack(reason=reason, at=now(), attempt=self._number))
             return
         async with asyncio.TaskGroup() as group:
@@ -242,7 +269,34 @@ class Attempt:
         last = self._job.last_checkpoint
         return last is not None and last.attempt == self._number and report.step <= last.step
 
+    async def _store_logs(self) -> None:
+        """Every line the attempt's learners wrote stored (or its loss marked) before the event
+        that ends the attempt: whoever sees the job end, or restart, finds its whole log.
+        Bounded: past LOGS_STORED_WITHIN_S the event goes on, after a line saying how many of
+        the attempt's lines were still waiting (they follow later, the shipper keeps them)."""
+        job_id = self.claim.job.job_id
+        try:
+            async with asyncio.timeout(LOGS_STORED_WITHIN_S):
+                while True:
+                    try:
+                        await self._logs.seal(job_id)
+                        return
+                    except DATABASE_ERRORS as exc:
+                        log.warning("job %s: storing its last lines failed (%s)", job_id, exc)
+                        await asyncio.sleep(LOGS_RETRY_S)
+        except TimeoutError:
+            waiting = self._logs.unstored(job_id)
+            log.error("job %s: attempt ends with %d log line(s) not stored", job_id, waiting)
+            self._logs.add(
+                self._specs[0],
+                "system",
+                f"[trainyard] attempt {self._number} ended with {waiting} log line(s) not yet "
+                f"stored after {LOGS_STORED_WITHIN_S:.0f}s: they follow once the database "
+                "takes them",
+            )
+
     async def _finish(self) -> None:
+        await self._store_logs()
         statuses = [s.status for s in self._learners]
         if self._ending in ("cancelled", "fenced"):
             return  # the job is CANCELLED already, or runs elsewhere now

@@ -1,21 +1,29 @@
 """Shipping learner log lines to Postgres in batches, without ever making a learner wait.
 
-`add` is synchronous and never blocks: it puts the line in a bounded buffer, and `run` stores
-the buffer in batches (one COPY each) whenever `batch_lines` lines are waiting, or every
+`add` is synchronous and never blocks: it puts the line in its job's bounded buffer, and `run`
+stores the buffers in batches (one COPY each) whenever `batch_lines` lines are waiting, or every
 `flush_interval_s`. A chatty learner therefore costs one COPY per batch, not a round trip per
 line.
 
-Backpressure: when the database is slow or away, the buffer fills up to `max_buffered_chars`.
+Backpressure: when the database is slow or away, a job's buffer fills up to `job_buffer_chars`.
 Blocking `add` then would stall the pipe readers and, once the pipe's 64 KiB are full, the
 learner itself, for as long as the database is away: training must not depend on the log store.
 So beyond the bound lines are dropped, but never silently: the dropped lines of a series are
 counted, and once there is room again a marker line saying how many were dropped (and which
 seqs) is stored in their place, under the last dropped seq, before the series' next line.
-Memory stays bounded and the log shows exactly where it has a hole.
+Memory stays bounded and the log shows exactly where it has a hole. The bound is per job, so
+that one learner's flood fills only its own job's buffer and never drops another job's lines.
+
+Limits: a job opened with its `JobLimits` (`open`) may store so many lines and bytes over all
+its attempts, counted from what its log already holds (after an agent restart too). The first
+line past either limit is replaced by a marker saying the limit is reached; the later ones are
+dropped and counted, and `seal` (when the attempt ends) stores a marker per series saying how
+many. Markers do not count towards the limits.
 
 Batches are written one at a time (a lock, see `flush`), so each series reaches the database
 in seq order; `write_lines` leaves out lines already stored, so a batch whose commit went
-unacknowledged is simply written again.
+unacknowledged is simply written again. Jobs take turns, a batch each, so that a flood delays
+no other job's lines by more than a batch.
 """
 
 from __future__ import annotations
@@ -24,37 +32,99 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from itertools import islice
+from uuid import UUID
 
 import asyncpg
 
 from controlplane.database import DATABASE_ERRORS
 from controlplane.instruments import LOG_LINES
+from controlplane.jobs.limits import JobLimits
 from controlplane.logs.lines import LogLine, Series
-from controlplane.logs.store import write_lines
+from controlplane.logs.store import log_usage, write_lines
 
 log = logging.getLogger(__name__)
 
 LINE_OVERHEAD = 200
 """Roughly what a buffered line costs beyond its text (the object and its fields), in bytes."""
 
+JOB_BUFFER_CHARS = 16 << 20
+"""What one job's lines may hold of the agent's memory while they wait to be stored."""
+
 
 @dataclass
 class _Gap:
-    """Consecutive lines of one series dropped for want of room."""
+    """Consecutive lines of one series dropped for want of room (or past the job's limit)."""
 
     first: LogLine
     last_seq: int
     count: int
 
-    def marker(self) -> LogLine:
+    def add(self, line: LogLine) -> None:
+        self.last_seq, self.count = line.seq, self.count + 1
+
+    def seqs(self) -> str:
+        if self.count == 1:
+            return f"seq {self.first.seq}"
+        return f"seqs {self.first.seq}-{self.last_seq}"
+
+    def marker(self, why: str) -> LogLine:
         lines = "line" if self.count == 1 else "lines"
-        seqs = (
-            f"seq {self.first.seq}" if self.count == 1 else f"seqs {self.first.seq}-{self.last_seq}"
-        )
-        text = f"[trainyard] {self.count} {lines} dropped ({seqs}): log storage fell behind"
+        text = f"[trainyard] {self.count} {lines} dropped ({self.seqs()}): {why}"
         return replace(self.first, seq=self.last_seq, text=text)
+
+
+def _utf8_size(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode("utf-8"))
+
+
+@dataclass
+class _JobLog:
+    """One job's lines waiting to be stored, and what it has logged towards its limits."""
+
+    buffer: deque[LogLine] = field(default_factory=deque)
+    chars: int = 0
+    added: int = 0
+    """Lines put in the buffer so far (markers included); `stored` counts those stored."""
+    stored: int = 0
+    gaps: dict[Series, _Gap] = field(default_factory=dict)
+    """Lines dropped for want of room, not yet marked."""
+    limits: JobLimits | None = None
+    """None until the job is opened (and for lines that come without a job's limits)."""
+    lines: int = 0
+    bytes: int = 0
+    limited: bool = False
+    """The job reached a limit: every later line is dropped."""
+    noted: bool = False
+    """The limit's marker is buffered; later dropped lines are counted in `over`."""
+    over: dict[Series, _Gap] = field(default_factory=dict)
+    """Lines dropped past the limit since the limit's marker, not yet counted in a marker."""
+    closed: bool = False
+    """No attempt of the job runs here: forget it once its buffer is stored."""
+
+    def push(self, line: LogLine) -> None:
+        self.buffer.append(line)
+        self.chars += len(line.text) + LINE_OVERHEAD
+        self.added += 1
+
+    def within_limits(self, line: LogLine) -> bool:
+        """Whether `line` may be stored under the job's limits; counts it when it may."""
+        if self.limits is None:
+            return True
+        size = _utf8_size(line.text)
+        if not self.limited:
+            fits = self.lines < self.limits.log_lines and self.bytes + size <= self.limits.log_bytes
+            if fits:
+                self.lines += 1
+                self.bytes += size
+                return True
+            self.limited = True
+        return False
+
+    @property
+    def idle(self) -> bool:
+        return self.closed and not self.buffer and not self.gaps and not self.over
 
 
 class LogShipper:
@@ -64,22 +134,17 @@ class LogShipper:
         *,
         batch_lines: int = 5000,
         flush_interval_s: float = 0.2,
-        max_buffered_chars: int = 64 << 20,
+        job_buffer_chars: int = JOB_BUFFER_CHARS,
         retry_s: float = 1.0,
         stop_timeout_s: float = 10.0,
     ) -> None:
         self._pool = pool
         self._batch_lines = batch_lines
         self._flush_interval_s = flush_interval_s
-        self._capacity = max_buffered_chars
+        self._capacity = job_buffer_chars
         self._retry_s = retry_s
         self._stop_timeout_s = stop_timeout_s
-        self._buffer: deque[LogLine] = deque()
-        self._buffered_chars = 0
-        self._gaps: dict[Series, _Gap] = {}
-        self._added = 0
-        """Lines put in the buffer so far (markers included); `_stored` counts those stored."""
-        self._stored = 0
+        self._jobs: dict[UUID, _JobLog] = {}
         self._dropped = 0
         self._writing = asyncio.Lock()
         self._wake = asyncio.Event()
@@ -87,59 +152,135 @@ class LogShipper:
 
     @property
     def pending(self) -> int:
-        """Lines buffered and not yet stored."""
-        return len(self._buffer)
+        """Lines buffered and not yet stored, of all jobs."""
+        return sum(len(job.buffer) for job in self._jobs.values())
+
+    def pending_of(self, job_id: UUID) -> int:
+        """The job's lines buffered and not yet stored."""
+        job = self._jobs.get(job_id)
+        return 0 if job is None else len(job.buffer)
 
     @property
     def dropped(self) -> int:
-        """Lines dropped for want of room so far (each one accounted for by a marker)."""
+        """Lines dropped for want of room or past a limit so far (each one in a marker)."""
         return self._dropped
+
+    async def open(self, job_id: UUID, limits: JobLimits) -> None:
+        """An attempt of the job starts (or is adopted) here: enforce `limits`, counting from
+        what the job's log holds already. The database's error when it cannot read that."""
+        lines, size = await log_usage(self._pool, job_id)
+        job = self._job(job_id)
+        job.limits, job.lines, job.bytes = limits, lines, size
+        job.limited = job.noted = job.closed = False
+
+    def close(self, job_id: UUID) -> None:
+        """The job's attempt here has ended: forget the job once its lines are stored."""
+        job = self._jobs.get(job_id)
+        if job is not None:
+            job.closed = True
+            if job.idle:
+                del self._jobs[job_id]
+
+    def _job(self, job_id: UUID) -> _JobLog:
+        job = self._jobs.get(job_id)
+        if job is None:
+            job = self._jobs[job_id] = _JobLog()
+        return job
 
     def add(self, line: LogLine) -> None:
         """Buffer a line for storing; never blocks (see the module's note on backpressure)."""
-        cost = len(line.text) + LINE_OVERHEAD
-        if self._buffered_chars + cost > self._capacity:
-            self._drop(line)
+        job = self._job(line.job_id)
+        if not job.within_limits(line):
+            self._over_limit(job, line)
             return
-        gap = self._gaps.pop(line.series, None)
+        if job.chars + len(line.text) + LINE_OVERHEAD > self._capacity:
+            self._drop(job, line)
+            return
+        gap = job.gaps.pop(line.series, None)
         if gap is not None:
             # Before the line: a series' seqs must reach the database in order.
-            self._push(gap.marker())
-        self._push(line)
-        if len(self._buffer) >= self._batch_lines:
+            job.push(gap.marker("log storage fell behind"))
+        job.push(line)
+        if len(job.buffer) >= self._batch_lines:
             self._wake.set()
 
-    def _drop(self, line: LogLine) -> None:
+    def _drop(self, job: _JobLog, line: LogLine) -> None:
         self._dropped += 1
-        gap = self._gaps.get(line.series)
+        gap = job.gaps.get(line.series)
         if gap is None:
-            self._gaps[line.series] = _Gap(first=line, last_seq=line.seq, count=1)
+            job.gaps[line.series] = _Gap(first=line, last_seq=line.seq, count=1)
         else:
-            gap.last_seq, gap.count = line.seq, gap.count + 1
+            gap.add(line)
 
-    def _push(self, line: LogLine) -> None:
-        self._buffer.append(line)
-        self._buffered_chars += len(line.text) + LINE_OVERHEAD
-        self._added += 1
+    def _over_limit(self, job: _JobLog, line: LogLine) -> None:
+        self._dropped += 1
+        if not job.noted:
+            # The first line past the limit (since the job was opened here): its place says
+            # so at once, so that a follower learns why the log stops. Room or not: one line.
+            job.noted = True
+            gap = job.gaps.pop(line.series, None)
+            if gap is not None:
+                job.push(gap.marker("log storage fell behind"))
+            assert job.limits is not None
+            text = (
+                f"[trainyard] the job's log limit is reached ({job.limits.log_lines} lines or "
+                f"{job.limits.log_bytes} bytes over all attempts): this line and the later ones "
+                "are dropped, and counted when the attempt ends"
+            )
+            job.push(replace(line, text=text))
+            return
+        gap = job.over.get(line.series)
+        if gap is None:
+            job.over[line.series] = _Gap(first=line, last_seq=line.seq, count=1)
+        else:
+            gap.add(line)
 
     async def flush(self) -> None:
-        """Store every line added before the call (and a marker for every gap so far); raises
-        the database's error when it cannot, keeping the lines for the next try."""
-        # One writer at a time, `run` or a caller: two batches of one series in flight at
-        # once could commit out of order, and the earlier one would then count as stored.
+        """Store every line added before the call (and a marker for every gap so far), of
+        every job; raises the database's error when it cannot, keeping the lines for the next
+        try."""
         async with self._writing:
+            await self._store(list(self._jobs), final=False)
+
+    async def seal(self, job_id: UUID) -> None:
+        """The job's attempt has ended: store its lines added before the call, with a marker
+        per series saying how many lines were dropped past its limit; the database's error when
+        it cannot (the lines are kept, the markers too)."""
+        async with self._writing:
+            await self._store([job_id], final=True)
+
+    async def _store(self, job_ids: list[UUID], *, final: bool) -> None:
+        # One writer at a time (the caller holds `_writing`), `run` or a caller: two batches
+        # of one series in flight at once could commit out of order, and the earlier one
+        # would then count as stored.
+        targets: list[tuple[_JobLog, int]] = []
+        for job_id in job_ids:
+            job = self._jobs.get(job_id)
+            if job is None:
+                continue
             # Markers of series that have fallen silent since their gap: they may exceed the
             # bound by one short line per series, so that no gap goes unreported.
-            for gap in self._gaps.values():
-                self._push(gap.marker())
-            self._gaps.clear()
-            target = self._added
-            while self._stored < target:
-                batch = list(islice(self._buffer, self._batch_lines))
+            for gap in job.gaps.values():
+                job.push(gap.marker("log storage fell behind"))
+            job.gaps.clear()
+            if final:
+                for gap in job.over.values():
+                    job.push(gap.marker("the job's log limit was reached"))
+                job.over.clear()
+            targets.append((job, job.added))
+        # Jobs take turns, a batch each: a flood of one job delays the others by one batch.
+        while targets:
+            for job, target in targets:
+                batch = list(islice(job.buffer, min(self._batch_lines, target - job.stored)))
                 LOG_LINES.add(await write_lines(self._pool, batch))
                 for _ in batch:
-                    self._buffered_chars -= len(self._buffer.popleft().text) + LINE_OVERHEAD
-                self._stored += len(batch)
+                    job.chars -= len(job.buffer.popleft().text) + LINE_OVERHEAD
+                job.stored += len(batch)
+            targets = [(job, target) for job, target in targets if job.stored < target]
+        for job_id in job_ids:
+            job = self._jobs.get(job_id)
+            if job is not None and job.idle:
+                del self._jobs[job_id]
 
     async def run(self) -> None:
         """Ship lines until `stop()`, retrying while the database is away; then ship what is

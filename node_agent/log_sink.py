@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from uuid import UUID
 
+from controlplane.jobs.limits import JobLimits
 from controlplane.logs.lines import LogLine, Series, Stream, split_long_line, storable
+from node_agent.log_shipper import LogShipper
 from node_agent.runtime import LearnerSpec
 
 
@@ -14,11 +16,8 @@ class NumberedSink:
     """Numbers each series' lines from 1, cleans text Postgres cannot hold, and splits very
     long lines with a marker instead of dropping them."""
 
-    def __init__(
-        self, ship: Callable[[LogLine], None], store: Callable[[], Awaitable[None]]
-    ) -> None:
-        self._ship = ship
-        self._store = store
+    def __init__(self, shipper: LogShipper) -> None:
+        self._shipper = shipper
         self._seqs: defaultdict[Series, int] = defaultdict(int)
         self._stored: dict[Series, int] = {}
 
@@ -32,7 +31,24 @@ class NumberedSink:
 
     async def flush(self) -> None:
         """Store every line added so far (the database's error if it cannot)."""
-        await self._store()
+        await self._shipper.flush()
+
+    async def open(self, job_id: UUID, limits: JobLimits) -> None:
+        """An attempt of the job runs here: hold its lines to `limits` (see the shipper)."""
+        await self._shipper.open(job_id, limits)
+
+    async def seal(self, job_id: UUID) -> None:
+        """The job's attempt has ended: store its lines, and say how many its limit dropped
+        (the database's error if it cannot)."""
+        await self._shipper.seal(job_id)
+
+    def unstored(self, job_id: UUID) -> int:
+        """The job's lines added and not yet stored."""
+        return self._shipper.pending_of(job_id)
+
+    def close(self, job_id: UUID) -> None:
+        """The job's attempt here is over and its lines stored: forget it."""
+        self._shipper.close(job_id)
 
     def add(self, spec: LearnerSpec, stream: str, text: str, at: datetime | None = None) -> None:
         """A line the learner wrote at `at` (the container engine's time, say), or now."""
@@ -44,7 +60,7 @@ class NumberedSink:
             self._seqs[series] += 1
             if self._seqs[series] <= stored:
                 continue
-            self._ship(
+            self._shipper.add(
                 LogLine(
                     job_id=spec.job_id,
                     attempt=spec.attempt,

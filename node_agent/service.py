@@ -61,7 +61,7 @@ async def _run(
             request_gpus=config.request_gpus,
             images=config.images,
         ) as runtime:
-            sink = NumberedSink(shipper.add, shipper.flush)
+            sink = NumberedSink(shipper)
             agent = Agent(config, pool, listener, inventory, runtime, sink, agent_id)
             await _serve(agent, listener, shipper, stop, registered)
     finally:

@@ -29,6 +29,11 @@ from controlplane.tenants.service import issue_token
 from tests.cluster import Plane, RunningAgent
 
 PRINT = [sys.executable, "-c", "print('hello from the learner')"]
+METRIC = [
+    sys.executable,
+    "-c",
+    "from runners import metrics; metrics.log(step=7, loss=0.5); print('mine', flush=True)",
+]
 FAIL = [sys.executable, "-c", "import sys; sys.exit(3)"]
 SLEEP = [sys.executable, "-c", "import time; time.sleep(60)"]
 
@@ -84,6 +89,29 @@ async def cli(db_url: str, plane: Plane, agent: RunningAgent, tmp_path: Path) ->
     }
     yield Cli(env, tmp_path)
     await served.stop()
+
+
+async def test_logs_show_what_the_user_printed_and_the_launcher_s_reports_readably(
+    cli: Cli,
+) -> None:
+    done = await cli("submit", cli.manifest("metric", METRIC), "--follow")
+    assert done.rc == 0, done.stderr
+    job_id = done.stdout.splitlines()[0]
+    assert "[attempt 1 learner 0 stdout] mine" in done.stdout
+    assert "[attempt 1 learner 0 report] step 7: loss 0.5" in done.stdout
+    assert "[attempt 1 learner 0 report] PROCESSING started" in done.stdout
+    assert "@@trainyard/1" not in done.stdout
+
+    for follow in ([], ["-f"]):
+        shown = (await cli("logs", job_id, *follow)).stdout
+        assert "[attempt 1 learner 0 report] step 7: loss 0.5" in shown, follow
+        assert "@@trainyard/1" not in shown and "mine" in shown
+        raw = (await cli("logs", job_id, "--raw", *follow)).stdout
+        assert '@@trainyard/1 {"' in raw and "report]" not in raw and "mine" in raw
+        printed = await cli("logs", job_id, "--output", "json", *follow)
+        assert [json.loads(line)["line"] for line in printed.stdout.splitlines()] == ["mine"]
+        every = await cli("logs", job_id, "--output", "json", "--raw", *follow)
+        assert len(every.stdout.splitlines()) > 1
 
 
 async def test_user_commands_against_a_served_control_plane(cli: Cli, tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ import pytest
 from bench.agent_process import AgentProcess
 from controlplane.jobs.lifecycle import Cancel, JobStatus, RequestCheckpoint
 from controlplane.jobs.service import now
+from controlplane.logs.store import read_lines
 from node_agent.containers import LearnerLabels
 from node_agent.images import LEARNER_IMAGE
 from tests.cluster import USER, Plane, RunningAgent
@@ -243,3 +244,18 @@ async def test_a_container_runs_as_its_job_s_user_and_sees_its_data_at_mount_pat
     [uid] = [int(line.split()[1]) for line in lines if line.startswith("uid ")]
     assert uid >= 200000
     assert "data the data" in lines
+
+
+async def test_a_failed_container_s_logs_hold_every_line_it_printed_at_once(
+    plane: Plane, docker_agent: RunningAgent
+) -> None:
+    code = (
+        "import sys\nsys.stdout.write(''.join(f'flood {i}\\n' for i in range(20000)))\nsys.exit(3)"
+    )
+    jobs = [await submit(plane, code, max_restarts=0) for _ in range(2)]
+    for job_id in jobs:
+        await plane.state(job_id, JobStatus.FAILED)
+        # Read the moment the job is seen FAILED: its attempt ended only once they were stored.
+        lines = await read_lines(plane.pool, job_id, limit=30_000)
+        flood = [s.line.text for s in lines if s.line.text.startswith("flood ")]
+        assert flood == [f"flood {i}" for i in range(20000)]

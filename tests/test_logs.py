@@ -23,9 +23,10 @@ from controlplane.events.metadata import Metadata
 from controlplane.events.store import EventStore
 from controlplane.http import logs as logs_routes
 from controlplane.http.app import create_app
-from controlplane.http.logs import LOG_POLL_S, LOG_SETTLE_S
-from controlplane.jobs.lifecycle import Cancel
+from controlplane.http.logs import LOG_FEEDS, LOG_FOLLOWER_LINES, LOG_POLL_S, LOG_SETTLE_S
+from controlplane.jobs.lifecycle import Cancel, JobStatus
 from controlplane.jobs.service import Jobs, now
+from controlplane.logs.feeds import LAGGED, End, Lines
 from controlplane.logs.lines import (
     CONTINUES,
     MAX_LINE,
@@ -37,6 +38,7 @@ from controlplane.logs.lines import (
 )
 from controlplane.logs.store import last_seqs, read_lines, write_lines
 from node_agent.log_shipper import LINE_OVERHEAD, LogShipper
+from runners import protocol
 from tests.tenancy import Tokens
 
 Client = TestClient[Any, Any]
@@ -285,7 +287,7 @@ async def test_a_slow_database_never_blocks_the_shipper_and_dropped_lines_leave_
 ) -> None:
     job = uuid4()
     size = len(line(job, 1).text) + LINE_OVERHEAD
-    shipper = LogShipper(pool, batch_lines=100, flush_interval_s=0.02, max_buffered_chars=5 * size)
+    shipper = LogShipper(pool, batch_lines=100, flush_interval_s=0.02, job_buffer_chars=5 * size)
     running = asyncio.create_task(shipper.run())
     shipper.add(line(job, 1))
     await shipper.flush()
@@ -415,6 +417,7 @@ async def test_another_tenants_job_is_not_found_and_bad_parameters_are_400(
         ("learner=-1", {}, "learner"),
         ("learner=1.5", {}, "learner"),
         ("follow=maybe", {}, "follow"),
+        ("protocol=yes", {}, "protocol"),
         ("after=x", {}, "after"),
         ("follow=true", {"Last-Event-ID": "abc"}, "Last-Event-ID"),
         ("follow=true", {"Last-Event-ID": "-1"}, "Last-Event-ID"),
@@ -523,6 +526,97 @@ async def test_following_an_ended_job_sends_its_lines_and_ends_filtered_or_not(
     resumed = {**headers, "Last-Event-ID": str(every[2].id)}
     response = await client.get(f"/v1/jobs/{job}/logs?follow=true", headers=resumed)
     assert [m.event async for m in sse(response) if m is not None] == ["end"]
+
+
+async def test_protocol_lines_are_left_out_unless_asked_for_as_text_and_followed(
+    client: Client, tokens: Tokens, pool: asyncpg.Pool
+) -> None:
+    job = await submit(client, tokens.acme)
+    headers = auth(tokens.acme)
+    metric = protocol.encode(protocol.Metric(at=T0, step=3, values={"loss": 0.5}))
+    lookalike = protocol.PREFIX + "{not a report"
+    await write_lines(
+        pool,
+        [
+            line(job, 1, text="epoch 1"),
+            line(job, 2, text=metric),
+            line(job, 3, text=lookalike),
+            line(job, 1, stream=Stream.STDERR, text=metric),  # only stdout carries reports
+            line(job, 4, text=metric),
+        ],
+    )
+    body = await (await client.get(f"/v1/jobs/{job}/logs", headers=headers)).text()
+    assert body == (
+        "[attempt 1 learner 0 stdout] epoch 1\n"
+        f"[attempt 1 learner 0 stdout] {lookalike}\n"
+        f"[attempt 1 learner 0 stderr] {metric}\n"
+    )
+    every = await client.get(f"/v1/jobs/{job}/logs?protocol=true", headers=headers)
+    assert (await every.text()).count(metric) == 3
+
+    assert (await client.post(f"/v1/jobs/{job}/cancel", headers=headers)).status == 200
+    await asyncio.sleep(0.3)  # the settle time passes
+    stored = await read_lines(pool, job)
+    response = await client.get(f"/v1/jobs/{job}/logs?follow=true", headers=headers)
+    shown = [m async for m in sse(response) if m is not None]
+    assert [m.id for m in shown] == [stored[0].id, stored[2].id, stored[3].id, None]
+    assert shown[-1].data["last_id"] == stored[-1].id  # past the left-out last line
+    response = await client.get(f"/v1/jobs/{job}/logs?follow=true&protocol=1", headers=headers)
+    assert len([m async for m in sse(response) if m is not None]) == 5 + 1
+
+
+async def test_followers_of_a_job_share_one_reader_and_each_gets_every_line_once(
+    client: Client, tokens: Tokens, pool: asyncpg.Pool
+) -> None:
+    job = await submit(client, tokens.acme)
+    headers = auth(tokens.acme)
+    await write_lines(pool, [line(job, seq) for seq in range(1, 4)])
+    feeds = client.app[LOG_FEEDS]
+
+    async def follow() -> list[Message]:
+        response = await client.get(f"/v1/jobs/{job}/logs?follow=true", headers=headers)
+        return [m async for m in sse(response) if m is not None]
+
+    followers = [asyncio.create_task(follow()) for _ in range(12)]
+    await asyncio.sleep(0.3)
+    assert feeds.feeds == 1  # one reader for the job, however many follow it
+    for seq in range(4, 40):
+        await write_lines(pool, [line(job, seq)])
+    assert (await client.post(f"/v1/jobs/{job}/cancel", headers=headers)).status == 200
+    stored = await read_lines(pool, job)
+    for received in await asyncio.gather(*followers):
+        assert [m.id for m in received] == [s.id for s in stored] + [None]
+        assert received[-1].data == {"state": "CANCELLED", "last_id": stored[-1].id}
+    assert feeds.feeds == 0  # the reader stopped with its last follower
+
+
+async def test_a_follower_that_falls_behind_reads_the_database_and_still_sees_the_end(
+    db_url: str, tokens: Tokens, pool: asyncpg.Pool
+) -> None:
+    app = create_app(db_url, poll_interval=0.2)
+    app[LOG_SETTLE_S], app[LOG_POLL_S], app[LOG_FOLLOWER_LINES] = 0.3, 0.05, 5
+    async with TestClient(TestServer(app)) as client:
+        job = await submit(client, tokens.acme)
+        with client.app[LOG_FEEDS].follow(job) as follower:
+            for batch in range(3):  # each batch read on its own by the feed
+                await write_lines(pool, [line(job, 4 * batch + n) for n in range(1, 5)])
+                await asyncio.sleep(0.2)
+            # The second batch would have exceeded its queue's 5 lines: the queue was emptied
+            # (the reader never waits for a follower), and the follower is told so, once.
+            assert await follower.next() is LAGGED
+            await write_lines(pool, [line(job, seq) for seq in range(13, 15)])
+            after = await follower.next()  # the feed's items come again
+            assert isinstance(after, Lines) and [s.line.seq for s in after.lines] == [13, 14]
+            # Behind again, and the log ends meanwhile: its end still comes, after LAGGED.
+            await write_lines(pool, [line(job, seq) for seq in range(15, 21)])
+            cancel = {"reason": "done"}
+            headers = auth(tokens.acme)
+            response = await client.post(f"/v1/jobs/{job}/cancel", json=cancel, headers=headers)
+            assert response.status == 200
+            await asyncio.sleep(1)  # past the settle time: the feed has ended
+            assert await follower.next() is LAGGED
+            end = await follower.next()
+            assert end == End(JobStatus.CANCELLED, (await read_lines(pool, job))[-1].id)
 
 
 async def test_following_a_cancelled_job_waits_until_its_learners_have_ended(

@@ -34,6 +34,8 @@ EXIT_FAILED = 1
 FAILED_STATES = frozenset({JobStatus.FAILED.value, JobStatus.CANCELLED.value})
 _TEXT_LOG = re.compile(r"\[attempt (\d+) learner (\d+) (\w+)\] (.*)", re.DOTALL)
 
+RAW_HELP = "show the launcher's protocol lines (@@trainyard/1 ...) as stored, for debugging"
+
 Handler = Callable[[argparse.Namespace, Settings], Coroutine[Any, Any, int]]
 
 
@@ -91,13 +93,16 @@ def add_client_commands(commands: Any) -> None:
         "Submit the job described by FILE (YAML, or JSON when it ends in .json) and print its "
         "id. The manifest is checked first: a syntax error names the line and column, a "
         "wrong field its name (exit code 2). With --follow, show its state, attempt, restarts "
-        "and logs until it ends; the exit code is then 1 if it FAILED or was CANCELLED.",
+        "and logs until it ends; the exit code is then 1 if it FAILED or was CANCELLED. The "
+        "launcher's reports (phases, metrics, checkpoints) are shown readably as `report` "
+        "lines; --raw shows them as stored.",
         cmd_submit,
     )
     submit.add_argument(
         "file", metavar="FILE", help="the manifest (YAML or JSON), or - for standard input"
     )
     submit.add_argument("--follow", action="store_true", help="follow the job until it ends")
+    submit.add_argument("--raw", action="store_true", help=RAW_HELP)
     listing = add(
         "list",
         "list jobs, newest first",
@@ -126,7 +131,9 @@ def add_client_commands(commands: Any) -> None:
         "a job's learner logs",
         "Print a job's learner log lines. With -f, follow them (and the job's state) until the "
         "job and its learners have ended; the exit code is then 1 if it FAILED or was "
-        "CANCELLED. --output json prints one JSON object per line.",
+        "CANCELLED. The launcher's reports (phases, metrics, checkpoints) are shown readably as "
+        "`report` lines; --raw shows every line as stored. --output json prints one JSON "
+        "object per line: only what the job's command printed, unless --raw.",
         cmd_logs,
         output,
     )
@@ -134,6 +141,7 @@ def add_client_commands(commands: Any) -> None:
     logs.add_argument("-f", "--follow", action="store_true", help="follow until the job ends")
     logs.add_argument("--attempt", type=int, metavar="N", help="only attempt N")
     logs.add_argument("--learner", type=int, metavar="I", help="only learner I")
+    logs.add_argument("--raw", action="store_true", help=RAW_HELP)
     cancel = add("cancel", "cancel a job", "Cancel a job that has not finished.", cmd_cancel)
     cancel.add_argument("job", metavar="JOB", help="the job's id")
     cancel.add_argument("--reason", help="why (recorded in the job's history)")
@@ -199,7 +207,8 @@ async def cmd_submit(args: argparse.Namespace, settings: Settings) -> int:
             _warn(f"warning: {job['unschedulable_reason']}")
         if not args.follow:
             return 0
-        return await follow_job(client, job["id"], render.follow_view(False), None, None)
+        view = render.follow_view(False, args.raw)
+        return await follow_job(client, job["id"], view, None, None, protocol=True)
 
 
 async def follow_job(
@@ -208,9 +217,11 @@ async def follow_job(
     view: render.FollowView,
     attempt: int | None,
     learner: int | None,
+    *,
+    protocol: bool = True,
 ) -> int:
-    """Show the job's state changes and log lines until both streams have ended; 1 if the job
-    FAILED or was CANCELLED."""
+    """Show the job's state changes and log lines (the launcher's protocol lines too, when
+    `protocol`) until both streams have ended; 1 if the job FAILED or was CANCELLED."""
     not_found = f"no job {job_id}"
     final: dict[str, str] = {}
 
@@ -227,7 +238,7 @@ async def follow_job(
                     return
 
     async def lines() -> None:
-        params = [("follow", "true"), *_filters(attempt, learner)]
+        params = [("follow", "true"), *_filters(attempt, learner, protocol)]
         stream = client.follow(f"/v1/jobs/{job_id}/logs", params, not_found=not_found)
         async with aclosing(stream):
             async for message in stream:
@@ -254,8 +265,8 @@ def _detail(event: Mapping[str, Any]) -> str | None:
     return data.get("reason") or ", ".join(data.get("nodes") or []) or None
 
 
-def _filters(attempt: int | None, learner: int | None) -> list[tuple[str, str]]:
-    params = []
+def _filters(attempt: int | None, learner: int | None, protocol: bool) -> list[tuple[str, str]]:
+    params = [("protocol", "true")] if protocol else []
     if attempt is not None:
         params.append(("attempt", str(attempt)))
     if learner is not None:
@@ -297,24 +308,34 @@ async def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
 
 async def cmd_logs(args: argparse.Namespace, settings: Settings) -> int:
     json_output = args.output == "json"
+    # Text shows the launcher's reports readably; JSON is what the command printed, or (raw)
+    # every line as stored.
+    reports = args.raw or not json_output
     async with _client(args, settings) as client:
         if args.follow:
-            view = render.follow_view(json_output)
-            return await follow_job(client, args.job, view, args.attempt, args.learner)
+            view = render.follow_view(json_output, args.raw)
+            return await follow_job(
+                client, args.job, view, args.attempt, args.learner, protocol=reports
+            )
         text = await client.request(
             "GET",
             f"/v1/jobs/{args.job}/logs",
-            params=_filters(args.attempt, args.learner),
+            params=_filters(args.attempt, args.learner, reports),
             not_found=f"no job {args.job}",
             text=True,
         )
     for line in text.splitlines():
-        if not json_output:
-            print(line)
-        elif match := _TEXT_LOG.fullmatch(line):
-            attempt, learner, stream, content = match.groups()
-            record = {"attempt": int(attempt), "learner": int(learner), "stream": stream}
+        match = _TEXT_LOG.fullmatch(line)
+        if match is None:
+            if not json_output:
+                print(line)
+            continue
+        attempt, learner, stream, content = match.groups()
+        record = {"attempt": int(attempt), "learner": int(learner), "stream": stream}
+        if json_output:
             print(json.dumps({**record, "line": content}))
+        else:
+            print(render.log_text({**record, "line": content}, args.raw))
     return 0
 
 

@@ -13,6 +13,8 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
+from runners import protocol
+
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     cells = [[str(h) for h in headers], *([_cell(v) for v in row] for row in rows)]
@@ -121,9 +123,31 @@ _WEBHOOK_OUTCOMES = {
 }
 
 
-def log_text(line: Mapping[str, Any]) -> str:
-    """The same form as the API's plain-text logs."""
-    return f"[attempt {line['attempt']} learner {line['learner']} {line['stream']}] {line['line']}"
+def log_text(line: Mapping[str, Any], raw: bool = True) -> str:
+    """The same form as the API's plain-text logs; unless `raw`, the launcher's reports (stdout
+    protocol lines) readable, as `report` lines."""
+    stream, text = line["stream"], line["line"]
+    if not raw and stream == "stdout" and (readable := report_text(text)) is not None:
+        stream, text = "report", readable
+    return f"[attempt {line['attempt']} learner {line['learner']} {stream}] {text}"
+
+
+def report_text(text: str) -> str | None:
+    """A launcher's report to the agent (a protocol line) as people read it, like `trainyard
+    up` shows its demo's; None for anything else (the user's own output)."""
+    match protocol.parse(text):
+        case protocol.Metric(step=step, values=values):
+            shown = ", ".join(f"{name} {value:.4g}" for name, value in values.items())
+            return f"step {step}: {shown}"
+        case protocol.CheckpointSaved(step=step, size_bytes=size, path=path):
+            return f"checkpoint saved at step {step} ({size / 1024:.0f} KiB, {path})"
+        case protocol.CheckpointRestored(step=step):
+            return f"resumed from the checkpoint at step {step}"
+        case protocol.PhaseStarted(phase=phase):
+            return f"{phase} started"
+        case protocol.PhaseEnded(phase=phase, outcome=outcome, duration_s=took, error=why):
+            return f"{phase} {outcome} after {took:.1f}s" + (f": {why}" if why else "")
+    return None
 
 
 def status_text(state: str, attempt: int, restarts: int, detail: str | None) -> str:
@@ -148,11 +172,14 @@ class FollowView(Protocol):
 class PlainView:
     """One line per state change and per log line: for pipes and files."""
 
+    def __init__(self, raw: bool = False) -> None:
+        self._raw = raw
+
     def status(self, state: str, attempt: int, restarts: int, detail: str | None) -> None:
         print(status_text(state, attempt, restarts, detail), flush=True)
 
     def line(self, line: Mapping[str, Any]) -> None:
-        print(log_text(line), flush=True)
+        print(log_text(line, self._raw), flush=True)
 
     def __enter__(self) -> PlainView:
         return self
@@ -174,7 +201,8 @@ class JsonLinesView(PlainView):
 class LiveView:
     """Log lines scroll by above a status line that stays at the bottom of the terminal."""
 
-    def __init__(self) -> None:
+    def __init__(self, raw: bool = False) -> None:
+        self._raw = raw
         self._console = Console()
         self._live = Live(Text("[status] connecting"), console=self._console, transient=False)
 
@@ -183,7 +211,7 @@ class LiveView:
 
     def line(self, line: Mapping[str, Any]) -> None:
         # Text(...) so that brackets in a learner's output are not read as rich markup.
-        self._console.print(Text(log_text(line)))
+        self._console.print(Text(log_text(line, self._raw)))
 
     def __enter__(self) -> LiveView:
         self._live.start()
@@ -193,7 +221,9 @@ class LiveView:
         self._live.stop()
 
 
-def follow_view(json_output: bool) -> FollowView:
+def follow_view(json_output: bool, raw: bool = False) -> FollowView:
+    """JSON lines as the server sends them, or text with the launcher's reports readable unless
+    `raw`."""
     if json_output:
         return JsonLinesView()
-    return LiveView() if sys.stdout.isatty() else PlainView()
+    return LiveView(raw) if sys.stdout.isatty() else PlainView(raw)

@@ -4,6 +4,10 @@ Plain text (the default) is every stored line, in the order stored, one per line
 
     [attempt 1 learner 0 stdout] epoch 3 loss 0.12
 
+What the user printed, by default: the launcher's reports to the agent (`@@trainyard/1 {...}`
+lines on stdout: phases, metrics, checkpoints; see `runners.protocol`) are stored with the rest
+but left out unless `?protocol=true` (the CLI asks for them and shows them readably).
+
 With `?follow=true` it is SSE instead: each line is an `event: line` whose `id` is the line's
 per-job id (send it back as `Last-Event-ID`, or `?after=`, to resume exactly after it) and whose
 `data` is JSON (`attempt`, `learner`, `stream`, `seq`, `at`, `line`), so that any character of
@@ -14,18 +18,18 @@ log has been quiet for the settle time (for the agent's last batch), an `event: 
 later still (from an agent cut off from the database for longer) stays readable, by text or by
 resuming.
 
-New lines are found by polling, one index probe per follower per interval: a NOTIFY per
-stored batch would take Postgres's global notify lock at the commit of every batch, on the
-hottest write path. Changes of the job's state come from the app's stream hub (no polling).
+New lines are found by polling, one index probe per followed job per interval, whatever its
+number of followers (they share one reader, see `controlplane.logs.feeds`): a NOTIFY per stored
+batch would take Postgres's global notify lock at the commit of every batch, on the hottest
+write path. Changes of the job's state come from the app's stream hub (no polling).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 from uuid import UUID
 
@@ -35,18 +39,19 @@ from controlplane.http.errors import error
 from controlplane.http.jobs import _visible_job
 from controlplane.http.keys import HUB, JOBS, POOL, SSE_HEARTBEAT_S
 from controlplane.instruments import sse_client
-from controlplane.jobs.events import JobEvent
-from controlplane.jobs.lifecycle import JobStatus, replay
-from controlplane.jobs.service import Jobs
-from controlplane.jobs.streams import job_stream
-from controlplane.logs.lines import StoredLine
-from controlplane.logs.store import quiet_s, read_lines
+from controlplane.logs.feeds import FOLLOWER_LINES, LAGGED, End, Follower, Lines, LogFeeds
+from controlplane.logs.lines import StoredLine, Stream
+from controlplane.logs.store import read_lines
 from controlplane.tenants.auth import principal
+from runners import protocol
 
 LOG_SETTLE_S = web.AppKey("log_settle_s", float)
 """How long an ended job's log must have been quiet before a follower's stream ends."""
 LOG_POLL_S = web.AppKey("log_poll_s", float)
-"""How often a follower looks for new lines."""
+"""How often a followed job's feed looks for new lines."""
+LOG_FOLLOWER_LINES = web.AppKey("log_follower_lines", int)
+"""The most lines queued for one follower; one that falls further behind reads the database."""
+LOG_FEEDS = web.AppKey("log_feeds", LogFeeds)
 
 SETTLE_S = 3.0
 """After its learners have ended, an agent ships their last lines within its flush interval
@@ -65,7 +70,24 @@ _TRUE, _FALSE = frozenset({"true", "1"}), frozenset({"false", "0"})
 def add_routes(app: web.Application) -> None:
     app.setdefault(LOG_SETTLE_S, SETTLE_S)
     app.setdefault(LOG_POLL_S, POLL_S)
+    app.setdefault(LOG_FOLLOWER_LINES, FOLLOWER_LINES)
+    app.cleanup_ctx.append(_feeds)
     app.router.add_get("/v1/jobs/{job_id}/logs", get_logs)
+
+
+async def _feeds(app: web.Application) -> AsyncIterator[None]:
+    """The followed jobs' feeds, on the app's pool and hub (set up before, closed after)."""
+    feeds = LogFeeds(
+        app[POOL],
+        app[HUB],
+        app[JOBS],
+        poll_s=app[LOG_POLL_S],
+        settle_s=app[LOG_SETTLE_S],
+        capacity=app[LOG_FOLLOWER_LINES],
+    )
+    app[LOG_FEEDS] = feeds
+    yield
+    await feeds.close()
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,13 +96,14 @@ class LogQuery:
     learner: int | None
     follow: bool
     after: int
+    protocol: bool
+    """Whether the launcher's protocol lines are included."""
 
 
 def parse_query(query: Mapping[str, str], headers: Mapping[str, str]) -> LogQuery:
     """The request's filters and cursor; a 400 naming the field for anything malformed."""
-    follow = query.get("follow", "false").lower()
-    if follow not in _TRUE | _FALSE:
-        raise error(400, "follow must be true or false", field="follow")
+    follow = _boolean(query, "follow")
+    reports = _boolean(query, "protocol")
     if "Last-Event-ID" in headers:
         after = _integer(headers["Last-Event-ID"], "Last-Event-ID")
     else:
@@ -88,8 +111,26 @@ def parse_query(query: Mapping[str, str], headers: Mapping[str, str]) -> LogQuer
     return LogQuery(
         attempt=_integer(query.get("attempt"), "attempt", minimum=1),
         learner=_integer(query.get("learner"), "learner", minimum=0),
-        follow=follow in _TRUE,
+        follow=follow,
         after=after or 0,
+        protocol=reports,
+    )
+
+
+def _boolean(query: Mapping[str, str], field: str) -> bool:
+    value = query.get(field, "false").lower()
+    if value not in _TRUE | _FALSE:
+        raise error(400, f"{field} must be true or false", field=field)
+    return value in _TRUE
+
+
+def is_report(stored: StoredLine) -> bool:
+    """Whether the line is one of the launcher's reports to the agent, not the user's output."""
+    line = stored.line
+    return (
+        line.stream is Stream.STDOUT
+        and line.text.startswith(protocol.PREFIX)
+        and protocol.parse(line.text) is not None
     )
 
 
@@ -150,11 +191,11 @@ async def _text(
     after = query.after
     while True:
         page = await _page(request, job_id, query, after)
-        if page:
-            await response.write("".join(map(text_line, page)).encode())
-            after = page[-1].id
+        if shown := _shown(page, query):
+            await response.write("".join(map(text_line, shown)).encode())
         if len(page) < PAGE:
             return
+        after = page[-1].id
 
 
 async def _page(
@@ -170,58 +211,78 @@ async def _page(
     )
 
 
+def _shown(page: list[StoredLine], query: LogQuery) -> list[StoredLine]:
+    if query.protocol:
+        return page
+    return [stored for stored in page if not is_report(stored)]
+
+
 async def _follow(
     request: web.Request, response: web.StreamResponse, job_id: UUID, query: LogQuery
 ) -> None:
     app = request.app
-    settle_s, poll_s, heartbeat_s = app[LOG_SETTLE_S], app[LOG_POLL_S], app[SSE_HEARTBEAT_S]
+    heartbeat_s = app[SSE_HEARTBEAT_S]
     loop = asyncio.get_running_loop()
-    # Subscribe before reading the job's state, so that no change in between is missed.
-    with app[HUB].subscribe(job_stream(job_id)) as changes:
-        ended_at, state = await _ended(app[JOBS], job_id)
-        after = query.after
-        written = loop.time()
+    after = query.after
+    written = loop.time()
+
+    async def send(lines: list[StoredLine]) -> None:
+        nonlocal written
+        if shown := _shown(lines, query):
+            await response.write("".join(map(sse_message, shown)).encode())
+            written = loop.time()
+
+    async def catch_up() -> None:
+        """Read from the database up to its end as of now (the feed brings what follows)."""
+        nonlocal after
         while True:
-            # How long the log has been quiet (None while the job runs or a learner is still
-            # allocated), asked BEFORE reading the lines: every batch that counted towards it
-            # has then been read, so the stream never ends short of one.
-            quiet = None if ended_at is None else await quiet_s(app[POOL], job_id, ended_at)
             page = await _page(request, job_id, query, after)
+            await send(page)
             if page:
-                await response.write("".join(map(sse_message, page)).encode())
-                after, written = page[-1].id, loop.time()
-                if len(page) == PAGE:
-                    continue
-            if quiet is not None and quiet >= settle_s:
-                end = {"state": state, "last_id": after}
-                await response.write(f"event: end\ndata: {json.dumps(end)}\n\n".encode())
+                after = page[-1].id
+            if len(page) < PAGE:
                 return
-            try:
-                async with asyncio.timeout(poll_s):
-                    change = await changes.next()
-            except TimeoutError:
-                pass  # time to look for lines again
-            else:
-                if change is None:
-                    return  # the server is shutting down; the client resumes elsewhere
-                # A job event (or LAGGED: some were missed): read the job's state again.
-                ended_at, state = await _ended(app[JOBS], job_id)
-            if loop.time() - written >= heartbeat_s:
+
+    # Subscribed before reading what is stored, so that nothing falls between.
+    with app[LOG_FEEDS].follow(job_id) as feed:
+        await catch_up()
+        while True:
+            item = await _next(feed, heartbeat_s - (loop.time() - written))
+            if item is _HEARTBEAT:
                 await response.write(b": heartbeat\n\n")
                 written = loop.time()
+            elif item is LAGGED:
+                await catch_up()  # the queue was emptied: it fell behind
+            elif isinstance(item, Lines):
+                # Left-out lines (filtered, or reports) move the cursor too; lines read in the
+                # catch-up come again from the feed, and are left out by id.
+                await send([s for s in item.lines if s.id > after and _matches(s, query)])
+                after = max(after, item.upto)
+            elif isinstance(item, End):
+                end = {"state": item.state, "last_id": max(after, item.upto)}
+                await response.write(f"event: end\ndata: {json.dumps(end)}\n\n".encode())
+                return
+            else:
+                return  # the server is shutting down; the client resumes elsewhere
 
 
-async def _ended(jobs: Jobs, job_id: UUID) -> tuple[datetime | None, JobStatus]:
-    """When (by the database's clock) the job ended, None while it runs; and its state."""
-    history = await jobs.history(job_id)
-    events: list[JobEvent] = []
-    for recorded in history:
-        assert isinstance(recorded.event, JobEvent)  # a job's stream holds only job events
-        events.append(recorded.event)
-    job = replay(events)
-    assert job is not None  # the route has found the job already
-    # A terminal state is final: its event is the stream's last.
-    return (history[-1].recorded_at if job.state.terminal else None), job.state
+_HEARTBEAT = object()
+
+
+async def _next(feed: Follower, wait_s: float) -> object:
+    """The feed's next item, or _HEARTBEAT when none comes within `wait_s`."""
+    try:
+        async with asyncio.timeout(max(wait_s, 0)):
+            return await feed.next()
+    except TimeoutError:
+        return _HEARTBEAT
+
+
+def _matches(stored: StoredLine, query: LogQuery) -> bool:
+    line = stored.line
+    return (query.attempt is None or line.attempt == query.attempt) and (
+        query.learner is None or line.learner == query.learner
+    )
 
 
 def openapi_paths() -> dict[str, Any]:
@@ -238,7 +299,8 @@ def openapi_paths() -> dict[str, Any]:
         "/v1/jobs/{job_id}/logs": {
             "get": {
                 "summary": "The job's learner logs, as text or followed as server-sent events",
-                "description": "Lines in the order stored. Text: one line each, as "
+                "description": "Lines in the order stored; the launcher's protocol lines only "
+                "with `protocol=true`. Text: one line each, as "
                 "`[attempt N learner I STREAM] text`. With `follow=true`, SSE: each line an "
                 "`event: line` whose `id` resumes exactly after it (`Last-Event-ID` or "
                 "`after`) and whose `data` is JSON with `attempt`, `learner`, `stream` "
@@ -261,6 +323,14 @@ def openapi_paths() -> dict[str, Any]:
                         "follow",
                         "query",
                         "stream as SSE until the job has ended (default false)",
+                        {"type": "boolean"},
+                    ),
+                    param(
+                        "protocol",
+                        "query",
+                        "include the launcher's reports to the agent (`@@trainyard/1 {...}` "
+                        "lines on stdout: phases, metrics, checkpoints), stored with the "
+                        "learner's output (default false: only what the user's command printed)",
                         {"type": "boolean"},
                     ),
                     param(

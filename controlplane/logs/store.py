@@ -143,3 +143,16 @@ async def quiet_s(db: Executor, job_id: UUID, since: datetime | None = None) -> 
     learners is still allocated, or when nothing of the kind is known."""
     value: float | None = await db.fetchval(Q["job_log_quiet_s"], job_id, since)
     return value
+
+
+async def last_id(db: Executor, job_id: UUID) -> int:
+    """The id of the job's last stored line (0 when none): every line up to it is readable."""
+    value: int = await db.fetchval(Q["job_log_last_id"], job_id)
+    return value
+
+
+async def log_usage(db: Executor, job_id: UUID) -> tuple[int, int]:
+    """The lines and bytes (UTF-8) a job's log holds, over all its attempts."""
+    row = await db.fetchrow(Q["job_log_usage"], job_id)
+    assert row is not None  # one row, always
+    return row["lines"], row["bytes"]
