@@ -451,10 +451,10 @@ SELECT learner, stream, last_seq FROM job_log_series WHERE job_id = $1 AND attem
 -- name: job_log_usage
 -- What a job has logged so far, over all its attempts (markers included): where an agent starts
 -- counting towards the job's log limits, after a restart too. `last_id` counts the job's lines;
--- their bytes are summed over the job's rows (a walk of its primary key, bounded by the limits).
+-- their bytes are summed over the job's rows (a walk of its primary key, bounded by the limits)
+-- by `job_log_bytes`, as agents may not read the lines themselves (migration 0017).
 SELECT coalesce((SELECT last_id FROM job_log_heads WHERE job_id = $1), 0) AS lines,
-       coalesce((SELECT sum(octet_length(line)) FROM job_logs WHERE job_id = $1), 0)::bigint
-           AS bytes;
+       job_log_bytes($1) AS bytes;
 
 -- name: job_log_last_id
 -- Where a log feed starts reading a job's new lines: its last id stored (committed with them,
