@@ -8,9 +8,9 @@ from typing import Any
 from pydantic import BaseModel
 
 from controlplane import __version__
-from controlplane.http import logs, metrics, scrape, tenants
-from controlplane.http.jobs import CancelRequest
-from controlplane.jobs.lifecycle import Job
+from controlplane.http import logs, metrics, params, scrape, tenants
+from controlplane.http.jobs import MAX_PAGE, CancelRequest
+from controlplane.jobs.lifecycle import Job, JobStatus
 from controlplane.jobs.manifest import JobManifest
 
 REF = "#/components/schemas/"
@@ -365,7 +365,7 @@ def document() -> dict[str, Any]:
                             "state",
                             "query",
                             "repeatable: only jobs in these states",
-                            {"type": "string"},
+                            {"type": "string", "enum": list(JobStatus.__members__)},
                         ),
                         _param(
                             "label",
@@ -374,7 +374,10 @@ def document() -> dict[str, Any]:
                             {"type": "string"},
                         ),
                         _param(
-                            "limit", "query", "page size (1-500, default 50)", {"type": "integer"}
+                            "limit",
+                            "query",
+                            "page size (default 50)",
+                            params.schema(minimum=1, maximum=MAX_PAGE),
                         ),
                         _param(
                             "cursor",
@@ -427,9 +430,9 @@ def document() -> dict[str, Any]:
                             "Last-Event-ID",
                             "header",
                             "resume after this position",
-                            {"type": "integer"},
+                            params.POSITION_SCHEMA,
                         ),
-                        _param("after", "query", "same as Last-Event-ID", {"type": "integer"}),
+                        _param("after", "query", "same as Last-Event-ID", params.POSITION_SCHEMA),
                     ],
                     "responses": {
                         "200": {

@@ -10,6 +10,9 @@ from pydantic import BaseModel, ConfigDict, Field, HttpUrl, field_validator
 Framework = Literal["pytorch", "tensorflow", "jax", "horovod", "custom"]
 DATA_SCHEMES = ("file", "http", "https")
 RESULTS_SCHEMES = ("file",)
+INT4_MAX = 2**31 - 1
+"""The bound of every unbounded count: the job's projection stores them in int columns, and
+one it cannot store stops the projection for every job."""
 
 
 def _check_uri(uri: str, allowed: tuple[str, ...]) -> str:
@@ -89,8 +92,10 @@ class ResultsSpec(_Strict):
 
 
 class CheckpointSpec(_Strict):
-    interval_seconds: int = Field(default=600, ge=1, description="periodic checkpoint interval")
-    keep: int = Field(default=3, ge=1, description="how many checkpoints to keep")
+    interval_seconds: int = Field(
+        default=600, ge=1, le=INT4_MAX, description="periodic checkpoint interval"
+    )
+    keep: int = Field(default=3, ge=1, le=INT4_MAX, description="how many checkpoints to keep")
 
 
 class JobManifest(_Strict):
@@ -103,7 +108,7 @@ class JobManifest(_Strict):
     learners: int = Field(default=1, ge=1, le=1024)
     gpus_per_learner: int = Field(default=0, ge=0, le=64)
     cpus: float = Field(default=1.0, gt=0, le=1024)
-    memory_mb: int = Field(default=2048, ge=16)
+    memory_mb: int = Field(default=2048, ge=16, le=INT4_MAX)
     env: dict[str, str] = Field(default_factory=dict)
     data: DataSpec | None = None
     results: ResultsSpec | None = None
