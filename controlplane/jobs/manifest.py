@@ -11,8 +11,10 @@ Framework = Literal["pytorch", "tensorflow", "jax", "horovod", "custom"]
 DATA_SCHEMES = ("file", "http", "https")
 RESULTS_SCHEMES = ("file",)
 INT4_MAX = 2**31 - 1
-"""The bound of every unbounded count: the job's projection stores them in int columns, and
-one it cannot store stops the projection for every job."""
+"""The bound of counts Postgres stores as `integer`."""
+MAX_MEMORY_MB = 2**40
+"""A bound far above any node: claims multiply it by `learners` (at most 1024) in bigint, and a
+value the job's projection cannot store, or a claim cannot compute, stops them for every job."""
 
 
 def _check_uri(uri: str, allowed: tuple[str, ...]) -> str:
@@ -108,7 +110,7 @@ class JobManifest(_Strict):
     learners: int = Field(default=1, ge=1, le=1024)
     gpus_per_learner: int = Field(default=0, ge=0, le=64)
     cpus: float = Field(default=1.0, gt=0, le=1024)
-    memory_mb: int = Field(default=2048, ge=16, le=INT4_MAX)
+    memory_mb: int = Field(default=2048, ge=16, le=MAX_MEMORY_MB)
     env: dict[str, str] = Field(default_factory=dict)
     data: DataSpec | None = None
     results: ResultsSpec | None = None
