@@ -221,6 +221,7 @@ def openapi_paths() -> dict[str, Any]:
     return {
         "/v1/jobs/{job_id}/logs": {
             "get": {
+                "operationId": "getJobLogs",
                 "summary": "The job's learner logs, as text or followed as server-sent events",
                 "description": "Lines in the order stored. Text: one line each, as "
                 "`[attempt N learner I STREAM] text`. With `follow=true`, SSE: each line an "

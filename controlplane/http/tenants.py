@@ -251,6 +251,7 @@ def openapi_paths() -> dict[str, Any]:
     return {
         "/v1/tenants": {
             "get": {
+                "operationId": "listTenants",
                 "summary": "List tenants with their weights, quotas and live token ids (admin)",
                 "security": secured,
                 "responses": {
@@ -265,6 +266,7 @@ def openapi_paths() -> dict[str, Any]:
                 },
             },
             "post": {
+                "operationId": "createTenant",
                 "summary": "Create a tenant and its first token (admin)",
                 "security": secured,
                 "requestBody": body("TenantCreate"),
@@ -279,12 +281,14 @@ def openapi_paths() -> dict[str, Any]:
         },
         "/v1/tenants/{name}": {
             "get": {
+                "operationId": "getTenant",
                 "summary": "One tenant (admin)",
                 "security": secured,
                 "parameters": [name],
                 "responses": {"200": answer("the tenant", _TENANT), **failures(401, 403, 404)},
             },
             "patch": {
+                "operationId": "updateTenant",
                 "summary": "Change a tenant's weight or GPU quota (gpu_quota null: no quota)",
                 "description": "Claims use the new values at once. Fields left out (or a null "
                 "weight) stay as they are.",
@@ -299,6 +303,7 @@ def openapi_paths() -> dict[str, Any]:
         },
         "/v1/tenants/{name}/tokens": {
             "post": {
+                "operationId": "issueToken",
                 "summary": "Issue another token for a tenant; optionally revoke all its others",
                 "security": secured,
                 "parameters": [name],
@@ -311,6 +316,7 @@ def openapi_paths() -> dict[str, Any]:
         },
         "/v1/tenants/{name}/tokens/{token_id}": {
             "delete": {
+                "operationId": "revokeToken",
                 "summary": "Revoke one token at once (requests with it get 401 from then on)",
                 "security": secured,
                 "parameters": [name, token_id],
