@@ -9,7 +9,7 @@ from pydantic import BaseModel
 
 from controlplane import __version__
 from controlplane.http import logs, metrics, params, scrape, tenants
-from controlplane.http.jobs import MAX_PAGE, CancelRequest
+from controlplane.http.jobs import MAX_KEY, MAX_PAGE, CancelRequest
 from controlplane.jobs.lifecycle import Job, JobStatus
 from controlplane.jobs.manifest import JobManifest
 
@@ -400,7 +400,7 @@ def document() -> dict[str, Any]:
                             "label",
                             "query",
                             "repeatable KEY=VALUE: only jobs with these labels",
-                            {"type": "string"},
+                            {"type": "string", "pattern": "^[^=]+=", "maxLength": 2 * MAX_KEY},
                         ),
                         _param(
                             "limit",
