@@ -3,6 +3,7 @@ I/O: never a 500, and never a 200 whose stream breaks when Postgres refuses the 
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 from collections.abc import AsyncIterator
@@ -94,6 +95,30 @@ async def test_parameters_out_of_range_or_unstorable_are_400_naming_them(
         assert response.status == 400, (path, query, headers, response.status)
         answer = await response.json()
         assert (answer["status"], answer["field"]) == (400, field), answer
+
+
+async def test_header_bytes_that_are_not_utf8_are_refused_not_a_server_error(
+    client: Client, tokens: Tokens
+) -> None:
+    headers = [
+        b"Authorization: Bearer ty_\xff\xfe",
+        b"Authorization: Bearer " + tokens.acme.encode() + b"\r\nIdempotency-Key: k\xff",
+        b"Authorization: Bearer " + tokens.acme.encode() + b"\r\nX-Request-ID: r\xff",
+    ]
+    statuses = []
+    for header in headers:
+        # Raw bytes: HTTP clients refuse to send them, but anyone can.
+        reader, writer = await asyncio.open_connection(client.host, client.port)
+        body = json.dumps(MANIFEST).encode()
+        writer.write(
+            b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+            b"Content-Type: application/json\r\nContent-Length: %d\r\n%s\r\n\r\n%s"
+            % (len(body), header, body)
+        )
+        await writer.drain()
+        statuses.append(int((await reader.read()).split(b" ", 2)[1]))
+        writer.close()
+    assert statuses == [401, 400, 400]
 
 
 async def test_a_path_name_no_tenant_could_have_is_not_found(
