@@ -154,8 +154,9 @@ def _call_kwargs(session: requests.Session, url: str, headers: dict[str, str]) -
 
 
 def _text_logs(case: schemathesis.Case) -> None:
-    if case.query and "follow" in case.query:
-        case.query["follow"] = "false"  # text, not the SSE stream
+    """Text, not the SSE stream, which lasts until the job ends (an invalid `follow` stays)."""
+    if case.query and str(case.query.get("follow")).lower() in ("true", "1"):
+        case.query["follow"] = "false"
 
 
 def _submit(session: requests.Session, url: str, headers: dict[str, str]) -> str:
