@@ -55,3 +55,28 @@ async def test_openapi_describes_every_route(client: TestClient[object, object])
     described = {(path, method) for path, ops in document["paths"].items() for method in ops}
     assert described == routes
     assert {"JobManifest", "Job", "Error"} <= set(document["components"]["schemas"])
+
+
+async def test_every_openapi_link_leads_to_an_operation_and_fills_its_path(
+    client: TestClient[object, object],
+) -> None:
+    document = await (await client.get("/openapi.json")).json()
+    operations = {
+        op["operationId"]: (path, op)
+        for path, ops in document["paths"].items()
+        for op in ops.values()
+    }
+    assert len(operations) == sum(len(ops) for ops in document["paths"].values())
+    links = [
+        link
+        for ops in document["paths"].values()
+        for op in ops.values()
+        for response in op["responses"].values()
+        for link in response.get("links", {}).values()
+    ]
+    assert {link["operationId"] for link in links} >= {"getJob", "cancelJob", "getJobLogs"}
+    for link in links:
+        path, _ = operations[link["operationId"]]
+        assert set(link["parameters"]) == {
+            name.strip("{}") for name in path.split("/") if "{" in name
+        }

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from controlplane.events.hub import Lagged
 from controlplane.events.metadata import Metadata
 from controlplane.events.store import RecordedEvent
+from controlplane.http import params
 from controlplane.http.errors import error, validation_error
 from controlplane.http.keys import (
     HUB,
@@ -52,6 +53,8 @@ from controlplane.webhooks.targets import TargetRefused
 MAX_PAGE = 500
 WEBHOOK_LOOKUP_S = 5.0
 """How long a submission waits for its webhook host to resolve before it is refused."""
+MAX_KEY = 255
+"""The longest Idempotency-Key or X-Request-ID."""
 
 
 class CancelRequest(BaseModel):
@@ -112,15 +115,20 @@ def _metadata(request: web.Request, who: Principal, tenant: str) -> Metadata:
     return Metadata.capture(
         _actor(who),
         tenant=tenant,
-        correlation_id=request.headers.get("X-Request-ID"),
+        correlation_id=params.text(
+            request.headers.get("X-Request-ID"), "X-Request-ID", max_length=MAX_KEY
+        ),
     )
 
 
 async def _json_body(request: web.Request) -> Any:
     try:
         return await request.json() if request.can_read_body else {}
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except ValueError as exc:
+        # JSONDecodeError and UnicodeDecodeError, and a number past Python's limit on digits.
         raise error(400, f"malformed JSON: {exc}") from exc
+    except RecursionError:
+        raise error(400, "malformed JSON: nested too deeply") from None
 
 
 async def submit(request: web.Request) -> web.Response:
@@ -134,7 +142,11 @@ async def submit(request: web.Request) -> web.Response:
         request.app[IMAGES].admit(manifest.image)
     except ImageRefused as exc:
         raise error(422, str(exc), field="image") from exc
-    tenant = acting_tenant(who, request.query.get("tenant"), "submits")
+    tenant = acting_tenant(who, params.text(request.query.get("tenant"), "tenant"), "submits")
+    key = params.text(request.headers.get("Idempotency-Key"), "Idempotency-Key", max_length=MAX_KEY)
+    if key == "":
+        raise error(400, "Idempotency-Key must be 1 to 255 characters", field="Idempotency-Key")
+    metadata = _metadata(request, who, tenant)
     if not await request.app[POOL].fetchval(Q["tenant_exists"], tenant):
         raise error(422, f"no tenant named {tenant!r}", field="tenant")
     try:
@@ -146,14 +158,11 @@ async def submit(request: web.Request) -> web.Response:
         )
     except LocationRefused as exc:
         raise error(422, exc.message, field=exc.field) from exc
-    key = request.headers.get("Idempotency-Key")
-    if key is not None and not 1 <= len(key) <= 255:
-        raise error(400, "Idempotency-Key must be 1 to 255 characters")
     if manifest.webhook_url is not None:
         await _check_webhook(request, str(manifest.webhook_url))
     try:
         job, created = await request.app[JOBS].submit(
-            tenant, manifest, _metadata(request, who, tenant), key, secret_env=secret_env
+            tenant, manifest, metadata, key, secret_env=secret_env
         )
     except IdempotencyMismatch as exc:
         raise error(409, str(exc)) from exc
@@ -181,22 +190,14 @@ async def _check_webhook(request: web.Request, url: str) -> None:
 async def list_jobs(request: web.Request) -> web.Response:
     who = principal(request)
     query = request.query
-    states = query.getall("state", [])
-    for state in states:
-        if state not in JobStatus.__members__:
-            raise error(400, f"unknown state {state!r}", field="state")
+    states = [params.choice(s, "state", JobStatus.__members__) for s in query.getall("state", [])]
     labels: dict[str, str] = {}
     for label in query.getall("label", []):
-        key, sep, value = label.partition("=")
+        key, sep, value = params.text(label, "label", max_length=MAX_KEY * 2).partition("=")
         if not sep or not key:
             raise error(400, f"label filter must be KEY=VALUE, not {label!r}", field="label")
         labels[key] = value
-    try:
-        limit = int(query.get("limit", "50"))
-    except ValueError:
-        raise error(400, "limit must be an integer", field="limit") from None
-    if not 1 <= limit <= MAX_PAGE:
-        raise error(400, f"limit must be between 1 and {MAX_PAGE}", field="limit")
+    limit = params.integer(query.get("limit"), "limit", minimum=1, maximum=MAX_PAGE) or 50
     after_time, after_id = _decode_cursor(query.get("cursor"))
     async with request.app[POOL].acquire() as conn, conn.transaction():
         await conn.execute(Q["plan_per_call"])
@@ -227,16 +228,17 @@ def _decode_cursor(cursor: str | None) -> tuple[datetime | None, UUID | None]:
         return None, None
     try:
         when, _, job_id = base64.urlsafe_b64decode(cursor.encode()).decode().partition("|")
-        return datetime.fromisoformat(when), UUID(job_id)
-    except ValueError:
+        submitted_at = datetime.fromisoformat(when)
+        if submitted_at.tzinfo is None:
+            raise ValueError("no offset")
+        return submitted_at.astimezone(UTC), UUID(job_id)
+    except (ValueError, OverflowError):
+        # What _encode_cursor wrote, or nothing: a cursor is not for clients to make up.
         raise error(400, "invalid cursor", field="cursor") from None
 
 
 def _job_id(request: web.Request) -> UUID:
-    try:
-        return UUID(request.match_info["job_id"])
-    except ValueError:
-        raise error(404, "no such job") from None
+    return params.uuid(request.match_info["job_id"], "job_id", status=404, message="no such job")
 
 
 async def _visible_job(request: web.Request, who: Principal, as_of: datetime | None = None) -> Job:
@@ -249,14 +251,7 @@ async def _visible_job(request: web.Request, who: Principal, as_of: datetime | N
 
 async def get_job(request: web.Request) -> web.Response:
     who = principal(request)
-    as_of = None
-    if "as_of" in request.query:
-        try:
-            as_of = datetime.fromisoformat(request.query["as_of"])
-        except ValueError:
-            raise error(400, "as_of must be an RFC 3339 timestamp", field="as_of") from None
-        if as_of.tzinfo is None:
-            raise error(400, "as_of needs a time zone offset (e.g. Z)", field="as_of")
+    as_of = params.timestamp(request.query.get("as_of"), "as_of")
     job = await _visible_job(request, who, as_of)
     return web.json_response(job_view(job, None if as_of else await _live_nodes(request)))
 
@@ -368,11 +363,11 @@ async def _stream(request: web.Request, response: web.StreamResponse, job: Job, 
 
 
 def _last_event_id(request: web.Request) -> int:
-    raw = request.headers.get("Last-Event-ID") or request.query.get("after") or "0"
-    try:
-        return int(raw)
-    except ValueError:
-        raise error(400, "Last-Event-ID must be an event position (integer)") from None
+    if "Last-Event-ID" in request.headers:
+        after = params.position(request.headers["Last-Event-ID"], "Last-Event-ID")
+    else:
+        after = params.position(request.query.get("after"), "after")
+    return after or 0
 
 
 class _Sender:

@@ -35,7 +35,7 @@ from uuid import UUID
 
 from aiohttp import web
 
-from controlplane.http.errors import error
+from controlplane.http import params
 from controlplane.http.jobs import _visible_job
 from controlplane.http.keys import HUB, JOBS, POOL, SSE_HEARTBEAT_S
 from controlplane.instruments import sse_client
@@ -64,7 +64,6 @@ _SSE_HEADERS = {
     "Cache-Control": "no-cache",
     "X-Accel-Buffering": "no",
 }
-_TRUE, _FALSE = frozenset({"true", "1"}), frozenset({"false", "0"})
 
 
 def add_routes(app: web.Application) -> None:
@@ -102,26 +101,17 @@ class LogQuery:
 
 def parse_query(query: Mapping[str, str], headers: Mapping[str, str]) -> LogQuery:
     """The request's filters and cursor; a 400 naming the field for anything malformed."""
-    follow = _boolean(query, "follow")
-    reports = _boolean(query, "protocol")
     if "Last-Event-ID" in headers:
-        after = _integer(headers["Last-Event-ID"], "Last-Event-ID")
+        after = params.position(headers["Last-Event-ID"], "Last-Event-ID")
     else:
-        after = _integer(query.get("after"), "after")
+        after = params.position(query.get("after"), "after")
     return LogQuery(
-        attempt=_integer(query.get("attempt"), "attempt", minimum=1),
-        learner=_integer(query.get("learner"), "learner", minimum=0),
-        follow=follow,
+        attempt=params.integer(query.get("attempt"), "attempt", minimum=1),
+        learner=params.integer(query.get("learner"), "learner", minimum=0),
+        follow=params.boolean(query.get("follow"), "follow", default=False),
         after=after or 0,
-        protocol=reports,
+        protocol=params.boolean(query.get("protocol"), "protocol", default=False),
     )
-
-
-def _boolean(query: Mapping[str, str], field: str) -> bool:
-    value = query.get(field, "false").lower()
-    if value not in _TRUE | _FALSE:
-        raise error(400, f"{field} must be true or false", field=field)
-    return value in _TRUE
 
 
 def is_report(stored: StoredLine) -> bool:
@@ -132,18 +122,6 @@ def is_report(stored: StoredLine) -> bool:
         and line.text.startswith(protocol.PREFIX)
         and protocol.parse(line.text) is not None
     )
-
-
-def _integer(raw: str | None, field: str, *, minimum: int = 0) -> int | None:
-    if raw is None:
-        return None
-    try:
-        value = int(raw)
-    except ValueError:
-        raise error(400, f"{field} must be an integer", field=field) from None
-    if value < minimum:
-        raise error(400, f"{field} must be at least {minimum}", field=field)
-    return value
 
 
 async def get_logs(request: web.Request) -> web.StreamResponse:
@@ -298,6 +276,7 @@ def openapi_paths() -> dict[str, Any]:
     return {
         "/v1/jobs/{job_id}/logs": {
             "get": {
+                "operationId": "getJobLogs",
                 "summary": "The job's learner logs, as text or followed as server-sent events",
                 "description": "Lines in the order stored; the launcher's protocol lines only "
                 "with `protocol=true`. Text: one line each, as "
@@ -313,12 +292,8 @@ def openapi_paths() -> dict[str, Any]:
                         **param("job_id", "path", "the job's id", {"type": "string"}),
                         "required": True,
                     },
-                    param(
-                        "attempt", "query", "only this attempt", {"type": "integer", "minimum": 1}
-                    ),
-                    param(
-                        "learner", "query", "only this learner", {"type": "integer", "minimum": 0}
-                    ),
+                    param("attempt", "query", "only this attempt", params.schema(minimum=1)),
+                    param("learner", "query", "only this learner", params.schema(minimum=0)),
                     param(
                         "follow",
                         "query",
@@ -337,13 +312,13 @@ def openapi_paths() -> dict[str, Any]:
                         "Last-Event-ID",
                         "header",
                         "resume after this line id",
-                        {"type": "integer", "minimum": 0},
+                        params.POSITION_SCHEMA,
                     ),
                     param(
                         "after",
                         "query",
                         "same as Last-Event-ID",
-                        {"type": "integer", "minimum": 0},
+                        params.POSITION_SCHEMA,
                     ),
                 ],
                 "responses": {

@@ -51,6 +51,7 @@ def openapi_paths() -> dict[str, Any]:
     return {
         "/v1/jobs/{job_id}/metrics": {
             "get": {
+                "operationId": "getJobMetrics",
                 "summary": "The job's training metrics, as its learners reported them",
                 "security": [{"bearer": []}],
                 "parameters": [

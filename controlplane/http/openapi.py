@@ -8,9 +8,9 @@ from typing import Any
 from pydantic import BaseModel
 
 from controlplane import __version__
-from controlplane.http import logs, metrics, scrape, tenants
-from controlplane.http.jobs import CancelRequest
-from controlplane.jobs.lifecycle import Job
+from controlplane.http import logs, metrics, params, scrape, tenants
+from controlplane.http.jobs import MAX_KEY, MAX_PAGE, CancelRequest
+from controlplane.jobs.lifecycle import Job, JobStatus
 from controlplane.jobs.manifest import JobManifest, JobSubmission
 
 REF = "#/components/schemas/"
@@ -215,6 +215,30 @@ _REASONS = {
 }
 
 
+_JOB_OPERATIONS = (
+    "getJob",
+    "getJobHistory",
+    "getJobLogs",
+    "getJobMetrics",
+    "cancelJob",
+    "checkpointJob",
+)
+"""What can be done with a job a response names: its OpenAPI links (clients, and generated
+tests, follow them from a submission to the job's reads, cancellation and checkpoint)."""
+
+
+def _job(description: str) -> dict[str, Any]:
+    """A response with the job's view, linked to the operations on that job."""
+    links = {
+        operation[0].upper() + operation[1:]: {
+            "operationId": operation,
+            "parameters": {"job_id": "$response.body#/id"},
+        }
+        for operation in _JOB_OPERATIONS
+    }
+    return {**_json(description, _ref("JobView")), "links": links}
+
+
 def _errors(*statuses: int, **reasons: str) -> dict[str, Any]:
     """Error responses; a keyword `e409="..."` overrides the default reason of a status."""
     return {str(s): _json(reasons.get(f"e{s}", _REASONS[s]), _ref("Error")) for s in statuses}
@@ -308,24 +332,28 @@ def document() -> dict[str, Any]:
         "paths": {
             "/healthz": {
                 "get": {
+                    "operationId": "healthz",
                     "summary": "Liveness: the process serves requests",
                     "responses": {"200": _json("alive", _HEALTH)},
                 }
             },
             "/readyz": {
                 "get": {
+                    "operationId": "readyz",
                     "summary": "Readiness: the database answers and projections have caught up",
                     "responses": {"200": _json("ready", _READY), "503": _json("not ready", _READY)},
                 }
             },
             "/openapi.json": {
                 "get": {
+                    "operationId": "openapi",
                     "summary": "This document",
                     "responses": {"200": _json("the OpenAPI document", {"type": "object"})},
                 }
             },
             "/v1/jobs": {
                 "post": {
+                    "operationId": "submitJob",
                     "summary": "Submit a job (committed before the 201)",
                     "security": secured,
                     "parameters": [
@@ -347,7 +375,7 @@ def document() -> dict[str, Any]:
                         "content": {"application/json": {"schema": _ref("JobSubmission")}},
                     },
                     "responses": {
-                        "201": _json("the job (also for an idempotent retry)", _ref("JobView")),
+                        "201": _job("the job (also for an idempotent retry)"),
                         **_errors(
                             400,
                             401,
@@ -365,6 +393,7 @@ def document() -> dict[str, Any]:
                     },
                 },
                 "get": {
+                    "operationId": "listJobs",
                     "summary": "List jobs, newest first",
                     "security": secured,
                     "parameters": [
@@ -372,16 +401,19 @@ def document() -> dict[str, Any]:
                             "state",
                             "query",
                             "repeatable: only jobs in these states",
-                            {"type": "string"},
+                            {"type": "string", "enum": list(JobStatus.__members__)},
                         ),
                         _param(
                             "label",
                             "query",
                             "repeatable KEY=VALUE: only jobs with these labels",
-                            {"type": "string"},
+                            {"type": "string", "pattern": "^[^=]+=", "maxLength": 2 * MAX_KEY},
                         ),
                         _param(
-                            "limit", "query", "page size (1-500, default 50)", {"type": "integer"}
+                            "limit",
+                            "query",
+                            "page size (default 50)",
+                            params.schema(minimum=1, maximum=MAX_PAGE),
                         ),
                         _param(
                             "cursor",
@@ -395,6 +427,7 @@ def document() -> dict[str, Any]:
             },
             "/v1/jobs/{job_id}": {
                 "get": {
+                    "operationId": "getJob",
                     "summary": "A job's status, now or as of a past instant",
                     "security": secured,
                     "parameters": [
@@ -407,13 +440,14 @@ def document() -> dict[str, Any]:
                         ),
                     ],
                     "responses": {
-                        "200": _json("the job", _ref("JobView")),
+                        "200": _job("the job"),
                         **_errors(400, 401, 404),
                     },
                 }
             },
             "/v1/jobs/{job_id}/history": {
                 "get": {
+                    "operationId": "getJobHistory",
                     "summary": "Every event of the job with its time, actor and reason, and "
                     "every attempt to deliver its webhook notifications",
                     "security": secured,
@@ -423,6 +457,7 @@ def document() -> dict[str, Any]:
             },
             "/v1/jobs/{job_id}/events": {
                 "get": {
+                    "operationId": "streamJobEvents",
                     "summary": "Server-sent events of the job; ends after a terminal state",
                     "description": "Each SSE `id` is the event's global position; send it back as "
                     "`Last-Event-ID` to resume exactly after it. A comment heartbeat is sent "
@@ -434,9 +469,9 @@ def document() -> dict[str, Any]:
                             "Last-Event-ID",
                             "header",
                             "resume after this position",
-                            {"type": "integer"},
+                            params.POSITION_SCHEMA,
                         ),
-                        _param("after", "query", "same as Last-Event-ID", {"type": "integer"}),
+                        _param("after", "query", "same as Last-Event-ID", params.POSITION_SCHEMA),
                     ],
                     "responses": {
                         "200": {
@@ -449,6 +484,7 @@ def document() -> dict[str, Any]:
             },
             "/v1/jobs/{job_id}/cancel": {
                 "post": {
+                    "operationId": "cancelJob",
                     "summary": "Cancel the job",
                     "security": secured,
                     "parameters": [_JOB_ID],
@@ -456,7 +492,7 @@ def document() -> dict[str, Any]:
                         "content": {"application/json": {"schema": _ref("CancelRequest")}}
                     },
                     "responses": {
-                        "200": _json("the cancelled job", _ref("JobView")),
+                        "200": _job("the cancelled job"),
                         **_errors(400, 401, 404, 409, 422),
                     },
                 }
@@ -467,6 +503,7 @@ def document() -> dict[str, Any]:
             **tenants.openapi_paths(),
             "/v1/nodes": {
                 "get": {
+                    "operationId": "listNodes",
                     "summary": "Nodes: state, lease, capacity, GPUs and their health",
                     "security": secured,
                     "responses": {"200": _json("the nodes", _NODES), **_errors(401)},
@@ -474,6 +511,7 @@ def document() -> dict[str, Any]:
             },
             "/v1/webhook-secret": {
                 "get": {
+                    "operationId": "getWebhookSecrets",
                     "summary": "The tenant's webhook signing secrets",
                     "security": secured,
                     "parameters": [_TENANT],
@@ -483,6 +521,7 @@ def document() -> dict[str, Any]:
                     },
                 },
                 "post": {
+                    "operationId": "rotateWebhookSecret",
                     "summary": "Issue a new webhook signing secret (rotate)",
                     "description": "The secret it replaces keeps signing deliveries too for "
                     "24 hours (one v1 per secret in Trainyard-Signature).",
@@ -504,11 +543,12 @@ def document() -> dict[str, Any]:
             },
             "/v1/jobs/{job_id}/checkpoint": {
                 "post": {
+                    "operationId": "checkpointJob",
                     "summary": "Ask the job's learners for a checkpoint now (PROCESSING jobs)",
                     "security": secured,
                     "parameters": [_JOB_ID],
                     "responses": {
-                        "202": _json("the request is recorded", _ref("JobView")),
+                        "202": _job("the request is recorded"),
                         **_errors(401, 404, 409),
                     },
                 }

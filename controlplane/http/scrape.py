@@ -32,6 +32,7 @@ def openapi_paths() -> dict[str, Any]:
     return {
         "/metrics": {
             "get": {
+                "operationId": "scrapeMetrics",
                 "summary": "Metrics in the Prometheus text format (admin token only)",
                 "description": "Queue depth, claim latency, events appended, SSE clients, log "
                 "lines stored, GPUs offered and allocated, and GPU utilization per job; the "

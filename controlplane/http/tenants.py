@@ -9,6 +9,7 @@ from typing import Any
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from controlplane.http import params
 from controlplane.http.errors import error, validation_error
 from controlplane.http.jobs import _json_body
 from controlplane.http.keys import POOL, PROJECTIONS, STORE
@@ -49,7 +50,9 @@ class TenantCreate(BaseModel):
 
     name: str = Field(pattern=f"^{NAME.pattern}$", description="lowercase letters, digits, '-'")
     weight: float = Field(default=1.0, gt=0, allow_inf_nan=False, description="cluster share")
-    gpu_quota: int | None = Field(default=None, ge=0, description="most GPUs held at once")
+    gpu_quota: int | None = Field(
+        default=None, ge=0, le=params.INT4_MAX, description="most GPUs held at once"
+    )
 
 
 class TenantUpdate(BaseModel):
@@ -58,7 +61,7 @@ class TenantUpdate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     weight: float | None = Field(default=None, gt=0, allow_inf_nan=False)
-    gpu_quota: int | None = Field(default=None, ge=0)
+    gpu_quota: int | None = Field(default=None, ge=0, le=params.INT4_MAX)
 
 
 class TokenRequest(BaseModel):
@@ -106,6 +109,14 @@ async def _body(request: web.Request, model: type[BaseModel]) -> Any:
         raise validation_error(exc) from exc
 
 
+def _name(request: web.Request) -> str:
+    """The tenant named in the path; one that no tenant could have is not looked up."""
+    name = request.match_info["name"]
+    if not NAME.fullmatch(name):
+        raise error(404, f"no tenant named {name!r}")
+    return name
+
+
 async def _tenant(request: web.Request, name: str) -> dict[str, Any]:
     found = await list_tenants(request.app[POOL], name)
     if not found:
@@ -121,7 +132,7 @@ async def list_all(request: web.Request) -> web.Response:
 
 async def get_one(request: web.Request) -> web.Response:
     _admin_only(request)
-    return web.json_response(await _tenant(request, request.match_info["name"]))
+    return web.json_response(await _tenant(request, _name(request)))
 
 
 async def create(request: web.Request) -> web.Response:
@@ -146,7 +157,7 @@ async def update(request: web.Request) -> web.Response:
     body: TenantUpdate = await _body(request, TenantUpdate)
     if not body.model_fields_set:
         raise error(422, "nothing to change: give weight, gpu_quota or both")
-    name = request.match_info["name"]
+    name = _name(request)
     app = request.app
     try:
         await update_tenant(
@@ -165,7 +176,7 @@ async def update(request: web.Request) -> web.Response:
 async def issue(request: web.Request) -> web.Response:
     _admin_only(request)
     body: TokenRequest = await _body(request, TokenRequest)
-    name = request.match_info["name"]
+    name = _name(request)
     app = request.app
     try:
         token = await issue_token(
@@ -178,7 +189,8 @@ async def issue(request: web.Request) -> web.Response:
 
 async def revoke(request: web.Request) -> web.Response:
     _admin_only(request)
-    name, token_id = request.match_info["name"], request.match_info["token_id"]
+    name = _name(request)
+    token_id = params.text(request.match_info["token_id"], "token_id", max_length=100)
     app = request.app
     try:
         await revoke_token(app[STORE], app[PROJECTIONS], name, token_id, actor=ACTOR)
@@ -239,6 +251,7 @@ def openapi_paths() -> dict[str, Any]:
     return {
         "/v1/tenants": {
             "get": {
+                "operationId": "listTenants",
                 "summary": "List tenants with their weights, quotas and live token ids (admin)",
                 "security": secured,
                 "responses": {
@@ -253,6 +266,7 @@ def openapi_paths() -> dict[str, Any]:
                 },
             },
             "post": {
+                "operationId": "createTenant",
                 "summary": "Create a tenant and its first token (admin)",
                 "security": secured,
                 "requestBody": body("TenantCreate"),
@@ -267,12 +281,14 @@ def openapi_paths() -> dict[str, Any]:
         },
         "/v1/tenants/{name}": {
             "get": {
+                "operationId": "getTenant",
                 "summary": "One tenant (admin)",
                 "security": secured,
                 "parameters": [name],
                 "responses": {"200": answer("the tenant", _TENANT), **failures(401, 403, 404)},
             },
             "patch": {
+                "operationId": "updateTenant",
                 "summary": "Change a tenant's weight or GPU quota (gpu_quota null: no quota)",
                 "description": "Claims use the new values at once. Fields left out (or a null "
                 "weight) stay as they are.",
@@ -287,6 +303,7 @@ def openapi_paths() -> dict[str, Any]:
         },
         "/v1/tenants/{name}/tokens": {
             "post": {
+                "operationId": "issueToken",
                 "summary": "Issue another token for a tenant; optionally revoke all its others",
                 "security": secured,
                 "parameters": [name],
@@ -299,6 +316,7 @@ def openapi_paths() -> dict[str, Any]:
         },
         "/v1/tenants/{name}/tokens/{token_id}": {
             "delete": {
+                "operationId": "revokeToken",
                 "summary": "Revoke one token at once (requests with it get 401 from then on)",
                 "security": secured,
                 "parameters": [name, token_id],

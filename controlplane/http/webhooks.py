@@ -9,6 +9,7 @@ from uuid import UUID
 from aiohttp import web
 
 from controlplane.events.store import EventStore
+from controlplane.http import params
 from controlplane.http.errors import error
 from controlplane.http.keys import POOL, STORE
 from controlplane.tenants.auth import acting_tenant, principal
@@ -29,7 +30,7 @@ async def get_secrets(request: web.Request) -> web.Response:
     """The secrets deliveries are signed with now, the current one first (a tenant's token
     already holds every right over its jobs, so it may read what signs their notifications)."""
     who = principal(request)
-    tenant = acting_tenant(who, request.query.get("tenant"), ACTION)
+    tenant = acting_tenant(who, params.text(request.query.get("tenant"), "tenant"), ACTION)
     secrets = await signing_secrets(request.app[POOL], tenant)
     if not secrets:
         raise error(
@@ -56,7 +57,7 @@ async def get_secrets(request: web.Request) -> web.Response:
 async def rotate_secret(request: web.Request) -> web.Response:
     """Issue a new secret; the one it replaces keeps signing deliveries for a grace period."""
     who = principal(request)
-    tenant = acting_tenant(who, request.query.get("tenant"), ACTION)
+    tenant = acting_tenant(who, params.text(request.query.get("tenant"), "tenant"), ACTION)
     actor = "admin" if who.is_admin else f"tenant:{tenant}"
     try:
         issued = await rotate(request.app[POOL], request.app[STORE], tenant, actor=actor)

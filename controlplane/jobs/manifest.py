@@ -25,6 +25,11 @@ MAX_SECRET_ENV = 64
 """Most secret environment variables a job may have."""
 MAX_SECRET_ENV_BYTES = 64 * 1024
 """Most bytes (UTF-8) all of a job's secret names and values may take together."""
+INT4_MAX = 2**31 - 1
+"""The bound of counts Postgres stores as `integer`."""
+MAX_MEMORY_MB = 2**40
+"""A bound far above any node: claims multiply it by `learners` (at most 1024) in bigint, and a
+value the job's projection cannot store, or a claim cannot compute, stops them for every job."""
 
 
 def _check_uri(uri: str, allowed: tuple[str, ...]) -> str:
@@ -163,8 +168,10 @@ class ResultsSpec(_Strict):
 
 
 class CheckpointSpec(_Strict):
-    interval_seconds: int = Field(default=600, ge=1, description="periodic checkpoint interval")
-    keep: int = Field(default=3, ge=1, description="how many checkpoints to keep")
+    interval_seconds: int = Field(
+        default=600, ge=1, le=INT4_MAX, description="periodic checkpoint interval"
+    )
+    keep: int = Field(default=3, ge=1, le=INT4_MAX, description="how many checkpoints to keep")
 
 
 class JobManifest(_Strict):
@@ -183,7 +190,7 @@ class JobManifest(_Strict):
     learners: int = Field(default=1, ge=1, le=1024)
     gpus_per_learner: int = Field(default=0, ge=0, le=64)
     cpus: float = Field(default=1.0, gt=0, le=1024)
-    memory_mb: int = Field(default=2048, ge=16)
+    memory_mb: int = Field(default=2048, ge=16, le=MAX_MEMORY_MB)
     env: dict[EnvName, str] = Field(
         default_factory=dict,
         description="extra environment variables; names Trainyard reserves are refused "

@@ -63,8 +63,10 @@ def principal(request: web.Request) -> Principal:
 
 async def authenticate(db: Executor, token: str) -> Principal | None:
     """The holder of a live token; None for an unknown or revoked one."""
-    if not token.startswith(PREFIX):
-        return None  # not one of ours: no need to ask the database
+    if not token.startswith(PREFIX) or not token.isascii():
+        # Not one of ours (they are ASCII): no need to ask the database. A header's bytes
+        # that are not UTF-8 arrive as surrogates, which would not even hash.
+        return None
     row = await db.fetchrow(Q["authenticate_token"], token_sha256(token))
     if row is None:
         return None
