@@ -28,6 +28,7 @@ from controlplane.http.keys import (
     PROJECTIONS,
     SSE_HEARTBEAT_S,
     STORE,
+    SUBMISSIONS,
     WEBHOOK_CONFIG,
     WEBHOOKS,
 )
@@ -38,6 +39,7 @@ from controlplane.projections.catalog import all_projections
 from controlplane.projections.runner import ProjectionRunner
 from controlplane.queries import Q
 from controlplane.tenants.auth import auth_middleware
+from controlplane.tenants.submissions import SubmissionRates
 from controlplane.webhooks.relay import RelayConfig, WebhookRelay
 
 log = logging.getLogger(__name__)
@@ -55,6 +57,7 @@ def create_app(
     app[WEBHOOK_CONFIG] = relay or RelayConfig()
     app[LISTENER] = LogListener(database_url, poll_interval=poll_interval)
     app[SSE_HEARTBEAT_S] = sse_heartbeat_s
+    app[SUBMISSIONS] = SubmissionRates()
     app.cleanup_ctx.append(_database)
     app.cleanup_ctx.append(_background)
     # Open SSE streams end first, so that shutdown does not wait for their clients.

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import time
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -17,7 +18,7 @@ from controlplane.events.hub import Lagged
 from controlplane.events.metadata import Metadata
 from controlplane.events.store import RecordedEvent
 from controlplane.http.errors import error, validation_error
-from controlplane.http.keys import HUB, JOBS, POOL, SSE_HEARTBEAT_S, STORE
+from controlplane.http.keys import HUB, JOBS, POOL, SSE_HEARTBEAT_S, STORE, SUBMISSIONS
 from controlplane.http.webhooks import delivery_history
 from controlplane.instruments import sse_client
 from controlplane.jobs.events import JobEvent
@@ -36,6 +37,7 @@ from controlplane.jobs.service import IdempotencyMismatch, now
 from controlplane.jobs.streams import job_stream
 from controlplane.queries import Q
 from controlplane.tenants.auth import Principal, acting_tenant, principal
+from controlplane.tenants.limits import TenantLimits
 
 MAX_PAGE = 500
 
@@ -117,14 +119,13 @@ async def submit(request: web.Request) -> web.Response:
     except ValidationError as exc:
         raise validation_error(exc) from exc
     tenant = acting_tenant(who, request.query.get("tenant"), "submits")
-    if not await request.app[POOL].fetchval(Q["tenant_exists"], tenant):
-        raise error(422, f"no tenant named {tenant!r}", field="tenant")
     key = request.headers.get("Idempotency-Key")
     if key is not None and not 1 <= len(key) <= 255:
         raise error(400, "Idempotency-Key must be 1 to 255 characters")
+    limits = await _admit(request, tenant, manifest)
     try:
         job, created = await request.app[JOBS].submit(
-            tenant, manifest, _metadata(request, who, tenant), key
+            tenant, manifest, _metadata(request, who, tenant), key, limits.for_job()
         )
     except IdempotencyMismatch as exc:
         raise error(409, str(exc)) from exc
@@ -132,6 +133,44 @@ async def submit(request: web.Request) -> web.Response:
     if not created:
         headers["Idempotent-Replayed"] = "true"
     return web.json_response(job_view(job, await _live_nodes(request)), status=201, headers=headers)
+
+
+async def _admit(request: web.Request, tenant: str, manifest: JobManifest) -> TenantLimits:
+    """The tenant's limits, once the submission passes them and the cluster could ever hold the
+    job; else the error (nothing written). The rate first: a refused flood costs no query.
+
+    The queued jobs are counted from the status view, which may lag the log by a moment:
+    submissions racing each other may pass the limit by a few."""
+    pool = request.app[POOL]
+    row = await pool.fetchrow(Q["tenant_submission_limits"], tenant)
+    if row is None:
+        raise error(422, f"no tenant named {tenant!r}", field="tenant")
+    limits = TenantLimits.model_validate_json(row["limits"])
+    wait_s = request.app[SUBMISSIONS].take(tenant, limits, time.monotonic())
+    if wait_s:
+        raise error(
+            429,
+            f"tenant {tenant!r} submits at most {limits.submissions_per_s:g} jobs per second "
+            f"(burst {limits.submission_burst}); retry after the Retry-After seconds",
+            field="submissions_per_s",
+            retry_after_s=wait_s,
+        )
+    if row["queued"] >= limits.queued_jobs:
+        raise error(
+            429,
+            f"tenant {tenant!r} has {row['queued']} jobs QUEUED, its limit is "
+            f"{limits.queued_jobs}; submit again once some have started or been cancelled",
+            field="queued_jobs",
+        )
+    largest = await pool.fetchval(Q["largest_node_memory"])
+    if largest is not None and manifest.memory_mb > largest:
+        raise error(
+            422,
+            f"memory_mb {manifest.memory_mb} is more than any node has (the largest has "
+            f"{largest} MiB): no node could ever run it",
+            field="memory_mb",
+        )
+    return limits
 
 
 async def list_jobs(request: web.Request) -> web.Response:

@@ -14,6 +14,7 @@ from controlplane.events.store import EventStore
 from controlplane.events.subscription import LogListener
 from controlplane.jobs.service import Jobs
 from controlplane.projections.runner import ProjectionRunner
+from controlplane.tenants.submissions import SubmissionRates
 from controlplane.webhooks.relay import RelayConfig, WebhookRelay
 
 DATABASE_URL = web.AppKey("database_url", str)
@@ -29,3 +30,4 @@ WEBHOOKS = web.AppKey("webhooks", WebhookRelay)
 WEBHOOK_CONFIG = web.AppKey("webhook_config", RelayConfig)
 BACKGROUND = web.AppKey("background", asyncio.Task[None])
 SSE_HEARTBEAT_S = web.AppKey("sse_heartbeat_s", float)
+SUBMISSIONS = web.AppKey("submissions", SubmissionRates)

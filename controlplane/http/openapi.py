@@ -12,6 +12,7 @@ from controlplane.http import logs, metrics, scrape, tenants
 from controlplane.http.jobs import CancelRequest
 from controlplane.jobs.lifecycle import Job
 from controlplane.jobs.manifest import JobManifest
+from controlplane.tenants.limits import TenantLimits
 
 REF = "#/components/schemas/"
 
@@ -273,6 +274,7 @@ def document() -> dict[str, Any]:
                     CancelRequest,
                     tenants.TenantCreate,
                     tenants.TenantUpdate,
+                    TenantLimits,
                     tenants.TokenRequest,
                 ),
                 "JobView": _job_view_schema(),

@@ -12,6 +12,7 @@ from controlplane.events.metadata import Metadata
 from controlplane.events.store import EventStore, RecordedEvent
 from controlplane.jobs.events import JobEvent
 from controlplane.jobs.lifecycle import Command, Job, Refused, Submit, decide, evolve, replay
+from controlplane.jobs.limits import JobLimits
 from controlplane.jobs.manifest import JobManifest
 from controlplane.jobs.streams import job_stream
 from controlplane.jobs.tracing import command_span_name, job_root, job_span, tracer
@@ -59,13 +60,21 @@ class Jobs:
         manifest: JobManifest,
         metadata: Metadata,
         idempotency_key: str | None = None,
+        limits: JobLimits | None = None,
     ) -> tuple[Job, bool]:
-        """Submit a job; returns it and whether it was created now (False for a retry)."""
+        """Submit a job, to run under `limits` (None: the defaults); returns it and whether it
+        was created now (False for a retry)."""
         if idempotency_key is None:
             job_id = uuid.uuid4()
         else:
             job_id = uuid.uuid5(IDEMPOTENCY_NAMESPACE, f"{tenant}\n{idempotency_key}")
-        command = Submit(job_id=job_id, tenant=tenant, manifest=manifest, at=now())
+        command = Submit(
+            job_id=job_id,
+            tenant=tenant,
+            manifest=manifest,
+            at=now(),
+            limits=limits or JobLimits(),
+        )
         events = decide(command, None)
         # The root of the job's trace (a child of the API request's span).
         attributes = {"trainyard.job.id": str(job_id), "trainyard.tenant": tenant}
