@@ -1,13 +1,14 @@
 """Tenant limits: the admin sets them (HTTP and CLI), submissions are held to them (rate,
-queued jobs, the largest node's memory) and carry the job limits; every refusal is a clear
-429/422 that writes nothing."""
+queued jobs, the largest node's memory, the manifest's sizes) and carry the job limits, one
+checkpoint request is pending at a time; every refusal is a clear 429/422/409 that writes
+nothing."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
 from typing import Any
-from uuid import uuid4
+from uuid import UUID, uuid4
 
 import asyncpg
 import pytest
@@ -15,9 +16,13 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from controlplane.agents.nodes import Nodes, NodeSpec
+from controlplane.events.metadata import Metadata
 from controlplane.events.store import EventStore
 from controlplane.http.app import create_app
+from controlplane.http.keys import JOBS
+from controlplane.jobs.lifecycle import Deploy, EnterPhase, JobStatus, SaveCheckpoint
 from controlplane.jobs.limits import DEFAULT_LOG_LINES
+from controlplane.jobs.service import now
 from controlplane.tenants.limits import DEFAULT_STREAMS, TenantLimits
 from tests.polling import eventually
 from tests.tenancy import Cli, Tokens
@@ -196,3 +201,46 @@ async def test_the_cli_shows_and_sets_limits(cli: Cli, owner: asyncpg.Connection
         assert (code, out) == (expected, ""), (args, err)
         assert message in err and len(err.splitlines()) == 1, err
     assert await event_count(owner) == before
+
+
+async def test_oversized_manifests_are_422_naming_each_field_and_write_nothing(
+    client: Client, tokens: Tokens, owner: asyncpg.Connection
+) -> None:
+    before = await event_count(owner)
+    oversized = {
+        **MANIFEST,
+        "command": ["python", "x" * 20_000],
+        "env": {f"V{i}": "" for i in range(300)},
+        "labels": {"k" * 64: "v"},
+        "memory_mb": 1 << 40,
+        "restart_on": "sometimes",
+    }
+    refused = await client.post("/v1/jobs", json=oversized, headers=bearer(tokens.acme))
+    assert refused.status == 422
+    fields = {f["field"]: f["message"] for f in (await refused.json())["fields"]}
+    assert set(fields) == {"command", "env", "labels", "memory_mb", "restart_on"}
+    assert "word 1 has 20000 characters; at most 16384" in fields["command"]
+    assert "a label's key has 64 characters; at most 63" in fields["labels"]
+    assert await event_count(owner) == before
+
+
+async def test_a_checkpoint_request_while_one_is_pending_is_409_and_writes_nothing(
+    client: Client, tokens: Tokens, owner: asyncpg.Connection
+) -> None:
+    acme = bearer(tokens.acme)
+    job = await (await client.post("/v1/jobs", json=MANIFEST, headers=acme)).json()
+    jobs, job_id = client.app[JOBS], UUID(job["id"])
+    agent = Metadata.capture("agent:n1")
+    await jobs.execute(job_id, Deploy(["n1"], [], 1, now()), agent)
+    await jobs.execute(job_id, EnterPhase(JobStatus.PROCESSING, now()), agent)
+
+    path = f"/v1/jobs/{job_id}/checkpoint"
+    assert (await client.post(path, headers=acme)).status == 202
+    before = await event_count(owner)
+    for _ in range(3):
+        again = await client.post(path, headers=acme)
+        assert again.status == 409
+        assert "is still pending" in (await again.json())["error"]
+    assert await event_count(owner) == before
+    await jobs.execute(job_id, SaveCheckpoint(10, "/ckpt/10", 1, 0.1, now()), agent)
+    assert (await client.post(path, headers=acme)).status == 202
