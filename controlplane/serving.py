@@ -13,6 +13,7 @@ from aiohttp import web
 from controlplane.database import describe
 from controlplane.http.app import create_app
 from controlplane.http.keys import PROJECTIONS, STORE
+from controlplane.http.streams import max_streams_from_env
 from controlplane.tenants.admin import TOKEN_FILE, bootstrap_admin_token
 
 
@@ -34,7 +35,11 @@ async def serving(url: str, host: str, port: int, home: Path) -> AsyncIterator[w
     """The control plane listening on host:port until the block ends; then a graceful
     shutdown (open SSE streams closed, in-flight requests finished, background tasks stopped).
     """
-    app = create_app(url)
+    try:
+        max_streams = max_streams_from_env()
+    except ValueError as exc:
+        raise ServeError(str(exc)) from None
+    app = create_app(url, max_streams=max_streams)
     runner = web.AppRunner(app, handle_signals=False)
     await runner.setup()
     try:

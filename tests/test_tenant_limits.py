@@ -244,3 +244,50 @@ async def test_a_checkpoint_request_while_one_is_pending_is_409_and_writes_nothi
     assert await event_count(owner) == before
     await jobs.execute(job_id, SaveCheckpoint(10, "/ckpt/10", 1, 0.1, now()), agent)
     assert (await client.post(path, headers=acme)).status == 202
+
+
+async def test_live_streams_are_limited_per_tenant_and_in_all(
+    db_url: str, tokens: Tokens, owner: asyncpg.Connection
+) -> None:
+    app = create_app(db_url, poll_interval=0.2, sse_heartbeat_s=0.1, max_streams=4)
+    async with TestClient(TestServer(app)) as client:
+        await set_limits(client, tokens, streams=2)
+        acme, globex = bearer(tokens.acme), bearer(tokens.globex)
+        job = await (await client.post("/v1/jobs", json=MANIFEST, headers=acme)).json()
+        other = await (await client.post("/v1/jobs", json=MANIFEST, headers=globex)).json()
+        events, logs = f"/v1/jobs/{job['id']}/events", f"/v1/jobs/{job['id']}/logs?follow=true"
+        before = await event_count(owner)
+
+        held = [await client.get(events, headers=acme), await client.get(logs, headers=acme)]
+        assert [r.status for r in held] == [200, 200]
+        for path in (events, logs):
+            refused = await client.get(path, headers=acme)
+            assert refused.status == 429
+            assert refused.headers["Retry-After"] == "10"
+            body = await refused.json()
+            assert body["field"] == "streams" and "its limit is 2" in body["error"]
+        # Text (not followed) logs end at once: no live stream, no limit.
+        assert (await client.get(f"/v1/jobs/{job['id']}/logs", headers=acme)).status == 200
+
+        # The server's limit counts everyone's, the admin's included.
+        theirs = f"/v1/jobs/{other['id']}/events"
+        held.append(await client.get(theirs, headers=globex))
+        held.append(await client.get(events, headers=bearer(tokens.admin)))
+        assert [r.status for r in held[2:]] == [200, 200]
+        full = await client.get(theirs, headers=globex)
+        assert full.status == 429 and "at most 4 live streams" in (await full.json())["error"]
+
+        # A stream the client closed is released (its next heartbeat finds it gone).
+        held.pop(0).close()
+
+        async def admitted() -> bool:
+            response = await client.get(events, headers=acme)
+            if response.status == 200:
+                held.append(response)
+                return True
+            return False
+
+        await eventually(admitted, seconds=10)
+        assert await event_count(owner) == before
+        for response in held:
+            response.close()

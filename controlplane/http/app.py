@@ -33,6 +33,7 @@ from controlplane.http.keys import (
     WEBHOOKS,
 )
 from controlplane.http.openapi import document
+from controlplane.http.streams import DEFAULT_MAX_STREAMS, STREAMS, LiveStreams
 from controlplane.http.tracing import tracing_middleware
 from controlplane.jobs.service import Jobs
 from controlplane.projections.catalog import all_projections
@@ -51,6 +52,7 @@ def create_app(
     poll_interval: float = 1.0,
     sse_heartbeat_s: float = 15.0,
     relay: RelayConfig | None = None,
+    max_streams: int = DEFAULT_MAX_STREAMS,
 ) -> web.Application:
     app = web.Application(middlewares=[tracing_middleware, auth_middleware])
     app[DATABASE_URL] = database_url
@@ -58,6 +60,7 @@ def create_app(
     app[LISTENER] = LogListener(database_url, poll_interval=poll_interval)
     app[SSE_HEARTBEAT_S] = sse_heartbeat_s
     app[SUBMISSIONS] = SubmissionRates()
+    app[STREAMS] = LiveStreams(max_streams)
     app.cleanup_ctx.append(_database)
     app.cleanup_ctx.append(_background)
     # Open SSE streams end first, so that shutdown does not wait for their clients.

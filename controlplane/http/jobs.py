@@ -19,6 +19,7 @@ from controlplane.events.metadata import Metadata
 from controlplane.events.store import RecordedEvent
 from controlplane.http.errors import error, validation_error
 from controlplane.http.keys import HUB, JOBS, POOL, SSE_HEARTBEAT_S, STORE, SUBMISSIONS
+from controlplane.http.streams import live_stream
 from controlplane.http.webhooks import delivery_history
 from controlplane.instruments import sse_client
 from controlplane.jobs.events import JobEvent
@@ -330,13 +331,14 @@ async def stream_events(request: web.Request) -> web.StreamResponse:
             "X-Accel-Buffering": "no",
         }
     )
-    await response.prepare(request)
-    try:
-        with sse_client("events"):
-            await _stream(request, response, job, after)
-        await response.write_eof()
-    except ConnectionResetError:
-        pass  # the client went away: nothing left to send, and nothing is lost (it resumes)
+    with await live_stream(request):
+        await response.prepare(request)
+        try:
+            with sse_client("events"):
+                await _stream(request, response, job, after)
+            await response.write_eof()
+        except ConnectionResetError:
+            pass  # the client went away: nothing left to send, and nothing is lost (it resumes)
     return response
 
 

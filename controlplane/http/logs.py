@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Mapping
+from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -34,6 +35,7 @@ from aiohttp import web
 from controlplane.http.errors import error
 from controlplane.http.jobs import _visible_job
 from controlplane.http.keys import HUB, JOBS, POOL, SSE_HEARTBEAT_S
+from controlplane.http.streams import live_stream
 from controlplane.instruments import sse_client
 from controlplane.jobs.events import JobEvent
 from controlplane.jobs.lifecycle import JobStatus, replay
@@ -112,16 +114,18 @@ async def get_logs(request: web.Request) -> web.StreamResponse:
         response = web.StreamResponse(headers=_SSE_HEADERS)
     else:
         response = web.StreamResponse(headers={"Content-Type": "text/plain; charset=utf-8"})
-    await response.prepare(request)
-    try:
-        if query.follow:
-            with sse_client("logs"):
-                await _follow(request, response, job.job_id, query)
-        else:
-            await _text(request, response, job.job_id, query)
-        await response.write_eof()
-    except ConnectionResetError:
-        pass  # the client went away: nothing left to send, and nothing is lost (it resumes)
+    # A follow lives until the job ends: a live stream, counted against the limits.
+    with await live_stream(request) if query.follow else nullcontext():
+        await response.prepare(request)
+        try:
+            if query.follow:
+                with sse_client("logs"):
+                    await _follow(request, response, job.job_id, query)
+            else:
+                await _text(request, response, job.job_id, query)
+            await response.write_eof()
+        except ConnectionResetError:
+            pass  # the client went away: nothing left to send, and nothing is lost (it resumes)
     return response
 
 
@@ -287,6 +291,10 @@ def openapi_paths() -> dict[str, Any]:
                     "400": failure("malformed query parameter or Last-Event-ID"),
                     "401": failure("missing or wrong token"),
                     "404": failure("no such job (or another tenant's)"),
+                    "429": failure(
+                        "follow=true: the tenant's live streams limit, or the server's, reached; "
+                        "Retry-After"
+                    ),
                 },
             }
         }

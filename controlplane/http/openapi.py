@@ -213,6 +213,7 @@ _REASONS = {
     404: "no such job (or another tenant's)",
     409: "illegal in the job's current state",
     422: "invalid fields, each listed",
+    429: "a limit reached (see README, Limits); nothing written; Retry-After where waiting helps",
 }
 
 
@@ -354,8 +355,12 @@ def document() -> dict[str, Any]:
                             403,
                             409,
                             422,
+                            429,
                             e409="the Idempotency-Key was used for a different manifest",
-                            e422="invalid manifest fields, each listed, or an unknown tenant",
+                            e422="invalid manifest fields, each listed (memory_mb also past the "
+                            "largest node's), or an unknown tenant",
+                            e429="the tenant's submissions_per_s (with Retry-After) or "
+                            "queued_jobs limit reached (field names which)",
                         ),
                     },
                 },
@@ -438,7 +443,14 @@ def document() -> dict[str, Any]:
                             "description": "the event stream",
                             "content": {"text/event-stream": {"schema": {"type": "string"}}},
                         },
-                        **_errors(400, 401, 404),
+                        **_errors(
+                            400,
+                            401,
+                            404,
+                            429,
+                            e429="the tenant's live streams limit, or the server's, reached; "
+                            "Retry-After",
+                        ),
                     },
                 }
             },
@@ -500,11 +512,18 @@ def document() -> dict[str, Any]:
             "/v1/jobs/{job_id}/checkpoint": {
                 "post": {
                     "summary": "Ask the job's learners for a checkpoint now (PROCESSING jobs)",
+                    "description": "One request is pending at a time: until the learners have "
+                    "saved the checkpoint (or the attempt ends), another is a 409.",
                     "security": secured,
                     "parameters": [_JOB_ID],
                     "responses": {
                         "202": _json("the request is recorded", _ref("JobView")),
-                        **_errors(401, 404, 409),
+                        **_errors(
+                            401,
+                            404,
+                            409,
+                            e409="not PROCESSING, or a checkpoint request is pending already",
+                        ),
                     },
                 }
             },
