@@ -12,8 +12,12 @@ import pytest
 
 from controlplane.agents.nodes import NodeNameTaken
 from controlplane.database import DATABASE_ERRORS
+from controlplane.jobs.events import CheckpointSaved
 from controlplane.jobs.lifecycle import Cancel, JobStatus, RequestCheckpoint
+from controlplane.jobs.limits import JobLimits
+from controlplane.jobs.manifest import JobManifest
 from controlplane.jobs.service import now
+from runners import protocol
 from tests.cluster import A_WHOLE_RUN, USER, Plane, RunningAgent, agent_config
 from tests.polling import eventually
 
@@ -165,3 +169,28 @@ async def test_data_that_cannot_be_fetched_fails_the_job_in_downloading(
     assert [t.state for t in job.transitions][-2:] == [JobStatus.DOWNLOADING, JobStatus.FAILED]
     assert job.failure_reason is not None and missing in job.failure_reason
     assert "never runs" not in await plane.log_text(job_id)
+
+
+async def test_checkpoint_reports_past_the_jobs_rate_are_not_recorded_and_say_so(
+    plane: Plane, agent: RunningAgent
+) -> None:
+    report = protocol.CheckpointSaved(
+        at=now(), step=0, path="/forged", size_bytes=1, sha256="0" * 64, duration_s=0.0
+    )
+    # A learner printing forged reports as fast as it can (each a step further).
+    script = (
+        "import json, time\n"
+        f"report = json.loads({report.model_dump_json()!r})\n"
+        "for step in range(1, 201):\n"
+        f"    print({protocol.PREFIX!r} + json.dumps({{**report, 'step': step}}), flush=True)\n"
+        "time.sleep(0.5)\n"
+    )
+    manifest = JobManifest(name="t", image="i", command=[sys.executable, "-c", script])
+    # Burst 10 reports, then one a second: at most a few more while it runs.
+    job, _ = await plane.jobs.submit("acme", manifest, USER, None, JobLimits(reports_per_s=1))
+    await plane.state(job.job_id, JobStatus.COMPLETED)
+    saved = [
+        r for r in await plane.jobs.history(job.job_id) if isinstance(r.event, CheckpointSaved)
+    ]
+    assert 10 <= len(saved) <= 14
+    await wait_for_line(plane, job.job_id, "not recorded: this job's learners may report 1 per")
