@@ -111,14 +111,21 @@ async def test_submissions_past_the_tenants_rate_are_429_with_retry_after(
 ) -> None:
     await set_limits(client, tokens, submissions_per_s=0.01, submission_burst=2)
     acme = bearer(tokens.acme)
-    for _ in range(2):
-        assert (await client.post("/v1/jobs", json=MANIFEST, headers=acme)).status == 201
+    keyed = {**acme, "Idempotency-Key": "retry-me"}
+    first = await client.post("/v1/jobs", json=MANIFEST, headers=keyed)
+    assert first.status == 201
+    assert (await client.post("/v1/jobs", json=MANIFEST, headers=acme)).status == 201
     before = await event_count(owner)
     refused = await client.post("/v1/jobs", json=MANIFEST, headers=acme)
     assert refused.status == 429
     assert 1 <= int(refused.headers["Retry-After"]) <= 100
     body = await refused.json()
     assert body["field"] == "submissions_per_s" and "0.01 jobs per second" in body["error"]
+    assert await event_count(owner) == before
+    # A retry of an accepted submission finds its job (its first try passed the limits).
+    retried = await client.post("/v1/jobs", json=MANIFEST, headers=keyed)
+    assert retried.status == 201 and retried.headers["Idempotent-Replayed"] == "true"
+    assert (await retried.json())["id"] == (await first.json())["id"]
     assert await event_count(owner) == before
     # Another tenant's bucket is its own.
     assert (

@@ -34,7 +34,7 @@ from controlplane.jobs.lifecycle import (
 from controlplane.jobs.manifest import JobManifest
 from controlplane.jobs.placement import LiveNodes, unschedulable_reason
 from controlplane.jobs.projection import reason
-from controlplane.jobs.service import IdempotencyMismatch, now
+from controlplane.jobs.service import IdempotencyMismatch, idempotent_id, now
 from controlplane.jobs.streams import job_stream
 from controlplane.queries import Q
 from controlplane.tenants.auth import Principal, acting_tenant, principal
@@ -123,10 +123,15 @@ async def submit(request: web.Request) -> web.Response:
     key = request.headers.get("Idempotency-Key")
     if key is not None and not 1 <= len(key) <= 255:
         raise error(400, "Idempotency-Key must be 1 to 255 characters")
-    limits = await _admit(request, tenant, manifest)
+    jobs = request.app[JOBS]
+    # A retry of a submission that was accepted finds its job whatever the limits say now
+    # (its first try passed them); only a new job is held to them.
+    limits = None
+    if key is None or await jobs.load(idempotent_id(tenant, key)) is None:
+        limits = (await _admit(request, tenant, manifest)).for_job()
     try:
-        job, created = await request.app[JOBS].submit(
-            tenant, manifest, _metadata(request, who, tenant), key, limits.for_job()
+        job, created = await jobs.submit(
+            tenant, manifest, _metadata(request, who, tenant), key, limits
         )
     except IdempotencyMismatch as exc:
         raise error(409, str(exc)) from exc

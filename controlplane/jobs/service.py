@@ -31,6 +31,11 @@ def now() -> datetime:
     return datetime.now(UTC)
 
 
+def idempotent_id(tenant: str, idempotency_key: str) -> uuid.UUID:
+    """The id of the job a tenant submits with `idempotency_key`, whichever try creates it."""
+    return uuid.uuid5(IDEMPOTENCY_NAMESPACE, f"{tenant}\n{idempotency_key}")
+
+
 class Jobs:
     """Job commands and reads, with the job's own stream as the only truth."""
 
@@ -64,10 +69,7 @@ class Jobs:
     ) -> tuple[Job, bool]:
         """Submit a job, to run under `limits` (None: the defaults); returns it and whether it
         was created now (False for a retry)."""
-        if idempotency_key is None:
-            job_id = uuid.uuid4()
-        else:
-            job_id = uuid.uuid5(IDEMPOTENCY_NAMESPACE, f"{tenant}\n{idempotency_key}")
+        job_id = uuid.uuid4() if idempotency_key is None else idempotent_id(tenant, idempotency_key)
         command = Submit(
             job_id=job_id,
             tenant=tenant,
