@@ -194,3 +194,30 @@ async def test_checkpoint_reports_past_the_jobs_rate_are_not_recorded_and_say_so
     ]
     assert 10 <= len(saved) <= 14
     await wait_for_line(plane, job.job_id, "not recorded: this job's learners may report 1 per")
+
+
+def _checkpoint_then_exit_1() -> list[str]:
+    """A learner that reports a checkpoint, then fails with exit code 1."""
+    report = protocol.CheckpointSaved(
+        at=now(), step=5, path="/ckpt/5", size_bytes=1, sha256="0" * 64, duration_s=0.0
+    )
+    script = f"print({protocol.encode(report)!r}, flush=True)\nraise SystemExit(1)\n"
+    return [sys.executable, "-c", script]
+
+
+async def test_restart_on_infrastructure_fails_a_non_zero_exit_and_says_how_to_change_that(
+    plane: Plane, agent: RunningAgent
+) -> None:
+    job_id = await plane.submit(_checkpoint_then_exit_1(), restart_on="infrastructure")
+    job = await plane.state(job_id, JobStatus.FAILED)
+    assert job.last_checkpoint is not None and job.attempt == 1
+    assert job.failure_reason is not None
+    assert "exited with code 1 (restart_on is infrastructure: not retried" in job.failure_reason
+    assert "set restart_on: any_failure" in job.failure_reason
+
+    # The default retries it (from its checkpoint), here up to a limit of none.
+    job_id = await plane.submit(_checkpoint_then_exit_1(), max_restarts=0)
+    job = await plane.state(job_id, JobStatus.FAILED)
+    assert job.failure_reason is not None
+    assert job.failure_reason.startswith("restart limit (0) reached")
+    assert job.failure_reason.endswith("(max_restarts sets the limit)")
