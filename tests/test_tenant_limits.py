@@ -298,3 +298,18 @@ async def test_live_streams_are_limited_per_tenant_and_in_all(
         assert await event_count(owner) == before
         for response in held:
             response.close()
+
+
+async def test_the_limits_and_their_refusals_are_in_the_openapi_document(client: Client) -> None:
+    document = await (await client.get("/openapi.json")).json()
+    paths = document["paths"]
+    assert set(paths["/v1/tenants/{name}/limits"]) == {"get", "put"}
+    assert set(document["components"]["schemas"]["TenantLimits"]["properties"]) == set(
+        TenantLimits.model_fields
+    )
+    assert "429" in paths["/v1/jobs"]["post"]["responses"]
+    assert "429" in paths["/v1/jobs/{job_id}/events"]["get"]["responses"]
+    assert "429" in paths["/v1/jobs/{job_id}/logs"]["get"]["responses"]
+    manifest = document["components"]["schemas"]["JobManifest"]["properties"]
+    assert manifest["restart_on"]["enum"] == ["any_failure", "infrastructure"]
+    assert manifest["labels"]["maxProperties"] == 64
