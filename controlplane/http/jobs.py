@@ -143,7 +143,8 @@ async def submit(request: web.Request) -> web.Response:
 
 async def _admit(request: web.Request, tenant: str, manifest: JobManifest) -> TenantLimits:
     """The tenant's limits, once the submission passes them and the cluster could ever hold the
-    job; else the error (nothing written). The rate first: a refused flood costs no query.
+    job; else the error (nothing written). One indexed query reads the limits and the queued
+    jobs; the rate is checked first, so that a refused flood costs nothing more.
 
     The queued jobs are counted from the status view, which may lag the log by a moment:
     submissions racing each other may pass the limit by a few."""

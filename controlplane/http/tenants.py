@@ -187,10 +187,10 @@ async def put_limits(request: web.Request) -> web.Response:
     name = request.match_info["name"]
     app = request.app
     try:
-        limits = await set_limits(app[STORE], app[PROJECTIONS], name, changes, actor=ACTOR)
+        await set_limits(app[STORE], app[PROJECTIONS], name, changes, actor=ACTOR)
     except TenantError as exc:
         raise _refused(exc) from exc
-    return web.json_response(limits.model_dump(mode="json"))
+    return web.json_response((await _tenant(request, name))["limits"])
 
 
 async def issue(request: web.Request) -> web.Response:

@@ -180,7 +180,7 @@ async def set_limits(
     changes: Mapping[str, object],
     *,
     actor: str,
-) -> TenantLimits:
+) -> None:
     """Change some of a tenant's limits (the others stay); the next submission, stream and
     job use them. InvalidTenant (a value out of range, an unknown limit) writes nothing."""
     if not changes:
@@ -190,7 +190,6 @@ async def set_limits(
         raise InvalidTenant(
             f"unknown limit(s) {', '.join(unknown)}; known: {', '.join(LIMIT_NAMES)}"
         )
-    decided: list[TenantLimits] = []
 
     def decide(tenant: TenantState, at: datetime) -> list[Event]:
         try:
@@ -199,11 +198,9 @@ async def set_limits(
             raise InvalidTenant(
                 f"invalid limits: {_first_problem(exc)}; nothing was written"
             ) from None
-        decided[:] = [limits]
         return [TenantLimitsSet(limits=limits, at=at)]
 
     await project_now(runner, await _change(store, name, decide, actor))
-    return decided[0]
 
 
 def _first_problem(exc: ValidationError) -> str:
