@@ -21,7 +21,7 @@ from controlplane.http.errors import error, validation_error
 from controlplane.http.keys import HUB, JOBS, POOL, SSE_HEARTBEAT_S, STORE, SUBMISSIONS
 from controlplane.http.streams import live_stream
 from controlplane.http.webhooks import delivery_history
-from controlplane.instruments import sse_client
+from controlplane.instruments import LIMIT_REFUSALS, sse_client
 from controlplane.jobs.events import JobEvent
 from controlplane.jobs.lifecycle import (
     Cancel,
@@ -155,6 +155,7 @@ async def _admit(request: web.Request, tenant: str, manifest: JobManifest) -> Te
     limits = TenantLimits.model_validate_json(row["limits"])
     wait_s = request.app[SUBMISSIONS].take(tenant, limits, time.monotonic())
     if wait_s:
+        LIMIT_REFUSALS.add(1, {"limit": "submissions_per_s", "tenant": tenant})
         raise error(
             429,
             f"tenant {tenant!r} submits at most {limits.submissions_per_s:g} jobs per second "
@@ -163,6 +164,7 @@ async def _admit(request: web.Request, tenant: str, manifest: JobManifest) -> Te
             retry_after_s=wait_s,
         )
     if row["queued"] >= limits.queued_jobs:
+        LIMIT_REFUSALS.add(1, {"limit": "queued_jobs", "tenant": tenant})
         raise error(
             429,
             f"tenant {tenant!r} has {row['queued']} jobs QUEUED, its limit is "

@@ -18,6 +18,7 @@ from aiohttp import web
 
 from controlplane.http.errors import error
 from controlplane.http.keys import POOL
+from controlplane.instruments import LIMIT_REFUSALS
 from controlplane.queries import Q
 from controlplane.tenants.auth import principal
 from controlplane.tenants.limits import TenantLimits
@@ -43,6 +44,7 @@ class LiveStreams:
         """Count one stream of `tenant` (None: the admin's, counted in all only) while the
         block runs; web.HTTPTooManyRequests instead when a limit is reached."""
         if self._total >= self.most:
+            LIMIT_REFUSALS.add(1, {"limit": "max_streams", "tenant": tenant or ""})
             raise error(
                 429,
                 f"this control plane serves at most {self.most} live streams at once "
@@ -50,6 +52,7 @@ class LiveStreams:
                 retry_after_s=RETRY_AFTER_S,
             )
         if tenant is not None and self._per_tenant[tenant] >= tenant_most:
+            LIMIT_REFUSALS.add(1, {"limit": "streams", "tenant": tenant})
             raise error(
                 429,
                 f"tenant {tenant!r} holds {self._per_tenant[tenant]} live streams, its limit is "
