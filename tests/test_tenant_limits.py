@@ -20,6 +20,7 @@ from controlplane.events.metadata import Metadata
 from controlplane.events.store import EventStore
 from controlplane.http.app import create_app
 from controlplane.http.keys import JOBS
+from controlplane.http.streams import MAX_STREAMS_ENV, max_streams_from_env
 from controlplane.jobs.lifecycle import Deploy, EnterPhase, JobStatus, SaveCheckpoint
 from controlplane.jobs.limits import DEFAULT_LOG_LINES
 from controlplane.jobs.service import now
@@ -313,3 +314,20 @@ async def test_the_limits_and_their_refusals_are_in_the_openapi_document(client:
     manifest = document["components"]["schemas"]["JobManifest"]["properties"]
     assert manifest["restart_on"]["enum"] == ["any_failure", "infrastructure"]
     assert manifest["labels"]["maxProperties"] == 64
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"), [(None, 1000), ("", 1000), (" 5 ", 5), ("0", None), ("many", None)]
+)
+def test_the_servers_stream_limit_comes_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch, value: str | None, expected: int | None
+) -> None:
+    if value is None:
+        monkeypatch.delenv(MAX_STREAMS_ENV, raising=False)
+    else:
+        monkeypatch.setenv(MAX_STREAMS_ENV, value)
+    if expected is None:
+        with pytest.raises(ValueError, match="TRAINYARD_MAX_STREAMS must be a whole number"):
+            max_streams_from_env()
+    else:
+        assert max_streams_from_env() == expected
