@@ -35,10 +35,6 @@ class LiveStreams:
         self._total = 0
         self._per_tenant: Counter[str] = Counter()
 
-    def held(self, tenant: str | None = None) -> int:
-        """The live streams of `tenant`, or of everyone."""
-        return self._total if tenant is None else self._per_tenant[tenant]
-
     @contextmanager
     def hold(self, tenant: str | None, tenant_most: int) -> Iterator[None]:
         """Count one stream of `tenant` (None: the admin's, counted in all only) while the
@@ -74,14 +70,14 @@ class LiveStreams:
 
 
 async def live_stream(request: web.Request) -> AbstractContextManager[None]:
-    """Admit one live stream for the request's principal (429 past a limit); enter the result
-    at once (before preparing the response) and keep it entered while the stream lives."""
+    """One live stream of the request's principal, to enter before preparing the response and
+    keep entered while the stream lives; entering it past a limit raises the 429."""
     tenant = principal(request).tenant
     most = 0
     if tenant is not None:
         raw = await request.app[POOL].fetchval(Q["tenant_limits"], tenant)
-        # A token outlives no tenant; a missing row would be a tenant removed meanwhile.
-        most = TenantLimits.model_validate_json(raw or "{}").streams
+        # Tenants are never removed, so a tenant's token always finds its row.
+        most = TenantLimits.model_validate_json(raw).streams
     return request.app[STREAMS].hold(tenant, most)
 
 
