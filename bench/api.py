@@ -32,6 +32,8 @@ from controlplane.jobs.lifecycle import Deploy, EnterPhase, JobStatus, SaveCheck
 from controlplane.jobs.service import Jobs, now
 
 MANIFEST = {"name": "bench", "image": DEFAULT_IMAGES, "command": ["python", "train.py"]}
+UNLIMITED = {"submissions_per_s": 100_000, "submission_burst": 100_000, "queued_jobs": 10_000_000}
+"""The bench tenant's limits: as high as they go where the benchmark would reach them."""
 AGENT = Metadata(actor="agent:bench")
 
 
@@ -51,7 +53,9 @@ async def run(
 
     async with scratch_database(url, "api") as database:
         with tempfile.TemporaryDirectory() as home:
-            plane = ServedControlPlane(database, Path(home))
+            # The subscribers are the admin's: they count against the server's limit only.
+            streams = {"TRAINYARD_MAX_STREAMS": str(max(subscribers, 1) + 10)}
+            plane = ServedControlPlane(database, Path(home), env=streams)
             await plane.start()
             try:
                 headers = {"Authorization": f"Bearer {plane.admin_token}"}
@@ -75,6 +79,10 @@ async def _create_tenant(session: aiohttp.ClientSession) -> None:
     async with session.post("/v1/tenants", json={"name": "bench"}) as response:
         if response.status != 201:
             raise RuntimeError(f"create tenant: {response.status} {await response.text()}")
+    # The benchmark measures the API, not the limits that protect it from one tenant.
+    async with session.put("/v1/tenants/bench/limits", json=UNLIMITED) as response:
+        if response.status != 200:
+            raise RuntimeError(f"tenant limits: {response.status} {await response.text()}")
 
 
 async def _submit(session: aiohttp.ClientSession) -> UUID:

@@ -8,6 +8,7 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import aiohttp
@@ -28,9 +29,13 @@ def free_port() -> int:
 class ServedControlPlane:
     """Start, stop and restart a control plane process against one database."""
 
-    def __init__(self, database_url: str, home: Path) -> None:
+    def __init__(
+        self, database_url: str, home: Path, *, env: Mapping[str, str] | None = None
+    ) -> None:
         self.database_url = database_url
         self.home = home
+        self.env = dict(env or {})
+        """More of the process's environment (settings such as TRAINYARD_MAX_STREAMS)."""
         self.port = free_port()
         self._process: asyncio.subprocess.Process | None = None
         self.spawned_at = 0.0
@@ -50,6 +55,7 @@ class ServedControlPlane:
             **os.environ,
             "TRAINYARD_DATABASE_URL": self.database_url,
             "TRAINYARD_HOME": str(self.home),
+            **self.env,
         }
         self.spawned_at = time.perf_counter()
         self._process = await asyncio.create_subprocess_exec(

@@ -82,6 +82,12 @@ SSE_CLIENTS = _meter.create_up_down_counter(
     unit="{client}",
     description="Open SSE streams, per kind (events, logs).",
 )
+LIMIT_REFUSALS = _meter.create_counter(
+    "trainyard.limits.refused",
+    unit="{request}",
+    description="Requests refused at a limit (429), per limit (streams, max_streams, "
+    "submissions_per_s, queued_jobs) and tenant (none for the admin's).",
+)
 LOG_LINES = _meter.create_counter(
     "trainyard.log.lines",
     unit="{line}",

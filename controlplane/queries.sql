@@ -213,6 +213,8 @@ SELECT tenant, is_admin FROM api_tokens WHERE token_sha256 = $1 AND revoked_at I
 -- name: list_tenants
 -- Every tenant (or only the one named $1) with the ids of its live tokens, oldest first.
 SELECT t.name, t.weight, t.gpu_quota, t.created_at,
+       -- As text: the code's model reads it (NULL, never set: its defaults).
+       coalesce(t.limits, '{}')::text AS limits,
        coalesce(array_agg(k.token_id ORDER BY k.issued_at, k.token_id)
                 FILTER (WHERE k.token_id IS NOT NULL), '{}') AS active_tokens
 FROM tenants t
@@ -221,8 +223,27 @@ WHERE $1::text IS NULL OR t.name = $1
 GROUP BY t.name
 ORDER BY t.name;
 
--- name: tenant_exists
-SELECT EXISTS (SELECT 1 FROM tenants WHERE name = $1);
+-- name: set_tenant_limits
+-- The `tenants` projection: a tenant's limits from now on (TenantLimitsSet).
+UPDATE tenants SET limits = $2::jsonb WHERE name = $1;
+
+-- name: tenant_submission_limits
+-- What a submission is checked against: the tenant's limits (as text, NULL: the defaults) and
+-- its QUEUED jobs, counted from its own queue index (partial, on QUEUED). No row: no tenant.
+SELECT coalesce(t.limits, '{}')::text AS limits,
+       (SELECT count(*) FROM job_status s WHERE s.tenant = t.name AND s.state = 'QUEUED')
+           AS queued
+FROM tenants t
+WHERE t.name = $1;
+
+-- name: tenant_limits
+-- A tenant's limits (as text; '{}': the defaults), for SSE streams; no row: no tenant.
+SELECT coalesce(limits, '{}')::text FROM tenants WHERE name = $1;
+
+-- name: largest_node_memory
+-- The most memory any node ever registered has (NULL: no node yet): a job needing more could
+-- never be placed. Every node, not only live ones: a node may be down for a while.
+SELECT max(memory_mb) FROM nodes;
 
 -- name: register_node
 -- Take (or renew) a node's lease; nothing comes back while another agent holds a live lease

@@ -171,6 +171,7 @@ tenants = Table(
     Column("weight", Double, nullable=False),
     Column("gpu_quota", Integer),
     Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("limits", JSONB),
 )
 
 api_tokens = Table(

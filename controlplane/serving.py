@@ -14,6 +14,7 @@ from aiohttp import web
 from controlplane.database import describe
 from controlplane.http.app import create_app
 from controlplane.http.keys import PROJECTIONS, STORE
+from controlplane.http.streams import max_streams_from_env
 from controlplane.jobs.images import ImageAllowlist
 from controlplane.tenants.admin import TOKEN_FILE, bootstrap_admin_token
 from controlplane.webhooks.addresses import ALLOW_NETWORKS_ENV, parse_networks
@@ -50,9 +51,12 @@ async def serving(
     """
     try:
         allowed = parse_networks(os.environ.get(ALLOW_NETWORKS_ENV, ""))
+        max_streams = max_streams_from_env()
     except ValueError as exc:
         raise ServeError(str(exc)) from None
-    app = create_app(url, images=images, relay=RelayConfig(allow_networks=allowed))
+    app = create_app(
+        url, images=images, relay=RelayConfig(allow_networks=allowed), max_streams=max_streams
+    )
     runner = web.AppRunner(app, handle_signals=False)
     await runner.setup()
     try:

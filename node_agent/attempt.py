@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -28,10 +29,11 @@ from controlplane.jobs.lifecycle import (
     RollBack,
     SaveCheckpoint,
 )
-from controlplane.jobs.limits import JobLimits
+from controlplane.jobs.limits import REPORT_BURST_S, JobLimits
 from controlplane.jobs.restarts import LearnerFailure, after_failure
 from controlplane.jobs.service import now
 from controlplane.jobs.tracing import tracer
+from controlplane.rates import TokenBucket
 from node_agent.runtime import (
     ExitStatus,
     Learner,
@@ -136,6 +138,11 @@ class Attempt:
         self._number = claim.attempt
         self._indices = tuple(spec.learner for spec in specs)
         """This node's learners of the job (all of them, unless it runs on several nodes)."""
+        rate = claim.job.limits.reports_per_s
+        self._reports = TokenBucket.full(rate, max(1.0, rate * REPORT_BURST_S), time.monotonic())
+        """Checkpoint reports become events at most at the job's rate: a learner printing
+        forged or runaway reports cannot grow the job's stream without bound."""
+        self._reports_dropped = 0
 
     @property
     def job_id(self) -> object:
@@ -252,6 +259,9 @@ class Attempt:
                 state.error = error
                 state.killed_by = killed_by
             case protocol.CheckpointSaved() if not self._recorded(report):
+                if self._reports.take(time.monotonic()):
+                    self._drop_report(state, report)
+                    return
                 await self._do(
                     SaveCheckpoint(
                         step=report.step,
@@ -262,6 +272,19 @@ class Attempt:
                         attempt=self._number,
                     )
                 )
+
+    def _drop_report(self, state: _LearnerState, report: protocol.CheckpointSaved) -> None:
+        """Not recorded, and said so in the job's log: the first time, then every 1000th."""
+        self._reports_dropped += 1
+        if self._reports_dropped % 1000 == 1:
+            rate = self._reports.rate
+            self._logs.add(
+                state.spec,
+                "system",
+                f"checkpoint report (step {report.step}) not recorded: this job's learners may "
+                f"report {rate:g} per second (its reports_per_s limit); "
+                f"{self._reports_dropped} not recorded so far in this attempt",
+            )
 
     def _recorded(self, report: protocol.CheckpointSaved) -> bool:
         """Whether the checkpoint is on record already (an adopted learner's reports are read

@@ -12,8 +12,12 @@ import pytest
 
 from controlplane.agents.nodes import NodeNameTaken
 from controlplane.database import DATABASE_ERRORS
+from controlplane.jobs.events import CheckpointSaved
 from controlplane.jobs.lifecycle import Cancel, JobStatus, RequestCheckpoint
+from controlplane.jobs.limits import JobLimits
+from controlplane.jobs.manifest import JobManifest
 from controlplane.jobs.service import now
+from runners import protocol
 from tests.cluster import A_WHOLE_RUN, USER, Plane, RunningAgent, agent_config
 from tests.polling import eventually
 
@@ -165,3 +169,55 @@ async def test_data_that_cannot_be_fetched_fails_the_job_in_downloading(
     assert [t.state for t in job.transitions][-2:] == [JobStatus.DOWNLOADING, JobStatus.FAILED]
     assert job.failure_reason is not None and missing in job.failure_reason
     assert "never runs" not in await plane.log_text(job_id)
+
+
+async def test_checkpoint_reports_past_the_jobs_rate_are_not_recorded_and_say_so(
+    plane: Plane, agent: RunningAgent
+) -> None:
+    report = protocol.CheckpointSaved(
+        at=now(), step=0, path="/forged", size_bytes=1, sha256="0" * 64, duration_s=0.0
+    )
+    # A learner printing forged reports as fast as it can (each a step further).
+    script = (
+        "import json, time\n"
+        f"report = json.loads({report.model_dump_json()!r})\n"
+        "for step in range(1, 201):\n"
+        f"    print({protocol.PREFIX!r} + json.dumps({{**report, 'step': step}}), flush=True)\n"
+        "time.sleep(0.5)\n"
+    )
+    manifest = JobManifest(name="t", image="i", command=[sys.executable, "-c", script])
+    # Burst 10 reports, then one a second: at most a few more while it runs.
+    job, _ = await plane.jobs.submit("acme", manifest, USER, None, JobLimits(reports_per_s=1))
+    await plane.state(job.job_id, JobStatus.COMPLETED)
+    saved = [
+        r for r in await plane.jobs.history(job.job_id) if isinstance(r.event, CheckpointSaved)
+    ]
+    assert 10 <= len(saved) <= 14
+    await wait_for_line(plane, job.job_id, "not recorded: this job's learners may report 1 per")
+
+
+def _checkpoint_then_exit_1() -> list[str]:
+    """A learner that reports a checkpoint, then fails with exit code 1."""
+    report = protocol.CheckpointSaved(
+        at=now(), step=5, path="/ckpt/5", size_bytes=1, sha256="0" * 64, duration_s=0.0
+    )
+    script = f"print({protocol.encode(report)!r}, flush=True)\nraise SystemExit(1)\n"
+    return [sys.executable, "-c", script]
+
+
+async def test_restart_on_infrastructure_fails_a_non_zero_exit_and_says_how_to_change_that(
+    plane: Plane, agent: RunningAgent
+) -> None:
+    job_id = await plane.submit(_checkpoint_then_exit_1(), restart_on="infrastructure")
+    job = await plane.state(job_id, JobStatus.FAILED)
+    assert job.last_checkpoint is not None and job.attempt == 1
+    assert job.failure_reason is not None
+    assert "exited with code 1 (restart_on is infrastructure: not retried" in job.failure_reason
+    assert "set restart_on: any_failure" in job.failure_reason
+
+    # The default retries it (from its checkpoint), here up to a limit of none.
+    job_id = await plane.submit(_checkpoint_then_exit_1(), max_restarts=0)
+    job = await plane.state(job_id, JobStatus.FAILED)
+    assert job.failure_reason is not None
+    assert job.failure_reason.startswith("restart limit (0) reached")
+    assert job.failure_reason.endswith("(max_restarts sets the limit)")

@@ -25,7 +25,8 @@ from controlplane.client import api
 from controlplane.client.api import ApiClient
 from controlplane.client.commands import follow_job
 from controlplane.client.render import PlainView
-from controlplane.tenants.service import issue_token
+from controlplane.jobs.lifecycle import JobStatus
+from controlplane.tenants.service import issue_token, set_limits
 from tests.cluster import Plane, RunningAgent
 
 PRINT = [sys.executable, "-c", "print('hello from the learner')"]
@@ -276,3 +277,27 @@ async def test_following_gives_up_on_a_server_gone_for_good(
     async with ApiClient(server, "t") as client:
         with pytest.raises(api.ServerUnreachable, match=f"cannot reach the server at {server}"):
             await follow_job(client, str(uuid.uuid4()), PlainView(), None, None)
+
+
+async def test_limits_refuse_cli_submissions_and_checkpoints_with_one_line(
+    cli: Cli, plane: Plane
+) -> None:
+    limits = {"submissions_per_s": 0.01, "submission_burst": 2}
+    await set_limits(plane.store, plane.runner, "acme", limits, actor="test")
+    huge = await cli("submit", cli.manifest("huge", SLEEP, memory_mb=1 << 23))
+    assert huge.rc == 2 and len(huge.stderr.splitlines()) == 1, huge.stderr
+    assert "memory_mb" in huge.stderr and "no node could ever run it" in huge.stderr
+
+    submitted = await cli("submit", cli.manifest("sleeper", SLEEP))
+    assert submitted.rc == 0, submitted.stderr
+    sleeper = submitted.stdout.strip()
+    flood = await cli("submit", cli.manifest("one-too-many", SLEEP))
+    assert (flood.rc, flood.stdout) == (1, "")
+    assert "submits at most 0.01 jobs per second" in flood.stderr
+    assert len(flood.stderr.splitlines()) == 1
+
+    await plane.state(uuid.UUID(sleeper), JobStatus.PROCESSING)
+    assert (await cli("checkpoint", sleeper)).rc == 0
+    pending = await cli("checkpoint", sleeper)
+    assert pending.rc == 1 and "is still pending" in pending.stderr
+    assert (await cli("cancel", sleeper)).rc == 0

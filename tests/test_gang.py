@@ -215,4 +215,7 @@ def test_rollbacks_redeploy_until_the_retries_are_spent() -> None:
     job = apply(job, Deploy(nodes=["n1"], gpus=[], epoch=2, at=now()))
     job = apply(job, RollBack("learner 1 failed to start", now(), attempt=2))
     assert job.state is JobStatus.FAILED
-    assert job.failure_reason == "deployment failed 2 time(s); last: learner 1 failed to start"
+    assert job.failure_reason == (
+        "deployment failed 2 time(s); last: learner 1 failed to start "
+        "(deploy_retries sets how often a deployment is tried again)"
+    )

@@ -125,7 +125,9 @@ def predict(model: Model | None, command: Command) -> Model | None:
                 checkpoint_requested=False,
             )
         case RequestCheckpoint():
-            return replace(model, checkpoint_requested=True) if now is S.PROCESSING else None
+            # One pending at a time.
+            legal = now is S.PROCESSING and not model.checkpoint_requested
+            return replace(model, checkpoint_requested=True) if legal else None
         case SaveCheckpoint(path=path):
             legal = now in RUNNING
             return replace(model, checkpoint=path, checkpoint_requested=False) if legal else None
@@ -565,6 +567,17 @@ def test_a_checkpoint_is_requested_only_while_processing(state: JobStatus) -> No
     assert (job.state, job.transitions) == (S.PROCESSING, before.transitions)
     story.save_checkpoint(100, "/ckpt/100")
     assert story.current.checkpoint_requested_at is None
+
+
+def test_a_second_checkpoint_request_while_one_is_pending_is_refused() -> None:
+    story = story_in(S.PROCESSING)
+    story.request_checkpoint()
+    with pytest.raises(Refused, match="is still pending") as caught:
+        decide(RequestCheckpoint(T0 + timedelta(hours=1)), story.current)
+    assert not caught.value.not_found
+    story.save_checkpoint(100, "/ckpt/100")
+    (again,) = story.request_checkpoint()
+    assert isinstance(again, CheckpointRequested)
 
 
 @pytest.mark.parametrize("state", [S.QUEUED, *TERMINAL])

@@ -18,6 +18,15 @@ from controlplane.events.types import registry
 from controlplane.jobs.events import JobSubmitted
 from controlplane.jobs.lifecycle import Job, evolve
 from controlplane.jobs.manifest import (
+    MAX_ARG_CHARS,
+    MAX_COMMAND_ARGS,
+    MAX_ENV_NAME_CHARS,
+    MAX_ENV_VALUE_CHARS,
+    MAX_ENV_VARS,
+    MAX_LABEL_KEY_CHARS,
+    MAX_LABEL_VALUE_CHARS,
+    MAX_LABELS,
+    MAX_MEMORY_MB,
     CheckpointSpec,
     DataSpec,
     JobManifest,
@@ -46,6 +55,7 @@ FULL: dict[str, Any] = {
     "results": {"location": "file:///srv/results/resnet"},
     "checkpoint": {"interval_seconds": 300, "keep": 5},
     "max_restarts": 10,
+    "restart_on": "infrastructure",
     "deploy_timeout_s": 300.0,
     "deploy_retries": 1,
     "priority": -20,
@@ -85,6 +95,7 @@ def test_a_minimal_manifest_gets_the_documented_defaults() -> None:
     assert (job.data, job.results, job.webhook_url) == (None, None, None)
     assert job.checkpoint == CheckpointSpec(interval_seconds=600, keep=3)
     assert (job.max_restarts, job.priority) == (3, 0)
+    assert job.restart_on == "any_failure"
 
 
 def test_a_full_manifest_keeps_every_field() -> None:
@@ -127,6 +138,12 @@ def test_a_manifest_is_read_from_json_text() -> None:
         {"env": {"_": "", "MY_PATH": "/usr/bin:/bin", "NCCL_DEBUG": "INFO", "path": "x"}},
         {"framework": "jax"},
         {"webhook_url": "http://hooks.internal:8080/done"},
+        {"memory_mb": MAX_MEMORY_MB, "restart_on": "infrastructure"},
+        {"command": ["x" * MAX_ARG_CHARS] * MAX_COMMAND_ARGS},
+        {"env": {f"V{i}": "" for i in range(MAX_ENV_VARS)}},
+        {"env": {"N" * MAX_ENV_NAME_CHARS: "v" * MAX_ENV_VALUE_CHARS}},
+        {"labels": {f"k{i}": "" for i in range(MAX_LABELS)}},
+        {"labels": {"k" * MAX_LABEL_KEY_CHARS: "v" * MAX_LABEL_VALUE_CHARS}},
     ],
 )
 def test_values_at_and_inside_the_limits_are_accepted(changes: dict[str, Any]) -> None:
@@ -175,6 +192,16 @@ def test_unknown_fields_are_rejected_where_they_are(
         ("image", "x" * 513),
         ("webhook_url", "ftp://hooks.example.org/x"),
         ("webhook_url", "not a url"),
+        ("memory_mb", MAX_MEMORY_MB + 1),
+        ("restart_on", "never"),
+        ("command", ["x"] * (MAX_COMMAND_ARGS + 1)),
+        ("command", ["x", "y" * (MAX_ARG_CHARS + 1)]),
+        ("env", {f"V{i}": "" for i in range(MAX_ENV_VARS + 1)}),
+        ("env", {"N" * (MAX_ENV_NAME_CHARS + 1): ""}),
+        ("env", {"V": "v" * (MAX_ENV_VALUE_CHARS + 1)}),
+        ("labels", {f"k{i}": "" for i in range(MAX_LABELS + 1)}),
+        ("labels", {"k" * (MAX_LABEL_KEY_CHARS + 1): ""}),
+        ("labels", {"k": "v" * (MAX_LABEL_VALUE_CHARS + 1)}),
     ],
 )
 def test_numbers_and_choices_out_of_range_are_refused(field: str, value: Any) -> None:
@@ -412,7 +439,8 @@ manifests = st.builds(
     learners=st.integers(1, 1024),
     gpus_per_learner=st.integers(0, 64),
     cpus=st.floats(min_value=0, max_value=1024, exclude_min=True, allow_nan=False),
-    memory_mb=st.integers(16, 2**40),
+    memory_mb=st.integers(16, MAX_MEMORY_MB),
+    restart_on=st.sampled_from(["any_failure", "infrastructure"]),
     env=st.dictionaries(
         words.filter(lambda name: "=" not in name and not reserved_env(name)), text, max_size=3
     ),

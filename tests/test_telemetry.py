@@ -30,7 +30,7 @@ from controlplane.http.app import create_app
 from controlplane.jobs.lifecycle import JobStatus
 from controlplane.prometheus import CONTENT_TYPE, render
 from controlplane.tenants.admin import bootstrap_admin_token
-from controlplane.tenants.service import issue_token
+from controlplane.tenants.service import issue_token, set_limits
 from tests.cluster import Plane, RunningAgent
 from tests.polling import eventually
 from tests.test_claims import Cluster, manifest
@@ -272,6 +272,27 @@ async def test_metrics_are_prometheus_text_with_the_clusters_figures(
     # Fake GPUs report 0%; the series exists only for the running job's one GPU.
     assert series(samples, "trainyard_gpu_utilization_percent", job=str(working)) == [0]
     assert series(samples, "trainyard_gpu_utilization_percent", job=str(done)) == []
+
+
+async def test_requests_refused_at_a_limit_are_counted_per_limit_and_tenant(
+    spans: InMemorySpanExporter,
+    plane: Plane,
+    client: Client,
+    headers: dict[str, str],
+    tmp_path: Path,
+) -> None:
+    admin = await bootstrap_admin_token(plane.store, plane.runner, tmp_path)
+    assert admin is not None
+    limits = {"submissions_per_s": 0.01, "submission_burst": 1}
+    await set_limits(plane.store, plane.runner, "acme", limits, actor="test")
+    manifest = {"name": "t", "image": "img", "command": ["x"]}
+    assert (await client.post("/v1/jobs", json=manifest, headers=headers)).status == 201
+    for _ in range(2):
+        assert (await client.post("/v1/jobs", json=manifest, headers=headers)).status == 429
+    response = await client.get("/metrics", headers={"Authorization": f"Bearer {admin}"})
+    samples = parse_prometheus(await response.text())
+    refused = series(samples, "trainyard_limits_refused_total", limit="submissions_per_s")
+    assert refused == [2]
 
 
 async def _has_line(plane: Plane, job_id: uuid.UUID) -> bool:

@@ -31,10 +31,12 @@ from controlplane.http.keys import (
     PROJECTIONS,
     SSE_HEARTBEAT_S,
     STORE,
+    SUBMISSIONS,
     WEBHOOK_CONFIG,
     WEBHOOKS,
 )
 from controlplane.http.openapi import document
+from controlplane.http.streams import DEFAULT_MAX_STREAMS, STREAMS, LiveStreams
 from controlplane.http.tracing import tracing_middleware
 from controlplane.jobs.images import ImageAllowlist
 from controlplane.jobs.locations import Roots
@@ -43,6 +45,7 @@ from controlplane.projections.catalog import all_projections
 from controlplane.projections.runner import ProjectionRunner
 from controlplane.queries import Q
 from controlplane.tenants.auth import auth_middleware
+from controlplane.tenants.submissions import SubmissionRates
 from controlplane.webhooks.relay import RelayConfig, WebhookRelay
 
 log = logging.getLogger(__name__)
@@ -56,6 +59,7 @@ def create_app(
     relay: RelayConfig | None = None,
     images: ImageAllowlist | None = None,
     roots: Roots | None = None,
+    max_streams: int = DEFAULT_MAX_STREAMS,
 ) -> web.Application:
     """The application; `images` None: the allowlist `TRAINYARD_IMAGES` sets (ValueError when
     it is malformed), or the default; `roots`: where `file://` data and results may be
@@ -67,6 +71,8 @@ def create_app(
     app[LISTENER] = LogListener(database_url, poll_interval=poll_interval)
     app[SSE_HEARTBEAT_S] = sse_heartbeat_s
     app[LOCATION_ROOTS] = roots if roots is not None else Roots.from_env()
+    app[SUBMISSIONS] = SubmissionRates()
+    app[STREAMS] = LiveStreams(max_streams)
     app.cleanup_ctx.append(_database)
     app.cleanup_ctx.append(_background)
     # Open SSE streams end first, so that shutdown does not wait for their clients.

@@ -3,18 +3,25 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from aiohttp import web
 from pydantic import ValidationError
 
 
-def error(status: int, message: str, *, field: str | None = None) -> web.HTTPException:
-    """An exception to raise from a handler; aiohttp sends it as the response."""
+def error(
+    status: int, message: str, *, field: str | None = None, retry_after_s: float | None = None
+) -> web.HTTPException:
+    """An exception to raise from a handler; aiohttp sends it as the response. `retry_after_s`
+    becomes a Retry-After header (whole seconds, at least 1)."""
     body: dict[str, Any] = {"error": message, "status": status}
     if field is not None:
         body["field"] = field
-    return _CLASSES[status](text=json.dumps(body), content_type="application/json")
+    headers = None
+    if retry_after_s is not None:
+        headers = {"Retry-After": str(max(1, math.ceil(retry_after_s)))}
+    return _CLASSES[status](text=json.dumps(body), content_type="application/json", headers=headers)
 
 
 def validation_error(exc: ValidationError) -> web.HTTPException:
@@ -39,4 +46,5 @@ _CLASSES: dict[int, type[web.HTTPException]] = {
     404: web.HTTPNotFound,
     409: web.HTTPConflict,
     422: web.HTTPUnprocessableEntity,
+    429: web.HTTPTooManyRequests,
 }

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import time
 from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
@@ -26,10 +27,12 @@ from controlplane.http.keys import (
     POOL,
     SSE_HEARTBEAT_S,
     STORE,
+    SUBMISSIONS,
     WEBHOOKS,
 )
+from controlplane.http.streams import live_stream
 from controlplane.http.webhooks import delivery_history
-from controlplane.instruments import sse_client
+from controlplane.instruments import LIMIT_REFUSALS, sse_client
 from controlplane.jobs.events import JobEvent
 from controlplane.jobs.images import ImageRefused
 from controlplane.jobs.lifecycle import (
@@ -41,13 +44,14 @@ from controlplane.jobs.lifecycle import (
     evolve,
 )
 from controlplane.jobs.locations import LocationRefused, check_manifest_locations
-from controlplane.jobs.manifest import JobSubmission
+from controlplane.jobs.manifest import JobManifest, JobSubmission
 from controlplane.jobs.placement import LiveNodes, unschedulable_reason
 from controlplane.jobs.projection import reason
-from controlplane.jobs.service import IdempotencyMismatch, now
+from controlplane.jobs.service import IdempotencyMismatch, idempotent_id, now
 from controlplane.jobs.streams import job_stream
 from controlplane.queries import Q
 from controlplane.tenants.auth import Principal, acting_tenant, principal
+from controlplane.tenants.limits import TenantLimits
 from controlplane.webhooks.targets import TargetRefused
 
 MAX_PAGE = 500
@@ -147,8 +151,6 @@ async def submit(request: web.Request) -> web.Response:
     if key == "":
         raise error(400, "Idempotency-Key must be 1 to 255 characters", field="Idempotency-Key")
     metadata = _metadata(request, who, tenant)
-    if not await request.app[POOL].fetchval(Q["tenant_exists"], tenant):
-        raise error(422, f"no tenant named {tenant!r}", field="tenant")
     try:
         check_manifest_locations(
             manifest.data.source if manifest.data else None,
@@ -160,9 +162,15 @@ async def submit(request: web.Request) -> web.Response:
         raise error(422, exc.message, field=exc.field) from exc
     if manifest.webhook_url is not None:
         await _check_webhook(request, str(manifest.webhook_url))
+    jobs = request.app[JOBS]
+    # A retry of a submission that was accepted finds its job whatever the limits say now
+    # (its first try passed them); only a new job is held to them.
+    limits = None
+    if key is None or await jobs.load(idempotent_id(tenant, key)) is None:
+        limits = (await _admit(request, tenant, manifest)).for_job()
     try:
-        job, created = await request.app[JOBS].submit(
-            tenant, manifest, metadata, key, secret_env=secret_env
+        job, created = await jobs.submit(
+            tenant, manifest, metadata, key, limits, secret_env=secret_env
         )
     except IdempotencyMismatch as exc:
         raise error(409, str(exc)) from exc
@@ -185,6 +193,47 @@ async def _check_webhook(request: web.Request, url: str) -> None:
             f"the webhook's host did not resolve within {WEBHOOK_LOOKUP_S:g}s",
             field="webhook_url",
         ) from None
+
+
+async def _admit(request: web.Request, tenant: str, manifest: JobManifest) -> TenantLimits:
+    """The tenant's limits, once the submission passes them and the cluster could ever hold the
+    job; else the error (nothing written). One indexed query reads the limits and the queued
+    jobs; the rate is checked first, so that a refused flood costs nothing more.
+
+    The queued jobs are counted from the status view, which may lag the log by a moment:
+    submissions racing each other may pass the limit by a few."""
+    pool = request.app[POOL]
+    row = await pool.fetchrow(Q["tenant_submission_limits"], tenant)
+    if row is None:
+        raise error(422, f"no tenant named {tenant!r}", field="tenant")
+    limits = TenantLimits.model_validate_json(row["limits"])
+    wait_s = request.app[SUBMISSIONS].take(tenant, limits, time.monotonic())
+    if wait_s:
+        LIMIT_REFUSALS.add(1, {"limit": "submissions_per_s", "tenant": tenant})
+        raise error(
+            429,
+            f"tenant {tenant!r} submits at most {limits.submissions_per_s:g} jobs per second "
+            f"(burst {limits.submission_burst}); retry after the Retry-After seconds",
+            field="submissions_per_s",
+            retry_after_s=wait_s,
+        )
+    if row["queued"] >= limits.queued_jobs:
+        LIMIT_REFUSALS.add(1, {"limit": "queued_jobs", "tenant": tenant})
+        raise error(
+            429,
+            f"tenant {tenant!r} has {row['queued']} jobs QUEUED, its limit is "
+            f"{limits.queued_jobs}; submit again once some have started or been cancelled",
+            field="queued_jobs",
+        )
+    largest = await pool.fetchval(Q["largest_node_memory"])
+    if largest is not None and manifest.memory_mb > largest:
+        raise error(
+            422,
+            f"memory_mb {manifest.memory_mb} is more than any node has (the largest has "
+            f"{largest} MiB): no node could ever run it",
+            field="memory_mb",
+        )
+    return limits
 
 
 async def list_jobs(request: web.Request) -> web.Response:
@@ -330,13 +379,14 @@ async def stream_events(request: web.Request) -> web.StreamResponse:
             "X-Accel-Buffering": "no",
         }
     )
-    await response.prepare(request)
-    try:
-        with sse_client("events"):
-            await _stream(request, response, job, after)
-        await response.write_eof()
-    except ConnectionResetError:
-        pass  # the client went away: nothing left to send, and nothing is lost (it resumes)
+    with await live_stream(request):
+        await response.prepare(request)
+        try:
+            with sse_client("events"):
+                await _stream(request, response, job, after)
+            await response.write_eof()
+        except ConnectionResetError:
+            pass  # the client went away: nothing left to send, and nothing is lost (it resumes)
     return response
 
 

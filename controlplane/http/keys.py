@@ -16,6 +16,7 @@ from controlplane.jobs.images import ImageAllowlist
 from controlplane.jobs.locations import Roots
 from controlplane.jobs.service import Jobs
 from controlplane.projections.runner import ProjectionRunner
+from controlplane.tenants.submissions import SubmissionRates
 from controlplane.webhooks.relay import RelayConfig, WebhookRelay
 
 DATABASE_URL = web.AppKey("database_url", str)
@@ -34,3 +35,4 @@ SSE_HEARTBEAT_S = web.AppKey("sse_heartbeat_s", float)
 IMAGES = web.AppKey("images", ImageAllowlist)
 """The learner images jobs may name (`TRAINYARD_IMAGES`)."""
 LOCATION_ROOTS = web.AppKey("location_roots", Roots)
+SUBMISSIONS = web.AppKey("submissions", SubmissionRates)

@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Mapping
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
@@ -38,6 +39,7 @@ from aiohttp import web
 from controlplane.http import params
 from controlplane.http.jobs import _visible_job
 from controlplane.http.keys import HUB, JOBS, POOL, SSE_HEARTBEAT_S
+from controlplane.http.streams import live_stream
 from controlplane.instruments import sse_client
 from controlplane.logs.feeds import FOLLOWER_LINES, LAGGED, End, Follower, Lines, LogFeeds
 from controlplane.logs.lines import StoredLine, Stream
@@ -131,16 +133,18 @@ async def get_logs(request: web.Request) -> web.StreamResponse:
         response = web.StreamResponse(headers=_SSE_HEADERS)
     else:
         response = web.StreamResponse(headers={"Content-Type": "text/plain; charset=utf-8"})
-    await response.prepare(request)
-    try:
-        if query.follow:
-            with sse_client("logs"):
-                await _follow(request, response, job.job_id, query)
-        else:
-            await _text(request, response, job.job_id, query)
-        await response.write_eof()
-    except ConnectionResetError:
-        pass  # the client went away: nothing left to send, and nothing is lost (it resumes)
+    # A follow lives until the job ends: a live stream, counted against the limits.
+    with await live_stream(request) if query.follow else nullcontext():
+        await response.prepare(request)
+        try:
+            if query.follow:
+                with sse_client("logs"):
+                    await _follow(request, response, job.job_id, query)
+            else:
+                await _text(request, response, job.job_id, query)
+            await response.write_eof()
+        except ConnectionResetError:
+            pass  # the client went away: nothing left to send, and nothing is lost (it resumes)
     return response
 
 
@@ -332,6 +336,10 @@ def openapi_paths() -> dict[str, Any]:
                     "400": failure("malformed query parameter or Last-Event-ID"),
                     "401": failure("missing or wrong token"),
                     "404": failure("no such job (or another tenant's)"),
+                    "429": failure(
+                        "follow=true: the tenant's live streams limit, or the server's, reached; "
+                        "Retry-After"
+                    ),
                 },
             }
         }

@@ -12,6 +12,7 @@ from controlplane.http import logs, metrics, params, scrape, tenants
 from controlplane.http.jobs import MAX_KEY, MAX_PAGE, CancelRequest
 from controlplane.jobs.lifecycle import Job, JobStatus
 from controlplane.jobs.manifest import JobManifest, JobSubmission
+from controlplane.tenants.limits import TenantLimits
 
 REF = "#/components/schemas/"
 
@@ -212,6 +213,7 @@ _REASONS = {
     404: "no such job (or another tenant's)",
     409: "illegal in the job's current state",
     422: "invalid fields, each listed",
+    429: "a limit reached (see README, Limits); nothing written; Retry-After where waiting helps",
 }
 
 
@@ -298,6 +300,7 @@ def document() -> dict[str, Any]:
                     CancelRequest,
                     tenants.TenantCreate,
                     tenants.TenantUpdate,
+                    TenantLimits,
                     tenants.TokenRequest,
                 ),
                 "JobView": _job_view_schema(),
@@ -382,13 +385,17 @@ def document() -> dict[str, Any]:
                             403,
                             409,
                             422,
+                            429,
                             e409="the Idempotency-Key was used for a different manifest",
                             e422="invalid manifest fields, each listed (a reserved environment "
-                            "name as `env.NAME`); an image the service does not allow (`image`); "
-                            "a file:// data.source or results.location outside the operator's "
-                            "roots for the tenant (the field names it); an unknown tenant; or a "
-                            "webhook_url whose host is or resolves to a non-public address (not "
-                            "in TRAINYARD_WEBHOOK_ALLOW_NETWORKS) or does not resolve",
+                            "name as `env.NAME`; memory_mb also past the largest node's); an "
+                            "image the service does not allow (`image`); a file:// data.source "
+                            "or results.location outside the operator's roots for the tenant "
+                            "(the field names it); an unknown tenant; or a webhook_url whose "
+                            "host is or resolves to a non-public address (not in "
+                            "TRAINYARD_WEBHOOK_ALLOW_NETWORKS) or does not resolve",
+                            e429="the tenant's submissions_per_s (with Retry-After) or "
+                            "queued_jobs limit reached (field names which)",
                         ),
                     },
                 },
@@ -478,7 +485,14 @@ def document() -> dict[str, Any]:
                             "description": "the event stream",
                             "content": {"text/event-stream": {"schema": {"type": "string"}}},
                         },
-                        **_errors(400, 401, 404),
+                        **_errors(
+                            400,
+                            401,
+                            404,
+                            429,
+                            e429="the tenant's live streams limit, or the server's, reached; "
+                            "Retry-After",
+                        ),
                     },
                 }
             },
@@ -545,11 +559,18 @@ def document() -> dict[str, Any]:
                 "post": {
                     "operationId": "checkpointJob",
                     "summary": "Ask the job's learners for a checkpoint now (PROCESSING jobs)",
+                    "description": "One request is pending at a time: until the learners have "
+                    "saved the checkpoint (or the attempt ends), another is a 409.",
                     "security": secured,
                     "parameters": [_JOB_ID],
                     "responses": {
                         "202": _job("the request is recorded"),
-                        **_errors(401, 404, 409),
+                        **_errors(
+                            401,
+                            404,
+                            409,
+                            e409="not PROCESSING, or a checkpoint request is pending already",
+                        ),
                     },
                 }
             },

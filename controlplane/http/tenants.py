@@ -1,5 +1,6 @@
-"""`/v1/tenants`: the admin creates tenants, lists them, changes their weight and GPU quota,
-and issues and revokes their bearer tokens. A new token is in the response once, never again.
+"""`/v1/tenants`: the admin creates tenants, lists them, changes their weight, GPU quota and
+limits, and issues and revokes their bearer tokens. A new token is in the response once, never
+again.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from controlplane.tenants.errors import (
     UnknownTenant,
     UnknownToken,
 )
+from controlplane.tenants.limits import TenantLimits
 from controlplane.tenants.service import (
     KEEP,
     TenantSummary,
@@ -29,6 +31,7 @@ from controlplane.tenants.service import (
     issue_token,
     list_tenants,
     revoke_token,
+    set_limits,
     update_tenant,
 )
 from controlplane.tenants.tokens import IssuedToken
@@ -75,6 +78,8 @@ def add_routes(app: web.Application) -> None:
     app.router.add_post("/v1/tenants", create)
     app.router.add_get("/v1/tenants/{name}", get_one)
     app.router.add_patch("/v1/tenants/{name}", update)
+    app.router.add_get("/v1/tenants/{name}/limits", get_limits)
+    app.router.add_put("/v1/tenants/{name}/limits", put_limits)
     app.router.add_post("/v1/tenants/{name}/tokens", issue)
     app.router.add_delete("/v1/tenants/{name}/tokens/{token_id}", revoke)
 
@@ -86,6 +91,7 @@ def tenant_view(tenant: TenantSummary) -> dict[str, Any]:
         "gpu_quota": tenant.gpu_quota,
         "created_at": tenant.created_at.isoformat(),
         "active_tokens": list(tenant.active_tokens),
+        "limits": tenant.limits.model_dump(mode="json"),
     }
 
 
@@ -173,6 +179,31 @@ async def update(request: web.Request) -> web.Response:
     return web.json_response(await _tenant(request, name))
 
 
+async def get_limits(request: web.Request) -> web.Response:
+    _admin_only(request)
+    return web.json_response((await _tenant(request, request.match_info["name"]))["limits"])
+
+
+async def put_limits(request: web.Request) -> web.Response:
+    """Set the limits the body names; those it leaves out stay as they are."""
+    _admin_only(request)
+    # Validated whole first, so that a bad value is a 422 naming its field; the omitted
+    # fields' defaults are not changes.
+    body: TenantLimits = await _body(request, TenantLimits)
+    if not body.model_fields_set:
+        raise error(
+            422, f"no limit to change: give one or more of {', '.join(TenantLimits.model_fields)}"
+        )
+    changes = body.model_dump(include=body.model_fields_set)
+    name = request.match_info["name"]
+    app = request.app
+    try:
+        await set_limits(app[STORE], app[PROJECTIONS], name, changes, actor=ACTOR)
+    except TenantError as exc:
+        raise _refused(exc) from exc
+    return web.json_response((await _tenant(request, name))["limits"])
+
+
 async def issue(request: web.Request) -> web.Response:
     _admin_only(request)
     body: TokenRequest = await _body(request, TokenRequest)
@@ -208,8 +239,9 @@ _TENANT: dict[str, Any] = {
         "gpu_quota": {"type": ["integer", "null"]},
         "created_at": {"type": "string", "format": "date-time"},
         "active_tokens": {"type": "array", "items": {"type": "string"}},
+        "limits": {"$ref": _REF + "TenantLimits"},
     },
-    "required": ["name", "weight", "gpu_quota", "created_at", "active_tokens"],
+    "required": ["name", "weight", "gpu_quota", "created_at", "active_tokens", "limits"],
 }
 _TOKEN: dict[str, Any] = {
     "type": "object",
@@ -297,6 +329,30 @@ def openapi_paths() -> dict[str, Any]:
                 "requestBody": body("TenantUpdate"),
                 "responses": {
                     "200": answer("the tenant as it is now", _TENANT),
+                    **failures(400, 401, 403, 404, 422),
+                },
+            },
+        },
+        "/v1/tenants/{name}/limits": {
+            "get": {
+                "summary": "A tenant's limits (admin); those never set are the defaults",
+                "security": secured,
+                "parameters": [name],
+                "responses": {
+                    "200": answer("the tenant's limits", {"$ref": _REF + "TenantLimits"}),
+                    **failures(401, 403, 404),
+                },
+            },
+            "put": {
+                "summary": "Set some of a tenant's limits (admin); those left out stay",
+                "description": "Submissions and streams use the new limits at once; jobs "
+                "submitted earlier keep the log and report limits they were accepted with. "
+                "Limits and their defaults: README, section Limits.",
+                "security": secured,
+                "parameters": [name],
+                "requestBody": body("TenantLimits"),
+                "responses": {
+                    "200": answer("the tenant's limits now", {"$ref": _REF + "TenantLimits"}),
                     **failures(400, 401, 403, 404, 422),
                 },
             },

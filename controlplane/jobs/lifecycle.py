@@ -295,7 +295,8 @@ def _decide_live(command: Command, job: Job) -> list[JobEvent]:
                 return [
                     JobFailed(
                         attempt=job.attempt,
-                        reason=f"deployment failed {job.rollbacks + 1} time(s); last: {reason}",
+                        reason=f"deployment failed {job.rollbacks + 1} time(s); last: {reason} "
+                        "(deploy_retries sets how often a deployment is tried again)",
                         at=at,
                     )
                 ]
@@ -311,7 +312,8 @@ def _decide_live(command: Command, job: Job) -> list[JobEvent]:
                 return [
                     JobFailed(
                         attempt=job.attempt,
-                        reason=f"restart limit ({limit}) reached; last failure: {reason}",
+                        reason=f"restart limit ({limit}) reached; last failure: {reason} "
+                        "(max_restarts sets the limit)",
                         at=at,
                     )
                 ]
@@ -327,6 +329,13 @@ def _decide_live(command: Command, job: Job) -> list[JobEvent]:
             ]
         case RequestCheckpoint(at):
             _require(job, {JobStatus.PROCESSING}, "checkpoint")
+            if job.checkpoint_requested_at is not None:
+                # One pending at a time: requests cannot grow the job's stream without bound.
+                raise Refused(
+                    f"job {job.job_id} is {job.state}; a checkpoint requested at "
+                    f"{job.checkpoint_requested_at.isoformat()} is still pending; ask again once "
+                    "it is saved (or the attempt ends)"
+                )
             return [CheckpointRequested(at=at)]
         case SaveCheckpoint(step, path, size_bytes, duration_s, at):
             _require(job, RUNNING, "record a checkpoint of")

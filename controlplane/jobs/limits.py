@@ -11,6 +11,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 DEFAULT_LOG_LINES = 1_000_000
 DEFAULT_LOG_BYTES = 256 * 1024 * 1024
+DEFAULT_REPORTS_PER_S = 1.0
+REPORT_BURST_S = 10.0
+"""A job's learners may report `reports_per_s * REPORT_BURST_S` checkpoints at once."""
 
 
 class JobLimits(BaseModel):
@@ -21,4 +24,10 @@ class JobLimits(BaseModel):
     )
     log_bytes: int = Field(
         default=DEFAULT_LOG_BYTES, ge=1, description="bytes of log text a job may store"
+    )
+    reports_per_s: float = Field(
+        default=DEFAULT_REPORTS_PER_S,
+        gt=0,
+        description="checkpoint reports per second the agent turns into events, per attempt and "
+        "node (a forged or runaway learner cannot grow the job's stream without bound)",
     )

@@ -19,6 +19,7 @@ from pydantic import (
 from controlplane.jobs.images import DEFAULT_IMAGES, IMAGES_ENV
 
 Framework = Literal["pytorch", "tensorflow", "jax", "horovod", "custom"]
+RestartOn = Literal["any_failure", "infrastructure"]
 DATA_SCHEMES = ("file", "http", "https")
 RESULTS_SCHEMES = ("file",)
 MAX_SECRET_ENV = 64
@@ -27,9 +28,22 @@ MAX_SECRET_ENV_BYTES = 64 * 1024
 """Most bytes (UTF-8) all of a job's secret names and values may take together."""
 INT4_MAX = 2**31 - 1
 """The bound of counts Postgres stores as `integer`."""
-MAX_MEMORY_MB = 2**40
-"""A bound far above any node: claims multiply it by `learners` (at most 1024) in bigint, and a
-value the job's projection cannot store, or a claim cannot compute, stops them for every job."""
+
+# Bounds on a manifest's sizes: it is stored in the job's JobSubmitted event and read by every
+# replay of the job, and the learners get it as argv and environment (which the kernel caps at
+# a few MiB in all). Generous for real jobs, small enough that no one bloats the log with one.
+MAX_COMMAND_ARGS = 1024
+MAX_ARG_CHARS = 16_384
+MAX_ENV_VARS = 256
+MAX_ENV_NAME_CHARS = 256
+MAX_ENV_VALUE_CHARS = 32_768
+MAX_LABELS = 64
+MAX_LABEL_KEY_CHARS = 63
+MAX_LABEL_VALUE_CHARS = 256
+MAX_MEMORY_MB = 16 * 1024 * 1024
+"""16 TiB: no machine has more; at submission, the largest node known bounds it tighter. Claims
+multiply it by `learners` (at most 1024) in bigint, and a value the job's projection cannot
+store, or a claim cannot compute, would stop them for every job."""
 
 
 def _check_uri(uri: str, allowed: tuple[str, ...]) -> str:
@@ -124,6 +138,11 @@ def _check_storable(value: object) -> None:
             _check_storable(item)
 
 
+def _check_length(what: str, text: str, most: int) -> None:
+    if len(text) > most:
+        raise ValueError(f"{what[:80]} has {len(text)} characters; at most {most} are allowed")
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -185,21 +204,39 @@ class JobManifest(_Strict):
         f"{IMAGES_ENV} admits (default {DEFAULT_IMAGES}; names or patterns, optionally pinned "
         "by digest), else 422 naming `image`",
     )
-    command: list[str] = Field(min_length=1, description="the training command, argv style")
+    command: list[str] = Field(
+        min_length=1,
+        max_length=MAX_COMMAND_ARGS,
+        description=f"the training command, argv style (at most {MAX_COMMAND_ARGS} words of "
+        f"{MAX_ARG_CHARS} characters)",
+    )
     framework: Framework = "custom"
     learners: int = Field(default=1, ge=1, le=1024)
     gpus_per_learner: int = Field(default=0, ge=0, le=64)
     cpus: float = Field(default=1.0, gt=0, le=1024)
-    memory_mb: int = Field(default=2048, ge=16, le=MAX_MEMORY_MB)
+    memory_mb: int = Field(
+        default=2048,
+        ge=16,
+        le=MAX_MEMORY_MB,
+        description="MiB per learner; at most what the largest node has, once nodes are known",
+    )
     env: dict[EnvName, str] = Field(
         default_factory=dict,
-        description="extra environment variables; names Trainyard reserves are refused "
+        max_length=MAX_ENV_VARS,
+        description=f"at most {MAX_ENV_VARS} variables, names of {MAX_ENV_NAME_CHARS} and values "
+        f"of {MAX_ENV_VALUE_CHARS} characters; names Trainyard reserves are refused "
         f"({', '.join(RESERVED_ENV)})",
     )
     data: DataSpec | None = None
     results: ResultsSpec | None = None
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
     max_restarts: int = Field(default=3, ge=0, le=100)
+    restart_on: RestartOn = Field(
+        default="any_failure",
+        description="which failures are retried: any_failure (a non-zero exit once the job has "
+        "saved a checkpoint, and infrastructure failures) or infrastructure (only lost nodes, "
+        "killed learners and runtime errors)",
+    )
     deploy_timeout_s: float = Field(
         default=120.0,
         gt=0,
@@ -211,7 +248,12 @@ class JobManifest(_Strict):
         default=2, ge=0, le=100, description="deployments rolled back and retried before FAILED"
     )
     priority: int = Field(default=0, ge=-100, le=100, description="higher runs first")
-    labels: dict[str, str] = Field(default_factory=dict)
+    labels: dict[str, str] = Field(
+        default_factory=dict,
+        max_length=MAX_LABELS,
+        description=f"at most {MAX_LABELS} labels, keys of {MAX_LABEL_KEY_CHARS} and values of "
+        f"{MAX_LABEL_VALUE_CHARS} characters",
+    )
     webhook_url: HttpUrl | None = None
 
     @field_validator("command")
@@ -219,6 +261,30 @@ class JobManifest(_Strict):
     def _command_words(cls, value: list[str]) -> list[str]:
         if not value[0]:
             raise ValueError("the program (first word) must not be empty")
+        return value
+
+    # Sizes are checked apart from the rules for what a name may be: each says what it bounds.
+    @field_validator("command")
+    @classmethod
+    def _command_size(cls, value: list[str]) -> list[str]:
+        for index, word in enumerate(value):
+            _check_length(f"word {index}", word, MAX_ARG_CHARS)
+        return value
+
+    @field_validator("env")
+    @classmethod
+    def _env_size(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, text in value.items():
+            _check_length("a variable's name", name, MAX_ENV_NAME_CHARS)
+            _check_length(f"the value of {name}", text, MAX_ENV_VALUE_CHARS)
+        return value
+
+    @field_validator("labels")
+    @classmethod
+    def _labels_size(cls, value: dict[str, str]) -> dict[str, str]:
+        for key, text in value.items():
+            _check_length("a label's key", key, MAX_LABEL_KEY_CHARS)
+            _check_length(f"the value of label {key}", text, MAX_LABEL_VALUE_CHARS)
         return value
 
     @property

@@ -35,18 +35,37 @@ def after_failure(job: Job, failure: LearnerFailure, at: datetime) -> Restart | 
     it into FAILED), or fail fast.
 
     Infrastructure failures are always retried. A non-zero exit of the user's code is retried
-    only when the job has saved a checkpoint: one that fails before any checkpoint, on every
-    attempt so far, is a user error (a bad argument, a missing file) that restarting would only
-    repeat, so it fails at once with its reason rather than burning all restarts.
+    only under `restart_on: any_failure` (the default), and only when the job has saved a
+    checkpoint: one that fails before any checkpoint, on every attempt so far, is a user error
+    (a bad argument, a missing file) that restarting would only repeat, so it fails at once with
+    its reason rather than burning all restarts. A failure not retried says why, and which
+    manifest field would change that.
     """
     reason = f"learner {failure.learner} {failure.description}"
     if failure.error:
         reason = f"{reason}: {failure.error}"
-    if not failure.infrastructure and job.last_checkpoint is None:
+    why_not = None if failure.infrastructure else _why_not_retried(job)
+    if why_not is not None:
         return Fail(
-            reason=f"{reason} (before any checkpoint: not retried)",
+            reason=f"{reason} ({why_not})",
             exit_code=failure.exit_code,
             at=at,
             attempt=job.attempt,
         )
     return Restart(reason=reason, at=at, backoff_s=backoff_s(job.restarts), attempt=job.attempt)
+
+
+def _why_not_retried(job: Job) -> str | None:
+    """Why a non-zero exit of the user's code is not retried, naming the field that would
+    change that; None: it is."""
+    if job.manifest.restart_on == "infrastructure":
+        return (
+            "restart_on is infrastructure: not retried; set restart_on: any_failure to retry a "
+            "non-zero exit once the job has saved a checkpoint"
+        )
+    if job.last_checkpoint is None:
+        return (
+            "before any checkpoint: not retried; a non-zero exit is retried once the job has "
+            "saved a checkpoint (checkpoint.interval_seconds sets how soon)"
+        )
+    return None

@@ -13,6 +13,7 @@ from controlplane.events.metadata import Metadata
 from controlplane.events.store import EventStore, RecordedEvent
 from controlplane.jobs.events import JobEvent
 from controlplane.jobs.lifecycle import Command, Job, Refused, Submit, decide, evolve, replay
+from controlplane.jobs.limits import JobLimits
 from controlplane.jobs.manifest import JobManifest
 from controlplane.jobs.streams import job_stream
 from controlplane.jobs.tracing import command_span_name, job_root, job_span, tracer
@@ -30,6 +31,11 @@ class IdempotencyMismatch(Exception):
 
 def now() -> datetime:
     return datetime.now(UTC)
+
+
+def idempotent_id(tenant: str, idempotency_key: str) -> uuid.UUID:
+    """The id of the job a tenant submits with `idempotency_key`, whichever try creates it."""
+    return uuid.uuid5(IDEMPOTENCY_NAMESPACE, f"{tenant}\n{idempotency_key}")
 
 
 class Jobs:
@@ -61,17 +67,22 @@ class Jobs:
         manifest: JobManifest,
         metadata: Metadata,
         idempotency_key: str | None = None,
+        limits: JobLimits | None = None,
         *,
         secret_env: Mapping[str, str] | None = None,
     ) -> tuple[Job, bool]:
-        """Submit a job; returns it and whether it was created now (False for a retry). Its
-        `secret_env` is stored apart from the event log, in the same transaction as the job's
-        first event (a retry keeps the secrets of the job it finds)."""
-        if idempotency_key is None:
-            job_id = uuid.uuid4()
-        else:
-            job_id = uuid.uuid5(IDEMPOTENCY_NAMESPACE, f"{tenant}\n{idempotency_key}")
-        command = Submit(job_id=job_id, tenant=tenant, manifest=manifest, at=now())
+        """Submit a job, to run under `limits` (None: the defaults); returns it and whether it
+        was created now (False for a retry). Its `secret_env` is stored apart from the event
+        log, in the same transaction as the job's first event (a retry keeps the secrets of the
+        job it finds)."""
+        job_id = uuid.uuid4() if idempotency_key is None else idempotent_id(tenant, idempotency_key)
+        command = Submit(
+            job_id=job_id,
+            tenant=tenant,
+            manifest=manifest,
+            at=now(),
+            limits=limits or JobLimits(),
+        )
         events = decide(command, None)
         # The root of the job's trace (a child of the API request's span).
         attributes = {"trainyard.job.id": str(job_id), "trainyard.tenant": tenant}

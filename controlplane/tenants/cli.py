@@ -1,5 +1,5 @@
 """`trainyard tenants …`: the admin's commands, over the HTTP API (`/v1/tenants`): create
-tenants, list them, change their weight and GPU quota, issue and revoke their tokens.
+tenants, list them, change their weight, GPU quota and limits, issue and revoke their tokens.
 
 The server comes from --server, $TRAINYARD_SERVER or `trainyard login`; the token from the file
 named by --token-file, $TRAINYARD_TOKEN, the admin token file the control plane writes on its
@@ -17,12 +17,15 @@ import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from pydantic import ValidationError
+
 from controlplane.client.api import ApiClient, UsageError
 from controlplane.client.commands import output_options, target_options
 from controlplane.client.config import TOKEN_ENV, resolve
 from controlplane.client.render import table
 from controlplane.settings import Settings
 from controlplane.tenants.errors import InvalidTenant
+from controlplane.tenants.limits import TenantLimits
 from controlplane.tenants.validation import check_gpu_quota, check_name, check_weight
 
 T = TypeVar("T")
@@ -77,6 +80,25 @@ def add_commands(commands: argparse._SubParsersAction[Any]) -> None:
     _share_options(change, creating=False)
     change.add_argument("--no-gpu-quota", action="store_true", help="remove the tenant's GPU quota")
     change.set_defaults(handler=cmd_set)
+
+    limits = add(
+        "limits",
+        "show or change a tenant's limits",
+        "Show a tenant's limits; with options, change those named (the others stay). "
+        "Submissions and streams use them at once; a job keeps the log and report limits it "
+        "was submitted with. The defaults are in the README, section Limits.",
+        output_options(),
+    )
+    limits.add_argument("name", type=_name, metavar="NAME", help="the tenant")
+    for limit, (metavar, help_text) in _LIMIT_OPTIONS.items():
+        limits.add_argument(
+            "--" + limit.replace("_", "-"),
+            dest=limit,
+            type=_limit(limit),
+            metavar=metavar,
+            help=help_text,
+        )
+    limits.set_defaults(handler=cmd_limits)
 
     token = add(
         "token",
@@ -178,6 +200,42 @@ async def cmd_set(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+_LIMIT_OPTIONS = {
+    "streams": ("N", "live SSE streams (job events, log follows) at once"),
+    "submissions_per_s": ("R", "job submissions per second, sustained"),
+    "submission_burst": ("N", "submissions accepted at once before the rate applies"),
+    "queued_jobs": ("N", "jobs QUEUED (accepted, not yet running) at once"),
+    "log_lines": ("N", "log lines one job may store (jobs submitted from now on)"),
+    "log_bytes": ("N", "bytes of log text one job may store (jobs submitted from now on)"),
+    "reports_per_s": ("R", "checkpoint reports per second a job's learners may record"),
+}
+"""The `tenants limits` options, one per field of TenantLimits, which checks their values."""
+
+
+async def cmd_limits(args: argparse.Namespace, settings: Settings) -> int:
+    changes = {name: getattr(args, name) for name in _LIMIT_OPTIONS}
+    body = {name: value for name, value in changes.items() if value is not None}
+    async with _client(args, settings) as client:
+        path = f"/v1/tenants/{args.name}/limits"
+        if body:
+            limits = await client.request("PUT", path, body=body)
+        else:
+            limits = await client.request("GET", path, not_found=f"no tenant named {args.name!r}")
+    if args.output == "json":
+        print(json.dumps(limits, indent=2))
+        return 0
+    print(
+        table(
+            ["LIMIT", "VALUE"],
+            [
+                (name, f"{value:g}" if isinstance(value, float) else str(value))
+                for name, value in limits.items()
+            ],
+        )
+    )
+    return 0
+
+
 async def cmd_token(args: argparse.Namespace, settings: Settings) -> int:
     body = {"revoke_others": args.revoke_others}
     async with _client(args, settings) as client:
@@ -234,6 +292,30 @@ def _gpu_quota(text: str) -> int:
             f"invalid GPU quota {text!r}: it must be a whole number, 0 or more"
         ) from None
     return _usage(check_gpu_quota, quota)
+
+
+def _limit(name: str) -> Callable[[str], float | int]:
+    """An argparse type for one limit: a number that TenantLimits accepts for it."""
+    number = int if TenantLimits.model_fields[name].annotation is int else float
+
+    def parse(text: str) -> float | int:
+        try:
+            value = number(text)
+            TenantLimits.model_validate({name: value})
+        except ValueError as exc:  # pydantic's ValidationError is a ValueError too
+            kind = "a whole number" if number is int else "a number"
+            raise argparse.ArgumentTypeError(
+                f"invalid {name} {text!r}: it must be {kind} in range ({_problem(exc)})"
+            ) from None
+        return value
+
+    return parse
+
+
+def _problem(exc: ValueError) -> str:
+    if isinstance(exc, ValidationError):
+        return str(exc.errors()[0]["msg"])
+    return "not a number"
 
 
 def _usage(check: Callable[[T], object], value: T) -> T:

@@ -7,6 +7,7 @@ from datetime import datetime
 from pydantic import Field
 
 from controlplane.events.types import Event, registry
+from controlplane.tenants.limits import TenantLimits
 
 
 class TenantEvent(Event):
@@ -26,6 +27,14 @@ class TenantUpdated(TenantEvent):
 
     weight: float = Field(description="the tenant's share of the cluster relative to others")
     gpu_quota: int | None = Field(description="GPUs the tenant may hold at once; None: no quota")
+
+
+@registry.register("TenantLimitsSet")
+class TenantLimitsSet(TenantEvent):
+    """The tenant's limits from now on (all of them, whichever changed); jobs submitted
+    earlier keep the limits they were accepted with."""
+
+    limits: TenantLimits
 
 
 @registry.register("TokenIssued")

@@ -11,6 +11,7 @@ from controlplane.queries import Q
 from controlplane.tenants.events import (
     AdminTokenIssued,
     TenantCreated,
+    TenantLimitsSet,
     TenantUpdated,
     TokenIssued,
     TokenRevoked,
@@ -44,6 +45,12 @@ class TenantsProjection:
                     tenant_of(event.stream_id),
                     updated.weight,
                     updated.gpu_quota,
+                )
+            case TenantLimitsSet() as limits:
+                await conn.execute(
+                    Q["set_tenant_limits"],
+                    tenant_of(event.stream_id),
+                    limits.limits.model_dump_json(),
                 )
             case TokenIssued() as issued:
                 await conn.execute(

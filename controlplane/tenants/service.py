@@ -6,10 +6,12 @@ brings the `tenants` projection up to date so that a token it issued authenticat
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import Enum
+
+from pydantic import ValidationError
 
 from controlplane.database import Executor
 from controlplane.events.errors import ConcurrencyError
@@ -18,14 +20,28 @@ from controlplane.events.store import EventStore, LogPosition
 from controlplane.events.types import Event
 from controlplane.projections.runner import ProjectionRunner
 from controlplane.queries import Q
-from controlplane.tenants.errors import TenantBusy, TenantExists, UnknownTenant, UnknownToken
-from controlplane.tenants.events import TenantCreated, TenantUpdated, TokenIssued, TokenRevoked
+from controlplane.tenants.errors import (
+    InvalidTenant,
+    TenantBusy,
+    TenantExists,
+    UnknownTenant,
+    UnknownToken,
+)
+from controlplane.tenants.events import (
+    TenantCreated,
+    TenantLimitsSet,
+    TenantUpdated,
+    TokenIssued,
+    TokenRevoked,
+)
+from controlplane.tenants.limits import TenantLimits
 from controlplane.tenants.projection import TenantsProjection
 from controlplane.tenants.streams import tenant_stream
 from controlplane.tenants.tokens import IssuedToken, new_token
 from controlplane.tenants.validation import check_gpu_quota, check_name, check_weight
 
 CONFLICT_RETRIES = 10
+LIMIT_NAMES = tuple(TenantLimits.model_fields)
 
 
 class _Keep(Enum):
@@ -44,6 +60,7 @@ class TenantState:
     gpu_quota: int | None
     active_tokens: frozenset[str]
     """The ids of its tokens that are not revoked."""
+    limits: TenantLimits
 
 
 Decide = Callable[[TenantState, datetime], Sequence[Event]]
@@ -58,6 +75,7 @@ class TenantSummary:
     created_at: datetime
     active_tokens: tuple[str, ...]
     """The ids of its tokens that are not revoked, oldest first."""
+    limits: TenantLimits
 
 
 def now() -> datetime:
@@ -155,6 +173,42 @@ async def update_tenant(
     await project_now(runner, await _change(store, name, decide, actor))
 
 
+async def set_limits(
+    store: EventStore,
+    runner: ProjectionRunner,
+    name: str,
+    changes: Mapping[str, object],
+    *,
+    actor: str,
+) -> None:
+    """Change some of a tenant's limits (the others stay); the next submission, stream and
+    job use them. InvalidTenant (a value out of range, an unknown limit) writes nothing."""
+    if not changes:
+        raise InvalidTenant(f"no limit to change; give one or more of {', '.join(LIMIT_NAMES)}")
+    unknown = sorted(set(changes) - set(LIMIT_NAMES))
+    if unknown:
+        raise InvalidTenant(
+            f"unknown limit(s) {', '.join(unknown)}; known: {', '.join(LIMIT_NAMES)}"
+        )
+
+    def decide(tenant: TenantState, at: datetime) -> list[Event]:
+        try:
+            limits = TenantLimits.model_validate({**tenant.limits.model_dump(), **changes})
+        except ValidationError as exc:
+            raise InvalidTenant(
+                f"invalid limits: {_first_problem(exc)}; nothing was written"
+            ) from None
+        return [TenantLimitsSet(limits=limits, at=at)]
+
+    await project_now(runner, await _change(store, name, decide, actor))
+
+
+def _first_problem(exc: ValidationError) -> str:
+    problem = exc.errors()[0]
+    where = ".".join(str(p) for p in problem["loc"])
+    return f"{where}: {problem['msg']}"
+
+
 async def list_tenants(db: Executor, name: str | None = None) -> list[TenantSummary]:
     """Every tenant (or only `name`) by name, from the `tenants` projection."""
     return [
@@ -164,6 +218,7 @@ async def list_tenants(db: Executor, name: str | None = None) -> list[TenantSumm
             gpu_quota=row["gpu_quota"],
             created_at=row["created_at"],
             active_tokens=tuple(row["active_tokens"]),
+            limits=TenantLimits.model_validate_json(row["limits"]),
         )
         for row in await db.fetch(Q["list_tenants"], name)
     ]
@@ -178,16 +233,19 @@ async def project_now(runner: ProjectionRunner, through: LogPosition) -> None:
 def tenant_state(events: Iterable[Event]) -> TenantState:
     """The tenant folded from its stream's events (which start with TenantCreated)."""
     weight, gpu_quota = 1.0, None
+    limits = TenantLimits()
     active: set[str] = set()
     for event in events:
         match event:
             case TenantCreated() | TenantUpdated():
                 weight, gpu_quota = event.weight, event.gpu_quota
+            case TenantLimitsSet():
+                limits = event.limits
             case TokenIssued():
                 active.add(event.token_id)
             case TokenRevoked():
                 active.discard(event.token_id)
-    return TenantState(weight, gpu_quota, frozenset(active))
+    return TenantState(weight, gpu_quota, frozenset(active), limits)
 
 
 async def _change(store: EventStore, name: str, decide: Decide, actor: str) -> LogPosition:

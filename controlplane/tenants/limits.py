@@ -1,0 +1,80 @@
+"""What one tenant may use of what all share: its limits, their defaults, and the part of them
+that each job it submits carries (`JobLimits`).
+
+A tenant that the admin never gave limits has the defaults below (the README's "Limits" lists
+them); `TenantLimitsSet` on its stream records every change, with all the limits as they are
+from then on.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from controlplane.jobs.limits import (
+    DEFAULT_LOG_BYTES,
+    DEFAULT_LOG_LINES,
+    DEFAULT_REPORTS_PER_S,
+    JobLimits,
+)
+
+DEFAULT_STREAMS = 32
+DEFAULT_SUBMISSIONS_PER_S = 5.0
+DEFAULT_SUBMISSION_BURST = 50
+DEFAULT_QUEUED_JOBS = 1000
+
+
+class TenantLimits(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    streams: int = Field(
+        default=DEFAULT_STREAMS,
+        ge=1,
+        le=100_000,
+        description="live SSE streams (job events and log follows) the tenant may hold open at "
+        "once on one control plane",
+    )
+    submissions_per_s: float = Field(
+        default=DEFAULT_SUBMISSIONS_PER_S,
+        gt=0,
+        le=100_000,
+        allow_inf_nan=False,
+        description="sustained job submissions per second (a token bucket per control plane)",
+    )
+    submission_burst: int = Field(
+        default=DEFAULT_SUBMISSION_BURST,
+        ge=1,
+        le=100_000,
+        description="submissions accepted at once before `submissions_per_s` applies",
+    )
+    queued_jobs: int = Field(
+        default=DEFAULT_QUEUED_JOBS,
+        ge=1,
+        le=10_000_000,
+        description="jobs the tenant may have QUEUED (accepted, not yet running) at once",
+    )
+    log_lines: int = Field(
+        default=DEFAULT_LOG_LINES,
+        ge=1,
+        le=1_000_000_000,
+        description="log lines one job may store (all its attempts); then a marker",
+    )
+    log_bytes: int = Field(
+        default=DEFAULT_LOG_BYTES,
+        ge=1,
+        le=1 << 40,
+        description="bytes of log text one job may store (all its attempts); then a marker",
+    )
+    reports_per_s: float = Field(
+        default=DEFAULT_REPORTS_PER_S,
+        gt=0,
+        le=10_000,
+        allow_inf_nan=False,
+        description="checkpoint reports per second a job's learners may turn into events "
+        "(per attempt and node, with a burst of 10 seconds' worth); more are not recorded",
+    )
+
+    def for_job(self) -> JobLimits:
+        """The limits a job submitted now is accepted with."""
+        return JobLimits(
+            log_lines=self.log_lines, log_bytes=self.log_bytes, reports_per_s=self.reports_per_s
+        )
