@@ -42,6 +42,8 @@ class AgentProcess:
         self.runtime = runtime
         """Always given, never left to whether an engine answers: each runtime finds its
         learners its own way."""
+        self.login_url: str | None = None
+        """The agent login's URL it runs with (bench/agent_login.py), once started."""
         self.process: asyncio.subprocess.Process | None = None
         self.spawned_at = 0.0
         """`time.perf_counter()` just before the latest start spawned the process."""
@@ -55,11 +57,12 @@ class AgentProcess:
         options += ["--grace", "2", "--runtime", self.runtime]
         if self.checkpoint_dir is not None:
             options += ["--checkpoint-dir", str(self.checkpoint_dir)]
-        login = await agent_login_url(self.url)
+        # Once: a restart after a kill should cost only the agent's own start.
+        self.login_url = self.login_url or await agent_login_url(self.url)
         self.spawned_at = time.perf_counter()
         self.process = await asyncio.create_subprocess_exec(
             *(sys.executable, "-m", "controlplane.cli", "agent", *options),
-            env={**os.environ, "TRAINYARD_DATABASE_URL": login},
+            env={**os.environ, "TRAINYARD_DATABASE_URL": self.login_url},
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.DEVNULL,

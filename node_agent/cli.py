@@ -10,6 +10,7 @@ import os
 import signal
 import socket
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -372,17 +373,18 @@ async def cmd_agent(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def cmd_install(args: argparse.Namespace, settings: Settings) -> int:
-    return install(args, settings, running_as_root=os.geteuid() == 0)
+    return install(args, os.environ, running_as_root=os.geteuid() == 0)
 
 
-def install(args: argparse.Namespace, settings: Settings, *, running_as_root: bool) -> int:
-    """`trainyard agent install`, with the euid check injected (tests run as any user)."""
+def install(args: argparse.Namespace, environ: Mapping[str, str], *, running_as_root: bool) -> int:
+    """`trainyard agent install`, with the environment and the euid check injected (tests run
+    as any user)."""
     problem = option_problem(args)
     if problem is not None:
         return _install_error(problem)
     # Never $TRAINYARD_DATABASE_URL: on an operator's machine that is the owner's URL, and a
     # node running tenants' code must log in as an agent (see `agent-login create`).
-    url = os.environ.get(AGENT_URL_ENV)
+    url = environ.get(AGENT_URL_ENV)
     if args.database_url_file is not None:
         try:
             url = read_secret_file(args.database_url_file, "database URL")
@@ -417,10 +419,10 @@ def install(args: argparse.Namespace, settings: Settings, *, running_as_root: bo
         if not args.unit_dir.is_absolute():
             raise InstallError(f"--unit-dir must be an absolute path, not {str(args.unit_dir)!r}")
         unit = render_unit(options)
-        images = images_env(os.environ)
-        env = render_env(url, args.home, {**telemetry_env(os.environ), **images})
+        images = images_env(environ)
+        env = render_env(url, args.home, {**telemetry_env(environ), **images})
         shown_env = render_env(
-            mask_password(url), args.home, {**telemetry_env(os.environ, masked=True), **images}
+            mask_password(url), args.home, {**telemetry_env(environ, masked=True), **images}
         )
     except InstallError as exc:
         return _install_error(str(exc))

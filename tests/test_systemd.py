@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 
 from controlplane.cli import parser
-from controlplane.settings import Settings
 from node_agent.cli import EXIT_USAGE, cmd_agent, cmd_install, install
 from node_agent.systemd import (
     UNIT_NAME,
@@ -363,7 +362,7 @@ def test_the_root_check_comes_after_the_input_is_known_good(
         ["agent", "install", "--database-url-file", url_file(tmp_path_factory, URL),
          "--unit-dir", str(tmp_path), "--env-file", str(env_file)]
     )  # fmt: skip
-    assert install(args, Settings(tmp_path, None), running_as_root=False) == 1
+    assert install(args, {}, running_as_root=False) == 1
     assert "must run as root" in capsys.readouterr().err
     assert files_under(tmp_path) == []
 
@@ -377,7 +376,7 @@ def test_as_root_install_writes_the_unit_and_a_0600_environment_file(
          "--database-url-file", url_file(tmp_path_factory, URL),
          "--unit-dir", str(units), "--env-file", str(env_file)]
     )  # fmt: skip
-    assert install(args, Settings(home=tmp_path, database_url=None), running_as_root=True) == 0
+    assert install(args, {}, running_as_root=True) == 0
 
     unit_path = units / UNIT_NAME
     assert stat.S_IMODE(env_file.stat().st_mode) == 0o600
@@ -413,7 +412,7 @@ def test_reinstalling_replaces_both_files_and_tightens_a_loose_environment_file(
     args = parser().parse_args(["agent", "install", "--grace", "60",
                                 "--database-url-file", url_file(tmp_path_factory, new_url),
                                 "--unit-dir", str(units), "--env-file", str(env_file)])  # fmt: skip
-    assert install(args, Settings(tmp_path, None), running_as_root=True) == 0
+    assert install(args, {}, running_as_root=True) == 0
     assert stat.S_IMODE(env_file.stat().st_mode) == 0o600
     assert "rotated" in env_file.read_text()
     assert "--grace 60" in (units / UNIT_NAME).read_text()
@@ -429,14 +428,13 @@ def test_install_passes_the_shells_opentelemetry_settings_to_the_service(
     env_file = tmp_path / "agent.env"
     options = ["agent", "install", "--unit-dir", str(tmp_path / "units"),
                "--env-file", str(env_file)]  # fmt: skip
-    settings = Settings(tmp_path, URL)
-    assert install(parser().parse_args(options), settings, running_as_root=True) == 0
+    assert install(parser().parse_args(options), os.environ, running_as_root=True) == 0
     written = env_file.read_text().splitlines()
     assert 'OTEL_EXPORTER_OTLP_ENDPOINT="http://collector:4318"' in written
     assert 'OTEL_EXPORTER_OTLP_HEADERS="authorization=Bearer s3cret"' in written
     capsys.readouterr()
     dry_run = parser().parse_args([*options, "--dry-run"])
-    assert install(dry_run, settings, running_as_root=True) == 0
+    assert install(dry_run, os.environ, running_as_root=True) == 0
     shown = capsys.readouterr().out
     assert 'OTEL_EXPORTER_OTLP_ENDPOINT="http://collector:4318"' in shown
     assert 'OTEL_EXPORTER_OTLP_HEADERS="****"' in shown and "s3cret" not in shown
@@ -448,7 +446,7 @@ def test_install_passes_the_shells_image_allowlist_to_the_service(
     env_file = tmp_path / "agent.env"
     options = ["agent", "install", "--unit-dir", str(tmp_path / "units"),
                "--env-file", str(env_file)]  # fmt: skip
-    settings = Settings(tmp_path, None)
+    settings = os.environ
     monkeypatch.setenv("TRAINYARD_AGENT_DATABASE_URL", URL)
     monkeypatch.setenv("TRAINYARD_IMAGES", "x@sha256:1")
     assert install(parser().parse_args(options), settings, running_as_root=True) == EXIT_USAGE
@@ -509,7 +507,7 @@ def test_bad_install_options_are_usage_errors_that_write_nothing(
     if extra[0] == "--database-url-file" and not extra[1].startswith("/"):
         extra = [extra[0], url_file(tmp_path_factory, extra[1])]  # the file holds this text
     args = parser().parse_args(["agent", "install", "--unit-dir", str(tmp_path), *extra])
-    assert install(args, Settings(tmp_path, None), running_as_root=True) == 2
+    assert install(args, os.environ, running_as_root=True) == 2
     err = capsys.readouterr().err
     assert message in err
     assert PASSWORD not in err
