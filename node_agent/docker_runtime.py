@@ -178,7 +178,10 @@ class DockerRuntime:
         # Its folders made and its locations checked, on the node, now; any failure is the
         # start's (LearnerStartError), so the attempt rolls back with the reason.
         spec = prepare(spec)
-        config = container_config(spec, request_gpus=self._request_gpus)
+        try:
+            config = container_config(spec, request_gpus=self._request_gpus)
+        except ValueError as exc:
+            raise LearnerStartError(str(exc)) from exc
         try:
             container = await self._docker.containers.create(config, name=container_name(spec))
         except ENGINE_ERRORS as exc:

@@ -19,7 +19,7 @@ from controlplane.jobs.lifecycle import Cancel, JobStatus, RequestCheckpoint
 from controlplane.jobs.service import now
 from node_agent.containers import LearnerLabels
 from node_agent.images import LEARNER_IMAGE
-from tests.cluster import USER, Plane, RunningAgent
+from tests.cluster import USER, Plane, RunningAgent, learner_space
 from tests.docker_engine import Engine, containers_of, kill_from_outside, require_engine
 from tests.polling import eventually
 from tests.test_agent import SIGNALLED, wait_for_line
@@ -165,7 +165,7 @@ async def test_a_command_missing_from_the_image_fails_the_job_with_the_error(
 async def test_a_killed_agent_s_container_runs_on_and_is_re_adopted(
     plane: Plane, tmp_path: Path, docker_engine: Engine, docker_node: str
 ) -> None:
-    agent = AgentProcess(plane.url, tmp_path / "agent", docker_node, runtime="docker")
+    agent = AgentProcess(plane.url, learner_space() / "agent", docker_node, runtime="docker")
     await agent.start(plane.pool)
     try:
         code = (

@@ -22,7 +22,7 @@ from node_agent.learners import job_dir, learner_dir
 from node_agent.process_runtime import ProcessRuntime, find_learners, process_env
 from node_agent.runtime import Folder, LearnerSpec, LearnerStartError, Shared
 from node_agent.users import UidRange, Users, leftover_processes
-from tests.cluster import Plane, RunningAgent, traversable
+from tests.cluster import Plane, RunningAgent, learner_space
 from tests.polling import eventually
 from tests.test_agent import wait_for_line
 
@@ -68,9 +68,9 @@ async def test_a_learner_runs_as_its_job_s_own_user_and_reads_nothing_of_the_age
     assert "TRAINYARD_DATABASE_URL" not in env
     assert not [name for name in env if "TOKEN" in name]
     # Its folders are its user's alone.
-    info = job_dir((tmp_path / "n1"), job_id).stat()
+    info = job_dir(agent.config.work_dir, job_id).stat()
     assert (info.st_uid, info.st_mode & 0o777) == (int(uid), 0o700)
-    assert (tmp_path / "n1").stat().st_mode & 0o777 == 0o711
+    assert agent.config.work_dir.stat().st_mode & 0o777 == 0o711
 
 
 async def test_two_jobs_run_as_two_users_and_cannot_read_each_other_s_folders(
@@ -79,11 +79,11 @@ async def test_two_jobs_run_as_two_users_and_cannot_read_each_other_s_folders(
     sleeper = [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(30)"]
     first = await plane.submit(sleeper)
     await wait_for_line(plane, first, "up")
-    other = job_dir((tmp_path / "n1"), first)
+    other = job_dir(agent.config.work_dir, first)
     second = await plane.submit([sys.executable, "-c", PROBE, str(other / "attempt-1")])
     await plane.state(second, JobStatus.COMPLETED)
     await wait_for_line(plane, second, f"refused {other / 'attempt-1'} PermissionError")
-    owners = {job_dir((tmp_path / "n1"), j).stat().st_uid for j in (first, second)}
+    owners = {job_dir(agent.config.work_dir, j).stat().st_uid for j in (first, second)}
     assert len(owners) == 2 and all(uid in UIDS for uid in owners)
 
 
@@ -128,9 +128,7 @@ def spec_in(work: Path, code: str, user: tuple[int, int] | None) -> LearnerSpec:
 
 @pytest.fixture
 def work(tmp_path: Path) -> Path:
-    work = traversable(tmp_path) / "work"
-    work.mkdir(mode=0o711)
-    return work
+    return learner_space()
 
 
 async def test_an_output_file_replaced_by_a_symlink_is_not_read_for_the_learner(
