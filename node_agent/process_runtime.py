@@ -88,8 +88,10 @@ class ProcessLearner:
         workdir: Path,
         status: Awaitable[ExitStatus],
         user: tuple[int, int] | None = None,
+        node: str | None = None,
     ) -> None:
         self._pid = pid
+        self._node = node
         self._workdir = workdir
         self._status = asyncio.ensure_future(status)
         self._user = user
@@ -130,7 +132,7 @@ class ProcessLearner:
         files stay. Nothing to do for learners that run as the agent's user."""
         if self._user is None:
             return
-        for pid in leftover_processes(self._user[0]):
+        for pid in leftover_processes(self._user[0], self._node):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
 
@@ -303,7 +305,9 @@ class ProcessRuntime:
                 process = await self._spawn(spec, files, user, group)
         except OSError as exc:
             raise LearnerStartError(f"cannot open its output files: {exc}") from exc
-        return ProcessLearner(process.pid, spec.workdir, _exit_of_child(process), spec.user)
+        return ProcessLearner(
+            process.pid, spec.workdir, _exit_of_child(process), spec.user, spec.node
+        )
 
     @staticmethod
     async def _spawn(
@@ -338,7 +342,9 @@ class ProcessRuntime:
         if found is None and not (spec.workdir / OUTPUT_FILES["stdout"]).exists():
             return None  # its output files are made before it starts: it never started
         pid = int(found.handle) if found is not None else None
-        return ProcessLearner(pid, spec.workdir, _exit_of_adopted(pid, spec.workdir), spec.user)
+        return ProcessLearner(
+            pid, spec.workdir, _exit_of_adopted(pid, spec.workdir), spec.user, spec.node
+        )
 
     async def kill(self, found: FoundLearner) -> None:
         with contextlib.suppress(ProcessLookupError):

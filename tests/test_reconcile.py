@@ -22,7 +22,7 @@ from node_agent.identity import WorkDirInUse, agent_identity
 from node_agent.process_runtime import find_learners
 from node_agent.reconcile import Allocation, VersionedJob, plan
 from node_agent.runtime import FoundLearner
-from tests.cluster import Plane, RunningAgent, agent_config, learner_space
+from tests.cluster import Plane, RunningAgent, learner_space
 from tests.polling import eventually
 
 LINES = 300
@@ -144,7 +144,7 @@ async def test_a_returning_agent_kills_learners_whose_job_moved_on(
 async def test_a_second_agent_on_the_same_work_directory_is_refused(
     plane: Plane, agent: RunningAgent, tmp_path: Path
 ) -> None:
-    same_dir = replace(agent_config(tmp_path), name="other")
+    same_dir = replace(agent.config, name="other")
     with pytest.raises(WorkDirInUse, match="another agent is running on work directory"):
         await RunningAgent(plane.url, same_dir, fake_gpus=1).started()
 
