@@ -225,6 +225,7 @@ async def test_a_mount_path_naming_a_file_of_the_image_fails_the_job_with_the_re
 async def test_a_container_runs_as_its_job_s_user_and_sees_its_data_at_mount_path(
     plane: Plane, docker_agent: RunningAgent, tmp_path: Path
 ) -> None:
+    tmp_path.chmod(0o755)  # the data root (the operator's): learners' users may read it
     data = tmp_path / "data.bin"
     data.write_text("the data\n")
     data.chmod(0o644)
@@ -235,8 +236,8 @@ async def test_a_container_runs_as_its_job_s_user_and_sees_its_data_at_mount_pat
     )
     job_id = await submit(plane, code, data={"source": data.as_uri(), "mount_path": "/mnt/in"})
     job = await plane.state(job_id, JobStatus.COMPLETED, JobStatus.FAILED)
+    assert job.state is JobStatus.COMPLETED, await plane.log_text(job_id)
+    await wait_for_line(plane, job_id, "data the data")
     lines = await plane.log_text(job_id)
-    assert job.state is JobStatus.COMPLETED, lines
     [uid] = [int(line.split()[1]) for line in lines if line.startswith("uid ")]
     assert uid >= 200000
-    assert "data the data" in lines
