@@ -225,7 +225,7 @@ async def test_a_mount_path_naming_a_file_of_the_image_fails_the_job_with_the_re
 async def test_a_container_runs_as_its_job_s_user_and_sees_its_data_at_mount_path(
     plane: Plane, docker_agent: RunningAgent, tmp_path: Path
 ) -> None:
-    tmp_path.chmod(0o755)  # the data root (the operator's): learners' users may read it
+    os.chmod(tmp_path, 0o755)  # the data root (the operator's): learners may read it
     data = tmp_path / "data.bin"
     data.write_text("the data\n")
     data.chmod(0o644)
