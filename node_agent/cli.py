@@ -280,6 +280,24 @@ def runs_tenants_code(runtime: str | None, *, root: bool, uids: UidRange) -> str
     return f"tenants' code runs {where}, each job as its own uid ({uids.start}-{last})"
 
 
+def reach_problem(config: AgentConfig) -> str | None:
+    """Why learners that run as users of their own (the agent being root) could not reach
+    their folders, if they could not."""
+    if os.geteuid() != 0:
+        return None
+    for directory in sorted({config.work_dir, config.checkpoint_root}):
+        blocked = unreachable_for_learners(directory)
+        if blocked is not None:
+            return (
+                f"learners, which run as users of their own, cannot reach {directory}: "
+                f"{blocked} lets no other user through (mode "
+                f"{blocked.stat().st_mode & 0o777:04o}); give it the execute bit for others "
+                "(chmod o+x, which lists nothing), or choose another --work-dir or "
+                "--checkpoint-dir"
+            )
+    return None
+
+
 async def cmd_agent(args: argparse.Namespace, settings: Settings) -> int:
     try:
         runtime, why = await choose_runtime(args.runtime)
@@ -294,18 +312,10 @@ async def cmd_agent(args: argparse.Namespace, settings: Settings) -> int:
     print(f"trainyard agent {config.name}: {who}", flush=True)
     if not root:
         log.warning("%s", who)
-    for directory in {config.work_dir, config.checkpoint_root}:
-        blocked = unreachable_for_learners(directory) if root else None
-        if blocked is not None:
-            print(
-                f"trainyard agent: error: learners, which run as users of their own, cannot "
-                f"reach {directory}: {blocked} lets no other user through (mode "
-                f"{blocked.stat().st_mode & 0o777:04o}); give it the execute bit for others "
-                "(chmod o+x, which lists nothing), or choose another --work-dir or "
-                "--checkpoint-dir",
-                file=sys.stderr,
-            )
-            return EXIT_FAILED
+    problem = reach_problem(config)
+    if problem is not None:
+        print(f"trainyard agent: error: {problem}", file=sys.stderr)
+        return EXIT_FAILED
     telemetry.setup("trainyard-agent")
     url = await resolve_database(settings)
     await require_migrated(url)
