@@ -217,3 +217,21 @@ def test_a_results_location_that_leaves_its_root_is_refused_on_the_node(tmp_path
     )
     with pytest.raises(LearnerStartError, match=r"results\.location .* is not under a root"):
         prepare(replace(spec, shared=[shared]))
+
+
+async def test_a_location_the_node_does_not_allow_fails_the_job_with_the_reason(
+    plane: Plane, agent: RunningAgent
+) -> None:
+    # Accepted by a control plane with other roots (or before the operator changed them): the
+    # node checks again, and the attempt ends at once with the reason, never hangs.
+    job_id = await plane.submit(
+        [sys.executable, "-c", "print('never runs')"],
+        results={"location": "file:///etc/trainyard-results"},
+        deploy_retries=0,
+        deploy_timeout_s=3600,
+    )
+    job = await plane.state(job_id, JobStatus.FAILED)
+    assert job.failure_reason is not None
+    assert "results.location '/etc/trainyard-results' is not under a root" in job.failure_reason
+    await wait_for_line(plane, job_id, "learner 0 failed to start: results.location")
+    assert "never runs" not in await plane.log_text(job_id)
