@@ -131,22 +131,31 @@ def work(tmp_path: Path) -> Path:
     return learner_space()
 
 
-async def test_an_output_file_replaced_by_a_symlink_is_not_read_for_the_learner(
-    work: Path, tmp_path: Path
+@pytest.mark.parametrize(
+    "plant",
+    [
+        "os.symlink({secret!r}, 'stdout.log')",  # the agent's secret, read by the agent
+        "os.mkfifo('stdout.log')",  # a FIFO no one writes: opening it would block the agent
+    ],
+)
+async def test_an_output_file_the_learner_replaced_is_not_read_for_it(
+    work: Path, tmp_path: Path, plant: str
 ) -> None:
     secret = tmp_path / "secret"
     secret.write_text("the agent's secret\n")
     secret.chmod(0o600)
-    code = f"import os\nos.remove('stdout.log')\nos.symlink({str(secret)!r}, 'stdout.log')\n"
+    code = f"import os\nos.remove('stdout.log')\n{plant.format(secret=str(secret))}\n"
     user = Users(UIDS, root=True).of(uuid4())
     runtime = ProcessRuntime(work)
     learner_spec = spec_in(work, code, user)
     started = await runtime.start(learner_spec)
     assert (await started.wait()).code == 0
-    # An agent that restarts reads the learner's output again: never the link's target.
+    # An agent that restarts reads the learner's output again: never the link's target, and
+    # without waiting on a FIFO.
     adopted = await runtime.adopt(learner_spec, None)
     assert adopted is not None
-    assert [line.text async for line in adopted.lines()] == []
+    async with asyncio.timeout(10):
+        assert [line.text async for line in adopted.lines()] == []
 
 
 async def test_processes_a_learner_leaves_behind_are_killed_when_it_is_removed(
