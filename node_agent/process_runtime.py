@@ -295,9 +295,9 @@ class ProcessRuntime:
         """The agent's: every learner it starts works below it."""
 
     async def start(self, spec: LearnerSpec) -> Learner:
-        # Its folders made and its locations checked, on the node, now.
         if spec.user is None and os.geteuid() == 0:
             raise LearnerStartError("no user to run it as: tenants' code never runs as root")
+        # Its folders made and its locations checked, on the node, now.
         spec = prepare(spec)
         user, group = spec.user if spec.user is not None else (None, None)
         try:

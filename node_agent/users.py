@@ -117,7 +117,7 @@ def leftover_processes(uid: int, node: str | None = None, proc: str = "/proc") -
             if os.stat(f"{proc}/{name}").st_uid != uid:
                 continue
             environ = Path(proc, name, "environ").read_bytes().split(b"\0")
-        except (FileNotFoundError, ProcessLookupError):
+        except OSError:
             continue  # ended meanwhile
         named = [item[len(NODE_PREFIX) :] for item in environ if item.startswith(NODE_PREFIX)]
         if node is None or not named or named[0].decode("utf-8", "replace") == node:
