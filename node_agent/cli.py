@@ -10,12 +10,13 @@ import os
 import signal
 import socket
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from controlplane import telemetry
 from controlplane.database import resolve_database
-from controlplane.jobs.locations import Roots
+from controlplane.jobs.locations import DATA_ROOTS_ENV, RESULTS_ROOTS_ENV, Roots
 from controlplane.migrate import require_migrated
 from controlplane.settings import Settings
 from node_agent.agent import AgentConfig
@@ -38,7 +39,7 @@ from node_agent.systemd import (
     telemetry_env,
     write_atomically,
 )
-from node_agent.users import UidRange
+from node_agent.users import LEARNER_UIDS_ENV, UidRange
 
 log = logging.getLogger("node_agent")
 
@@ -70,8 +71,10 @@ def add_commands(commands: argparse._SubParsersAction[Any]) -> None:
         description="Write /etc/systemd/system/trainyard-agent.service, which runs `trainyard "
         "agent` with these options (Restart=always, after the network and, with --runtime "
         "docker, Docker; KillMode=process, so that stopping or losing the agent never has "
-        "systemd kill its learners), and its environment file (TRAINYARD_DATABASE_URL and "
-        "TRAINYARD_HOME, mode 0600). Needs root, and a database URL (--database-url or "
+        "systemd kill its learners), and its environment file (TRAINYARD_DATABASE_URL, "
+        "TRAINYARD_HOME, and the shell's OTEL_*, TRAINYARD_DATA_ROOTS, TRAINYARD_RESULTS_ROOTS "
+        "and TRAINYARD_LEARNER_UIDS, mode 0600); it says which runtime will run tenants' code, "
+        "and as whom. Needs root, and a database URL (--database-url or "
         "$TRAINYARD_DATABASE_URL): a fleet's agents share one Postgres. --dry-run prints "
         "both files (password masked) and writes nothing. systemctl is left to you.",
     )
@@ -261,6 +264,23 @@ async def choose_runtime(requested: str | None) -> tuple[str, str]:
     return "process", "no Docker engine answers; learners run as child processes"
 
 
+ISOLATION_SETTINGS = (DATA_ROOTS_ENV, RESULTS_ROOTS_ENV, LEARNER_UIDS_ENV)
+"""The installing shell's settings that the service's agent needs too."""
+
+
+def isolation_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The installing shell's roots and learner uids, checked (InstallError naming the
+    setting), for the service's environment file: an agent without roots refuses every
+    `file://` location."""
+    chosen = {name: environ[name] for name in ISOLATION_SETTINGS if environ.get(name)}
+    try:
+        Roots.from_env(chosen)
+        UidRange.from_env(chosen)
+    except ValueError as exc:
+        raise InstallError(str(exc)) from None
+    return chosen
+
+
 def runs_tenants_code(runtime: str | None, *, root: bool, uids: UidRange) -> str:
     """What the agent's start line (and `agent install`) says about who runs tenants' code;
     `runtime` None: chosen as the agent starts."""
@@ -366,16 +386,14 @@ def install(args: argparse.Namespace, settings: Settings, *, running_as_root: bo
         if not args.unit_dir.is_absolute():
             raise InstallError(f"--unit-dir must be an absolute path, not {str(args.unit_dir)!r}")
         unit = render_unit(options)
-        env = render_env(url, args.home, telemetry_env(os.environ))
+        isolation = isolation_env(os.environ)
+        env = render_env(url, args.home, {**telemetry_env(os.environ), **isolation})
         shown_env = render_env(
-            mask_password(url), args.home, telemetry_env(os.environ, masked=True)
+            mask_password(url), args.home, {**telemetry_env(os.environ, masked=True), **isolation}
         )
     except InstallError as exc:
         return _install_error(str(exc))
-    try:
-        who = runs_tenants_code(args.runtime, root=True, uids=UidRange.from_env())
-    except ValueError as exc:
-        return _install_error(str(exc))
+    who = runs_tenants_code(args.runtime, root=True, uids=UidRange.from_env(isolation))
     # The operator sees how tenants' code will run on this node.
     runs = f"runtime {args.runtime or 'chosen as it starts'}: {who} (the service runs as root)"
     if args.dry_run:
