@@ -20,6 +20,7 @@ Needs a Docker engine and the learner image (images/build.sh).
 from __future__ import annotations
 
 import asyncio
+import os
 import statistics
 import sys
 import tempfile
@@ -83,6 +84,7 @@ async def run(url: str, *, rounds: int, progress: bool = False) -> dict[str, Any
     ours, cli = starts["ours"], starts["cli"]
     async with scratch_database(url, "docker") as scratch:
         with tempfile.TemporaryDirectory() as work:
+            os.chmod(work, 0o711)  # passable by learners that run as users of their own
             config = AgentConfig(
                 name=NODE,
                 work_dir=Path(work),
@@ -128,6 +130,8 @@ def _spec(work: Path) -> LearnerSpec:
         cpus=1.0,
         memory_mb=1024,
         folders=[Folder(work, work / "learner")],
+        # A job's user, as an agent that is root gives; else the agent's own.
+        user=(200000, 200000) if os.geteuid() == 0 else None,
     )
 
 

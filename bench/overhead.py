@@ -307,6 +307,8 @@ async def _through_system(plane: _Plane, steps: int, runtime: str) -> _Run:
         }
     )
     with tempfile.TemporaryDirectory(prefix="trainyard-bench-agent-") as work:
+        # Passable by learners that run as users of their own (when the agent is root).
+        os.chmod(work, 0o711)
         # The agent as `trainyard agent` starts by default on a machine without GPUs (the job
         # asks for none): all CPUs and memory offered, default heartbeat and poll intervals.
         config = AgentConfig(

@@ -121,6 +121,8 @@ async def run(url: str, *, trials: int, progress: bool = False) -> dict[str, Any
         pool = await create_pool(database, min_size=2, max_size=4)
         try:
             with tempfile.TemporaryDirectory(prefix="trainyard-recovery-") as root:
+                # Passable by learners that run as users of their own (the agents are root).
+                os.chmod(root, 0o711)
                 async with cluster(database, Path(root), pool) as running:
                     await _measure(running, trials, samples, say)
         finally:

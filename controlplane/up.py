@@ -10,10 +10,13 @@ from pathlib import Path
 
 from controlplane.demo import demo_token, run_demo
 from controlplane.http.keys import PROJECTIONS, STORE
+from controlplane.jobs.locations import Roots
 from controlplane.migrate import migrate
 from controlplane.serving import allowed_images, serving, signalled
 from node_agent.agent import AgentConfig
+from node_agent.cli import reach_problem, runs_tenants_code
 from node_agent.service import run_agent
+from node_agent.users import UidRange
 
 AGENT_NAME = "local"
 
@@ -26,6 +29,8 @@ def local_agent(home: Path) -> AgentConfig:
         cpus=float(os.cpu_count() or 1),
         memory_mb=memory_mb,
         launcher=(sys.executable, "-m", "runners.launch"),
+        roots=Roots.from_env(),
+        learner_uids=UidRange.from_env(),
     )
 
 
@@ -35,6 +40,11 @@ async def up(
     """Run until SIGINT/SIGTERM (or, unless `stay`, until the demo job ends); returns the demo
     job's final state."""
     images = allowed_images()
+    config = local_agent(home)
+    problem = reach_problem(config)
+    if problem is not None:
+        print(f"trainyard up: error: {problem} (TRAINYARD_HOME)", file=sys.stderr)
+        return "FAILED"
     applied = await migrate(url)
     if applied:
         print(f"applied {len(applied)} migration(s)")
@@ -42,10 +52,11 @@ async def up(
         stop = signalled()
         registered = asyncio.Event()
         agent = asyncio.create_task(
-            run_agent(url, local_agent(home), fake_gpus=fake_gpus, stop=stop, registered=registered)
+            run_agent(url, config, fake_gpus=fake_gpus, stop=stop, registered=registered)
         )
         await _first(agent, registered)
-        print(f"agent {AGENT_NAME!r} running learners as local processes")
+        who = runs_tenants_code("process", root=os.geteuid() == 0, uids=config.learner_uids)
+        print(f"agent {AGENT_NAME!r}: {who}")
         state = None
         if demo:
             token = await demo_token(app[STORE], app[PROJECTIONS], home)

@@ -18,7 +18,7 @@ from controlplane import telemetry
 from controlplane.agents.logins import login_excess
 from controlplane.database import AGENT_ROLE, resolve_database
 from controlplane.jobs.images import ImageAllowlist
-from controlplane.jobs.locations import Roots
+from controlplane.jobs.locations import DATA_ROOTS_ENV, RESULTS_ROOTS_ENV, Roots
 from controlplane.migrate import require_migrated
 from controlplane.secret_arguments import RefusedSecret, read_secret_file
 from controlplane.settings import Settings
@@ -43,7 +43,7 @@ from node_agent.systemd import (
     telemetry_env,
     write_atomically,
 )
-from node_agent.users import UidRange
+from node_agent.users import LEARNER_UIDS_ENV, UidRange
 
 log = logging.getLogger("node_agent")
 
@@ -82,7 +82,9 @@ def add_commands(commands: argparse._SubParsersAction[Any]) -> None:
         "agent` with these options (Restart=always, after the network and, with --runtime "
         "docker, Docker; KillMode=process, so that stopping or losing the agent never has "
         "systemd kill its learners), and its environment file (TRAINYARD_DATABASE_URL, "
-        "TRAINYARD_HOME, and the shell's OTEL_* and TRAINYARD_IMAGES; mode 0600). "
+        "TRAINYARD_HOME, and the shell's OTEL_*, TRAINYARD_IMAGES, TRAINYARD_DATA_ROOTS, "
+        "TRAINYARD_RESULTS_ROOTS and TRAINYARD_LEARNER_UIDS; mode 0600); it says which runtime "
+        "will run tenants' code, and as whom. "
         "Needs root, and the URL of an agent login (--database-url-file FILE or "
         "$TRAINYARD_AGENT_DATABASE_URL), a member of the trainyard_agent role only, which "
         "the database's owner creates with `trainyard agent-login create NAME --password-file "
@@ -301,6 +303,23 @@ async def choose_runtime(requested: str | None) -> tuple[str, str]:
     return "process", "no Docker engine answers; learners run as child processes"
 
 
+ISOLATION_SETTINGS = (DATA_ROOTS_ENV, RESULTS_ROOTS_ENV, LEARNER_UIDS_ENV)
+"""The installing shell's settings that the service's agent needs too."""
+
+
+def isolation_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The installing shell's roots and learner uids, checked (InstallError naming the
+    setting), for the service's environment file: an agent without roots refuses every
+    `file://` location."""
+    chosen = {name: environ[name] for name in ISOLATION_SETTINGS if environ.get(name)}
+    try:
+        Roots.from_env(chosen)
+        UidRange.from_env(chosen)
+    except ValueError as exc:
+        raise InstallError(str(exc)) from None
+    return chosen
+
+
 def runs_tenants_code(runtime: str | None, *, root: bool, uids: UidRange) -> str:
     """What the agent's start line (and `agent install`) says about who runs tenants' code;
     `runtime` None: chosen as the agent starts."""
@@ -320,6 +339,24 @@ def runs_tenants_code(runtime: str | None, *, root: bool, uids: UidRange) -> str
     return f"tenants' code runs {where}, each job as its own uid ({uids.start}-{last})"
 
 
+def reach_problem(config: AgentConfig) -> str | None:
+    """Why learners that run as users of their own (the agent being root) could not reach
+    their folders, if they could not."""
+    if os.geteuid() != 0:
+        return None
+    for directory in sorted({config.work_dir, config.checkpoint_root}):
+        blocked = unreachable_for_learners(directory)
+        if blocked is not None:
+            return (
+                f"learners, which run as users of their own, cannot reach {directory}: "
+                f"{blocked} lets no other user through (mode "
+                f"{blocked.stat().st_mode & 0o777:04o}); give it the execute bit for others "
+                "(chmod o+x, which lists nothing), or choose another --work-dir or "
+                "--checkpoint-dir"
+            )
+    return None
+
+
 async def cmd_agent(args: argparse.Namespace, settings: Settings) -> int:
     try:
         runtime, why = await choose_runtime(args.runtime)
@@ -334,18 +371,10 @@ async def cmd_agent(args: argparse.Namespace, settings: Settings) -> int:
     print(f"trainyard agent {config.name}: {who}", flush=True)
     if not root:
         log.warning("%s", who)
-    for directory in {config.work_dir, config.checkpoint_root}:
-        blocked = unreachable_for_learners(directory) if root else None
-        if blocked is not None:
-            print(
-                f"trainyard agent: error: learners, which run as users of their own, cannot "
-                f"reach {directory}: {blocked} lets no other user through (mode "
-                f"{blocked.stat().st_mode & 0o777:04o}); give it the execute bit for others "
-                "(chmod o+x, which lists nothing), or choose another --work-dir or "
-                "--checkpoint-dir",
-                file=sys.stderr,
-            )
-            return EXIT_FAILED
+    problem = reach_problem(config)
+    if problem is not None:
+        print(f"trainyard agent: error: {problem}", file=sys.stderr)
+        return EXIT_FAILED
     telemetry.setup("trainyard-agent")
     url = await resolve_database(settings)
     await require_migrated(url)
@@ -419,17 +448,14 @@ def install(args: argparse.Namespace, environ: Mapping[str, str], *, running_as_
         if not args.unit_dir.is_absolute():
             raise InstallError(f"--unit-dir must be an absolute path, not {str(args.unit_dir)!r}")
         unit = render_unit(options)
-        images = images_env(environ)
-        env = render_env(url, args.home, {**telemetry_env(environ), **images})
+        chosen = {**images_env(environ), **isolation_env(environ)}
+        env = render_env(url, args.home, {**telemetry_env(environ), **chosen})
         shown_env = render_env(
-            mask_password(url), args.home, {**telemetry_env(environ, masked=True), **images}
+            mask_password(url), args.home, {**telemetry_env(environ, masked=True), **chosen}
         )
     except InstallError as exc:
         return _install_error(str(exc))
-    try:
-        who = runs_tenants_code(args.runtime, root=True, uids=UidRange.from_env())
-    except ValueError as exc:
-        return _install_error(str(exc))
+    who = runs_tenants_code(args.runtime, root=True, uids=UidRange.from_env(chosen))
     # The operator sees how tenants' code will run on this node.
     runs = f"runtime {args.runtime or 'chosen as it starts'}: {who} (the service runs as root)"
     if args.dry_run:

@@ -68,8 +68,12 @@ class LearnerLabels:
 def learner_user(spec: LearnerSpec) -> tuple[int, int]:
     """The user and group the container runs as: the job's (see `node_agent.users`), or, under
     an agent that is not root, the agent's own, so that both can use the learner's folders.
-    Never root."""
-    return spec.user if spec.user is not None else (os.geteuid(), os.getegid())
+    Never root: ValueError for a spec without a user under an agent that is root."""
+    if spec.user is not None:
+        return spec.user
+    if os.geteuid() == 0:
+        raise ValueError("no user to run it as: tenants' code never runs as root")
+    return os.geteuid(), os.getegid()
 
 
 def container_name(spec: LearnerSpec) -> str:

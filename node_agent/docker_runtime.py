@@ -33,7 +33,7 @@ from node_agent.containers import LearnerLabels, container_config, container_nam
 from node_agent.docker_logs import log_lines
 from node_agent.folders import prepare
 from node_agent.images import admit, resolved_id
-from node_agent.networks import FirewallError, JobNetworks
+from node_agent.networks import FirewallError, JobNetworks, network_name
 from node_agent.runtime import (
     ExitStatus,
     FoundLearner,
@@ -205,10 +205,16 @@ class DockerRuntime:
         # Its folders made and its locations checked, on the node, now; any failure is the
         # start's (LearnerStartError), so the attempt rolls back with the reason.
         spec = prepare(spec)
-        # Its job's network, isolated before the container joins it.
-        network = await self._networks.prepare(spec) if spec.network else "none"
-        config = container_config(spec, request_gpus=self._request_gpus, network=network)
-        release = self._release(spec.job_id) if spec.network else None
+        network = network_name(spec.job_id) if spec.network else "none"
+        try:
+            config = container_config(spec, request_gpus=self._request_gpus, network=network)
+        except ValueError as exc:
+            raise LearnerStartError(str(exc)) from exc
+        release = None
+        if spec.network:
+            # Its job's network, isolated before the container joins it.
+            await self._networks.prepare(spec)
+            release = self._release(spec.job_id)
         try:
             container = await self._docker.containers.create(config, name=container_name(spec))
         except ENGINE_ERRORS as exc:

@@ -88,8 +88,10 @@ class ProcessLearner:
         workdir: Path,
         status: Awaitable[ExitStatus],
         user: tuple[int, int] | None = None,
+        node: str | None = None,
     ) -> None:
         self._pid = pid
+        self._node = node
         self._workdir = workdir
         self._status = asyncio.ensure_future(status)
         self._user = user
@@ -130,7 +132,7 @@ class ProcessLearner:
         files stay. Nothing to do for learners that run as the agent's user."""
         if self._user is None:
             return
-        for pid in leftover_processes(self._user[0]):
+        for pid in leftover_processes(self._user[0], self._node):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
 
@@ -293,6 +295,8 @@ class ProcessRuntime:
         """The agent's: every learner it starts works below it."""
 
     async def start(self, spec: LearnerSpec) -> Learner:
+        if spec.user is None and os.geteuid() == 0:
+            raise LearnerStartError("no user to run it as: tenants' code never runs as root")
         # Its folders made and its locations checked, on the node, now.
         spec = prepare(spec)
         user, group = spec.user if spec.user is not None else (None, None)
@@ -301,7 +305,9 @@ class ProcessRuntime:
                 process = await self._spawn(spec, files, user, group)
         except OSError as exc:
             raise LearnerStartError(f"cannot open its output files: {exc}") from exc
-        return ProcessLearner(process.pid, spec.workdir, _exit_of_child(process), spec.user)
+        return ProcessLearner(
+            process.pid, spec.workdir, _exit_of_child(process), spec.user, spec.node
+        )
 
     @staticmethod
     async def _spawn(
@@ -336,7 +342,9 @@ class ProcessRuntime:
         if found is None and not (spec.workdir / OUTPUT_FILES["stdout"]).exists():
             return None  # its output files are made before it starts: it never started
         pid = int(found.handle) if found is not None else None
-        return ProcessLearner(pid, spec.workdir, _exit_of_adopted(pid, spec.workdir), spec.user)
+        return ProcessLearner(
+            pid, spec.workdir, _exit_of_adopted(pid, spec.workdir), spec.user, spec.node
+        )
 
     async def kill(self, found: FoundLearner) -> None:
         with contextlib.suppress(ProcessLookupError):

@@ -4,10 +4,11 @@ node agents (process runtime, fake GPUs) against the test's database."""
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
-import os
-import stat
+import shutil
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -81,25 +82,24 @@ class Plane:
         return [stored.line.text for stored in await read_lines(self.pool, job_id, limit=10_000)]
 
 
-def traversable(path: Path) -> Path:
-    """`path`, with the test's own directories on the way to it passable by other users
-    (pytest makes them 0700): learners run as uids of their own when the tests run as root,
-    as an agent's folders are for them on a node."""
-    path.mkdir(parents=True, exist_ok=True)
-    for directory in [*reversed(path.parents), path]:
-        info = directory.stat()
-        if info.st_uid == os.geteuid() and not info.st_mode & stat.S_IXOTH:
-            directory.chmod(info.st_mode | stat.S_IXOTH)
+def learner_space() -> Path:
+    """A directory that learners running as users of their own can pass through, outside
+    pytest's: pytest makes its own 0700 again whenever a session starts (any session of this
+    machine's user), which would lock a running test's learners out of their folders. Removed
+    when the test run ends."""
+    path = Path(tempfile.mkdtemp(prefix="trainyard-learners-"))
+    path.chmod(0o711)
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
     return path
 
 
 def agent_config(tmp_path: Path, name: str = "n1", grace_s: float = 5) -> AgentConfig:
-    """An agent for which the test's directory is the operator's data and results root."""
-    traversable(tmp_path)
+    """An agent for which the test's directory is the operator's data and results root, working
+    in a directory its learners can reach (see `learner_space`)."""
     return AgentConfig(
         roots=Roots(data=(str(tmp_path),), results=(str(tmp_path),)),
         name=name,
-        work_dir=tmp_path / name,
+        work_dir=learner_space() / name,
         cpus=4,
         memory_mb=8192,
         launcher=(sys.executable, "-m", "runners.launch"),
@@ -115,6 +115,7 @@ class RunningAgent:
     """An agent logged in as operators set agents up: as an agent login, not the owner."""
 
     def __init__(self, url: str, config: AgentConfig, fake_gpus: int) -> None:
+        self.config = config
         self.stop = asyncio.Event()
         self.registered = asyncio.Event()
         self.task = asyncio.create_task(self._run(url, config, fake_gpus))

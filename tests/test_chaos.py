@@ -28,6 +28,7 @@ from controlplane.logs.lines import LogLine
 from node_agent.learners import learner_dir
 from node_agent.process_runtime import OUTPUT_FILES
 from runners import protocol
+from tests.cluster import learner_space
 from tests.polling import eventually
 
 STEPS = 160
@@ -42,7 +43,7 @@ TERMINAL = (JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED)
 @pytest.fixture
 async def cluster(db_url: str, pool: asyncpg.Pool, tmp_path: Path) -> AsyncIterator[Cluster]:
     """A served control plane; the test adds agents."""
-    async with processes.cluster(db_url, tmp_path, pool) as running:
+    async with processes.cluster(db_url, learner_space(), pool) as running:
         await running.add_plane()
         yield running
 

@@ -20,7 +20,7 @@ from controlplane.jobs.service import now
 from controlplane.logs.store import read_lines
 from node_agent.containers import LearnerLabels
 from node_agent.images import LEARNER_IMAGE
-from tests.cluster import USER, Plane, RunningAgent
+from tests.cluster import USER, Plane, RunningAgent, learner_space
 from tests.docker_engine import Engine, containers_of, kill_from_outside, require_engine
 from tests.polling import eventually
 from tests.test_agent import SIGNALLED, wait_for_line
@@ -169,7 +169,7 @@ async def test_a_command_missing_from_the_image_fails_the_job_with_the_error(
 async def test_a_killed_agent_s_container_runs_on_and_is_re_adopted(
     plane: Plane, tmp_path: Path, docker_engine: Engine, docker_node: str
 ) -> None:
-    agent = AgentProcess(plane.url, tmp_path / "agent", docker_node, runtime="docker")
+    agent = AgentProcess(plane.url, learner_space() / "agent", docker_node, runtime="docker")
     await agent.start(plane.pool)
     try:
         code = (
@@ -229,6 +229,7 @@ async def test_a_mount_path_naming_a_file_of_the_image_fails_the_job_with_the_re
 async def test_a_container_runs_as_its_job_s_user_and_sees_its_data_at_mount_path(
     plane: Plane, docker_agent: RunningAgent, tmp_path: Path
 ) -> None:
+    os.chmod(tmp_path, 0o755)  # the data root (the operator's): learners may read it
     data = tmp_path / "data.bin"
     data.write_text("the data\n")
     data.chmod(0o644)
@@ -239,11 +240,11 @@ async def test_a_container_runs_as_its_job_s_user_and_sees_its_data_at_mount_pat
     )
     job_id = await submit(plane, code, data={"source": data.as_uri(), "mount_path": "/mnt/in"})
     job = await plane.state(job_id, JobStatus.COMPLETED, JobStatus.FAILED)
+    assert job.state is JobStatus.COMPLETED, await plane.log_text(job_id)
+    await wait_for_line(plane, job_id, "data the data")
     lines = await plane.log_text(job_id)
-    assert job.state is JobStatus.COMPLETED, lines
     [uid] = [int(line.split()[1]) for line in lines if line.startswith("uid ")]
     assert uid >= 200000
-    assert "data the data" in lines
 
 
 async def test_a_failed_container_s_logs_hold_every_line_it_printed_at_once(

@@ -112,7 +112,7 @@ async def test_a_learner_that_cannot_start_rolls_the_deployment_back_then_fails_
         history = [e.event.type_name for e in await plane.store.read_stream(f"job-{job_id}")]
         assert history.count("DeploymentRolledBack") == 1
         # The learner that did start (on n1, each time) was stopped; nothing is held.
-        await until_no_learners(job_id, tmp_path)
+        await until_no_learners(job_id, good.config.work_dir, bad.config.work_dir)
         await until_released(owner)
     finally:
         await good.finish()
@@ -141,7 +141,7 @@ async def test_a_deployment_that_does_not_start_in_time_is_rolled_back(
     assert [t.state for t in job.transitions][:2] == [JobStatus.QUEUED, JobStatus.DEPLOYING]
     assert JobStatus.PROCESSING not in [t.state for t in job.transitions]
     # n1's two learners were stopped and their GPUs given back.
-    await until_no_learners(job_id, tmp_path)
+    await until_no_learners(job_id, agent.config.work_dir)
 
     async def n1_released() -> bool:
         held = await owner.fetchval(
@@ -159,10 +159,16 @@ async def until_released(owner: asyncpg.Connection) -> None:
     await eventually(released)
 
 
-async def until_no_learners(job_id: UUID, work_dir: Path) -> None:
+async def until_no_learners(job_id: UUID, *work_dirs: Path) -> None:
     async def none() -> bool:
         nodes = ("n1", "n2")
-        return not [f for n in nodes for f in find_learners(n, work_dir) if f.job_id == job_id]
+        return not [
+            f
+            for n in nodes
+            for work_dir in work_dirs
+            for f in find_learners(n, work_dir)
+            if f.job_id == job_id
+        ]
 
     await eventually(none)
 

@@ -22,7 +22,7 @@ from node_agent.learners import job_dir, learner_dir
 from node_agent.process_runtime import ProcessRuntime, find_learners, process_env
 from node_agent.runtime import Folder, LearnerSpec, LearnerStartError, Shared
 from node_agent.users import UidRange, Users, leftover_processes
-from tests.cluster import Plane, RunningAgent, traversable
+from tests.cluster import Plane, RunningAgent, learner_space
 from tests.polling import eventually
 from tests.test_agent import wait_for_line
 
@@ -68,9 +68,9 @@ async def test_a_learner_runs_as_its_job_s_own_user_and_reads_nothing_of_the_age
     assert "TRAINYARD_DATABASE_URL" not in env
     assert not [name for name in env if "TOKEN" in name]
     # Its folders are its user's alone.
-    info = job_dir((tmp_path / "n1"), job_id).stat()
+    info = job_dir(agent.config.work_dir, job_id).stat()
     assert (info.st_uid, info.st_mode & 0o777) == (int(uid), 0o700)
-    assert (tmp_path / "n1").stat().st_mode & 0o777 == 0o711
+    assert agent.config.work_dir.stat().st_mode & 0o777 == 0o711
 
 
 async def test_two_jobs_run_as_two_users_and_cannot_read_each_other_s_folders(
@@ -79,11 +79,11 @@ async def test_two_jobs_run_as_two_users_and_cannot_read_each_other_s_folders(
     sleeper = [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(30)"]
     first = await plane.submit(sleeper)
     await wait_for_line(plane, first, "up")
-    other = job_dir((tmp_path / "n1"), first)
+    other = job_dir(agent.config.work_dir, first)
     second = await plane.submit([sys.executable, "-c", PROBE, str(other / "attempt-1")])
     await plane.state(second, JobStatus.COMPLETED)
     await wait_for_line(plane, second, f"refused {other / 'attempt-1'} PermissionError")
-    owners = {job_dir((tmp_path / "n1"), j).stat().st_uid for j in (first, second)}
+    owners = {job_dir(agent.config.work_dir, j).stat().st_uid for j in (first, second)}
     assert len(owners) == 2 and all(uid in UIDS for uid in owners)
 
 
@@ -128,27 +128,34 @@ def spec_in(work: Path, code: str, user: tuple[int, int] | None) -> LearnerSpec:
 
 @pytest.fixture
 def work(tmp_path: Path) -> Path:
-    work = traversable(tmp_path) / "work"
-    work.mkdir(mode=0o711)
-    return work
+    return learner_space()
 
 
-async def test_an_output_file_replaced_by_a_symlink_is_not_read_for_the_learner(
-    work: Path, tmp_path: Path
+@pytest.mark.parametrize(
+    "plant",
+    [
+        "os.symlink({secret!r}, 'stdout.log')",  # the agent's secret, read by the agent
+        "os.mkfifo('stdout.log')",  # a FIFO no one writes: opening it would block the agent
+    ],
+)
+async def test_an_output_file_the_learner_replaced_is_not_read_for_it(
+    work: Path, tmp_path: Path, plant: str
 ) -> None:
     secret = tmp_path / "secret"
     secret.write_text("the agent's secret\n")
     secret.chmod(0o600)
-    code = f"import os\nos.remove('stdout.log')\nos.symlink({str(secret)!r}, 'stdout.log')\n"
+    code = f"import os\nos.remove('stdout.log')\n{plant.format(secret=str(secret))}\n"
     user = Users(UIDS, root=True).of(uuid4())
     runtime = ProcessRuntime(work)
     learner_spec = spec_in(work, code, user)
     started = await runtime.start(learner_spec)
     assert (await started.wait()).code == 0
-    # An agent that restarts reads the learner's output again: never the link's target.
+    # An agent that restarts reads the learner's output again: never the link's target, and
+    # without waiting on a FIFO.
     adopted = await runtime.adopt(learner_spec, None)
     assert adopted is not None
-    assert [line.text async for line in adopted.lines()] == []
+    async with asyncio.timeout(10):
+        assert [line.text async for line in adopted.lines()] == []
 
 
 async def test_processes_a_learner_leaves_behind_are_killed_when_it_is_removed(
@@ -219,3 +226,21 @@ def test_a_results_location_that_leaves_its_root_is_refused_on_the_node(tmp_path
     )
     with pytest.raises(LearnerStartError, match=r"results\.location .* is not under a root"):
         prepare(replace(spec, shared=[shared]))
+
+
+async def test_a_location_the_node_does_not_allow_fails_the_job_with_the_reason(
+    plane: Plane, agent: RunningAgent
+) -> None:
+    # Accepted by a control plane with other roots (or before the operator changed them): the
+    # node checks again, and the attempt ends at once with the reason, never hangs.
+    job_id = await plane.submit(
+        [sys.executable, "-c", "print('never runs')"],
+        results={"location": "file:///etc/trainyard-results"},
+        deploy_retries=0,
+        deploy_timeout_s=3600,
+    )
+    job = await plane.state(job_id, JobStatus.FAILED)
+    assert job.failure_reason is not None
+    assert "results.location '/etc/trainyard-results' is not under a root" in job.failure_reason
+    await wait_for_line(plane, job_id, "learner 0 failed to start: results.location")
+    assert "never runs" not in await plane.log_text(job_id)

@@ -9,13 +9,14 @@ from uuid import uuid4
 from controlplane.agents.claims import Claim, LearnerAllocation
 from controlplane.cli import parser
 from controlplane.jobs.lifecycle import Checkpoint, Job, JobStatus, Submit, decide, replay
+from controlplane.jobs.locations import Roots
 from controlplane.jobs.manifest import JobManifest
 from controlplane.jobs.service import now
 from controlplane.settings import Settings
 from node_agent.cli import config_from
 from node_agent.learners import learner_specs
 from node_agent.runtime import LearnerSpec
-from runners.config import CHECKPOINT_DIR, RESUME_FROM
+from runners.config import CHECKPOINT_DIR, DATA_DIR, RESUME_FROM
 
 MANIFEST = JobManifest.model_validate({"name": "j", "image": "i", "command": ["train"]})
 
@@ -77,3 +78,54 @@ def test_relative_agent_directories_become_absolute() -> None:
         parser().parse_args(["agent", "--name", "a"]), Settings(Path("h"), None), "process"
     )
     assert default.work_dir == Path.cwd() / "h" / "agents" / "a"
+
+
+def test_no_path_the_tenant_names_is_a_mount_source_or_a_folder_of_the_agent(
+    tmp_path: Path,
+) -> None:
+    manifest = JobManifest.model_validate(
+        {
+            "name": "j",
+            "image": "i",
+            "command": ["train"],
+            "data": {"source": "file:///srv/data/t/set", "mount_path": "/etc/systemd/x"},
+            "results": {"location": "file:///etc/cron.d/r"},
+        }
+    )
+    job = JOB.model_copy(update={"manifest": manifest, "state": JobStatus.DEPLOYING})
+    claim = Claim(job, 1, epoch=1, learners=[LearnerAllocation(0, "a", [])], version=3)
+    work = tmp_path / "work"
+    for container in (True, False):
+        [only] = learner_specs(
+            claim,
+            node="a",
+            work_dir=work,
+            checkpoint_root=work,
+            launcher=["run"],
+            roots=Roots(data=("/srv/data/{tenant}",)),
+            user=(200001, 200001),
+            container=container,
+        )
+        # Every mount's source and every folder the agent makes is its own, under its work
+        # directory; `mount_path` is only where a container sees its data folder.
+        assert all(m.source.is_relative_to(work) for m in only.mounts)
+        assert all(f.path.is_relative_to(work) and f.base == work for f in only.folders)
+        targets = {m.target for m in only.mounts}
+        assert (Path("/etc/systemd/x") in targets) is container
+        assert only.env[DATA_DIR] == ("/etc/systemd/x" if container else str(only.workdir / "data"))
+        # The file:// locations are checked against the roots on the node before use.
+        assert [(s.path, s.field, s.writable) for s in only.shared] == [
+            (Path("/srv/data/t/set"), "data.source", False),
+            (Path("/etc/cron.d/r"), "results.location", True),
+        ]
+        assert only.user == (200001, 200001)
+
+
+def test_a_reported_checkpoint_that_climbs_out_of_the_job_s_folder_is_not_resumed(
+    tmp_path: Path,
+) -> None:
+    # The path in a checkpoint event is the learner's report: `..` must not lead a later
+    # attempt into another job's checkpoints.
+    first = spec("a", tmp_path, tmp_path, None)
+    climbing = Path(first.env[CHECKPOINT_DIR]) / ".." / ".." / ".." / "other-job" / "ckpt.pt"
+    assert RESUME_FROM not in spec("a", tmp_path, tmp_path, climbing).env

@@ -3,6 +3,7 @@ agent that adopts the learner."""
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from dataclasses import replace
@@ -12,6 +13,8 @@ from uuid import uuid4
 from node_agent.learners import learner_dir
 from node_agent.process_runtime import LINE_LIMIT, ProcessRuntime, find_learners
 from node_agent.runtime import Folder, Learner, LearnerSpec
+
+LEARNER_UID = 200321
 
 
 def spec(tmp_path: Path, code: str) -> LearnerSpec:
@@ -29,6 +32,8 @@ def spec(tmp_path: Path, code: str) -> LearnerSpec:
         env={},
         workdir=workdir,
         folders=[Folder(tmp_path, workdir)],
+        # As the agent, when it is not root; else a job's user, as an agent that is root gives.
+        user=(LEARNER_UID, LEARNER_UID) if os.geteuid() == 0 else None,
         gpus=[],
         cpus=1,
         memory_mb=4096,

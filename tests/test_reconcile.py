@@ -22,7 +22,7 @@ from node_agent.identity import WorkDirInUse, agent_identity
 from node_agent.process_runtime import find_learners
 from node_agent.reconcile import Allocation, VersionedJob, plan
 from node_agent.runtime import FoundLearner
-from tests.cluster import Plane, RunningAgent, agent_config
+from tests.cluster import Plane, RunningAgent, learner_space
 from tests.polling import eventually
 
 LINES = 300
@@ -72,7 +72,7 @@ async def assert_complete_and_once(pool: asyncpg.Pool, job_id: UUID) -> None:
 async def test_a_killed_agent_s_learner_keeps_running_and_is_re_adopted(
     plane: Plane, tmp_path: Path
 ) -> None:
-    agent = await AgentProcess(plane.url, tmp_path / "n1").start(plane.pool)
+    agent = await AgentProcess(plane.url, learner_space() / "n1").start(plane.pool)
     try:
         job_id = await plane.submit(chatty(seconds=4))
         await plane.state(job_id, JobStatus.PROCESSING)
@@ -98,7 +98,7 @@ async def test_a_killed_agent_s_learner_keeps_running_and_is_re_adopted(
 async def test_a_learner_that_ended_while_its_agent_was_down_is_reported(
     plane: Plane, tmp_path: Path, exit_code: int, outcome: JobStatus
 ) -> None:
-    agent = await AgentProcess(plane.url, tmp_path / "n1").start(plane.pool)
+    agent = await AgentProcess(plane.url, learner_space() / "n1").start(plane.pool)
     try:
         job_id = await plane.submit(chatty(seconds=1.5, exit_code=exit_code))
         await plane.state(job_id, JobStatus.PROCESSING)
@@ -118,7 +118,7 @@ async def test_a_learner_that_ended_while_its_agent_was_down_is_reported(
 async def test_a_returning_agent_kills_learners_whose_job_moved_on(
     plane: Plane, tmp_path: Path
 ) -> None:
-    agent = await AgentProcess(plane.url, tmp_path / "n1", ttl_s=1).start(plane.pool)
+    agent = await AgentProcess(plane.url, learner_space() / "n1", ttl_s=1).start(plane.pool)
     try:
         job_id = await plane.submit(chatty(seconds=60))
         await plane.state(job_id, JobStatus.PROCESSING)
@@ -144,7 +144,7 @@ async def test_a_returning_agent_kills_learners_whose_job_moved_on(
 async def test_a_second_agent_on_the_same_work_directory_is_refused(
     plane: Plane, agent: RunningAgent, tmp_path: Path
 ) -> None:
-    same_dir = replace(agent_config(tmp_path), name="other")
+    same_dir = replace(agent.config, name="other")
     with pytest.raises(WorkDirInUse, match="another agent is running on work directory"):
         await RunningAgent(plane.url, same_dir, fake_gpus=1).started()
 

@@ -512,3 +512,29 @@ def test_bad_install_options_are_usage_errors_that_write_nothing(
     assert message in err
     assert PASSWORD not in err
     assert files_under(tmp_path) == []
+
+
+def test_install_carries_the_roots_and_learner_uids_into_the_environment_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The service's agent checks file:// locations against the same roots as the control
+    # plane, and runs jobs as the operator's uids.
+    monkeypatch.setenv("TRAINYARD_RESULTS_ROOTS", "/srv/results/{tenant}")
+    monkeypatch.setenv("TRAINYARD_LEARNER_UIDS", "300000:1000")
+    monkeypatch.setenv("TRAINYARD_AGENT_DATABASE_URL", URL)
+    env_file = tmp_path / "agent.env"
+    options = ["agent", "install", "--unit-dir", str(tmp_path / "units"),
+               "--env-file", str(env_file)]  # fmt: skip
+    settings = os.environ
+    assert install(parser().parse_args(options), settings, running_as_root=True) == 0
+    written = env_file.read_text().splitlines()
+    assert 'TRAINYARD_RESULTS_ROOTS="/srv/results/{tenant}"' in written
+    assert 'TRAINYARD_LEARNER_UIDS="300000:1000"' in written
+    assert "each job as its own uid (300000-300999)" in capsys.readouterr().out
+    # A bad setting is a usage error, and nothing is written.
+    monkeypatch.setenv("TRAINYARD_LEARNER_UIDS", "0:10")
+    other = tmp_path / "other"
+    bad = [*options[:-1], str(other / "agent.env")]
+    assert install(parser().parse_args(bad), settings, running_as_root=True) == 2
+    assert "TRAINYARD_LEARNER_UIDS must be START:COUNT" in capsys.readouterr().err
+    assert not other.exists()

@@ -5,13 +5,15 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 from bench.served import free_port
+from tests.cluster import learner_space
 
 
-def test_up_runs_the_demo_job_to_completion_and_streams_it(db_url: str, tmp_path: Path) -> None:
-    env = {**os.environ, "TRAINYARD_DATABASE_URL": db_url, "TRAINYARD_HOME": str(tmp_path)}
+def test_up_runs_the_demo_job_to_completion_and_streams_it(db_url: str) -> None:
+    # A home its learners can reach when the tests run as root (they run as users of their own).
+    home = learner_space()
+    env = {**os.environ, "TRAINYARD_DATABASE_URL": db_url, "TRAINYARD_HOME": str(home)}
     command = ["up", "--port", str(free_port()), "--exit-after-demo"]
     result = subprocess.run(
         [sys.executable, "-m", "controlplane.cli", *command],
@@ -22,12 +24,12 @@ def test_up_runs_the_demo_job_to_completion_and_streams_it(db_url: str, tmp_path
     )
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout
-    admin_token = (tmp_path / "admin-token").read_text().strip()
-    assert f"admin token issued, in {tmp_path / 'admin-token'} (mode 0600)" in out
+    admin_token = (home / "admin-token").read_text().strip()
+    assert f"admin token issued, in {home / 'admin-token'} (mode 0600)" in out
     assert admin_token not in result.stdout + result.stderr  # only in its file
-    assert (tmp_path / "admin-token").stat().st_mode & 0o777 == 0o600
+    assert (home / "admin-token").stat().st_mode & 0o777 == 0o600
     for state in ("QUEUED", "DEPLOYING", "PROCESSING", "COMPLETED"):
         assert f": {state}, attempt 1" in out
     assert "[learner 0] step 400: final_loss" in out  # real training, its logs streamed
     assert out.rstrip().endswith("shutting down")
-    assert (tmp_path / "demo-token").stat().st_mode & 0o777 == 0o600
+    assert (home / "demo-token").stat().st_mode & 0o777 == 0o600
