@@ -19,7 +19,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from controlplane.http.app import create_app
 from controlplane.jobs.manifest import MAX_SECRET_ENV
-from tests.cluster import RunningAgent, agent_config, traversable
+from tests.cluster import RunningAgent, agent_config, learner_space
 from tests.polling import eventually
 from tests.tenancy import Tokens
 
@@ -78,8 +78,9 @@ async def test_the_learner_gets_the_secret_and_nothing_else_keeps_it(
     caplog.set_level(logging.DEBUG)
     secret = f"s3cret-{uuid.uuid4().hex}"
     # Somewhere the learner, which runs as a uid of its job's, may write.
-    shared = traversable(tmp_path / "shared")
-    shared.chmod(0o777)
+    shared = learner_space() / "shared"
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o777)  # whatever the umask
     seen = shared / "seen"
     learner = [
         sys.executable,
