@@ -75,6 +75,10 @@ async def test_the_admin_sets_some_limits_and_the_others_stay(
     )
     assert len(recorded) == 2
     assert json.loads(recorded[-1]["data"])["limits"] == changed
+    audited = await owner.fetch(
+        "SELECT actor, action FROM audit.actions WHERE event_type = 'TenantLimitsSet'"
+    )
+    assert [tuple(r) for r in audited] == [("admin", "tenant_limits_set")] * 2
 
 
 @pytest.mark.parametrize(
