@@ -27,7 +27,7 @@ from controlplane.jobs.lifecycle import JobStatus
 from controlplane.jobs.service import now
 from controlplane.jobs.streams import job_stream
 from controlplane.tenants.events import TokenIssued
-from tests.cluster import A_WHOLE_RUN, USER, Plane, RunningAgent
+from tests.cluster import A_WHOLE_RUN, USER, Plane, RunningAgent, learner_space
 from tests.polling import eventually
 from tests.test_agent import wait_for_line
 
@@ -274,9 +274,11 @@ def trainyard(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[st
 async def test_the_agent_refuses_to_start_with_the_owners_login(
     db_url: str, owner: asyncpg.Connection, tmp_path: Path
 ) -> None:
+    # A work directory its learners could reach, so that the login check is what stops it.
+    work = learner_space()
     result = trainyard(
-        "agent", "--runtime", "process", "--fake-gpus", "1", "--work-dir", str(tmp_path),
-        env={"TRAINYARD_DATABASE_URL": db_url, "TRAINYARD_HOME": str(tmp_path)},
+        "agent", "--runtime", "process", "--fake-gpus", "1", "--work-dir", str(work),
+        env={"TRAINYARD_DATABASE_URL": db_url, "TRAINYARD_HOME": str(work)},
     )  # fmt: skip
     assert result.returncode == 1, result.stderr
     assert "error: the database login has more rights than the trainyard_agent role" in (

@@ -227,6 +227,9 @@ def test_a_pinned_image_must_be_the_node_s_copy() -> None:
         resolved_id("x", frozenset({other}), inspected)
 
 
+LEARNER_UID = 200654
+
+
 def learner(tmp_path: Path, node: str, image: str) -> LearnerSpec:
     return LearnerSpec(
         job_id=uuid4(),
@@ -241,6 +244,7 @@ def learner(tmp_path: Path, node: str, image: str) -> LearnerSpec:
         gpus=[],
         cpus=1.0,
         memory_mb=256,
+        user=(LEARNER_UID, LEARNER_UID),
         folders=[Folder(tmp_path, tmp_path / "work")],
     )
 

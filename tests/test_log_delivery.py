@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import sys
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 from uuid import UUID, uuid4
 
@@ -27,7 +26,7 @@ from controlplane.logs.store import read_lines, write_lines
 from controlplane.tenants.service import create_tenant
 from node_agent import attempt as attempt_module
 from node_agent.log_shipper import LINE_OVERHEAD, LogShipper
-from tests.cluster import Plane, RunningAgent
+from tests.cluster import Plane, RunningAgent, learner_space
 from tests.polling import eventually
 from tests.test_logs import line
 
@@ -193,11 +192,10 @@ async def test_an_attempt_whose_lines_cannot_be_stored_in_time_ends_and_says_how
     agent: RunningAgent,
     token: str,
     owner: asyncpg.Connection,
-    tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(attempt_module, "LOGS_STORED_WITHIN_S", 1.0)
-    go = tmp_path / "go"
+    go = learner_space() / "go"  # where the learner, running as a uid of its own, may look
     printer = [
         sys.executable,
         "-c",

@@ -63,6 +63,9 @@ for host, port in json.loads(sys.argv[1]):
 """
 
 
+LEARNER_UID = 200456
+
+
 def learner(
     tmp_path: Path, node: str, command: list[str], job_id: UUID, index: int = 0
 ) -> LearnerSpec:
@@ -80,6 +83,7 @@ def learner(
         cpus=0.5,
         memory_mb=256,
         network=True,
+        user=(LEARNER_UID, LEARNER_UID),
         folders=[Folder(tmp_path, tmp_path / str(job_id) / str(index))],
     )
 

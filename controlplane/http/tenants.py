@@ -335,6 +335,7 @@ def openapi_paths() -> dict[str, Any]:
         },
         "/v1/tenants/{name}/limits": {
             "get": {
+                "operationId": "getTenantLimits",
                 "summary": "A tenant's limits (admin); those never set are the defaults",
                 "security": secured,
                 "parameters": [name],
@@ -344,6 +345,7 @@ def openapi_paths() -> dict[str, Any]:
                 },
             },
             "put": {
+                "operationId": "setTenantLimits",
                 "summary": "Set some of a tenant's limits (admin); those left out stay",
                 "description": "Submissions and streams use the new limits at once; jobs "
                 "submitted earlier keep the log and report limits they were accepted with. "
