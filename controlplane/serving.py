@@ -16,6 +16,7 @@ from controlplane.http.app import create_app
 from controlplane.http.keys import PROJECTIONS, STORE
 from controlplane.http.streams import max_streams_from_env
 from controlplane.jobs.images import ImageAllowlist
+from controlplane.jobs.locations import Roots
 from controlplane.tenants.admin import TOKEN_FILE, bootstrap_admin_token
 from controlplane.webhooks.addresses import ALLOW_NETWORKS_ENV, parse_networks
 from controlplane.webhooks.relay import RelayConfig
@@ -52,10 +53,15 @@ async def serving(
     try:
         allowed = parse_networks(os.environ.get(ALLOW_NETWORKS_ENV, ""))
         max_streams = max_streams_from_env()
+        roots = Roots.from_env()
     except ValueError as exc:
         raise ServeError(str(exc)) from None
     app = create_app(
-        url, images=images, relay=RelayConfig(allow_networks=allowed), max_streams=max_streams
+        url,
+        images=images,
+        roots=roots,
+        relay=RelayConfig(allow_networks=allowed),
+        max_streams=max_streams,
     )
     runner = web.AppRunner(app, handle_signals=False)
     await runner.setup()

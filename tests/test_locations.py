@@ -3,6 +3,9 @@ tenant, after resolving symlinks and `..`; refused with 422 naming the field, wr
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -11,6 +14,7 @@ import asyncpg
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
+from bench.served import free_port
 from controlplane.http.app import create_app
 from controlplane.jobs.locations import (
     LocationRefused,
@@ -125,3 +129,26 @@ def test_a_root_itself_is_a_data_source_but_never_a_results_location(tmp_path: P
         check_manifest_locations(None, f"file://{tmp_path}", roots, "t")
     with pytest.raises(LocationRefused, match=r"data\.source"):
         check_manifest_locations(f"file://{tmp_path.parent}", None, roots, "t")
+
+
+@pytest.mark.parametrize("setting", ["TRAINYARD_DATA_ROOTS", "TRAINYARD_RESULTS_ROOTS"])
+def test_a_control_plane_with_a_relative_root_does_not_start(
+    db_url: str, tmp_path: Path, setting: str
+) -> None:
+    started = subprocess.run(
+        [sys.executable, "-m", "controlplane.cli", "serve", "--port", str(free_port())],
+        env={
+            **os.environ,
+            "TRAINYARD_DATABASE_URL": db_url,
+            "TRAINYARD_HOME": str(tmp_path),
+            setting: "/srv/ok:relative/{tenant}",
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert started.returncode == 1
+    # One line naming the setting, no traceback.
+    assert started.stderr.strip().splitlines() == [
+        f"trainyard: {setting}: 'relative/{{tenant}}' is not an absolute path"
+    ], started.stderr
