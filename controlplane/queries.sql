@@ -348,7 +348,10 @@ WITH free AS MATERIALIZED (
                                 THEN cardinality(n.gpus) / s.gpus_per_learner
                                 ELSE s.learners END,
                            floor(n.cpus / s.cpus_per_learner),
-                           n.memory_mb / s.memory_mb_per_learner))
+                           -- Whole learners: the view's memory is numeric, whose division
+                           -- keeps fractions, and half a learner's room on each of two nodes
+                           -- holds no learner.
+                           floor(n.memory_mb / s.memory_mb_per_learner)))
                        FROM node_capacity n)))
           AND (t.gpu_quota IS NULL
                OR coalesce(u.gpus, 0) + s.learners * s.gpus_per_learner <= t.gpu_quota)

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from uuid import UUID, uuid4
 
 import asyncpg
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from controlplane.agents.events import GpuInfo
@@ -129,6 +129,16 @@ def worlds(draw: st.DrawFn) -> World:
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(world=worlds())
+@example(
+    # Three learners, room for one and a half on each of two nodes: two fit, not three.
+    world=World(
+        tenants=[("t0", 1.0, None)],
+        nodes=[NodeRow("n0", True, 8.0, 1500, []), NodeRow("n1", True, 8.0, 1500, [])],
+        allocations=[],
+        jobs=[JobRow(UUID(int=1), "t0", True, Demand(3, 0, 1.0, 1000), 0, 0, None)],
+        limit=8,
+    )
+)
 async def test_the_sql_and_the_python_choose_the_same_jobs_in_the_same_order(
     owner: asyncpg.Connection, world: World
 ) -> None:

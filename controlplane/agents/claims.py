@@ -117,7 +117,11 @@ async def _claim(conn: Executor, store: EventStore, node: str, limit: int) -> li
     if not rows:
         return []  # nothing fits, or the node is not READY (deregistered, or declared lost)
     first = rows[0]
-    room = Capacity(node, list(first["free_gpus"]), first["free_cpus"], first["free_memory_mb"])
+    # The view's memory is numeric (a bigint less a sum); placement counts whole MiB, and a
+    # Decimal count of learners would not do for range().
+    room = Capacity(
+        node, list(first["free_gpus"]), first["free_cpus"], int(first["free_memory_mb"])
+    )
     placed: list[_Placed] = []
     for row in rows:
         demand = Demand(
@@ -131,7 +135,7 @@ async def _claim(conn: Executor, store: EventStore, node: str, limit: int) -> li
             continue  # it fits the node alone, but not beside the jobs taken before it
         if learners is None:
             others = [
-                Capacity(r["name"], list(r["gpus"]), r["cpus"], r["memory_mb"])
+                Capacity(r["name"], list(r["gpus"]), r["cpus"], int(r["memory_mb"]))
                 for r in await conn.fetch(Q["other_nodes_capacity"], node)
             ]
             learners = place(demand, [room, *others])
