@@ -1,6 +1,7 @@
 """The claim order stated in Python (`controlplane.scheduling.claim_order`) is the order the
 `claim_candidates` SQL takes: for generated tenants, nodes, allocations and queues, inserted in
-a real Postgres, both choose the same jobs in the same order."""
+a real Postgres, both choose the same jobs in the same order. And every job it offers, the
+claim can place."""
 
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ from hypothesis import strategies as st
 
 from controlplane.agents.events import GpuInfo
 from controlplane.queries import Q
-from controlplane.scheduling.claim_order import QueuedJob, TenantShare, claim_order
-from controlplane.scheduling.placement import Capacity, Demand, allocatable
+from controlplane.scheduling.claim_order import QueuedJob, TenantShare, claim_order, fits
+from controlplane.scheduling.placement import Capacity, Demand, allocatable, place
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 NODE = "n0"
@@ -268,3 +269,42 @@ async def insert(conn: asyncpg.Connection, world: World, now: datetime) -> list[
         if job.queued
     ]
     return claim_order(NODE, ready, tenants, queue, limit=world.limit, now=now)
+
+
+def rooms(name: str) -> st.SearchStrategy[Capacity]:
+    return st.builds(
+        Capacity,
+        st.just(name),
+        st.integers(0, 6).map(lambda n: [f"GPU-{name}-{i}" for i in range(n)]),
+        st.sampled_from([0.3, 0.6, 0.9, 1.0, 1.2, 2.0, 3.0, 6.1, 8.0]),
+        st.integers(100, 5000),
+    )
+
+
+@settings(max_examples=2000)
+@given(
+    demand=st.builds(
+        Demand,
+        st.integers(1, 12),
+        st.integers(0, 2),
+        st.sampled_from([0.1, 0.2, 0.25, 0.3, 0.5, 0.7, 1.0, 1.5, 3.3]),
+        st.integers(16, 2000),
+    ),
+    here=rooms("n0"),
+    others=st.lists(st.integers(1, 3), max_size=2, unique=True).flatmap(
+        lambda names: st.tuples(*(rooms(f"n{i}") for i in names))
+    ),
+)
+def test_a_job_the_order_offers_the_claim_can_place(
+    demand: Demand, here: Capacity, others: tuple[Capacity, ...]
+) -> None:
+    # Else the claim finds its first candidate unplaceable, rolls back and retries, and the
+    # node takes nothing while that job heads its queue.
+    if fits(demand, here, [here, *others]):
+        assert place(demand, [here, *others]) is not None
+
+
+def test_placement_counts_cpus_as_the_sql_does() -> None:
+    # 1.0 // 0.2 is 4.0 in floating point; the SQL's floor(1.0 / 0.2) is 5.
+    placed = place(Demand(5, 0, 0.2, 16), [Capacity("n0", [], 1.0, 1000)])
+    assert placed is not None and len(placed) == 5

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence, Set
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
@@ -52,7 +53,9 @@ def place(demand: Demand, nodes: Sequence[Capacity]) -> list[LearnerAllocation] 
     for node in nodes:
         fits = min(
             len(node.gpus) // demand.gpus if demand.gpus else demand.learners,
-            int(node.cpus // demand.cpus),
+            # floor(a / b), as the claim's SQL counts, not a // b: 1.0 // 0.2 is 4 (0.2 is a
+            # little over a fifth), and a node the SQL offered 5 learners would place 4.
+            math.floor(node.cpus / demand.cpus),
             node.memory_mb // demand.memory_mb,
             demand.learners - len(placed),
         )
