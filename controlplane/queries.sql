@@ -307,10 +307,12 @@ ORDER BY n.name;
 -- job fits the node's free room on its own; `claims.claim` takes them in order while they fit
 -- together. A job fits when all of it fits here, or, with several learners, when one learner
 -- fits here and the READY nodes together have room for them all, counted node by node as
--- `claims.place` places them. Each tenant's best fitting jobs come from one scan of its queue
--- index, locked with SKIP LOCKED so that concurrent agents each take different jobs instead of
--- queueing on one row (the rows locked but not taken are released when the claim commits). One
--- statement: a claim is on every job's critical path.
+-- `scheduling.placement.place` places them. Each tenant's best fitting jobs come from one scan
+-- of its queue index, locked with SKIP LOCKED so that concurrent agents each take different jobs
+-- instead of queueing on one row (the rows locked but not taken are released when the claim
+-- commits). One statement: a claim is on every job's critical path. The same order, stated in
+-- Python, is `scheduling.claim_order.claim_order`; tests/test_claim_order.py holds the two
+-- together, so change them together.
 WITH free AS MATERIALIZED (
     SELECT * FROM node_capacity WHERE name = $1
 ), usage AS (

@@ -6,6 +6,8 @@ claim can place."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from uuid import UUID, uuid4
@@ -308,3 +310,14 @@ def test_placement_counts_cpus_as_the_sql_does() -> None:
     # 1.0 // 0.2 is 4.0 in floating point; the SQL's floor(1.0 / 0.2) is 5.
     placed = place(Demand(5, 0, 0.2, 16), [Capacity("n0", [], 1.0, 1000)])
     assert placed is not None and len(placed) == 5
+
+
+def test_the_scheduling_modules_import_no_database_driver() -> None:
+    # The simulator runs them without a database; a fresh interpreter, so that what other
+    # tests imported does not count.
+    modules = ", ".join(
+        f"controlplane.scheduling.{name}" for name in ("claim_order", "placement", "unschedulable")
+    )
+    code = f"import sys, {modules}; print('asyncpg' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
