@@ -84,27 +84,31 @@ def worlds(draw: st.DrawFn) -> World:
         NodeRow(
             f"n{i}",
             draw(st.booleans()) if i else draw(st.sampled_from([True, True, True, False])),
-            draw(st.sampled_from([1.0, 1.5, 2.0, 4.0, 8.0, 8.0])),
-            draw(st.sampled_from([1000, 1500, 2048, 2500, 3000, 4096, 8192])),
-            draw(st.lists(st.sampled_from([True, True, True, False]), max_size=6)),
+            draw(st.sampled_from([1.0, 1.5, 2.0, 4.0, 8.0, 16.0])),
+            draw(st.sampled_from([1000, 1500, 2500, 3000, 8192, 16384])),
+            draw(
+                st.lists(
+                    st.sampled_from([True, True, True, False]), min_size=0 if i else 2, max_size=8
+                )
+            ),
         )
         for i in range(draw(st.integers(1, 3)))
     ]
-    job_ids = draw(st.lists(st.uuids(), min_size=1, max_size=14, unique=True))
+    job_ids = draw(st.lists(st.uuids(), min_size=2, max_size=16, unique=True))
     jobs = [
         JobRow(
             job_id,
-            draw(st.sampled_from([*tenant_names, "gone"])),
-            draw(st.sampled_from([True, True, True, False])),
+            draw(st.sampled_from([*tenant_names, *tenant_names, "gone"])),
+            draw(st.sampled_from([True, True, True, True, False])),
             Demand(
                 draw(st.sampled_from([1, 1, 2, 3])),
-                draw(st.integers(0, 2)),
+                draw(st.sampled_from([0, 1, 1, 2])),
                 draw(st.sampled_from([0.1, 0.5, 1.0, 1.0, 2.0])),
                 draw(st.sampled_from([512, 1000, 1024, 1500])),
             ),
             draw(st.integers(-1, 2)),
             draw(st.integers(0, 3)),
-            draw(st.sampled_from([None, None, -1, 1])),
+            draw(st.sampled_from([None, None, None, None, -1, 1])),
         )
         for job_id in job_ids
     ]
@@ -132,6 +136,20 @@ def worlds(draw: st.DrawFn) -> World:
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(world=worlds())
+@example(
+    # Three tenants, one with a quota of one GPU, ten one-GPU jobs, five free GPUs: fair share
+    # interleaves the tenants and the quota stops one.
+    world=World(
+        tenants=[("acme", 1.0, None), ("globex", 1.0, None), ("initech", 1.0, 1)],
+        nodes=[NodeRow("n0", True, 16.0, 16384, [True] * 5)],
+        allocations=[],
+        jobs=[
+            JobRow(UUID(int=k + 1), tenant, True, Demand(1, 1, 1.0, 1024), 0, k, None)
+            for k, tenant in enumerate(["acme"] * 4 + ["globex"] * 4 + ["initech"] * 2)
+        ],
+        limit=8,
+    )
+)
 @example(
     # Three learners, room for one and a half on each of two nodes: two fit, not three.
     world=World(
