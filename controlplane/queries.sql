@@ -307,10 +307,12 @@ ORDER BY n.name;
 -- job fits the node's free room on its own; `claims.claim` takes them in order while they fit
 -- together. A job fits when all of it fits here, or, with several learners, when one learner
 -- fits here and the READY nodes together have room for them all, counted node by node as
--- `claims.place` places them. Each tenant's best fitting jobs come from one scan of its queue
--- index, locked with SKIP LOCKED so that concurrent agents each take different jobs instead of
--- queueing on one row (the rows locked but not taken are released when the claim commits). One
--- statement: a claim is on every job's critical path.
+-- `scheduling.placement.place` places them. Each tenant's best fitting jobs come from one scan
+-- of its queue index, locked with SKIP LOCKED so that concurrent agents each take different jobs
+-- instead of queueing on one row (the rows locked but not taken are released when the claim
+-- commits). One statement: a claim is on every job's critical path. The same order, stated in
+-- Python, is `scheduling.claim_order.claim_order`; tests/test_claim_order.py holds the two
+-- together, so change them together.
 WITH free AS MATERIALIZED (
     SELECT * FROM node_capacity WHERE name = $1
 ), usage AS (
@@ -348,7 +350,10 @@ WITH free AS MATERIALIZED (
                                 THEN cardinality(n.gpus) / s.gpus_per_learner
                                 ELSE s.learners END,
                            floor(n.cpus / s.cpus_per_learner),
-                           n.memory_mb / s.memory_mb_per_learner))
+                           -- Whole learners: the view's memory is numeric, whose division
+                           -- keeps fractions, and half a learner's room on each of two nodes
+                           -- holds no learner.
+                           floor(n.memory_mb / s.memory_mb_per_learner)))
                        FROM node_capacity n)))
           AND (t.gpu_quota IS NULL
                OR coalesce(u.gpus, 0) + s.learners * s.gpus_per_learner <= t.gpu_quota)

@@ -16,7 +16,6 @@ import dataclasses
 import logging
 import threading
 import uuid
-from collections.abc import Iterable, Set
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -65,15 +64,6 @@ class GpuInventory(Protocol):
 
     def close(self) -> None:
         """Release the inventory's resources; it may not be used afterwards."""
-
-
-def allocatable(gpus: Iterable[Gpu], allocated: Set[str]) -> list[Gpu]:
-    """The GPUs a claim may take: healthy ones that are not allocated (UUIDs in `allocated`),
-    by index."""
-    return sorted(
-        (gpu for gpu in gpus if gpu.healthy and gpu.uuid not in allocated),
-        key=lambda gpu: gpu.index,
-    )
 
 
 class FakeInventory:

@@ -355,3 +355,37 @@ async def test_a_node_s_releases_made_at_once_go_together(
     await Releases(pool, "n2").release(won[0].job.job_id, won[0].attempt)
     await releases.release(won[0].job.job_id, won[0].attempt)
     assert await owner.fetch("SELECT DISTINCT released_at FROM allocations") == released
+
+
+async def test_a_gang_that_fits_only_in_halves_of_learners_does_not_stop_the_claims(
+    pool: asyncpg.Pool, store: EventStore, db_url: str
+) -> None:
+    cluster = Cluster(pool, store, db_url)
+    await cluster.tenant("acme")
+    # Room for one and a half learners on each node: two in all, not three.
+    gang = await cluster.submit("acme", manifest(0, 3, memory_mb=1000))
+    small = await cluster.submit("acme", manifest(0, 1, memory_mb=500))
+    await cluster.node("n1", 0, memory_mb=1500)
+    await cluster.node("n2", 0, memory_mb=1500)
+    await cluster.project()
+
+    won = await claim(pool, store, "n1")
+    assert [c.job.job_id for c in won] == [small]
+    await cluster.project()
+    state = await pool.fetchval("SELECT state FROM job_status WHERE job_id = $1", gang)
+    assert state == "QUEUED"
+
+
+async def test_a_gang_spreads_where_memory_bounds_the_claiming_node(
+    pool: asyncpg.Pool, store: EventStore, db_url: str
+) -> None:
+    cluster = Cluster(pool, store, db_url)
+    await cluster.tenant("acme")
+    gang = await cluster.submit("acme", manifest(0, 3, memory_mb=1000))
+    await cluster.node("n1", 0, memory_mb=1500)
+    await cluster.node("n2", 0, memory_mb=4000)
+    await cluster.project()
+
+    [won] = await claim(pool, store, "n1")
+    assert won.job.job_id == gang
+    assert [learner.node for learner in won.learners] == ["n1", "n2", "n2"]

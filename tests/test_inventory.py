@@ -17,11 +17,11 @@ from types import SimpleNamespace
 import pynvml
 import pytest
 
+from controlplane.scheduling.placement import allocatable
 from node_agent.inventory import (
     FakeInventory,
     Gpu,
     NvmlInventory,
-    allocatable,
     open_inventory,
 )
 

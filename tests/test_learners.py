@@ -6,12 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 from uuid import uuid4
 
-from controlplane.agents.claims import Claim, LearnerAllocation
+from controlplane.agents.claims import Claim
 from controlplane.cli import parser
 from controlplane.jobs.lifecycle import Checkpoint, Job, JobStatus, Submit, decide, replay
 from controlplane.jobs.locations import Roots
 from controlplane.jobs.manifest import JobManifest
 from controlplane.jobs.service import now
+from controlplane.scheduling.placement import LearnerAllocation
 from controlplane.settings import Settings
 from node_agent.cli import config_from
 from node_agent.learners import learner_specs

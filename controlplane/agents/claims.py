@@ -25,13 +25,7 @@ from controlplane.jobs.service import now
 from controlplane.jobs.streams import job_stream
 from controlplane.jobs.tracing import job_span
 from controlplane.queries import Q
-
-
-@dataclass(frozen=True, slots=True)
-class LearnerAllocation:
-    index: int
-    node: str
-    gpus: list[str]
+from controlplane.scheduling.placement import Capacity, Demand, LearnerAllocation, place
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,54 +54,6 @@ class Claim:
     def on(self, node: str) -> list[LearnerAllocation]:
         """The learners that `node` runs."""
         return [learner for learner in self.learners if learner.node == node]
-
-
-@dataclass(frozen=True, slots=True)
-class Capacity:
-    """What a node can still give."""
-
-    node: str
-    gpus: list[str]
-    cpus: float
-    memory_mb: int
-
-    def less(self, learners: Sequence[LearnerAllocation], demand: Demand) -> Capacity:
-        """What is left once `learners` (those placed here) have their share."""
-        here = [learner for learner in learners if learner.node == self.node]
-        used = {gpu for learner in here for gpu in learner.gpus}
-        return Capacity(
-            self.node,
-            [gpu for gpu in self.gpus if gpu not in used],
-            self.cpus - len(here) * demand.cpus,
-            self.memory_mb - len(here) * demand.memory_mb,
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class Demand:
-    """What each learner of a job needs."""
-
-    learners: int
-    gpus: int
-    cpus: float
-    memory_mb: int
-
-
-def place(demand: Demand, nodes: Sequence[Capacity]) -> list[LearnerAllocation] | None:
-    """Learners on nodes, in order (the claiming node first): each node takes as many as fit.
-    None when they do not all fit: a job is placed whole or not at all."""
-    placed: list[LearnerAllocation] = []
-    for node in nodes:
-        fits = min(
-            len(node.gpus) // demand.gpus if demand.gpus else demand.learners,
-            int(node.cpus // demand.cpus),
-            node.memory_mb // demand.memory_mb,
-            demand.learners - len(placed),
-        )
-        for k in range(max(fits, 0)):
-            gpus = node.gpus[k * demand.gpus : (k + 1) * demand.gpus]
-            placed.append(LearnerAllocation(len(placed), node.node, gpus))
-    return placed if len(placed) == demand.learners else None
 
 
 STALE_RETRIES = 5
@@ -171,7 +117,11 @@ async def _claim(conn: Executor, store: EventStore, node: str, limit: int) -> li
     if not rows:
         return []  # nothing fits, or the node is not READY (deregistered, or declared lost)
     first = rows[0]
-    room = Capacity(node, list(first["free_gpus"]), first["free_cpus"], first["free_memory_mb"])
+    # The view's memory is numeric (a bigint less a sum); placement counts whole MiB, and a
+    # Decimal count of learners would not do for range().
+    room = Capacity(
+        node, list(first["free_gpus"]), first["free_cpus"], int(first["free_memory_mb"])
+    )
     placed: list[_Placed] = []
     for row in rows:
         demand = Demand(
@@ -185,7 +135,7 @@ async def _claim(conn: Executor, store: EventStore, node: str, limit: int) -> li
             continue  # it fits the node alone, but not beside the jobs taken before it
         if learners is None:
             others = [
-                Capacity(r["name"], list(r["gpus"]), r["cpus"], r["memory_mb"])
+                Capacity(r["name"], list(r["gpus"]), r["cpus"], int(r["memory_mb"]))
                 for r in await conn.fetch(Q["other_nodes_capacity"], node)
             ]
             learners = place(demand, [room, *others])

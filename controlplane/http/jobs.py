@@ -45,11 +45,11 @@ from controlplane.jobs.lifecycle import (
 )
 from controlplane.jobs.locations import LocationRefused, check_manifest_locations
 from controlplane.jobs.manifest import JobManifest, JobSubmission
-from controlplane.jobs.placement import LiveNodes, unschedulable_reason
 from controlplane.jobs.projection import reason
 from controlplane.jobs.service import IdempotencyMismatch, idempotent_id, now
 from controlplane.jobs.streams import job_stream
 from controlplane.queries import Q
+from controlplane.scheduling.unschedulable import LiveNodes, unschedulable_reason
 from controlplane.tenants.auth import Principal, acting_tenant, principal
 from controlplane.tenants.limits import TenantLimits
 from controlplane.webhooks.targets import TargetRefused

@@ -1,0 +1,129 @@
+"""The order a claim takes queued jobs in, stated in Python: what the `claim_candidates` SQL
+does, clause by clause. The SQL stays the production path (one statement, on every job's
+critical path); this statement is what the simulator and the pending-reasons work reason with,
+and a property test (tests/test_claim_order.py) holds the two to the same jobs in the same order.
+
+In short: fair share first (the tenant holding the fewest GPUs for its weight, counting the jobs
+before it in this list as held), then priority (highest first), then submission time, then job
+id; within each tenant's GPU quota. What it leaves out is concurrency: the SQL skips the rows
+other claims hold locked, which here are simply absent from the queue."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from uuid import UUID
+
+from controlplane.scheduling.placement import Capacity, Demand
+
+
+@dataclass(frozen=True, slots=True)
+class TenantShare:
+    """A tenant as the claim weighs it: its fair-share weight, its GPU quota (None: none), and
+    the GPUs its live allocations hold."""
+
+    name: str
+    weight: float
+    gpu_quota: int | None
+    held: int
+
+
+@dataclass(frozen=True, slots=True)
+class QueuedJob:
+    """A QUEUED job's current attempt as the queue row has it."""
+
+    job_id: UUID
+    tenant: str
+    demand: Demand
+    priority: int
+    submitted_at: datetime
+    not_before: datetime | None
+    """When its restart backoff ends; None when it has none."""
+    allocated: bool = False
+    """Its attempt has allocations already: claimed, but the queue row does not say so yet."""
+
+
+def claim_order(
+    node: str,
+    ready: Sequence[Capacity],
+    tenants: Sequence[TenantShare],
+    queue: Sequence[QueuedJob],
+    *,
+    limit: int,
+    now: datetime,
+) -> list[QueuedJob]:
+    """Up to `limit` queued jobs that `node` could take, in the order its claim takes them.
+    `ready` is what every READY node can still give; a node not among them takes nothing."""
+    here = next((room for room in ready if room.node == node), None)
+    if here is None:
+        return []
+    # Each tenant offers no more jobs than could fit together (GPU jobs: one a free GPU), so
+    # that jobs this claim cannot take stay free for other nodes.
+    per_tenant = min(limit, max(len(here.gpus), 1))
+    ranked: list[tuple[float, QueuedJob]] = []
+    for tenant in tenants:
+        own = sorted(
+            (
+                job
+                for job in queue
+                if job.tenant == tenant.name
+                and not job.allocated
+                and (job.not_before is None or job.not_before <= now)
+                and fits(job.demand, here, ready)
+                and _within_quota(tenant, tenant.held + _gpus(job.demand))
+            ),
+            key=_tenant_order,
+        )[:per_tenant]
+        taken = 0
+        for job in own:
+            taken += _gpus(job.demand)
+            if _within_quota(tenant, tenant.held + taken):
+                # The tenant's share just before this job: what it holds and the jobs before it.
+                ranked.append(((tenant.held + taken - _gpus(job.demand)) / tenant.weight, job))
+    ranked.sort(key=lambda entry: (entry[0], *_tenant_order(entry[1])))
+    return [job for _, job in ranked[:limit]]
+
+
+def fits(demand: Demand, here: Capacity, ready: Sequence[Capacity]) -> bool:
+    """Whether a job could go to the claiming node `here`: all of it fits there, or, with
+    several learners, one learner fits there and the READY nodes (`here` among them) together
+    have room for every learner, counted node by node."""
+    whole = (
+        demand.learners * demand.gpus <= len(here.gpus)
+        and demand.learners * demand.cpus <= here.cpus
+        and demand.learners * demand.memory_mb <= here.memory_mb
+    )
+    if whole:
+        return True
+    return (
+        demand.learners > 1
+        and demand.gpus <= len(here.gpus)
+        and demand.cpus <= here.cpus
+        and demand.memory_mb <= here.memory_mb
+        and demand.learners <= sum(_learners_fitting(demand, room) for room in ready)
+    )
+
+
+def _learners_fitting(demand: Demand, room: Capacity) -> int:
+    # As the SQL counts: floor(cpus / per learner) rather than Python's `//` on floats.
+    return min(
+        len(room.gpus) // demand.gpus if demand.gpus else demand.learners,
+        math.floor(room.cpus / demand.cpus),
+        room.memory_mb // demand.memory_mb,
+    )
+
+
+def _within_quota(tenant: TenantShare, gpus: int) -> bool:
+    return tenant.gpu_quota is None or gpus <= tenant.gpu_quota
+
+
+def _gpus(demand: Demand) -> int:
+    return demand.learners * demand.gpus
+
+
+def _tenant_order(job: QueuedJob) -> tuple[int, datetime, UUID]:
+    """Priority (highest first), then submission time, then job id: uuids compare as
+    Postgres compares them, byte by byte."""
+    return (-job.priority, job.submitted_at, job.job_id)

@@ -1,0 +1,88 @@
+"""Placing a job's learners on nodes' free room: pure, over what nodes can still give."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence, Set
+from dataclasses import dataclass
+from typing import Protocol, TypeVar
+
+
+@dataclass(frozen=True, slots=True)
+class LearnerAllocation:
+    index: int
+    node: str
+    gpus: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class Capacity:
+    """What a node can still give."""
+
+    node: str
+    gpus: list[str]
+    cpus: float
+    memory_mb: int
+
+    def less(self, learners: Sequence[LearnerAllocation], demand: Demand) -> Capacity:
+        """What is left once `learners` (those placed here) have their share."""
+        here = [learner for learner in learners if learner.node == self.node]
+        used = {gpu for learner in here for gpu in learner.gpus}
+        return Capacity(
+            self.node,
+            [gpu for gpu in self.gpus if gpu not in used],
+            self.cpus - len(here) * demand.cpus,
+            self.memory_mb - len(here) * demand.memory_mb,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Demand:
+    """What each learner of a job needs."""
+
+    learners: int
+    gpus: int
+    cpus: float
+    memory_mb: int
+
+
+def place(demand: Demand, nodes: Sequence[Capacity]) -> list[LearnerAllocation] | None:
+    """Learners on nodes, in order (the claiming node first): each node takes as many as fit.
+    None when they do not all fit: a job is placed whole or not at all."""
+    placed: list[LearnerAllocation] = []
+    for node in nodes:
+        fits = min(
+            len(node.gpus) // demand.gpus if demand.gpus else demand.learners,
+            # floor(a / b), as the claim's SQL counts, not a // b: 1.0 // 0.2 is 4 (0.2 is a
+            # little over a fifth), and a node the SQL offered 5 learners would place 4.
+            math.floor(node.cpus / demand.cpus),
+            node.memory_mb // demand.memory_mb,
+            demand.learners - len(placed),
+        )
+        for k in range(max(fits, 0)):
+            gpus = node.gpus[k * demand.gpus : (k + 1) * demand.gpus]
+            placed.append(LearnerAllocation(len(placed), node.node, gpus))
+    return placed if len(placed) == demand.learners else None
+
+
+class OfferedGpu(Protocol):
+    """A GPU as a node offers it (the agent's inventory, a registration's GPU list)."""
+
+    @property
+    def index(self) -> int: ...
+    @property
+    def uuid(self) -> str: ...
+    @property
+    def healthy(self) -> bool: ...
+
+
+G = TypeVar("G", bound=OfferedGpu)
+
+
+def allocatable(gpus: Iterable[G], allocated: Set[str]) -> list[G]:
+    """The GPUs a claim may take: healthy ones that are not allocated (UUIDs in `allocated`),
+    by index. The `node_capacity` view counts a node's free GPUs the same way."""
+    return sorted(
+        (gpu for gpu in gpus if gpu.healthy and gpu.uuid not in allocated),
+        key=lambda gpu: gpu.index,
+    )
