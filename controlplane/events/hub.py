@@ -15,7 +15,8 @@ from collections import defaultdict
 from collections.abc import Iterator
 
 from controlplane.database import DATABASE_ERRORS
-from controlplane.events.store import EventStore, LogPosition, RecordedEvent
+from controlplane.events.records import LogPosition, RecordedEvent
+from controlplane.events.store import EventStore
 from controlplane.events.subscription import LogListener, follow
 
 log = logging.getLogger(__name__)

@@ -22,7 +22,8 @@ from controlplane.database import (
     Role,
     connect,
 )
-from controlplane.events.store import EventStore, LogPosition, RecordedEvent
+from controlplane.events.records import LogPosition, RecordedEvent
+from controlplane.events.store import EventStore
 
 CHANNEL = "trainyard_events"
 log = logging.getLogger(__name__)
