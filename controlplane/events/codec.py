@@ -59,37 +59,34 @@ def serialize(append: StreamAppend, types: EventRegistry) -> SerializedAppend:
     )
 
 
-@dataclass(frozen=True, slots=True)
-class StoredEvent:
-    """One event as a store keeps it: its place, and its type, schema version and data as
-    written (decoded, and upcast, only when read)."""
-
-    position: int
-    xid: int
-    stream_id: str
-    stream_version: int
-    type: str
-    schema_version: int
-    data: str
-    metadata: str
-    recorded_at: datetime
-
-
-def decode(stored: StoredEvent, types: EventRegistry) -> RecordedEvent:
-    """The recorded event; an unknown type or bad data is named by stream, version and place."""
+def decode(
+    types: EventRegistry,
+    *,
+    position: int,
+    xid: int,
+    stream_id: str,
+    stream_version: int,
+    type_name: str,
+    schema_version: int,
+    data: str,
+    metadata: str,
+    recorded_at: datetime,
+) -> RecordedEvent:
+    """The recorded event of a stored one (its fields as written: no intermediate record, as
+    a reader far behind decodes many); an unknown type or bad data is named by stream, version
+    and place."""
     try:
-        event = types.decode(stored.type, stored.schema_version, stored.data)
+        event = types.decode(type_name, schema_version, data)
     except (UnknownEventType, MalformedEvent) as exc:
         raise type(exc)(
-            f"stream {stored.stream_id} version {stored.stream_version} "
-            f"(position {stored.position}): {exc}"
+            f"stream {stream_id} version {stream_version} (position {position}): {exc}"
         ) from exc
     return RecordedEvent(
-        position=stored.position,
-        xid=stored.xid,
-        stream_id=stored.stream_id,
-        stream_version=stored.stream_version,
+        position=position,
+        xid=xid,
+        stream_id=stream_id,
+        stream_version=stream_version,
         event=event,
-        metadata=Metadata.model_validate_json(stored.metadata),
-        recorded_at=stored.recorded_at,
+        metadata=Metadata.model_validate_json(metadata),
+        recorded_at=recorded_at,
     )

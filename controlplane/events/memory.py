@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from controlplane.events.codec import StoredEvent, decode, serialize
+from controlplane.events.codec import decode, serialize
 from controlplane.events.errors import ConcurrencyError
 from controlplane.events.metadata import Metadata
 from controlplane.events.records import (
@@ -20,6 +21,22 @@ from controlplane.events.records import (
     StreamAppend,
 )
 from controlplane.events.types import Event, EventRegistry, registry
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEvent:
+    """One event as kept: its place, and its type, schema version and data as written (decoded,
+    and upcast, only when read, as from the table)."""
+
+    position: int
+    xid: int
+    stream_id: str
+    stream_version: int
+    type_name: str
+    schema_version: int
+    data: str
+    metadata: str
+    recorded_at: datetime
 
 
 def _utc_now() -> datetime:
@@ -61,7 +78,7 @@ class InMemoryEventStore:
                 xid=xid,
                 stream_id=stream_id,
                 stream_version=expected_version + offset,
-                type=name,
+                type_name=name,
                 schema_version=schema_version,
                 data=data,
                 metadata=new.metadata,
@@ -83,7 +100,7 @@ class InMemoryEventStore:
 
     async def read_stream(self, stream_id: str, *, from_version: int = 1) -> list[RecordedEvent]:
         stream = self._streams.get(stream_id, [])
-        return [decode(stored, self._types) for stored in stream[max(from_version, 1) - 1 :]]
+        return [self._decode(stored) for stored in stream[max(from_version, 1) - 1 :]]
 
     async def version(self, stream_id: str) -> int:
         return len(self._streams.get(stream_id, []))
@@ -97,7 +114,7 @@ class InMemoryEventStore:
         start = bisect_right(self._log, after, key=_log_position)
         read = self._log[start : start + limit]
         events = [
-            decode(stored, self._types)
+            self._decode(stored)
             for stored in read
             if categories is None or stored.stream_id.partition("-")[0] in categories
         ]
@@ -109,6 +126,20 @@ class InMemoryEventStore:
 
     async def log_tail(self) -> LogPosition:
         return _log_position(self._log[-1]) if self._log else ORIGIN
+
+    def _decode(self, stored: StoredEvent) -> RecordedEvent:
+        return decode(
+            self._types,
+            position=stored.position,
+            xid=stored.xid,
+            stream_id=stored.stream_id,
+            stream_version=stored.stream_version,
+            type_name=stored.type_name,
+            schema_version=stored.schema_version,
+            data=stored.data,
+            metadata=stored.metadata,
+            recorded_at=stored.recorded_at,
+        )
 
     async def close(self) -> None:
         """Nothing is ever in flight."""

@@ -10,7 +10,7 @@ from collections.abc import Collection, Sequence
 import asyncpg
 
 from controlplane.database import Executor
-from controlplane.events.codec import SerializedAppend, StoredEvent, decode, serialize
+from controlplane.events.codec import SerializedAppend, decode, serialize
 from controlplane.events.errors import ConcurrencyError
 from controlplane.events.group_commit import GroupCommit
 from controlplane.events.metadata import Metadata
@@ -216,16 +216,14 @@ class EventStore:
 
     def _decode(self, row: asyncpg.Record) -> RecordedEvent:
         return decode(
-            StoredEvent(
-                position=row["position"],
-                xid=row["xid"],
-                stream_id=row["stream_id"],
-                stream_version=row["stream_version"],
-                type=row["type"],
-                schema_version=row["schema_version"],
-                data=row["data"],
-                metadata=row["metadata"],
-                recorded_at=row["recorded_at"],
-            ),
             self._types,
+            position=row["position"],
+            xid=row["xid"],
+            stream_id=row["stream_id"],
+            stream_version=row["stream_version"],
+            type_name=row["type"],
+            schema_version=row["schema_version"],
+            data=row["data"],
+            metadata=row["metadata"],
+            recorded_at=row["recorded_at"],
         )
