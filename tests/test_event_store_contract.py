@@ -155,3 +155,16 @@ async def test_a_read_of_some_categories_says_how_far_it_read(recorder: EventRec
     assert [e.event for e in everything.events] == [Pinged(n=i) for i in range(1, 5)]
     assert everything.end == last.log_position
     assert isinstance(everything.end, LogPosition)
+
+
+async def test_an_append_says_where_and_when_its_events_were_recorded(
+    recorder: EventRecorder,
+) -> None:
+    appended = await recorder.append("job-1", 0, [Pinged(n=1), Pinged(n=2)], META)
+    events = await recorder.read_stream("job-1")
+    assert tuple(e.position for e in events) == appended.positions
+    assert {e.xid for e in events} == {appended.xid}
+    assert {e.recorded_at for e in events} == {appended.recorded_at}
+    assert appended.recorded_at.tzinfo is not None
+    assert events[-1].log_position == appended.log_position
+    assert await recorder.read_stream("job-1", from_version=3) == []
