@@ -67,7 +67,7 @@ class InMemoryEventStore:
         self, stream_id: str, expected_version: int, events: Sequence[Event], metadata: Metadata
     ) -> Appended:
         new = serialize(StreamAppend(stream_id, expected_version, events, metadata), self._types)
-        stream = self._streams.get(stream_id, [])
+        stream = self._streams.setdefault(stream_id, [])
         if len(stream) != expected_version:
             raise ConcurrencyError(stream_id, expected_version, len(stream))
         xid = self._log[-1].xid + 1 if self._log else 1
@@ -89,7 +89,7 @@ class InMemoryEventStore:
             )
         ]
         self._log.extend(written)
-        self._streams[stream_id] = [*stream, *written]
+        stream.extend(written)
         return Appended(
             stream_id,
             written[-1].stream_version,
