@@ -38,7 +38,7 @@ async def count(recorder: EventRecorder) -> int:
 async def settled(recorder: EventRecorder, last: LogPosition) -> list[RecordedEvent]:
     """The whole log, once it reaches `last` (a shared Postgres server's older transactions
     hold it back a while)."""
-    async with asyncio.timeout(10):
+    async with asyncio.timeout(20):  # as tests/polling.eventually
         while True:
             log = await recorder.read_log(ORIGIN)
             if log and log[-1].log_position == last:
