@@ -60,7 +60,8 @@ from controlplane.agents.events import GpuInfo
 from controlplane.agents.nodes import Nodes, NodeSpec
 from controlplane.database import create_pool
 from controlplane.events.metadata import Metadata
-from controlplane.events.store import ORIGIN, EventStore, LogPosition
+from controlplane.events.records import ORIGIN, LogPosition
+from controlplane.events.store import EventStore
 from controlplane.events.subscription import LogListener
 from controlplane.jobs.events import JobCompleted, JobDeploying, JobFailed, JobProcessing
 from controlplane.jobs.lifecycle import Complete, EnterPhase, JobStatus, Submit, decide, evolve

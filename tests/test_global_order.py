@@ -9,7 +9,8 @@ import random
 import asyncpg
 
 from controlplane.events.metadata import Metadata
-from controlplane.events.store import ORIGIN, EventStore, LogPosition
+from controlplane.events.records import ORIGIN, LogPosition
+from controlplane.events.store import EventStore
 from tests.events import Pinged
 
 META = Metadata(actor="test")

@@ -11,7 +11,8 @@ import pytest
 from controlplane.events.errors import ConcurrencyError
 from controlplane.events.group_commit import GroupCommit
 from controlplane.events.metadata import Metadata
-from controlplane.events.store import EventStore, StreamAppend
+from controlplane.events.records import StreamAppend
+from controlplane.events.store import EventStore
 from tests.events import Pinged
 
 META = Metadata(actor="user:alice", tenant="acme")

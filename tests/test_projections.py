@@ -11,7 +11,8 @@ import pytest
 
 from controlplane.database import Executor
 from controlplane.events.metadata import Metadata
-from controlplane.events.store import ORIGIN, EventStore, RecordedEvent
+from controlplane.events.records import ORIGIN, RecordedEvent
+from controlplane.events.store import EventStore
 from controlplane.events.subscription import LogListener
 from controlplane.projections.runner import ProjectionRunner
 from controlplane.projections.streams import StreamsProjection

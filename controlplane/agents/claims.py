@@ -17,7 +17,8 @@ from controlplane.database import Executor
 from controlplane.events.errors import ConcurrencyError
 from controlplane.events.group_commit import GroupCommit
 from controlplane.events.metadata import Metadata
-from controlplane.events.store import EventStore, StreamAppend
+from controlplane.events.records import StreamAppend
+from controlplane.events.store import EventStore
 from controlplane.instruments import CLAIM_LATENCY
 from controlplane.jobs.events import JobEvent
 from controlplane.jobs.lifecycle import Deploy, Job, JobStatus, Refused, decide, evolve

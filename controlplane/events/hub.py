@@ -15,7 +15,8 @@ from collections import defaultdict
 from collections.abc import Iterator
 
 from controlplane.database import DATABASE_ERRORS
-from controlplane.events.store import EventStore, LogPosition, RecordedEvent
+from controlplane.events.recorder import EventRecorder
+from controlplane.events.records import LogPosition, RecordedEvent
 from controlplane.events.subscription import LogListener, follow
 
 log = logging.getLogger(__name__)
@@ -50,7 +51,7 @@ class Subscription:
 
 
 class StreamHub:
-    def __init__(self, store: EventStore, listener: LogListener) -> None:
+    def __init__(self, store: EventRecorder, listener: LogListener) -> None:
         self._store = store
         self._listener = listener
         self._subscribers: defaultdict[str, set[Subscription]] = defaultdict(set)

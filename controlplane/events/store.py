@@ -1,105 +1,30 @@
-"""The event store: optimistic appends to streams and a gap-free read of the global log."""
+"""The Postgres event store: optimistic appends to streams and a gap-free read of the global log.
+
+It is the `EventRecorder` production uses, and adds what only a database gives: appends inside
+a caller's transaction (`conn`) and several streams appended in one statement."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
-from datetime import datetime
-from typing import NamedTuple
 
 import asyncpg
 
 from controlplane.database import Executor
-from controlplane.events.errors import ConcurrencyError, MalformedEvent, UnknownEventType
+from controlplane.events.codec import SerializedAppend, decode, serialize
+from controlplane.events.errors import ConcurrencyError
 from controlplane.events.group_commit import GroupCommit
 from controlplane.events.metadata import Metadata
+from controlplane.events.records import (
+    ORIGIN,
+    Appended,
+    LogBatch,
+    LogPosition,
+    RecordedEvent,
+    StreamAppend,
+)
 from controlplane.events.types import Event, EventRegistry, registry
 from controlplane.instruments import EVENTS_APPENDED
 from controlplane.queries import Q
-
-STREAM_ID = re.compile(r"^[a-z][a-z0-9_]*-[A-Za-z0-9._:@-]+$")
-"""`<category>-<id>`, e.g. `job-<uuid>`, `node-gpu01`, `tenant-acme`; the table checks it too."""
-
-
-class LogPosition(NamedTuple):
-    """A reader's place in the global log: the (xid, position) of the last event it read."""
-
-    xid: int
-    position: int
-
-
-ORIGIN = LogPosition(0, 0)
-"""Before the first event."""
-
-
-@dataclass(frozen=True, slots=True)
-class RecordedEvent:
-    """An event as stored: where it sits in its stream and in the global log, and when."""
-
-    position: int
-    xid: int
-    stream_id: str
-    stream_version: int
-    event: Event
-    metadata: Metadata
-    recorded_at: datetime
-
-    @property
-    def log_position(self) -> LogPosition:
-        return LogPosition(self.xid, self.position)
-
-    @property
-    def category(self) -> str:
-        return self.stream_id.partition("-")[0]
-
-
-@dataclass(frozen=True, slots=True)
-class Appended:
-    """The outcome of an append: the stream's new version and the events' global positions."""
-
-    stream_id: str
-    version: int
-    positions: tuple[int, ...]
-    xid: int
-    recorded_at: datetime
-
-    @property
-    def log_position(self) -> LogPosition:
-        """The place of the last appended event in the global log."""
-        return LogPosition(self.xid, self.positions[-1])
-
-
-@dataclass(frozen=True, slots=True)
-class LogBatch:
-    """What one read of the log returned: the wanted events, how many it read in all, and the
-    place of the last one read (`after` when it read none)."""
-
-    events: list[RecordedEvent]
-    read: int
-    end: LogPosition
-
-
-@dataclass(frozen=True, slots=True)
-class StreamAppend:
-    """Events for one stream, to be appended only if it is at `expected_version`."""
-
-    stream_id: str
-    expected_version: int
-    events: Sequence[Event]
-    metadata: Metadata
-
-
-@dataclass(frozen=True, slots=True)
-class _Serialized:
-    """A checked append, its events and metadata as JSON."""
-
-    stream_id: str
-    expected_version: int
-    types: list[str]
-    schema_versions: list[int]
-    datas: list[str]
-    metadata: str
 
 
 class EventStore:
@@ -114,7 +39,7 @@ class EventStore:
     def __init__(self, pool: asyncpg.Pool, types: EventRegistry = registry) -> None:
         self._pool = pool
         self._types = types
-        self._group: GroupCommit[_Serialized, Appended | None] = GroupCommit(
+        self._group: GroupCommit[SerializedAppend, Appended | None] = GroupCommit(
             lambda news: self._insert(self._pool, news), key=lambda new: new.stream_id
         )
 
@@ -141,7 +66,7 @@ class EventStore:
         Raises ConcurrencyError, writing nothing, when the stream is at another version.
         Without `conn`, appends made while others are in flight are committed together.
         """
-        new = self._prepare(StreamAppend(stream_id, expected_version, events, metadata))
+        new = serialize(StreamAppend(stream_id, expected_version, events, metadata), self._types)
         if conn is None:
             appended = await self._group.submit(new)
         else:
@@ -156,42 +81,13 @@ class EventStore:
         """Append to several streams in one statement inside the caller's transaction: for
         each, what was appended, or None where its stream was not at the expected version
         (nothing of that one was written; the others were)."""
-        news = [self._prepare(append) for append in appends]
+        news = [serialize(append, self._types) for append in appends]
         if len({new.stream_id for new in news}) < len(news):
             raise ValueError("append_many: a stream appears twice; append its events together")
         return await self._insert(conn, news)
 
-    def _prepare(self, append: StreamAppend) -> _Serialized:
-        stream_id, expected_version = append.stream_id, append.expected_version
-        if not STREAM_ID.match(stream_id):
-            raise ValueError(f"invalid stream id {stream_id!r}: expected '<category>-<id>'")
-        if expected_version < 0:
-            raise ValueError(f"stream {stream_id}: expected version must be >= 0")
-        if not append.events:
-            raise ValueError(f"stream {stream_id}: nothing to append")
-        names, versions, datas = [], [], []
-        for offset, event in enumerate(append.events, start=1):
-            version = expected_version + offset
-            if not self._types.is_registered(event):
-                raise UnknownEventType(
-                    f"stream {stream_id} version {version}: event class "
-                    f"{type(event).__name__} is not a registered event type; nothing was written"
-                )
-            try:
-                datas.append(event.model_dump_json())
-            except ValueError as exc:
-                raise MalformedEvent(
-                    f"stream {stream_id} version {version}: {event.type_name} cannot be "
-                    f"serialized ({exc}); nothing was written"
-                ) from exc
-            names.append(event.type_name)
-            versions.append(event.schema_version)
-        return _Serialized(
-            stream_id, expected_version, names, versions, datas, append.metadata.model_dump_json()
-        )
-
     async def _insert(
-        self, executor: Executor, news: Sequence[_Serialized]
+        self, executor: Executor, news: Sequence[SerializedAppend]
     ) -> list[Appended | None]:
         ks, ords, names, versions, datas = [], [], [], [], []
         for k, new in enumerate(news, start=1):
@@ -319,19 +215,15 @@ class EventStore:
         return LogPosition(row["xid"], row["position"]) if row else ORIGIN
 
     def _decode(self, row: asyncpg.Record) -> RecordedEvent:
-        try:
-            event = self._types.decode(row["type"], row["schema_version"], row["data"])
-        except (UnknownEventType, MalformedEvent) as exc:
-            raise type(exc)(
-                f"stream {row['stream_id']} version {row['stream_version']} "
-                f"(position {row['position']}): {exc}"
-            ) from exc
-        return RecordedEvent(
+        return decode(
+            self._types,
             position=row["position"],
             xid=row["xid"],
             stream_id=row["stream_id"],
             stream_version=row["stream_version"],
-            event=event,
-            metadata=Metadata.model_validate_json(row["metadata"]),
+            type_name=row["type"],
+            schema_version=row["schema_version"],
+            data=row["data"],
+            metadata=row["metadata"],
             recorded_at=row["recorded_at"],
         )

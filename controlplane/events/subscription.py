@@ -22,7 +22,8 @@ from controlplane.database import (
     Role,
     connect,
 )
-from controlplane.events.store import EventStore, LogPosition, RecordedEvent
+from controlplane.events.recorder import EventRecorder
+from controlplane.events.records import LogPosition, RecordedEvent
 
 CHANNEL = "trainyard_events"
 log = logging.getLogger(__name__)
@@ -127,7 +128,7 @@ class LogListener:
 
 
 async def follow(
-    store: EventStore, listener: LogListener, after: LogPosition, *, batch: int = 500
+    store: EventRecorder, listener: LogListener, after: LogPosition, *, batch: int = 500
 ) -> AsyncGenerator[RecordedEvent, None]:
     """Every event after `after`, forever, in global order, waiting for new ones as they come."""
     position = after

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from controlplane.events.hub import Lagged
 from controlplane.events.metadata import Metadata
-from controlplane.events.store import RecordedEvent
+from controlplane.events.records import RecordedEvent
 from controlplane.http import params
 from controlplane.http.errors import error, validation_error
 from controlplane.http.keys import (

@@ -11,7 +11,7 @@ from typing import Any
 from uuid import UUID
 
 from controlplane.database import Executor
-from controlplane.events.store import RecordedEvent
+from controlplane.events.records import RecordedEvent
 from controlplane.jobs.events import (
     DeploymentRolledBack,
     JobCancelled,

@@ -10,7 +10,8 @@ from itertools import takewhile
 
 from controlplane.events.errors import ConcurrencyError
 from controlplane.events.metadata import Metadata
-from controlplane.events.store import EventStore, RecordedEvent
+from controlplane.events.records import RecordedEvent
+from controlplane.events.store import EventStore
 from controlplane.jobs.events import JobEvent
 from controlplane.jobs.lifecycle import Command, Job, Refused, Submit, decide, evolve, replay
 from controlplane.jobs.limits import JobLimits

@@ -14,7 +14,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Link, Span
 from opentelemetry.util.types import Attributes
 
-from controlplane.events.store import RecordedEvent
+from controlplane.events.records import RecordedEvent
 
 tracer = trace.get_tracer("trainyard")
 

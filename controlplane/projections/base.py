@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from controlplane.database import Executor
-from controlplane.events.store import RecordedEvent
+from controlplane.events.records import RecordedEvent
 
 
 class Projection(Protocol):

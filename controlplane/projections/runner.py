@@ -10,7 +10,8 @@ from collections.abc import Sequence
 import asyncpg
 
 from controlplane.database import Executor
-from controlplane.events.store import ORIGIN, EventStore, LogPosition
+from controlplane.events.records import ORIGIN, LogPosition
+from controlplane.events.store import EventStore
 from controlplane.events.subscription import LogListener
 from controlplane.projections.base import Projection
 from controlplane.queries import Q

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from controlplane.database import Executor
-from controlplane.events.store import RecordedEvent
+from controlplane.events.records import RecordedEvent
 from controlplane.queries import Q
 from controlplane.tenants.events import (
     AdminTokenIssued,

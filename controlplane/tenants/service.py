@@ -16,7 +16,8 @@ from pydantic import ValidationError
 from controlplane.database import Executor
 from controlplane.events.errors import ConcurrencyError
 from controlplane.events.metadata import Metadata
-from controlplane.events.store import EventStore, LogPosition
+from controlplane.events.records import LogPosition
+from controlplane.events.store import EventStore
 from controlplane.events.types import Event
 from controlplane.projections.runner import ProjectionRunner
 from controlplane.queries import Q

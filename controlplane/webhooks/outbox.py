@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from controlplane.database import Executor
-from controlplane.events.store import RecordedEvent
+from controlplane.events.records import RecordedEvent
 from controlplane.events.types import registry
 from controlplane.jobs.events import JobCompleted, JobEvent, JobFailed, JobRestarted, JobSubmitted
 from controlplane.jobs.streams import CATEGORY, job_id_of
