@@ -5,7 +5,6 @@ OTLP export (collection runs observable callbacks on other threads, which cannot
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 
 import asyncpg
@@ -13,6 +12,7 @@ import asyncpg
 from controlplane.database import DATABASE_ERRORS
 from controlplane.instruments import GPUS, GPUS_ALLOCATED, QUEUE_DEPTH, Reading
 from controlplane.queries import Q
+from controlplane.workers import pause
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +53,7 @@ class ClusterGauges:
                 except DATABASE_ERRORS as exc:
                     # The last sample stays; metrics are no reason to stop the control plane.
                     log.warning("sampling the cluster's gauges failed: %s", exc)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stopping.wait(), self._interval_s)
+                await pause(self._stopping, self._interval_s)
 
     def stop(self) -> None:
         self._stopping.set()

@@ -91,7 +91,6 @@ class AgentConfig:
 @dataclass
 class _Running:
     attempt: Attempt
-    task: asyncio.Task[None]
     version: int
     """The job stream's version this agent has looked at (for cancel and checkpoint requests)."""
 
@@ -120,6 +119,8 @@ class Agent:
         self._runtime = runtime
         self._logs = logs
         self._running: dict[UUID, _Running] = {}
+        self._attempts: asyncio.TaskGroup | None = None
+        """Where attempts run, while `run()` runs; those `reconcile()` resumes wait for it."""
         self._users = Users(config.learner_uids, root=os.geteuid() == 0)
         self._stopping = asyncio.Event()
         self._changed = asyncio.Event()
@@ -210,17 +211,37 @@ class Agent:
         self._start(won, specs, adopted)
 
     async def run(self) -> None:
-        """Heartbeats and work until `stop()`; then deregister. Call `register()` first."""
+        """Heartbeats and work until `stop()`; then stop the attempts (their learners stop,
+        their jobs go back to the queue), wait for them, and deregister. A cancellation stops
+        it in the same order before it goes on (a second one cuts the wait short). Call
+        `register()` first."""
+        cancelled: asyncio.CancelledError | None = None
         try:
             with GPU_UTILIZATION.source(self._gpu_utilization):
                 async with asyncio.TaskGroup() as group:
                     heartbeats = group.create_task(self._heartbeats(), name="heartbeats")
-                    await self._work()
+                    # Ends once every attempt has, while the heartbeats keep the lease.
+                    async with asyncio.TaskGroup() as attempts:
+                        self._attempts = attempts
+                        for running in self._running.values():
+                            self._launch(attempts, running.attempt)  # resumed by `reconcile()`
+                        try:
+                            await self._work()
+                        except asyncio.CancelledError as exc:
+                            # Not raised here: the group would cut the attempts short, and
+                            # their jobs would stay on this node, not go back to the queue.
+                            log.info("node agent cancelled: stopping its attempts first")
+                            cancelled = exc
+                            self.stop()
+                        self._stop_attempts()
                     heartbeats.cancel()
         finally:
+            self._attempts = None
             # Shielded: a cancelled shutdown must still give the node's name back.
             with contextlib.suppress(*DATABASE_ERRORS):
                 await asyncio.shield(self._nodes.deregister(self.config.name, self.agent_id))
+        if cancelled is not None:
+            raise cancelled
 
     def _gpu_utilization(self) -> list[Reading]:
         """NVML's utilization of each GPU of each running attempt, labelled with its job (run
@@ -292,13 +313,13 @@ class Agent:
             finally:
                 for task in waiting:
                     task.cancel()
+
+    def _stop_attempts(self) -> None:
         for running in self._running.values():
             if self.fenced:
                 running.attempt.fence()
             else:
                 running.attempt.stop()
-        if self._running:
-            await asyncio.wait([r.task for r in self._running.values()])
 
     async def _claim(self) -> list[Claim]:
         return await claim(self._pool, self._store, self.config.name)
@@ -344,18 +365,28 @@ class Agent:
             adopted=adopted,
         )
         log.info("job %s attempt %d: running %d learner(s)", job_id, won.attempt, len(specs))
-        task = asyncio.create_task(self._run_attempt(attempt), name=f"attempt-{job_id}")
-        self._running[job_id] = _Running(attempt, task, version=won.version)
+        self._running[job_id] = _Running(attempt, version=won.version)
+        if self._attempts is not None:
+            self._launch(self._attempts, attempt)
+
+    def _launch(self, group: asyncio.TaskGroup, attempt: Attempt) -> None:
+        job_id = attempt.claim.job.job_id
+        group.create_task(self._run_attempt(attempt), name=f"attempt-{job_id}")
 
     async def _run_attempt(self, attempt: Attempt) -> None:
+        """Run the attempt and give back what it held; its failure is logged, never raised:
+        it would end the agent's other attempts (their group cancels them)."""
+        try:
+            await self._attempt(attempt)
+        except Exception:
+            log.exception("job %s: the attempt failed unexpectedly", attempt.claim.job.job_id)
+
+    async def _attempt(self, attempt: Attempt) -> None:
         job_id = attempt.claim.job.job_id
         try:
             # Before any learner writes: its lines count towards the job's log limits.
             await self._retry(lambda: self._logs.open(job_id, attempt.claim.job.limits))
             await attempt.run()
-        except Exception:
-            log.exception("job %s: the attempt failed unexpectedly", job_id)
-            raise
         finally:
             # The learners have ended. Their containers go once their last lines are stored
             # (until then the engine holds the only copy), and before their GPUs go back, so

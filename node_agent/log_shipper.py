@@ -29,7 +29,6 @@ no other job's lines by more than a batch.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections import deque
 from dataclasses import dataclass, field, replace
@@ -43,6 +42,7 @@ from controlplane.instruments import LOG_LINES
 from controlplane.jobs.limits import JobLimits
 from controlplane.logs.lines import LogLine, Series
 from controlplane.logs.store import log_usage, write_lines
+from controlplane.workers import pause
 
 log = logging.getLogger(__name__)
 
@@ -286,8 +286,7 @@ class LogShipper:
         """Ship lines until `stop()`, retrying while the database is away; then ship what is
         left, for up to `stop_timeout_s`."""
         while not self._stopping.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self._flush_interval_s)
+            await pause(self._wake, self._flush_interval_s)
             self._wake.clear()  # before flushing: a batch filled meanwhile wakes the next round
             try:
                 await self.flush()
@@ -298,8 +297,7 @@ class LogShipper:
                     self.pending,
                     self._retry_s,
                 )
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stopping.wait(), self._retry_s)
+                await pause(self._stopping, self._retry_s)
         await self._last_flush()
 
     async def _last_flush(self) -> None:

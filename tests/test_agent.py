@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import sys
 from pathlib import Path
@@ -132,6 +133,28 @@ async def test_stopping_the_agent_sends_running_jobs_back_to_the_queue(
     assert job.attempt == 2 and job.restarts == 1
     assert job.transitions[-1].reason == "node agent stopped"
     await wait_for_line(plane, job_id, "terminating")
+
+
+async def test_a_cancelled_agent_stops_as_a_stopped_one_does_before_the_cancellation_goes_on(
+    plane: Plane, tmp_path: Path, owner: asyncpg.Connection
+) -> None:
+    running = await RunningAgent(
+        plane.url, agent_config(tmp_path, grace_s=5), fake_gpus=1
+    ).started()
+    job_id = await plane.submit(SLEEPER)
+    await plane.state(job_id, JobStatus.PROCESSING)
+    await wait_for_line(plane, job_id, "ready")
+    running.task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(running.task, 30)
+    # All of it done before the cancellation came out: the learner was stopped, its job went
+    # back to the queue, its GPU came back and the node's name was given back.
+    job = await plane.state(job_id, JobStatus.QUEUED)
+    assert job.attempt == 2 and job.restarts == 1
+    assert job.transitions[-1].reason == "node agent stopped"
+    await wait_for_line(plane, job_id, "terminating")
+    assert await owner.fetchval("SELECT count(*) FROM allocated_gpus") == 0
+    assert await owner.fetchval("SELECT state FROM nodes WHERE name = 'n1'") == "GONE"
 
 
 async def test_losing_the_database_keeps_learners_running_and_catches_up(

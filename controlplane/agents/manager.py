@@ -5,7 +5,6 @@ back deployments whose learners did not all start within their deploy timeout.""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from uuid import UUID
 
@@ -22,6 +21,7 @@ from controlplane.jobs.service import Jobs, now
 from controlplane.jobs.streams import job_stream
 from controlplane.jobs.tracing import job_root, job_span
 from controlplane.queries import Q
+from controlplane.workers import pause
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ class LifecycleManager:
             except DATABASE_ERRORS as exc:
                 log.warning("lifecycle manager: %s; retrying", exc)
             self.active = False
-            await self._pause()
+            await pause(self._stopping, self.interval_s)
 
     async def _hold_lock_and_sweep(self) -> None:
         conn = await connect(self._url)
@@ -71,13 +71,9 @@ class LifecycleManager:
                     # a sweep is transactional and conditional, so neither repeats the other.)
                     await conn.fetchval(Q["ping"])
                     await self.sweep()
-                await self._pause()
+                await pause(self._stopping, self.interval_s)
         finally:
             await asyncio.shield(conn.close(timeout=5))
-
-    async def _pause(self) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._stopping.wait(), self.interval_s)
 
     async def sweep(self) -> list[str]:
         """Declare every node whose lease has expired LOST (returns their names), then roll

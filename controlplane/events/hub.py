@@ -18,6 +18,7 @@ from controlplane.database import DATABASE_ERRORS
 from controlplane.events.recorder import EventRecorder
 from controlplane.events.records import LogPosition, RecordedEvent
 from controlplane.events.subscription import LogListener, follow
+from controlplane.workers import pause
 
 log = logging.getLogger(__name__)
 
@@ -83,8 +84,7 @@ class StreamHub:
                     # Resume from the last event handed out: none is skipped or sent twice
                     # (and a subscriber that lags re-reads the store anyway).
                     log.warning("SSE hub: %s; resuming in %.1fs", exc, RETRY_S)
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._stopping.wait(), RETRY_S)
+                    await pause(self._stopping, RETRY_S)
         finally:
             # Close every open stream: their handlers end their responses cleanly.
             for watchers in self._subscribers.values():

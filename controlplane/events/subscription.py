@@ -9,7 +9,6 @@ and wakes every waiter so that they catch up on whatever committed meanwhile.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import AsyncGenerator
 
@@ -24,6 +23,7 @@ from controlplane.database import (
 )
 from controlplane.events.recorder import EventRecorder
 from controlplane.events.records import LogPosition, RecordedEvent
+from controlplane.workers import pause
 
 CHANNEL = "trainyard_events"
 log = logging.getLogger(__name__)
@@ -66,12 +66,7 @@ class LogListener:
         """Return once woken after generation `seen`, or after the poll interval at most."""
         if self._generation != seen:
             return
-        woken = self._woken
-        # asyncio.timeout, not wait_for: wait_for (3.11) can swallow a cancellation that
-        # arrives as the event is set, and a cancelled reader would then read on.
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(self.poll_interval):
-                await woken.wait()
+        await pause(self._woken, self.poll_interval)
 
     def wake(self) -> None:
         """Wake every waiter; a fresh Event for the next round, so each wake is seen once."""
@@ -91,8 +86,7 @@ class LogListener:
                 )
             # Whatever happened while we were not listening, readers must look again.
             self.wake()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), self._retry_interval)
+            await pause(self._stopping, self._retry_interval)
 
     def stop(self) -> None:
         self._stopping.set()
