@@ -7,7 +7,19 @@ import os
 import sys
 from dataclasses import dataclass
 
+import asyncpg
+
 from bench.served import ServedControlPlane
+
+
+def auth(token: str) -> dict[str, str]:
+    """The header that presents `token`."""
+    return {"Authorization": f"Bearer {token}"}
+
+
+async def event_count(owner: asyncpg.Connection) -> int:
+    """Every event in the log: what a refused request must leave as it was."""
+    return int(await owner.fetchval("SELECT count(*) FROM events"))
 
 
 @dataclass(frozen=True)

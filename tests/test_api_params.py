@@ -15,7 +15,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from controlplane.http.app import create_app
-from tests.tenancy import Tokens
+from tests.tenancy import Tokens, auth, event_count
 
 Client = TestClient[Any, Any]
 MANIFEST = {"name": "params", "image": "img", "command": ["train"]}
@@ -32,14 +32,6 @@ async def client(db_url: str) -> AsyncIterator[Client]:
     app = create_app(db_url, poll_interval=0.2, sse_heartbeat_s=0.2)
     async with TestClient(TestServer(app)) as client:
         yield client
-
-
-def auth(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
-
-
-async def event_count(owner: asyncpg.Connection) -> int:
-    return int(await owner.fetchval("SELECT count(*) FROM events"))
 
 
 async def test_parameters_out_of_range_or_unstorable_are_400_naming_them(

@@ -39,7 +39,7 @@ from controlplane.logs.lines import (
 from controlplane.logs.store import last_seqs, read_lines, write_lines
 from node_agent.log_shipper import LINE_OVERHEAD, LogShipper
 from runners import protocol
-from tests.tenancy import Tokens
+from tests.tenancy import Tokens, auth
 
 Client = TestClient[Any, Any]
 MANIFEST = {"name": "logs", "image": "img", "command": ["train"], "learners": 2}
@@ -350,10 +350,6 @@ async def client(db_url: str) -> AsyncIterator[Client]:
     app[LOG_POLL_S] = 0.05
     async with TestClient(TestServer(app)) as client:
         yield client
-
-
-def auth(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
 
 
 async def submit(client: Client, token: str) -> UUID:

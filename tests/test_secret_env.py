@@ -21,7 +21,7 @@ from controlplane.http.app import create_app
 from controlplane.jobs.manifest import MAX_SECRET_ENV
 from tests.cluster import RunningAgent, agent_config, learner_space
 from tests.polling import eventually
-from tests.tenancy import Tokens
+from tests.tenancy import Tokens, auth
 
 Client = TestClient[Any, Any]
 
@@ -30,10 +30,6 @@ Client = TestClient[Any, Any]
 async def client(db_url: str) -> AsyncIterator[Client]:
     async with TestClient(TestServer(create_app(db_url, poll_interval=0.2))) as client:
         yield client
-
-
-def auth(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
 
 
 def manifest(command: list[str], **extra: Any) -> dict[str, Any]:

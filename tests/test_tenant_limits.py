@@ -26,7 +26,7 @@ from controlplane.jobs.limits import DEFAULT_LOG_LINES
 from controlplane.jobs.service import now
 from controlplane.tenants.limits import DEFAULT_STREAMS, TenantLimits
 from tests.polling import eventually
-from tests.tenancy import Cli, Tokens
+from tests.tenancy import Cli, Tokens, auth, event_count
 
 Client = TestClient[web.Request, web.Application]
 MANIFEST = {"name": "m", "image": "i", "command": ["python", "train.py"]}
@@ -38,18 +38,8 @@ async def client(db_url: str) -> AsyncIterator[Client]:
         yield client
 
 
-def bearer(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
-
-
-async def event_count(owner: asyncpg.Connection) -> int:
-    return int(await owner.fetchval("SELECT count(*) FROM events"))
-
-
 async def set_limits(client: Client, tokens: Tokens, **limits: Any) -> Any:
-    response = await client.put(
-        "/v1/tenants/acme/limits", json=limits, headers=bearer(tokens.admin)
-    )
+    response = await client.put("/v1/tenants/acme/limits", json=limits, headers=auth(tokens.admin))
     assert response.status == 200, await response.text()
     return await response.json()
 
@@ -57,7 +47,7 @@ async def set_limits(client: Client, tokens: Tokens, **limits: Any) -> Any:
 async def test_the_admin_sets_some_limits_and_the_others_stay(
     client: Client, tokens: Tokens, owner: asyncpg.Connection
 ) -> None:
-    admin = bearer(tokens.admin)
+    admin = auth(tokens.admin)
     defaults = await (await client.get("/v1/tenants/acme/limits", headers=admin)).json()
     assert defaults == TenantLimits().model_dump(mode="json")
     assert defaults["streams"] == DEFAULT_STREAMS
@@ -104,7 +94,7 @@ async def test_bad_limits_are_refused_and_write_nothing(
     field: str | None,
 ) -> None:
     before = await event_count(owner)
-    response = await client.put(path, json=body, headers=bearer(getattr(tokens, token)))
+    response = await client.put(path, json=body, headers=auth(getattr(tokens, token)))
     assert response.status == status
     if field is not None:
         assert field in [f["field"] for f in (await response.json())["fields"]]
@@ -115,7 +105,7 @@ async def test_submissions_past_the_tenants_rate_are_429_with_retry_after(
     client: Client, tokens: Tokens, owner: asyncpg.Connection
 ) -> None:
     await set_limits(client, tokens, submissions_per_s=0.01, submission_burst=2)
-    acme = bearer(tokens.acme)
+    acme = auth(tokens.acme)
     keyed = {**acme, "Idempotency-Key": "retry-me"}
     first = await client.post("/v1/jobs", json=MANIFEST, headers=keyed)
     assert first.status == 201
@@ -133,16 +123,14 @@ async def test_submissions_past_the_tenants_rate_are_429_with_retry_after(
     assert (await retried.json())["id"] == (await first.json())["id"]
     assert await event_count(owner) == before
     # Another tenant's bucket is its own.
-    assert (
-        await client.post("/v1/jobs", json=MANIFEST, headers=bearer(tokens.globex))
-    ).status == 201
+    assert (await client.post("/v1/jobs", json=MANIFEST, headers=auth(tokens.globex))).status == 201
 
 
 async def test_past_the_queued_jobs_limit_a_submission_is_429_and_writes_nothing(
     client: Client, tokens: Tokens, owner: asyncpg.Connection, pool: asyncpg.Pool
 ) -> None:
     await set_limits(client, tokens, queued_jobs=2)
-    acme = bearer(tokens.acme)
+    acme = auth(tokens.acme)
     for _ in range(2):
         assert (await client.post("/v1/jobs", json=MANIFEST, headers=acme)).status == 201
 
@@ -162,7 +150,7 @@ async def test_a_job_carries_the_limits_of_its_tenant_at_submission(
     client: Client, tokens: Tokens
 ) -> None:
     await set_limits(client, tokens, log_lines=10, log_bytes=1000, reports_per_s=0.5)
-    acme = bearer(tokens.acme)
+    acme = auth(tokens.acme)
     first = await (await client.post("/v1/jobs", json=MANIFEST, headers=acme)).json()
     assert first["limits"] == {"log_lines": 10, "log_bytes": 1000, "reports_per_s": 0.5}
     await set_limits(client, tokens, log_lines=20)
@@ -176,7 +164,7 @@ async def test_a_job_carries_the_limits_of_its_tenant_at_submission(
 async def test_a_job_needing_more_memory_than_any_node_has_is_422(
     client: Client, tokens: Tokens, owner: asyncpg.Connection, pool: asyncpg.Pool
 ) -> None:
-    acme = bearer(tokens.acme)
+    acme = auth(tokens.acme)
     # No node known yet: only the manifest's own bound applies.
     big = {**MANIFEST, "memory_mb": 100_000}
     assert (await client.post("/v1/jobs", json=big, headers=acme)).status == 201
@@ -227,7 +215,7 @@ async def test_oversized_manifests_are_422_naming_each_field_and_write_nothing(
         "memory_mb": 1 << 40,
         "restart_on": "sometimes",
     }
-    refused = await client.post("/v1/jobs", json=oversized, headers=bearer(tokens.acme))
+    refused = await client.post("/v1/jobs", json=oversized, headers=auth(tokens.acme))
     assert refused.status == 422
     fields = {f["field"]: f["message"] for f in (await refused.json())["fields"]}
     assert set(fields) == {"command", "env", "labels", "memory_mb", "restart_on"}
@@ -239,7 +227,7 @@ async def test_oversized_manifests_are_422_naming_each_field_and_write_nothing(
 async def test_a_checkpoint_request_while_one_is_pending_is_409_and_writes_nothing(
     client: Client, tokens: Tokens, owner: asyncpg.Connection
 ) -> None:
-    acme = bearer(tokens.acme)
+    acme = auth(tokens.acme)
     job = await (await client.post("/v1/jobs", json=MANIFEST, headers=acme)).json()
     jobs, job_id = client.app[JOBS], UUID(job["id"])
     agent = Metadata.capture("agent:n1")
@@ -264,7 +252,7 @@ async def test_live_streams_are_limited_per_tenant_and_in_all(
     app = create_app(db_url, poll_interval=0.2, sse_heartbeat_s=0.1, max_streams=4)
     async with TestClient(TestServer(app)) as client:
         await set_limits(client, tokens, streams=2)
-        acme, globex = bearer(tokens.acme), bearer(tokens.globex)
+        acme, globex = auth(tokens.acme), auth(tokens.globex)
         job = await (await client.post("/v1/jobs", json=MANIFEST, headers=acme)).json()
         other = await (await client.post("/v1/jobs", json=MANIFEST, headers=globex)).json()
         events, logs = f"/v1/jobs/{job['id']}/events", f"/v1/jobs/{job['id']}/logs?follow=true"
@@ -284,7 +272,7 @@ async def test_live_streams_are_limited_per_tenant_and_in_all(
         # The server's limit counts everyone's, the admin's included.
         theirs = f"/v1/jobs/{other['id']}/events"
         held.append(await client.get(theirs, headers=globex))
-        held.append(await client.get(events, headers=bearer(tokens.admin)))
+        held.append(await client.get(events, headers=auth(tokens.admin)))
         assert [r.status for r in held[2:]] == [200, 200]
         full = await client.get(theirs, headers=globex)
         assert full.status == 429 and "at most 4 live streams" in (await full.json())["error"]

@@ -32,6 +32,7 @@ from controlplane.tenants.service import (
     update_tenant,
 )
 from controlplane.tenants.tokens import PREFIX, token_sha256
+from tests.tenancy import event_count
 
 ACTOR = "test"
 ACME = Principal(tenant="acme", is_admin=False)
@@ -43,10 +44,6 @@ Client = TestClient[web.Request, web.Application]
 @pytest.fixture
 def runner(pool: asyncpg.Pool, store: EventStore, db_url: str) -> ProjectionRunner:
     return ProjectionRunner(pool, store, LogListener(db_url), [TenantsProjection()])
-
-
-async def event_count(owner: asyncpg.Connection) -> int:
-    return int(await owner.fetchval("SELECT count(*) FROM events"))
 
 
 async def everything_stored(owner: asyncpg.Connection) -> str:

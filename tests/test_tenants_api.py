@@ -16,7 +16,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from controlplane.http.app import create_app
 from controlplane.tenants.auth import Principal, authenticate
 from controlplane.tenants.tokens import PREFIX
-from tests.tenancy import Cli, Tokens
+from tests.tenancy import Cli, Tokens, auth, event_count
 
 Client = TestClient[web.Request, web.Application]
 
@@ -27,18 +27,10 @@ async def client(db_url: str) -> AsyncIterator[Client]:
         yield client
 
 
-def bearer(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
-
-
-async def event_count(owner: asyncpg.Connection) -> int:
-    return int(await owner.fetchval("SELECT count(*) FROM events"))
-
-
 async def test_the_admin_manages_tenants_and_their_tokens(
     client: Client, tokens: Tokens, pool: asyncpg.Pool, owner: asyncpg.Connection
 ) -> None:
-    admin = bearer(tokens.admin)
+    admin = auth(tokens.admin)
     created = await client.post(
         "/v1/tenants", json={"name": "initech", "weight": 2, "gpu_quota": 4}, headers=admin
     )
@@ -112,7 +104,7 @@ async def test_bad_tenant_requests_are_refused_and_write_nothing(
     message: str,
 ) -> None:
     before = await event_count(owner)
-    response = await client.request(method, path, json=body, headers=bearer(tokens.admin))
+    response = await client.request(method, path, json=body, headers=auth(tokens.admin))
     assert response.status == status
     assert message in await response.text()
     assert await event_count(owner) == before
@@ -122,7 +114,7 @@ async def test_only_the_admin_may_manage_tenants(
     client: Client, tokens: Tokens, owner: asyncpg.Connection
 ) -> None:
     before = await event_count(owner)
-    acme = bearer(tokens.acme)
+    acme = auth(tokens.acme)
     for method, path in [
         ("GET", "/v1/tenants"),
         ("POST", "/v1/tenants"),

@@ -30,7 +30,7 @@ from controlplane.webhooks.signing import verify
 from controlplane.webhooks.tenant_secrets import rotate, signing_secrets
 from tests.polling import eventually
 from tests.receivers import Receiver, receiving
-from tests.tenancy import Cli, Tokens
+from tests.tenancy import Cli, Tokens, auth
 from tests.test_webhooks import FAST
 
 Client = TestClient[Any, Any]
@@ -41,10 +41,6 @@ async def client(db_url: str) -> AsyncIterator[Client]:
     app = create_app(db_url, poll_interval=0.2, relay=FAST)
     async with TestClient(TestServer(app)) as client:
         yield client
-
-
-def auth(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
 
 
 async def fail_job(client: Client, token: str, url: str) -> UUID:

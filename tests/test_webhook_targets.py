@@ -21,7 +21,7 @@ from controlplane.webhooks.retries import RetryPolicy
 from controlplane.webhooks.targets import CheckingResolver, TargetRefused
 from tests.cluster import Plane
 from tests.receivers import receiving
-from tests.tenancy import Tokens
+from tests.tenancy import Tokens, auth
 from tests.test_webhooks import FAST, attempts, fail, relaying, rows, until_settled
 
 Client = TestClient[Any, Any]
@@ -86,10 +86,6 @@ def test_the_operator_allows_networks() -> None:
     assert refusal(ipaddress.ip_address("169.254.169.254"), allowed) is not None
     with pytest.raises(ValueError, match=r"'10\.0\.0\.0/33'"):
         parse_networks("10.0.0.0/33")
-
-
-def auth(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
 
 
 @pytest.fixture
