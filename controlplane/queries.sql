@@ -228,22 +228,21 @@ ORDER BY t.name;
 UPDATE tenants SET limits = $2::jsonb WHERE name = $1;
 
 -- name: tenant_submission_limits
--- What a submission is checked against: the tenant's limits (as text, NULL: the defaults) and
--- its QUEUED jobs, counted from its own queue index (partial, on QUEUED). No row: no tenant.
+-- What a submission is checked against, in one round trip: the tenant's limits (as text, NULL:
+-- the defaults), its QUEUED jobs, counted from its own queue index (partial, on QUEUED), and the
+-- most memory any node ever registered has (NULL: no node yet), since a job needing more could
+-- never be placed (every node, not only live ones: a node may be down for a while). No row: no
+-- tenant.
 SELECT coalesce(t.limits, '{}')::text AS limits,
        (SELECT count(*) FROM job_status s WHERE s.tenant = t.name AND s.state = 'QUEUED')
-           AS queued
+           AS queued,
+       (SELECT max(memory_mb) FROM nodes) AS largest_memory_mb
 FROM tenants t
 WHERE t.name = $1;
 
 -- name: tenant_limits
 -- A tenant's limits (as text; '{}': the defaults), for SSE streams; no row: no tenant.
 SELECT coalesce(limits, '{}')::text FROM tenants WHERE name = $1;
-
--- name: largest_node_memory
--- The most memory any node ever registered has (NULL: no node yet): a job needing more could
--- never be placed. Every node, not only live ones: a node may be down for a while.
-SELECT max(memory_mb) FROM nodes;
 
 -- name: register_node
 -- Take (or renew) a node's lease; nothing comes back while another agent holds a live lease

@@ -197,13 +197,12 @@ async def _check_webhook(request: web.Request, url: str) -> None:
 
 async def _admit(request: web.Request, tenant: str, manifest: JobManifest) -> TenantLimits:
     """The tenant's limits, once the submission passes them and the cluster could ever hold the
-    job; else the error (nothing written). One indexed query reads the limits and the queued
-    jobs; the rate is checked first, so that a refused flood costs nothing more.
+    job; else the error (nothing written). One query reads the limits, the queued jobs and the
+    largest node's memory; the rate is checked first, so that a refused flood costs nothing more.
 
     The queued jobs are counted from the status view, which may lag the log by a moment:
     submissions racing each other may pass the limit by a few."""
-    pool = request.app[POOL]
-    row = await pool.fetchrow(Q["tenant_submission_limits"], tenant)
+    row = await request.app[POOL].fetchrow(Q["tenant_submission_limits"], tenant)
     if row is None:
         raise error(422, f"no tenant named {tenant!r}", field="tenant")
     limits = TenantLimits.model_validate_json(row["limits"])
@@ -225,7 +224,7 @@ async def _admit(request: web.Request, tenant: str, manifest: JobManifest) -> Te
             f"{limits.queued_jobs}; submit again once some have started or been cancelled",
             field="queued_jobs",
         )
-    largest = await pool.fetchval(Q["largest_node_memory"])
+    largest = row["largest_memory_mb"]
     if largest is not None and manifest.memory_mb > largest:
         raise error(
             422,
