@@ -397,8 +397,13 @@ class Agent:
             await attempt.remove_learners()
             number = attempt.claim.attempt
             await self._retry(lambda: self._releases.release(job_id, number))
-            del self._running[job_id]
-            self._users.release(job_id)
+            # Once its GPUs are back, the job's next attempt may already have been claimed
+            # here (a rollback, a restart): that one is running now, under the same job id,
+            # and keeps its entry and its user.
+            current = self._running.get(job_id)
+            if current is not None and current.attempt is attempt:
+                del self._running[job_id]
+                self._users.release(job_id)
             self._changed.set()
 
     async def _execute(self, job_id: UUID, command: Command) -> Job | None:
