@@ -310,7 +310,7 @@ ORDER BY n.name;
 -- of its queue index, locked with SKIP LOCKED so that concurrent agents each take different jobs
 -- instead of queueing on one row (the rows locked but not taken are released when the claim
 -- commits). One statement: a claim is on every job's critical path. The same order, stated in
--- Python, is `scheduling.claim_order.claim_order`; tests/test_claim_order.py holds the two
+-- Python, is `scheduling.claim_order.claim_order`; tests/controlplane/scheduling/test_claim_order.py holds the two
 -- together, so change them together.
 WITH free AS MATERIALIZED (
     SELECT * FROM node_capacity WHERE name = $1

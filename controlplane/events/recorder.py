@@ -1,5 +1,5 @@
 """The event store's interface, apart from any storage: what every store offers and every
-store's contract tests (tests/test_event_store_contract.py) hold it to.
+store's contract tests (tests/controlplane/events/test_event_store_contract.py) hold it to.
 
 Appends inside a caller's transaction (`conn=`) and several streams in one statement
 (`append_many`) are the Postgres store's own: they need a database transaction to mean anything.

@@ -37,7 +37,7 @@ from controlplane.tenants.service import create_tenant, issue_token, revoke_toke
 from tests.cluster import USER, Plane, RunningAgent
 from tests.polling import eventually
 
-DOC = Path(__file__).resolve().parent.parent / "docs" / "audit.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "audit.md"
 AUDITOR = "trainyard_auditor"
 VIEWS = {
     "actions",

@@ -119,7 +119,7 @@ def test_an_unexpected_error_is_one_line_that_offers_the_traceback() -> None:
 
 
 def test_the_readmes_configuration_table_names_every_flag() -> None:
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     table = readme.split("## Configuration", 1)[1].split("\n## ", 1)[0]
     flags = {
         option

@@ -33,7 +33,7 @@ from controlplane.tenants.admin import bootstrap_admin_token
 from controlplane.tenants.service import issue_token, set_limits
 from tests.cluster import Plane, RunningAgent
 from tests.polling import eventually
-from tests.test_claims import Cluster, manifest
+from tests.controlplane.agents.test_claims import Cluster, manifest
 
 Client = TestClient[web.Request, web.Application]
 

@@ -29,7 +29,7 @@ from tests.docker_engine import (
     require_engine,
     require_gpu_driver,
 )
-from tests.test_agent import SIGNALLED
+from tests.node_agent.test_agent import SIGNALLED
 
 require_engine()  # or the whole module skips (on CI: fails)
 
@@ -208,7 +208,7 @@ async def test_a_tenant_allowed_the_network_gets_one(
     code = "import os; print(' '.join(sorted(os.listdir('/sys/class/net'))))"
     wanted = spec(tmp_path, docker_node, python(code), network=True)
     learner = await DockerRuntime(docker).start(wanted)
-    # Its job's own (tests/test_networks.py has what it reaches).
+    # Its job's own (tests/node_agent/test_networks.py has what it reaches).
     assert (await show(docker, learner))["HostConfig"]["NetworkMode"] == network_name(wanted.job_id)
     assert await first_line(learner) == "eth0 lo"
     await learner.wait()

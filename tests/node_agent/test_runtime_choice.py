@@ -1,5 +1,5 @@
 """Which runtime `trainyard agent` picks when not told: docker when an engine answers (that
-half is in tests/test_docker_runtime.py)."""
+half is in tests/node_agent/test_docker_runtime.py)."""
 
 from __future__ import annotations
 

@@ -28,7 +28,7 @@ from node_agent.systemd import (
     render_unit,
 )
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PASSWORD = "s3cr3t-Pa55"
 URL = f"postgresql://trainyard:{PASSWORD}@db.example.com:5432/trainyard"
 

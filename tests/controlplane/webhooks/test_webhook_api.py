@@ -31,7 +31,7 @@ from controlplane.webhooks.tenant_secrets import rotate, signing_secrets
 from tests.polling import eventually
 from tests.receivers import Receiver, receiving
 from tests.tenancy import Cli, Tokens, auth
-from tests.test_webhooks import FAST
+from tests.controlplane.webhooks.test_webhooks import FAST
 
 Client = TestClient[Any, Any]
 

@@ -22,7 +22,7 @@ from controlplane.webhooks.targets import CheckingResolver, TargetRefused
 from tests.cluster import Plane
 from tests.receivers import receiving
 from tests.tenancy import Tokens, auth
-from tests.test_webhooks import FAST, attempts, fail, relaying, rows, until_settled
+from tests.controlplane.webhooks.test_webhooks import FAST, attempts, fail, relaying, rows, until_settled
 
 Client = TestClient[Any, Any]
 
