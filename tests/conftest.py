@@ -41,6 +41,19 @@ from tests.docker_engine import (
 from tests.tenancy import Cli, Tokens
 
 
+MARKED_BY_FIXTURE = {"pg_server": "postgres", "docker_engine": "docker"}
+"""A test that uses one of these fixtures, however indirectly, needs what its marker names."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Marks each test by the fixtures it uses, so that no marker can be forgotten:
+    `pytest -m "not postgres and not docker"` runs the pure tests only."""
+    for item in items:
+        for fixture, marker in MARKED_BY_FIXTURE.items():
+            if fixture in getattr(item, "fixturenames", ()):
+                item.add_marker(marker)
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--pg",

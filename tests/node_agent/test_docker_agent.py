@@ -26,6 +26,7 @@ from tests.polling import eventually
 from tests.node_agent.test_agent import SIGNALLED, wait_for_line
 
 require_engine()  # or the whole module skips (on CI: fails)
+pytestmark = pytest.mark.docker
 
 
 async def submit(plane: Plane, code: str, **extra: Any) -> UUID:

@@ -32,6 +32,7 @@ from tests.docker_engine import (
 from tests.node_agent.test_agent import SIGNALLED
 
 require_engine()  # or the whole module skips (on CI: fails)
+pytestmark = pytest.mark.docker
 
 LEARNER_UID = 200123
 """The job's user (see node_agent.users), which its container runs as."""

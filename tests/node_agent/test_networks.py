@@ -36,6 +36,7 @@ from tests.cluster import Plane, RunningAgent
 from tests.docker_engine import Engine, containers_of, docker_agent_config, require_engine
 
 require_engine()  # or the whole module skips (on CI: fails)
+pytestmark = pytest.mark.docker
 if os.geteuid() != 0:
     pytest.skip("the jobs' network rules need root (iptables)", allow_module_level=True)
 

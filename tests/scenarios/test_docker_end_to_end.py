@@ -24,6 +24,7 @@ from tests.cluster import Plane, RunningAgent
 from tests.docker_engine import Engine, containers_of, docker_agent_config, require_engine
 
 require_engine()  # or the whole module skips (on CI: fails)
+pytestmark = pytest.mark.docker
 
 SOCKET_DIR = "/run/postgresql"
 """Where the control plane's container finds a Postgres that listens on a Unix socket only

@@ -20,7 +20,7 @@ from tests.events import Pinged, Unregistered
 META = Metadata(actor="user:alice", tenant="acme", correlation_id="req-1")
 
 
-@pytest.fixture(params=["postgres", "memory"])
+@pytest.fixture(params=[pytest.param("postgres", marks=pytest.mark.postgres), "memory"])
 def recorder(request: pytest.FixtureRequest) -> EventRecorder:
     if request.param == "memory":
         return InMemoryEventStore()
