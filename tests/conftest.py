@@ -40,7 +40,6 @@ from tests.docker_engine import (
 )
 from tests.tenancy import Cli, Tokens
 
-
 MARKED_BY_FIXTURE = {"pg_server": "postgres", "docker_engine": "docker"}
 """A test that uses one of these fixtures, however indirectly, needs what its marker names."""
 

@@ -32,8 +32,8 @@ from controlplane.prometheus import CONTENT_TYPE, render
 from controlplane.tenants.admin import bootstrap_admin_token
 from controlplane.tenants.service import issue_token, set_limits
 from tests.cluster import Plane, RunningAgent
-from tests.polling import eventually
 from tests.controlplane.agents.test_claims import Cluster, manifest
+from tests.polling import eventually
 
 Client = TestClient[web.Request, web.Application]
 

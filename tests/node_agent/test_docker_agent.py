@@ -22,8 +22,8 @@ from node_agent.containers import LearnerLabels
 from node_agent.images import LEARNER_IMAGE
 from tests.cluster import USER, Plane, RunningAgent, learner_space
 from tests.docker_engine import Engine, containers_of, kill_from_outside, require_engine
-from tests.polling import eventually
 from tests.node_agent.test_agent import SIGNALLED, wait_for_line
+from tests.polling import eventually
 
 require_engine()  # or the whole module skips (on CI: fails)
 pytestmark = pytest.mark.docker

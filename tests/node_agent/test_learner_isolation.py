@@ -23,8 +23,8 @@ from node_agent.process_runtime import ProcessRuntime, find_learners, process_en
 from node_agent.runtime import Folder, LearnerSpec, LearnerStartError, Shared
 from node_agent.users import UidRange, Users, leftover_processes
 from tests.cluster import Plane, RunningAgent, learner_space
-from tests.polling import eventually
 from tests.node_agent.test_agent import wait_for_line
+from tests.polling import eventually
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the agent must be root to do this")
 

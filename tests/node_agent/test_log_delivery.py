@@ -27,8 +27,8 @@ from controlplane.tenants.service import create_tenant
 from node_agent import attempt as attempt_module
 from node_agent.log_shipper import LINE_OVERHEAD, LogShipper
 from tests.cluster import Plane, RunningAgent, learner_space
-from tests.polling import eventually
 from tests.controlplane.logs.test_logs import line
+from tests.polling import eventually
 
 Client = TestClient[Any, Any]
 FLOOD = 20_000

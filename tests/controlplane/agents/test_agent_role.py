@@ -28,8 +28,8 @@ from controlplane.jobs.service import now
 from controlplane.jobs.streams import job_stream
 from controlplane.tenants.events import TokenIssued
 from tests.cluster import A_WHOLE_RUN, USER, Plane, RunningAgent, learner_space
-from tests.polling import eventually
 from tests.node_agent.test_agent import wait_for_line
+from tests.polling import eventually
 
 AGENT_RIGHTS = {
     # What trainyard_agent may do, relation by relation; the test below finds exactly these.

@@ -18,9 +18,9 @@ from controlplane.jobs.events import JobEvent, JobRestarted
 from controlplane.jobs.lifecycle import JobStatus
 from node_agent.service import LeaseLost
 from tests.cluster import Plane, RunningAgent, agent_config
-from tests.polling import eventually
-from tests.node_agent.test_agent import SLEEPER, wait_for_line
 from tests.controlplane.agents.test_claims import Cluster, manifest
+from tests.node_agent.test_agent import SLEEPER, wait_for_line
+from tests.polling import eventually
 
 
 @pytest.fixture

@@ -4,8 +4,8 @@ and in sequences that follow the document's links (submit, then read, cancel...)
 that no answer is a server error, that every answer is complete and that it conforms to the
 document (status, content type, headers, body).
 
-The SSE routes stream until the job ends, so they are left to tests/controlplane/http/test_api_params.py and the
-logs and events tests: here `/events` is left out, and the logs are asked for as text."""
+The SSE routes stream until the job ends, so they are left to test_api_params.py and the logs
+and events tests: here `/events` is left out, and the logs are asked for as text."""
 
 from __future__ import annotations
 

@@ -28,10 +28,10 @@ from controlplane.tenants.service import issue_token
 from controlplane.webhooks.events import WebhookSecretRotated
 from controlplane.webhooks.signing import verify
 from controlplane.webhooks.tenant_secrets import rotate, signing_secrets
+from tests.controlplane.webhooks.test_webhooks import FAST
 from tests.polling import eventually
 from tests.receivers import Receiver, receiving
 from tests.tenancy import Cli, Tokens, auth
-from tests.controlplane.webhooks.test_webhooks import FAST
 
 Client = TestClient[Any, Any]
 

@@ -20,9 +20,16 @@ from controlplane.webhooks.relay import RelayConfig
 from controlplane.webhooks.retries import RetryPolicy
 from controlplane.webhooks.targets import CheckingResolver, TargetRefused
 from tests.cluster import Plane
+from tests.controlplane.webhooks.test_webhooks import (
+    FAST,
+    attempts,
+    fail,
+    relaying,
+    rows,
+    until_settled,
+)
 from tests.receivers import receiving
 from tests.tenancy import Tokens, auth
-from tests.controlplane.webhooks.test_webhooks import FAST, attempts, fail, relaying, rows, until_settled
 
 Client = TestClient[Any, Any]
 
