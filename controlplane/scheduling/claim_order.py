@@ -1,7 +1,8 @@
 """The order a claim takes queued jobs in, stated in Python: what the `claim_candidates` SQL
 does, clause by clause. The SQL stays the production path (one statement, on every job's
 critical path); this statement is what the simulator and the pending-reasons work reason with,
-and a property test (tests/controlplane/scheduling/test_claim_order.py) holds the two to the same jobs in the same order.
+and a property test (tests/controlplane/scheduling/test_claim_order.py) holds the two to the
+same jobs in the same order.
 
 In short: fair share first (the tenant holding the fewest GPUs for its weight, counting the jobs
 before it in this list as held), then priority (highest first), then submission time, then job
