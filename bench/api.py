@@ -23,13 +23,13 @@ from uuid import UUID
 import aiohttp
 
 from bench.scratch import scratch_database
-from bench.served import ServedControlPlane
 from controlplane.database import create_pool
 from controlplane.events.metadata import Metadata
 from controlplane.events.store import EventStore
 from controlplane.jobs.images import DEFAULT_IMAGES
 from controlplane.jobs.lifecycle import Deploy, EnterPhase, JobStatus, SaveCheckpoint
 from controlplane.jobs.service import Jobs, now
+from harness.served import ServedControlPlane
 
 MANIFEST = {"name": "bench", "image": DEFAULT_IMAGES, "command": ["python", "train.py"]}
 UNLIMITED = {"submissions_per_s": 100_000, "submission_burst": 100_000, "queued_jobs": 10_000_000}

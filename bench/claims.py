@@ -54,7 +54,6 @@ from procrastinate.tasks import Task
 from bench.logs import run as run_logs
 from bench.projector import projector
 from bench.scratch import scratch_database
-from bench.served import until_registered
 from controlplane.agents.claims import Claim, Releases, claim
 from controlplane.agents.events import GpuInfo
 from controlplane.agents.nodes import Nodes, NodeSpec
@@ -74,6 +73,7 @@ from controlplane.projections.catalog import all_projections
 from controlplane.projections.runner import ProjectionRunner
 from controlplane.tenants.projection import TenantsProjection
 from controlplane.tenants.service import create_tenant
+from harness.served import until_registered
 from node_agent.agent import AgentConfig
 from node_agent.service import run_agent
 

@@ -52,7 +52,6 @@ import asyncpg
 
 from bench.docker import learner_image_missing
 from bench.scratch import scratch_database
-from bench.served import until_registered
 from controlplane.database import create_pool
 from controlplane.events.metadata import Metadata
 from controlplane.events.store import EventStore
@@ -66,6 +65,7 @@ from controlplane.logs.metrics import MetricPoint, read_metrics
 from controlplane.projections.catalog import all_projections
 from controlplane.projections.runner import ProjectionRunner
 from controlplane.tenants.service import create_tenant
+from harness.served import until_registered
 from node_agent.agent import AgentConfig
 from node_agent.cli import LAUNCHERS, machine_memory_mb
 from node_agent.images import LEARNER_IMAGE

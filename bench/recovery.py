@@ -1,6 +1,6 @@
 """`trainyard bench recovery`: how long each part of Trainyard takes to recover from a crash, as
 the DLaaS paper's Fig. 4 measures it for its services and learners, and IDunno for a worker and
-its coordinator; with real processes (`bench.processes`) on a scratch database.
+its coordinator; with real processes (`harness.processes`) on a scratch database.
 
 The cluster: a control plane process (`trainyard serve`), two node agents (`trainyard agent`,
 process runtime, lease TTL LEASE_TTL_S, heartbeat every HEARTBEAT_S, one checkpoint directory
@@ -59,9 +59,7 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID, uuid4
 
-from bench.processes import Cluster, LogTail, cluster, counter, kill_learner, until
 from bench.scratch import scratch_database
-from bench.served import ServedControlPlane
 from controlplane.agents.events import NodeLost
 from controlplane.agents.nodes import Nodes, NodeSpec, node_stream
 from controlplane.client.api import ApiClient
@@ -69,6 +67,8 @@ from controlplane.database import create_pool
 from controlplane.jobs.events import CheckpointSaved, JobProcessing, JobRestarted
 from controlplane.jobs.images import DEFAULT_IMAGES
 from controlplane.jobs.lifecycle import JobStatus
+from harness.processes import Cluster, LogTail, cluster, counter, kill_learner, until
+from harness.served import ServedControlPlane
 from node_agent.learners import learner_dir
 from node_agent.process_runtime import OUTPUT_FILES
 from runners import protocol

@@ -1,2 +1,3 @@
 """Real parts of a cluster, started for tests and benchmarks alike: control planes (`trainyard
-serve`), node agents (`trainyard agent`) and the logins they use, each a child process."""
+serve`) and node agents (`trainyard agent`) as child processes, the login agents use, and a
+cluster of such processes to kill."""

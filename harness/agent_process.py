@@ -12,10 +12,10 @@ from pathlib import Path
 
 import asyncpg
 
-from bench.agent_login import agent_login_url
 from controlplane.agents.events import NodeRegistered
 from controlplane.agents.nodes import node_stream
 from controlplane.events.store import EventStore
+from harness.agent_login import agent_login_url
 
 REGISTER_S = 30.0
 PROBE_S = 0.02
@@ -43,7 +43,7 @@ class AgentProcess:
         """Always given, never left to whether an engine answers: each runtime finds its
         learners its own way."""
         self.login_url: str | None = None
-        """The agent login's URL it runs with (bench/agent_login.py), once started."""
+        """The agent login's URL it runs with (harness/agent_login.py), once started."""
         self.process: asyncio.subprocess.Process | None = None
         self.spawned_at = 0.0
         """`time.perf_counter()` just before the latest start spawned the process."""

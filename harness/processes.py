@@ -18,8 +18,6 @@ from uuid import UUID, uuid4
 
 import asyncpg
 
-from bench.agent_process import AgentProcess
-from bench.served import ServedControlPlane
 from controlplane.client.api import ApiClient
 from controlplane.events.store import EventStore
 from controlplane.events.subscription import LogListener
@@ -32,6 +30,8 @@ from controlplane.logs.store import read_lines
 from controlplane.projections.runner import ProjectionRunner
 from controlplane.tenants.projection import TenantsProjection
 from controlplane.tenants.service import create_tenant
+from harness.agent_process import AgentProcess
+from harness.served import ServedControlPlane
 from node_agent.process_runtime import find_learners
 from node_agent.runtime import FoundLearner
 

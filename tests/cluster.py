@@ -16,7 +16,6 @@ from uuid import UUID
 
 import asyncpg
 
-from bench.agent_login import agent_login_url
 from controlplane.database import DATABASE_ERRORS
 from controlplane.events.metadata import Metadata
 from controlplane.events.store import EventStore
@@ -29,6 +28,8 @@ from controlplane.jobs.service import Jobs
 from controlplane.logs.store import read_lines
 from controlplane.projections.catalog import all_projections
 from controlplane.projections.runner import ProjectionRunner
+from harness.agent_login import agent_login_url
+from harness.served import until_registered
 from node_agent.agent import AgentConfig
 from node_agent.service import run_agent
 
@@ -127,13 +128,7 @@ class RunningAgent:
         )
 
     async def started(self) -> RunningAgent:
-        done, _ = await asyncio.wait(
-            {self.task, asyncio.ensure_future(self.registered.wait())},
-            timeout=10,
-            return_when=asyncio.FIRST_COMPLETED,
-        )
-        if self.task in done:
-            self.task.result()  # raises what stopped it
+        await until_registered(self.task, self.registered)
         return self
 
     async def finish(self) -> None:

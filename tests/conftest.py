@@ -19,7 +19,6 @@ import aiodocker
 import asyncpg
 import pytest
 
-from bench.served import ServedControlPlane
 from controlplane.database import connect, create_pool, embedded_server_url, with_database
 from controlplane.events.store import EventStore
 from controlplane.events.subscription import LogListener
@@ -30,6 +29,7 @@ from controlplane.settings import Settings
 from controlplane.tenants.admin import bootstrap_admin_token
 from controlplane.tenants.projection import TenantsProjection
 from controlplane.tenants.service import create_tenant
+from harness.served import ServedControlPlane
 from tests.cluster import TEST_IMAGES, Plane, RunningAgent, agent_config
 from tests.docker_engine import (
     Engine,

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from bench.served import ServedControlPlane
+from harness.served import ServedControlPlane
 
 
 def auth(token: str) -> dict[str, str]:

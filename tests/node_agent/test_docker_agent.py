@@ -14,10 +14,10 @@ import aiodocker
 import asyncpg
 import pytest
 
-from bench.agent_process import AgentProcess
 from controlplane.jobs.lifecycle import Cancel, JobStatus, RequestCheckpoint
 from controlplane.jobs.service import now
 from controlplane.logs.store import read_lines
+from harness.agent_process import AgentProcess
 from node_agent.containers import LearnerLabels
 from node_agent.images import LEARNER_IMAGE
 from tests.cluster import USER, Plane, RunningAgent, learner_space

@@ -13,11 +13,11 @@ from uuid import UUID, uuid4
 import asyncpg
 import pytest
 
-from bench.agent_process import AgentProcess
 from controlplane.agents.manager import LifecycleManager
 from controlplane.jobs.lifecycle import Job, JobStatus, Submit, decide, replay
 from controlplane.jobs.manifest import JobManifest
 from controlplane.jobs.service import now
+from harness.agent_process import AgentProcess
 from node_agent.identity import WorkDirInUse, agent_identity
 from node_agent.process_runtime import find_learners
 from node_agent.reconcile import Allocation, VersionedJob, plan

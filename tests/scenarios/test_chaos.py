@@ -17,14 +17,14 @@ from uuid import UUID
 import asyncpg
 import pytest
 
-from bench import processes
-from bench.processes import Cluster, counter, kill_learner
 from controlplane.agents.events import NodeLost
 from controlplane.agents.nodes import node_stream
 from controlplane.client.api import ApiClient, SseMessage
 from controlplane.jobs.events import CheckpointSaved, JobRestarted
 from controlplane.jobs.lifecycle import Job, JobStatus
 from controlplane.logs.lines import LogLine
+from harness import processes
+from harness.processes import Cluster, counter, kill_learner
 from node_agent.learners import learner_dir
 from node_agent.process_runtime import OUTPUT_FILES
 from runners import protocol

@@ -18,7 +18,7 @@ from testcontainers.core.config import testcontainers_config
 from testcontainers.core.container import DockerContainer
 from testcontainers.core.wait_strategies import LogMessageWaitStrategy
 
-from bench.served import free_port
+from harness.served import free_port
 from node_agent.images import LEARNER_IMAGE, PROJECT_IMAGE
 from tests.cluster import Plane, RunningAgent
 from tests.docker_engine import Engine, containers_of, docker_agent_config, require_engine

@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from bench.served import free_port
+from harness.served import free_port
 from tests.cluster import learner_space
 
 

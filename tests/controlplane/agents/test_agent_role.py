@@ -1,5 +1,5 @@
 """Agents' database role (migrations/0014_agent_role.sql): an agent login does the agent's whole
-work (the cluster's agents all log in as one, see bench/agent_login.py) and nothing more: no
+work (the cluster's agents all log in as one, see harness/agent_login.py) and nothing more: no
 tokens, no webhook secrets, no tenants' events, no changes to the log."""
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from uuid import UUID, uuid4
 import asyncpg
 import pytest
 
-from bench.agent_login import AGENT_LOGIN, AGENT_PASSWORD, agent_login_url
 from controlplane.agents.events import NodeRegistered
 from controlplane.agents.login_cli import agent_url
 from controlplane.agents.logins import login_excess, scram_verifier
@@ -27,6 +26,7 @@ from controlplane.jobs.lifecycle import JobStatus
 from controlplane.jobs.service import now
 from controlplane.jobs.streams import job_stream
 from controlplane.tenants.events import TokenIssued
+from harness.agent_login import AGENT_LOGIN, AGENT_PASSWORD, agent_login_url
 from tests.cluster import A_WHOLE_RUN, USER, Plane, RunningAgent, learner_space
 from tests.node_agent.test_agent import wait_for_line
 from tests.polling import eventually

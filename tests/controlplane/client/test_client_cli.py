@@ -20,13 +20,13 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from bench.served import ServedControlPlane, free_port
 from controlplane.client import api
 from controlplane.client.api import ApiClient
 from controlplane.client.commands import follow_job
 from controlplane.client.render import PlainView
 from controlplane.jobs.lifecycle import JobStatus
 from controlplane.tenants.service import issue_token, set_limits
+from harness.served import ServedControlPlane, free_port
 from tests.cluster import Plane, RunningAgent
 
 PRINT = [sys.executable, "-c", "print('hello from the learner')"]

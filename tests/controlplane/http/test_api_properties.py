@@ -28,7 +28,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from bench.served import ServedControlPlane
+from harness.served import ServedControlPlane
 from tests.tenancy import Tokens
 
 MANIFEST = {"name": "explored", "image": "img", "command": ["train"]}

@@ -15,12 +15,12 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from bench.served import ServedControlPlane
 from controlplane.events.metadata import Metadata
 from controlplane.events.store import EventStore
 from controlplane.http.app import create_app
 from controlplane.jobs.lifecycle import Complete, Deploy, EnterPhase, JobStatus
 from controlplane.jobs.service import Jobs, now
+from harness.served import ServedControlPlane
 from tests.tenancy import Tokens
 
 AGENT = Metadata(actor="agent:test-node")

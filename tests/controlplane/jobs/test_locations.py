@@ -14,7 +14,6 @@ import asyncpg
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from bench.served import free_port
 from controlplane.http.app import create_app
 from controlplane.jobs.locations import (
     LocationRefused,
@@ -22,6 +21,7 @@ from controlplane.jobs.locations import (
     check_manifest_locations,
     parse_roots,
 )
+from harness.served import free_port
 from tests.tenancy import Tokens
 
 Client = TestClient[Any, Any]
