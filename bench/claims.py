@@ -27,7 +27,8 @@ job runs, how fast a learner's log lines are stored, and the queue's work agains
   agents share the benchmark's process and event loop, as procrastinate's clients and
   workers do.
 
-Each part runs in a scratch database on the configured server, dropped at the end.
+Each part runs in a scratch database on the configured server, dropped at the end; `parts`
+picks some of them (the peer's package is imported only when its part runs).
 """
 
 from __future__ import annotations
@@ -38,18 +39,16 @@ import sys
 import tempfile
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Coroutine, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib.metadata import version
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID, uuid4
 
 import asyncpg
-from procrastinate import App, PsycopgConnector
-from procrastinate.tasks import Task
 
 from bench.logs import run as run_logs
 from bench.projector import projector
@@ -76,6 +75,10 @@ from controlplane.tenants.service import create_tenant
 from harness.served import until_registered
 from node_agent.agent import AgentConfig
 from node_agent.service import run_agent
+
+if TYPE_CHECKING:
+    from procrastinate import App
+    from procrastinate.tasks import Task
 
 AGENTS = 8
 QUEUE_DEPTH = 10_000
@@ -105,22 +108,31 @@ NO_OP = JobManifest.model_validate(
 )
 
 Say = Callable[[str], None]
+PARTS = ("claims", "latency", "logs", "peer")
 
 
-async def run(url: str, *, seconds: float, progress: bool = False) -> dict[str, Any]:
+async def run(
+    url: str, *, seconds: float, parts: Collection[str] = PARTS, progress: bool = False
+) -> dict[str, Any]:
     def say(what: str) -> None:
         if progress:
             print(what, file=sys.stderr)
 
-    async with scratch_database(url, "claims") as scratch:
-        claims = await _claims(scratch, seconds, say)
-    async with scratch_database(url, "latency") as scratch:
-        latency = await _latency(scratch, say)
-    say(f"logs: one learner's lines for {seconds:g}s ...")
-    logs = await run_logs(url, seconds=seconds)
-    async with scratch_database(url, "queues") as scratch:
-        peer = await _versus_peer(scratch, say)
-    return {**claims, **latency, "log_lines_per_s": logs["log_lines_per_s"], **peer}
+    result: dict[str, Any] = {}
+    if "claims" in parts:
+        async with scratch_database(url, "claims") as scratch:
+            result |= await _claims(scratch, seconds, say)
+    if "latency" in parts:
+        async with scratch_database(url, "latency") as scratch:
+            result |= await _latency(scratch, say)
+    if "logs" in parts:
+        say(f"logs: one learner's lines for {seconds:g}s ...")
+        logs = await run_logs(url, seconds=seconds)
+        result["log_lines_per_s"] = logs["log_lines_per_s"]
+    if "peer" in parts:
+        async with scratch_database(url, "queues") as scratch:
+            result |= await _versus_peer(scratch, say)
+    return result
 
 
 class _Plane:
@@ -404,6 +416,8 @@ async def _no_op() -> None:
 
 
 async def _versus_peer(url: str, say: Say) -> dict[str, Any]:
+    from procrastinate import App, PsycopgConnector
+
     app = App(connector=PsycopgConnector(conninfo=url, min_size=CONCURRENCY + 2))
     task = app.task(name="bench_no_op")(_no_op)
     ours, theirs = _Split(), _Split()

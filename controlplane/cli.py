@@ -207,6 +207,13 @@ def parser() -> argparse.ArgumentParser:
     claims.add_argument(
         "--seconds", type=float, default=10.0, help="for claiming, and for storing log lines"
     )
+    claims.add_argument(
+        "--only",
+        action="append",
+        choices=("claims", "latency", "logs", "peer"),
+        metavar="PART",
+        help="run only this part: claims, latency, logs or peer (repeatable; default: all)",
+    )
     claims.add_argument("--json", action="store_true", help="print only the JSON object")
     claims.set_defaults(handler=cmd_bench_claims)
     overhead = bench_commands.add_parser(
@@ -347,10 +354,10 @@ async def cmd_bench_api(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def cmd_bench_claims(args: argparse.Namespace, settings: Settings) -> int:
-    from bench.claims import run
+    from bench.claims import PARTS, run
 
     url = await resolve_database(settings)
-    result = await run(url, seconds=args.seconds, progress=not args.json)
+    result = await run(url, seconds=args.seconds, parts=args.only or PARTS, progress=not args.json)
     print(json.dumps(result, indent=None if args.json else 2))
     return 0
 

@@ -3,10 +3,13 @@ and reports what it measured (its figures are for `bench/`, not for this test)."
 
 from __future__ import annotations
 
-from bench.api import run
+from pathlib import Path
+
+from tests.bench.cli import bench
 
 
-async def test_the_api_benchmark_runs_and_misses_no_delivery(pg_server: str) -> None:
-    result = await run(pg_server, seconds=1, rate=20, subscribers=5, jobs=2, event_rate=10)
+def test_the_api_benchmark_runs_and_misses_no_delivery(pg_server: str, tmp_path: Path) -> None:
+    options = ["--seconds", "1", "--rate", "20", "--subscribers", "5", "--jobs", "2"]
+    result = bench(pg_server, tmp_path, "api", *options, "--event-rate", "10")
     assert result["submit_per_s"] > 0 and result["submit_p99_ms"] > 0
     assert result["sse_deliveries"] > 0 and result["sse_deliveries_missing"] == 0
