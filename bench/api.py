@@ -23,12 +23,13 @@ from uuid import UUID
 import aiohttp
 
 from bench.scratch import scratch_database
+from controlplane.clock import SYSTEM_CLOCK
 from controlplane.database import create_pool
 from controlplane.events.metadata import Metadata
 from controlplane.events.store import EventStore
 from controlplane.jobs.images import DEFAULT_IMAGES
 from controlplane.jobs.lifecycle import Deploy, EnterPhase, JobStatus, SaveCheckpoint
-from controlplane.jobs.service import Jobs, now
+from controlplane.jobs.service import Jobs
 from harness.served import ServedControlPlane
 
 MANIFEST = {"name": "bench", "image": DEFAULT_IMAGES, "command": ["python", "train.py"]}
@@ -129,8 +130,10 @@ async def _sse(
     try:
         job_ids = [await _submit(session) for _ in range(job_count)]
         for job_id in job_ids:
-            await service.execute(job_id, Deploy(["bench"], [], 1, now()), AGENT)
-            await service.execute(job_id, EnterPhase(JobStatus.PROCESSING, now()), AGENT)
+            await service.execute(job_id, Deploy(["bench"], [], 1, SYSTEM_CLOCK.now()), AGENT)
+            await service.execute(
+                job_id, EnterPhase(JobStatus.PROCESSING, SYSTEM_CLOCK.now()), AGENT
+            )
         appended: dict[int, float] = {}
         received: list[tuple[int, float]] = []
         ready = asyncio.Semaphore(0)
@@ -146,7 +149,7 @@ async def _sse(
             await asyncio.sleep(max(0.0, start + i / event_rate - time.perf_counter()))
             before = time.perf_counter()
             job_id = job_ids[i % job_count]
-            command = SaveCheckpoint(i, f"/ckpt/{i}", 1, 0.1, now())
+            command = SaveCheckpoint(i, f"/ckpt/{i}", 1, 0.1, SYSTEM_CLOCK.now())
             await service.execute(job_id, command, AGENT)
             history = await service.history(job_id)
             appended[history[-1].position] = before

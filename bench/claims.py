@@ -53,9 +53,10 @@ import asyncpg
 from bench.logs import run as run_logs
 from bench.projector import projector
 from bench.scratch import scratch_database
-from controlplane.agents.claims import Claim, Releases, claim
+from controlplane.agents.claims import Releases, claim
 from controlplane.agents.events import GpuInfo
 from controlplane.agents.nodes import Nodes, NodeSpec
+from controlplane.clock import SYSTEM_CLOCK
 from controlplane.database import create_pool
 from controlplane.events.metadata import Metadata
 from controlplane.events.records import ORIGIN, LogPosition
@@ -65,11 +66,12 @@ from controlplane.jobs.events import JobCompleted, JobDeploying, JobFailed, JobP
 from controlplane.jobs.lifecycle import Complete, EnterPhase, JobStatus, Submit, decide, evolve
 from controlplane.jobs.manifest import JobManifest
 from controlplane.jobs.projection import JobsProjection
-from controlplane.jobs.service import Jobs, now
+from controlplane.jobs.service import Jobs
 from controlplane.jobs.streams import job_stream
 from controlplane.projections.base import Projection
 from controlplane.projections.catalog import all_projections
 from controlplane.projections.runner import ProjectionRunner
+from controlplane.scheduling.claim import Claim
 from controlplane.tenants.projection import TenantsProjection
 from controlplane.tenants.service import create_tenant
 from harness.served import until_registered
@@ -241,7 +243,7 @@ async def _submit_batch(plane: _Plane, count: int) -> LogPosition:
     async with plane.pool.acquire() as conn, conn.transaction():
         for _ in range(count):
             job_id = uuid4()
-            events = decide(Submit(job_id, TENANT, ONE_GPU, now()), None)
+            events = decide(Submit(job_id, TENANT, ONE_GPU, SYSTEM_CLOCK.now()), None)
             appended = await plane.store.append(job_stream(job_id), 0, events, USER, conn=conn)
             last = appended.log_position
     return last
@@ -473,9 +475,9 @@ async def _trainyard_round(plane: _Plane, total: int) -> tuple[float, float]:
 
         async def finish(won: Claim) -> None:
             job = won.job
-            events = decide(EnterPhase(JobStatus.PROCESSING, now()), job)
+            events = decide(EnterPhase(JobStatus.PROCESSING, SYSTEM_CLOCK.now()), job)
             processing = evolve(job, events[0])
-            events += decide(Complete([0] * len(won.learners), now()), processing)
+            events += decide(Complete([0] * len(won.learners), SYSTEM_CLOCK.now()), processing)
             await store.append(job_stream(job.job_id), won.version, events, metadata)
             await releases.release(job.job_id, won.attempt)
 

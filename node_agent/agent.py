@@ -16,9 +16,10 @@ from uuid import UUID
 
 import asyncpg
 
-from controlplane.agents.claims import Claim, Releases, claim
+from controlplane.agents.claims import Releases, claim
 from controlplane.agents.events import GpuInfo
 from controlplane.agents.nodes import Nodes, NodeSpec
+from controlplane.clock import SYSTEM_CLOCK, Clock
 from controlplane.database import DATABASE_ERRORS
 from controlplane.events.metadata import Metadata
 from controlplane.events.store import EventStore
@@ -39,6 +40,7 @@ from controlplane.jobs.streams import job_stream
 from controlplane.logs.lines import Stream
 from controlplane.logs.store import last_seqs
 from controlplane.queries import Q
+from controlplane.scheduling.claim import Claim
 from node_agent.attempt import Attempt, LogSink
 from node_agent.inventory import Gpu, GpuInventory
 from node_agent.learners import job_dir, learner_specs
@@ -105,15 +107,18 @@ class Agent:
         runtime: LearnerRuntime,
         logs: LogSink,
         agent_id: UUID,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.config = config
         self.agent_id = agent_id
         """Kept across restarts (see `node_agent.identity`)."""
         self._pool = pool
         self._store = EventStore(pool)
-        self._jobs = Jobs(self._store)
+        self._clock = clock
+        self._jobs = Jobs(self._store, clock)
         self._releases = Releases(pool, config.name)
-        self._nodes = Nodes(pool, self._store)
+        self._nodes = Nodes(pool, self._store, clock)
         self._listener = listener
         self._inventory = inventory
         self._runtime = runtime
@@ -322,7 +327,7 @@ class Agent:
                 running.attempt.stop()
 
     async def _claim(self) -> list[Claim]:
-        return await claim(self._pool, self._store, self.config.name)
+        return await claim(self._pool, self._store, self.config.name, clock=self._clock)
 
     async def _specs(self, won: Claim) -> list[LearnerSpec]:
         job_id = won.job.job_id
@@ -363,6 +368,7 @@ class Agent:
             execute,
             grace_s=self.config.grace_s,
             adopted=adopted,
+            clock=self._clock,
         )
         log.info("job %s attempt %d: running %d learner(s)", job_id, won.attempt, len(specs))
         self._running[job_id] = _Running(attempt, version=won.version)

@@ -17,7 +17,7 @@ from uuid import UUID
 from opentelemetry import propagate
 from opentelemetry.util.types import Attributes
 
-from controlplane.agents.claims import Claim
+from controlplane.clock import SYSTEM_CLOCK, Clock
 from controlplane.database import DATABASE_ERRORS
 from controlplane.jobs.lifecycle import (
     Command,
@@ -31,9 +31,9 @@ from controlplane.jobs.lifecycle import (
 )
 from controlplane.jobs.limits import REPORT_BURST_S, JobLimits
 from controlplane.jobs.restarts import LearnerFailure, after_failure
-from controlplane.jobs.service import now
 from controlplane.jobs.tracing import tracer
 from controlplane.rates import TokenBucket
+from controlplane.scheduling.claim import Claim
 from node_agent.runtime import (
     ExitStatus,
     Learner,
@@ -117,8 +117,10 @@ class Attempt:
         *,
         grace_s: float,
         adopted: Mapping[int, Learner] | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.claim = claim
+        self._clock = clock
         self._specs = specs
         self._runtime = runtime
         self._logs = logs
@@ -178,7 +180,7 @@ class Attempt:
             # and the deployment tried again, or the job fails once its retries are spent.
             await self._terminate()
             await self._store_logs()
-            await self._do(RollBack(reason=reason, at=now(), attempt=self._number))
+            await self._do(RollBack(reason=reason, at=self._clock.now(), attempt=self._number))
             return
         async with asyncio.TaskGroup() as group:
             for state in self._learners:
@@ -324,13 +326,15 @@ class Attempt:
         if self._ending in ("cancelled", "fenced"):
             return  # the job is CANCELLED already, or runs elsewhere now
         if self._ending == "stopped":
-            await self._do(Restart(reason="node agent stopped", at=now(), attempt=self._number))
+            await self._do(
+                Restart(reason="node agent stopped", at=self._clock.now(), attempt=self._number)
+            )
             return
         failed = [s for s in self._learners if s.status is not None and not s.status.succeeded]
         if not failed:
             complete = Complete(
                 exit_codes=[0] * len(statuses),
-                at=now(),
+                at=self._clock.now(),
                 attempt=self._number,
                 learners=self._indices,
             )
@@ -347,7 +351,7 @@ class Attempt:
             infrastructure=killed_by is not None or first.status.oom_killed or first.status.unknown,
             error=first.error,
         )
-        await self._do(after_failure(self._job, failure, now()))
+        await self._do(after_failure(self._job, failure, self._clock.now()))
 
     async def _do(self, command: Command) -> None:
         """Carry out a job command, keeping the job's latest state (for the restart policy)."""

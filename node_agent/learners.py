@@ -13,8 +13,8 @@ from pathlib import Path
 from urllib.parse import urlsplit
 from uuid import UUID
 
-from controlplane.agents.claims import Claim
 from controlplane.jobs.locations import DATA_ROOTS_ENV, RESULTS_ROOTS_ENV, Roots
+from controlplane.scheduling.claim import Claim
 from node_agent.runtime import Folder, LearnerSpec, Mount, Shared
 from runners import config as runner_env
 from runners.uri import file_path

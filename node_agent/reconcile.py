@@ -17,8 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from uuid import UUID
 
-from controlplane.agents.claims import Claim
 from controlplane.jobs.lifecycle import Job
+from controlplane.scheduling.claim import Claim
 from controlplane.scheduling.placement import LearnerAllocation
 from node_agent.runtime import FoundLearner
 

@@ -6,13 +6,14 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
 
 import asyncpg
 from opentelemetry import propagate
 
+from controlplane.clock import SYSTEM_CLOCK, Clock
 from controlplane.database import Executor
 from controlplane.events.errors import ConcurrencyError
 from controlplane.events.group_commit import GroupCommit
@@ -22,40 +23,11 @@ from controlplane.events.store import EventStore
 from controlplane.instruments import CLAIM_LATENCY
 from controlplane.jobs.events import JobEvent
 from controlplane.jobs.lifecycle import Deploy, Job, JobStatus, Refused, decide, evolve
-from controlplane.jobs.service import now
 from controlplane.jobs.streams import job_stream
 from controlplane.jobs.tracing import job_span
 from controlplane.queries import Q
+from controlplane.scheduling.claim import Claim
 from controlplane.scheduling.placement import Capacity, Demand, LearnerAllocation, place
-
-
-@dataclass(frozen=True, slots=True)
-class Claim:
-    """A job attempt placed on nodes: its learners' nodes and GPUs, and the fencing epoch."""
-
-    job: Job
-    attempt: int
-    epoch: int
-    learners: list[LearnerAllocation]
-    version: int
-    """The job stream's version once the claim's event is in."""
-    trace: dict[str, str] = field(default_factory=dict)
-    """The claim's span (in the job's trace), for the attempt's spans to continue; empty for
-    an attempt an agent took over (after a restart, or placed on it by another node's claim),
-    whose spans then start a trace of their own."""
-
-    @property
-    def gpus(self) -> list[str]:
-        return [gpu for learner in self.learners for gpu in learner.gpus]
-
-    @property
-    def nodes(self) -> list[str]:
-        return list(dict.fromkeys(learner.node for learner in self.learners))
-
-    def on(self, node: str) -> list[LearnerAllocation]:
-        """The learners that `node` runs."""
-        return [learner for learner in self.learners if learner.node == node]
-
 
 STALE_RETRIES = 5
 CLAIM_BATCH = 8
@@ -68,14 +40,19 @@ class _Stale(Exception):
 
 
 async def claim(
-    pool: asyncpg.Pool, store: EventStore, node: str, *, limit: int = CLAIM_BATCH
+    pool: asyncpg.Pool,
+    store: EventStore,
+    node: str,
+    *,
+    limit: int = CLAIM_BATCH,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> list[Claim]:
     """Claim the next jobs that fit on `node` together, up to `limit` (for a job of several
     learners, on other nodes too); none when none fits."""
     for _ in range(STALE_RETRIES):
         try:
             async with pool.acquire() as conn, conn.transaction():
-                won = await _claim(conn, store, node, limit)
+                won = await _claim(conn, store, node, limit, clock)
         except (
             _Stale,
             ConcurrencyError,
@@ -86,7 +63,7 @@ async def claim(
             # (a projection) lagged; or another claim took some of the GPUs this one placed
             # learners on. All was rolled back; the next try sees the other claims.
             continue
-        at = now()
+        at = clock.now()
         for taken in won:
             latency = (at - queued_since(taken.job)).total_seconds()
             CLAIM_LATENCY.record(max(latency, 0.0), {"tenant": taken.job.tenant})
@@ -112,7 +89,9 @@ class _Placed:
     metadata: Metadata
 
 
-async def _claim(conn: Executor, store: EventStore, node: str, limit: int) -> list[Claim]:
+async def _claim(
+    conn: Executor, store: EventStore, node: str, limit: int, clock: Clock
+) -> list[Claim]:
     started = time.time_ns()
     rows = await conn.fetch(Q["claim_candidates"], node, limit)
     if not rows:
@@ -144,7 +123,7 @@ async def _claim(conn: Executor, store: EventStore, node: str, limit: int) -> li
                 # The queue counted room for it a moment ago, the same way: another claim took
                 # some since. Roll back and look again.
                 raise _Stale
-        deployed = _deploy(row, node, learners, started)
+        deployed = _deploy(row, node, learners, started, clock.now())
         if deployed is None:
             continue
         placed.append(deployed)
@@ -170,7 +149,7 @@ async def _claim(conn: Executor, store: EventStore, node: str, limit: int) -> li
 
 
 def _deploy(
-    row: asyncpg.Record, node: str, learners: list[LearnerAllocation], started: int
+    row: asyncpg.Record, node: str, learners: list[LearnerAllocation], started: int, at: datetime
 ) -> _Placed | None:
     """The DEPLOYING event of a candidate placed on `learners`, in a `job.claim` span of its
     trace (from when the agent began looking until the event is decided); None when the job,
@@ -189,7 +168,7 @@ def _deploy(
     root = propagate.extract(carrier) if carrier else None
     with job_span("job.claim", root, attributes, start_time=started):
         try:
-            events = decide(Deploy(nodes=nodes, gpus=allocated, epoch=row["epoch"], at=now()), job)
+            events = decide(Deploy(nodes=nodes, gpus=allocated, epoch=row["epoch"], at=at), job)
         except Refused:
             return None
         metadata = Metadata.capture(f"agent:{node}", tenant=row["tenant"])

@@ -5,6 +5,7 @@ back deployments whose learners did not all start within their deploy timeout.""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from uuid import UUID
 
@@ -12,14 +13,13 @@ import asyncpg
 
 from controlplane.agents.events import NodeLost
 from controlplane.agents.nodes import Nodes
+from controlplane.clock import SYSTEM_CLOCK, Clock
 from controlplane.database import DATABASE_ERRORS, connect
 from controlplane.events.metadata import Metadata
 from controlplane.events.store import EventStore
-from controlplane.jobs.events import JobEvent
-from controlplane.jobs.lifecycle import Refused, Restart, RollBack, decide, replay
-from controlplane.jobs.service import Jobs, now
+from controlplane.jobs.lifecycle import Refused, Restart, RollBack
+from controlplane.jobs.service import Jobs
 from controlplane.jobs.streams import job_stream
-from controlplane.jobs.tracing import job_root, job_span
 from controlplane.queries import Q
 from controlplane.workers import pause
 
@@ -33,13 +33,19 @@ class LifecycleManager:
     and take over within one interval of its death (its lock ends with its session)."""
 
     def __init__(
-        self, url: str, pool: asyncpg.Pool, store: EventStore, *, interval_s: float = 1.0
+        self,
+        url: str,
+        pool: asyncpg.Pool,
+        store: EventStore,
+        *,
+        interval_s: float = 1.0,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self._url = url
         self._pool = pool
-        self._store = store
-        self._nodes = Nodes(pool, store)
-        self._jobs = Jobs(store)
+        self._clock = clock
+        self._nodes = Nodes(pool, store, clock)
+        self._jobs = Jobs(store, clock)
         self.interval_s = interval_s
         self.active = False
         self._stopping = asyncio.Event()
@@ -101,7 +107,9 @@ class LifecycleManager:
         try:
             # A step of the job's trace like every other command; refused when the attempt
             # moved on meanwhile (it started after all, say): the next sweep looks again.
-            await self._jobs.execute(job_id, RollBack(reason, now(), attempt=attempt), metadata)
+            await self._jobs.execute(
+                job_id, RollBack(reason, self._clock.now(), attempt=attempt), metadata
+            )
         except Refused:
             return
         log.warning("job %s: %s; deployment rolled back", job_id, reason)
@@ -109,7 +117,7 @@ class LifecycleManager:
     async def _declare_lost(self, name: str) -> bool:
         """The node LOST, its jobs' attempts restarted and its allocations released: together
         (one transaction), so that no job is left on a node that nobody runs."""
-        at = now()
+        at = self._clock.now()
         reason = f"node_lost: node {name} stopped renewing its lease"
         async with self._pool.acquire() as conn, conn.transaction():
             agent_id: UUID | None = await conn.fetchval(Q["mark_node_lost"], name)
@@ -118,25 +126,16 @@ class LifecycleManager:
             await self._nodes.record(conn, name, NodeLost(agent_id=agent_id, reason=reason, at=at))
             metadata = Metadata.capture(ACTOR, causation_id=f"node-{name}")
             attempts = await conn.fetch(Q["node_attempts"], name)
+            attributes = {"trainyard.node": name, "trainyard.reason": reason}
             for row in attempts:
-                stream = job_stream(row["job_id"])
-                history = await self._store.read_stream(stream, conn=conn)
-                job = replay(e.event for e in history if isinstance(e.event, JobEvent))
-                try:
-                    events = decide(Restart(reason, at, attempt=row["attempt"]), job)
-                except Refused:
-                    events = []  # finished, cancelled or already restarted meanwhile
-                if events:
-                    attributes = {
-                        "trainyard.job.id": str(row["job_id"]),
-                        "trainyard.job.attempt": row["attempt"],
-                        "trainyard.node": name,
-                        "trainyard.reason": reason,
-                    }
-                    with job_span("job.restart", job_root(history), attributes):
-                        await self._store.append(
-                            stream, len(history), events, metadata.traced(), conn=conn
-                        )
+                restart = Restart(reason, at, attempt=row["attempt"])
+                # A step of the job's trace, in this transaction: should another append to the
+                # job's stream win meanwhile, the whole of this node's sweep rolls back. Refused:
+                # finished, cancelled or already restarted meanwhile.
+                with contextlib.suppress(Refused):
+                    await self._jobs.execute(
+                        row["job_id"], restart, metadata, conn=conn, attributes=attributes
+                    )
             await conn.execute(
                 Q["release_allocations"],
                 [row["job_id"] for row in attempts],

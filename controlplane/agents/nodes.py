@@ -15,10 +15,10 @@ from controlplane.agents.events import (
     NodeGpuUnhealthy,
     NodeRegistered,
 )
+from controlplane.clock import SYSTEM_CLOCK, Clock
 from controlplane.database import Executor
 from controlplane.events.metadata import Metadata
 from controlplane.events.store import EventStore
-from controlplane.jobs.service import now
 from controlplane.queries import Q
 
 CATEGORY = "node"
@@ -43,9 +43,10 @@ def node_stream(name: str) -> str:
 
 
 class Nodes:
-    def __init__(self, pool: asyncpg.Pool, store: EventStore) -> None:
+    def __init__(self, pool: asyncpg.Pool, store: EventStore, clock: Clock = SYSTEM_CLOCK) -> None:
         self._pool = pool
         self._store = store
+        self._clock = clock
 
     async def register(self, node: NodeSpec, ttl_s: float) -> datetime:
         """Take the node's lease and record its inventory; NodeNameTaken if it is held."""
@@ -81,7 +82,7 @@ class Nodes:
                 cpus=node.cpus,
                 memory_mb=node.memory_mb,
                 gpus=node.gpus,
-                at=now(),
+                at=self._clock.now(),
             )
             await self.record(conn, node.name, registered)
         assert isinstance(lease, datetime)
@@ -97,12 +98,14 @@ class Nodes:
         reason = gpu.health_reason or "unhealthy"
         async with self._pool.acquire() as conn, conn.transaction():
             await conn.execute(Q["set_gpu_health"], name, gpu.uuid, False, reason)
-            await self.record(conn, name, NodeGpuUnhealthy(uuid=gpu.uuid, reason=reason, at=now()))
+            await self.record(
+                conn, name, NodeGpuUnhealthy(uuid=gpu.uuid, reason=reason, at=self._clock.now())
+            )
 
     async def deregister(self, name: str, agent_id: UUID) -> None:
         async with self._pool.acquire() as conn, conn.transaction():
             await conn.execute(Q["deregister_node"], name, agent_id)
-            await self.record(conn, name, NodeDeregistered(agent_id=agent_id, at=now()))
+            await self.record(conn, name, NodeDeregistered(agent_id=agent_id, at=self._clock.now()))
 
     async def record(self, conn: Executor, name: str, event: NodeEvent) -> None:
         """Append to the node's stream inside the caller's transaction, which also holds the

@@ -5,10 +5,11 @@ database would only cost time. It checks, stores and decodes events as the Postg
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 
+from controlplane.clock import SYSTEM_CLOCK, Clock
 from controlplane.events.codec import decode, serialize
 from controlplane.events.errors import ConcurrencyError
 from controlplane.events.metadata import Metadata
@@ -39,10 +40,6 @@ class StoredEvent:
     recorded_at: datetime
 
 
-def _utc_now() -> datetime:
-    return datetime.now(UTC)
-
-
 def _log_position(stored: StoredEvent) -> LogPosition:
     return LogPosition(stored.xid, stored.position)
 
@@ -55,9 +52,7 @@ class InMemoryEventStore:
     from tasks of one event loop are serialized, as the database's locks serialize them.
     """
 
-    def __init__(
-        self, types: EventRegistry = registry, clock: Callable[[], datetime] = _utc_now
-    ) -> None:
+    def __init__(self, types: EventRegistry = registry, clock: Clock = SYSTEM_CLOCK) -> None:
         self._types = types
         self._clock = clock
         self._log: list[StoredEvent] = []
@@ -71,7 +66,7 @@ class InMemoryEventStore:
         if len(stream) != expected_version:
             raise ConcurrencyError(stream_id, expected_version, len(stream))
         xid = self._log[-1].xid + 1 if self._log else 1
-        recorded_at = self._clock()
+        recorded_at = self._clock.now()
         written = [
             StoredEvent(
                 position=len(self._log) + offset,

@@ -52,6 +52,11 @@ class EventStore:
         """Finish the appends in flight; call before closing the pool."""
         await self._group.close()
 
+    def on(self, conn: Executor) -> OnConnection:
+        """The store's reads and appends inside `conn`'s transaction: for the command path
+        (events/commands.py) where a command commits with other writes."""
+        return OnConnection(self, conn)
+
     async def append(
         self,
         stream_id: str,
@@ -226,4 +231,22 @@ class EventStore:
             data=row["data"],
             metadata=row["metadata"],
             recorded_at=row["recorded_at"],
+        )
+
+
+class OnConnection:
+    """An event store's streams read and appended on one connection (in its transaction)."""
+
+    def __init__(self, store: EventStore, conn: Executor) -> None:
+        self._store = store
+        self._conn = conn
+
+    async def read_stream(self, stream_id: str) -> list[RecordedEvent]:
+        return await self._store.read_stream(stream_id, conn=self._conn)
+
+    async def append(
+        self, stream_id: str, expected_version: int, events: Sequence[Event], metadata: Metadata
+    ) -> Appended:
+        return await self._store.append(
+            stream_id, expected_version, events, metadata, conn=self._conn
         )

@@ -36,6 +36,7 @@ from controlplane.instruments import LIMIT_REFUSALS, sse_client
 from controlplane.jobs.events import JobEvent
 from controlplane.jobs.images import ImageRefused
 from controlplane.jobs.lifecycle import (
+    JOB,
     Cancel,
     Job,
     JobStatus,
@@ -46,7 +47,7 @@ from controlplane.jobs.lifecycle import (
 from controlplane.jobs.locations import LocationRefused, check_manifest_locations
 from controlplane.jobs.manifest import JobManifest, JobSubmission
 from controlplane.jobs.projection import reason
-from controlplane.jobs.service import IdempotencyMismatch, idempotent_id, now
+from controlplane.jobs.service import IdempotencyMismatch, idempotent_id
 from controlplane.jobs.streams import job_stream
 from controlplane.queries import Q
 from controlplane.scheduling.unschedulable import LiveNodes, unschedulable_reason
@@ -310,20 +311,15 @@ async def get_history(request: web.Request) -> web.Response:
     entries = []
     state: Job | None = None
     for recorded in await request.app[JOBS].history(job.job_id):
-        state = evolve(state, _job_event(recorded))
+        state = evolve(state, JOB.event_of(recorded))
         entries.append(_history_entry(recorded, state))
     # The notifications of the job's events, from a stream of their own (see webhooks.streams).
     deliveries = await delivery_history(request.app[STORE], job.job_id)
     return web.json_response({"id": str(job.job_id), "history": entries, "webhooks": deliveries})
 
 
-def _job_event(recorded: RecordedEvent) -> JobEvent:
-    assert isinstance(recorded.event, JobEvent)
-    return recorded.event
-
-
 def _history_entry(recorded: RecordedEvent, job: Job) -> dict[str, Any]:
-    event = _job_event(recorded)
+    event = JOB.event_of(recorded)
     return {
         "version": recorded.stream_version,
         "position": recorded.position,
@@ -343,14 +339,14 @@ async def cancel(request: web.Request) -> web.Response:
         body = CancelRequest.model_validate(await _json_body(request))
     except ValidationError as exc:
         raise validation_error(exc) from exc
-    command = Cancel(reason=body.reason, at=now())
+    command = Cancel(reason=body.reason, at=request.app[JOBS].clock.now())
     return web.json_response(job_view(await _execute(request, who, job, command)))
 
 
 async def checkpoint(request: web.Request) -> web.Response:
     who = principal(request)
     job = await _visible_job(request, who)
-    job = await _execute(request, who, job, RequestCheckpoint(at=now()))
+    job = await _execute(request, who, job, RequestCheckpoint(at=request.app[JOBS].clock.now()))
     return web.json_response(job_view(job), status=202)
 
 
@@ -437,7 +433,7 @@ class _Sender:
         if recorded.stream_version <= self.version or self.finished:
             return
         self.version = recorded.stream_version
-        event = _job_event(recorded)
+        event = JOB.event_of(recorded)
         self.job = evolve(self.job, event)
         # Events up to Last-Event-ID were delivered before the client reconnected: folded for
         # the state, not sent again.

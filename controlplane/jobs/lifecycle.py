@@ -12,6 +12,7 @@ from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from controlplane.events.commands import Aggregate
 from controlplane.jobs.events import (
     CheckpointRequested,
     CheckpointSaved,
@@ -31,6 +32,7 @@ from controlplane.jobs.events import (
 )
 from controlplane.jobs.limits import JobLimits
 from controlplane.jobs.manifest import JobManifest, without_reserved_env
+from controlplane.jobs.streams import job_id_of
 
 
 class JobStatus(StrEnum):
@@ -493,3 +495,13 @@ def replay(events: Iterable[JobEvent]) -> Job | None:
     for event in events:
         job = evolve(job, event)
     return job
+
+
+def _busy(stream_id: str, tries: int) -> Refused:
+    return Refused(f"job {job_id_of(stream_id)} kept changing; gave up after {tries} tries")
+
+
+JOB: Aggregate[Command, Job | None, JobEvent] = Aggregate(
+    event_type=JobEvent, initial=None, decide=decide, evolve=evolve, busy=_busy
+)
+"""A job's stream, for the command path (events/commands.py)."""

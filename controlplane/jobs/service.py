@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
-from datetime import UTC, datetime
+from collections.abc import Iterable, Mapping
+from datetime import datetime
 from itertools import takewhile
 
+from opentelemetry.util.types import Attributes
+
+from controlplane.clock import SYSTEM_CLOCK, Clock
+from controlplane.database import Executor
 from controlplane.events.errors import ConcurrencyError
 from controlplane.events.metadata import Metadata
 from controlplane.events.records import RecordedEvent
 from controlplane.events.store import EventStore
 from controlplane.jobs.events import JobEvent
-from controlplane.jobs.lifecycle import Command, Job, Refused, Submit, decide, evolve, replay
+from controlplane.jobs.lifecycle import JOB, Command, Job, Refused, Submit, decide, replay
 from controlplane.jobs.limits import JobLimits
 from controlplane.jobs.manifest import JobManifest
 from controlplane.jobs.streams import job_stream
@@ -23,15 +27,9 @@ from controlplane.queries import Q
 IDEMPOTENCY_NAMESPACE = uuid.UUID("5b0e4c1e-7d2a-4e8a-9f57-3c1d2b9a6e10")
 """Job ids of idempotent submissions are uuid5(namespace, tenant + key): a retry finds its job."""
 
-CONFLICT_RETRIES = 10
-
 
 class IdempotencyMismatch(Exception):
     """An Idempotency-Key reused for a different manifest; nothing was written."""
-
-
-def now() -> datetime:
-    return datetime.now(UTC)
 
 
 def idempotent_id(tenant: str, idempotency_key: str) -> uuid.UUID:
@@ -42,20 +40,22 @@ def idempotent_id(tenant: str, idempotency_key: str) -> uuid.UUID:
 class Jobs:
     """Job commands and reads, with the job's own stream as the only truth."""
 
-    def __init__(self, store: EventStore) -> None:
+    def __init__(self, store: EventStore, clock: Clock = SYSTEM_CLOCK) -> None:
         self._store = store
+        self.clock = clock
+        """What submissions are timed by, and what callers time the commands they build by."""
 
     async def history(self, job_id: uuid.UUID) -> list[RecordedEvent]:
         return await self._store.read_stream(job_stream(job_id))
 
     async def current(self, job_id: uuid.UUID) -> tuple[Job | None, int]:
         """The job now, and its stream's version."""
-        history = await self.history(job_id)
-        return replay(_job_events(history)), len(history)
+        loaded = await JOB.load(self._store, job_stream(job_id))
+        return loaded.state, loaded.version
 
     async def load(self, job_id: uuid.UUID, *, as_of: datetime | None = None) -> Job | None:
         """The job now, or as it was at `as_of` (None if it did not exist then)."""
-        events: Iterable[JobEvent] = _job_events(await self.history(job_id))
+        events: Iterable[JobEvent] = JOB.typed(await self.history(job_id))
         if as_of is not None:
             # The instant each event says it happened (the times users see), and a prefix,
             # not a filter: a stream's versions are folded in order or not at all.
@@ -81,7 +81,7 @@ class Jobs:
             job_id=job_id,
             tenant=tenant,
             manifest=manifest,
-            at=now(),
+            at=self.clock.now(),
             limits=limits or JobLimits(),
         )
         events = decide(command, None)
@@ -119,34 +119,33 @@ class Jobs:
             await self._store.append(job_stream(job_id), 0, events, metadata.traced(), conn=conn)
             await conn.execute(Q["insert_job_secret_env"], job_id, tenant, json.dumps(secret_env))
 
-    async def execute(self, job_id: uuid.UUID, command: Command, metadata: Metadata) -> Job:
+    async def execute(
+        self,
+        job_id: uuid.UUID,
+        command: Command,
+        metadata: Metadata,
+        *,
+        conn: Executor | None = None,
+        attributes: Attributes = None,
+    ) -> Job:
         """Decide `command` on the job's latest state and append; Refused if illegal. The
-        step is a span in the job's trace, and so are the events' metadata."""
-        history = await self.history(job_id)
-        attributes = {"trainyard.job.id": str(job_id)}
-        with job_span(command_span_name(command), job_root(history), attributes) as span:
+        step is a span in the job's trace (with `attributes` besides the job's), and so are
+        the events' metadata. With `conn`, inside that connection's transaction and tried once:
+        a conflict (ConcurrencyError) is for the caller to retry in a new transaction."""
+        stream = job_stream(job_id)
+        streams = self._store if conn is None else self._store.on(conn)
+        loaded = await JOB.load(streams, stream)
+        attributes = {"trainyard.job.id": str(job_id), **(attributes or {})}
+        with job_span(command_span_name(command), job_root(loaded.recorded), attributes) as span:
             metadata = metadata.traced()
-            for _ in range(CONFLICT_RETRIES):
-                job = replay(_job_events(history))
-                events = decide(command, job)
-                try:
-                    await self._store.append(job_stream(job_id), len(history), events, metadata)
-                except ConcurrencyError:
-                    # Someone else changed the job meanwhile: decide again on its new state.
-                    history = await self.history(job_id)
-                    continue
-                for event in events:
-                    job = evolve(job, event)
-                assert job is not None
-                span.set_attributes(
-                    {"trainyard.job.state": job.state.value, "trainyard.job.attempt": job.attempt}
-                )
-                return job
-            raise Refused(f"job {job_id} kept changing; gave up after {CONFLICT_RETRIES} tries")
-
-
-def _job_events(history: Iterable[RecordedEvent]) -> Iterator[JobEvent]:
-    for recorded in history:
-        # Only job events are ever appended to a job stream (they all pass through `decide`).
-        assert isinstance(recorded.event, JobEvent), recorded.event.type_name
-        yield recorded.event
+            if conn is None:
+                executed = await JOB.execute(streams, stream, command, metadata, loaded=loaded)
+            else:
+                executed = await JOB.try_once(streams, stream, command, metadata, loaded=loaded)
+            job = executed.state
+            if job is None:  # decide refuses every command but Submit on no job
+                raise Refused("no such job", not_found=True)
+            span.set_attributes(
+                {"trainyard.job.state": job.state.value, "trainyard.job.attempt": job.attempt}
+            )
+            return job

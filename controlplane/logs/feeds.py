@@ -33,8 +33,7 @@ import asyncpg
 
 from controlplane.database import DATABASE_ERRORS
 from controlplane.events.hub import StreamHub
-from controlplane.jobs.events import JobEvent
-from controlplane.jobs.lifecycle import JobStatus, replay
+from controlplane.jobs.lifecycle import JOB, JobStatus, replay
 from controlplane.jobs.service import Jobs
 from controlplane.jobs.streams import job_stream
 from controlplane.logs.lines import StoredLine
@@ -249,11 +248,7 @@ class LogFeeds:
 async def job_end(jobs: Jobs, job_id: UUID) -> tuple[datetime | None, JobStatus]:
     """When (by the database's clock) the job ended, None while it runs; and its state."""
     history = await jobs.history(job_id)
-    events: list[JobEvent] = []
-    for recorded in history:
-        assert isinstance(recorded.event, JobEvent)  # a job's stream holds only job events
-        events.append(recorded.event)
-    job = replay(events)
+    job = replay(JOB.typed(history))
     assert job is not None  # followers follow jobs that exist
     # A terminal state is final: its event is the stream's last.
     return (history[-1].recorded_at if job.state.terminal else None), job.state

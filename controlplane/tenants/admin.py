@@ -7,12 +7,13 @@ import asyncio
 import os
 from pathlib import Path
 
+from controlplane.clock import SYSTEM_CLOCK, Clock
 from controlplane.events.errors import ConcurrencyError
 from controlplane.events.metadata import Metadata
 from controlplane.events.store import EventStore
 from controlplane.projections.runner import ProjectionRunner
 from controlplane.tenants.events import AdminTokenIssued
-from controlplane.tenants.service import now, project_now
+from controlplane.tenants.service import project_now
 from controlplane.tenants.streams import ADMIN_STREAM
 from controlplane.tenants.tokens import new_token
 
@@ -21,7 +22,7 @@ ACTOR = "system:bootstrap"
 
 
 async def bootstrap_admin_token(
-    store: EventStore, runner: ProjectionRunner, home: Path
+    store: EventStore, runner: ProjectionRunner, home: Path, *, clock: Clock = SYSTEM_CLOCK
 ) -> str | None:
     """Issue the admin token unless one exists; return it (to print) and keep it in
     `home/admin-token` (mode 0600). None when an earlier start or another replica issued it.
@@ -40,7 +41,7 @@ async def bootstrap_admin_token(
         appended = await store.append(
             ADMIN_STREAM,
             0,
-            [AdminTokenIssued(token_id=token.token_id, token_sha256=token.sha256, at=now())],
+            [AdminTokenIssued(token_id=token.token_id, token_sha256=token.sha256, at=clock.now())],
             Metadata.capture(ACTOR),
         )
     except ConcurrencyError:

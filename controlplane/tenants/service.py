@@ -6,30 +6,25 @@ brings the `tenants` projection up to date so that a token it issued authenticat
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from enum import Enum
 
 from pydantic import ValidationError
 
+from controlplane.clock import SYSTEM_CLOCK, Clock
 from controlplane.database import Executor
-from controlplane.events.errors import ConcurrencyError
+from controlplane.events.commands import Executed
 from controlplane.events.metadata import Metadata
 from controlplane.events.records import LogPosition
 from controlplane.events.store import EventStore
-from controlplane.events.types import Event
 from controlplane.projections.runner import ProjectionRunner
 from controlplane.queries import Q
-from controlplane.tenants.errors import (
-    InvalidTenant,
-    TenantBusy,
-    TenantExists,
-    UnknownTenant,
-    UnknownToken,
-)
+from controlplane.tenants.errors import InvalidTenant, UnknownToken
 from controlplane.tenants.events import (
     TenantCreated,
+    TenantEvent,
     TenantLimitsSet,
     TenantUpdated,
     TokenIssued,
@@ -37,11 +32,11 @@ from controlplane.tenants.events import (
 )
 from controlplane.tenants.limits import TenantLimits
 from controlplane.tenants.projection import TenantsProjection
+from controlplane.tenants.state import TENANT, Change, Create, TenantCommand, TenantState
 from controlplane.tenants.streams import tenant_stream
 from controlplane.tenants.tokens import IssuedToken, new_token
 from controlplane.tenants.validation import check_gpu_quota, check_name, check_weight
 
-CONFLICT_RETRIES = 10
 LIMIT_NAMES = tuple(TenantLimits.model_fields)
 
 
@@ -51,21 +46,6 @@ class _Keep(Enum):
 
 KEEP = _Keep.KEEP
 """For `update_tenant`: leave this setting as it is."""
-
-
-@dataclass(frozen=True, slots=True)
-class TenantState:
-    """A tenant as its stream has it: what commands decide on."""
-
-    weight: float
-    gpu_quota: int | None
-    active_tokens: frozenset[str]
-    """The ids of its tokens that are not revoked."""
-    limits: TenantLimits
-
-
-Decide = Callable[[TenantState, datetime], Sequence[Event]]
-"""From the tenant's state and the time now, the events to append."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,10 +59,6 @@ class TenantSummary:
     limits: TenantLimits
 
 
-def now() -> datetime:
-    return datetime.now(UTC)
-
-
 async def create_tenant(
     store: EventStore,
     runner: ProjectionRunner,
@@ -91,25 +67,17 @@ async def create_tenant(
     gpu_quota: int | None = None,
     *,
     actor: str,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> IssuedToken:
     """Create a tenant with its first token; InvalidTenant or TenantExists write nothing."""
     created = TenantCreated(
         name=check_name(name),
         weight=check_weight(weight),
         gpu_quota=check_gpu_quota(gpu_quota),
-        at=now(),
+        at=clock.now(),
     )
     token = new_token()
-    try:
-        appended = await store.append(
-            tenant_stream(name),
-            0,
-            [created, _issued(token, created.at)],
-            Metadata.capture(actor, tenant=name),
-        )
-    except ConcurrencyError:
-        raise TenantExists(f"tenant {name!r} already exists; nothing was written") from None
-    await project_now(runner, appended.log_position)
+    await _execute(store, runner, name, Create(name, [created, _issued(token, created.at)]), actor)
     return token
 
 
@@ -120,31 +88,39 @@ async def issue_token(
     *,
     revoke_others: bool = False,
     actor: str,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> IssuedToken:
     """Issue another token for a tenant, and with `revoke_others` revoke all its others."""
-    token = new_token()
+    token, at = new_token(), clock.now()
 
-    def decide(tenant: TenantState, at: datetime) -> list[Event]:
+    def change(tenant: TenantState) -> list[TenantEvent]:
         revoked = sorted(tenant.active_tokens) if revoke_others else []
         return [_issued(token, at), *(TokenRevoked(token_id=t, at=at) for t in revoked)]
 
-    await project_now(runner, await _change(store, name, decide, actor))
+    await _execute(store, runner, name, Change(name, change), actor)
     return token
 
 
 async def revoke_token(
-    store: EventStore, runner: ProjectionRunner, name: str, token_id: str, *, actor: str
+    store: EventStore,
+    runner: ProjectionRunner,
+    name: str,
+    token_id: str,
+    *,
+    actor: str,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> None:
     """Revoke one of a tenant's tokens; it stops authenticating once this returns."""
+    at = clock.now()
 
-    def decide(tenant: TenantState, at: datetime) -> list[Event]:
+    def change(tenant: TenantState) -> list[TenantEvent]:
         if token_id not in tenant.active_tokens:
             raise UnknownToken(
                 f"tenant {name!r} has no active token {token_id!r}; nothing was written"
             )
         return [TokenRevoked(token_id=token_id, at=at)]
 
-    await project_now(runner, await _change(store, name, decide, actor))
+    await _execute(store, runner, name, Change(name, change), actor)
 
 
 async def update_tenant(
@@ -155,6 +131,7 @@ async def update_tenant(
     weight: float | _Keep = KEEP,
     gpu_quota: int | _Keep | None = KEEP,
     actor: str,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> None:
     """Change a tenant's weight or GPU quota (None: no quota); claims use them at once."""
     if weight is not KEEP:
@@ -162,7 +139,9 @@ async def update_tenant(
     if gpu_quota is not KEEP:
         check_gpu_quota(gpu_quota)
 
-    def decide(tenant: TenantState, at: datetime) -> list[Event]:
+    at = clock.now()
+
+    def change(tenant: TenantState) -> list[TenantEvent]:
         return [
             TenantUpdated(
                 weight=tenant.weight if weight is KEEP else weight,
@@ -171,7 +150,7 @@ async def update_tenant(
             )
         ]
 
-    await project_now(runner, await _change(store, name, decide, actor))
+    await _execute(store, runner, name, Change(name, change), actor)
 
 
 async def set_limits(
@@ -181,6 +160,7 @@ async def set_limits(
     changes: Mapping[str, object],
     *,
     actor: str,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> None:
     """Change some of a tenant's limits (the others stay); the next submission, stream and
     job use them. InvalidTenant (a value out of range, an unknown limit) writes nothing."""
@@ -192,7 +172,9 @@ async def set_limits(
             f"unknown limit(s) {', '.join(unknown)}; known: {', '.join(LIMIT_NAMES)}"
         )
 
-    def decide(tenant: TenantState, at: datetime) -> list[Event]:
+    at = clock.now()
+
+    def change(tenant: TenantState) -> list[TenantEvent]:
         try:
             limits = TenantLimits.model_validate({**tenant.limits.model_dump(), **changes})
         except ValidationError as exc:
@@ -201,7 +183,7 @@ async def set_limits(
             ) from None
         return [TenantLimitsSet(limits=limits, at=at)]
 
-    await project_now(runner, await _change(store, name, decide, actor))
+    await _execute(store, runner, name, Change(name, change), actor)
 
 
 def _first_problem(exc: ValidationError) -> str:
@@ -231,44 +213,17 @@ async def project_now(runner: ProjectionRunner, through: LogPosition) -> None:
     await runner.wait_applied(TenantsProjection.name, through)
 
 
-def tenant_state(events: Iterable[Event]) -> TenantState:
-    """The tenant folded from its stream's events (which start with TenantCreated)."""
-    weight, gpu_quota = 1.0, None
-    limits = TenantLimits()
-    active: set[str] = set()
-    for event in events:
-        match event:
-            case TenantCreated() | TenantUpdated():
-                weight, gpu_quota = event.weight, event.gpu_quota
-            case TenantLimitsSet():
-                limits = event.limits
-            case TokenIssued():
-                active.add(event.token_id)
-            case TokenRevoked():
-                active.discard(event.token_id)
-    return TenantState(weight, gpu_quota, frozenset(active), limits)
-
-
-async def _change(store: EventStore, name: str, decide: Decide, actor: str) -> LogPosition:
-    """Decide on the tenant's latest state and append, deciding again after a conflict."""
+async def _execute(
+    store: EventStore, runner: ProjectionRunner, name: str, command: TenantCommand, actor: str
+) -> None:
+    """Carry out `command` on the tenant's stream (deciding again after a conflict), then
+    wait for the projection."""
     stream = tenant_stream(check_name(name))
-    for _ in range(CONFLICT_RETRIES):
-        history = await store.read_stream(stream)
-        if not history:
-            raise UnknownTenant(f"no tenant named {name!r}; nothing was written")
-        events = decide(tenant_state(r.event for r in history), now())
-        try:
-            appended = await store.append(
-                stream, len(history), events, Metadata.capture(actor, tenant=name)
-            )
-        except ConcurrencyError:
-            # Another command changed the tenant meanwhile: decide again on its new state.
-            continue
-        return appended.log_position
-    raise TenantBusy(
-        f"tenant {name!r} kept changing; gave up after {CONFLICT_RETRIES} tries; "
-        "nothing was written"
+    metadata = Metadata.capture(actor, tenant=name)
+    executed: Executed[TenantState | None, TenantEvent] = await TENANT.execute(
+        store, stream, command, metadata
     )
+    await project_now(runner, executed.appended.log_position)
 
 
 def _issued(token: IssuedToken, at: datetime) -> TokenIssued:

@@ -28,11 +28,11 @@ import aiohttp
 import asyncpg
 
 from controlplane import __version__
+from controlplane.clock import SYSTEM_CLOCK, Clock
 from controlplane.database import DATABASE_ERRORS
 from controlplane.events.metadata import Metadata
 from controlplane.events.store import EventStore
 from controlplane.events.subscription import LogListener
-from controlplane.jobs.service import now
 from controlplane.queries import Q
 from controlplane.tenants.errors import TenantError
 from controlplane.webhooks.addresses import Network
@@ -95,10 +95,17 @@ class Claimed:
 
 class WebhookRelay:
     def __init__(
-        self, url: str, pool: asyncpg.Pool, store: EventStore, config: RelayConfig | None = None
+        self,
+        url: str,
+        pool: asyncpg.Pool,
+        store: EventStore,
+        config: RelayConfig | None = None,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self._pool = pool
         self._store = store
+        self._clock = clock
         self.config = config or RelayConfig()
         # Its own listener: finishing deliveries wake it, which must not wake the log's readers.
         self._listener = LogListener(
@@ -212,7 +219,11 @@ class WebhookRelay:
 
     async def _deliver(self, session: aiohttp.ClientSession, delivery: Claimed) -> None:
         attempt = Attempt(
-            delivery.delivery_id, delivery.event, delivery.position, delivery.attempt, now()
+            delivery.delivery_id,
+            delivery.event,
+            delivery.position,
+            delivery.attempt,
+            self._clock.now(),
         )
         try:
             result = await self._attempt(session, delivery)
@@ -236,7 +247,7 @@ class WebhookRelay:
         try:
             secrets = delivery.secrets or await self._first_secrets(delivery.tenant)
         except TenantError as exc:
-            return Result(None, f"cannot sign the delivery: {exc}", now())
+            return Result(None, f"cannot sign the delivery: {exc}", self._clock.now())
         body = delivery.body.encode()
         headers = {
             "Content-Type": "application/json",
@@ -256,21 +267,23 @@ class WebhookRelay:
             ) as response:
                 status, reason = response.status, response.reason
         except TargetRefused as exc:
-            return Result(None, str(exc), now(), final=True)
+            return Result(None, str(exc), self._clock.now(), final=True)
         except aiohttp.ClientConnectorError as exc:
             # A refused address comes from the resolver, as the cause of the connection error.
             if isinstance(exc.os_error, TargetRefused):
-                return Result(None, str(exc.os_error), now(), final=True)
-            return Result(None, f"{type(exc).__name__}: {exc}"[:500], now())
+                return Result(None, str(exc.os_error), self._clock.now(), final=True)
+            return Result(None, f"{type(exc).__name__}: {exc}"[:500], self._clock.now())
         except TimeoutError:
-            return Result(None, f"no answer within {self.config.timeout_s:g}s", now())
+            return Result(None, f"no answer within {self.config.timeout_s:g}s", self._clock.now())
         except (aiohttp.ClientError, OSError) as exc:
-            return Result(None, f"{type(exc).__name__}: {exc}"[:500], now())
-        return Result(status, f"HTTP {status} {reason or ''}".strip(), now())
+            return Result(None, f"{type(exc).__name__}: {exc}"[:500], self._clock.now())
+        return Result(status, f"HTTP {status} {reason or ''}".strip(), self._clock.now())
 
     async def _first_secrets(self, tenant: str) -> list[str]:
         """The tenant has no secret yet: issue its first (unless another relay just did)."""
-        await rotate(self._pool, self._store, tenant, actor=ACTOR, unless_present=True)
+        await rotate(
+            self._pool, self._store, tenant, actor=ACTOR, unless_present=True, clock=self._clock
+        )
         return [s.secret for s in await signing_secrets(self._pool, tenant)]
 
     async def _record(self, delivery: Claimed, event: AttemptOutcome) -> None:
@@ -312,7 +325,7 @@ class WebhookRelay:
 
     async def _hand_back(self, delivery: Claimed, attempt: Attempt) -> None:
         try:
-            await self._record(delivery, interrupted(attempt, now()))
+            await self._record(delivery, interrupted(attempt, self._clock.now()))
         except DATABASE_ERRORS as exc:
             log.warning(
                 "webhook %s: not handed back (%s); due again when its claim lapses",

@@ -14,13 +14,13 @@ from datetime import datetime, timedelta
 
 import asyncpg
 
+from controlplane.clock import SYSTEM_CLOCK, Clock
 from controlplane.database import Executor
-from controlplane.events.errors import ConcurrencyError
+from controlplane.events.commands import retry_on_conflict
 from controlplane.events.metadata import Metadata
 from controlplane.events.store import EventStore
 from controlplane.queries import Q
-from controlplane.tenants.errors import TenantBusy, UnknownTenant
-from controlplane.tenants.service import now
+from controlplane.tenants.state import TENANT, Change, TenantState
 from controlplane.tenants.streams import tenant_stream
 from controlplane.tenants.validation import check_name
 from controlplane.webhooks.events import WebhookSecretRotated
@@ -28,7 +28,6 @@ from controlplane.webhooks.events import WebhookSecretRotated
 GRACE = timedelta(hours=24)
 PREFIX = "whsec_"
 """Makes a leaked secret recognisable, as `ty_` does for API tokens."""
-CONFLICT_RETRIES = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,50 +56,49 @@ async def rotate(
     *,
     actor: str,
     unless_present: bool = False,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> IssuedSecret | None:
     """Issue a new secret for the tenant, retiring its current one (after GRACE); with
     `unless_present`, only when it has none (None comes back when it had one). The secret and
     its event (`WebhookSecretRotated`, on the tenant's stream, without the secret) commit
     together. UnknownTenant, or TenantBusy after repeated conflicts, write nothing."""
     stream = tenant_stream(check_name(tenant))
-    for _ in range(CONFLICT_RETRIES):
-        try:
-            async with pool.acquire() as conn, conn.transaction():
-                await conn.execute(Q["lock_webhook_secrets"], tenant)
-                version = await store.version(stream, conn=conn)
-                if version == 0:
-                    raise UnknownTenant(f"no tenant named {tenant!r}; nothing was written")
-                if unless_present and await conn.fetchval(Q["has_webhook_secret"], tenant):
-                    return None
-                at = now()
-                retired = await conn.fetchval(Q["retire_webhook_secret"], tenant, at)
-                issued = IssuedSecret(
-                    tenant=tenant,
-                    secret_id="whs_" + secrets.token_hex(8),
-                    created_at=at,
-                    previous_valid_until=at + GRACE if retired else None,
-                    # 32 random bytes, as for API tokens: far beyond guessing.
-                    secret=PREFIX + secrets.token_urlsafe(32),
-                )
-                await conn.execute(
-                    Q["insert_webhook_secret"], issued.secret_id, tenant, issued.secret, at
-                )
+    metadata = Metadata.capture(actor, tenant=tenant)
+
+    async def attempt() -> IssuedSecret | None:
+        # Each try a transaction of its own: after a conflict (another tenant command, a token
+        # issued, appended meanwhile) everything here rolled back.
+        async with pool.acquire() as conn, conn.transaction():
+            await conn.execute(Q["lock_webhook_secrets"], tenant)
+            current = bool(await conn.fetchval(Q["has_webhook_secret"], tenant))
+            if unless_present and current:
+                return None
+            at = clock.now()
+            issued = IssuedSecret(
+                tenant=tenant,
+                secret_id="whs_" + secrets.token_hex(8),
+                created_at=at,
+                previous_valid_until=at + GRACE if current else None,
+                # 32 random bytes, as for API tokens: far beyond guessing.
+                secret=PREFIX + secrets.token_urlsafe(32),
+            )
+
+            def change(_: TenantState) -> list[WebhookSecretRotated]:
                 rotated = WebhookSecretRotated(
                     secret_id=issued.secret_id,
                     previous_valid_until=issued.previous_valid_until,
                     at=at,
                 )
-                metadata = Metadata.capture(actor, tenant=tenant)
-                await store.append(stream, version, [rotated], metadata, conn=conn)
-        except ConcurrencyError:
-            # Another tenant command (a token issued) appended meanwhile: everything here rolled
-            # back; try again on the stream's new version.
-            continue
-        return issued
-    raise TenantBusy(
-        f"tenant {tenant!r} kept changing; gave up after {CONFLICT_RETRIES} tries; "
-        "nothing was written"
-    )
+                return [rotated]
+
+            await TENANT.try_once(store.on(conn), stream, Change(tenant, change), metadata)
+            await conn.execute(Q["retire_webhook_secret"], tenant, at)
+            await conn.execute(
+                Q["insert_webhook_secret"], issued.secret_id, tenant, issued.secret, at
+            )
+            return issued
+
+    return await retry_on_conflict(attempt, lambda tries: TENANT.busy(stream, tries))
 
 
 async def signing_secrets(db: Executor, tenant: str) -> list[SigningSecret]:

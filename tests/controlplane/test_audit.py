@@ -19,6 +19,7 @@ from uuid import UUID
 import asyncpg
 import pytest
 
+from controlplane.clock import SYSTEM_CLOCK
 from controlplane.database import DATABASE_ERRORS
 from controlplane.events.metadata import Metadata
 from controlplane.jobs.events import (
@@ -31,7 +32,6 @@ from controlplane.jobs.events import (
 )
 from controlplane.jobs.lifecycle import Cancel, Job, JobStatus, RequestCheckpoint
 from controlplane.jobs.manifest import JobManifest
-from controlplane.jobs.service import now
 from controlplane.jobs.streams import job_stream
 from controlplane.tenants.service import create_tenant, issue_token, revoke_token
 from tests.cluster import USER, Plane, RunningAgent
@@ -183,16 +183,16 @@ async def run_scenario(plane: Plane) -> Scenario:
     await plane.state(resumed, JobStatus.COMPLETED)
     # More GPUs than the node has: it waits in the queue until acme cancels it.
     stuck = await submit(plane, USER, "stuck", SLEEPER, gpus_per_learner=3)
-    await plane.jobs.execute(stuck, Cancel(reason="not needed", at=now()), USER)
+    await plane.jobs.execute(stuck, Cancel(reason="not needed", at=SYSTEM_CLOCK.now()), USER)
 
     # globex: a job asked for a checkpoint by its tenant, then cancelled by the admin; and one
     # left running while the questions are asked.
     cancelled = await submit(plane, GLOBEX, "runaway", SLEEPER)
     await plane.state(cancelled, JobStatus.PROCESSING)
     await logged(plane, cancelled, "ready")
-    await plane.jobs.execute(cancelled, RequestCheckpoint(at=now()), GLOBEX)
+    await plane.jobs.execute(cancelled, RequestCheckpoint(at=SYSTEM_CLOCK.now()), GLOBEX)
     await logged(plane, cancelled, "checkpoint requested")
-    await plane.jobs.execute(cancelled, Cancel(reason="runaway job", at=now()), ADMIN)
+    await plane.jobs.execute(cancelled, Cancel(reason="runaway job", at=SYSTEM_CLOCK.now()), ADMIN)
     running = await submit(plane, GLOBEX, "steady", SLEEPER)
     await plane.state(running, JobStatus.PROCESSING)
 
@@ -355,7 +355,9 @@ async def test_every_question_of_the_document_answers_a_real_scenario_correctly(
     def q6(rows: Rows) -> None:
         by_tenant = {r["tenant"]: r for r in rows}
         assert set(by_tenant) == {"acme", "globex"}  # no other tenant had a GPU
-        acme = sum((hours(a.held(now())) for a in records if a.tenant == "acme"), Decimal(0))
+        acme = sum(
+            (hours(a.held(SYSTEM_CLOCK.now())) for a in records if a.tenant == "acme"), Decimal(0)
+        )
         assert all(a.ended_at is not None for a in records if a.tenant == "acme")
         assert abs(by_tenant["acme"]["gpu_hours"] - acme) <= Decimal("0.000001")
         # done, crashed, and resumed twice; stuck never held a GPU.
@@ -364,7 +366,7 @@ async def test_every_question_of_the_document_answers_a_real_scenario_correctly(
         globex = [a for a in records if a.tenant == "globex"]
         assert [a.job_id for a in globex if a.ended_at is None] == [s.running]
         low = sum((hours(a.held(asked_at[-1])) for a in globex), Decimal(0))
-        high = sum((hours(a.held(now())) for a in globex), Decimal(0))
+        high = sum((hours(a.held(SYSTEM_CLOCK.now())) for a in globex), Decimal(0))
         assert low - Decimal("0.000001") <= by_tenant["globex"]["gpu_hours"]
         assert by_tenant["globex"]["gpu_hours"] <= high + Decimal("0.000001")
         assert tuple(by_tenant["globex"])[2:] == (2, 2, True)
@@ -419,7 +421,7 @@ async def test_every_question_of_the_document_answers_a_real_scenario_correctly(
     async with as_auditor(owner) as auditor:
         for number, values, check in asked:
             question = by_number[number]
-            asked_at.append(now())
+            asked_at.append(SYSTEM_CLOCK.now())
             rows = await auditor.fetch(bind(question.sql, values))
             try:
                 check(rows)

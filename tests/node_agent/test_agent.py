@@ -12,12 +12,12 @@ import asyncpg
 import pytest
 
 from controlplane.agents.nodes import NodeNameTaken
+from controlplane.clock import SYSTEM_CLOCK
 from controlplane.database import DATABASE_ERRORS
 from controlplane.jobs.events import CheckpointSaved
 from controlplane.jobs.lifecycle import Cancel, JobStatus, RequestCheckpoint
 from controlplane.jobs.limits import JobLimits
 from controlplane.jobs.manifest import JobManifest
-from controlplane.jobs.service import now
 from runners import protocol
 from tests.cluster import A_WHOLE_RUN, USER, Plane, RunningAgent, agent_config
 from tests.polling import eventually
@@ -99,9 +99,9 @@ async def test_checkpoint_requests_and_cancel_reach_the_learner(
     job_id = await plane.submit(SLEEPER)
     await plane.state(job_id, JobStatus.PROCESSING)
     await wait_for_line(plane, job_id, "ready")
-    await plane.jobs.execute(job_id, RequestCheckpoint(at=now()), USER)
+    await plane.jobs.execute(job_id, RequestCheckpoint(at=SYSTEM_CLOCK.now()), USER)
     await wait_for_line(plane, job_id, "checkpoint requested")
-    await plane.jobs.execute(job_id, Cancel(reason="enough", at=now()), USER)
+    await plane.jobs.execute(job_id, Cancel(reason="enough", at=SYSTEM_CLOCK.now()), USER)
     await wait_for_line(plane, job_id, "terminating")  # SIGTERM, within the grace period
 
     async def released() -> bool:
@@ -198,7 +198,7 @@ async def test_checkpoint_reports_past_the_jobs_rate_are_not_recorded_and_say_so
     plane: Plane, agent: RunningAgent
 ) -> None:
     report = protocol.CheckpointSaved(
-        at=now(), step=0, path="/forged", size_bytes=1, sha256="0" * 64, duration_s=0.0
+        at=SYSTEM_CLOCK.now(), step=0, path="/forged", size_bytes=1, sha256="0" * 64, duration_s=0.0
     )
     # A learner printing forged reports as fast as it can (each a step further).
     script = (
@@ -222,7 +222,7 @@ async def test_checkpoint_reports_past_the_jobs_rate_are_not_recorded_and_say_so
 def _checkpoint_then_exit_1() -> list[str]:
     """A learner that reports a checkpoint, then fails with exit code 1."""
     report = protocol.CheckpointSaved(
-        at=now(), step=5, path="/ckpt/5", size_bytes=1, sha256="0" * 64, duration_s=0.0
+        at=SYSTEM_CLOCK.now(), step=5, path="/ckpt/5", size_bytes=1, sha256="0" * 64, duration_s=0.0
     )
     script = f"print({protocol.encode(report)!r}, flush=True)\nraise SystemExit(1)\n"
     return [sys.executable, "-c", script]

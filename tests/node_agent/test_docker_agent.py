@@ -14,8 +14,8 @@ import aiodocker
 import asyncpg
 import pytest
 
+from controlplane.clock import SYSTEM_CLOCK
 from controlplane.jobs.lifecycle import Cancel, JobStatus, RequestCheckpoint
-from controlplane.jobs.service import now
 from controlplane.logs.store import read_lines
 from harness.agent_process import AgentProcess
 from node_agent.containers import LearnerLabels
@@ -98,9 +98,9 @@ async def test_checkpoint_requests_and_cancel_reach_the_container(
     job_id = await submit(plane, SIGNALLED)
     await plane.state(job_id, JobStatus.PROCESSING)
     await wait_for_line(plane, job_id, "ready")
-    await plane.jobs.execute(job_id, RequestCheckpoint(at=now()), USER)
+    await plane.jobs.execute(job_id, RequestCheckpoint(at=SYSTEM_CLOCK.now()), USER)
     await wait_for_line(plane, job_id, "checkpoint requested")
-    await plane.jobs.execute(job_id, Cancel(reason="enough", at=now()), USER)
+    await plane.jobs.execute(job_id, Cancel(reason="enough", at=SYSTEM_CLOCK.now()), USER)
     await wait_for_line(plane, job_id, "terminating")
     await eventually(lambda: released(owner))
     assert containers_of(docker_node) == []

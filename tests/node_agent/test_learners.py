@@ -6,12 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 from uuid import uuid4
 
-from controlplane.agents.claims import Claim
 from controlplane.cli import parser
+from controlplane.clock import SYSTEM_CLOCK
 from controlplane.jobs.lifecycle import Checkpoint, Job, JobStatus, Submit, decide, replay
 from controlplane.jobs.locations import Roots
 from controlplane.jobs.manifest import JobManifest
-from controlplane.jobs.service import now
+from controlplane.scheduling.claim import Claim
 from controlplane.scheduling.placement import LearnerAllocation
 from controlplane.settings import Settings
 from node_agent.cli import config_from
@@ -23,7 +23,9 @@ MANIFEST = JobManifest.model_validate({"name": "j", "image": "i", "command": ["t
 
 
 def submitted() -> Job:
-    job = replay(decide(Submit(job_id=uuid4(), tenant="t", manifest=MANIFEST, at=now()), None))
+    job = replay(
+        decide(Submit(job_id=uuid4(), tenant="t", manifest=MANIFEST, at=SYSTEM_CLOCK.now()), None)
+    )
     assert job is not None
     return job
 
@@ -35,7 +37,9 @@ def spec(node: str, work_dir: Path, checkpoint_root: Path, checkpoint: Path | No
     """Learner 0 of the job's attempt 1, or, after `checkpoint`, of its attempt 2."""
     last = None
     if checkpoint is not None:
-        last = Checkpoint(attempt=1, step=40, path=str(checkpoint), size_bytes=1, at=now())
+        last = Checkpoint(
+            attempt=1, step=40, path=str(checkpoint), size_bytes=1, at=SYSTEM_CLOCK.now()
+        )
     attempt = 1 if checkpoint is None else 2
     job = JOB.model_copy(
         update={"state": JobStatus.DEPLOYING, "attempt": attempt, "last_checkpoint": last}

@@ -14,12 +14,12 @@ import asyncpg
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
+from controlplane.clock import SYSTEM_CLOCK
 from controlplane.events.metadata import Metadata
 from controlplane.http.app import create_app
 from controlplane.jobs.lifecycle import JobStatus, Submit, decide
 from controlplane.jobs.limits import JobLimits
 from controlplane.jobs.manifest import JobManifest
-from controlplane.jobs.service import now
 from controlplane.jobs.streams import job_stream
 from controlplane.logs.lines import Stream
 from controlplane.logs.store import read_lines, write_lines
@@ -58,7 +58,11 @@ async def submit(plane: Plane, command: list[str], limits: JobLimits | None = No
     )
     job_id = uuid4()
     submitted = Submit(
-        job_id=job_id, tenant="flood", manifest=manifest, at=now(), limits=limits or JobLimits()
+        job_id=job_id,
+        tenant="flood",
+        manifest=manifest,
+        at=SYSTEM_CLOCK.now(),
+        limits=limits or JobLimits(),
     )
     metadata = Metadata(actor="tenant:flood", tenant="flood")
     await plane.store.append(job_stream(job_id), 0, decide(submitted, None), metadata)

@@ -14,9 +14,9 @@ import asyncpg
 import pytest
 
 from controlplane.agents.manager import LifecycleManager
+from controlplane.clock import SYSTEM_CLOCK
 from controlplane.jobs.lifecycle import Job, JobStatus, Submit, decide, replay
 from controlplane.jobs.manifest import JobManifest
-from controlplane.jobs.service import now
 from harness.agent_process import AgentProcess
 from node_agent.identity import WorkDirInUse, agent_identity
 from node_agent.process_runtime import find_learners
@@ -184,7 +184,9 @@ def learners_of(agent: AgentProcess) -> list[FoundLearner]:
 
 def running_job(attempt: int = 1, epoch: int = 7) -> Job:
     manifest = JobManifest.model_validate({"name": "j", "image": "i", "command": ["x"]})
-    job = replay(decide(Submit(job_id=uuid4(), tenant="t", manifest=manifest, at=now()), None))
+    job = replay(
+        decide(Submit(job_id=uuid4(), tenant="t", manifest=manifest, at=SYSTEM_CLOCK.now()), None)
+    )
     assert job is not None
     return job.model_copy(
         update={"state": JobStatus.PROCESSING, "attempt": attempt, "epoch": epoch}

@@ -17,6 +17,7 @@ import pytest
 
 from controlplane.agents.manager import LifecycleManager
 from controlplane.agents.nodes import Nodes, NodeSpec
+from controlplane.clock import SYSTEM_CLOCK
 from controlplane.jobs.lifecycle import (
     Command,
     Complete,
@@ -32,7 +33,6 @@ from controlplane.jobs.lifecycle import (
     replay,
 )
 from controlplane.jobs.manifest import JobManifest
-from controlplane.jobs.service import now
 from node_agent.process_runtime import find_learners
 from tests.cluster import A_WHOLE_RUN, Plane, RunningAgent, agent_config
 from tests.polling import eventually
@@ -180,8 +180,10 @@ def deployed(learners: int, **manifest: object) -> Job:
     spec = JobManifest.model_validate(
         {"name": "g", "image": "i", "command": ["x"], "learners": learners, **manifest}
     )
-    job = replay(decide(Submit(job_id=uuid4(), tenant="t", manifest=spec, at=now()), None))
-    return apply(job, Deploy(nodes=["n1", "n2"], gpus=[], epoch=1, at=now()))
+    job = replay(
+        decide(Submit(job_id=uuid4(), tenant="t", manifest=spec, at=SYSTEM_CLOCK.now()), None)
+    )
+    return apply(job, Deploy(nodes=["n1", "n2"], gpus=[], epoch=1, at=SYSTEM_CLOCK.now()))
 
 
 def apply(job: Job | None, command: Command) -> Job:
@@ -193,33 +195,36 @@ def apply(job: Job | None, command: Command) -> Job:
 
 def test_the_job_enters_a_phase_once_every_learner_has_reached_it() -> None:
     job = deployed(2)
-    job = apply(job, EnterPhase(JobStatus.PROCESSING, now(), learners=(0,)))
+    job = apply(job, EnterPhase(JobStatus.PROCESSING, SYSTEM_CLOCK.now(), learners=(0,)))
     assert job.state is JobStatus.DEPLOYING and job.learner_phases == {0: JobStatus.PROCESSING}
-    job = apply(job, EnterPhase(JobStatus.DOWNLOADING, now(), learners=(1,)))
+    job = apply(job, EnterPhase(JobStatus.DOWNLOADING, SYSTEM_CLOCK.now(), learners=(1,)))
     assert job.state is JobStatus.DOWNLOADING  # the slowest learner sets the pace
-    job = apply(job, EnterPhase(JobStatus.PROCESSING, now(), learners=(1,)))
+    job = apply(job, EnterPhase(JobStatus.PROCESSING, SYSTEM_CLOCK.now(), learners=(1,)))
     assert job.state is JobStatus.PROCESSING and job.learner_phases == {}
     with pytest.raises(Refused):
-        apply(job, EnterPhase(JobStatus.PROCESSING, now(), learners=(0,)))  # said already
+        apply(
+            job, EnterPhase(JobStatus.PROCESSING, SYSTEM_CLOCK.now(), learners=(0,))
+        )  # said already
 
 
 def test_the_job_completes_once_every_learner_has_exited() -> None:
-    job = apply(deployed(3), EnterPhase(JobStatus.PROCESSING, now()))
-    job = apply(job, Complete([0, 0], now(), learners=(0, 2)))
+    job = apply(deployed(3), EnterPhase(JobStatus.PROCESSING, SYSTEM_CLOCK.now()))
+    job = apply(job, Complete([0, 0], SYSTEM_CLOCK.now(), learners=(0, 2)))
     assert job.state is JobStatus.PROCESSING and job.exited == [0, 2]
-    job = apply(job, Complete([0], now(), learners=(1,)))
+    job = apply(job, Complete([0], SYSTEM_CLOCK.now(), learners=(1,)))
     assert job.state is JobStatus.COMPLETED and job.exit_codes == [0, 0, 0]
 
 
 def test_rollbacks_redeploy_until_the_retries_are_spent() -> None:
     job = apply(
-        deployed(2, deploy_retries=1), EnterPhase(JobStatus.DOWNLOADING, now(), learners=(0,))
+        deployed(2, deploy_retries=1),
+        EnterPhase(JobStatus.DOWNLOADING, SYSTEM_CLOCK.now(), learners=(0,)),
     )
-    job = apply(job, RollBack("learner 1 failed to start", now(), attempt=1))
+    job = apply(job, RollBack("learner 1 failed to start", SYSTEM_CLOCK.now(), attempt=1))
     assert (job.state, job.attempt, job.rollbacks) == (JobStatus.QUEUED, 2, 1)
     assert job.learner_phases == {} and job.restarts == 0
-    job = apply(job, Deploy(nodes=["n1"], gpus=[], epoch=2, at=now()))
-    job = apply(job, RollBack("learner 1 failed to start", now(), attempt=2))
+    job = apply(job, Deploy(nodes=["n1"], gpus=[], epoch=2, at=SYSTEM_CLOCK.now()))
+    job = apply(job, RollBack("learner 1 failed to start", SYSTEM_CLOCK.now(), attempt=2))
     assert job.state is JobStatus.FAILED
     assert job.failure_reason == (
         "deployment failed 2 time(s); last: learner 1 failed to start "

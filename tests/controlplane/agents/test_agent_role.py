@@ -18,12 +18,12 @@ import pytest
 from controlplane.agents.events import NodeRegistered
 from controlplane.agents.login_cli import agent_url
 from controlplane.agents.logins import login_excess, scram_verifier
+from controlplane.clock import SYSTEM_CLOCK
 from controlplane.database import AGENT_ROLE, Role, connect, create_pool
 from controlplane.events.metadata import Metadata
 from controlplane.events.store import EventStore
 from controlplane.jobs.events import JobCancelled
 from controlplane.jobs.lifecycle import JobStatus
-from controlplane.jobs.service import now
 from controlplane.jobs.streams import job_stream
 from controlplane.tenants.events import TokenIssued
 from harness.agent_login import AGENT_LOGIN, AGENT_PASSWORD, agent_login_url
@@ -177,13 +177,17 @@ async def test_an_agent_cannot_append_tenants_events_nor_read_tenants_streams(
     assert await agent_store.read_stream("tenant-acme") == []
     submitted = (await plane.store.read_stream(job_stream(job_id)))[0].event
     node_event = NodeRegistered(
-        agent_id=uuid4(), runtime="process", cpus=1, memory_mb=64, gpus=[], at=now()
+        agent_id=uuid4(), runtime="process", cpus=1, memory_mb=64, gpus=[], at=SYSTEM_CLOCK.now()
     )
     refused = [
         (job_stream(uuid4()), 0, submitted),  # JobSubmitted: tenants' and the admin's alone
-        (job_stream(job_id), 1, JobCancelled(reason="by a node", at=now())),
+        (job_stream(job_id), 1, JobCancelled(reason="by a node", at=SYSTEM_CLOCK.now())),
         # To the agent the tenant's stream is empty: version 0 is all it can expect.
-        ("tenant-acme", 0, TokenIssued(token_id="tok-1", token_sha256="0" * 64, at=now())),
+        (
+            "tenant-acme",
+            0,
+            TokenIssued(token_id="tok-1", token_sha256="0" * 64, at=SYSTEM_CLOCK.now()),
+        ),
         (job_stream(job_id), 1, node_event),  # an agent's type, in the wrong category
     ]
     for stream, version, event in refused:

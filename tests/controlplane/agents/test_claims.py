@@ -12,9 +12,10 @@ import asyncpg
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from controlplane.agents.claims import Claim, Releases, claim
+from controlplane.agents.claims import Releases, claim
 from controlplane.agents.events import GpuInfo
 from controlplane.agents.nodes import Nodes, NodeSpec
+from controlplane.clock import SYSTEM_CLOCK
 from controlplane.database import create_pool
 from controlplane.events.metadata import Metadata
 from controlplane.events.store import EventStore
@@ -23,9 +24,10 @@ from controlplane.jobs.events import JobDeploying
 from controlplane.jobs.lifecycle import Cancel, Complete, EnterPhase, JobStatus, Restart
 from controlplane.jobs.manifest import JobManifest
 from controlplane.jobs.projection import JobsProjection
-from controlplane.jobs.service import Jobs, now
+from controlplane.jobs.service import Jobs
 from controlplane.jobs.streams import job_stream
 from controlplane.projections.runner import ProjectionRunner
+from controlplane.scheduling.claim import Claim
 from controlplane.tenants.projection import TenantsProjection
 from controlplane.tenants.service import create_tenant
 from tests.conftest import fresh_database
@@ -91,8 +93,10 @@ class Cluster:
 
     async def finish(self, won: Claim) -> None:
         job_id = won.job.job_id
-        await self.jobs.execute(job_id, EnterPhase(JobStatus.PROCESSING, now()), AGENT)
-        await self.jobs.execute(job_id, Complete([0] * len(won.learners), now()), AGENT)
+        await self.jobs.execute(job_id, EnterPhase(JobStatus.PROCESSING, SYSTEM_CLOCK.now()), AGENT)
+        await self.jobs.execute(
+            job_id, Complete([0] * len(won.learners), SYSTEM_CLOCK.now()), AGENT
+        )
         for node in won.nodes:
             await Releases(self.pool, node).release(job_id, won.attempt)
 
@@ -239,7 +243,7 @@ async def test_quota_priority_and_what_a_claim_records(
     low = await cluster.submit("globex", manifest(1, priority=-5))
     high = await cluster.submit("globex", manifest(1, priority=5))
     cancelled = await cluster.submit("globex", manifest(1, priority=50))
-    await cluster.jobs.execute(cancelled, Cancel("changed my mind", now()), AGENT)
+    await cluster.jobs.execute(cancelled, Cancel("changed my mind", SYSTEM_CLOCK.now()), AGENT)
     await cluster.node("n1", 2)
     await cluster.project()
 
@@ -274,8 +278,10 @@ async def test_a_restarted_job_waits_out_its_backoff(
     job_id = await cluster.submit("acme", manifest(1))
     await cluster.project()
     [(_, first)] = await claim_all(cluster, ["n1"])
-    await cluster.jobs.execute(job_id, EnterPhase(JobStatus.PROCESSING, now()), AGENT)
-    await cluster.jobs.execute(job_id, Restart("learner 0 killed by SIGKILL", now(), 2.0), AGENT)
+    await cluster.jobs.execute(job_id, EnterPhase(JobStatus.PROCESSING, SYSTEM_CLOCK.now()), AGENT)
+    await cluster.jobs.execute(
+        job_id, Restart("learner 0 killed by SIGKILL", SYSTEM_CLOCK.now(), 2.0), AGENT
+    )
     await Releases(pool, "n1").release(job_id, first.attempt)
 
     async def requeued() -> bool:

@@ -15,11 +15,12 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
+from controlplane.clock import SYSTEM_CLOCK
 from controlplane.events.metadata import Metadata
 from controlplane.events.store import EventStore
 from controlplane.http.app import create_app
 from controlplane.jobs.lifecycle import Complete, Deploy, EnterPhase, JobStatus
-from controlplane.jobs.service import Jobs, now
+from controlplane.jobs.service import Jobs
 from harness.served import ServedControlPlane
 from tests.tenancy import Tokens
 
@@ -68,9 +69,11 @@ async def jobs(store: EventStore) -> Jobs:
 async def advance(jobs: Jobs, job_id: UUID, *states: JobStatus) -> None:
     for state in states:
         if state is JobStatus.DEPLOYING:
-            command: Deploy | EnterPhase = Deploy(nodes=["n1"], gpus=["GPU-1"], epoch=1, at=now())
+            command: Deploy | EnterPhase = Deploy(
+                nodes=["n1"], gpus=["GPU-1"], epoch=1, at=SYSTEM_CLOCK.now()
+            )
         else:
-            command = EnterPhase(phase=state, at=now())
+            command = EnterPhase(phase=state, at=SYSTEM_CLOCK.now())
         await jobs.execute(job_id, command, AGENT)
 
 
@@ -98,7 +101,7 @@ async def test_resume_after_a_control_plane_restart_misses_nothing_and_repeats_n
             missed = await take(response, 2)
             await advance(jobs, job_id, JobStatus.STORING)
             live = await take(response, 1)
-            await jobs.execute(job_id, Complete(exit_codes=[0], at=now()), AGENT)
+            await jobs.execute(job_id, Complete(exit_codes=[0], at=SYSTEM_CLOCK.now()), AGENT)
             rest = [m async for m in messages(response) if not m.comment]  # ends by itself
         await plane.stop()
 

@@ -19,13 +19,14 @@ from aiohttp.test_utils import TestClient, TestServer
 from hypothesis import given
 from hypothesis import strategies as st
 
+from controlplane.clock import SYSTEM_CLOCK
 from controlplane.events.metadata import Metadata
 from controlplane.events.store import EventStore
 from controlplane.http import logs as logs_routes
 from controlplane.http.app import create_app
 from controlplane.http.logs import LOG_FEEDS, LOG_FOLLOWER_LINES, LOG_POLL_S, LOG_SETTLE_S
 from controlplane.jobs.lifecycle import Cancel, JobStatus
-from controlplane.jobs.service import Jobs, now
+from controlplane.jobs.service import Jobs
 from controlplane.logs.feeds import LAGGED, End, Lines
 from controlplane.logs.lines import (
     CONTINUES,
@@ -480,7 +481,9 @@ async def test_follow_resumes_after_last_event_id_and_ends_once_the_job_has_ende
     await asyncio.sleep(0.5)
     await write_lines(pool, [line(job, seq) for seq in range(6, 8)])
     live = await take(response, 2)
-    await Jobs(store).execute(job, Cancel(reason="enough", at=now()), Metadata(actor="test"))
+    await Jobs(store).execute(
+        job, Cancel(reason="enough", at=SYSTEM_CLOCK.now()), Metadata(actor="test")
+    )
     # Last words of a learner being stopped, within the settle time: still delivered.
     await write_lines(pool, [line(job, 1, stream=Stream.SYSTEM, text="learner 0 stopped")])
     rest = [m async for m in sse(response) if m is not None]  # ends by itself

@@ -331,10 +331,20 @@ def test_placement_counts_cpus_as_the_sql_does() -> None:
 
 
 def test_the_scheduling_modules_import_no_database_driver() -> None:
-    # The simulator runs them without a database; a fresh interpreter, so that what other
-    # tests imported does not count.
+    # The simulator runs them without a database, and an agent's reconcile planner and the
+    # aggregates' pure decisions (with the command path and the clock) are tested without
+    # one; a fresh interpreter, so that what other tests imported does not count.
+    scheduling = ("claim", "claim_order", "placement", "unschedulable")
     modules = ", ".join(
-        f"controlplane.scheduling.{name}" for name in ("claim_order", "placement", "unschedulable")
+        [
+            *(f"controlplane.scheduling.{name}" for name in scheduling),
+            "controlplane.clock",
+            "controlplane.events.commands",
+            "controlplane.events.memory",
+            "controlplane.jobs.lifecycle",
+            "controlplane.tenants.state",
+            "node_agent.reconcile",
+        ]
     )
     code = f"import sys, {modules}; print('asyncpg' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

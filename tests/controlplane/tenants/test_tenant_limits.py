@@ -16,6 +16,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from controlplane.agents.nodes import Nodes, NodeSpec
+from controlplane.clock import SYSTEM_CLOCK
 from controlplane.events.metadata import Metadata
 from controlplane.events.store import EventStore
 from controlplane.http.app import create_app
@@ -23,7 +24,6 @@ from controlplane.http.keys import JOBS
 from controlplane.http.streams import MAX_STREAMS_ENV, max_streams_from_env
 from controlplane.jobs.lifecycle import Deploy, EnterPhase, JobStatus, SaveCheckpoint
 from controlplane.jobs.limits import DEFAULT_LOG_LINES
-from controlplane.jobs.service import now
 from controlplane.tenants.limits import DEFAULT_STREAMS, TenantLimits
 from tests.polling import eventually
 from tests.tenancy import Cli, Tokens, auth, event_count
@@ -231,8 +231,8 @@ async def test_a_checkpoint_request_while_one_is_pending_is_409_and_writes_nothi
     job = await (await client.post("/v1/jobs", json=MANIFEST, headers=acme)).json()
     jobs, job_id = client.app[JOBS], UUID(job["id"])
     agent = Metadata.capture("agent:n1")
-    await jobs.execute(job_id, Deploy(["n1"], [], 1, now()), agent)
-    await jobs.execute(job_id, EnterPhase(JobStatus.PROCESSING, now()), agent)
+    await jobs.execute(job_id, Deploy(["n1"], [], 1, SYSTEM_CLOCK.now()), agent)
+    await jobs.execute(job_id, EnterPhase(JobStatus.PROCESSING, SYSTEM_CLOCK.now()), agent)
 
     path = f"/v1/jobs/{job_id}/checkpoint"
     assert (await client.post(path, headers=acme)).status == 202
@@ -242,7 +242,7 @@ async def test_a_checkpoint_request_while_one_is_pending_is_409_and_writes_nothi
         assert again.status == 409
         assert "is still pending" in (await again.json())["error"]
     assert await event_count(owner) == before
-    await jobs.execute(job_id, SaveCheckpoint(10, "/ckpt/10", 1, 0.1, now()), agent)
+    await jobs.execute(job_id, SaveCheckpoint(10, "/ckpt/10", 1, 0.1, SYSTEM_CLOCK.now()), agent)
     assert (await client.post(path, headers=acme)).status == 202
 
 

@@ -15,13 +15,14 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from controlplane.client import render
+from controlplane.clock import SYSTEM_CLOCK
 from controlplane.events.metadata import Metadata
 from controlplane.events.store import EventStore
 from controlplane.events.subscription import LogListener
 from controlplane.http.app import create_app
 from controlplane.http.keys import POOL, STORE
 from controlplane.jobs.lifecycle import Fail
-from controlplane.jobs.service import Jobs, now
+from controlplane.jobs.service import Jobs
 from controlplane.projections.runner import ProjectionRunner
 from controlplane.tenants.projection import TenantsProjection
 from controlplane.tenants.service import issue_token
@@ -50,7 +51,7 @@ async def fail_job(client: Client, token: str, url: str) -> UUID:
     assert response.status == 201, await response.text()
     job_id = UUID((await response.json())["id"])
     jobs = Jobs(client.app[STORE])
-    await jobs.execute(job_id, Fail("boom", now()), Metadata(actor="agent:n1"))
+    await jobs.execute(job_id, Fail("boom", SYSTEM_CLOCK.now()), Metadata(actor="agent:n1"))
     return job_id
 
 

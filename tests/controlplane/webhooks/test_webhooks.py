@@ -14,8 +14,8 @@ from uuid import UUID, uuid4
 import asyncpg
 import pytest
 
+from controlplane.clock import SYSTEM_CLOCK
 from controlplane.jobs.lifecycle import Complete, Deploy, EnterPhase, Fail, JobStatus, Restart
-from controlplane.jobs.service import now
 from controlplane.queries import Q
 from controlplane.webhooks.addresses import parse_networks
 from controlplane.webhooks.events import (
@@ -64,14 +64,14 @@ async def relaying(plane: Plane, config: RelayConfig = FAST) -> AsyncIterator[We
 
 
 async def fail(plane: Plane, job_id: UUID) -> None:
-    await plane.jobs.execute(job_id, Fail(reason="boom", at=now()), USER)
+    await plane.jobs.execute(job_id, Fail(reason="boom", at=SYSTEM_CLOCK.now()), USER)
 
 
 async def run_and_complete(plane: Plane, job_id: UUID) -> None:
     for command in (
-        Deploy(["n1"], [], 1, now()),
-        EnterPhase(JobStatus.PROCESSING, now()),
-        Complete([0], now()),
+        Deploy(["n1"], [], 1, SYSTEM_CLOCK.now()),
+        EnterPhase(JobStatus.PROCESSING, SYSTEM_CLOCK.now()),
+        Complete([0], SYSTEM_CLOCK.now()),
     ):
         await plane.jobs.execute(job_id, command, USER)
 
@@ -251,7 +251,9 @@ async def test_a_relay_stopped_mid_way_records_its_interrupted_attempts_and_the_
             await eventually(some_received)
         # Stopped with attempts under way: each was recorded as interrupted, due again now.
         pending = [r for r in await rows(plane.pool) if r["state"] == "pending"]
-        assert all(r["claim"] is None and r["next_attempt_at"] <= now() for r in pending)
+        assert all(
+            r["claim"] is None and r["next_attempt_at"] <= SYSTEM_CLOCK.now() for r in pending
+        )
         cut = [r for r in pending if r["attempts"] == 1]
         assert cut and all(r["last_error"] == "interrupted: the relay stopped" for r in cut)
 
@@ -304,7 +306,7 @@ async def test_a_relay_that_dies_mid_attempt_leaves_it_to_the_next_after_its_lea
             None,
             500,
             "x",
-            now(),
+            SYSTEM_CLOCK.now(),
         )
         is None
     )
@@ -391,12 +393,12 @@ async def test_each_notified_event_gets_exactly_one_delivery(plane: Plane) -> No
     url = "http://127.0.0.1:9/never-sent"  # no relay runs in this test
     restarted = await plane.submit(QUICK, webhook_url=url, max_restarts=1)
     for command in (
-        Deploy(["n1"], [], 1, now()),
-        EnterPhase(JobStatus.PROCESSING, now()),
-        Restart("node_lost", now()),
-        Deploy(["n1"], [], 2, now()),
-        EnterPhase(JobStatus.PROCESSING, now()),
-        Restart("node_lost again", now()),  # past max_restarts: JobFailed
+        Deploy(["n1"], [], 1, SYSTEM_CLOCK.now()),
+        EnterPhase(JobStatus.PROCESSING, SYSTEM_CLOCK.now()),
+        Restart("node_lost", SYSTEM_CLOCK.now()),
+        Deploy(["n1"], [], 2, SYSTEM_CLOCK.now()),
+        EnterPhase(JobStatus.PROCESSING, SYSTEM_CLOCK.now()),
+        Restart("node_lost again", SYSTEM_CLOCK.now()),  # past max_restarts: JobFailed
     ):
         await plane.jobs.execute(restarted, command, USER)
     completed = await plane.submit(QUICK, webhook_url=url)
