@@ -22,7 +22,7 @@ from controlplane.events.subscription import LogListener
 from controlplane.migrate import MigrationError, available, migrate, require_migrated
 from controlplane.projections.catalog import all_projections
 from controlplane.projections.runner import ProjectionRunner
-from controlplane.serving import ServeError, allowed_images, serving, signalled
+from controlplane.server import ServeError, allowed_images, listening, signalled
 from controlplane.settings import Settings
 from controlplane.tenants.cli import add_commands as add_tenant_commands
 from controlplane.up import up
@@ -282,7 +282,7 @@ async def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     images = allowed_images()
     url = await resolve_database(settings)
     await require_migrated(url)
-    async with serving(url, args.host, args.port, settings.home, images):
+    async with listening(url, args.host, args.port, settings.home, images):
         await signalled().wait()
     return 0
 

@@ -17,6 +17,7 @@ from controlplane.events.hub import StreamHub
 from controlplane.events.store import EventStore
 from controlplane.events.subscription import LogListener
 from controlplane.http import jobs, logs, metrics, nodes, scrape, tenants, webhooks
+from controlplane.http.auth import auth_middleware
 from controlplane.http.keys import (
     BACKGROUND,
     DATABASE_URL,
@@ -44,7 +45,6 @@ from controlplane.jobs.service import Jobs
 from controlplane.projections.catalog import all_projections
 from controlplane.projections.runner import ProjectionRunner
 from controlplane.queries import Q
-from controlplane.tenants.auth import auth_middleware
 from controlplane.tenants.submissions import SubmissionRates
 from controlplane.webhooks.relay import RelayConfig, WebhookRelay
 

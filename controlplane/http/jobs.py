@@ -18,6 +18,7 @@ from controlplane.events.hub import Lagged
 from controlplane.events.metadata import Metadata
 from controlplane.events.records import RecordedEvent
 from controlplane.http import params
+from controlplane.http.auth import acting_tenant, principal
 from controlplane.http.errors import error, validation_error
 from controlplane.http.keys import (
     HUB,
@@ -50,8 +51,8 @@ from controlplane.jobs.service import IdempotencyMismatch, idempotent_id, now
 from controlplane.jobs.streams import job_stream
 from controlplane.queries import Q
 from controlplane.scheduling.unschedulable import LiveNodes, unschedulable_reason
-from controlplane.tenants.auth import Principal, acting_tenant, principal
 from controlplane.tenants.limits import TenantLimits
+from controlplane.tenants.principals import Principal
 from controlplane.webhooks.targets import TargetRefused
 
 MAX_PAGE = 500

@@ -7,9 +7,9 @@ from typing import Any
 
 from aiohttp import web
 
+from controlplane.http.auth import principal
 from controlplane.http.keys import POOL
 from controlplane.queries import Q
-from controlplane.tenants.auth import principal
 
 
 def add_routes(app: web.Application) -> None:

@@ -16,11 +16,11 @@ from contextlib import AbstractContextManager, contextmanager
 
 from aiohttp import web
 
+from controlplane.http.auth import principal
 from controlplane.http.errors import error
 from controlplane.http.keys import POOL
 from controlplane.instruments import LIMIT_REFUSALS
 from controlplane.queries import Q
-from controlplane.tenants.auth import principal
 from controlplane.tenants.limits import TenantLimits
 
 MAX_STREAMS_ENV = "TRAINYARD_MAX_STREAMS"

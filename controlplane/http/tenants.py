@@ -11,10 +11,10 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from controlplane.http import params
+from controlplane.http.auth import principal
 from controlplane.http.errors import error, validation_error
 from controlplane.http.jobs import _json_body
 from controlplane.http.keys import POOL, PROJECTIONS, STORE
-from controlplane.tenants.auth import principal
 from controlplane.tenants.errors import (
     InvalidTenant,
     TenantBusy,

@@ -10,9 +10,9 @@ from aiohttp import web
 
 from controlplane.events.store import EventStore
 from controlplane.http import params
+from controlplane.http.auth import acting_tenant, principal
 from controlplane.http.errors import error
 from controlplane.http.keys import POOL, STORE
-from controlplane.tenants.auth import acting_tenant, principal
 from controlplane.tenants.errors import TenantBusy, UnknownTenant
 from controlplane.webhooks.events import WebhookAttempt
 from controlplane.webhooks.streams import webhook_stream
