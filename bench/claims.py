@@ -58,6 +58,7 @@ from bench.served import until_registered
 from controlplane.agents.claims import Claim, Releases, claim
 from controlplane.agents.events import GpuInfo
 from controlplane.agents.nodes import Nodes, NodeSpec
+from controlplane.composition import projections
 from controlplane.database import create_pool
 from controlplane.events.metadata import Metadata
 from controlplane.events.records import ORIGIN, LogPosition
@@ -70,7 +71,6 @@ from controlplane.jobs.projection import JobsProjection
 from controlplane.jobs.service import Jobs, now
 from controlplane.jobs.streams import job_stream
 from controlplane.projections.base import Projection
-from controlplane.projections.catalog import all_projections
 from controlplane.projections.runner import ProjectionRunner
 from controlplane.tenants.projection import TenantsProjection
 from controlplane.tenants.service import create_tenant
@@ -304,7 +304,7 @@ async def submit_latency(
 ) -> dict[str, Any]:
     """LATENCY_JOBS copies of `job` submitted steadily to one real agent (`config`, two fake
     GPUs) on the database at `url`: each stage's p50 and p99 (see the module's note)."""
-    async with _plane(url, all_projections(), 6) as plane:
+    async with _plane(url, projections(), 6) as plane:
         plane.start()
         stop, registered = asyncio.Event(), asyncio.Event()
         agent = asyncio.create_task(

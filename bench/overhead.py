@@ -53,6 +53,7 @@ import asyncpg
 from bench.docker import learner_image_missing
 from bench.scratch import scratch_database
 from bench.served import until_registered
+from controlplane.composition import projection_runner
 from controlplane.database import create_pool
 from controlplane.events.metadata import Metadata
 from controlplane.events.store import EventStore
@@ -63,8 +64,6 @@ from controlplane.jobs.manifest import JobManifest
 from controlplane.jobs.service import Jobs
 from controlplane.jobs.streams import job_stream
 from controlplane.logs.metrics import MetricPoint, read_metrics
-from controlplane.projections.catalog import all_projections
-from controlplane.projections.runner import ProjectionRunner
 from controlplane.tenants.service import create_tenant
 from node_agent.agent import AgentConfig
 from node_agent.cli import LAUNCHERS, machine_memory_mb
@@ -276,7 +275,7 @@ async def _plane(url: str) -> AsyncIterator[_Plane]:
     pool = await create_pool(url, min_size=2, max_size=4)
     store = EventStore(pool)
     listener = LogListener(url)
-    runner = ProjectionRunner(pool, store, listener, all_projections())
+    runner = projection_runner(pool, store, listener)
     tasks = [asyncio.create_task(listener.run()), asyncio.create_task(runner.run())]
     try:
         await create_tenant(store, runner, TENANT, actor="bench")

@@ -16,11 +16,11 @@ from controlplane.agents.login_cli import add_commands as add_agent_login_comman
 from controlplane.agents.nodes import NodeNameTaken
 from controlplane.client.api import ApiError, NotFound, ServerUnreachable, UsageError
 from controlplane.client.commands import add_client_commands
+from controlplane.composition import projection_runner
 from controlplane.database import DatabaseUnavailable, create_pool, describe, resolve_database
 from controlplane.events.store import EventStore
 from controlplane.events.subscription import LogListener
 from controlplane.migrate import MigrationError, available, migrate, require_migrated
-from controlplane.projections.catalog import all_projections
 from controlplane.projections.runner import ProjectionRunner
 from controlplane.server import ServeError, allowed_images, listening, signalled
 from controlplane.settings import Settings
@@ -407,7 +407,7 @@ class _runner:
         await require_migrated(url)
         self._pool = pool = await create_pool(url, min_size=1, max_size=2)
         store = EventStore(pool)
-        return ProjectionRunner(pool, store, LogListener(url), all_projections())
+        return projection_runner(pool, store, LogListener(url))
 
     async def __aexit__(self, *_: object) -> None:
         await self._pool.close()

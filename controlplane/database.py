@@ -35,6 +35,17 @@ DATABASE_ERRORS = (
 )
 """What a lost or failing database connection raises: background loops retry on these."""
 
+CONNECTION_ERRORS = (
+    OSError,
+    asyncpg.InterfaceError,
+    asyncpg.InternalClientError,
+    asyncpg.PostgresConnectionError,
+    # The server shutting down or terminating the session (admin_shutdown, ...).
+    asyncpg.exceptions.OperatorInterventionError,
+)
+"""What a lost connection raises, unlike an error of the statement itself: retrying the same
+work later may succeed, however often it failed."""
+
 
 class DatabaseUnavailable(Exception):
     """The database cannot be reached or started; the message is one line for the operator."""
@@ -163,3 +174,8 @@ def _settings(role: Role | None) -> dict[str, str]:
     if role is not None:
         settings["role"] = role
     return settings
+
+
+async def ping(db: Executor) -> None:
+    """Return once the database answered a trivial query; a DATABASE_ERRORS error if not."""
+    await db.fetchval(Q["ping"])

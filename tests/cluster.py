@@ -17,6 +17,7 @@ from uuid import UUID
 import asyncpg
 
 from bench.agent_login import agent_login_url
+from controlplane.composition import projection_runner
 from controlplane.database import DATABASE_ERRORS
 from controlplane.events.metadata import Metadata
 from controlplane.events.store import EventStore
@@ -27,8 +28,6 @@ from controlplane.jobs.locations import Roots
 from controlplane.jobs.manifest import JobManifest
 from controlplane.jobs.service import Jobs
 from controlplane.logs.store import read_lines
-from controlplane.projections.catalog import all_projections
-from controlplane.projections.runner import ProjectionRunner
 from node_agent.agent import AgentConfig
 from node_agent.service import run_agent
 
@@ -56,7 +55,7 @@ class Plane:
         self.store = store
         self.jobs = Jobs(store)
         self.listener = LogListener(db_url, poll_interval=0.2)
-        self.runner = ProjectionRunner(pool, store, self.listener, all_projections())
+        self.runner = projection_runner(pool, store, self.listener)
 
     async def submit(self, command: list[str], **extra: Any) -> UUID:
         manifest = JobManifest.model_validate(

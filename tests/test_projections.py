@@ -14,7 +14,7 @@ from controlplane.events.metadata import Metadata
 from controlplane.events.records import ORIGIN, RecordedEvent
 from controlplane.events.store import EventStore
 from controlplane.events.subscription import LogListener
-from controlplane.projections.runner import ProjectionRunner
+from controlplane.projections.runner import BatchFailed, ProjectionRunner
 from controlplane.projections.streams import StreamsProjection
 from tests.events import Pinged
 from tests.polling import eventually
@@ -100,8 +100,9 @@ async def test_a_failed_batch_leaves_neither_rows_nor_checkpoint(
     await append_some(store, streams=1, each=5)
     projection = Exploding(fail_at=3)
     runner = ProjectionRunner(pool, store, listener, [projection], batch_size=10)
-    with pytest.raises(RuntimeError):
+    with pytest.raises(BatchFailed) as failed:
         await runner.catch_up(projection)
+    assert isinstance(failed.value.__cause__, RuntimeError)
     assert await owner.fetchval("SELECT count(*) FROM exploding") == 0
     assert await owner.fetchval("SELECT count(*) FROM projection_checkpoints") == 0
     projection.fail_at = -1
