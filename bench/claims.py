@@ -58,7 +58,7 @@ from bench.served import until_registered
 from controlplane.agents.claims import Claim, Releases, claim
 from controlplane.agents.events import GpuInfo
 from controlplane.agents.nodes import Nodes, NodeSpec
-from controlplane.composition import projections
+from controlplane.composition import EVENT_REGISTRY, projections
 from controlplane.database import create_pool
 from controlplane.events.metadata import Metadata
 from controlplane.events.records import ORIGIN, LogPosition
@@ -128,7 +128,7 @@ class _Plane:
 
     def __init__(self, url: str, projections: Sequence[Projection], pool: asyncpg.Pool) -> None:
         self.pool = pool
-        self.store = EventStore(pool)
+        self.store = EventStore(pool, EVENT_REGISTRY)
         self.jobs = Jobs(self.store)
         self.nodes = Nodes(pool, self.store)
         # The control plane's own (default) poll interval.
@@ -453,7 +453,7 @@ async def _trainyard_round(plane: _Plane, total: int) -> tuple[float, float]:
     async def worker(node: str) -> None:
         nonlocal finished
         # An agent of its own: its appends and releases go together only with its own.
-        store = EventStore(plane.pool)
+        store = EventStore(plane.pool, EVENT_REGISTRY)
         releases = Releases(plane.pool, node)
         metadata = Metadata(actor=f"agent:{node}", tenant=TENANT)
 

@@ -53,7 +53,7 @@ import asyncpg
 from bench.docker import learner_image_missing
 from bench.scratch import scratch_database
 from bench.served import until_registered
-from controlplane.composition import projection_runner
+from controlplane.composition import EVENT_REGISTRY, projection_runner
 from controlplane.database import create_pool
 from controlplane.events.metadata import Metadata
 from controlplane.events.store import EventStore
@@ -273,7 +273,7 @@ async def _plane(url: str) -> AsyncIterator[_Plane]:
     """The control plane's projections (running in the background, as `trainyard serve` runs
     them) and a job service, with the bench's tenant."""
     pool = await create_pool(url, min_size=2, max_size=4)
-    store = EventStore(pool)
+    store = EventStore(pool, EVENT_REGISTRY)
     listener = LogListener(url)
     runner = projection_runner(pool, store, listener)
     tasks = [asyncio.create_task(listener.run()), asyncio.create_task(runner.run())]

@@ -16,7 +16,7 @@ from controlplane.agents.login_cli import add_commands as add_agent_login_comman
 from controlplane.agents.nodes import NodeNameTaken
 from controlplane.client.api import ApiError, NotFound, ServerUnreachable, UsageError
 from controlplane.client.commands import add_client_commands
-from controlplane.composition import projection_runner
+from controlplane.composition import EVENT_REGISTRY, projection_runner
 from controlplane.database import DatabaseUnavailable, create_pool, describe, resolve_database
 from controlplane.events.store import EventStore
 from controlplane.events.subscription import LogListener
@@ -406,7 +406,7 @@ class _runner:
         url = await resolve_database(self._settings)
         await require_migrated(url)
         self._pool = pool = await create_pool(url, min_size=1, max_size=2)
-        store = EventStore(pool)
+        store = EventStore(pool, EVENT_REGISTRY)
         return projection_runner(pool, store, LogListener(url))
 
     async def __aexit__(self, *_: object) -> None:

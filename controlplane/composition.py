@@ -16,18 +16,23 @@ from dataclasses import dataclass
 
 import asyncpg
 
+from controlplane.agents import events as node_events
 from controlplane.agents.manager import LifecycleManager
 from controlplane.cluster_gauges import ClusterGauges
 from controlplane.database import DATABASE_ERRORS, create_pool, ping
 from controlplane.events.hub import StreamHub
 from controlplane.events.store import EventStore
 from controlplane.events.subscription import LogListener
+from controlplane.events.types import Event, EventRegistry
+from controlplane.jobs import events as job_events
 from controlplane.jobs.projection import JobsProjection
 from controlplane.jobs.service import Jobs
 from controlplane.projections.base import Projection
 from controlplane.projections.runner import ProjectionRunner
 from controlplane.projections.streams import StreamsProjection
+from controlplane.tenants import events as tenant_events
 from controlplane.tenants.projection import TenantsProjection
+from controlplane.webhooks import events as webhook_events
 from controlplane.webhooks.outbox import WebhookOutbox
 from controlplane.webhooks.relay import RelayConfig, WebhookRelay
 
@@ -35,6 +40,17 @@ log = logging.getLogger(__name__)
 
 STOP_S = 10.0
 """How long the background tasks get to stop on their own before they are cancelled."""
+
+EVENT_TYPES: tuple[type[Event], ...] = (
+    *job_events.EVENT_TYPES,
+    *node_events.EVENT_TYPES,
+    *tenant_events.EVENT_TYPES,
+    *webhook_events.EVENT_TYPES,
+)
+"""Every event type Trainyard writes, feature by feature."""
+EVENT_REGISTRY = EventRegistry(EVENT_TYPES)
+"""What every store of Trainyard's reads and writes with: an event of another type is refused
+on append and is an error on reading."""
 
 
 def projections() -> list[Projection]:
@@ -86,7 +102,7 @@ class ControlPlane:
         self.url = url
         self.pool = pool
         self.listener = LogListener(url, poll_interval=poll_interval)
-        self.store = EventStore(pool)
+        self.store = EventStore(pool, EVENT_REGISTRY)
         self.projections = ProjectionRunner(pool, self.store, self.listener, projections)
         self.hub = StreamHub(self.store, self.listener)
         self.jobs = Jobs(self.store)

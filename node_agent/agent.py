@@ -19,6 +19,7 @@ import asyncpg
 from controlplane.agents.claims import Claim, Releases, claim
 from controlplane.agents.events import GpuInfo
 from controlplane.agents.nodes import Nodes, NodeSpec
+from controlplane.composition import EVENT_REGISTRY
 from controlplane.database import DATABASE_ERRORS
 from controlplane.events.metadata import Metadata
 from controlplane.events.store import EventStore
@@ -110,7 +111,7 @@ class Agent:
         self.agent_id = agent_id
         """Kept across restarts (see `node_agent.identity`)."""
         self._pool = pool
-        self._store = EventStore(pool)
+        self._store = EventStore(pool, EVENT_REGISTRY)
         self._jobs = Jobs(self._store)
         self._releases = Releases(pool, config.name)
         self._nodes = Nodes(pool, self._store)

@@ -38,6 +38,7 @@ from tests.docker_engine import (
     remove_containers_of,
     require_engine,
 )
+from tests.events import TEST_REGISTRY
 from tests.tenancy import Cli, Tokens
 
 
@@ -153,7 +154,7 @@ async def owner(db_url: str) -> AsyncIterator[asyncpg.Connection]:
 
 @pytest.fixture
 async def store(pool: asyncpg.Pool) -> AsyncIterator[EventStore]:
-    store = EventStore(pool)
+    store = EventStore(pool, TEST_REGISTRY)
     yield store
     await store.close()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
+from datetime import UTC, datetime
 
 import asyncpg
 import pytest
@@ -21,7 +22,6 @@ from controlplane.projections.streams import StreamsProjection
 from controlplane.tenants.events import TenantCreated
 from controlplane.tenants.projection import TenantsProjection
 from controlplane.tenants.service import create_tenant
-from tests.events import Pinged
 from tests.polling import eventually
 from tests.tenancy import Tokens
 
@@ -42,7 +42,8 @@ async def test_readyz_waits_for_projections_to_catch_up(client: TestClient[objec
     app = client.server.app
     runner = app[PROJECTIONS]
     runner.stop()  # hold projections back to observe "not ready"
-    await app[STORE].append("job-1", 0, [Pinged(n=1)], Metadata(actor="test"))
+    created = TenantCreated(at=datetime.now(UTC), name="t", weight=1, gpu_quota=None)
+    await app[STORE].append("tenant-t", 0, [created], Metadata(actor="test"))
     response = await client.get("/readyz")
     assert response.status == 503
     assert (await response.json())["projections_caught_up"] is False
