@@ -16,6 +16,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
+from controlplane.invariants import InvariantBroken
 from controlplane.queries import Q
 from controlplane.settings import Settings
 
@@ -140,7 +141,8 @@ async def create_pool(
         )
     except (TimeoutError, OSError, asyncpg.PostgresError) as exc:
         raise _unreachable(url, exc) from exc
-    assert pool is not None
+    if pool is None:  # only a pool created without awaiting it is None
+        raise InvariantBroken("asyncpg.create_pool returned no pool")
     return pool
 
 

@@ -11,6 +11,7 @@ from aiohttp.typedefs import Handler
 
 from controlplane.http.errors import error
 from controlplane.http.keys import POOL
+from controlplane.invariants import InvariantBroken
 from controlplane.tenants.principals import Principal, authenticate
 
 PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json"})
@@ -28,7 +29,8 @@ def acting_tenant(who: Principal, requested: str | None, action: str) -> str:
                 400, f"an admin {action} on behalf of a tenant: add ?tenant=NAME", field="tenant"
             )
         return requested
-    assert who.tenant is not None
+    if who.tenant is None:  # Principal: not the admin means exactly one tenant
+        raise InvariantBroken("a principal neither the admin nor a tenant's")
     if requested not in (None, who.tenant):
         raise error(403, f"a tenant's token {action} only as {who.tenant!r}", field="tenant")
     return who.tenant

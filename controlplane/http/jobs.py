@@ -35,7 +35,7 @@ from controlplane.http.keys import (
 from controlplane.http.streams import live_stream
 from controlplane.http.webhooks import delivery_history
 from controlplane.instruments import LIMIT_REFUSALS, sse_client
-from controlplane.jobs.events import JobEvent
+from controlplane.jobs.events import JobEvent, job_event
 from controlplane.jobs.images import ImageRefused
 from controlplane.jobs.lifecycle import (
     Cancel,
@@ -301,20 +301,15 @@ async def get_history(request: web.Request) -> web.Response:
     entries = []
     state: Job | None = None
     for recorded in await request.app[JOBS].history(job.job_id):
-        state = evolve(state, _job_event(recorded))
+        state = evolve(state, job_event(recorded))
         entries.append(_history_entry(recorded, state))
     # The notifications of the job's events, from a stream of their own (see webhooks.streams).
     deliveries = await delivery_history(request.app[STORE], job.job_id)
     return web.json_response({"id": str(job.job_id), "history": entries, "webhooks": deliveries})
 
 
-def _job_event(recorded: RecordedEvent) -> JobEvent:
-    assert isinstance(recorded.event, JobEvent)
-    return recorded.event
-
-
 def _history_entry(recorded: RecordedEvent, job: Job) -> dict[str, Any]:
-    event = _job_event(recorded)
+    event = job_event(recorded)
     return {
         "version": recorded.stream_version,
         "position": recorded.position,
@@ -428,7 +423,7 @@ class _Sender:
         if recorded.stream_version <= self.version or self.finished:
             return
         self.version = recorded.stream_version
-        event = _job_event(recorded)
+        event = job_event(recorded)
         self.job = evolve(self.job, event)
         # Events up to Last-Event-ID were delivered before the client reconnected: folded for
         # the state, not sent again.

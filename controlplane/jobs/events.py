@@ -8,13 +8,25 @@ from uuid import UUID
 
 from pydantic import Field
 
+from controlplane.events.records import RecordedEvent
 from controlplane.events.types import Event, event_type
+from controlplane.invariants import InvariantBroken
 from controlplane.jobs.limits import JobLimits
 from controlplane.jobs.manifest import JobManifest, without_reserved_env
 
 
 class JobEvent(Event):
     at: datetime
+
+
+def job_event(recorded: RecordedEvent) -> JobEvent:
+    """The event of a job's stream, which holds only job events (they all pass `decide`)."""
+    if not isinstance(recorded.event, JobEvent):
+        raise InvariantBroken(
+            f"{recorded.stream_id} version {recorded.stream_version} holds "
+            f"{recorded.event.type_name}, not a job event"
+        )
+    return recorded.event
 
 
 def _reserved_env_left_out(data: dict[str, Any]) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from controlplane.jobs.events import (
     JobFailed,
     JobRestarted,
     JobSubmitted,
+    job_event,
 )
 from controlplane.jobs.lifecycle import Job, evolve
 from controlplane.jobs.streams import CATEGORY, job_id_of
@@ -48,8 +49,7 @@ class JobsProjection:
         history: list[tuple[Any, ...]] = []
         for recorded in mine:
             job_id = job_id_of(recorded.stream_id)
-            event = recorded.event
-            assert isinstance(event, JobEvent)
+            event = job_event(recorded)
             job = evolve(jobs[job_id], event)
             jobs[job_id] = job
             versions[job_id] = recorded.stream_version

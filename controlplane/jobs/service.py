@@ -12,7 +12,8 @@ from controlplane.events.errors import ConcurrencyError
 from controlplane.events.metadata import Metadata
 from controlplane.events.records import RecordedEvent
 from controlplane.events.store import EventStore
-from controlplane.jobs.events import JobEvent
+from controlplane.invariants import InvariantBroken
+from controlplane.jobs.events import JobEvent, job_event
 from controlplane.jobs.lifecycle import Command, Job, Refused, Submit, decide, evolve, replay
 from controlplane.jobs.limits import JobLimits
 from controlplane.jobs.manifest import JobManifest
@@ -96,7 +97,10 @@ class Jobs:
         except ConcurrencyError:
             # Only an idempotent retry can collide: the job exists already.
             existing = await self.load(job_id)
-            assert existing is not None
+            if existing is None:
+                raise InvariantBroken(
+                    f"job {job_id} conflicted on submission but has no events"
+                ) from None
             if existing.manifest != manifest:
                 raise IdempotencyMismatch(
                     f"Idempotency-Key {idempotency_key!r} was used for job {job_id} with a "
@@ -104,7 +108,8 @@ class Jobs:
                 ) from None
             return existing, False
         job = replay(events)
-        assert job is not None
+        if job is None:
+            raise InvariantBroken(f"job {job_id}: its submission's events make no job")
         return job, True
 
     async def _submit_with_secrets(
@@ -137,7 +142,8 @@ class Jobs:
                     continue
                 for event in events:
                     job = evolve(job, event)
-                assert job is not None
+                if job is None:
+                    raise InvariantBroken(f"job {job_id}: {command!r} left no job")
                 span.set_attributes(
                     {"trainyard.job.state": job.state.value, "trainyard.job.attempt": job.attempt}
                 )
@@ -147,6 +153,4 @@ class Jobs:
 
 def _job_events(history: Iterable[RecordedEvent]) -> Iterator[JobEvent]:
     for recorded in history:
-        # Only job events are ever appended to a job stream (they all pass through `decide`).
-        assert isinstance(recorded.event, JobEvent), recorded.event.type_name
-        yield recorded.event
+        yield job_event(recorded)

@@ -17,7 +17,13 @@ from typing import Any
 from controlplane.database import Executor
 from controlplane.events.records import RecordedEvent
 from controlplane.events.types import EventRegistry
-from controlplane.jobs.events import JobCompleted, JobEvent, JobFailed, JobRestarted, JobSubmitted
+from controlplane.jobs.events import (
+    JobCompleted,
+    JobFailed,
+    JobRestarted,
+    JobSubmitted,
+    job_event,
+)
 from controlplane.jobs.streams import CATEGORY, job_id_of
 from controlplane.queries import Q
 
@@ -67,8 +73,7 @@ class WebhookOutbox:
 
 
 def _delivery(recorded: RecordedEvent, submitted: JobSubmitted) -> tuple[Any, ...]:
-    event = recorded.event
-    assert isinstance(event, JobEvent)
+    event = job_event(recorded)
     ident = delivery_id(recorded)
     body = {
         "id": str(ident),
