@@ -3,7 +3,8 @@
 Every program that runs the control plane's parts builds them here: `trainyard serve` and
 `trainyard up` (through `controlplane.http.app`), the CLI's projection commands, the tests'
 cluster and the benchmarks. Front ends (HTTP today, a dashboard tomorrow) get the parts from
-here and never assemble them themselves.
+here and never assemble them themselves. The event registry built here is also the one the
+node agent's store reads and writes with.
 """
 
 from __future__ import annotations

@@ -96,9 +96,9 @@ class ProjectionRunner:
                 except BatchFailed as failed:
                     self._failed(projection.name, failed)
                 except Exception:
-                    # A lost connection: the batch rolled back and its checkpoint did not move,
-                    # so retrying after the poll interval is safe; the other projections go
-                    # on meanwhile.
+                    # A lost connection (or an event this code cannot decode): the batch rolled
+                    # back and its checkpoint did not move, so retrying after the poll interval
+                    # is safe; the other projections go on meanwhile.
                     log.exception("projection %s: a batch failed; retrying", projection.name)
                 else:
                     self._strikes.pop(projection.name, None)
