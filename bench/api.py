@@ -24,6 +24,7 @@ import aiohttp
 
 from bench.scratch import scratch_database
 from controlplane.clock import SYSTEM_CLOCK
+from controlplane.composition import EVENT_REGISTRY
 from controlplane.database import create_pool
 from controlplane.events.metadata import Metadata
 from controlplane.events.store import EventStore
@@ -125,7 +126,7 @@ async def _sse(
     seconds: float,
 ) -> dict[str, Any]:
     pool = await create_pool(database, min_size=2, max_size=4)
-    store = EventStore(pool)
+    store = EventStore(pool, EVENT_REGISTRY)
     service = Jobs(store)
     try:
         job_ids = [await _submit(session) for _ in range(job_count)]

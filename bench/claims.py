@@ -57,6 +57,7 @@ from controlplane.agents.claims import Releases, claim
 from controlplane.agents.events import GpuInfo
 from controlplane.agents.nodes import Nodes, NodeSpec
 from controlplane.clock import SYSTEM_CLOCK
+from controlplane.composition import EVENT_REGISTRY, projections
 from controlplane.database import create_pool
 from controlplane.events.metadata import Metadata
 from controlplane.events.records import ORIGIN, LogPosition
@@ -69,7 +70,6 @@ from controlplane.jobs.projection import JobsProjection
 from controlplane.jobs.service import Jobs
 from controlplane.jobs.streams import job_stream
 from controlplane.projections.base import Projection
-from controlplane.projections.catalog import all_projections
 from controlplane.projections.runner import ProjectionRunner
 from controlplane.scheduling.claim import Claim
 from controlplane.tenants.projection import TenantsProjection
@@ -142,7 +142,7 @@ class _Plane:
 
     def __init__(self, url: str, projections: Sequence[Projection], pool: asyncpg.Pool) -> None:
         self.pool = pool
-        self.store = EventStore(pool)
+        self.store = EventStore(pool, EVENT_REGISTRY)
         self.jobs = Jobs(self.store)
         self.nodes = Nodes(pool, self.store)
         # The control plane's own (default) poll interval.
@@ -318,7 +318,7 @@ async def submit_latency(
 ) -> dict[str, Any]:
     """LATENCY_JOBS copies of `job` submitted steadily to one real agent (`config`, two fake
     GPUs) on the database at `url`: each stage's p50 and p99 (see the module's note)."""
-    async with _plane(url, all_projections(), 6) as plane:
+    async with _plane(url, projections(), 6) as plane:
         plane.start()
         stop, registered = asyncio.Event(), asyncio.Event()
         agent = asyncio.create_task(
@@ -469,7 +469,7 @@ async def _trainyard_round(plane: _Plane, total: int) -> tuple[float, float]:
     async def worker(node: str) -> None:
         nonlocal finished
         # An agent of its own: its appends and releases go together only with its own.
-        store = EventStore(plane.pool)
+        store = EventStore(plane.pool, EVENT_REGISTRY)
         releases = Releases(plane.pool, node)
         metadata = Metadata(actor=f"agent:{node}", tenant=TENANT)
 

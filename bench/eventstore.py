@@ -26,19 +26,23 @@ from bench.scratch import scratch_database
 from controlplane.database import connect, create_pool
 from controlplane.events.metadata import Metadata
 from controlplane.events.store import EventStore
-from controlplane.events.types import Event, registry
+from controlplane.events.types import Event, EventRegistry, event_type
 
 WRITERS = 8
 BATCH = 100
 
 
-@registry.register("bench.Tick")
+@event_type("bench.Tick")
 class Tick(Event):
     """A small event shaped like a training progress report."""
 
     step: int
     loss: float
     note: str
+
+
+TICKS = EventRegistry((Tick,))
+"""The only events this benchmark writes."""
 
 
 def _tick(step: int) -> Tick:
@@ -68,7 +72,7 @@ async def _measure(url: str, seconds: float, progress: bool) -> dict[str, Any]:
     metadata = Metadata(actor="bench", tenant="bench")
     pool = await create_pool(url, min_size=WRITERS + 1, max_size=WRITERS + 1)
     try:
-        store = EventStore(pool)
+        store = EventStore(pool, TICKS)
         say("raw inserts and appends, interleaved")
         # Alternating halves, so that drift in the machine's load hits both alike.
         raw = single = 0.0

@@ -52,6 +52,7 @@ import asyncpg
 
 from bench.docker import learner_image_missing
 from bench.scratch import scratch_database
+from controlplane.composition import EVENT_REGISTRY, projection_runner
 from controlplane.database import create_pool
 from controlplane.events.metadata import Metadata
 from controlplane.events.store import EventStore
@@ -62,8 +63,6 @@ from controlplane.jobs.manifest import JobManifest
 from controlplane.jobs.service import Jobs
 from controlplane.jobs.streams import job_stream
 from controlplane.logs.metrics import MetricPoint, read_metrics
-from controlplane.projections.catalog import all_projections
-from controlplane.projections.runner import ProjectionRunner
 from controlplane.tenants.service import create_tenant
 from harness.served import until_registered
 from node_agent.agent import AgentConfig
@@ -274,9 +273,9 @@ async def _plane(url: str) -> AsyncIterator[_Plane]:
     """The control plane's projections (running in the background, as `trainyard serve` runs
     them) and a job service, with the bench's tenant."""
     pool = await create_pool(url, min_size=2, max_size=4)
-    store = EventStore(pool)
+    store = EventStore(pool, EVENT_REGISTRY)
     listener = LogListener(url)
-    runner = ProjectionRunner(pool, store, listener, all_projections())
+    runner = projection_runner(pool, store, listener)
     tasks = [asyncio.create_task(listener.run()), asyncio.create_task(runner.run())]
     try:
         await create_tenant(store, runner, TENANT, actor="bench")

@@ -11,6 +11,7 @@ import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+from controlplane.composition import EVENT_REGISTRY
 from controlplane.database import create_pool
 from controlplane.events.store import EventStore
 from controlplane.events.subscription import LogListener
@@ -25,7 +26,7 @@ STOP_S = 20.0
 
 async def run(url: str) -> None:
     pool = await create_pool(url, min_size=2, max_size=4)
-    store = EventStore(pool)
+    store = EventStore(pool, EVENT_REGISTRY)
     listener = LogListener(url)
     runner = ProjectionRunner(pool, store, listener, [JobsProjection(), TenantsProjection()])
 

@@ -16,13 +16,13 @@ from controlplane.agents.login_cli import add_commands as add_agent_login_comman
 from controlplane.agents.nodes import NodeNameTaken
 from controlplane.client.api import ApiError, NotFound, ServerUnreachable, UsageError
 from controlplane.client.commands import add_client_commands
+from controlplane.composition import EVENT_REGISTRY, projection_runner
 from controlplane.database import DatabaseUnavailable, create_pool, describe, resolve_database
 from controlplane.events.store import EventStore
 from controlplane.events.subscription import LogListener
 from controlplane.migrate import MigrationError, available, migrate, require_migrated
-from controlplane.projections.catalog import all_projections
 from controlplane.projections.runner import ProjectionRunner
-from controlplane.serving import ServeError, allowed_images, serving, signalled
+from controlplane.server import ServeError, allowed_images, listening, signalled
 from controlplane.settings import Settings
 from controlplane.tenants.cli import add_commands as add_tenant_commands
 from controlplane.up import up
@@ -289,7 +289,7 @@ async def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     images = allowed_images()
     url = await resolve_database(settings)
     await require_migrated(url)
-    async with serving(url, args.host, args.port, settings.home, images):
+    async with listening(url, args.host, args.port, settings.home, images):
         await signalled().wait()
     return 0
 
@@ -413,8 +413,8 @@ class _runner:
         url = await resolve_database(self._settings)
         await require_migrated(url)
         self._pool = pool = await create_pool(url, min_size=1, max_size=2)
-        store = EventStore(pool)
-        return ProjectionRunner(pool, store, LogListener(url), all_projections())
+        store = EventStore(pool, EVENT_REGISTRY)
+        return projection_runner(pool, store, LogListener(url))
 
     async def __aexit__(self, *_: object) -> None:
         await self._pool.close()

@@ -16,6 +16,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
+from controlplane.invariants import InvariantBroken
 from controlplane.queries import Q
 from controlplane.settings import Settings
 
@@ -34,6 +35,17 @@ DATABASE_ERRORS = (
     asyncpg.InternalClientError,
 )
 """What a lost or failing database connection raises: background loops retry on these."""
+
+CONNECTION_ERRORS = (
+    OSError,
+    asyncpg.InterfaceError,
+    asyncpg.InternalClientError,
+    asyncpg.PostgresConnectionError,
+    # The server shutting down or terminating the session (admin_shutdown, ...).
+    asyncpg.exceptions.OperatorInterventionError,
+)
+"""What a lost connection raises, unlike an error of the statement itself: retrying the same
+work later may succeed, however often it failed."""
 
 
 class DatabaseUnavailable(Exception):
@@ -129,7 +141,8 @@ async def create_pool(
         )
     except (TimeoutError, OSError, asyncpg.PostgresError) as exc:
         raise _unreachable(url, exc) from exc
-    assert pool is not None
+    if pool is None:  # only a pool created without awaiting it is None
+        raise InvariantBroken("asyncpg.create_pool returned no pool")
     return pool
 
 
@@ -163,3 +176,8 @@ def _settings(role: Role | None) -> dict[str, str]:
     if role is not None:
         settings["role"] = role
     return settings
+
+
+async def ping(db: Executor) -> None:
+    """Return once the database answered a trivial query; a DATABASE_ERRORS error if not."""
+    await db.fetchval(Q["ping"])

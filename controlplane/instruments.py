@@ -88,6 +88,12 @@ LIMIT_REFUSALS = _meter.create_counter(
     description="Requests refused at a limit (429), per limit (streams, max_streams, "
     "submissions_per_s, queued_jobs) and tenant (none for the admin's).",
 )
+PROJECTIONS_STOPPED = _meter.create_up_down_counter(
+    "trainyard.projections.stopped",
+    unit="{projection}",
+    description="Projections this process stopped on an event they failed on too many times in "
+    "a row, per projection (1 until the process restarts).",
+)
 LOG_LINES = _meter.create_counter(
     "trainyard.log.lines",
     unit="{line}",

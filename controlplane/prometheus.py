@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from opentelemetry.sdk.metrics.export import Gauge, Histogram, Metric, MetricsData, Sum
 from opentelemetry.util.types import Attributes
 
+from controlplane.invariants import InvariantBroken
+
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 _UNITS = {"s": "seconds", "ms": "milliseconds", "%": "percent", "By": "bytes"}
@@ -86,7 +88,8 @@ def _samples(name: str, metric: Metric) -> Iterator[str]:
             yield _sample(f"{name}_sum", point.attributes, point.sum)
             yield _sample(f"{name}_count", point.attributes, point.count)
         return
-    assert isinstance(data, Sum | Gauge)
+    if not isinstance(data, Sum | Gauge):
+        raise InvariantBroken(f"metric {name}: no text format for {type(data).__name__}")
     for number in data.data_points:
         yield _sample(name, number.attributes, number.value)
 

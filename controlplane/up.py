@@ -12,7 +12,7 @@ from controlplane.demo import demo_token, run_demo
 from controlplane.http.keys import PROJECTIONS, STORE
 from controlplane.jobs.locations import Roots
 from controlplane.migrate import migrate
-from controlplane.serving import allowed_images, serving, signalled
+from controlplane.server import allowed_images, listening, signalled
 from node_agent.agent import AgentConfig
 from node_agent.cli import reach_problem, runs_tenants_code
 from node_agent.service import run_agent
@@ -48,7 +48,7 @@ async def up(
     applied = await migrate(url)
     if applied:
         print(f"applied {len(applied)} migration(s)")
-    async with serving(url, host, port, home, images) as app:
+    async with listening(url, host, port, home, images) as app:
         stop = signalled()
         registered = asyncio.Event()
         agent = asyncio.create_task(

@@ -14,6 +14,7 @@ import asyncpg
 
 from controlplane.agents.events import NodeRegistered
 from controlplane.agents.nodes import node_stream
+from controlplane.composition import EVENT_REGISTRY
 from controlplane.events.store import EventStore
 from harness.agent_login import agent_login_url
 
@@ -50,7 +51,7 @@ class AgentProcess:
 
     async def start(self, pool: asyncpg.Pool) -> AgentProcess:
         """Start it; return once it has registered its node (it reconciles and claims next)."""
-        store = EventStore(pool)
+        store = EventStore(pool, EVENT_REGISTRY)
         before = await _registrations(store, self.name)
         options = ["--name", self.name, "--fake-gpus", "1", "--work-dir", str(self.work_dir)]
         options += ["--heartbeat", str(self.heartbeat_s), "--ttl", str(self.ttl_s)]

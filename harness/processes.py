@@ -19,6 +19,7 @@ from uuid import UUID, uuid4
 import asyncpg
 
 from controlplane.client.api import ApiClient
+from controlplane.composition import EVENT_REGISTRY
 from controlplane.events.store import EventStore
 from controlplane.events.subscription import LogListener
 from controlplane.jobs.images import DEFAULT_IMAGES
@@ -71,7 +72,7 @@ class Cluster:
         self.database_url = database_url
         self.root = root
         self.pool = pool
-        self.store = EventStore(pool)
+        self.store = EventStore(pool, EVENT_REGISTRY)
         self.jobs = Jobs(self.store)
         self.token = token
         """The bearer token of tenant TENANT."""
@@ -174,7 +175,7 @@ class Cluster:
 async def cluster(database_url: str, root: Path, pool: asyncpg.Pool) -> AsyncIterator[Cluster]:
     """A cluster with tenant TENANT and nothing running yet; everything it started is stopped
     (learners included) when the block ends."""
-    store = EventStore(pool)
+    store = EventStore(pool, EVENT_REGISTRY)
     runner = ProjectionRunner(pool, store, LogListener(database_url), [TenantsProjection()])
     issued = await create_tenant(store, runner, TENANT, actor="bench")
     running = Cluster(database_url, root, pool, issued.plaintext)

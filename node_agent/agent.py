@@ -20,6 +20,7 @@ from controlplane.agents.claims import Releases, claim
 from controlplane.agents.events import GpuInfo
 from controlplane.agents.nodes import Nodes, NodeSpec
 from controlplane.clock import SYSTEM_CLOCK, Clock
+from controlplane.composition import EVENT_REGISTRY
 from controlplane.database import DATABASE_ERRORS
 from controlplane.events.metadata import Metadata
 from controlplane.events.store import EventStore
@@ -114,7 +115,7 @@ class Agent:
         self.agent_id = agent_id
         """Kept across restarts (see `node_agent.identity`)."""
         self._pool = pool
-        self._store = EventStore(pool)
+        self._store = EventStore(pool, EVENT_REGISTRY)
         self._clock = clock
         self._jobs = Jobs(self._store, clock)
         self._releases = Releases(pool, config.name)

@@ -19,6 +19,7 @@ from opentelemetry.util.types import Attributes
 
 from controlplane.clock import SYSTEM_CLOCK, Clock
 from controlplane.database import DATABASE_ERRORS
+from controlplane.invariants import InvariantBroken
 from controlplane.jobs.lifecycle import (
     Command,
     Complete,
@@ -341,7 +342,8 @@ class Attempt:
             await self._do(complete)
             return
         first = failed[0]
-        assert first.status is not None
+        if first.status is None:  # `failed` holds learners that exited
+            raise InvariantBroken(f"attempt {self._number}: a failed learner without a status")
         killed_by = first.killed_by or first.status.signal
         failure = LearnerFailure(
             learner=first.spec.learner,

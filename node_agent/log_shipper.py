@@ -39,6 +39,7 @@ import asyncpg
 
 from controlplane.database import DATABASE_ERRORS
 from controlplane.instruments import LOG_LINES
+from controlplane.invariants import InvariantBroken
 from controlplane.jobs.limits import JobLimits
 from controlplane.logs.lines import LogLine, Series
 from controlplane.logs.store import log_usage, write_lines
@@ -221,7 +222,8 @@ class LogShipper:
             gap = job.gaps.pop(line.series, None)
             if gap is not None:
                 job.push(gap.marker("log storage fell behind"))
-            assert job.limits is not None
+            if job.limits is None:  # `noted` only once the limits were read
+                raise InvariantBroken(f"job {line.job_id}: past its log limit without limits")
             text = (
                 f"[trainyard] the job's log limit is reached ({job.limits.log_lines} lines or "
                 f"{job.limits.log_bytes} bytes over all attempts): this line and the later ones "

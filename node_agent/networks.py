@@ -34,6 +34,7 @@ import aiodocker
 import aiohttp
 from aiodocker.exceptions import DockerError
 
+from controlplane.invariants import InvariantBroken
 from node_agent.runtime import LearnerSpec, LearnerStartError
 
 log = logging.getLogger(__name__)
@@ -168,7 +169,8 @@ async def _run(program: str, *args: str) -> tuple[int, str, str]:
         stderr=asyncio.subprocess.PIPE,
     )
     out, err = await process.communicate()
-    assert process.returncode is not None
+    if process.returncode is None:  # communicate() returns once the process has exited
+        raise InvariantBroken(f"iptables {' '.join(args)}: no exit status after it ended")
     return process.returncode, out.decode(errors="replace"), err.decode(errors="replace")
 
 

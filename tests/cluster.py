@@ -16,6 +16,7 @@ from uuid import UUID
 
 import asyncpg
 
+from controlplane.composition import projection_runner
 from controlplane.database import DATABASE_ERRORS
 from controlplane.events.metadata import Metadata
 from controlplane.events.store import EventStore
@@ -26,8 +27,6 @@ from controlplane.jobs.locations import Roots
 from controlplane.jobs.manifest import JobManifest
 from controlplane.jobs.service import Jobs
 from controlplane.logs.store import read_lines
-from controlplane.projections.catalog import all_projections
-from controlplane.projections.runner import ProjectionRunner
 from harness.agent_login import agent_login_url
 from harness.served import until_registered
 from node_agent.agent import AgentConfig
@@ -57,7 +56,7 @@ class Plane:
         self.store = store
         self.jobs = Jobs(store)
         self.listener = LogListener(db_url, poll_interval=0.2)
-        self.runner = ProjectionRunner(pool, store, self.listener, all_projections())
+        self.runner = projection_runner(pool, store, self.listener)
 
     async def submit(self, command: list[str], **extra: Any) -> UUID:
         manifest = JobManifest.model_validate(

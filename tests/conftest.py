@@ -38,6 +38,7 @@ from tests.docker_engine import (
     remove_containers_of,
     require_engine,
 )
+from tests.events import TEST_REGISTRY
 from tests.tenancy import Cli, Tokens
 
 MARKED_BY_FIXTURE = {"pg_server": "postgres", "docker_engine": "docker"}
@@ -165,7 +166,7 @@ async def owner(db_url: str) -> AsyncIterator[asyncpg.Connection]:
 
 @pytest.fixture
 async def store(pool: asyncpg.Pool) -> AsyncIterator[EventStore]:
-    store = EventStore(pool)
+    store = EventStore(pool, TEST_REGISTRY)
     yield store
     await store.close()
 

@@ -1,19 +1,25 @@
-"""Event types used only by the tests."""
+"""Event types used only by the tests, and the registry the tests' stores use."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from controlplane.events.types import Event, registry
+from controlplane.composition import EVENT_TYPES
+from controlplane.events.types import Event, EventRegistry, event_type
 
 
-@registry.register("test.Pinged")
+def _split_name(data: dict[str, Any]) -> dict[str, Any]:
+    first, _, last = data.pop("name").partition(" ")
+    return {**data, "first": first, "last": last}
+
+
+@event_type("test.Pinged")
 class Pinged(Event):
     n: int
     note: str = ""
 
 
-@registry.register("test.Renamed", version=2)
+@event_type("test.Renamed", version=2, upcasters={1: _split_name})
 class Renamed(Event):
     """Version 1 had `name`; version 2 split it into `first` and `last`."""
 
@@ -21,11 +27,9 @@ class Renamed(Event):
     last: str
 
 
-@registry.upcaster("test.Renamed", from_version=1)
-def _split_name(data: dict[str, Any]) -> dict[str, Any]:
-    first, _, last = data.pop("name").partition(" ")
-    return {**data, "first": first, "last": last}
-
-
 class Unregistered(Event):
     n: int
+
+
+TEST_REGISTRY = EventRegistry((*EVENT_TYPES, Pinged, Renamed))
+"""Trainyard's event types and the tests' own."""

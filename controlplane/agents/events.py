@@ -7,7 +7,7 @@ from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict
 
-from controlplane.events.types import Event, registry
+from controlplane.events.types import Event, event_type
 
 
 class GpuInfo(BaseModel):
@@ -25,7 +25,7 @@ class NodeEvent(Event):
     at: datetime
 
 
-@registry.register("NodeRegistered")
+@event_type("NodeRegistered")
 class NodeRegistered(NodeEvent):
     agent_id: UUID
     runtime: str
@@ -34,7 +34,7 @@ class NodeRegistered(NodeEvent):
     gpus: list[GpuInfo]
 
 
-@registry.register("NodeGpuUnhealthy")
+@event_type("NodeGpuUnhealthy")
 class NodeGpuUnhealthy(NodeEvent):
     """A GPU stopped taking new work (XID or ECC error, or lost)."""
 
@@ -42,7 +42,7 @@ class NodeGpuUnhealthy(NodeEvent):
     reason: str
 
 
-@registry.register("NodeLost")
+@event_type("NodeLost")
 class NodeLost(NodeEvent):
     """The node stopped renewing its lease: its jobs were restarted elsewhere, and its agent,
     should it come back, must kill its learners (their epoch is stale)."""
@@ -51,6 +51,15 @@ class NodeLost(NodeEvent):
     reason: str
 
 
-@registry.register("NodeDeregistered")
+@event_type("NodeDeregistered")
 class NodeDeregistered(NodeEvent):
     agent_id: UUID
+
+
+EVENT_TYPES: tuple[type[Event], ...] = (
+    NodeRegistered,
+    NodeGpuUnhealthy,
+    NodeLost,
+    NodeDeregistered,
+)
+"""This feature's event types, for the registry (see `controlplane.composition`)."""

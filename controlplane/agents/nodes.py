@@ -19,6 +19,7 @@ from controlplane.clock import SYSTEM_CLOCK, Clock
 from controlplane.database import Executor
 from controlplane.events.metadata import Metadata
 from controlplane.events.store import EventStore
+from controlplane.invariants import InvariantBroken
 from controlplane.queries import Q
 
 CATEGORY = "node"
@@ -62,7 +63,8 @@ class Nodes:
             )
             if lease is None:
                 holder = await conn.fetchrow(Q["node_lease_holder"], node.name)
-                assert holder is not None
+                if holder is None:  # register_node found a live lease, and the row is locked
+                    raise InvariantBroken(f"node {node.name}: a live lease without a holder")
                 raise NodeNameTaken(
                     f"node name {node.name!r} is held by a live agent ({holder['agent_id']}, "
                     f"lease until {holder['lease_until']:%Y-%m-%d %H:%M:%S%z}); "
@@ -85,13 +87,15 @@ class Nodes:
                 at=self._clock.now(),
             )
             await self.record(conn, node.name, registered)
-        assert isinstance(lease, datetime)
+        if not isinstance(lease, datetime):
+            raise InvariantBroken(f"node {node.name}: registered without a lease ({lease!r})")
         return lease
 
     async def renew(self, name: str, agent_id: UUID, ttl_s: float) -> datetime | None:
         """Extend the lease; None when it is no longer this agent's."""
         lease = await self._pool.fetchval(Q["renew_lease"], name, agent_id, ttl_s)
-        assert lease is None or isinstance(lease, datetime)
+        if lease is not None and not isinstance(lease, datetime):
+            raise InvariantBroken(f"node {name}: a lease that is not a time ({lease!r})")
         return lease
 
     async def mark_unhealthy(self, name: str, gpu: GpuInfo) -> None:

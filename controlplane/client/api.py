@@ -92,12 +92,12 @@ class ApiClient:
     async def __aexit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        assert self._session is not None
-        await self._session.close()
+        await self.session.close()
 
     @property
     def session(self) -> aiohttp.ClientSession:
-        assert self._session is not None, "use ApiClient as an async context manager"
+        if self._session is None:
+            raise RuntimeError("use ApiClient as an async context manager")
         return self._session
 
     async def request(

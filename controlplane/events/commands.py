@@ -13,10 +13,11 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
-from controlplane.events.errors import ConcurrencyError, EventStoreError
+from controlplane.events.errors import ConcurrencyError
 from controlplane.events.metadata import Metadata
 from controlplane.events.records import Appended, RecordedEvent
 from controlplane.events.types import Event
+from controlplane.invariants import InvariantBroken
 
 CONFLICT_RETRIES = 10
 """How many times a command is decided before its aggregate counts as busy."""
@@ -37,7 +38,7 @@ class Streams(Protocol):
     ) -> Appended: ...
 
 
-class ForeignEvent(EventStoreError):
+class ForeignEvent(InvariantBroken):
     """A stream holds an event that is not of its aggregate's type: a bug where it was
     appended, never something to decide on."""
 

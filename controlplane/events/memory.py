@@ -21,7 +21,7 @@ from controlplane.events.records import (
     RecordedEvent,
     StreamAppend,
 )
-from controlplane.events.types import Event, EventRegistry, registry
+from controlplane.events.types import Event, EventRegistry
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +52,7 @@ class InMemoryEventStore:
     from tasks of one event loop are serialized, as the database's locks serialize them.
     """
 
-    def __init__(self, types: EventRegistry = registry, clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(self, types: EventRegistry, clock: Clock = SYSTEM_CLOCK) -> None:
         self._types = types
         self._clock = clock
         self._log: list[StoredEvent] = []

@@ -22,7 +22,7 @@ from controlplane.events.records import (
     RecordedEvent,
     StreamAppend,
 )
-from controlplane.events.types import Event, EventRegistry, registry
+from controlplane.events.types import Event, EventRegistry
 from controlplane.instruments import EVENTS_APPENDED
 from controlplane.queries import Q
 
@@ -36,7 +36,7 @@ class EventStore:
     together in one statement (group commit), each still refused or accepted on its own.
     """
 
-    def __init__(self, pool: asyncpg.Pool, types: EventRegistry = registry) -> None:
+    def __init__(self, pool: asyncpg.Pool, types: EventRegistry) -> None:
         self._pool = pool
         self._types = types
         self._group: GroupCommit[SerializedAppend, Appended | None] = GroupCommit(

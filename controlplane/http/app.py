@@ -1,22 +1,17 @@
-"""The control plane's aiohttp application and the background tasks that live with it."""
+"""The control plane's aiohttp application: routes and middlewares over the parts that the
+composition root (`controlplane.composition`) builds, started and stopped with the app."""
 
 from __future__ import annotations
 
-import asyncio
-import logging
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
+from functools import partial
 
-import asyncpg
 from aiohttp import web
 
-from controlplane.agents.manager import LifecycleManager
-from controlplane.cluster_gauges import ClusterGauges
-from controlplane.database import create_pool
-from controlplane.events.hub import StreamHub
-from controlplane.events.store import EventStore
-from controlplane.events.subscription import LogListener
+from controlplane.composition import opened, running
 from controlplane.http import jobs, logs, metrics, nodes, scrape, tenants, webhooks
+from controlplane.http.auth import auth_middleware
 from controlplane.http.keys import (
     BACKGROUND,
     DATABASE_URL,
@@ -24,15 +19,13 @@ from controlplane.http.keys import (
     HUB,
     IMAGES,
     JOBS,
-    LISTENER,
     LOCATION_ROOTS,
-    MANAGER,
+    PLANE,
     POOL,
     PROJECTIONS,
     SSE_HEARTBEAT_S,
     STORE,
     SUBMISSIONS,
-    WEBHOOK_CONFIG,
     WEBHOOKS,
 )
 from controlplane.http.openapi import document
@@ -40,15 +33,9 @@ from controlplane.http.streams import DEFAULT_MAX_STREAMS, STREAMS, LiveStreams
 from controlplane.http.tracing import tracing_middleware
 from controlplane.jobs.images import ImageAllowlist
 from controlplane.jobs.locations import Roots
-from controlplane.jobs.service import Jobs
-from controlplane.projections.catalog import all_projections
-from controlplane.projections.runner import ProjectionRunner
-from controlplane.queries import Q
-from controlplane.tenants.auth import auth_middleware
+from controlplane.projections.base import Projection
 from controlplane.tenants.submissions import SubmissionRates
-from controlplane.webhooks.relay import RelayConfig, WebhookRelay
-
-log = logging.getLogger(__name__)
+from controlplane.webhooks.relay import RelayConfig
 
 
 def create_app(
@@ -60,20 +47,21 @@ def create_app(
     images: ImageAllowlist | None = None,
     roots: Roots | None = None,
     max_streams: int = DEFAULT_MAX_STREAMS,
+    projections: Sequence[Projection] | None = None,
 ) -> web.Application:
     """The application; `images` None: the allowlist `TRAINYARD_IMAGES` sets (ValueError when
     it is malformed), or the default; `roots`: where `file://` data and results may be
-    (default: from the environment)."""
+    (default: from the environment); `projections`: those this replica runs (default: all)."""
     app = web.Application(middlewares=[tracing_middleware, auth_middleware])
     app[DATABASE_URL] = database_url
     app[IMAGES] = ImageAllowlist.from_env(os.environ) if images is None else images
-    app[WEBHOOK_CONFIG] = relay or RelayConfig()
-    app[LISTENER] = LogListener(database_url, poll_interval=poll_interval)
     app[SSE_HEARTBEAT_S] = sse_heartbeat_s
     app[LOCATION_ROOTS] = roots if roots is not None else Roots.from_env()
     app[SUBMISSIONS] = SubmissionRates()
     app[STREAMS] = LiveStreams(max_streams)
-    app.cleanup_ctx.append(_database)
+    app.cleanup_ctx.append(
+        partial(_database, poll_interval=poll_interval, relay=relay, only=projections)
+    )
     app.cleanup_ctx.append(_background)
     # Open SSE streams end first, so that shutdown does not wait for their clients.
     app.on_shutdown.append(_close_streams)
@@ -90,56 +78,33 @@ def create_app(
     return app
 
 
-async def _database(app: web.Application) -> AsyncIterator[None]:
-    app[POOL] = pool = await create_pool(app[DATABASE_URL])
-    app[STORE] = store = EventStore(pool)
-    app[PROJECTIONS] = ProjectionRunner(pool, store, app[LISTENER], all_projections())
-    app[HUB] = StreamHub(store, app[LISTENER])
-    app[JOBS] = Jobs(store)
-    app[MANAGER] = LifecycleManager(app[DATABASE_URL], pool, store)
-    app[GAUGES] = ClusterGauges(pool)
-    app[WEBHOOKS] = WebhookRelay(app[DATABASE_URL], pool, store, app[WEBHOOK_CONFIG])
-    yield
-    await app[WEBHOOKS].close()
-    await store.close()
-    await pool.close()
+async def _database(
+    app: web.Application,
+    *,
+    poll_interval: float,
+    relay: RelayConfig | None,
+    only: Sequence[Projection] | None,
+) -> AsyncIterator[None]:
+    """The composition root's parts, under the keys the handlers read them by."""
+    async with opened(
+        app[DATABASE_URL], poll_interval=poll_interval, relay=relay, only=only
+    ) as plane:
+        app[PLANE] = plane
+        app[POOL] = plane.pool
+        app[STORE] = plane.store
+        app[PROJECTIONS] = plane.projections
+        app[HUB] = plane.hub
+        app[JOBS] = plane.jobs
+        app[GAUGES] = plane.gauges
+        app[WEBHOOKS] = plane.webhooks
+        yield
 
 
 async def _background(app: web.Application) -> AsyncIterator[None]:
-    """The log listener, the projection runner, the SSE hub, the lifecycle manager and the
-    cluster gauges and webhook relay: siblings that stop together."""
-    listener, projections, hub, manager = app[LISTENER], app[PROJECTIONS], app[HUB], app[MANAGER]
-    gauges, relay = app[GAUGES], app[WEBHOOKS]
-
-    async def supervise() -> None:
-        try:
-            async with asyncio.TaskGroup() as group:
-                group.create_task(listener.run(), name="log-listener")
-                group.create_task(projections.run(), name="projection-runner")
-                group.create_task(hub.run(), name="sse-hub")
-                group.create_task(manager.run(), name="lifecycle-manager")
-                group.create_task(gauges.run(), name="cluster-gauges")
-                group.create_task(relay.run(), name="webhook-relay")
-        except Exception:
-            # The server keeps answering, but /readyz now says "not ready", so a load
-            # balancer or supervisor takes this replica out of service.
-            log.exception("a background task of the control plane failed")
-            raise
-
-    app[BACKGROUND] = task = asyncio.create_task(supervise(), name="control-plane-background")
-    yield
-    hub.stop()
-    manager.stop()
-    gauges.stop()
-    relay.stop()
-    listener.stop()
-    projections.stop()
-    listener.wake()  # the runner and the hub wait on the listener: let them see their flags
-    await asyncio.wait({task}, timeout=10)
-    if not task.done():
-        task.cancel()
-    # Retrieve the outcome (already logged by `supervise`) before the pool closes.
-    await asyncio.gather(task, return_exceptions=True)
+    """The control plane's background workers, while the application runs."""
+    async with running(app[PLANE]) as task:
+        app[BACKGROUND] = task
+        yield
 
 
 async def _close_streams(app: web.Application) -> None:
@@ -154,22 +119,15 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def readyz(request: web.Request) -> web.Response:
-    app = request.app
-    try:
-        await app[POOL].fetchval(Q["ping"])
-        database = True
-        caught_up = await app[PROJECTIONS].caught_up()
-    except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
-        database = caught_up = False
-    background = not app[BACKGROUND].done()
-    ready = database and caught_up and background
+    readiness = await request.app[PLANE].readiness(request.app[BACKGROUND])
     body = {
-        "status": "ready" if ready else "not ready",
-        "database": database,
-        "projections_caught_up": caught_up,
-        "background_tasks": background,
+        "status": "ready" if readiness.ready else "not ready",
+        "database": readiness.database,
+        "projections_caught_up": readiness.projections_caught_up,
+        "background_tasks": readiness.background_tasks,
+        "stopped_projections": readiness.stopped_projections,
     }
-    return web.json_response(body, status=200 if ready else 503)
+    return web.json_response(body, status=200 if readiness.ready else 503)
 
 
 async def openapi(request: web.Request) -> web.Response:

@@ -14,10 +14,12 @@ from uuid import UUID
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from controlplane.agents.views import live_nodes
 from controlplane.events.hub import Lagged
 from controlplane.events.metadata import Metadata
 from controlplane.events.records import RecordedEvent
 from controlplane.http import params
+from controlplane.http.auth import acting_tenant, principal
 from controlplane.http.errors import error, validation_error
 from controlplane.http.keys import (
     HUB,
@@ -49,10 +51,11 @@ from controlplane.jobs.manifest import JobManifest, JobSubmission
 from controlplane.jobs.projection import reason
 from controlplane.jobs.service import IdempotencyMismatch, idempotent_id
 from controlplane.jobs.streams import job_stream
-from controlplane.queries import Q
+from controlplane.jobs.views import list_jobs as listed_jobs
 from controlplane.scheduling.unschedulable import LiveNodes, unschedulable_reason
-from controlplane.tenants.auth import Principal, acting_tenant, principal
 from controlplane.tenants.limits import TenantLimits
+from controlplane.tenants.principals import Principal
+from controlplane.tenants.views import submission_check
 from controlplane.webhooks.targets import TargetRefused
 
 MAX_PAGE = 500
@@ -101,15 +104,7 @@ def job_view(job: Job, live: LiveNodes | None = None) -> dict[str, Any]:
 
 
 async def _live_nodes(request: web.Request) -> LiveNodes:
-    row = await request.app[POOL].fetchrow(Q["live_nodes"])
-    assert row is not None
-    return LiveNodes(
-        nodes=row["nodes"],
-        gpus=row["gpus"],
-        cpus=row["cpus"],
-        memory_mb=row["memory_mb"],
-        total_gpus=row["total_gpus"],
-    )
+    return await live_nodes(request.app[POOL])
 
 
 def _actor(who: Principal) -> str:
@@ -203,10 +198,10 @@ async def _admit(request: web.Request, tenant: str, manifest: JobManifest) -> Te
 
     The queued jobs are counted from the status view, which may lag the log by a moment:
     submissions racing each other may pass the limit by a few."""
-    row = await request.app[POOL].fetchrow(Q["tenant_submission_limits"], tenant)
-    if row is None:
+    check = await submission_check(request.app[POOL], tenant)
+    if check is None:
         raise error(422, f"no tenant named {tenant!r}", field="tenant")
-    limits = TenantLimits.model_validate_json(row["limits"])
+    limits = check.limits
     wait_s = request.app[SUBMISSIONS].take(tenant, limits, time.monotonic())
     if wait_s:
         LIMIT_REFUSALS.add(1, {"limit": "submissions_per_s", "tenant": tenant})
@@ -217,15 +212,15 @@ async def _admit(request: web.Request, tenant: str, manifest: JobManifest) -> Te
             field="submissions_per_s",
             retry_after_s=wait_s,
         )
-    if row["queued"] >= limits.queued_jobs:
+    if check.queued >= limits.queued_jobs:
         LIMIT_REFUSALS.add(1, {"limit": "queued_jobs", "tenant": tenant})
         raise error(
             429,
-            f"tenant {tenant!r} has {row['queued']} jobs QUEUED, its limit is "
+            f"tenant {tenant!r} has {check.queued} jobs QUEUED, its limit is "
             f"{limits.queued_jobs}; submit again once some have started or been cancelled",
             field="queued_jobs",
         )
-    largest = row["largest_memory_mb"]
+    largest = check.largest_memory_mb
     if largest is not None and manifest.memory_mb > largest:
         raise error(
             422,
@@ -239,7 +234,10 @@ async def _admit(request: web.Request, tenant: str, manifest: JobManifest) -> Te
 async def list_jobs(request: web.Request) -> web.Response:
     who = principal(request)
     query = request.query
-    states = [params.choice(s, "state", JobStatus.__members__) for s in query.getall("state", [])]
+    states = [
+        JobStatus(params.choice(s, "state", JobStatus.__members__))
+        for s in query.getall("state", [])
+    ]
     labels: dict[str, str] = {}
     for label in query.getall("label", []):
         key, sep, value = params.text(label, "label", max_length=MAX_KEY * 2).partition("=")
@@ -247,34 +245,27 @@ async def list_jobs(request: web.Request) -> web.Response:
             raise error(400, f"label filter must be KEY=VALUE, not {label!r}", field="label")
         labels[key] = value
     limit = params.integer(query.get("limit"), "limit", minimum=1, maximum=MAX_PAGE) or 50
-    after_time, after_id = _decode_cursor(query.get("cursor"))
-    async with request.app[POOL].acquire() as conn, conn.transaction():
-        await conn.execute(Q["plan_per_call"])
-        rows = await conn.fetch(
-            Q["list_jobs"],
-            None if who.is_admin else who.tenant,
-            states or None,
-            json.dumps(labels),
-            after_time,
-            after_id,
-            limit + 1,
-        )
-    page = rows[:limit]
-    cursor = (
-        _encode_cursor(page[-1]["submitted_at"], page[-1]["job_id"]) if len(rows) > limit else None
+    found = await listed_jobs(
+        request.app[POOL],
+        tenant=None if who.is_admin else who.tenant,
+        states=states,
+        labels=labels,
+        after=_decode_cursor(query.get("cursor")),
+        limit=limit + 1,
     )
+    page = found[:limit]
+    cursor = _encode_cursor(page[-1].submitted_at, page[-1].job_id) if len(found) > limit else None
     live = await _live_nodes(request)
-    jobs = [job_view(Job.model_validate_json(row["doc"]), live) for row in page]
-    return web.json_response({"jobs": jobs, "next_cursor": cursor})
+    return web.json_response({"jobs": [job_view(job, live) for job in page], "next_cursor": cursor})
 
 
 def _encode_cursor(submitted_at: datetime, job_id: UUID) -> str:
     return base64.urlsafe_b64encode(f"{submitted_at.isoformat()}|{job_id}".encode()).decode()
 
 
-def _decode_cursor(cursor: str | None) -> tuple[datetime | None, UUID | None]:
+def _decode_cursor(cursor: str | None) -> tuple[datetime, UUID] | None:
     if cursor is None:
-        return None, None
+        return None
     try:
         when, _, job_id = base64.urlsafe_b64decode(cursor.encode()).decode().partition("|")
         submitted_at = datetime.fromisoformat(when)

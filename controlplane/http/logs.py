@@ -37,6 +37,7 @@ from uuid import UUID
 from aiohttp import web
 
 from controlplane.http import params
+from controlplane.http.auth import principal
 from controlplane.http.jobs import _visible_job
 from controlplane.http.keys import HUB, JOBS, POOL, SSE_HEARTBEAT_S
 from controlplane.http.streams import live_stream
@@ -44,7 +45,6 @@ from controlplane.instruments import sse_client
 from controlplane.logs.feeds import FOLLOWER_LINES, LAGGED, End, Follower, Lines, LogFeeds
 from controlplane.logs.lines import StoredLine, Stream
 from controlplane.logs.store import read_lines
-from controlplane.tenants.auth import principal
 from runners import protocol
 
 LOG_SETTLE_S = web.AppKey("log_settle_s", float)

@@ -7,10 +7,10 @@ from typing import Any
 
 from aiohttp import web
 
+from controlplane.http.auth import principal
 from controlplane.http.jobs import _visible_job
 from controlplane.http.keys import POOL
 from controlplane.logs.metrics import MetricPoint, read_metrics
-from controlplane.tenants.auth import principal
 
 
 def add_routes(app: web.Application) -> None:

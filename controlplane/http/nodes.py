@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from aiohttp import web
 
+from controlplane.agents.views import list_nodes as all_nodes
+from controlplane.http.auth import principal
 from controlplane.http.keys import POOL
-from controlplane.queries import Q
-from controlplane.tenants.auth import principal
 
 
 def add_routes(app: web.Application) -> None:
@@ -18,33 +17,15 @@ def add_routes(app: web.Application) -> None:
 
 async def list_nodes(request: web.Request) -> web.Response:
     who = principal(request)
-    rows = await request.app[POOL].fetch(Q["list_nodes"])
-    return web.json_response({"nodes": [_view(dict(row), who.is_admin) for row in rows]})
+    nodes = await all_nodes(request.app[POOL])
+    if not who.is_admin:
+        for node in nodes:
+            _hide_holders(node)
+    return web.json_response({"nodes": nodes})
 
 
-def _view(row: dict[str, Any], admin: bool) -> dict[str, Any]:
-    gpus = json.loads(row["gpus"]) if isinstance(row["gpus"], str) else row["gpus"]
-    for gpu in gpus:
-        gpu["allocated"] = gpu["job_id"] is not None
-        if not admin:
-            # Which job holds a GPU is another tenant's business; that it is taken is not.
-            for key in ("job_id", "attempt", "learner"):
-                gpu.pop(key)
-    state = row["state"]
-    if state == "READY" and row["expired"]:
-        state = "UNRESPONSIVE"  # lease expired; the lifecycle manager will declare it lost
-    return {
-        "name": row["name"],
-        "state": state,
-        "runtime": row["runtime"],
-        "lease_until": row["lease_until"].isoformat(),
-        "heartbeat_at": row["heartbeat_at"].isoformat(),
-        "registered_at": row["registered_at"].isoformat(),
-        "cpus": row["cpus"],
-        "cpus_allocated": float(row["cpus_allocated"]),
-        "memory_mb": row["memory_mb"],
-        "memory_mb_allocated": int(row["memory_mb_allocated"]),
-        "gpus": gpus,
-        "gpus_free": sum(1 for g in gpus if g["healthy"] and not g["allocated"]),
-        "gpus_allocated": sum(1 for g in gpus if g["allocated"]),
-    }
+def _hide_holders(node: dict[str, Any]) -> None:
+    # Which job holds a GPU is another tenant's business; that it is taken is not.
+    for gpu in node["gpus"]:
+        for key in ("job_id", "attempt", "learner"):
+            gpu.pop(key)

@@ -24,8 +24,20 @@ _READY = {
         "database": {"type": "boolean"},
         "projections_caught_up": {"type": "boolean"},
         "background_tasks": {"type": "boolean"},
+        "stopped_projections": {
+            "type": "object",
+            "description": "projections stopped on an event they failed on too many times in a "
+            "row, by name: what stopped each",
+            "additionalProperties": {"type": "string"},
+        },
     },
-    "required": ["status", "database", "projections_caught_up", "background_tasks"],
+    "required": [
+        "status",
+        "database",
+        "projections_caught_up",
+        "background_tasks",
+        "stopped_projections",
+    ],
 }
 _ERROR = {
     "type": "object",

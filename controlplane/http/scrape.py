@@ -9,10 +9,10 @@ from typing import Any
 from aiohttp import web
 
 from controlplane import telemetry
+from controlplane.http.auth import principal
 from controlplane.http.errors import error
 from controlplane.http.keys import GAUGES
 from controlplane.prometheus import CONTENT_TYPE
-from controlplane.tenants.auth import principal
 
 
 def add_routes(app: web.Application) -> None:

@@ -16,12 +16,11 @@ from contextlib import AbstractContextManager, contextmanager
 
 from aiohttp import web
 
+from controlplane.http.auth import principal
 from controlplane.http.errors import error
 from controlplane.http.keys import POOL
 from controlplane.instruments import LIMIT_REFUSALS
-from controlplane.queries import Q
-from controlplane.tenants.auth import principal
-from controlplane.tenants.limits import TenantLimits
+from controlplane.tenants.views import tenant_limits
 
 MAX_STREAMS_ENV = "TRAINYARD_MAX_STREAMS"
 DEFAULT_MAX_STREAMS = 1000
@@ -75,9 +74,11 @@ async def live_stream(request: web.Request) -> AbstractContextManager[None]:
     tenant = principal(request).tenant
     most = 0
     if tenant is not None:
-        raw = await request.app[POOL].fetchval(Q["tenant_limits"], tenant)
-        # Tenants are never removed, so a tenant's token always finds its row.
-        most = TenantLimits.model_validate_json(raw).streams
+        limits = await tenant_limits(request.app[POOL], tenant)
+        if limits is None:
+            # Tenants are never removed, so a tenant's token always finds its row.
+            raise RuntimeError(f"tenant {tenant!r} has a token but no row")
+        most = limits.streams
     return request.app[STREAMS].hold(tenant, most)
 
 

@@ -11,10 +11,10 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from controlplane.http import params
+from controlplane.http.auth import principal
 from controlplane.http.errors import error, validation_error
 from controlplane.http.jobs import _json_body
-from controlplane.http.keys import POOL, PROJECTIONS, STORE
-from controlplane.tenants.auth import principal
+from controlplane.http.keys import PLANE, POOL, PROJECTIONS, STORE
 from controlplane.tenants.errors import (
     InvalidTenant,
     TenantBusy,
@@ -147,7 +147,13 @@ async def create(request: web.Request) -> web.Response:
     app = request.app
     try:
         token = await create_tenant(
-            app[STORE], app[PROJECTIONS], body.name, body.weight, body.gpu_quota, actor=ACTOR
+            app[STORE],
+            app[PROJECTIONS],
+            body.name,
+            body.weight,
+            body.gpu_quota,
+            actor=ACTOR,
+            clock=app[PLANE].clock,
         )
     except TenantError as exc:
         raise _refused(exc) from exc
@@ -211,7 +217,12 @@ async def issue(request: web.Request) -> web.Response:
     app = request.app
     try:
         token = await issue_token(
-            app[STORE], app[PROJECTIONS], name, revoke_others=body.revoke_others, actor=ACTOR
+            app[STORE],
+            app[PROJECTIONS],
+            name,
+            revoke_others=body.revoke_others,
+            actor=ACTOR,
+            clock=app[PLANE].clock,
         )
     except TenantError as exc:
         raise _refused(exc) from exc

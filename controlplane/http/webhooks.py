@@ -10,9 +10,10 @@ from aiohttp import web
 
 from controlplane.events.store import EventStore
 from controlplane.http import params
+from controlplane.http.auth import acting_tenant, principal
 from controlplane.http.errors import error
-from controlplane.http.keys import POOL, STORE
-from controlplane.tenants.auth import acting_tenant, principal
+from controlplane.http.keys import PLANE, POOL, STORE
+from controlplane.invariants import InvariantBroken
 from controlplane.tenants.errors import TenantBusy, UnknownTenant
 from controlplane.webhooks.events import WebhookAttempt
 from controlplane.webhooks.streams import webhook_stream
@@ -60,12 +61,19 @@ async def rotate_secret(request: web.Request) -> web.Response:
     tenant = acting_tenant(who, params.text(request.query.get("tenant"), "tenant"), ACTION)
     actor = "admin" if who.is_admin else f"tenant:{tenant}"
     try:
-        issued = await rotate(request.app[POOL], request.app[STORE], tenant, actor=actor)
+        issued = await rotate(
+            request.app[POOL],
+            request.app[STORE],
+            tenant,
+            actor=actor,
+            clock=request.app[PLANE].clock,
+        )
     except UnknownTenant as exc:
         raise error(404, str(exc), field="tenant") from exc
     except TenantBusy as exc:
         raise error(409, str(exc)) from exc
-    assert issued is not None  # only `unless_present` rotations may issue nothing
+    if issued is None:  # only `unless_present` rotations may issue nothing
+        raise InvariantBroken(f"tenant {tenant}: a rotation issued no secret")
     until = issued.previous_valid_until
     return web.json_response(
         {
@@ -83,7 +91,10 @@ async def delivery_history(store: EventStore, job_id: UUID) -> list[dict[str, An
     """Every delivery attempt of the job's notifications, in the order they ended."""
     entries = []
     for recorded in await store.read_stream(webhook_stream(job_id)):
-        assert isinstance(recorded.event, WebhookAttempt)
+        if not isinstance(recorded.event, WebhookAttempt):
+            raise InvariantBroken(
+                f"{recorded.stream_id} holds {recorded.event.type_name}, not a delivery attempt"
+            )
         entries.append(
             {
                 "version": recorded.stream_version,

@@ -8,7 +8,7 @@ from uuid import UUID
 
 from pydantic import Field
 
-from controlplane.events.types import Event, registry
+from controlplane.events.types import Event, event_type
 from controlplane.jobs.limits import JobLimits
 from controlplane.jobs.manifest import JobManifest, without_reserved_env
 
@@ -17,17 +17,6 @@ class JobEvent(Event):
     at: datetime
 
 
-@registry.register("JobSubmitted", version=2)
-class JobSubmitted(JobEvent):
-    """Version 2: the manifest's `env` holds no reserved names (see `manifest.RESERVED_ENV`)."""
-
-    job_id: UUID
-    tenant: str
-    manifest: JobManifest
-    limits: JobLimits = Field(default_factory=JobLimits)
-
-
-@registry.upcaster("JobSubmitted", from_version=1)
 def _reserved_env_left_out(data: dict[str, Any]) -> dict[str, Any]:
     # Version 1 accepted any name: those a manifest may no longer set are dropped, so that the
     # job still reads (and runs as its agent would have run it: with Trainyard's values).
@@ -37,7 +26,17 @@ def _reserved_env_left_out(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-@registry.register("JobDeploying")
+@event_type("JobSubmitted", version=2, upcasters={1: _reserved_env_left_out})
+class JobSubmitted(JobEvent):
+    """Version 2: the manifest's `env` holds no reserved names (see `manifest.RESERVED_ENV`)."""
+
+    job_id: UUID
+    tenant: str
+    manifest: JobManifest
+    limits: JobLimits = Field(default_factory=JobLimits)
+
+
+@event_type("JobDeploying")
 class JobDeploying(JobEvent):
     """A node agent claimed the job and is starting its learners."""
 
@@ -47,40 +46,40 @@ class JobDeploying(JobEvent):
     epoch: int = Field(description="fencing token: learners of an older epoch must be killed")
 
 
-@registry.register("JobDownloading")
+@event_type("JobDownloading")
 class JobDownloading(JobEvent):
     attempt: int
 
 
-@registry.register("JobProcessing")
+@event_type("JobProcessing")
 class JobProcessing(JobEvent):
     attempt: int
 
 
-@registry.register("JobStoring")
+@event_type("JobStoring")
 class JobStoring(JobEvent):
     attempt: int
 
 
-@registry.register("JobCompleted")
+@event_type("JobCompleted")
 class JobCompleted(JobEvent):
     attempt: int
     exit_codes: list[int]
 
 
-@registry.register("JobFailed")
+@event_type("JobFailed")
 class JobFailed(JobEvent):
     attempt: int
     reason: str
     exit_code: int | None = None
 
 
-@registry.register("JobCancelled")
+@event_type("JobCancelled")
 class JobCancelled(JobEvent):
     reason: str
 
 
-@registry.register("JobRestarted")
+@event_type("JobRestarted")
 class JobRestarted(JobEvent):
     """The job goes back to QUEUED with its attempt raised, to resume from `resume_from`."""
 
@@ -92,7 +91,7 @@ class JobRestarted(JobEvent):
     )
 
 
-@registry.register("LearnersReachedPhase")
+@event_type("LearnersReachedPhase")
 class LearnersReachedPhase(JobEvent):
     """Some learners of a job that runs on several nodes reached a phase; the job enters it
     once all have."""
@@ -102,7 +101,7 @@ class LearnersReachedPhase(JobEvent):
     learners: list[int]
 
 
-@registry.register("LearnersExited")
+@event_type("LearnersExited")
 class LearnersExited(JobEvent):
     """Some learners of a job that runs on several nodes exited 0; the job completes once all
     have."""
@@ -111,7 +110,7 @@ class LearnersExited(JobEvent):
     learners: list[int]
 
 
-@registry.register("DeploymentRolledBack")
+@event_type("DeploymentRolledBack")
 class DeploymentRolledBack(JobEvent):
     """Not every learner started (in time): the started ones are stopped, and the job goes back
     to QUEUED with its attempt raised, to be deployed again (whole or not at all)."""
@@ -120,15 +119,34 @@ class DeploymentRolledBack(JobEvent):
     attempt: int = Field(description="the new attempt's number")
 
 
-@registry.register("CheckpointRequested")
+@event_type("CheckpointRequested")
 class CheckpointRequested(JobEvent):
     """A user asked for a checkpoint now; the agent signals the learners."""
 
 
-@registry.register("CheckpointSaved")
+@event_type("CheckpointSaved")
 class CheckpointSaved(JobEvent):
     attempt: int
     step: int
     path: str
     size_bytes: int
     duration_s: float
+
+
+EVENT_TYPES: tuple[type[Event], ...] = (
+    JobSubmitted,
+    JobDeploying,
+    JobDownloading,
+    JobProcessing,
+    JobStoring,
+    JobCompleted,
+    JobFailed,
+    JobCancelled,
+    JobRestarted,
+    LearnersReachedPhase,
+    LearnersExited,
+    DeploymentRolledBack,
+    CheckpointRequested,
+    CheckpointSaved,
+)
+"""This feature's event types, for the registry (see `controlplane.composition`)."""

@@ -20,7 +20,7 @@ from controlplane.jobs.events import (
     JobRestarted,
     JobSubmitted,
 )
-from controlplane.jobs.lifecycle import Job, evolve
+from controlplane.jobs.lifecycle import JOB, Job, evolve
 from controlplane.jobs.streams import CATEGORY, job_id_of
 from controlplane.queries import Q
 
@@ -48,8 +48,7 @@ class JobsProjection:
         history: list[tuple[Any, ...]] = []
         for recorded in mine:
             job_id = job_id_of(recorded.stream_id)
-            event = recorded.event
-            assert isinstance(event, JobEvent)
+            event = JOB.event_of(recorded)
             job = evolve(jobs[job_id], event)
             jobs[job_id] = job
             versions[job_id] = recorded.stream_version

@@ -16,6 +16,7 @@ from controlplane.events.errors import ConcurrencyError
 from controlplane.events.metadata import Metadata
 from controlplane.events.records import RecordedEvent
 from controlplane.events.store import EventStore
+from controlplane.invariants import InvariantBroken
 from controlplane.jobs.events import JobEvent
 from controlplane.jobs.lifecycle import JOB, Command, Job, Refused, Submit, decide, replay
 from controlplane.jobs.limits import JobLimits
@@ -96,7 +97,10 @@ class Jobs:
         except ConcurrencyError:
             # Only an idempotent retry can collide: the job exists already.
             existing = await self.load(job_id)
-            assert existing is not None
+            if existing is None:
+                raise InvariantBroken(
+                    f"job {job_id} conflicted on submission but has no events"
+                ) from None
             if existing.manifest != manifest:
                 raise IdempotencyMismatch(
                     f"Idempotency-Key {idempotency_key!r} was used for job {job_id} with a "
@@ -104,7 +108,8 @@ class Jobs:
                 ) from None
             return existing, False
         job = replay(events)
-        assert job is not None
+        if job is None:
+            raise InvariantBroken(f"job {job_id}: its submission's events make no job")
         return job, True
 
     async def _submit_with_secrets(

@@ -33,6 +33,7 @@ import asyncpg
 
 from controlplane.database import DATABASE_ERRORS
 from controlplane.events.hub import StreamHub
+from controlplane.invariants import InvariantBroken
 from controlplane.jobs.lifecycle import JOB, JobStatus, replay
 from controlplane.jobs.service import Jobs
 from controlplane.jobs.streams import job_stream
@@ -124,6 +125,13 @@ class Feed:
     last: End | None = None
     """How the feed ended (once `ended`): End, or None when the server is shutting down."""
     task: asyncio.Task[None] | None = None
+    """The task that reads the job's lines, set once the feed is started."""
+
+    def started(self) -> asyncio.Task[None]:
+        """The feed's task (InvariantBroken before it is started)."""
+        if self.task is None:
+            raise InvariantBroken(f"the log feed of job {self.job_id} has no task")
+        return self.task
 
     def publish(self, item: Lines | End | None) -> None:
         if item is None or isinstance(item, End):
@@ -176,15 +184,13 @@ class LogFeeds:
             feed.followers.discard(follower)
             if not feed.followers:
                 del self._feeds[job_id]
-                assert feed.task is not None
-                feed.task.cancel()
+                feed.started().cancel()
 
     async def close(self) -> None:
         """Stop every feed (their followers get None)."""
         feeds = list(self._feeds.values())
         for feed in feeds:
-            assert feed.task is not None
-            feed.task.cancel()
+            feed.started().cancel()
         await asyncio.gather(*(f.task for f in feeds if f.task), return_exceptions=True)
         for feed in feeds:
             if not feed.ended:
@@ -249,6 +255,7 @@ async def job_end(jobs: Jobs, job_id: UUID) -> tuple[datetime | None, JobStatus]
     """When (by the database's clock) the job ended, None while it runs; and its state."""
     history = await jobs.history(job_id)
     job = replay(JOB.typed(history))
-    assert job is not None  # followers follow jobs that exist
+    if job is None:  # followers follow jobs that exist
+        raise InvariantBroken(f"job {job_id} is followed but has no events")
     # A terminal state is final: its event is the stream's last.
     return (history[-1].recorded_at if job.state.terminal else None), job.state

@@ -19,6 +19,7 @@ import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
 from controlplane.database import Executor
+from controlplane.invariants import InvariantBroken
 from controlplane.logs.lines import LogLine, Series, StoredLine, Stream
 from controlplane.queries import Q
 
@@ -154,5 +155,6 @@ async def last_id(db: Executor, job_id: UUID) -> int:
 async def log_usage(db: Executor, job_id: UUID) -> tuple[int, int]:
     """The lines and bytes (UTF-8) a job's log holds, over all its attempts."""
     row = await db.fetchrow(Q["job_log_usage"], job_id)
-    assert row is not None  # one row, always
+    if row is None:  # an aggregate without GROUP BY: one row, always
+        raise InvariantBroken("job_log_usage returned no row")
     return row["lines"], row["bytes"]

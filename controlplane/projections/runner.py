@@ -6,13 +6,15 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import asyncpg
 
-from controlplane.database import Executor
-from controlplane.events.records import ORIGIN, LogPosition
+from controlplane.database import CONNECTION_ERRORS, Executor
+from controlplane.events.records import ORIGIN, LogPosition, RecordedEvent
 from controlplane.events.store import EventStore
 from controlplane.events.subscription import LogListener
+from controlplane.instruments import PROJECTIONS_STOPPED
 from controlplane.projections.base import Projection
 from controlplane.queries import Q
 
@@ -24,6 +26,32 @@ ROUND_S = 0.01
 events a round then takes what came meanwhile as one batch (a job's row written once for
 several of its events, a round's fixed statements shared), for at most this much more delay
 on the read models; after a quiet spell an event is applied at once."""
+MAX_FAILURES = 5
+"""How many times in a row a projection may fail on the same event before it stops."""
+
+
+class BatchFailed(Exception):
+    """A projection raised on a batch of events (not a lost connection: that is retried as is);
+    the batch rolled back and its checkpoint did not move."""
+
+    def __init__(self, projection: str, events: Sequence[RecordedEvent]) -> None:
+        first, last = events[0], events[-1]
+        where = (
+            f"the event at position {first.position} ({first.event.type_name}, stream "
+            f"{first.stream_id} version {first.stream_version})"
+            if len(events) == 1
+            else f"the events at positions {first.position} to {last.position}"
+        )
+        super().__init__(f"projection {projection} failed on {where}")
+        self.events = events
+
+
+@dataclass(frozen=True, slots=True)
+class _Strikes:
+    """The failures in a row of one projection on the event at `position`."""
+
+    position: int
+    count: int
 
 
 class ProjectionRunner:
@@ -37,30 +65,81 @@ class ProjectionRunner:
         projections: Sequence[Projection],
         *,
         batch_size: int = 500,
+        max_failures: int = MAX_FAILURES,
     ) -> None:
         self._pool = pool
         self._store = store
         self._listener = listener
         self.projections = {p.name: p for p in projections}
         self._batch_size = batch_size
+        if max_failures < 1:
+            raise ValueError(f"max_failures must be 1 or more, not {max_failures}")
+        self._max_failures = max_failures
         self._stopping = asyncio.Event()
+        self._one_by_one: dict[str, int] = {}
+        """Projections that failed on a batch of several events: applied one event at a time
+        through the position of that batch's last, to find the event that fails."""
+        self._strikes: dict[str, _Strikes] = {}
+        self._stopped: dict[str, str] = {}
 
     async def run(self) -> None:
-        """Catch every projection up, then wait for news; until `stop()`."""
+        """Catch every projection up, then wait for news; until `stop()`. A projection that
+        fails MAX_FAILURES times in a row on the same event stops (see `stopped`)."""
         while not self._stopping.is_set():
             seen = self._listener.generation
             applied = 0
             for projection in self.projections.values():
+                if projection.name in self._stopped:
+                    continue
                 try:
                     applied += await self.catch_up(projection)
+                except BatchFailed as failed:
+                    self._failed(projection.name, failed)
                 except Exception:
-                    # A lost connection or a failing projection: its batch rolled back and its
-                    # checkpoint did not move, so retrying after the poll interval is safe; the
-                    # other projections go on meanwhile.
+                    # A lost connection (or an event this code cannot decode): the batch rolled
+                    # back and its checkpoint did not move, so retrying after the poll interval
+                    # is safe; the other projections go on meanwhile.
                     log.exception("projection %s: a batch failed; retrying", projection.name)
+                else:
+                    self._strikes.pop(projection.name, None)
             if applied:
                 await asyncio.sleep(ROUND_S)
             await self._listener.wait(seen)
+
+    def stopped(self) -> dict[str, str]:
+        """The projections this runner stopped, and why: each failed on one event too often."""
+        return dict(self._stopped)
+
+    def _failed(self, name: str, failed: BatchFailed) -> None:
+        events = failed.events
+        if len(events) > 1:
+            # Which of them fails is not known yet: go one event at a time through them.
+            self._one_by_one[name] = events[-1].position
+            log.warning("%s; retrying one event at a time", failed, exc_info=failed.__cause__)
+            return
+        position = events[0].position
+        previous = self._strikes.get(name)
+        count = previous.count + 1 if previous and previous.position == position else 1
+        self._strikes[name] = _Strikes(position, count)
+        if count < self._max_failures:
+            log.warning(
+                "%s (%d of %d); retrying",
+                failed,
+                count,
+                self._max_failures,
+                exc_info=failed.__cause__,
+            )
+            return
+        self._stopped[name] = f"{failed} {count} times in a row: {failed.__cause__!r}"
+        PROJECTIONS_STOPPED.add(1, {"projection": name})
+        log.error(
+            "%s %d times in a row; projection %s stopped until the code is fixed and the "
+            "control plane restarted",
+            failed,
+            count,
+            name,
+            exc_info=failed.__cause__,
+        )
 
     def stop(self) -> None:
         self._stopping.set()
@@ -69,33 +148,45 @@ class ProjectionRunner:
         """Apply batches until nothing is left to read now; returns how many events it applied."""
         total = 0
         while True:
-            applied = await self.step(projection)
-            total += max(applied, 0)
-            if applied < self._batch_size:
+            applied, full = await self._step(projection)
+            total += applied
+            if not full:
                 return total
 
-    async def step(self, projection: Projection) -> int:
-        """Apply one batch in one transaction; -1 when another runner holds the projection."""
+    async def _step(self, projection: Projection) -> tuple[int, bool]:
+        """Apply one batch in one transaction: how many events it applied, and whether it was
+        full (more may be waiting); (0, False) when another runner holds the projection."""
         async with self._pool.acquire() as conn, conn.transaction():
             if not await conn.fetchval(Q["lock_projection"], projection.name):
-                return -1
+                return 0, False
             # Read under the lock: the checkpoint cannot move until this transaction ends.
             # The read comes before any write, so it is not bounded by this transaction's own
             # xid; from its first write on, the batch holds back every reader of the log
             # until it commits, which is why batches are kept small.
-            return await self._apply_batch(
-                conn, projection, await _checkpoint(conn, projection.name)
-            )
+            position = await _checkpoint(conn, projection.name)
+            limit = self._batch_size
+            through = self._one_by_one.get(projection.name)
+            if through is not None:
+                if position.position < through:
+                    limit = 1
+                else:
+                    del self._one_by_one[projection.name]
+            applied = await self._apply_batch(conn, projection, position, limit)
+            return applied, applied == limit
 
     async def _apply_batch(
-        self, conn: Executor, projection: Projection, position: LogPosition
+        self, conn: Executor, projection: Projection, position: LogPosition, limit: int
     ) -> int:
-        """Apply the batch after `position` and advance the checkpoint, on `conn`."""
-        batch = await self._store.read_log_of(
-            projection.categories, position, self._batch_size, conn=conn
-        )
+        """Apply the batch of at most `limit` after `position` and advance the checkpoint, on
+        `conn`; BatchFailed when the projection raises on it."""
+        batch = await self._store.read_log_of(projection.categories, position, limit, conn=conn)
         if batch.events:
-            await projection.apply(conn, batch.events)
+            try:
+                await projection.apply(conn, batch.events)
+            except CONNECTION_ERRORS:
+                raise
+            except Exception as exc:
+                raise BatchFailed(projection.name, batch.events) from exc
         if batch.read:
             end = batch.end
             await conn.execute(Q["write_checkpoint"], projection.name, str(end.xid), end.position)
@@ -154,7 +245,7 @@ class ProjectionRunner:
                 await conn.execute(f'DELETE FROM "{table}"')
             await conn.execute(Q["write_checkpoint"], name, str(ORIGIN.xid), ORIGIN.position)
             while applied := await self._apply_batch(
-                conn, projection, await _checkpoint(conn, name)
+                conn, projection, await _checkpoint(conn, name), self._batch_size
             ):
                 total += applied
         return total

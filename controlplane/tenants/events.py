@@ -6,7 +6,7 @@ from datetime import datetime
 
 from pydantic import Field
 
-from controlplane.events.types import Event, registry
+from controlplane.events.types import Event, event_type
 from controlplane.tenants.limits import TenantLimits
 
 
@@ -14,14 +14,14 @@ class TenantEvent(Event):
     at: datetime
 
 
-@registry.register("TenantCreated")
+@event_type("TenantCreated")
 class TenantCreated(TenantEvent):
     name: str
     weight: float = Field(description="the tenant's share of the cluster relative to others")
     gpu_quota: int | None = Field(description="GPUs the tenant may hold at once; None: no quota")
 
 
-@registry.register("TenantUpdated")
+@event_type("TenantUpdated")
 class TenantUpdated(TenantEvent):
     """The tenant's share and quota from now on (both, whichever changed)."""
 
@@ -29,7 +29,7 @@ class TenantUpdated(TenantEvent):
     gpu_quota: int | None = Field(description="GPUs the tenant may hold at once; None: no quota")
 
 
-@registry.register("TenantLimitsSet")
+@event_type("TenantLimitsSet")
 class TenantLimitsSet(TenantEvent):
     """The tenant's limits from now on (all of them, whichever changed); jobs submitted
     earlier keep the limits they were accepted with."""
@@ -37,7 +37,7 @@ class TenantLimitsSet(TenantEvent):
     limits: TenantLimits
 
 
-@registry.register("TokenIssued")
+@event_type("TokenIssued")
 class TokenIssued(TenantEvent):
     """A bearer token for the stream's tenant."""
 
@@ -45,14 +45,25 @@ class TokenIssued(TenantEvent):
     token_sha256: str = Field(description="hex sha256 of the token; the token is never stored")
 
 
-@registry.register("TokenRevoked")
+@event_type("TokenRevoked")
 class TokenRevoked(TenantEvent):
     token_id: str
 
 
-@registry.register("AdminTokenIssued")
+@event_type("AdminTokenIssued")
 class AdminTokenIssued(TenantEvent):
     """The admin's bearer token, issued once when the control plane first starts."""
 
     token_id: str
     token_sha256: str = Field(description="hex sha256 of the token; the token is never stored")
+
+
+EVENT_TYPES: tuple[type[Event], ...] = (
+    TenantCreated,
+    TenantUpdated,
+    TenantLimitsSet,
+    TokenIssued,
+    TokenRevoked,
+    AdminTokenIssued,
+)
+"""This feature's event types, for the registry (see `controlplane.composition`)."""

@@ -8,11 +8,11 @@ from uuid import UUID
 
 from pydantic import Field
 
-from controlplane.events.types import Event, registry
+from controlplane.events.types import Event, event_type
 from controlplane.tenants.events import TenantEvent
 
 
-@registry.register("WebhookSecretRotated")
+@event_type("WebhookSecretRotated")
 class WebhookSecretRotated(TenantEvent):
     """The tenant's webhook signing secret was replaced; the secret itself is never an event."""
 
@@ -34,12 +34,12 @@ class WebhookAttempt(Event):
     status: int | None = Field(description="the receiver's HTTP status; None when none came")
 
 
-@registry.register("WebhookDelivered")
+@event_type("WebhookDelivered")
 class WebhookDelivered(WebhookAttempt):
     """The receiver answered 2xx."""
 
 
-@registry.register("WebhookAttemptFailed")
+@event_type("WebhookAttemptFailed")
 class WebhookAttemptFailed(WebhookAttempt):
     """The attempt failed and the delivery is tried again, not before `retry_at` (backoff)."""
 
@@ -47,7 +47,7 @@ class WebhookAttemptFailed(WebhookAttempt):
     retry_at: datetime
 
 
-@registry.register("WebhookFailed")
+@event_type("WebhookFailed")
 class WebhookFailed(WebhookAttempt):
     """The last allowed attempt failed: the delivery is given up."""
 
@@ -55,3 +55,12 @@ class WebhookFailed(WebhookAttempt):
 
 
 AttemptOutcome = WebhookDelivered | WebhookAttemptFailed | WebhookFailed
+
+
+EVENT_TYPES: tuple[type[Event], ...] = (
+    WebhookSecretRotated,
+    WebhookDelivered,
+    WebhookAttemptFailed,
+    WebhookFailed,
+)
+"""This feature's event types, for the registry (see `controlplane.composition`)."""

@@ -16,12 +16,20 @@ from typing import Any
 
 from controlplane.database import Executor
 from controlplane.events.records import RecordedEvent
-from controlplane.events.types import registry
-from controlplane.jobs.events import JobCompleted, JobEvent, JobFailed, JobRestarted, JobSubmitted
+from controlplane.events.types import EventRegistry
+from controlplane.jobs.events import (
+    JobCompleted,
+    JobFailed,
+    JobRestarted,
+    JobSubmitted,
+)
+from controlplane.jobs.lifecycle import JOB
 from controlplane.jobs.streams import CATEGORY, job_id_of
 from controlplane.queries import Q
 
 NOTIFIED = (JobRestarted, JobFailed, JobCompleted)
+SUBMISSIONS = EventRegistry((JobSubmitted,))
+"""What the outbox decodes of the log itself: a job's submission (its stream's first event)."""
 CHANNEL = "trainyard_webhooks"
 """NOTIFYed when a batch wrote deliveries: wakes the relays (a hint; they also poll)."""
 
@@ -48,8 +56,9 @@ class WebhookOutbox:
         streams = list(dict.fromkeys(e.stream_id for e in notified))
         submissions: dict[str, JobSubmitted] = {}
         for row in await conn.fetch(Q["job_submissions"], streams):
-            submitted = registry.decode(row["type"], row["schema_version"], row["data"])
-            assert isinstance(submitted, JobSubmitted)
+            submitted = SUBMISSIONS.decode(row["type"], row["schema_version"], row["data"])
+            if not isinstance(submitted, JobSubmitted):
+                raise TypeError(f"{row['stream_id']} begins with {submitted.type_name}")
             submissions[row["stream_id"]] = submitted
         rows = [
             _delivery(recorded, submitted)
@@ -64,8 +73,7 @@ class WebhookOutbox:
 
 
 def _delivery(recorded: RecordedEvent, submitted: JobSubmitted) -> tuple[Any, ...]:
-    event = recorded.event
-    assert isinstance(event, JobEvent)
+    event = JOB.event_of(recorded)
     ident = delivery_id(recorded)
     body = {
         "id": str(ident),

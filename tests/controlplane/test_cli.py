@@ -12,7 +12,7 @@ import pytest
 
 from controlplane.cli import failure, parser
 from controlplane.client.api import ApiError
-from controlplane.projections.catalog import all_projections
+from controlplane.composition import projections
 
 
 def all_commands(command: argparse.ArgumentParser, path: list[str]) -> list[list[str]]:
@@ -60,7 +60,7 @@ def test_an_unreachable_database_is_one_line_and_exit_3() -> None:
 def test_unknown_projection_is_a_usage_error(db_url: str) -> None:
     result = trainyard("projections", "rebuild", "nope", env={"TRAINYARD_DATABASE_URL": db_url})
     assert result.returncode == 2
-    known = ", ".join(p.name for p in all_projections())
+    known = ", ".join(p.name for p in projections())
     assert f"no projection named 'nope' (known: {known})" in result.stderr
 
 
@@ -70,7 +70,7 @@ def test_rebuild_and_list_through_the_cli(db_url: str) -> None:
     assert rebuilt.returncode == 0, rebuilt.stderr
     assert rebuilt.stdout.strip() == "rebuilt streams from 0 events"
     listed = trainyard("projections", "list", env=env)
-    assert listed.stdout.splitlines() == [f"{p.name}\tcaught up" for p in all_projections()]
+    assert listed.stdout.splitlines() == [f"{p.name}\tcaught up" for p in projections()]
 
 
 def test_migrate_reports_an_up_to_date_database(db_url: str) -> None:

@@ -19,6 +19,7 @@ from controlplane.agents.events import NodeRegistered
 from controlplane.agents.login_cli import agent_url
 from controlplane.agents.logins import login_excess, scram_verifier
 from controlplane.clock import SYSTEM_CLOCK
+from controlplane.composition import EVENT_REGISTRY
 from controlplane.database import AGENT_ROLE, Role, connect, create_pool
 from controlplane.events.metadata import Metadata
 from controlplane.events.store import EventStore
@@ -149,7 +150,7 @@ async def test_an_agent_login_is_refused_what_agents_never_need(
 async def agent_store(db_url: str) -> AsyncIterator[EventStore]:
     """The event store as an agent uses it: its pool runs as trainyard_agent."""
     pool = await create_pool(await agent_login_url(db_url), min_size=1, max_size=2, role=AGENT_ROLE)
-    store = EventStore(pool)
+    store = EventStore(pool, EVENT_REGISTRY)
     yield store
     await store.close()
     await pool.close()

@@ -16,6 +16,7 @@ from controlplane.agents.claims import Releases, claim
 from controlplane.agents.events import GpuInfo
 from controlplane.agents.nodes import Nodes, NodeSpec
 from controlplane.clock import SYSTEM_CLOCK
+from controlplane.composition import EVENT_REGISTRY
 from controlplane.database import create_pool
 from controlplane.events.metadata import Metadata
 from controlplane.events.store import EventStore
@@ -137,7 +138,7 @@ async def test_concurrent_claims_never_share_a_job_or_a_gpu(
     # A database per example: hypothesis runs many examples within one test.
     async with fresh_database(pg_server, template_db) as url:
         pool = await create_pool(url, min_size=1, max_size=10)
-        store = EventStore(pool)
+        store = EventStore(pool, EVENT_REGISTRY)
         try:
             await check_claims(Cluster(pool, store, url), node_sizes, jobs)
         finally:

@@ -10,6 +10,7 @@ from uuid import UUID, uuid4
 import pytest
 
 from controlplane.clock import ManualClock
+from controlplane.composition import EVENT_REGISTRY
 from controlplane.events.commands import CONFLICT_RETRIES, ForeignEvent
 from controlplane.events.memory import InMemoryEventStore
 from controlplane.events.metadata import Metadata
@@ -71,7 +72,7 @@ async def submitted(store: InMemoryEventStore, clock: ManualClock) -> UUID:
 
 
 async def test_a_command_is_decided_on_the_stream_and_appended_at_its_version() -> None:
-    store, clock = InMemoryEventStore(), ManualClock(T0)
+    store, clock = InMemoryEventStore(EVENT_REGISTRY), ManualClock(T0)
     job_id = await submitted(store, clock)
     clock.advance(timedelta(minutes=1))
     executed = await JOB.execute(store, job_stream(job_id), Cancel("enough", clock.now()), META)
@@ -85,7 +86,7 @@ async def test_a_command_is_decided_on_the_stream_and_appended_at_its_version() 
 
 
 async def test_after_a_conflict_the_command_is_decided_again_on_the_new_state() -> None:
-    store, clock = InMemoryEventStore(), ManualClock(T0)
+    store, clock = InMemoryEventStore(EVENT_REGISTRY), ManualClock(T0)
     job_id = await submitted(store, clock)
     stream = job_stream(job_id)
     deploy = Deploy(nodes=["n1"], gpus=[], epoch=1, at=clock.now())
@@ -100,7 +101,7 @@ async def test_after_a_conflict_the_command_is_decided_again_on_the_new_state() 
 
 
 async def test_a_command_the_new_state_refuses_writes_nothing() -> None:
-    store, clock = InMemoryEventStore(), ManualClock(T0)
+    store, clock = InMemoryEventStore(EVENT_REGISTRY), ManualClock(T0)
     job_id = await submitted(store, clock)
     stream = job_stream(job_id)
     cancel = Cancel("by another", clock.now())
@@ -112,7 +113,7 @@ async def test_a_command_the_new_state_refuses_writes_nothing() -> None:
 
 
 async def test_a_stream_that_keeps_changing_is_given_up_on() -> None:
-    store, clock = InMemoryEventStore(), ManualClock(T0)
+    store, clock = InMemoryEventStore(EVENT_REGISTRY), ManualClock(T0)
     job_id = await submitted(store, clock)
     stream = job_stream(job_id)
     for command in (
@@ -136,7 +137,7 @@ async def test_a_stream_that_keeps_changing_is_given_up_on() -> None:
 
 
 async def test_a_stream_holding_another_aggregates_event_is_refused_on_load() -> None:
-    store, clock = InMemoryEventStore(), ManualClock(T0)
+    store, clock = InMemoryEventStore(EVENT_REGISTRY), ManualClock(T0)
     stream = job_stream(uuid4())
     created = TenantCreated(name="acme", weight=1.0, gpu_quota=None, at=clock.now())
     await store.append(stream, 0, [created], META)
@@ -145,7 +146,7 @@ async def test_a_stream_holding_another_aggregates_event_is_refused_on_load() ->
 
 
 async def test_the_tenant_aggregate_on_the_same_path() -> None:
-    store, clock = InMemoryEventStore(), ManualClock(T0)
+    store, clock = InMemoryEventStore(EVENT_REGISTRY), ManualClock(T0)
     stream = tenant_stream("acme")
     created = TenantCreated(name="acme", weight=2.0, gpu_quota=4, at=clock.now())
     issued = TokenIssued(token_id="tok-1", token_sha256="0" * 64, at=clock.now())

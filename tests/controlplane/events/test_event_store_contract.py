@@ -15,7 +15,7 @@ from controlplane.events.metadata import Metadata
 from controlplane.events.recorder import EventRecorder
 from controlplane.events.records import ORIGIN, LogPosition, RecordedEvent
 from controlplane.events.store import EventStore
-from tests.events import Pinged, Unregistered
+from tests.events import TEST_REGISTRY, Pinged, Unregistered
 
 META = Metadata(actor="user:alice", tenant="acme", correlation_id="req-1")
 
@@ -23,7 +23,7 @@ META = Metadata(actor="user:alice", tenant="acme", correlation_id="req-1")
 @pytest.fixture(params=[pytest.param("postgres", marks=pytest.mark.postgres), "memory"])
 def recorder(request: pytest.FixtureRequest) -> EventRecorder:
     if request.param == "memory":
-        return InMemoryEventStore()
+        return InMemoryEventStore(TEST_REGISTRY)
     store: EventStore = request.getfixturevalue("store")
     return store
 

@@ -2,15 +2,28 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
+from datetime import UTC, datetime
 
+import asyncpg
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
+from controlplane import telemetry
+from controlplane.database import Executor
 from controlplane.events.metadata import Metadata
+from controlplane.events.records import RecordedEvent
+from controlplane.events.store import EventStore
+from controlplane.events.subscription import LogListener
 from controlplane.http.app import create_app
 from controlplane.http.keys import PROJECTIONS, STORE
-from tests.events import Pinged
+from controlplane.projections.runner import MAX_FAILURES, ProjectionRunner
+from controlplane.projections.streams import StreamsProjection
+from controlplane.tenants.events import TenantCreated
+from controlplane.tenants.projection import TenantsProjection
+from controlplane.tenants.service import create_tenant
+from tests.polling import eventually
+from tests.tenancy import Tokens
 
 
 @pytest.fixture
@@ -29,7 +42,8 @@ async def test_readyz_waits_for_projections_to_catch_up(client: TestClient[objec
     app = client.server.app
     runner = app[PROJECTIONS]
     runner.stop()  # hold projections back to observe "not ready"
-    await app[STORE].append("job-1", 0, [Pinged(n=1)], Metadata(actor="test"))
+    created = TenantCreated(at=datetime.now(UTC), name="t", weight=1, gpu_quota=None)
+    await app[STORE].append("tenant-t", 0, [created], Metadata(actor="test"))
     response = await client.get("/readyz")
     assert response.status == 503
     assert (await response.json())["projections_caught_up"] is False
@@ -42,7 +56,62 @@ async def test_readyz_waits_for_projections_to_catch_up(client: TestClient[objec
         "database": True,
         "projections_caught_up": True,
         "background_tasks": True,
+        "stopped_projections": {},
     }
+
+
+class Fragile:
+    """Fails on the creation of the tenant named "poison", whatever else it is given."""
+
+    name = "fragile"
+    tables: Sequence[str] = ()
+    categories: frozenset[str] | None = frozenset({"tenant"})
+
+    async def apply(self, conn: Executor, events: Sequence[RecordedEvent]) -> None:
+        for recorded in events:
+            if isinstance(recorded.event, TenantCreated) and recorded.event.name == "poison":
+                raise RuntimeError("a bug in the fragile projection")
+
+
+async def test_a_projection_failing_again_and_again_on_one_event_stops_and_says_so(
+    db_url: str, pool: asyncpg.Pool, store: EventStore, tokens: Tokens
+) -> None:
+    telemetry.setup()  # as `trainyard serve` does first: counts before it would be lost
+    app = create_app(db_url, poll_interval=0.1, projections=[StreamsProjection(), Fragile()])
+    async with TestClient(TestServer(app)) as client:
+        runner = app[PROJECTIONS]
+        tenants = ProjectionRunner(pool, store, LogListener(db_url), [TenantsProjection()])
+        await create_tenant(store, tenants, "poison", actor="test")
+
+        async def stopped() -> bool:
+            return "fragile" in runner.stopped()
+
+        await eventually(stopped)
+        position = await pool.fetchval(
+            "SELECT position FROM events WHERE stream_id = 'tenant-poison' AND stream_version = 1"
+        )
+        response = await client.get("/readyz")
+        assert response.status == 503
+        body = await response.json()
+        assert body["status"] == "not ready"
+        why = body["stopped_projections"]["fragile"]
+        assert f"position {position} (TenantCreated" in why
+        assert f"{MAX_FAILURES} times in a row" in why
+        assert "a bug in the fragile projection" in why
+        assert list(body["stopped_projections"]) == ["fragile"]
+
+        # The other projections go on: a later event reaches the streams projection.
+        await create_tenant(store, tenants, "later", actor="test")
+
+        async def streams_caught_up() -> bool:
+            return await runner.is_caught_up("streams")
+
+        await eventually(streams_caught_up)
+        assert not await runner.is_caught_up("fragile")
+
+        admin = {"Authorization": f"Bearer {tokens.admin}"}
+        text = await (await client.get("/metrics", headers=admin)).text()
+        assert 'trainyard_projections_stopped{projection="fragile"} 1' in text.splitlines()
 
 
 async def test_openapi_describes_every_route(client: TestClient[object, object]) -> None:

@@ -14,7 +14,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from controlplane.http.app import create_app
-from controlplane.tenants.auth import Principal, authenticate
+from controlplane.tenants.principals import Principal, authenticate
 from controlplane.tenants.tokens import PREFIX
 from tests.tenancy import Cli, Tokens, auth, event_count
 

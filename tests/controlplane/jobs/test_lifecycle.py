@@ -15,7 +15,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from controlplane.events.types import registry
+from controlplane.composition import EVENT_REGISTRY
 from controlplane.jobs.events import (
     CheckpointRequested,
     CheckpointSaved,
@@ -67,7 +67,7 @@ def manifest(max_restarts: int = 3) -> JobManifest:
 
 def stored(event: JobEvent) -> JobEvent:
     """The event as a reader gets it back from the store: through its JSON and the registry."""
-    decoded = registry.decode(event.type_name, event.schema_version, event.model_dump_json())
+    decoded = EVENT_REGISTRY.decode(event.type_name, event.schema_version, event.model_dump_json())
     assert isinstance(decoded, JobEvent)
     return decoded
 

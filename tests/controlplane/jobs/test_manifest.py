@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from controlplane.composition import EVENT_REGISTRY
 from controlplane.events.errors import MalformedEvent
-from controlplane.events.types import registry
 from controlplane.jobs.events import JobSubmitted
 from controlplane.jobs.lifecycle import Job, evolve
 from controlplane.jobs.manifest import (
@@ -278,8 +278,8 @@ def test_a_jobsubmitted_event_of_version_1_reads_without_its_reserved_names() ->
     }
     assert JobSubmitted.schema_version == 2
     with pytest.raises(MalformedEvent):
-        registry.decode("JobSubmitted", 2, json.dumps(data))
-    decoded = registry.decode("JobSubmitted", 1, json.dumps(data))
+        EVENT_REGISTRY.decode("JobSubmitted", 2, json.dumps(data))
+    decoded = EVENT_REGISTRY.decode("JobSubmitted", 1, json.dumps(data))
     assert isinstance(decoded, JobSubmitted)
     assert decoded.manifest.env == {"NCCL_DEBUG": "INFO"}
 
@@ -473,7 +473,7 @@ def test_a_manifest_survives_json_unchanged(job: JobManifest) -> None:
 @given(manifests)
 def test_a_manifest_survives_its_jobsubmitted_event(job: JobManifest) -> None:
     event = JobSubmitted(job_id=UUID(int=1), tenant="acme", manifest=job, at=datetime.now(UTC))
-    decoded = registry.decode(event.type_name, event.schema_version, event.model_dump_json())
+    decoded = EVENT_REGISTRY.decode(event.type_name, event.schema_version, event.model_dump_json())
     assert isinstance(decoded, JobSubmitted)
     assert decoded.manifest == job  # what idempotent resubmission compares against
 

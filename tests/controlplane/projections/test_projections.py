@@ -14,7 +14,7 @@ from controlplane.events.metadata import Metadata
 from controlplane.events.records import ORIGIN, RecordedEvent
 from controlplane.events.store import EventStore
 from controlplane.events.subscription import LogListener
-from controlplane.projections.runner import ProjectionRunner
+from controlplane.projections.runner import BatchFailed, ProjectionRunner
 from controlplane.projections.streams import StreamsProjection
 from tests.events import Pinged
 from tests.polling import eventually
@@ -100,13 +100,46 @@ async def test_a_failed_batch_leaves_neither_rows_nor_checkpoint(
     await append_some(store, streams=1, each=5)
     projection = Exploding(fail_at=3)
     runner = ProjectionRunner(pool, store, listener, [projection], batch_size=10)
-    with pytest.raises(RuntimeError):
+    with pytest.raises(BatchFailed) as failed:
         await runner.catch_up(projection)
+    assert isinstance(failed.value.__cause__, RuntimeError)
     assert await owner.fetchval("SELECT count(*) FROM exploding") == 0
     assert await owner.fetchval("SELECT count(*) FROM projection_checkpoints") == 0
     projection.fail_at = -1
     assert await runner.catch_up(projection) == 5
     assert await owner.fetchval("SELECT count(*) FROM exploding") == 5
+
+
+async def test_a_projection_failing_on_one_event_stops_there_and_the_others_go_on(
+    pool: asyncpg.Pool, store: EventStore, listener: LogListener, owner: asyncpg.Connection
+) -> None:
+    await owner.execute("CREATE TABLE exploding (position bigint PRIMARY KEY)")
+    await owner.execute("GRANT SELECT, INSERT, TRUNCATE ON exploding TO trainyard_app")
+    await append_some(store, streams=1, each=5)
+    await all_readable(store, 5)
+    poison = await owner.fetchval("SELECT position FROM events ORDER BY position OFFSET 2 LIMIT 1")
+    exploding = Exploding(fail_at=poison)
+    runner = ProjectionRunner(
+        pool, store, listener, [exploding, StreamsProjection()], batch_size=10, max_failures=2
+    )
+    task = asyncio.create_task(runner.run())
+    try:
+
+        async def stopped() -> bool:
+            listener.wake()  # a round now, not at the next poll
+            return "exploding" in runner.stopped()
+
+        await eventually(stopped)
+        why = runner.stopped()["exploding"]
+        assert f"position {poison} (test.Pinged, stream job-0 version 3)" in why
+        assert "2 times in a row" in why
+        # The batch was narrowed to the failing event: those before it are applied.
+        assert await owner.fetchval("SELECT count(*) FROM exploding") == 2
+        assert await runner.is_caught_up("streams")
+    finally:
+        runner.stop()
+        listener.wake()
+        await asyncio.wait_for(task, 5)
 
 
 async def test_two_runners_apply_every_event_exactly_once(

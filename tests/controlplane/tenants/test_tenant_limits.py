@@ -17,6 +17,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from controlplane.agents.nodes import Nodes, NodeSpec
 from controlplane.clock import SYSTEM_CLOCK
+from controlplane.composition import EVENT_REGISTRY
 from controlplane.events.metadata import Metadata
 from controlplane.events.store import EventStore
 from controlplane.http.app import create_app
@@ -168,7 +169,7 @@ async def test_a_job_needing_more_memory_than_any_node_has_is_422(
     # No node known yet: only the manifest's own bound applies.
     big = {**MANIFEST, "memory_mb": 100_000}
     assert (await client.post("/v1/jobs", json=big, headers=acme)).status == 201
-    nodes = Nodes(pool, EventStore(pool))
+    nodes = Nodes(pool, EventStore(pool, EVENT_REGISTRY))
     await nodes.register(NodeSpec("n1", uuid4(), "process", 8, 65536, []), ttl_s=60)
     before = await event_count(owner)
     refused = await client.post("/v1/jobs", json=big, headers=acme)

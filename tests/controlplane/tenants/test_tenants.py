@@ -17,12 +17,13 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from controlplane.events.store import EventStore
 from controlplane.events.subscription import LogListener
+from controlplane.http.auth import auth_middleware, principal
 from controlplane.http.keys import POOL
 from controlplane.projections.runner import ProjectionRunner
 from controlplane.queries import Q
 from controlplane.tenants.admin import TOKEN_FILE, bootstrap_admin_token
-from controlplane.tenants.auth import Principal, auth_middleware, authenticate, principal
 from controlplane.tenants.errors import InvalidTenant, TenantExists, UnknownTenant, UnknownToken
+from controlplane.tenants.principals import Principal, authenticate
 from controlplane.tenants.projection import TenantsProjection
 from controlplane.tenants.service import (
     create_tenant,

@@ -1,4 +1,4 @@
-"""Serving the control plane from the command line: start, bootstrap, listen, stop cleanly."""
+"""The control plane's HTTP server from the command line: start, bootstrap, listen, stop cleanly."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def signalled() -> asyncio.Event:
 
 
 @asynccontextmanager
-async def serving(
+async def listening(
     url: str, host: str, port: int, home: Path, images: ImageAllowlist
 ) -> AsyncIterator[web.Application]:
     """The control plane listening on host:port until the block ends; then a graceful

@@ -1,42 +1,21 @@
-"""Bearer-token authentication: who a request comes from, and what it may see.
+"""Bearer-token authentication of HTTP requests: the middleware that finds the request's
+principal (see `controlplane.tenants.principals`), and what the handlers ask of it.
 
-Every path but the public probes needs `Authorization: Bearer <token>`; the token is looked up
-by its sha256 in `api_tokens` on every request, so a revocation takes effect at once (one
-primary-key lookup; no cache to go stale).
+Every path but the public probes needs `Authorization: Bearer <token>`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from aiohttp import hdrs, web
 from aiohttp.typedefs import Handler
 
-from controlplane.database import Executor
 from controlplane.http.errors import error
 from controlplane.http.keys import POOL
-from controlplane.queries import Q
-from controlplane.tenants.tokens import PREFIX, token_sha256
+from controlplane.invariants import InvariantBroken
+from controlplane.tenants.principals import Principal, authenticate
 
 PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json"})
 """Probes and documents that load balancers and clients read without a token."""
-
-
-@dataclass(frozen=True, slots=True)
-class Principal:
-    """Who a request comes from: a tenant, or the admin (who has no tenant)."""
-
-    tenant: str | None
-    is_admin: bool
-
-    def __post_init__(self) -> None:
-        if self.is_admin != (self.tenant is None):
-            raise ValueError("a principal is either the admin or exactly one tenant")
-
-    def may_see(self, tenant: str) -> bool:
-        """Whether this principal may see and change what belongs to `tenant`."""
-        return self.is_admin or self.tenant == tenant
-
 
 PRINCIPAL = web.RequestKey("principal", Principal)
 
@@ -50,7 +29,8 @@ def acting_tenant(who: Principal, requested: str | None, action: str) -> str:
                 400, f"an admin {action} on behalf of a tenant: add ?tenant=NAME", field="tenant"
             )
         return requested
-    assert who.tenant is not None
+    if who.tenant is None:  # Principal: not the admin means exactly one tenant
+        raise InvariantBroken("a principal neither the admin nor a tenant's")
     if requested not in (None, who.tenant):
         raise error(403, f"a tenant's token {action} only as {who.tenant!r}", field="tenant")
     return who.tenant
@@ -59,18 +39,6 @@ def acting_tenant(who: Principal, requested: str | None, action: str) -> str:
 def principal(request: web.Request) -> Principal:
     """The authenticated principal of a request that passed `auth_middleware`."""
     return request[PRINCIPAL]
-
-
-async def authenticate(db: Executor, token: str) -> Principal | None:
-    """The holder of a live token; None for an unknown or revoked one."""
-    if not token.startswith(PREFIX) or not token.isascii():
-        # Not one of ours (they are ASCII): no need to ask the database. A header's bytes
-        # that are not UTF-8 arrive as surrogates, which would not even hash.
-        return None
-    row = await db.fetchrow(Q["authenticate_token"], token_sha256(token))
-    if row is None:
-        return None
-    return Principal(tenant=row["tenant"], is_admin=row["is_admin"])
 
 
 @web.middleware

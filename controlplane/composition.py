@@ -1,0 +1,197 @@
+"""The composition root: which parts the control plane is made of and how they are wired.
+
+Every program that runs the control plane's parts builds them here: `trainyard serve` and
+`trainyard up` (through `controlplane.http.app`), the CLI's projection commands, the tests'
+cluster and the benchmarks. Front ends (HTTP today, a dashboard tomorrow) get the parts from
+here and never assemble them themselves. The event registry built here is also the one the
+node agent's store reads and writes with.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+import asyncpg
+
+from controlplane.agents import events as node_events
+from controlplane.agents.manager import LifecycleManager
+from controlplane.clock import SYSTEM_CLOCK, Clock
+from controlplane.cluster_gauges import ClusterGauges
+from controlplane.database import DATABASE_ERRORS, create_pool, ping
+from controlplane.events.hub import StreamHub
+from controlplane.events.store import EventStore
+from controlplane.events.subscription import LogListener
+from controlplane.events.types import Event, EventRegistry
+from controlplane.jobs import events as job_events
+from controlplane.jobs.projection import JobsProjection
+from controlplane.jobs.service import Jobs
+from controlplane.projections.base import Projection
+from controlplane.projections.runner import ProjectionRunner
+from controlplane.projections.streams import StreamsProjection
+from controlplane.tenants import events as tenant_events
+from controlplane.tenants.projection import TenantsProjection
+from controlplane.webhooks import events as webhook_events
+from controlplane.webhooks.outbox import WebhookOutbox
+from controlplane.webhooks.relay import RelayConfig, WebhookRelay
+
+log = logging.getLogger(__name__)
+
+STOP_S = 10.0
+"""How long the background tasks get to stop on their own before they are cancelled."""
+
+EVENT_TYPES: tuple[type[Event], ...] = (
+    *job_events.EVENT_TYPES,
+    *node_events.EVENT_TYPES,
+    *tenant_events.EVENT_TYPES,
+    *webhook_events.EVENT_TYPES,
+)
+"""Every event type Trainyard writes, feature by feature."""
+EVENT_REGISTRY = EventRegistry(EVENT_TYPES)
+"""What every store of Trainyard's reads and writes with: an event of another type is refused
+on append and is an error on reading."""
+
+
+def projections() -> list[Projection]:
+    """Every projection the control plane runs, in the order a round applies them."""
+    return [StreamsProjection(), JobsProjection(), TenantsProjection(), WebhookOutbox()]
+
+
+def projection_runner(
+    pool: asyncpg.Pool, store: EventStore, listener: LogListener
+) -> ProjectionRunner:
+    """A runner of every projection."""
+    return ProjectionRunner(pool, store, listener, projections())
+
+
+@dataclass(frozen=True, slots=True)
+class Readiness:
+    """Whether this replica should take traffic, and if not, why."""
+
+    database: bool
+    projections_caught_up: bool
+    background_tasks: bool
+    stopped_projections: dict[str, str]
+    """Projections stopped on an event they kept failing on: name → what stopped them."""
+
+    @property
+    def ready(self) -> bool:
+        return (
+            self.database
+            and self.projections_caught_up
+            and self.background_tasks
+            and not self.stopped_projections
+        )
+
+
+class ControlPlane:
+    """The control plane's parts on one pool: the store, the job service, and the background
+    workers (log listener, projection runner, SSE hub, lifecycle manager, cluster gauges,
+    webhook relay), all on one clock (the system's, but for tests of time)."""
+
+    def __init__(
+        self,
+        url: str,
+        pool: asyncpg.Pool,
+        *,
+        poll_interval: float,
+        relay: RelayConfig,
+        projections: Sequence[Projection],
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
+        self.url = url
+        self.clock = clock
+        self.pool = pool
+        self.listener = LogListener(url, poll_interval=poll_interval)
+        self.store = EventStore(pool, EVENT_REGISTRY)
+        self.projections = ProjectionRunner(pool, self.store, self.listener, projections)
+        self.hub = StreamHub(self.store, self.listener)
+        self.jobs = Jobs(self.store, clock)
+        self.manager = LifecycleManager(url, pool, self.store, clock=clock)
+        self.gauges = ClusterGauges(pool)
+        self.webhooks = WebhookRelay(url, pool, self.store, relay, clock=clock)
+
+    async def readiness(self, background: asyncio.Task[None]) -> Readiness:
+        """What `/readyz` reports, with `background` the task that `running` started."""
+        try:
+            await ping(self.pool)
+            database = True
+            caught_up = await self.projections.caught_up()
+        except DATABASE_ERRORS:
+            database = caught_up = False
+        return Readiness(
+            database=database,
+            projections_caught_up=caught_up,
+            background_tasks=not background.done(),
+            stopped_projections=self.projections.stopped(),
+        )
+
+
+@asynccontextmanager
+async def opened(
+    url: str,
+    *,
+    poll_interval: float = 1.0,
+    relay: RelayConfig | None = None,
+    only: Sequence[Projection] | None = None,
+) -> AsyncIterator[ControlPlane]:
+    """The control plane's parts on a fresh pool, closed (relay, store, pool) when the block
+    ends; nothing runs until `running`. `only`: the projections to run (default: every one)."""
+    pool = await create_pool(url)
+    try:
+        plane = ControlPlane(
+            url,
+            pool,
+            poll_interval=poll_interval,
+            relay=relay or RelayConfig(),
+            projections=projections() if only is None else only,
+        )
+        try:
+            yield plane
+        finally:
+            await plane.webhooks.close()
+            await plane.store.close()
+    finally:
+        await pool.close()
+
+
+@asynccontextmanager
+async def running(plane: ControlPlane) -> AsyncIterator[asyncio.Task[None]]:
+    """The background workers, siblings that stop together, for the length of the block; yields
+    the task that supervises them (done: they failed). When the block ends each is asked to
+    stop, then cancelled after STOP_S."""
+
+    async def supervise() -> None:
+        try:
+            async with asyncio.TaskGroup() as group:
+                group.create_task(plane.listener.run(), name="log-listener")
+                group.create_task(plane.projections.run(), name="projection-runner")
+                group.create_task(plane.hub.run(), name="sse-hub")
+                group.create_task(plane.manager.run(), name="lifecycle-manager")
+                group.create_task(plane.gauges.run(), name="cluster-gauges")
+                group.create_task(plane.webhooks.run(), name="webhook-relay")
+        except Exception:
+            # The server keeps answering, but /readyz now says "not ready", so a load
+            # balancer or supervisor takes this replica out of service.
+            log.exception("a background task of the control plane failed")
+            raise
+
+    task = asyncio.create_task(supervise(), name="control-plane-background")
+    try:
+        yield task
+    finally:
+        plane.hub.stop()
+        plane.manager.stop()
+        plane.gauges.stop()
+        plane.webhooks.stop()
+        plane.listener.stop()
+        plane.projections.stop()
+        plane.listener.wake()  # the runner and the hub wait on the listener: let them see it
+        await asyncio.wait({task}, timeout=STOP_S)
+        if not task.done():
+            task.cancel()
+        # Retrieve the outcome (already logged by `supervise`) before the pool closes.
+        await asyncio.gather(task, return_exceptions=True)
