@@ -20,7 +20,6 @@ import asyncpg
 
 from bench.agent_process import AgentProcess
 from bench.served import ServedControlPlane
-from controlplane.client.api import ApiClient
 from controlplane.events.store import EventStore
 from controlplane.events.subscription import LogListener
 from controlplane.jobs.images import DEFAULT_IMAGES
@@ -34,6 +33,7 @@ from controlplane.tenants.projection import TenantsProjection
 from controlplane.tenants.service import create_tenant
 from node_agent.process_runtime import find_learners
 from node_agent.runtime import FoundLearner
+from trainyard.api import ApiClient
 
 TENANT = "recovery"
 PROBE_S = 0.01

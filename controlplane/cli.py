@@ -14,8 +14,6 @@ from typing import Any, NoReturn
 from controlplane import telemetry
 from controlplane.agents.login_cli import add_commands as add_agent_login_commands
 from controlplane.agents.nodes import NodeNameTaken
-from controlplane.client.api import ApiError, NotFound, ServerUnreachable, UsageError
-from controlplane.client.commands import add_client_commands
 from controlplane.database import DatabaseUnavailable, create_pool, describe, resolve_database
 from controlplane.events.store import EventStore
 from controlplane.events.subscription import LogListener
@@ -29,6 +27,8 @@ from controlplane.up import up
 from node_agent.cli import add_commands as add_agent_commands
 from node_agent.identity import WorkDirInUse
 from node_agent.service import LeaseLost
+from trainyard.api import ApiError, NotFound, ServerUnreachable, UsageError
+from trainyard.commands import add_client_commands
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2

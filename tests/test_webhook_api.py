@@ -14,7 +14,6 @@ import asyncpg
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from controlplane.client import render
 from controlplane.events.metadata import Metadata
 from controlplane.events.store import EventStore
 from controlplane.events.subscription import LogListener
@@ -32,6 +31,7 @@ from tests.polling import eventually
 from tests.receivers import Receiver, receiving
 from tests.tenancy import Cli, Tokens, auth
 from tests.test_webhooks import FAST
+from trainyard import render
 
 Client = TestClient[Any, Any]
 
