@@ -16,6 +16,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
+from controlplane.failures import BackendUnreachable
 from controlplane.queries import Q
 from controlplane.settings import Settings
 
@@ -36,7 +37,7 @@ DATABASE_ERRORS = (
 """What a lost or failing database connection raises: background loops retry on these."""
 
 
-class DatabaseUnavailable(Exception):
+class DatabaseUnavailable(BackendUnreachable):
     """The database cannot be reached or started; the message is one line for the operator."""
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from aiohttp import web
 
 from controlplane.database import describe
+from controlplane.failures import CommandFailed
 from controlplane.http.app import create_app
 from controlplane.http.keys import PROJECTIONS, STORE
 from controlplane.http.streams import max_streams_from_env
@@ -23,7 +24,7 @@ from controlplane.webhooks.addresses import ALLOW_NETWORKS_ENV, parse_networks
 from controlplane.webhooks.relay import RelayConfig
 
 
-class ServeError(Exception):
+class ServeError(CommandFailed):
     """The control plane cannot start; the message is one line for the operator."""
 
 

@@ -18,13 +18,14 @@ from controlplane.agents.events import (
 from controlplane.database import Executor
 from controlplane.events.metadata import Metadata
 from controlplane.events.store import EventStore
+from controlplane.failures import CommandFailed
 from controlplane.jobs.service import now
 from controlplane.queries import Q
 
 CATEGORY = "node"
 
 
-class NodeNameTaken(Exception):
+class NodeNameTaken(CommandFailed):
     """Another agent holds a live lease on the node's name."""
 
 
