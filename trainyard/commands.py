@@ -1,5 +1,5 @@
 """`trainyard login | submit | list | status | logs | cancel | checkpoint | nodes`: the user's
-commands, against a control plane's HTTP API."""
+commands, built on the SDK (`trainyard.client.AsyncClient`)."""
 
 from __future__ import annotations
 
