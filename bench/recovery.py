@@ -62,7 +62,6 @@ from uuid import UUID, uuid4
 from bench.scratch import scratch_database
 from controlplane.agents.events import NodeLost
 from controlplane.agents.nodes import Nodes, NodeSpec, node_stream
-from controlplane.client.api import ApiClient
 from controlplane.database import create_pool
 from controlplane.jobs.events import CheckpointSaved, JobProcessing, JobRestarted
 from controlplane.jobs.images import DEFAULT_IMAGES
@@ -72,6 +71,7 @@ from harness.served import ServedControlPlane
 from node_agent.learners import learner_dir
 from node_agent.process_runtime import OUTPUT_FILES
 from runners import protocol
+from trainyard.api import ApiClient
 
 LEASE_TTL_S = 3.0
 HEARTBEAT_S = 0.5

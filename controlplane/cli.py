@@ -1,34 +1,27 @@
-"""The `trainyard` command line."""
+"""The `trainyard` command line.
+
+The server's and the agent's modules are imported only by the commands that run them, so that
+a user's `trainyard submit` (the `trainyard` package's commands) loads neither them nor their
+dependencies: a command group defined in a module of its own is listed by name and summary
+unless the command line names it (`_GROUPS`), and handlers import what they run."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import json
 import logging
 import sys
 import traceback
 from collections.abc import Callable, Coroutine, Sequence
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from controlplane import telemetry
-from controlplane.agents.login_cli import add_commands as add_agent_login_commands
-from controlplane.agents.nodes import NodeNameTaken
-from controlplane.client.api import ApiError, NotFound, ServerUnreachable, UsageError
-from controlplane.client.commands import add_client_commands
-from controlplane.composition import EVENT_REGISTRY, projection_runner
-from controlplane.database import DatabaseUnavailable, create_pool, describe, resolve_database
-from controlplane.events.store import EventStore
-from controlplane.events.subscription import LogListener
-from controlplane.migrate import MigrationError, available, migrate, require_migrated
-from controlplane.projections.runner import ProjectionRunner
-from controlplane.server import ServeError, allowed_images, listening, signalled
+from controlplane.failures import BackendUnreachable, CommandFailed
 from controlplane.settings import Settings
 from controlplane.tenants.cli import add_commands as add_tenant_commands
-from controlplane.up import up
-from node_agent.cli import add_commands as add_agent_commands
-from node_agent.identity import WorkDirInUse
-from node_agent.service import LeaseLost
+from trainyard.api import ApiError, NotFound, ServerUnreachable, UsageError
+from trainyard.commands import add_client_commands
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -37,9 +30,26 @@ EXIT_NOT_FOUND = 4
 
 Handler = Callable[[argparse.Namespace, Settings], Coroutine[Any, Any, int]]
 
+_GROUPS = {
+    "agent": (
+        "node_agent.cli",
+        "run a node agent: register this machine's GPUs and run the jobs it claims",
+    ),
+    "agent-login": (
+        "controlplane.agents.login_cli",
+        "create database logins for node agents (operator)",
+    ),
+}
+"""Command groups whose module (with its `add_commands`) is imported only when the command line
+names them, and their summaries for `trainyard --help` (as their modules give them)."""
+
+if TYPE_CHECKING:
+    from controlplane.projections.runner import ProjectionRunner
+
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    words = sys.argv[1:] if argv is None else argv
+    args = parser(running=words).parse_args(words)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -60,7 +70,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def failure(exc: Exception) -> tuple[int, str]:
     """The exit code and the one line that say why a command failed."""
     match exc:
-        case DatabaseUnavailable() | ServerUnreachable():
+        case BackendUnreachable() | ServerUnreachable():
             return EXIT_UNREACHABLE, str(exc)
         case NotFound():
             return EXIT_NOT_FOUND, str(exc)
@@ -69,14 +79,7 @@ def failure(exc: Exception) -> tuple[int, str]:
         case ApiError(status=400 | 422):
             # A manifest or argument the server found invalid is the user's input to fix.
             return EXIT_USAGE, str(exc)
-        case (
-            ApiError()
-            | MigrationError()
-            | ServeError()
-            | NodeNameTaken()
-            | LeaseLost()
-            | WorkDirInUse()
-        ):
+        case ApiError() | CommandFailed():
             return EXIT_FAILED, str(exc)
     # A bug, or a failure nobody foresaw: still one line, the traceback only when asked.
     detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
@@ -90,7 +93,10 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
 
 
-def parser() -> argparse.ArgumentParser:
+def parser(running: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The command line's parser. With `running` (the words about to be parsed), only the command
+    group they name among `_GROUPS` is defined in full, the others by name and summary; without
+    it, every one (for tests, and for documentation)."""
     top = _Parser(
         prog="trainyard",
         description="Trainyard: a dependable deep-learning-training service. The database is "
@@ -163,8 +169,12 @@ def parser() -> argparse.ArgumentParser:
     rebuild.set_defaults(handler=cmd_projections_rebuild)
 
     add_tenant_commands(commands)
-    add_agent_commands(commands)
-    add_agent_login_commands(commands)
+    named = next((word for word in running if not word.startswith("-")), None) if running else None
+    for name, (module, summary) in _GROUPS.items():
+        if running is None or name == named:
+            importlib.import_module(module).add_commands(commands)
+        else:
+            commands.add_parser(name, help=summary)
     add_client_commands(commands)
 
     bench = commands.add_parser(
@@ -268,9 +278,19 @@ def _listen_args(command: argparse.ArgumentParser) -> None:
     command.add_argument("--port", type=int, default=8080, help="port to listen on")
 
 
+async def _database(settings: Settings) -> str:
+    """The database's URL: the external one, or the embedded one, started if need be."""
+    from controlplane.database import resolve_database
+
+    return await resolve_database(settings)
+
+
 async def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
+    from controlplane import telemetry
+    from controlplane.up import up
+
     telemetry.setup("trainyard")
-    url = await resolve_database(settings)
+    url = await _database(settings)
     state = await up(
         url,
         settings.home,
@@ -284,10 +304,14 @@ async def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
+    from controlplane import telemetry
+    from controlplane.migrate import require_migrated
+    from controlplane.server import allowed_images, listening, signalled
+
     telemetry.setup("trainyard-controlplane")
     # Before the database: a malformed setting is reported at once, whatever else is wrong.
     images = allowed_images()
-    url = await resolve_database(settings)
+    url = await _database(settings)
     await require_migrated(url)
     async with listening(url, args.host, args.port, settings.home, images):
         await signalled().wait()
@@ -295,7 +319,10 @@ async def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
-    url = await resolve_database(settings)
+    from controlplane.database import describe
+    from controlplane.migrate import available, migrate
+
+    url = await _database(settings)
     applied = await migrate(url)
     for migration in applied:
         print(f"applied {migration.version:04d}_{migration.name}")
@@ -330,7 +357,7 @@ async def cmd_projections_rebuild(args: argparse.Namespace, settings: Settings) 
 async def cmd_bench_eventstore(args: argparse.Namespace, settings: Settings) -> int:
     from bench.eventstore import run
 
-    url = await resolve_database(settings)
+    url = await _database(settings)
     result = await run(url, seconds=args.seconds, progress=not args.json)
     print(json.dumps(result, indent=None if args.json else 2))
     return 0
@@ -339,7 +366,7 @@ async def cmd_bench_eventstore(args: argparse.Namespace, settings: Settings) -> 
 async def cmd_bench_api(args: argparse.Namespace, settings: Settings) -> int:
     from bench.api import run
 
-    url = await resolve_database(settings)
+    url = await _database(settings)
     result = await run(
         url,
         seconds=args.seconds,
@@ -356,7 +383,7 @@ async def cmd_bench_api(args: argparse.Namespace, settings: Settings) -> int:
 async def cmd_bench_claims(args: argparse.Namespace, settings: Settings) -> int:
     from bench.claims import PARTS, run
 
-    url = await resolve_database(settings)
+    url = await _database(settings)
     result = await run(url, seconds=args.seconds, parts=args.only or PARTS, progress=not args.json)
     print(json.dumps(result, indent=None if args.json else 2))
     return 0
@@ -369,7 +396,7 @@ async def cmd_bench_overhead(args: argparse.Namespace, settings: Settings) -> in
     if args.steps < 50 or args.rounds < 1:
         print("trainyard: --steps must be at least 50 and --rounds at least 1", file=sys.stderr)
         return EXIT_USAGE
-    url = await resolve_database(settings)
+    url = await _database(settings)
     result = await run(url, steps=args.steps, rounds=args.rounds, progress=not args.json)
     print(json.dumps(result, indent=None if args.json else 2))
     return 0
@@ -381,7 +408,7 @@ async def cmd_bench_docker(args: argparse.Namespace, settings: Settings) -> int:
     if args.rounds < 2:
         print("trainyard: --rounds must be at least 2", file=sys.stderr)
         return EXIT_USAGE
-    url = await resolve_database(settings)
+    url = await _database(settings)
     try:
         result = await run(url, rounds=args.rounds, progress=not args.json)
     except EngineMissing as exc:
@@ -397,7 +424,7 @@ async def cmd_bench_recovery(args: argparse.Namespace, settings: Settings) -> in
     if args.trials < 1:
         print("trainyard: --trials must be at least 1", file=sys.stderr)
         return EXIT_USAGE
-    url = await resolve_database(settings)
+    url = await _database(settings)
     result = await run(url, trials=args.trials, progress=not args.json)
     print(json.dumps(result, indent=None if args.json else 2))
     return 0
@@ -410,7 +437,13 @@ class _runner:
         self._settings = settings
 
     async def __aenter__(self) -> ProjectionRunner:
-        url = await resolve_database(self._settings)
+        from controlplane.composition import EVENT_REGISTRY, projection_runner
+        from controlplane.database import create_pool
+        from controlplane.events.store import EventStore
+        from controlplane.events.subscription import LogListener
+        from controlplane.migrate import require_migrated
+
+        url = await _database(self._settings)
         await require_migrated(url)
         self._pool = pool = await create_pool(url, min_size=1, max_size=2)
         store = EventStore(pool, EVENT_REGISTRY)

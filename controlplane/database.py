@@ -16,6 +16,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
+from controlplane.failures import BackendUnreachable
 from controlplane.invariants import InvariantBroken
 from controlplane.queries import Q
 from controlplane.settings import Settings
@@ -48,7 +49,7 @@ CONNECTION_ERRORS = (
 work later may succeed, however often it failed."""
 
 
-class DatabaseUnavailable(Exception):
+class DatabaseUnavailable(BackendUnreachable):
     """The database cannot be reached or started; the message is one line for the operator."""
 
 

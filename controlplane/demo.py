@@ -11,13 +11,13 @@ from typing import Any
 
 import aiohttp
 
-from controlplane.client.api import sse_messages
 from controlplane.events.store import EventStore
 from controlplane.jobs.images import DEFAULT_IMAGES
 from controlplane.projections.runner import ProjectionRunner
 from controlplane.tenants.errors import TenantExists
 from controlplane.tenants.service import create_tenant
 from runners import protocol
+from trainyard.api import sse_messages
 
 TENANT = "demo"
 TOKEN_FILE = "demo-token"

@@ -10,12 +10,13 @@ from importlib.resources import files
 import asyncpg
 
 from controlplane.database import connect
+from controlplane.failures import CommandFailed
 from controlplane.queries import Q
 
 _FILE = re.compile(r"^(\d{4})_(\w+)\.sql$")
 
 
-class MigrationError(Exception):
+class MigrationError(CommandFailed):
     """The database's migration history does not match the files; nothing more was applied."""
 
 

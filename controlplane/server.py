@@ -12,17 +12,19 @@ from pathlib import Path
 from aiohttp import web
 
 from controlplane.database import describe
+from controlplane.failures import CommandFailed
 from controlplane.http.app import create_app
 from controlplane.http.keys import PROJECTIONS, STORE
 from controlplane.http.streams import max_streams_from_env
 from controlplane.jobs.images import ImageAllowlist
 from controlplane.jobs.locations import Roots
-from controlplane.tenants.admin import TOKEN_FILE, bootstrap_admin_token
+from controlplane.settings import ADMIN_TOKEN_FILE
+from controlplane.tenants.admin import bootstrap_admin_token
 from controlplane.webhooks.addresses import ALLOW_NETWORKS_ENV, parse_networks
 from controlplane.webhooks.relay import RelayConfig
 
 
-class ServeError(Exception):
+class ServeError(CommandFailed):
     """The control plane cannot start; the message is one line for the operator."""
 
 
@@ -73,7 +75,7 @@ async def listening(
         if token is not None:
             # Only where it is: stdout ends up in journals and `docker logs`, kept and read
             # far more widely than the file (mode 0600) is.
-            path = home / TOKEN_FILE
+            path = home / ADMIN_TOKEN_FILE
             print(f"admin token issued, in {path} (mode 0600): use it with --token-file {path}")
         try:
             await web.TCPSite(runner, host, port).start()

@@ -8,6 +8,9 @@ from pathlib import Path
 
 DATABASE_URL_ENV = "TRAINYARD_DATABASE_URL"
 HOME_ENV = "TRAINYARD_HOME"
+ADMIN_TOKEN_FILE = "admin-token"
+"""Under `home`: the admin token a control plane writes on its first start, which operators'
+commands on its machine use when given no other."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,6 @@ from uuid import UUID, uuid4
 
 import asyncpg
 
-from controlplane.client.api import ApiClient
 from controlplane.composition import EVENT_REGISTRY
 from controlplane.events.store import EventStore
 from controlplane.events.subscription import LogListener
@@ -35,6 +34,7 @@ from harness.agent_process import AgentProcess
 from harness.served import ServedControlPlane
 from node_agent.process_runtime import find_learners
 from node_agent.runtime import FoundLearner
+from trainyard.api import ApiClient
 
 TENANT = "recovery"
 PROBE_S = 0.01

@@ -16,11 +16,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from controlplane.failures import CommandFailed
+
 IDENTITY_FILE = "agent-id"
 LOCK_FILE = "agent.lock"
 
 
-class WorkDirInUse(Exception):
+class WorkDirInUse(CommandFailed):
     """Another agent runs on this work directory."""
 
 

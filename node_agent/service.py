@@ -8,6 +8,7 @@ from uuid import UUID
 
 from controlplane.database import AGENT_ROLE, create_pool
 from controlplane.events.subscription import LogListener
+from controlplane.failures import CommandFailed
 from node_agent.agent import Agent, AgentConfig
 from node_agent.folders import make_base
 from node_agent.identity import agent_identity
@@ -19,7 +20,7 @@ from node_agent.runtimes import open_runtime
 log = logging.getLogger("node_agent")
 
 
-class LeaseLost(Exception):
+class LeaseLost(CommandFailed):
     """The agent's node was declared lost while it ran."""
 
 

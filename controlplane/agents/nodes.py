@@ -19,13 +19,14 @@ from controlplane.clock import SYSTEM_CLOCK, Clock
 from controlplane.database import Executor
 from controlplane.events.metadata import Metadata
 from controlplane.events.store import EventStore
+from controlplane.failures import CommandFailed
 from controlplane.invariants import InvariantBroken
 from controlplane.queries import Q
 
 CATEGORY = "node"
 
 
-class NodeNameTaken(Exception):
+class NodeNameTaken(CommandFailed):
     """Another agent holds a live lease on the node's name."""
 
 

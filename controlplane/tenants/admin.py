@@ -12,12 +12,12 @@ from controlplane.events.errors import ConcurrencyError
 from controlplane.events.metadata import Metadata
 from controlplane.events.store import EventStore
 from controlplane.projections.runner import ProjectionRunner
+from controlplane.settings import ADMIN_TOKEN_FILE
 from controlplane.tenants.events import AdminTokenIssued
 from controlplane.tenants.service import project_now
 from controlplane.tenants.streams import ADMIN_STREAM
 from controlplane.tenants.tokens import new_token
 
-TOKEN_FILE = "admin-token"
 ACTOR = "system:bootstrap"
 
 
@@ -35,7 +35,7 @@ async def bootstrap_admin_token(
     if await store.read_stream(ADMIN_STREAM):
         return None
     token = new_token()
-    pending = home / f"{TOKEN_FILE}.pending-{token.token_id}"
+    pending = home / f"{ADMIN_TOKEN_FILE}.pending-{token.token_id}"
     await asyncio.to_thread(_write_secret, pending, token.plaintext)
     try:
         appended = await store.append(
@@ -49,7 +49,7 @@ async def bootstrap_admin_token(
         # the pending file stays for the operator.
         await asyncio.to_thread(pending.unlink)
         return None
-    await asyncio.to_thread(pending.replace, home / TOKEN_FILE)
+    await asyncio.to_thread(pending.replace, home / ADMIN_TOKEN_FILE)
     await project_now(runner, appended.log_position)
     return token.plaintext
 

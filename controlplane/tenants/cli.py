@@ -19,14 +19,14 @@ from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
-from controlplane.client.api import ApiClient, UsageError
-from controlplane.client.commands import output_options, target_options
-from controlplane.client.config import TOKEN_ENV, resolve
-from controlplane.client.render import table
 from controlplane.settings import Settings
 from controlplane.tenants.errors import InvalidTenant
 from controlplane.tenants.limits import TenantLimits
 from controlplane.tenants.validation import check_gpu_quota, check_name, check_weight
+from trainyard.api import ApiClient, UsageError
+from trainyard.commands import output_options, target_options
+from trainyard.config import TOKEN_ENV, resolve
+from trainyard.render import table
 
 T = TypeVar("T")
 

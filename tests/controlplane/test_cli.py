@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from controlplane.cli import failure, parser
-from controlplane.client.api import ApiError
 from controlplane.composition import projections
+from trainyard.api import ApiError
 
 
 def all_commands(command: argparse.ArgumentParser, path: list[str]) -> list[list[str]]:
@@ -96,7 +96,7 @@ def test_errors_are_one_line_and_debug_adds_the_traceback(tmp_path: Path) -> Non
     assert debug.returncode == 3
     assert debug.stderr.splitlines()[0] == line
     assert "Traceback (most recent call last):" in debug.stderr
-    assert "controlplane.client.api.ServerUnreachable" in debug.stderr
+    assert "trainyard.api.ServerUnreachable" in debug.stderr
 
 
 def test_a_usage_error_is_one_line_that_points_at_help() -> None:

@@ -19,7 +19,6 @@ import pytest
 
 from controlplane.agents.events import NodeLost
 from controlplane.agents.nodes import node_stream
-from controlplane.client.api import ApiClient, SseMessage
 from controlplane.jobs.events import CheckpointSaved, JobRestarted
 from controlplane.jobs.lifecycle import Job, JobStatus
 from controlplane.logs.lines import LogLine
@@ -30,6 +29,7 @@ from node_agent.process_runtime import OUTPUT_FILES
 from runners import protocol
 from tests.cluster import learner_space
 from tests.polling import eventually
+from trainyard.api import ApiClient, SseMessage
 
 STEPS = 160
 STEP_S = 0.025

@@ -21,7 +21,8 @@ from controlplane.http.auth import auth_middleware, principal
 from controlplane.http.keys import POOL
 from controlplane.projections.runner import ProjectionRunner
 from controlplane.queries import Q
-from controlplane.tenants.admin import TOKEN_FILE, bootstrap_admin_token
+from controlplane.settings import ADMIN_TOKEN_FILE as TOKEN_FILE
+from controlplane.tenants.admin import bootstrap_admin_token
 from controlplane.tenants.errors import InvalidTenant, TenantExists, UnknownTenant, UnknownToken
 from controlplane.tenants.principals import Principal, authenticate
 from controlplane.tenants.projection import TenantsProjection

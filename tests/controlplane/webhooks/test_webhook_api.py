@@ -14,7 +14,6 @@ import asyncpg
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from controlplane.client import render
 from controlplane.clock import SYSTEM_CLOCK
 from controlplane.events.metadata import Metadata
 from controlplane.events.store import EventStore
@@ -33,6 +32,7 @@ from tests.controlplane.webhooks.test_webhooks import FAST
 from tests.polling import eventually
 from tests.receivers import Receiver, receiving
 from tests.tenancy import Cli, Tokens, auth
+from trainyard import render
 
 Client = TestClient[Any, Any]
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from controlplane.client.api import UsageError
-from controlplane.client.manifest_file import read_manifest
+from trainyard.api import UsageError
+from trainyard.manifest_file import read_manifest
 
 YAML = """\
 # a comment, as people write them

@@ -1,5 +1,5 @@
 """`trainyard login | submit | list | status | logs | cancel | checkpoint | nodes`: the user's
-commands, against a control plane's HTTP API."""
+commands, built on the SDK (`trainyard.client.AsyncClient`)."""
 
 from __future__ import annotations
 
@@ -8,15 +8,18 @@ import asyncio
 import getpass
 import json
 import os
-import re
 import sys
 from collections.abc import Callable, Coroutine, Mapping
 from contextlib import aclosing
 from typing import Any
 
-from controlplane.client import render
-from controlplane.client.api import ApiClient, UsageError
-from controlplane.client.config import (
+from controlplane.jobs.lifecycle import JobStatus
+from controlplane.secret_arguments import RefusedSecret
+from controlplane.settings import Settings
+from trainyard import render
+from trainyard.api import UsageError
+from trainyard.client import AsyncClient
+from trainyard.config import (
     SERVER_ENV,
     TOKEN_ENV,
     Target,
@@ -25,14 +28,10 @@ from controlplane.client.config import (
     resolve,
     write_config,
 )
-from controlplane.client.manifest_file import read_manifest
-from controlplane.jobs.lifecycle import JobStatus
-from controlplane.secret_arguments import RefusedSecret
-from controlplane.settings import Settings
+from trainyard.manifest_file import read_manifest
 
 EXIT_FAILED = 1
 FAILED_STATES = frozenset({JobStatus.FAILED.value, JobStatus.CANCELLED.value})
-_TEXT_LOG = re.compile(r"\[attempt (\d+) learner (\d+) (\w+)\] (.*)", re.DOTALL)
 
 RAW_HELP = "show the launcher's protocol lines (@@trainyard/1 ...) as stored, for debugging"
 
@@ -165,9 +164,9 @@ def _warn(message: str) -> None:
     print(f"trainyard: {message}", file=sys.stderr)
 
 
-def _client(args: argparse.Namespace, settings: Settings) -> ApiClient:
+def _client(args: argparse.Namespace, settings: Settings) -> AsyncClient:
     target = resolve(args.server, args.token_file, settings.home)
-    return ApiClient(target.server, target.token)
+    return AsyncClient(target.server, target.token)
 
 
 def _json(value: Any) -> None:
@@ -186,9 +185,9 @@ async def cmd_login(args: argparse.Namespace, settings: Settings) -> int:
             )
         token = await asyncio.to_thread(getpass.getpass, "token: ")
     target = Target(normalize_server(server), token.strip())
-    async with ApiClient(target.server, target.token) as client:
+    async with AsyncClient(target.server, target.token) as client:
         # Only a token that works is worth saving.
-        await client.request("GET", "/v1/jobs", params=[("limit", "1")])
+        await client.jobs(limit=1)
     path = write_config(settings.home, target)
     print(f"logged in to {target.server}; saved to {path}")
     return 0
@@ -201,7 +200,7 @@ def _env(name: str) -> str | None:
 async def cmd_submit(args: argparse.Namespace, settings: Settings) -> int:
     manifest = read_manifest(args.file)
     async with _client(args, settings) as client:
-        job = await client.request("POST", "/v1/jobs", body=manifest)
+        job = await client.submit(manifest)
         print(job["id"], flush=True)
         if job.get("unschedulable_reason"):
             _warn(f"warning: {job['unschedulable_reason']}")
@@ -212,7 +211,7 @@ async def cmd_submit(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def follow_job(
-    client: ApiClient,
+    client: AsyncClient,
     job_id: str,
     view: render.FollowView,
     attempt: int | None,
@@ -222,30 +221,23 @@ async def follow_job(
 ) -> int:
     """Show the job's state changes and log lines (the launcher's protocol lines too, when
     `protocol`) until both streams have ended; 1 if the job FAILED or was CANCELLED."""
-    not_found = f"no job {job_id}"
     final: dict[str, str] = {}
 
     async def states() -> None:
         restarts = 0
-        events = client.follow(f"/v1/jobs/{job_id}/events", not_found=not_found)
-        async with aclosing(events):
-            async for message in events:
-                event = message.json()
+        async with aclosing(client.events(job_id)) as events:
+            async for event in events:
                 restarts += event["type"] == "JobRestarted"
                 view.status(event["state"], event["attempt"], restarts, _detail(event))
-                if event["state"] in {s.value for s in JobStatus if s.terminal}:
-                    final["state"] = event["state"]
-                    return
+                final["state"] = event["state"]
 
     async def lines() -> None:
-        params = [("follow", "true"), *_filters(attempt, learner, protocol)]
-        stream = client.follow(f"/v1/jobs/{job_id}/logs", params, not_found=not_found)
+        stream = client.logs(
+            job_id, follow=True, attempt=attempt, learner=learner, protocol=protocol
+        )
         async with aclosing(stream):
-            async for message in stream:
-                if message.event == "end":
-                    return
-                if message.event == "line":
-                    view.line(message.json())
+            async for line in stream:
+                view.line(line)
 
     try:
         with view:
@@ -265,38 +257,28 @@ def _detail(event: Mapping[str, Any]) -> str | None:
     return data.get("reason") or ", ".join(data.get("nodes") or []) or None
 
 
-def _filters(attempt: int | None, learner: int | None, protocol: bool) -> list[tuple[str, str]]:
-    params = [("protocol", "true")] if protocol else []
-    if attempt is not None:
-        params.append(("attempt", str(attempt)))
-    if learner is not None:
-        params.append(("learner", str(learner)))
-    return params
-
-
 async def cmd_list(args: argparse.Namespace, settings: Settings) -> int:
     if not 1 <= args.limit <= 500:
         raise UsageError("--limit must be between 1 and 500")
-    params = [("limit", str(args.limit))]
-    params += [("state", state) for state in args.state or []]
+    labels: dict[str, str] = {}
     for label in args.label or []:
         if "=" not in label or label.startswith("="):
             raise UsageError(f"--label must be KEY=VALUE, not {label!r}")
-        params.append(("label", label))
+        key, _, value = label.partition("=")
+        labels[key] = value
     async with _client(args, settings) as client:
-        page = await client.request("GET", "/v1/jobs", params=params)
+        jobs = await client.jobs(states=args.state or (), labels=labels, limit=args.limit)
     if args.output == "json":
-        _json(page["jobs"])
+        _json(jobs)
     else:
-        print(render.jobs_table(page["jobs"]))
+        print(render.jobs_table(jobs))
     return 0
 
 
 async def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
-    not_found = f"no job {args.job}"
     async with _client(args, settings) as client:
-        job = await client.request("GET", f"/v1/jobs/{args.job}", not_found=not_found)
-        history = await client.request("GET", f"/v1/jobs/{args.job}/history", not_found=not_found)
+        job = await client.job(args.job)
+        history = await client.history(args.job)
     # A server older than webhook notifications sends no `webhooks`.
     webhooks = history.get("webhooks", [])
     if args.output == "json":
@@ -317,50 +299,30 @@ async def cmd_logs(args: argparse.Namespace, settings: Settings) -> int:
             return await follow_job(
                 client, args.job, view, args.attempt, args.learner, protocol=reports
             )
-        text = await client.request(
-            "GET",
-            f"/v1/jobs/{args.job}/logs",
-            params=_filters(args.attempt, args.learner, reports),
-            not_found=f"no job {args.job}",
-            text=True,
-        )
-    for line in text.splitlines():
-        match = _TEXT_LOG.fullmatch(line)
-        if match is None:
-            if not json_output:
-                print(line)
-            continue
-        attempt, learner, stream, content = match.groups()
-        record = {"attempt": int(attempt), "learner": int(learner), "stream": stream}
-        if json_output:
-            print(json.dumps({**record, "line": content}))
-        else:
-            print(render.log_text({**record, "line": content}, args.raw))
+        stream = client.logs(args.job, attempt=args.attempt, learner=args.learner, protocol=reports)
+        async with aclosing(stream):
+            async for line in stream:
+                print(json.dumps(line) if json_output else render.log_text(line, args.raw))
     return 0
 
 
 async def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
-    body = {"reason": args.reason} if args.reason else {}
     async with _client(args, settings) as client:
-        job = await client.request(
-            "POST", f"/v1/jobs/{args.job}/cancel", body=body, not_found=f"no job {args.job}"
-        )
+        job = await client.cancel(args.job, args.reason)
     print(f"{job['id']} {job['state']}")
     return 0
 
 
 async def cmd_checkpoint(args: argparse.Namespace, settings: Settings) -> int:
     async with _client(args, settings) as client:
-        job = await client.request(
-            "POST", f"/v1/jobs/{args.job}/checkpoint", not_found=f"no job {args.job}"
-        )
+        job = await client.checkpoint(args.job)
     print(f"checkpoint requested for {job['id']}")
     return 0
 
 
 async def cmd_nodes(args: argparse.Namespace, settings: Settings) -> int:
     async with _client(args, settings) as client:
-        nodes = (await client.request("GET", "/v1/nodes"))["nodes"]
+        nodes = await client.nodes()
     if args.output == "json":
         _json(nodes)
     else:

@@ -1,5 +1,5 @@
-"""A small client of the control plane's HTTP API: JSON requests, errors as exceptions that the
-CLI turns into exit codes, and SSE streams that resume with `Last-Event-ID` after a drop."""
+"""The control plane's HTTP API as the SDK uses it: JSON requests, errors as exceptions (that
+the CLI turns into exit codes), and SSE streams that resume with `Last-Event-ID` after a drop."""
 
 from __future__ import annotations
 

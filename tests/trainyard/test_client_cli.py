@@ -20,14 +20,15 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from controlplane.client import api
-from controlplane.client.api import ApiClient
-from controlplane.client.commands import follow_job
-from controlplane.client.render import PlainView
 from controlplane.jobs.lifecycle import JobStatus
 from controlplane.tenants.service import issue_token, set_limits
 from harness.served import ServedControlPlane, free_port
 from tests.cluster import Plane, RunningAgent
+from trainyard import api
+from trainyard.api import ApiClient
+from trainyard.client import AsyncClient
+from trainyard.commands import follow_job
+from trainyard.render import PlainView
 
 PRINT = [sys.executable, "-c", "print('hello from the learner')"]
 METRIC = [
@@ -274,7 +275,7 @@ async def test_following_gives_up_on_a_server_gone_for_good(
 ) -> None:
     monkeypatch.setattr(api, "RECONNECT_FOR_S", 0.3)
     server = f"http://127.0.0.1:{free_port()}"
-    async with ApiClient(server, "t") as client:
+    async with AsyncClient(server, "t") as client:
         with pytest.raises(api.ServerUnreachable, match=f"cannot reach the server at {server}"):
             await follow_job(client, str(uuid.uuid4()), PlainView(), None, None)
 

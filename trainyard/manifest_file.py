@@ -12,8 +12,8 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from controlplane.client.api import UsageError
 from controlplane.jobs.manifest import JobSubmission
+from trainyard.api import UsageError
 
 
 def read_manifest(file: str) -> dict[str, Any]:

@@ -8,9 +8,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from controlplane.client.api import UsageError
 from controlplane.secret_arguments import read_secret_file
-from controlplane.tenants.admin import TOKEN_FILE as ADMIN_TOKEN_FILE
+from controlplane.settings import ADMIN_TOKEN_FILE
+from trainyard.api import UsageError
 
 SERVER_ENV = "TRAINYARD_SERVER"
 TOKEN_ENV = "TRAINYARD_TOKEN"

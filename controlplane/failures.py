@@ -1,0 +1,18 @@
+"""What a `trainyard` command's failure means, known without importing the part that failed.
+
+`controlplane.cli` turns these into one line and an exit code. The classes raised derive from
+them in their own modules (the database's, the agent's), which the command line imports only
+when a command needs them: a user's `trainyard submit` loads no server or agent code.
+"""
+
+from __future__ import annotations
+
+
+class CommandFailed(Exception):
+    """A failure that is no bug (a node's name taken, a lease lost, a migration changed, ...):
+    its message is one line for the operator; exit code 1."""
+
+
+class BackendUnreachable(Exception):
+    """The database cannot be reached or started: exit code 3, like a server that does not
+    answer."""

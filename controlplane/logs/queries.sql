@@ -1,0 +1,82 @@
+-- Learner logs' statements: storing lines, reading them back, what a job has logged.
+-- Loaded by `controlplane.queries` with every other .sql file of the package.
+
+-- name: reserve_log_ids
+-- Learner logs: lock the heads of the jobs a batch writes to and take ids for its lines
+-- ($2 per job). The row locks last until the writer commits, so the next writer of a job waits
+-- here and ids commit in increasing order: a reader's `id > cursor` never skips a late commit.
+-- Heads are locked in job_id order, so writers of overlapping sets of jobs cannot deadlock.
+-- `updated_at` is the time the lock was granted, not the start of a wait for it.
+INSERT INTO job_log_heads AS h (job_id, last_id, updated_at)
+SELECT b.job_id, b.lines, clock_timestamp()
+FROM unnest($1::uuid[], $2::bigint[]) AS b(job_id, lines)
+ORDER BY b.job_id
+ON CONFLICT (job_id) DO UPDATE
+SET last_id = h.last_id + excluded.last_id, updated_at = clock_timestamp()
+RETURNING job_id, last_id;
+
+-- name: advance_log_series
+-- Run after `reserve_log_ids` in the same transaction, so that its snapshot holds every earlier
+-- writer's lines: the last stored seq of each series of the batch, and the batch's last seqs
+-- recorded in their place. The writer leaves out lines at or below the stored seq, so a retried
+-- batch, or an agent resuming after a restart, never stores a line twice.
+WITH batch AS (
+    SELECT * FROM unnest($1::uuid[], $2::integer[], $3::integer[], $4::text[], $5::bigint[])
+        AS b(job_id, attempt, learner, stream, last_seq)
+), stored AS (
+    SELECT s.job_id, s.attempt, s.learner, s.stream, s.last_seq
+    FROM job_log_series s JOIN batch b USING (job_id, attempt, learner, stream)
+), advanced AS (
+    INSERT INTO job_log_series AS s (job_id, attempt, learner, stream, last_seq)
+    SELECT job_id, attempt, learner, stream, last_seq FROM batch
+    ON CONFLICT (job_id, attempt, learner, stream) DO UPDATE
+    SET last_seq = greatest(s.last_seq, excluded.last_seq)
+)
+SELECT job_id, attempt, learner, stream, last_seq FROM stored;
+
+-- name: log_last_seqs
+-- Where an agent resumes shipping an attempt's output: the last stored seq of each series.
+SELECT learner, stream, last_seq FROM job_log_series WHERE job_id = $1 AND attempt = $2;
+
+-- name: job_log_usage
+-- What a job has logged so far, over all its attempts (markers included): where an agent starts
+-- counting towards the job's log limits, after a restart too. `last_id` counts the job's lines;
+-- their bytes are summed over the job's rows (a walk of its primary key, bounded by the limits)
+-- by `job_log_bytes`, as agents may not read the lines themselves (migration 0017).
+SELECT coalesce((SELECT last_id FROM job_log_heads WHERE job_id = $1), 0) AS lines,
+       job_log_bytes($1) AS bytes;
+
+-- name: job_log_last_id
+-- Where a log feed starts reading a job's new lines: its last id stored (committed with them,
+-- so that every line up to it is readable).
+SELECT coalesce((SELECT last_id FROM job_log_heads WHERE job_id = $1), 0);
+
+-- name: read_job_logs
+-- A job's lines after a cursor, in id order (the order they were stored in), optionally of one
+-- attempt and one learner.
+SELECT id, attempt, learner, stream, seq, at, line
+FROM job_logs
+WHERE job_id = $1 AND id > $2
+  AND ($3::integer IS NULL OR attempt = $3)
+  AND ($4::integer IS NULL OR learner = $4)
+ORDER BY id
+LIMIT $5;
+
+-- name: job_log_quiet_s
+-- Seconds (by the database's clock) since the last of: a batch of the job's lines stored, one
+-- of its learners ended (its allocation released), and $2 (when the job ended). NULL while a
+-- learner of the job is still allocated, since more lines may come.
+SELECT CASE
+    WHEN EXISTS (SELECT 1 FROM allocations WHERE job_id = $1 AND released_at IS NULL) THEN NULL
+    ELSE extract(epoch FROM now() - greatest(
+        (SELECT updated_at FROM job_log_heads WHERE job_id = $1),
+        (SELECT max(released_at) FROM allocations WHERE job_id = $1),
+        $2::timestamptz
+    ))::float8
+END;
+
+-- name: job_metric_lines
+-- The learner reports among a job's log lines that carry metrics, in the order stored.
+SELECT attempt, learner, line FROM job_logs
+WHERE job_id = $1 AND stream = 'stdout' AND line LIKE '@@trainyard/1 {%"kind":"metric"%'
+ORDER BY id;

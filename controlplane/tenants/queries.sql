@@ -1,0 +1,56 @@
+-- Tenants' statements: the `tenants` projection, tokens, limits.
+-- Loaded by `controlplane.queries` with every other .sql file of the package.
+
+-- name: insert_tenant
+-- The `tenants` projection: one row per tenant.
+INSERT INTO tenants (name, weight, gpu_quota, created_at) VALUES ($1, $2, $3, $4);
+
+-- name: update_tenant
+-- The `tenants` projection: a tenant's new weight and quota.
+UPDATE tenants SET weight = $2, gpu_quota = $3 WHERE name = $1;
+
+-- name: insert_api_token
+-- The `tenants` projection: a token by the sha256 of its text (the text is never stored).
+INSERT INTO api_tokens (token_sha256, token_id, tenant, is_admin, issued_at)
+VALUES ($1, $2, $3, $4, $5);
+
+-- name: revoke_api_token
+UPDATE api_tokens SET revoked_at = $2 WHERE token_id = $1 AND revoked_at IS NULL;
+
+-- name: authenticate_token
+-- Who holds a live token, by the token's sha256; a revoked token authenticates no one.
+SELECT tenant, is_admin FROM api_tokens WHERE token_sha256 = $1 AND revoked_at IS NULL;
+
+-- name: list_tenants
+-- Every tenant (or only the one named $1) with the ids of its live tokens, oldest first.
+SELECT t.name, t.weight, t.gpu_quota, t.created_at,
+       -- As text: the code's model reads it (NULL, never set: its defaults).
+       coalesce(t.limits, '{}')::text AS limits,
+       coalesce(array_agg(k.token_id ORDER BY k.issued_at, k.token_id)
+                FILTER (WHERE k.token_id IS NOT NULL), '{}') AS active_tokens
+FROM tenants t
+LEFT JOIN api_tokens k ON k.tenant = t.name AND k.revoked_at IS NULL
+WHERE $1::text IS NULL OR t.name = $1
+GROUP BY t.name
+ORDER BY t.name;
+
+-- name: set_tenant_limits
+-- The `tenants` projection: a tenant's limits from now on (TenantLimitsSet).
+UPDATE tenants SET limits = $2::jsonb WHERE name = $1;
+
+-- name: tenant_submission_limits
+-- What a submission is checked against, in one round trip: the tenant's limits (as text, NULL:
+-- the defaults), its QUEUED jobs, counted from its own queue index (partial, on QUEUED), and the
+-- most memory any node ever registered has (NULL: no node yet), since a job needing more could
+-- never be placed (every node, not only live ones: a node may be down for a while). No row: no
+-- tenant.
+SELECT coalesce(t.limits, '{}')::text AS limits,
+       (SELECT count(*) FROM job_status s WHERE s.tenant = t.name AND s.state = 'QUEUED')
+           AS queued,
+       (SELECT max(memory_mb) FROM nodes) AS largest_memory_mb
+FROM tenants t
+WHERE t.name = $1;
+
+-- name: tenant_limits
+-- A tenant's limits (as text; '{}': the defaults), for SSE streams; no row: no tenant.
+SELECT coalesce(limits, '{}')::text FROM tenants WHERE name = $1;
