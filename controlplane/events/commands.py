@@ -11,13 +11,17 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 from controlplane.events.errors import ConcurrencyError
-from controlplane.events.metadata import Metadata
-from controlplane.events.records import Appended, RecordedEvent
 from controlplane.events.types import Event
 from controlplane.invariants import InvariantBroken
+
+if TYPE_CHECKING:
+    # Only named in annotations: the job lifecycle (and with it the user's package, trainyard)
+    # imports this module, and metadata brings in OpenTelemetry, a server dependency.
+    from controlplane.events.metadata import Metadata
+    from controlplane.events.records import Appended, RecordedEvent
 
 CONFLICT_RETRIES = 10
 """How many times a command is decided before its aggregate counts as busy."""
