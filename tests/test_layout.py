@@ -1,0 +1,94 @@
+"""The import rules the README's Layout states, read from the source (every import statement,
+also those inside functions): a new module that breaks one fails here, naming the import."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("controlplane", "trainyard", "node_agent", "runners", "harness", "bench")
+
+COMMAND_LINE = (
+    "controlplane.cli",
+    "controlplane.up",
+    "controlplane.demo",
+    "controlplane.tenants.cli",
+)
+"""The control plane's command-line modules: the front door to every part, so the only ones that
+may import the user's package, the agent and the benchmarks (lazily, see controlplane.cli)."""
+FEATURES = (
+    "controlplane.events",
+    "controlplane.projections",
+    "controlplane.agents",
+    "controlplane.jobs",
+    "controlplane.logs",
+    "controlplane.scheduling",
+    "controlplane.tenants",
+    "controlplane.webhooks",
+)
+"""The features: they never reach for the front ends (HTTP, the server) or the composition root
+that is built from them."""
+
+RULES: list[tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = [
+    # (modules under, except these, may not import)
+    (("runners",), (), ("controlplane", "node_agent", "trainyard", "harness", "bench")),
+    (("trainyard",), (), ("node_agent", "harness", "bench")),
+    (("controlplane",), COMMAND_LINE, ("node_agent", "trainyard", "harness", "bench")),
+    (FEATURES, (), ("controlplane.http", "controlplane.composition", "controlplane.server")),
+    (("controlplane.http",), (), ("controlplane.queries",)),
+    (("node_agent",), (), ("controlplane.http", "trainyard", "harness", "bench")),
+    (("harness",), (), ("bench", "tests")),
+    (("bench",), (), ("tests",)),
+]
+
+
+def _modules() -> Iterator[tuple[str, Path]]:
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            yield ".".join(parts[:-1] if parts[-1] == "__init__" else parts), path
+
+
+def _imports(path: Path) -> Iterator[str]:
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            yield node.module
+
+
+def _under(module: str, prefixes: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
+def broken(rules: list[tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]]) -> list[str]:
+    found = []
+    for module, path in _modules():
+        for under, exempt, forbidden in rules:
+            if not _under(module, under) or _under(module, exempt):
+                continue
+            found += [f"{module} imports {n}" for n in _imports(path) if _under(n, forbidden)]
+    return found
+
+
+def test_every_package_imports_only_what_the_layout_allows() -> None:
+    assert broken(RULES) == []
+
+
+@pytest.mark.parametrize(
+    "rule",
+    [
+        (("controlplane.http",), (), ("controlplane.composition",)),
+        (("controlplane",), (), ("trainyard",)),
+    ],
+)
+def test_a_rule_that_the_code_breaks_is_reported(
+    rule: tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]],
+) -> None:
+    # The check reads what it claims to: the HTTP layer does import the composition root, and
+    # the command line the user's package.
+    assert broken([rule]) != []
