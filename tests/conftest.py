@@ -41,7 +41,11 @@ from tests.docker_engine import (
 from tests.events import TEST_REGISTRY
 from tests.tenancy import Cli, Tokens
 
-MARKED_BY_FIXTURE = {"pg_server": "postgres", "docker_engine": "docker"}
+MARKED_BY_FIXTURE = {
+    "pg_server": "postgres",
+    "docker_engine": "docker",
+    "start_learner": "processes",
+}
 """A test that uses one of these fixtures, however indirectly, needs what its marker names."""
 
 

@@ -14,6 +14,9 @@ from controlplane.cli import failure, parser
 from controlplane.composition import projections
 from trainyard.api import ApiError
 
+# Each test runs the trainyard command in a child interpreter.
+pytestmark = pytest.mark.processes
+
 
 def all_commands(command: argparse.ArgumentParser, path: list[str]) -> list[list[str]]:
     """Every command and subcommand, found by walking the parser (none can be forgotten)."""

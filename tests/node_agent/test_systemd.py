@@ -28,6 +28,9 @@ from node_agent.systemd import (
     render_unit,
 )
 
+# The tests run `trainyard agent install` and systemd-analyze as child processes.
+pytestmark = pytest.mark.processes
+
 REPO = Path(__file__).resolve().parents[2]
 PASSWORD = "s3cr3t-Pa55"
 URL = f"postgresql://trainyard:{PASSWORD}@db.example.com:5432/trainyard"

@@ -215,6 +215,7 @@ def _run(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[
     )
 
 
+@pytest.mark.processes
 def test_an_unreachable_server_is_exit_code_3_and_one_line(tmp_path: Path) -> None:
     server = f"http://127.0.0.1:{free_port()}"
     result = _run(tmp_path, "list", TRAINYARD_SERVER=server, TRAINYARD_TOKEN="t")
@@ -223,6 +224,7 @@ def test_an_unreachable_server_is_exit_code_3_and_one_line(tmp_path: Path) -> No
     assert len(result.stderr.splitlines()) == 1
 
 
+@pytest.mark.processes
 def test_a_manifest_that_is_not_json_is_a_usage_error_naming_the_line(tmp_path: Path) -> None:
     manifest = tmp_path / "job.json"
     manifest.write_text('{\n  "name": "x",\n  "image": "img"\n  "command": ["train"]\n}\n')
@@ -233,6 +235,7 @@ def test_a_manifest_that_is_not_json_is_a_usage_error_naming_the_line(tmp_path: 
     assert result.stderr == f"trainyard: {manifest}: line 4 column 3: Expecting ',' delimiter\n"
 
 
+@pytest.mark.processes
 def test_missing_server_and_usage_errors_are_exit_code_2(tmp_path: Path) -> None:
     assert _run(tmp_path, "list").returncode == 2
     assert _run(tmp_path, "list", "--state", "NOPE").returncode == 2

@@ -11,7 +11,12 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from controlplane.cli import parser
+
+# Each test imports the package in a fresh interpreter.
+pytestmark = pytest.mark.processes
 
 SERVER_ONLY = ("asyncpg", "pgserver", "aiodocker", "pynvml")
 

@@ -132,6 +132,7 @@ def test_unset_or_empty_is_the_default() -> None:
     assert ImageRef.parse("a/b:c@" + DIGEST_A) == ImageRef("a/b", "c", DIGEST_A)
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize(
     "command", [["serve", "--port", "1"], ["agent", "--runtime", "process", "--fake-gpus", "1"]]
 )
