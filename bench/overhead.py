@@ -52,7 +52,7 @@ import asyncpg
 
 from bench.docker import learner_image_missing
 from bench.scratch import scratch_database
-from controlplane.composition import EVENT_REGISTRY, projection_runner
+from controlplane.composition import projection_runner
 from controlplane.database import create_pool
 from controlplane.events.metadata import Metadata
 from controlplane.events.store import EventStore
@@ -63,6 +63,7 @@ from controlplane.jobs.manifest import JobManifest
 from controlplane.jobs.service import Jobs
 from controlplane.jobs.streams import job_stream
 from controlplane.logs.metrics import MetricPoint, read_metrics
+from controlplane.registry import EVENT_REGISTRY
 from controlplane.tenants.service import create_tenant
 from harness.served import until_registered
 from node_agent.agent import AgentConfig

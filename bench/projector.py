@@ -11,12 +11,12 @@ import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from controlplane.composition import EVENT_REGISTRY
 from controlplane.database import create_pool
 from controlplane.events.store import EventStore
 from controlplane.events.subscription import LogListener
 from controlplane.jobs.projection import JobsProjection
 from controlplane.projections.runner import ProjectionRunner
+from controlplane.registry import EVENT_REGISTRY
 from controlplane.tenants.projection import TenantsProjection
 
 READY = b"ready\n"

@@ -437,11 +437,12 @@ class _runner:
         self._settings = settings
 
     async def __aenter__(self) -> ProjectionRunner:
-        from controlplane.composition import EVENT_REGISTRY, projection_runner
+        from controlplane.composition import projection_runner
         from controlplane.database import create_pool
         from controlplane.events.store import EventStore
         from controlplane.events.subscription import LogListener
         from controlplane.migrate import require_migrated
+        from controlplane.registry import EVENT_REGISTRY
 
         url = await _database(self._settings)
         await require_migrated(url)

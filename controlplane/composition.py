@@ -3,8 +3,8 @@
 Every program that runs the control plane's parts builds them here: `trainyard serve` and
 `trainyard up` (through `controlplane.http.app`), the CLI's projection commands, the tests'
 cluster and the benchmarks. Front ends (HTTP today, a dashboard tomorrow) get the parts from
-here and never assemble them themselves. The event registry built here is also the one the
-node agent's store reads and writes with.
+here and never assemble them themselves. Its stores read and write with `registry.EVENT_REGISTRY`,
+as the node agent's does.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from controlplane.agents import events as node_events
 from controlplane.agents.manager import LifecycleManager
 from controlplane.clock import SYSTEM_CLOCK, Clock
 from controlplane.cluster_gauges import ClusterGauges
@@ -25,16 +24,13 @@ from controlplane.database import DATABASE_ERRORS, create_pool, ping
 from controlplane.events.hub import StreamHub
 from controlplane.events.store import EventStore
 from controlplane.events.subscription import LogListener
-from controlplane.events.types import Event, EventRegistry
-from controlplane.jobs import events as job_events
 from controlplane.jobs.projection import JobsProjection
 from controlplane.jobs.service import Jobs
 from controlplane.projections.base import Projection
 from controlplane.projections.runner import ProjectionRunner
 from controlplane.projections.streams import StreamsProjection
-from controlplane.tenants import events as tenant_events
+from controlplane.registry import EVENT_REGISTRY
 from controlplane.tenants.projection import TenantsProjection
-from controlplane.webhooks import events as webhook_events
 from controlplane.webhooks.outbox import WebhookOutbox
 from controlplane.webhooks.relay import RelayConfig, WebhookRelay
 
@@ -42,17 +38,6 @@ log = logging.getLogger(__name__)
 
 STOP_S = 10.0
 """How long the background tasks get to stop on their own before they are cancelled."""
-
-EVENT_TYPES: tuple[type[Event], ...] = (
-    *job_events.EVENT_TYPES,
-    *node_events.EVENT_TYPES,
-    *tenant_events.EVENT_TYPES,
-    *webhook_events.EVENT_TYPES,
-)
-"""Every event type Trainyard writes, feature by feature."""
-EVENT_REGISTRY = EventRegistry(EVENT_TYPES)
-"""What every store of Trainyard's reads and writes with: an event of another type is refused
-on append and is an error on reading."""
 
 
 def projections() -> list[Projection]:

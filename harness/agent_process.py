@@ -14,8 +14,8 @@ import asyncpg
 
 from controlplane.agents.events import NodeRegistered
 from controlplane.agents.nodes import node_stream
-from controlplane.composition import EVENT_REGISTRY
 from controlplane.events.store import EventStore
+from controlplane.registry import EVENT_REGISTRY
 from harness.agent_login import agent_login_url
 
 REGISTER_S = 30.0

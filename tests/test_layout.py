@@ -40,7 +40,11 @@ RULES: list[tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = [
     (("controlplane",), COMMAND_LINE, ("node_agent", "trainyard", "harness", "bench")),
     (FEATURES, (), ("controlplane.http", "controlplane.composition", "controlplane.server")),
     (("controlplane.http",), (), ("controlplane.queries",)),
-    (("node_agent",), (), ("controlplane.http", "trainyard", "harness", "bench")),
+    (
+        ("node_agent",),
+        (),
+        ("controlplane.http", "controlplane.composition", "trainyard", "harness", "bench"),
+    ),
     (("harness",), (), ("bench", "tests")),
     (("bench",), (), ("tests",)),
 ]

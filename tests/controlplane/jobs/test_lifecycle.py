@@ -15,7 +15,6 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from controlplane.composition import EVENT_REGISTRY
 from controlplane.jobs.events import (
     CheckpointRequested,
     CheckpointSaved,
@@ -48,6 +47,7 @@ from controlplane.jobs.lifecycle import (
     replay,
 )
 from controlplane.jobs.manifest import JobManifest
+from controlplane.registry import EVENT_REGISTRY
 
 S = JobStatus
 JOB_ID = UUID(int=0x7A1)
