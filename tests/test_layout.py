@@ -29,6 +29,7 @@ FEATURES = (
     "controlplane.scheduling",
     "controlplane.tenants",
     "controlplane.webhooks",
+    "controlplane.artifacts",
 )
 """The features: they never reach for the front ends (HTTP, the server) or the composition root
 that is built from them."""
