@@ -3,8 +3,10 @@ found however it is done. Its contract with every store is in test_artifact_stor
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import stat
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -60,6 +62,24 @@ async def test_a_blob_cut_short_on_disk_fails_its_read(tmp_path: Path) -> None:
     path.write_bytes(DATA[:-1])
     with pytest.raises(ArtifactCorrupted):
         await read_all(store, DATA_SHA)
+
+
+async def test_a_write_cancelled_while_its_thread_stores_a_chunk_keeps_nothing(
+    tmp_path: Path,
+) -> None:
+    store = FileArtifactStore(tmp_path)
+    big = DATA * 500  # 20 MB: its storing is under way in the file's thread when cancelled
+
+    async def upload() -> AsyncIterator[bytes]:
+        # Runs once the write awaits the storing of this chunk.
+        asyncio.get_running_loop().call_soon(write.cancel)
+        yield big
+
+    write = asyncio.create_task(store.write(upload(), max_size=len(big)))
+    with pytest.raises(asyncio.CancelledError):
+        await write
+    assert not await store.exists(hashlib.sha256(big).hexdigest())
+    assert list((tmp_path / "tmp").iterdir()) == []
 
 
 @pytest.mark.parametrize("text", ["../" * 8 + "etc/passwd", "/etc/passwd", "..", "ab/cd"])
