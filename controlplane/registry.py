@@ -7,12 +7,14 @@ from __future__ import annotations
 from controlplane.agents import events as node_events
 from controlplane.events.types import Event, EventRegistry
 from controlplane.jobs import events as job_events
+from controlplane.models import events as model_events
 from controlplane.tenants import events as tenant_events
 from controlplane.webhooks import events as webhook_events
 
 EVENT_TYPES: tuple[type[Event], ...] = (
     *job_events.EVENT_TYPES,
     *node_events.EVENT_TYPES,
+    *model_events.EVENT_TYPES,
     *tenant_events.EVENT_TYPES,
     *webhook_events.EVENT_TYPES,
 )

@@ -26,6 +26,7 @@ FEATURES = (
     "controlplane.agents",
     "controlplane.jobs",
     "controlplane.logs",
+    "controlplane.models",
     "controlplane.scheduling",
     "controlplane.tenants",
     "controlplane.webhooks",

@@ -342,6 +342,9 @@ def test_the_scheduling_modules_import_no_database_driver() -> None:
             "controlplane.events.commands",
             "controlplane.events.memory",
             "controlplane.jobs.lifecycle",
+            "controlplane.models.lifecycle",
+            "controlplane.models.metadata",
+            "controlplane.models.references",
             "controlplane.tenants.state",
             "node_agent.reconcile",
         ]
