@@ -27,6 +27,7 @@ FEATURES = (
     "controlplane.jobs",
     "controlplane.logs",
     "controlplane.scheduling",
+    "controlplane.search",
     "controlplane.tenants",
     "controlplane.webhooks",
 )
