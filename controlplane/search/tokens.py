@@ -87,6 +87,10 @@ def tokenize(query: str) -> list[Token]:
             )
         else:
             word, end = _bare(query, at)
+            if word[0] in "<>=!~:":
+                # `version >= 3` would otherwise search for the words `version`, `>=` and `3`,
+                # and silently find nothing.
+                raise QueryError("write a comparison without spaces, as in version>=3", at)
             keyword = _KEYWORDS.get(word)
             tokens.append(Symbol(keyword, word, at) if keyword else Term(Word(word), at))
             at = end

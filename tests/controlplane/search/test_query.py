@@ -99,6 +99,8 @@ def test_the_parser_reads(query: str, tree: Node) -> None:
         ('tag:""', 4, "tag: needs a value"),
         ("x http://example.com", 2, "unknown field 'http'"),
         ("size>3", 0, "unknown field 'size'"),
+        ("version >= 3", 8, "write a comparison without spaces"),
+        ("metrics.acc =1", 12, "write a comparison without spaces"),
         ("framework=pytorch", 9, "framework is matched exactly with ':'"),
         ("version:3", 7, "version is compared with = != < <= > >="),
         ("tag~res", 3, "only name takes '~'"),
