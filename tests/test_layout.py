@@ -28,6 +28,7 @@ FEATURES = (
     "controlplane.logs",
     "controlplane.models",
     "controlplane.scheduling",
+    "controlplane.search",
     "controlplane.tenants",
     "controlplane.webhooks",
     "controlplane.artifacts",

@@ -335,9 +335,13 @@ def test_the_scheduling_modules_import_no_database_driver() -> None:
     # aggregates' pure decisions (with the command path and the clock) are tested without
     # one; a fresh interpreter, so that what other tests imported does not count.
     scheduling = ("claim", "claim_order", "placement", "unschedulable")
+    # Model search is pure too, for its reference evaluation and property tests: SQLAlchemy
+    # Core and its postgresql dialect, which load no driver until an engine asks for one.
+    search = ("query", "reference", "sql")
     modules = ", ".join(
         [
             *(f"controlplane.scheduling.{name}" for name in scheduling),
+            *(f"controlplane.search.{name}" for name in search),
             "controlplane.clock",
             "controlplane.events.commands",
             "controlplane.events.memory",

@@ -1,0 +1,92 @@
+"""A search query compiled into a SQLAlchemy Core WHERE clause over `view.model_versions_view`,
+meaning what `reference` says it means (within the limits stated there).
+
+Every value from the query (words, phrases, names, facet values, metric names and numbers,
+times) travels as a bound parameter: the SQL text depends only on the query's shape."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+from sqlalchemy import ColumnElement, Double, Table, and_, false, func, literal, or_, true
+from sqlalchemy.dialects.postgresql import REGCONFIG
+
+from controlplane.search.nodes import (
+    COMPARE,
+    And,
+    Created,
+    Exact,
+    Metric,
+    NameContains,
+    Node,
+    Not,
+    Op,
+    Or,
+    Phrase,
+    Version,
+    Word,
+)
+from controlplane.search.view import model_versions_view
+
+TEXT_SEARCH_CONFIG = "english"
+"""The configuration the `search` column's tsvector is built with; queries must use the same."""
+
+
+def where(node: Node, view: Table = model_versions_view) -> ColumnElement[bool]:
+    match node:
+        case Word(text):
+            return _text_matches(view, func.plainto_tsquery(_config(), text))
+        case Phrase(text):
+            return _text_matches(view, func.phraseto_tsquery(_config(), text))
+        case Exact("tag", value):
+            return view.c.tags.contains([value])
+        case Exact(field, value):
+            return view.c[field] == value
+        case NameContains(text):
+            # ILIKE, which a gin_trgm_ops index on the name serves; the text's own wildcards
+            # escaped, so that `name~a_b` looks for `a_b`, not `a` any character `b`.
+            return view.c.name.ilike(f"%{_escape_like(text)}%", escape="\\")
+        case Metric(name, op, value):
+            # A missing metric is NULL here, false in the reference: negations go through
+            # `IS NOT true` (below), which treats both alike.
+            return _compare(view.c.metrics[name].astext.cast(Double), op, value)
+        case Version(op, value):
+            return _compare(view.c.version, op, value)
+        case Created():
+            lower, upper, negated = node.bounds()
+            created = view.c.created
+            inside = and_(
+                true() if lower is None else created >= lower,
+                true() if upper is None else created < upper,
+            )
+            return _negated(inside) if negated else inside
+        case Not(term):
+            return _negated(where(term, view))
+        case And(terms):
+            return and_(true(), *(where(term, view) for term in terms))
+        case Or(terms):
+            return or_(false(), *(where(term, view) for term in terms))
+
+
+def _config() -> ColumnElement[str]:
+    return literal(TEXT_SEARCH_CONFIG, REGCONFIG)
+
+
+def _text_matches(view: Table, tsquery: ColumnElement[Any]) -> ColumnElement[bool]:
+    return view.c.search.bool_op("@@")(tsquery)
+
+
+def _compare(left: ColumnElement[Any], op: Op, right: float) -> ColumnElement[bool]:
+    # The column's operators build SQL from the same Python operators the reference applies
+    # (their stubs say Any, since on plain values they return plain values).
+    return cast("ColumnElement[bool]", COMPARE[op](left, right))
+
+
+def _negated(condition: ColumnElement[bool]) -> ColumnElement[bool]:
+    """NOT in two-valued logic: SQL's NOT of NULL (a missing metric, facet or text match) is
+    NULL, which a WHERE drops, where the reference's `not False` is True."""
+    return condition.is_not(true())
+
+
+def _escape_like(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
