@@ -25,8 +25,9 @@ is a word. The empty query matches every version.
     "object detection" created>=2026-01-01 NOT tag:deprecated
 
 A word that looks like a field (`word:`, `word=`, ...) must name one: quote it to search for
-the text (`"http://example.com"`); a comparison has no spaces. Quotes cannot hold a quote. A version without the metric a
-comparison names never matches it, not even with `!=` (but does match its negation).
+the text (`"http://example.com"`); a comparison has no spaces. Quotes cannot hold a quote. A
+version without the metric a comparison names never matches it, not even with `!=` (but does
+match its negation).
 
 Hostile input is bounded: at most MAX_LENGTH characters, MAX_TERMS terms and MAX_DEPTH nested
 parentheses and negations; no control characters; numbers finite. Every refusal is a
