@@ -186,6 +186,11 @@ class Attempt:
         async with asyncio.TaskGroup() as group:
             for state in self._learners:
                 group.create_task(self._follow(state))
+            if self._ending is not None:
+                # Ended (fenced, cancelled, stopped) while its learners were starting: the
+                # termination begun then reached only those started by that time, and the
+                # others would run on, holding the attempt and the agent's stop forever.
+                await self._terminate()
         await self._finish()
 
     async def _start(self, spec: LearnerSpec) -> Learner:
