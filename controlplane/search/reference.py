@@ -59,11 +59,18 @@ class Record:
     description: str
     tags: tuple[str, ...]
     framework: str | None
-    domain: str | None
+    domains: tuple[str, ...]
     license: str | None
     version: int
     created: datetime
     metrics: Mapping[str, float]
+
+    def facet(self, facet: str) -> tuple[str, ...]:
+        """The record's values of a facet (FACETS): none, one, or for `domain` several."""
+        if facet == "domain":
+            return self.domains
+        value: str | None = getattr(self, facet)
+        return () if value is None else (value,)
 
     def text(self) -> list[str]:
         return tokens(" ".join((self.title, self.description, *self.tags)))
@@ -82,6 +89,8 @@ def matches(node: Node, record: Record) -> bool:
             return _occurs(tokens(text), record.text())
         case Exact("tag", value):
             return value in record.tags
+        case Exact("domain", value):
+            return value in record.domains
         case Exact(field, value):
             return bool(getattr(record, field) == value)
         case NameContains(text):
@@ -110,13 +119,12 @@ def search(node: Node, records: Iterable[Record]) -> list[Record]:
 
 
 def facet_counts(records: Iterable[Record]) -> dict[str, dict[str, int]]:
-    """For each facet, how many records have each value (a record without one is not counted)."""
+    """For each facet, how many records have each value (a record without one is not counted;
+    one with several domains is counted under each)."""
     counts: dict[str, Counter[str]] = {facet: Counter() for facet in FACETS}
     for record in records:
         for facet in FACETS:
-            value = getattr(record, facet)
-            if value is not None:
-                counts[facet][value] += 1
+            counts[facet].update(record.facet(facet))
     return {facet: dict(counter) for facet, counter in counts.items()}
 
 

@@ -40,6 +40,8 @@ def where(node: Node, view: Table = model_versions_view) -> ColumnElement[bool]:
             return _text_matches(view, func.phraseto_tsquery(_config(), text))
         case Exact("tag", value):
             return view.c.tags.contains([value])
+        case Exact("domain", value):
+            return view.c.domains.contains([value])
         case Exact(field, value):
             return view.c[field] == value
         case NameContains(text):

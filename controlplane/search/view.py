@@ -7,8 +7,8 @@ What the compiler (`sql`) relies on, beyond the columns' types: `search` is the 
 tsvector of title, description and tags in that order (the reference's text, see `reference`);
 `metrics` is a JSON object whose values are numbers (the metadata schema's rule: a string there
 would make the cast in a metric comparison fail). The indexes that make it fast: GIN on
-`search`, GIN (gin_trgm_ops) on `name`, GIN on `tags`, b-trees on the facets, `version` and
-`created`."""
+`search`, GIN (gin_trgm_ops) on `name`, GIN on `tags` and `domains`, b-trees on the other
+facets, `version` and `created`."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ model_versions_view = Table(
     Column("description", Text, nullable=False),
     Column("tags", ARRAY(Text), nullable=False),
     Column("framework", Text),
-    Column("domain", Text),
+    Column("domains", ARRAY(Text), nullable=False),
     Column("license", Text),
     Column("version", Integer, nullable=False),
     Column("created", DateTime(timezone=True), nullable=False),

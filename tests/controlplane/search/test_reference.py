@@ -16,7 +16,7 @@ RESNET = Record(
     description="Residual network trained on ImageNet.",
     tags=("vision", "state of the art"),
     framework="pytorch",
-    domain="vision",
+    domains=("vision",),
     license="MIT",
     version=3,
     created=datetime(2026, 11, 30, 23, 59, 59, 999999, tzinfo=UTC),
@@ -29,7 +29,7 @@ BERT = Record(
     description="Language model for text classification",
     tags=("nlp",),
     framework="tensorflow",
-    domain="nlp",
+    domains=("nlp", "text"),
     license=None,
     version=1,
     created=datetime(2026, 12, 1, tzinfo=UTC),
@@ -42,7 +42,7 @@ WHISPER = Record(
     description="Speech recognition; image-free.",
     tags=(),
     framework="pytorch",
-    domain=None,
+    domains=(),
     license="Apache-2.0",
     version=12,
     created=datetime(2026, 12, 2, 8, tzinfo=UTC),
@@ -120,7 +120,7 @@ def test_what_a_query_matches(query: str, found: list[Record]) -> None:
 def test_facets_count_the_matches_values_and_skip_the_missing_ones() -> None:
     assert facet_counts(search(parse("framework:pytorch OR tag:nlp"), RECORDS)) == {
         "framework": {"pytorch": 2, "tensorflow": 1},
-        "domain": {"vision": 1, "nlp": 1},
+        "domain": {"vision": 1, "nlp": 1, "text": 1},
         "tenant": {"acme": 2, "globex": 1},
         "license": {"MIT": 1, "Apache-2.0": 1},
     }

@@ -133,7 +133,7 @@ TS = "TIMESTAMP WITH TIME ZONE"
             "search @@ phraseto_tsquery(%(param_1)s::REGCONFIG, %(phraseto_tsquery_1)s::VARCHAR)",
         ),
         ("tag:a", "tags @> %(tags_1)s::TEXT[]"),
-        ("domain:a", "domain = %(domain_1)s::VARCHAR"),
+        ("domain:a", "domains @> %(domains_1)s::TEXT[]"),
         (
             "metrics.acc>=0.9",
             "CAST((metrics ->> %(metrics_1)s::TEXT) AS DOUBLE PRECISION) >= %(param_1)s",
@@ -142,14 +142,14 @@ TS = "TIMESTAMP WITH TIME ZONE"
         ("created>2026-01-01", f"created >= %(created_1)s::{TS}"),
         ("created=2026-01-01", f"created >= %(created_1)s::{TS} AND created < %(created_2)s::{TS}"),
         # Negation is two-valued: a missing value (NULL) is not a match, so its negation is.
-        ("-domain:a", "(domain = %(domain_1)s::VARCHAR) IS NOT true"),
+        ("-license:a", "(license = %(license_1)s::VARCHAR) IS NOT true"),
         (
             "created!=2026-01-01",
             f"(created >= %(created_1)s::{TS} AND created < %(created_2)s::{TS}) IS NOT true",
         ),
         (
-            "-(domain:a OR version=1) tenant:t",
-            "(domain = %(domain_1)s::VARCHAR OR version = %(version_1)s::INTEGER) IS NOT true "
+            "-(license:a OR version=1) tenant:t",
+            "(license = %(license_1)s::VARCHAR OR version = %(version_1)s::INTEGER) IS NOT true "
             "AND tenant = %(tenant_1)s::VARCHAR",
         ),
     ],
