@@ -18,14 +18,18 @@ from dataclasses import dataclass
 import asyncpg
 
 from controlplane.agents.manager import LifecycleManager
+from controlplane.artifacts.store import ArtifactStore
 from controlplane.clock import SYSTEM_CLOCK, Clock
 from controlplane.cluster_gauges import ClusterGauges
 from controlplane.database import DATABASE_ERRORS, create_pool, ping
 from controlplane.events.hub import StreamHub
 from controlplane.events.store import EventStore
 from controlplane.events.subscription import LogListener
+from controlplane.jobs.locations import Roots
 from controlplane.jobs.projection import JobsProjection
 from controlplane.jobs.service import Jobs
+from controlplane.models.projection import ModelsProjection
+from controlplane.models.service import Models
 from controlplane.projections.base import Projection
 from controlplane.projections.runner import ProjectionRunner
 from controlplane.projections.streams import StreamsProjection
@@ -42,7 +46,13 @@ STOP_S = 10.0
 
 def projections() -> list[Projection]:
     """Every projection the control plane runs, in the order a round applies them."""
-    return [StreamsProjection(), JobsProjection(), TenantsProjection(), WebhookOutbox()]
+    return [
+        StreamsProjection(),
+        JobsProjection(),
+        TenantsProjection(),
+        ModelsProjection(),
+        WebhookOutbox(),
+    ]
 
 
 def projection_runner(
@@ -85,6 +95,8 @@ class ControlPlane:
         poll_interval: float,
         relay: RelayConfig,
         projections: Sequence[Projection],
+        artifacts: ArtifactStore,
+        roots: Roots,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.url = url
@@ -95,6 +107,7 @@ class ControlPlane:
         self.projections = ProjectionRunner(pool, self.store, self.listener, projections)
         self.hub = StreamHub(self.store, self.listener)
         self.jobs = Jobs(self.store, clock)
+        self.models = Models(self.store, artifacts, self.jobs, roots=roots, clock=clock)
         self.manager = LifecycleManager(url, pool, self.store, clock=clock)
         self.gauges = ClusterGauges(pool)
         self.webhooks = WebhookRelay(url, pool, self.store, relay, clock=clock)
@@ -122,9 +135,12 @@ async def opened(
     poll_interval: float = 1.0,
     relay: RelayConfig | None = None,
     only: Sequence[Projection] | None = None,
+    artifacts: ArtifactStore,
+    roots: Roots,
 ) -> AsyncIterator[ControlPlane]:
     """The control plane's parts on a fresh pool, closed (relay, store, pool) when the block
-    ends; nothing runs until `running`. `only`: the projections to run (default: every one)."""
+    ends; nothing runs until `running`. `only`: the projections to run (default: every one);
+    `artifacts`: the model repository's store; `roots`: where `file://` results may be read."""
     pool = await create_pool(url)
     try:
         plane = ControlPlane(
@@ -133,6 +149,8 @@ async def opened(
             poll_interval=poll_interval,
             relay=relay or RelayConfig(),
             projections=projections() if only is None else only,
+            artifacts=artifacts,
+            roots=roots,
         )
         try:
             yield plane

@@ -26,7 +26,7 @@ from sqlalchemy import (
     Uuid,
     text,
 )
-from sqlalchemy.dialects.postgresql import ARRAY, JSONB
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TSVECTOR
 from sqlalchemy.types import UserDefinedType
 
 
@@ -328,4 +328,65 @@ job_secret_env = Table(
     Column("tenant", Text, nullable=False),
     Column("env", JSONB, nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+)
+
+model_versions = Table(
+    "model_versions",
+    metadata,
+    Column("tenant", Text, primary_key=True),
+    Column("name", Text, primary_key=True),
+    Column("version", Integer, primary_key=True),
+    Column("artifact_sha256", Text, nullable=False),
+    Column("size_bytes", BigInteger, nullable=False),
+    Column("title", Text, nullable=False),
+    Column("description", Text, nullable=False),
+    Column("tags", ARRAY(Text), nullable=False),
+    Column("domains", ARRAY(Text), nullable=False),
+    Column("framework", Text, nullable=False),
+    Column("license", Text, nullable=False),
+    Column("metrics", JSONB, nullable=False),
+    Column("job_id", Uuid),
+    Column("metadata", JSONB, nullable=False),
+    Column("metadata_schema", Integer, nullable=False),
+    Column("visibility", Text, nullable=False),
+    Column("deprecated", Text),
+    Column("created", DateTime(timezone=True), nullable=False),
+    Column("published_by", Text, nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+    Column("search", TSVECTOR, nullable=False),
+    Column("name_trigrams", ARRAY(Text), nullable=False),
+    Index("model_versions_search", "search", postgresql_using="gin"),
+    Index("model_versions_name_trigrams", "name_trigrams", postgresql_using="gin"),
+    Index("model_versions_tags", "tags", postgresql_using="gin"),
+    Index("model_versions_domains", "domains", postgresql_using="gin"),
+    Index(
+        "model_versions_order",
+        text("created DESC"),
+        text("tenant DESC"),
+        text("name DESC"),
+        text("version DESC"),
+    ),
+    Index(
+        "model_versions_public",
+        text("created DESC"),
+        postgresql_where=text("visibility = 'public'"),
+    ),
+    Index("model_versions_artifact", "artifact_sha256"),
+    Index("model_versions_job", "job_id", postgresql_where=text("job_id IS NOT NULL")),
+)
+"""One row per model version: what the model search (`controlplane.search`) runs over.
+
+What the search's compiler relies on, beyond the columns' types: `search` is the English
+tsvector of title, description and tags in that order (the reference's text, see
+`controlplane.search.reference`); `metrics` is a JSON object whose values are numbers (the
+metadata schema's rule: a string there would make the cast in a metric comparison fail);
+`name_trigrams` holds every trigram of the lower-cased name (`search.sql.trigrams`)."""
+
+model_aliases = Table(
+    "model_aliases",
+    metadata,
+    Column("tenant", Text, primary_key=True),
+    Column("name", Text, primary_key=True),
+    Column("alias", Text, primary_key=True),
+    Column("version", Integer, nullable=False),
 )

@@ -37,8 +37,9 @@ BLOB_MODE = 0o400
 
 
 def default_root(settings: Settings) -> Path:
-    """Where a control plane keeps its artifacts when it is given no other directory."""
-    return settings.home / "artifacts"
+    """Where a control plane keeps its artifacts: TRAINYARD_ARTIFACTS_DIR, else under its data
+    directory."""
+    return settings.artifacts_dir or settings.home / "artifacts"
 
 
 def _make_dirs(path: Path) -> None:

@@ -9,6 +9,8 @@ from functools import partial
 
 from aiohttp import web
 
+from controlplane.artifacts.filesystem import FileArtifactStore, default_root
+from controlplane.artifacts.store import ArtifactStore
 from controlplane.composition import opened, running
 from controlplane.http import jobs, logs, metrics, nodes, scrape, tenants, webhooks
 from controlplane.http.auth import auth_middleware
@@ -34,6 +36,7 @@ from controlplane.http.tracing import tracing_middleware
 from controlplane.jobs.images import ImageAllowlist
 from controlplane.jobs.locations import Roots
 from controlplane.projections.base import Projection
+from controlplane.settings import Settings
 from controlplane.tenants.submissions import SubmissionRates
 from controlplane.webhooks.relay import RelayConfig
 
@@ -48,10 +51,12 @@ def create_app(
     roots: Roots | None = None,
     max_streams: int = DEFAULT_MAX_STREAMS,
     projections: Sequence[Projection] | None = None,
+    artifacts: ArtifactStore | None = None,
 ) -> web.Application:
     """The application; `images` None: the allowlist `TRAINYARD_IMAGES` sets (ValueError when
     it is malformed), or the default; `roots`: where `file://` data and results may be
-    (default: from the environment); `projections`: those this replica runs (default: all)."""
+    (default: from the environment); `projections`: those this replica runs (default: all);
+    `artifacts`: the model repository's store (default: the directory `Settings` names)."""
     app = web.Application(middlewares=[tracing_middleware, auth_middleware])
     app[DATABASE_URL] = database_url
     app[IMAGES] = ImageAllowlist.from_env(os.environ) if images is None else images
@@ -60,7 +65,13 @@ def create_app(
     app[SUBMISSIONS] = SubmissionRates()
     app[STREAMS] = LiveStreams(max_streams)
     app.cleanup_ctx.append(
-        partial(_database, poll_interval=poll_interval, relay=relay, only=projections)
+        partial(
+            _database,
+            poll_interval=poll_interval,
+            relay=relay,
+            only=projections,
+            artifacts=artifacts or FileArtifactStore(default_root(Settings.from_env())),
+        )
     )
     app.cleanup_ctx.append(_background)
     # Open SSE streams end first, so that shutdown does not wait for their clients.
@@ -84,10 +95,16 @@ async def _database(
     poll_interval: float,
     relay: RelayConfig | None,
     only: Sequence[Projection] | None,
+    artifacts: ArtifactStore,
 ) -> AsyncIterator[None]:
     """The composition root's parts, under the keys the handlers read them by."""
     async with opened(
-        app[DATABASE_URL], poll_interval=poll_interval, relay=relay, only=only
+        app[DATABASE_URL],
+        poll_interval=poll_interval,
+        relay=relay,
+        only=only,
+        artifacts=artifacts,
+        roots=app[LOCATION_ROOTS],
     ) as plane:
         app[PLANE] = plane
         app[POOL] = plane.pool

@@ -78,3 +78,12 @@ class Unchanged(ModelError):
 
 class ModelBusy(ModelError):
     """The model kept changing under concurrent commands; the command gave up."""
+
+
+class SourceNotFound(ModelError):
+    """Publishing from a job that the tenant has no such job (or not that checkpoint)."""
+
+
+class SourceUnavailable(ModelError):
+    """The job's results or checkpoint cannot be published now: the job has not completed, it
+    stored no results on a `file://` location, or the file is gone (a pruned checkpoint)."""

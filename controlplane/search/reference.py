@@ -51,7 +51,7 @@ _TOKEN = re.compile(r"[^\W_]+")
 
 @dataclass(frozen=True, slots=True)
 class Record:
-    """A model version as search sees it (the columns of `view.model_versions_view`)."""
+    """A model version as search sees it (the columns of `schema.model_versions`)."""
 
     name: str
     tenant: str

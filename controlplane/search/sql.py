@@ -1,4 +1,4 @@
-"""A search query compiled into a SQLAlchemy Core WHERE clause over `view.model_versions_view`,
+"""A search query compiled into a SQLAlchemy Core WHERE clause over `schema.model_versions`,
 meaning what `reference` says it means (within the limits stated there).
 
 Every value from the query (words, phrases, names, facet values, metric names and numbers,
@@ -11,6 +11,7 @@ from typing import Any, cast
 from sqlalchemy import ColumnElement, Double, Table, and_, false, func, literal, or_, true
 from sqlalchemy.dialects.postgresql import REGCONFIG
 
+from controlplane.schema import model_versions
 from controlplane.search.nodes import (
     COMPARE,
     And,
@@ -26,13 +27,12 @@ from controlplane.search.nodes import (
     Version,
     Word,
 )
-from controlplane.search.view import model_versions_view
 
 TEXT_SEARCH_CONFIG = "english"
 """The configuration the `search` column's tsvector is built with; queries must use the same."""
 
 
-def where(node: Node, view: Table = model_versions_view) -> ColumnElement[bool]:
+def where(node: Node, view: Table = model_versions) -> ColumnElement[bool]:
     match node:
         case Word(text):
             return _text_matches(view, func.plainto_tsquery(_config(), text))
@@ -45,9 +45,14 @@ def where(node: Node, view: Table = model_versions_view) -> ColumnElement[bool]:
         case Exact(field, value):
             return view.c[field] == value
         case NameContains(text):
-            # ILIKE, which a gin_trgm_ops index on the name serves; the text's own wildcards
-            # escaped, so that `name~a_b` looks for `a_b`, not `a` any character `b`.
-            return view.c.name.ilike(f"%{_escape_like(text)}%", escape="\\")
+            # ILIKE decides, the text's own wildcards escaped (`name~a_b` looks for `a_b`, not
+            # `a` any character `b`); the name's trigrams, which a GIN index serves, narrow
+            # the names it reads to those that hold every trigram of the text (a text under
+            # three characters has none, and narrows nothing).
+            return and_(
+                view.c.name_trigrams.contains(trigrams(text)),
+                view.c.name.ilike(f"%{_escape_like(text)}%", escape="\\"),
+            )
         case Metric(name, op, value):
             # A missing metric is NULL here, false in the reference: negations go through
             # `IS NOT true` (below), which treats both alike.
@@ -68,6 +73,13 @@ def where(node: Node, view: Table = model_versions_view) -> ColumnElement[bool]:
             return and_(true(), *(where(term, view) for term in terms))
         case Or(terms):
             return or_(false(), *(where(term, view) for term in terms))
+
+
+def trigrams(text: str) -> list[str]:
+    """Every three characters in a row of `text`, lower-cased, once each, in order; none for a
+    text shorter than three (the projection stores a name's alike)."""
+    lowered = text.lower()
+    return list(dict.fromkeys(lowered[at : at + 3] for at in range(len(lowered) - 2)))
 
 
 def _config() -> ColumnElement[str]:

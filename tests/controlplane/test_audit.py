@@ -46,6 +46,7 @@ VIEWS = {
     "gpu_hours_by_tenant",
     "job_transitions",
     "jobs",
+    "model_versions",
     "restarts",
     "webhook_attempts",
 }

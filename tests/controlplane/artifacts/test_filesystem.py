@@ -91,3 +91,11 @@ def test_no_string_but_a_digest_becomes_a_path(tmp_path: Path, text: str) -> Non
 def test_the_default_root_is_under_the_data_directory(tmp_path: Path) -> None:
     settings = Settings(home=tmp_path, database_url=None)
     assert default_root(settings) == tmp_path / "artifacts"
+
+
+def test_an_operator_may_put_the_store_elsewhere(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TRAINYARD_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("TRAINYARD_ARTIFACTS_DIR", str(tmp_path / "shared"))
+    assert default_root(Settings.from_env()) == tmp_path / "shared"

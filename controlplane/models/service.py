@@ -1,0 +1,279 @@
+"""Carrying out model commands: an artifact into the content-addressed store, then its version
+onto the model's stream (load, decide, append, retry on conflict); publishing straight from a
+training job's results or checkpoint, with the provenance filled in from the job's events.
+
+A publication stores the artifact before it appends the event: a refused or failed publication
+may leave a blob no version names (the store deduplicates it if it comes again), never a
+version whose artifact is missing.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterable, AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from uuid import UUID
+
+from controlplane.artifacts.errors import UnsafeSource
+from controlplane.artifacts.local import add_local_file
+from controlplane.artifacts.store import ArtifactStore, Blob
+from controlplane.clock import SYSTEM_CLOCK, Clock
+from controlplane.events.metadata import Metadata
+from controlplane.events.records import RecordedEvent
+from controlplane.events.store import EventStore
+from controlplane.jobs.events import CheckpointSaved
+from controlplane.jobs.lifecycle import JobStatus
+from controlplane.jobs.locations import (
+    RESULTS_ROOTS_ENV,
+    LocationRefused,
+    Roots,
+    check_file_location,
+)
+from controlplane.jobs.manifest import JobManifest
+from controlplane.jobs.service import Jobs
+from controlplane.models.errors import (
+    DuplicatePublish,
+    FieldError,
+    InvalidMetadata,
+    InvalidModel,
+    SourceNotFound,
+    SourceUnavailable,
+)
+from controlplane.models.events import Visibility
+from controlplane.models.lifecycle import MODEL, ModelCommand, Publish
+from controlplane.models.metadata import ModelMetadata, Provenance
+from controlplane.models.names import check_model_name
+from controlplane.models.references import Reference, resolve
+from controlplane.models.state import ModelState, ModelVersion
+from controlplane.models.streams import model_stream
+from runners.uri import file_path
+
+MAX_ARTIFACT_BYTES = 4 * 1024**3
+"""The largest artifact accepted by default: a few billion parameters in half precision."""
+RESULTS_FILE = "model.pt"
+"""The file of a job's results published when none is named (what the PyTorch example saves)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Published:
+    """The version a publication made, or found (`created` False: a retry of one done)."""
+
+    model: ModelState
+    version: ModelVersion
+    created: bool
+
+
+class Models:
+    """Model commands and look-ups, with each model's stream as the only truth."""
+
+    def __init__(
+        self,
+        store: EventStore,
+        artifacts: ArtifactStore,
+        jobs: Jobs,
+        *,
+        roots: Roots,
+        clock: Clock = SYSTEM_CLOCK,
+        max_artifact_bytes: int = MAX_ARTIFACT_BYTES,
+    ) -> None:
+        self._store = store
+        self.artifacts = artifacts
+        self._jobs = jobs
+        self._roots = roots
+        self.clock = clock
+        """What commands are timed by, and what callers time the commands they build by."""
+        self.max_artifact_bytes = max_artifact_bytes
+
+    async def load(self, tenant: str, name: str) -> ModelState | None:
+        """The model now (None: nothing published under that name)."""
+        return (await MODEL.load(self._store, model_stream(tenant, name))).state
+
+    async def history(self, tenant: str, name: str) -> list[RecordedEvent]:
+        """The model's recorded events, oldest first."""
+        return await self._store.read_stream(model_stream(tenant, name))
+
+    async def resolve(self, viewer: str, reference: Reference) -> tuple[ModelState, ModelVersion]:
+        """The version `reference` names, as the tenant `viewer` sees it (ModelNotFound,
+        UnknownVersion, UnknownAlias otherwise)."""
+        owner = reference.owner or viewer
+        model = await self.load(owner, reference.name)
+        version = resolve(model, reference, viewer)
+        assert model is not None  # resolve raises ModelNotFound for no model
+        return model, version
+
+    async def execute(
+        self, tenant: str, name: str, command: ModelCommand, metadata: Metadata
+    ) -> ModelState:
+        """Decide `command` on the model's latest state and append (retrying on a conflict);
+        the lifecycle's refusal (a ModelError) otherwise, with nothing written."""
+        executed = await MODEL.execute(
+            self._store, model_stream(tenant, name), command, metadata.traced()
+        )
+        if executed.state is None:  # decide refuses every command but Publish on no model
+            raise InvalidModel(f"no model {tenant}/{name}")
+        return executed.state
+
+    async def publish(
+        self,
+        tenant: str,
+        name: str,
+        chunks: AsyncIterable[bytes],
+        document: ModelMetadata,
+        metadata: Metadata,
+        *,
+        visibility: Visibility = Visibility.PRIVATE,
+        expected_sha256: str | None = None,
+    ) -> Published:
+        """Store an uploaded artifact and publish it as the model's next version. Provenance
+        is the repository's to fill in (`publish_from_job`): an upload that claims one is
+        refused, so that every provenance shown was checked against the job's events."""
+        check_model_name(name)
+        if document.provenance is not None:
+            raise InvalidMetadata(
+                (
+                    FieldError(
+                        "provenance",
+                        "filled in when a model is published from its job (from_job), never "
+                        "given with an upload",
+                    ),
+                )
+            )
+        blob = await self.artifacts.write(
+            chunks, max_size=self.max_artifact_bytes, expected_sha256=expected_sha256
+        )
+        return await self._publish(tenant, name, blob, document, metadata, visibility)
+
+    async def publish_from_job(
+        self,
+        tenant: str,
+        name: str,
+        job_id: UUID,
+        document: ModelMetadata,
+        metadata: Metadata,
+        *,
+        checkpoint_step: int | None = None,
+        results_file: str = RESULTS_FILE,
+        visibility: Visibility = Visibility.PRIVATE,
+    ) -> Published:
+        """Publish a file of a completed job's stored results (`results_file`, relative to its
+        results location), or the checkpoint it saved at `checkpoint_step`, without uploading
+        it again: read where the job put it, copied into the store. The provenance (job,
+        attempt, checkpoint step, data sha256) comes from the job's events."""
+        check_model_name(name)
+        job = await self._jobs.load(job_id)
+        if job is None or job.tenant != tenant:
+            raise SourceNotFound(f"no job {job_id}")
+        if checkpoint_step is None:
+            if job.state is not JobStatus.COMPLETED:
+                raise SourceUnavailable(
+                    f"job {job_id} is {job.state.value}: its results are published once it "
+                    "has COMPLETED (or publish one of its checkpoints)"
+                )
+            source, attempt = (
+                self._results_file(job_id, tenant, job.manifest, results_file),
+                job.attempt,
+            )
+        else:
+            saved = [
+                recorded.event
+                for recorded in await self._jobs.history(job_id)
+                if isinstance(recorded.event, CheckpointSaved)
+                and recorded.event.step == checkpoint_step
+            ]
+            if not saved:
+                raise SourceNotFound(f"job {job_id} saved no checkpoint at step {checkpoint_step}")
+            source, attempt = Path(saved[-1].path), saved[-1].attempt
+        provenance = Provenance(
+            job_id=job_id,
+            attempt=attempt,
+            checkpoint_step=checkpoint_step,
+            data_sha256=None if job.manifest.data is None else job.manifest.data.sha256,
+        )
+        try:
+            blob = await add_local_file(self.artifacts, source, max_size=self.max_artifact_bytes)
+        except FileNotFoundError:
+            what = "results file" if checkpoint_step is None else "checkpoint"
+            raise SourceUnavailable(
+                f"job {job_id}'s {what} is no longer at {source} (a checkpoint the job has "
+                "since pruned, or a directory the control plane does not mount)"
+            ) from None
+        except (UnsafeSource, IsADirectoryError, PermissionError) as error:
+            raise SourceUnavailable(
+                f"job {job_id}'s {source} cannot be published: {error}"
+            ) from None
+        document = document.model_copy(update={"provenance": provenance})
+        return await self._publish(tenant, name, blob, document, metadata, visibility)
+
+    def _results_file(
+        self, job_id: UUID, tenant: str, manifest: JobManifest, relative: str
+    ) -> Path:
+        """The file `relative` names under the job's stored results, which must still lie under
+        a results root of the job's tenant (the operator may have changed them since)."""
+        parts = PurePosixPath(relative).parts
+        if not parts or relative.startswith("/") or any(p in (".", "..") for p in parts):
+            raise InvalidModel(
+                f"results_file: {relative[:200]!r} is not a path relative to the job's results "
+                "(no '..', not absolute), e.g. model.pt"
+            )
+        if manifest.results is None:
+            raise SourceUnavailable(f"job {job_id} stores no results (its manifest has none)")
+        try:
+            root = check_file_location(
+                manifest.results.location,
+                self._roots.results,
+                tenant,
+                field="results.location",
+                setting=RESULTS_ROOTS_ENV,
+                below=True,
+            )
+        except LocationRefused as refused:
+            raise SourceUnavailable(f"job {job_id}'s results: {refused.message}") from None
+        if root is None:
+            raise SourceUnavailable(
+                f"job {job_id} stored its results at {manifest.results.location}, not on a "
+                "file:// location the control plane reads: upload the file instead"
+            )
+        directory = Path(os.path.realpath(file_path(manifest.results.location)))
+        path = directory.joinpath(*parts)
+        # The folders on the way must not lead out of the results (a symbolic link the job
+        # left there); the file itself is opened without following one (add_local_file).
+        if not Path(os.path.realpath(path.parent)).is_relative_to(directory):
+            raise SourceUnavailable(f"job {job_id}'s {relative} leads out of its results")
+        return path
+
+    async def _publish(
+        self,
+        tenant: str,
+        name: str,
+        blob: Blob,
+        document: ModelMetadata,
+        metadata: Metadata,
+        visibility: Visibility,
+    ) -> Published:
+        command = Publish(
+            tenant=tenant,
+            name=name,
+            artifact_sha256=blob.sha256,
+            size_bytes=blob.size,
+            metadata=document,
+            actor=metadata.actor,
+            at=self.clock.now(),
+            visibility=visibility,
+        )
+        try:
+            model = await self.execute(tenant, name, command, metadata)
+        except DuplicatePublish:
+            # A retry whose first answer was lost: the version it made.
+            found = await self.load(tenant, name)
+            wanted = (blob.sha256, document.model_dump(mode="json"))
+            for version in () if found is None else found.versions:
+                if found is not None and (version.artifact_sha256, version.metadata) == wanted:
+                    return Published(found, version, created=False)
+            raise
+        return Published(model, model.versions[-1], created=True)
+
+    def download(self, version: ModelVersion) -> AsyncIterator[bytes]:
+        """The version's artifact, checksum verified as it is read (ArtifactCorrupted at the
+        end if the stored bytes changed)."""
+        return self.artifacts.read(version.artifact_sha256)
