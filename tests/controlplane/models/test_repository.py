@@ -3,6 +3,8 @@ projection's rows, and the search over them, as tenants see them."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -16,8 +18,9 @@ from controlplane.events.subscription import LogListener
 from controlplane.jobs.locations import Roots
 from controlplane.jobs.service import Jobs
 from controlplane.models import catalog
-from controlplane.models.events import Visibility
-from controlplane.models.lifecycle import SetAlias, UpdateMetadata
+from controlplane.models.errors import Unchanged
+from controlplane.models.events import ModelAliasSet, Visibility
+from controlplane.models.lifecycle import Deprecate, SetAlias, UpdateMetadata
 from controlplane.models.projection import ModelsProjection
 from controlplane.models.service import Models
 from controlplane.models.updates import validate_update
@@ -84,3 +87,62 @@ async def test_published_versions_are_searched_as_each_tenant_may_see_them(
         v.name for v in (await catalog.search(pool, parse("tag:x-ray"), viewer="acme")).versions
     ] == ["crystals"]
     assert await catalog.aliases_of(pool, "acme", "crystals") == {"production": 1}
+
+
+async def test_concurrent_alias_moves_each_land_once_in_one_chain(
+    models: Models, runner: ProjectionRunner, pool: asyncpg.Pool
+) -> None:
+    document = metadata(provenance=None)
+    for n in range(1, 5):
+        await models.publish("acme", "m", chunks(b"w%d" % n), document, ACME)
+    # Sixteen movers race for one alias: none is lost, and each event's `previous` is the
+    # version the one before it set, so the history is one chain.
+    moves = [SetAlias("production", 1 + n % 4, models.clock.now()) for n in range(16)]
+    results = await asyncio.gather(
+        *(models.execute("acme", "m", move, ACME) for move in moves), return_exceptions=True
+    )
+    landed = [r for r in results if not isinstance(r, BaseException)]
+    refused = [r for r in results if isinstance(r, BaseException)]
+    # A move to the version the alias names already is Unchanged: nothing to write.
+    assert all(isinstance(r, Unchanged) for r in refused)
+    history = [e.event for e in await models.history("acme", "m")]
+    sets = [e for e in history if isinstance(e, ModelAliasSet)]
+    assert len(sets) == len(landed)
+    assert [s.previous for s in sets] == [None, *(s.version for s in sets[:-1])]
+    await runner.catch_up(ModelsProjection())
+    assert await catalog.aliases_of(pool, "acme", "m") == {"production": sets[-1].version}
+
+
+async def test_same_bytes_share_one_blob_and_a_rebuild_gives_the_same_rows(
+    models: Models, runner: ProjectionRunner, pool: asyncpg.Pool, tmp_path: Path
+) -> None:
+    one = await models.publish(
+        "acme", "a", chunks(b"same ", b"bytes"), metadata(provenance=None), ACME
+    )
+    two = await models.publish(
+        "globex", "b", chunks(b"same bytes"), metadata(provenance=None, tags=["other"]), GLOBEX
+    )
+    assert one.version.artifact_sha256 == two.version.artifact_sha256
+    assert len(list((tmp_path / "artifacts" / "sha256").rglob("*"))) == 3  # ab/, ab/cd/, blob
+
+    # A retried publication (its answer lost) finds the version it made; nothing new.
+    again = await models.publish(
+        "acme", "a", chunks(b"same bytes"), metadata(provenance=None), ACME
+    )
+    assert (again.created, again.version.number) == (False, 1)
+
+    await models.execute(
+        "acme",
+        "a",
+        UpdateMetadata(1, validate_update({"metrics": {"f1": 0.5}}), models.clock.now()),
+        ACME,
+    )
+    await models.execute("acme", "a", Deprecate(1, "superseded", models.clock.now()), ACME)
+    await runner.catch_up(ModelsProjection())
+    rows = "SELECT * FROM model_versions ORDER BY tenant, name, version"
+    before = [dict(r) for r in await pool.fetch(rows)]
+    assert before[0]["deprecated"] == "superseded"
+    assert json.loads(before[0]["metrics"]) == {"accuracy": 0.93, "top_5": 0.99, "f1": 0.5}
+    assert json.loads(before[0]["metadata"])["metrics"]["f1"] == 0.5
+    await runner.rebuild("models")
+    assert [dict(r) for r in await pool.fetch(rows)] == before
