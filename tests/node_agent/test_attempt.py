@@ -1,0 +1,222 @@
+"""An attempt ended while its learners are still starting: real learner processes (the process
+runtime), whose second start is held at a gate until the attempt has been ended."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator, Callable
+from datetime import datetime
+from pathlib import Path
+from uuid import UUID, uuid4
+
+import pytest
+
+from controlplane.clock import SYSTEM_CLOCK
+from controlplane.jobs.lifecycle import Command, Job, JobStatus, Restart, Submit, decide, replay
+from controlplane.jobs.limits import JobLimits
+from controlplane.jobs.manifest import JobManifest
+from controlplane.scheduling.claim import Claim
+from controlplane.scheduling.placement import LearnerAllocation
+from node_agent.attempt import Attempt
+from node_agent.learners import learner_dir
+from node_agent.process_runtime import ProcessRuntime, find_learners
+from node_agent.runtime import (
+    ExitStatus,
+    Folder,
+    FoundLearner,
+    Learner,
+    LearnerLine,
+    LearnerSpec,
+    Stream,
+)
+from tests.cluster import learner_space
+from tests.node_agent.test_agent import SIGNALLED
+
+pytestmark = pytest.mark.processes
+
+LEARNER_UID = 200987
+"""The job's user, when the test runs as root (tenants' code never runs as root)."""
+NODE = "n-attempt"
+ENDS_WITHIN_S = 20.0
+"""Far longer than starting and terminating two learners takes; an attempt whose learner runs
+on would wait forever."""
+
+
+class Watched:
+    """A started learner, and the signals the attempt sent it."""
+
+    def __init__(self, learner: Learner) -> None:
+        self._learner = learner
+        self.signals: list[signal.Signals] = []
+        self.terminated = asyncio.Event()
+
+    def lines(self) -> AsyncIterator[LearnerLine]:
+        return self._learner.lines()
+
+    async def wait(self) -> ExitStatus:
+        return await self._learner.wait()
+
+    def signal(self, sig: signal.Signals) -> None:
+        self.signals.append(sig)
+        if sig is signal.SIGTERM:
+            self.terminated.set()
+        self._learner.signal(sig)
+
+    async def remove(self) -> None:
+        await self._learner.remove()
+
+
+class GatedRuntime:
+    """The process runtime, but the start of learner `gated` waits for `gate` to open."""
+
+    name = "process"
+
+    def __init__(self, work_dir: Path, gated: int) -> None:
+        self._runtime = ProcessRuntime(work_dir)
+        self._gated = gated
+        self.waiting = asyncio.Event()
+        """The gated learner's start has begun, and waits at the gate."""
+        self.gate = asyncio.Event()
+        self.started: dict[int, Watched] = {}
+
+    async def start(self, spec: LearnerSpec) -> Learner:
+        if spec.learner == self._gated:
+            self.waiting.set()
+            await self.gate.wait()
+        learner = Watched(await self._runtime.start(spec))
+        self.started[spec.learner] = learner
+        return learner
+
+    async def find(self, node: str) -> list[FoundLearner]:
+        return await self._runtime.find(node)
+
+    async def adopt(self, spec: LearnerSpec, found: FoundLearner | None) -> Learner | None:
+        return await self._runtime.adopt(spec, found)
+
+    async def kill(self, found: FoundLearner) -> None:
+        await self._runtime.kill(found)
+
+
+class Lines:
+    """A log sink that keeps the learners' lines in memory (no database: the attempt's
+    lines are not what this test is about)."""
+
+    def __init__(self) -> None:
+        self.lines: list[tuple[int, str, str]] = []
+
+    def add(
+        self, spec: LearnerSpec, stream: Stream | str, text: str, at: datetime | None = None
+    ) -> None:
+        self.lines.append((spec.learner, stream, text))
+
+    async def flush(self) -> None:
+        pass
+
+    def resume(self, spec: LearnerSpec, stream: str, stored_seq: int) -> None:
+        pass
+
+    async def open(self, job_id: UUID, limits: JobLimits) -> None:
+        pass
+
+    async def seal(self, job_id: UUID) -> None:
+        pass
+
+    def unstored(self, job_id: UUID) -> int:
+        return 0
+
+    def close(self, job_id: UUID) -> None:
+        pass
+
+
+def deploying(learners: int) -> Claim:
+    """Attempt 1 of a job of `learners` learners, all of them on NODE."""
+    manifest = JobManifest.model_validate(
+        {"name": "j", "image": "i", "command": ["train"], "learners": learners}
+    )
+    submit = Submit(job_id=uuid4(), tenant="t", manifest=manifest, at=SYSTEM_CLOCK.now())
+    job = replay(decide(submit, None))
+    assert job is not None
+    job = job.model_copy(update={"state": JobStatus.DEPLOYING, "attempt": 1})
+    placed = [LearnerAllocation(index, NODE, []) for index in range(learners)]
+    return Claim(job, 1, epoch=1, learners=placed, version=2)
+
+
+def learner(work_dir: Path, claim: Claim, index: int) -> LearnerSpec:
+    """A learner that runs until SIGTERM (see SIGNALLED)."""
+    workdir = learner_dir(work_dir, claim.job.job_id, claim.attempt, index)
+    return LearnerSpec(
+        job_id=claim.job.job_id,
+        attempt=claim.attempt,
+        learner=index,
+        epoch=claim.epoch,
+        node=NODE,
+        image="unused",
+        command=[sys.executable, "-c", SIGNALLED],
+        env={},
+        workdir=workdir,
+        folders=[Folder(work_dir, workdir)],
+        user=(LEARNER_UID, LEARNER_UID) if os.geteuid() == 0 else None,
+        gpus=[],
+        cpus=1,
+        memory_mb=4096,
+    )
+
+
+@pytest.mark.parametrize(
+    "end",
+    [Attempt.fence, Attempt.cancel, Attempt.stop],
+    ids=["fenced", "cancelled", "stopped"],
+)
+async def test_an_attempt_ended_while_its_learners_start_terminates_those_started_after(
+    end: Callable[[Attempt], None],
+) -> None:
+    """Learner 0 has started and learner 1 is starting when the attempt is ended: the
+    termination begun then reaches learner 0 only. Learner 1, started after it, must be
+    terminated too: it used to run on, and the attempt (and with it the agent's stop) waited
+    for it forever (the gang rollback test's intermittent hang; fixed in 56dd060)."""
+    work_dir = learner_space()
+    claim = deploying(2)
+    runtime = GatedRuntime(work_dir, gated=1)
+    commands: list[Command] = []
+
+    async def execute(command: Command) -> Job | None:
+        commands.append(command)
+        return None
+
+    specs = [learner(work_dir, claim, index) for index in range(2)]
+    attempt = Attempt(claim, specs, runtime, Lines(), execute, grace_s=ENDS_WITHIN_S)
+    running = asyncio.create_task(attempt.run())
+    try:
+        async with asyncio.timeout(ENDS_WITHIN_S):
+            await runtime.waiting.wait()  # learner 0 has started, learner 1 is starting
+            end(attempt)
+            await runtime.started[0].terminated.wait()  # the termination begun reached it
+            runtime.gate.set()  # learner 1 starts now, after it
+            await running
+        # Taken before the clean-up below kills whatever would run on.
+        sent = {index: list(watched.signals) for index, watched in runtime.started.items()}
+        left_running = find_learners(NODE, work_dir)
+    except TimeoutError:
+        sent = {index: watched.signals for index, watched in runtime.started.items()}
+        pytest.fail(
+            f"the attempt did not end within {ENDS_WITHIN_S:.0f}s "
+            f"(signals sent: {sent}; commands: {commands})"
+        )
+    finally:
+        # Nothing outlives the test, even a failed one.
+        running.cancel()
+        for watched in runtime.started.values():
+            watched.signal(signal.SIGKILL)
+            await asyncio.wait_for(watched.wait(), 10)
+        await asyncio.wait({running}, timeout=10)
+
+    # Both learners were started, and each was terminated: none runs on.
+    assert sorted(sent) == [0, 1]
+    assert all(signal.SIGTERM in signals for signals in sent.values()), sent
+    assert left_running == []
+    # Ended, not failed: an ended attempt reports nothing but the agent's stop.
+    stopped = [c for c in commands if isinstance(c, Restart)]
+    assert len(commands) == len(stopped) == (1 if end is Attempt.stop else 0)
