@@ -359,6 +359,8 @@ model_versions = Table(
     Index("model_versions_name_trigrams", "name_trigrams", postgresql_using="gin"),
     Index("model_versions_tags", "tags", postgresql_using="gin"),
     Index("model_versions_domains", "domains", postgresql_using="gin"),
+    Index("model_versions_framework", "framework"),
+    Index("model_versions_license", "license"),
     Index(
         "model_versions_order",
         text("created DESC"),

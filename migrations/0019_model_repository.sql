@@ -39,6 +39,9 @@ CREATE INDEX model_versions_search ON model_versions USING gin (search);
 CREATE INDEX model_versions_name_trigrams ON model_versions USING gin (name_trigrams);
 CREATE INDEX model_versions_tags ON model_versions USING gin (tags);
 CREATE INDEX model_versions_domains ON model_versions USING gin (domains);
+-- The facets matched exactly (tenant leads the primary key).
+CREATE INDEX model_versions_framework ON model_versions (framework);
+CREATE INDEX model_versions_license ON model_versions (license);
 -- The search's order (newest first) and its cursor, and the public versions every tenant sees.
 CREATE INDEX model_versions_order ON model_versions (created DESC, tenant DESC, name DESC, version DESC);
 CREATE INDEX model_versions_public ON model_versions (created DESC) WHERE visibility = 'public';

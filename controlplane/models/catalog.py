@@ -18,7 +18,6 @@ import asyncpg
 from sqlalchemy import (
     ColumnElement,
     Double,
-    Select,
     and_,
     func,
     literal,
@@ -26,9 +25,9 @@ from sqlalchemy import (
     select,
     true,
     tuple_,
+    union_all,
 )
 from sqlalchemy.dialects.postgresql import REGCONFIG
-from sqlalchemy.dialects.postgresql.asyncpg import dialect as asyncpg_dialect
 
 from controlplane.database import Executor
 from controlplane.models.errors import InvalidModel
@@ -36,9 +35,9 @@ from controlplane.queries import Q
 from controlplane.schema import model_versions
 from controlplane.search.nodes import FACETS, And, Node, Or, Phrase, Word
 from controlplane.search.sql import TEXT_SEARCH_CONFIG, where
+from controlplane.statements import asyncpg_args
 
 MAX_PAGE = 200
-_DIALECT = asyncpg_dialect()  # type: ignore[no-untyped-call]
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +112,7 @@ async def search(
     rank = _rank(query)
     order = (rank, model_versions.c.created, *_KEY)
     page = (
-        select(model_versions, rank.label("rank"))
+        select(*_SHOWN, rank.label("rank"))
         .where(matching)
         .order_by(*(column.desc() for column in order))
         .limit(limit + 1)
@@ -130,15 +129,18 @@ async def search(
             )
         )
     async with pool.acquire() as conn, conn.transaction(readonly=True):
-        rows = await conn.fetch(*_compiled(page))
-        total = await conn.fetchval(*_compiled(select(func.count()).where(matching)))
-        facets = {facet: {} for facet in FACETS} | await _facets(conn, matching)
+        rows = await conn.fetch(*asyncpg_args(page))
+        facets = await _counts(conn, matching)
+    # Each version has one tenant: the tenant facet counts every match once.
+    total = sum(facets["tenant"].values())
     shown = rows[:limit]
     next_cursor = _encode(shown[-1]) if len(rows) > limit else None
     return SearchPage([VersionRow.of(row) for row in shown], total, facets, next_cursor)
 
 
 _KEY = (model_versions.c.tenant, model_versions.c.name, model_versions.c.version)
+_SHOWN = [c for c in model_versions.c if c.name not in ("search", "name_trigrams", "metrics")]
+"""What a page reads of each version: not the columns only the search's terms use."""
 
 
 def _visible(viewer: str | None) -> ColumnElement[bool]:
@@ -178,34 +180,25 @@ def _free_text(node: Node) -> Sequence[Word | Phrase]:
             return []  # a negated term (nothing to rank by) or a field's term
 
 
-async def _facets(conn: Executor, matching: ColumnElement[bool]) -> dict[str, Any]:
-    """Counts per facet value among the matching versions, in one statement."""
+async def _counts(conn: Executor, matching: ColumnElement[bool]) -> dict[str, dict[str, int]]:
+    """The matching versions' counts per facet value, in one statement that reads the matching
+    rows once (Postgres materializes a CTE read more than once) and counts their narrow
+    columns."""
     v = model_versions.c
-    domain = func.unnest(v.domains).label("value")
+    matches = select(v.tenant, v.framework, v.license, v.domains).where(matching).cte("matches")
+    m = matches.c
     branches = [
-        select(literal(facet).label("facet"), v[facet].label("value"), func.count().label("n"))
-        .where(matching)
-        .group_by(v[facet])
+        select(literal(facet), m[facet], func.count()).group_by(m[facet])
         for facet in FACETS
         if facet != "domain"
     ]
-    domains = (
-        select(literal("domain").label("facet"), domain, func.count().label("n"))
-        .where(matching)
-        .group_by(domain)
-    )
-    union = branches[0].union_all(*branches[1:], domains)
-    counts: dict[str, dict[str, int]] = {}
-    for row in await conn.fetch(*_compiled(union)):
-        counts.setdefault(row["facet"], {})[row["value"]] = row["n"]
+    domain = func.unnest(m.domains)
+    branches.append(select(literal("domain"), domain, func.count()).group_by(domain))
+    counts: dict[str, dict[str, int]] = {facet: {} for facet in FACETS}
+    statement = union_all(*(branch.select_from(matches) for branch in branches))
+    for facet, value, n in await conn.fetch(*asyncpg_args(statement)):
+        counts[facet][value] = n
     return counts
-
-
-def _compiled(statement: Select[Any] | Any) -> tuple[Any, ...]:
-    """A Core statement as asyncpg takes it: its SQL ($1, $2, ...) and its values in order."""
-    sql = statement.compile(dialect=_DIALECT)
-    params = sql.construct_params()
-    return (sql.string, *(params[name] for name in sql.positiontup or ()))
 
 
 def _encode(row: asyncpg.Record) -> str:
