@@ -9,9 +9,8 @@ limits `reference` states, so the words the cases search for are ones Postgres n
 no `segment`, `segments` or `segmented` occurs), and every phrase searched for is made of such
 words, never split by a hyphen.
 
-A version has one or two domains; search's `domain` facet is the first (`record`). The first is
-always one of PRIMARY_DOMAINS and a second one of SECONDARY_DOMAINS, so that `domain:vision`
-finds the same versions whether a reader takes the first domain or any of them.
+A version has one or two domains, the first always one of PRIMARY_DOMAINS and a second one of
+SECONDARY_DOMAINS; `domain:X` matches either, and the facet counts each.
 """
 
 from __future__ import annotations
@@ -374,8 +373,7 @@ CREATED = datetime(2026, 11, 1, tzinfo=UTC)
 
 
 def record(spec: VersionSpec, created: datetime = CREATED) -> Record:
-    """The version as the reference evaluation sees it; its domain is the first of its
-    domains (see the module's docstring)."""
+    """The version as the reference evaluation sees it."""
     metadata = spec.metadata
     domains: list[str] = metadata.get("domains", [])
     return Record(
@@ -385,7 +383,7 @@ def record(spec: VersionSpec, created: datetime = CREATED) -> Record:
         description=metadata.get("description", ""),
         tags=tuple(metadata.get("tags", ())),
         framework=metadata["framework"],
-        domain=domains[0] if domains else None,
+        domains=tuple(domains),
         license=metadata.get("license", "NOASSERTION"),
         version=spec.version,
         created=created,

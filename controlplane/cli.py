@@ -270,6 +270,21 @@ def parser(running: Sequence[str] | None = None) -> argparse.ArgumentParser:
     recovery.add_argument("--trials", type=int, default=3, help="trials of each crash")
     recovery.add_argument("--json", action="store_true", help="print only the JSON object")
     recovery.set_defaults(handler=cmd_bench_recovery)
+    registry = bench_commands.add_parser(
+        "registry",
+        help="model search latency and publications per second, against MLflow's registry",
+        description="On scratch databases: publish MODELS x VERSIONS model versions with "
+        "realistic metadata through the model repository, then run twelve mixed searches "
+        "(free text, partial names, metric ranges, facets) REPEATS times each, checked "
+        "against the reference evaluation; the same versions and searches through MLflow's "
+        "model registry on the same Postgres when the `bench` extra is installed "
+        "(ratio_vs_mlflow: its median over ours). Prints JSON (definitions: bench/registry.py).",
+    )
+    registry.add_argument("--models", type=int, default=1000, help="models to publish")
+    registry.add_argument("--versions", type=int, default=10, help="versions of each model")
+    registry.add_argument("--repeats", type=int, default=20, help="runs of each search")
+    registry.add_argument("--json", action="store_true", help="print only the JSON object")
+    registry.set_defaults(handler=cmd_bench_registry)
     return top
 
 
@@ -426,6 +441,24 @@ async def cmd_bench_recovery(args: argparse.Namespace, settings: Settings) -> in
         return EXIT_USAGE
     url = await _database(settings)
     result = await run(url, trials=args.trials, progress=not args.json)
+    print(json.dumps(result, indent=None if args.json else 2))
+    return 0
+
+
+async def cmd_bench_registry(args: argparse.Namespace, settings: Settings) -> int:
+    from bench.registry import run
+
+    if min(args.models, args.versions, args.repeats) < 1:
+        print("trainyard: --models, --versions and --repeats must be at least 1", file=sys.stderr)
+        return EXIT_USAGE
+    url = await _database(settings)
+    result = await run(
+        url,
+        models=args.models,
+        versions=args.versions,
+        repeats=args.repeats,
+        progress=not args.json,
+    )
     print(json.dumps(result, indent=None if args.json else 2))
     return 0
 
