@@ -16,7 +16,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from controlplane.agents.views import live_nodes
 from controlplane.events.hub import Lagged
-from controlplane.events.metadata import Metadata
 from controlplane.events.records import RecordedEvent
 from controlplane.http import params
 from controlplane.http.auth import acting_tenant, principal
@@ -32,6 +31,7 @@ from controlplane.http.keys import (
     SUBMISSIONS,
     WEBHOOKS,
 )
+from controlplane.http.requests import MAX_KEY, event_metadata, json_body
 from controlplane.http.streams import live_stream
 from controlplane.http.webhooks import delivery_history
 from controlplane.instruments import LIMIT_REFUSALS, sse_client
@@ -61,8 +61,6 @@ from controlplane.webhooks.targets import TargetRefused
 MAX_PAGE = 500
 WEBHOOK_LOOKUP_S = 5.0
 """How long a submission waits for its webhook host to resolve before it is refused."""
-MAX_KEY = 255
-"""The longest Idempotency-Key or X-Request-ID."""
 
 
 class CancelRequest(BaseModel):
@@ -107,33 +105,9 @@ async def _live_nodes(request: web.Request) -> LiveNodes:
     return await live_nodes(request.app[POOL])
 
 
-def _actor(who: Principal) -> str:
-    return "admin" if who.is_admin else f"tenant:{who.tenant}"
-
-
-def _metadata(request: web.Request, who: Principal, tenant: str) -> Metadata:
-    return Metadata.capture(
-        _actor(who),
-        tenant=tenant,
-        correlation_id=params.text(
-            request.headers.get("X-Request-ID"), "X-Request-ID", max_length=MAX_KEY
-        ),
-    )
-
-
-async def _json_body(request: web.Request) -> Any:
-    try:
-        return await request.json() if request.can_read_body else {}
-    except ValueError as exc:
-        # JSONDecodeError and UnicodeDecodeError, and a number past Python's limit on digits.
-        raise error(400, f"malformed JSON: {exc}") from exc
-    except RecursionError:
-        raise error(400, "malformed JSON: nested too deeply") from None
-
-
 async def submit(request: web.Request) -> web.Response:
     who = principal(request)
-    body = await _json_body(request)
+    body = await json_body(request)
     try:
         manifest, secret_env = JobSubmission.model_validate(body).split()
     except ValidationError as exc:
@@ -146,7 +120,7 @@ async def submit(request: web.Request) -> web.Response:
     key = params.text(request.headers.get("Idempotency-Key"), "Idempotency-Key", max_length=MAX_KEY)
     if key == "":
         raise error(400, "Idempotency-Key must be 1 to 255 characters", field="Idempotency-Key")
-    metadata = _metadata(request, who, tenant)
+    metadata = event_metadata(request, who, tenant)
     try:
         check_manifest_locations(
             manifest.data.source if manifest.data else None,
@@ -327,7 +301,7 @@ async def cancel(request: web.Request) -> web.Response:
     who = principal(request)
     job = await _visible_job(request, who)
     try:
-        body = CancelRequest.model_validate(await _json_body(request))
+        body = CancelRequest.model_validate(await json_body(request))
     except ValidationError as exc:
         raise validation_error(exc) from exc
     command = Cancel(reason=body.reason, at=request.app[JOBS].clock.now())
@@ -346,7 +320,7 @@ async def _execute(
 ) -> Job:
     try:
         return await request.app[JOBS].execute(
-            job.job_id, command, _metadata(request, who, job.tenant)
+            job.job_id, command, event_metadata(request, who, job.tenant)
         )
     except Refused as exc:
         raise error(404 if exc.not_found else 409, str(exc)) from exc

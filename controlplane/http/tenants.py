@@ -8,13 +8,13 @@ from __future__ import annotations
 from typing import Any
 
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from controlplane.http import params
 from controlplane.http.auth import principal
-from controlplane.http.errors import error, validation_error
-from controlplane.http.jobs import _json_body
+from controlplane.http.errors import error
 from controlplane.http.keys import PLANE, POOL, PROJECTIONS, STORE
+from controlplane.http.requests import json_body, validated
 from controlplane.tenants.errors import (
     InvalidTenant,
     TenantBusy,
@@ -109,10 +109,7 @@ def _refused(exc: TenantError) -> web.HTTPException:
 
 
 async def _body(request: web.Request, model: type[BaseModel]) -> Any:
-    try:
-        return model.model_validate(await _json_body(request))
-    except ValidationError as exc:
-        raise validation_error(exc) from exc
+    return validated(model, await json_body(request))
 
 
 def _name(request: web.Request) -> str:

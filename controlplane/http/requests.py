@@ -1,0 +1,54 @@
+"""What every handler reads off a request the same way: its JSON body, and the metadata its
+events are recorded with (who acted, for which tenant, under which request id)."""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+from aiohttp import web
+from pydantic import BaseModel, ValidationError
+
+from controlplane.events.metadata import Metadata
+from controlplane.http import params
+from controlplane.http.errors import error, validation_error
+from controlplane.tenants.principals import Principal
+
+MAX_KEY = 255
+"""The longest Idempotency-Key or X-Request-ID."""
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def actor(who: Principal) -> str:
+    return "admin" if who.is_admin else f"tenant:{who.tenant}"
+
+
+def event_metadata(request: web.Request, who: Principal, tenant: str) -> Metadata:
+    """The metadata of the events a request appends for `tenant`; its X-Request-ID, when
+    given, correlates them."""
+    return Metadata.capture(
+        actor(who),
+        tenant=tenant,
+        correlation_id=params.text(
+            request.headers.get("X-Request-ID"), "X-Request-ID", max_length=MAX_KEY
+        ),
+    )
+
+
+async def json_body(request: web.Request) -> Any:
+    """The body as parsed JSON ({} when there is none); 400 when it is not JSON."""
+    try:
+        return await request.json() if request.can_read_body else {}
+    except ValueError as exc:
+        # JSONDecodeError and UnicodeDecodeError, and a number past Python's limit on digits.
+        raise error(400, f"malformed JSON: {exc}") from exc
+    except RecursionError:
+        raise error(400, "malformed JSON: nested too deeply") from None
+
+
+def validated(model: type[M], document: Any) -> M:
+    """`document` as `model`; 422 naming every bad field otherwise."""
+    try:
+        return model.model_validate(document)
+    except ValidationError as exc:
+        raise validation_error(exc) from exc
