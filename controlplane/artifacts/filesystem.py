@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import os
 import uuid
-from collections.abc import AsyncIterable, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterable
 from pathlib import Path
 from typing import BinaryIO
 
@@ -143,7 +143,9 @@ class FileArtifactStore:
             raise ArtifactMissing(sha256) from None
         return stat.st_size
 
-    async def read(self, sha256: str, *, chunk_size: int = CHUNK_SIZE) -> AsyncIterator[bytes]:
+    async def read(
+        self, sha256: str, *, chunk_size: int = CHUNK_SIZE
+    ) -> AsyncGenerator[bytes, None]:
         path = self.blob_path(sha256)
         # Blobs are never deleted, so one there now is there when it is opened.
         if not await asyncio.to_thread(path.is_file):

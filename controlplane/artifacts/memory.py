@@ -4,7 +4,7 @@ tests show."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator
 
 from controlplane.artifacts.digests import Digester, validated, verified
 from controlplane.artifacts.errors import ArtifactMissing
@@ -49,7 +49,9 @@ class InMemoryArtifactStore:
     async def size(self, sha256: str) -> int:
         return len(self._blob(sha256))
 
-    async def read(self, sha256: str, *, chunk_size: int = CHUNK_SIZE) -> AsyncIterator[bytes]:
+    async def read(
+        self, sha256: str, *, chunk_size: int = CHUNK_SIZE
+    ) -> AsyncGenerator[bytes, None]:
         async for chunk in verified(sha256, _chunked(self._blob(sha256), chunk_size)):
             yield chunk
 

@@ -9,7 +9,7 @@ referenced is for the models' events to say.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -54,7 +54,7 @@ class ArtifactStore(Protocol):
         """The stored blob's size in bytes (ArtifactMissing if there is none)."""
         ...
 
-    def read(self, sha256: str, *, chunk_size: int = CHUNK_SIZE) -> AsyncIterator[bytes]:
+    def read(self, sha256: str, *, chunk_size: int = CHUNK_SIZE) -> AsyncGenerator[bytes, None]:
         """The blob's bytes in chunks, hashed on the way: ArtifactCorrupted after the last
         chunk if they do not hash to `sha256` (the blob was damaged where it is kept).
 

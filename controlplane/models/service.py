@@ -10,7 +10,7 @@ version whose artifact is missing.
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterable, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from uuid import UUID
@@ -40,7 +40,7 @@ from controlplane.models.errors import (
     SourceNotFound,
     SourceUnavailable,
 )
-from controlplane.models.events import Visibility
+from controlplane.models.events import ModelEvent, Visibility
 from controlplane.models.lifecycle import MODEL, ModelCommand, Publish
 from controlplane.models.metadata import ModelMetadata, Provenance
 from controlplane.models.names import check_model_name
@@ -104,15 +104,16 @@ class Models:
 
     async def execute(
         self, tenant: str, name: str, command: ModelCommand, metadata: Metadata
-    ) -> ModelState:
-        """Decide `command` on the model's latest state and append (retrying on a conflict);
-        the lifecycle's refusal (a ModelError) otherwise, with nothing written."""
+    ) -> tuple[ModelState, list[ModelEvent]]:
+        """Decide `command` on the model's latest state and append (retrying on a conflict):
+        the model after it and the events appended; the lifecycle's refusal (a ModelError)
+        otherwise, with nothing written."""
         executed = await MODEL.execute(
             self._store, model_stream(tenant, name), command, metadata.traced()
         )
         if executed.state is None:  # decide refuses every command but Publish on no model
             raise InvalidModel(f"no model {tenant}/{name}")
-        return executed.state
+        return executed.state, executed.events
 
     async def publish(
         self,
@@ -262,7 +263,7 @@ class Models:
             visibility=visibility,
         )
         try:
-            model = await self.execute(tenant, name, command, metadata)
+            model, _ = await self.execute(tenant, name, command, metadata)
         except DuplicatePublish:
             # A retry whose first answer was lost: the version it made.
             found = await self.load(tenant, name)
@@ -273,7 +274,7 @@ class Models:
             raise
         return Published(model, model.versions[-1], created=True)
 
-    def download(self, version: ModelVersion) -> AsyncIterator[bytes]:
+    def download(self, version: ModelVersion) -> AsyncGenerator[bytes, None]:
         """The version's artifact, checksum verified as it is read (ArtifactCorrupted at the
         end if the stored bytes changed)."""
         return self.artifacts.read(version.artifact_sha256)

@@ -74,7 +74,7 @@ async def test_published_versions_are_searched_as_each_tenant_may_see_them(
     assert found.facets["framework"] == {"pytorch": 1}
     assert found.facets["domain"] == {"materials science": 1}
 
-    model = await models.execute(
+    model, _ = await models.execute(
         "acme",
         "crystals",
         UpdateMetadata(1, validate_update({"tags": ["vision", "x-ray"]}), models.clock.now()),
