@@ -12,7 +12,7 @@ from aiohttp import web
 from controlplane.artifacts.filesystem import FileArtifactStore, default_root
 from controlplane.artifacts.store import ArtifactStore
 from controlplane.composition import opened, running
-from controlplane.http import jobs, logs, metrics, nodes, scrape, tenants, webhooks
+from controlplane.http import jobs, logs, metrics, models, nodes, scrape, tenants, webhooks
 from controlplane.http.auth import auth_middleware
 from controlplane.http.keys import (
     BACKGROUND,
@@ -22,6 +22,7 @@ from controlplane.http.keys import (
     IMAGES,
     JOBS,
     LOCATION_ROOTS,
+    MODELS,
     PLANE,
     POOL,
     PROJECTIONS,
@@ -82,6 +83,7 @@ def create_app(
     jobs.add_routes(app)
     logs.add_routes(app)
     metrics.add_routes(app)
+    models.add_routes(app)
     nodes.add_routes(app)
     scrape.add_routes(app)
     tenants.add_routes(app)
@@ -112,6 +114,7 @@ async def _database(
         app[PROJECTIONS] = plane.projections
         app[HUB] = plane.hub
         app[JOBS] = plane.jobs
+        app[MODELS] = plane.models
         app[GAUGES] = plane.gauges
         app[WEBHOOKS] = plane.webhooks
         yield

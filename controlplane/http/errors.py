@@ -39,12 +39,19 @@ def _field(loc: tuple[int | str, ...]) -> str:
     return ".".join(str(p) for p in loc) or "(body)"
 
 
+class _ContentTooLarge(web.HTTPClientError):
+    """413 with our JSON body: aiohttp's own class insists on a text of its making."""
+
+    status_code = 413
+
+
 _CLASSES: dict[int, type[web.HTTPException]] = {
     400: web.HTTPBadRequest,
     401: web.HTTPUnauthorized,
     403: web.HTTPForbidden,
     404: web.HTTPNotFound,
     409: web.HTTPConflict,
+    413: _ContentTooLarge,
     422: web.HTTPUnprocessableEntity,
     429: web.HTTPTooManyRequests,
 }

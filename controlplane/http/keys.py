@@ -14,6 +14,7 @@ from controlplane.events.store import EventStore
 from controlplane.jobs.images import ImageAllowlist
 from controlplane.jobs.locations import Roots
 from controlplane.jobs.service import Jobs
+from controlplane.models.service import Models
 from controlplane.projections.runner import ProjectionRunner
 from controlplane.tenants.submissions import SubmissionRates
 from controlplane.webhooks.relay import WebhookRelay
@@ -26,6 +27,7 @@ STORE = web.AppKey("store", EventStore)
 PROJECTIONS = web.AppKey("projections", ProjectionRunner)
 HUB = web.AppKey("hub", StreamHub)
 JOBS = web.AppKey("jobs", Jobs)
+MODELS = web.AppKey("models", Models)
 GAUGES = web.AppKey("gauges", ClusterGauges)
 WEBHOOKS = web.AppKey("webhooks", WebhookRelay)
 BACKGROUND = web.AppKey("background", asyncio.Task[None])

@@ -8,8 +8,9 @@ from typing import Any
 from pydantic import BaseModel
 
 from controlplane import __version__
-from controlplane.http import logs, metrics, params, scrape, tenants
-from controlplane.http.jobs import MAX_KEY, MAX_PAGE, CancelRequest
+from controlplane.http import logs, metrics, model_paths, params, scrape, tenants
+from controlplane.http.jobs import MAX_PAGE, CancelRequest
+from controlplane.http.requests import MAX_KEY
 from controlplane.jobs.lifecycle import Job, JobStatus
 from controlplane.jobs.manifest import JobManifest, JobSubmission
 from controlplane.tenants.limits import TenantLimits
@@ -314,6 +315,7 @@ def document() -> dict[str, Any]:
                     tenants.TenantUpdate,
                     TenantLimits,
                     tenants.TokenRequest,
+                    *model_paths.SCHEMAS,
                 ),
                 "JobView": _job_view_schema(),
                 "Error": _ERROR,
@@ -525,6 +527,7 @@ def document() -> dict[str, Any]:
             },
             **logs.openapi_paths(),
             **metrics.openapi_paths(),
+            **model_paths.openapi_paths(),
             **scrape.openapi_paths(),
             **tenants.openapi_paths(),
             "/v1/nodes": {

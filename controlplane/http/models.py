@@ -1,0 +1,565 @@
+"""`/v1/models`: the model repository over HTTP. Search (the catalog, a read model), a model's
+versions and aliases and its history (its stream: a write is read back at once), publication
+by a streamed upload or from a training job, metadata updates, aliases, deprecation, download,
+and the metadata's JSON Schema.
+
+`?tenant=NAME` names the model's owner: on reads the caller's own tenant by default (another
+tenant's public model when named), on writes the tenant acted for (`acting_tenant`). A model
+with no version the caller may see is a 404, never a 403.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+from datetime import datetime
+from typing import Annotated, Any
+from uuid import UUID
+
+from aiohttp import BodyPartReader, web
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+from controlplane.artifacts.errors import (
+    ArtifactCorrupted,
+    ArtifactMissing,
+    ArtifactTooLarge,
+    ChecksumMismatch,
+)
+from controlplane.artifacts.store import CHUNK_SIZE
+from controlplane.http import params
+from controlplane.http.auth import acting_tenant, principal
+from controlplane.http.errors import error
+from controlplane.http.keys import MODELS, POOL
+from controlplane.http.requests import event_metadata, json_body, validated
+from controlplane.models import catalog
+from controlplane.models.catalog import VersionRow
+from controlplane.models.errors import (
+    DuplicatePublish,
+    ImmutableField,
+    InvalidMetadata,
+    InvalidModel,
+    ModelBusy,
+    ModelError,
+    ModelNotFound,
+    SourceNotFound,
+    SourceUnavailable,
+    TooManyAliases,
+    Unchanged,
+    UnknownAlias,
+    UnknownVersion,
+    VersionAliased,
+    VersionDeprecated,
+)
+from controlplane.models.events import ModelAliasSet, ModelEvent, Visibility
+from controlplane.models.lifecycle import (
+    MAX_REASON_CHARS,
+    MODEL,
+    Deprecate,
+    ModelCommand,
+    RemoveAlias,
+    SetAlias,
+    UpdateMetadata,
+)
+from controlplane.models.metadata import INT4_MAX, INT8_MAX, ModelMetadata, json_schema
+from controlplane.models.names import LATEST, MODEL_NAME, check_model_name
+from controlplane.models.references import Reference, parse_reference
+from controlplane.models.service import RESULTS_FILE, Published
+from controlplane.models.state import ModelState, ModelVersion
+from controlplane.models.updates import MetadataUpdate, validate_update
+from controlplane.models.visibility import visible_versions
+from controlplane.search.errors import QueryError
+from controlplane.search.query import parse
+from controlplane.tenants.principals import Principal
+
+MAX_PUBLICATION_BYTES = 1024 * 1024
+"""The largest `publication` part of an upload: a metadata document is a few hundred KiB."""
+PUBLICATION_PART, ARTIFACT_PART = "publication", "artifact"
+
+
+class VersionView(BaseModel):
+    """A model version as the API shows it."""
+
+    tenant: str
+    name: str
+    version: int
+    reference: str = Field(description="`tenant/name:version`, as the CLI and SDK take it")
+    artifact_sha256: str = Field(description="the artifact's sha256 (lowercase hex)")
+    size_bytes: int
+    metadata: dict[str, Any] = Field(description="the metadata document, with its updates")
+    metadata_schema: int = Field(description="the schema version it was validated against")
+    visibility: Visibility
+    deprecated: str | None = Field(description="why it was deprecated; null while it is not")
+    created: datetime = Field(description="when it was published")
+    published_by: str
+    updated_at: datetime = Field(description="its metadata's last change (or publication)")
+
+    @classmethod
+    def of(cls, row: VersionRow) -> VersionView:
+        return cls(
+            tenant=row.tenant,
+            name=row.name,
+            version=row.version,
+            reference=f"{row.tenant}/{row.name}:{row.version}",
+            artifact_sha256=row.artifact_sha256,
+            size_bytes=row.size_bytes,
+            metadata=dict(row.metadata),
+            metadata_schema=row.metadata_schema,
+            visibility=Visibility(row.visibility),
+            deprecated=row.deprecated,
+            created=row.created,
+            published_by=row.published_by,
+            updated_at=row.updated_at,
+        )
+
+    @classmethod
+    def of_state(cls, model: ModelState, version: ModelVersion) -> VersionView:
+        return cls.of(
+            VersionRow(
+                tenant=model.tenant,
+                name=model.name,
+                version=version.number,
+                artifact_sha256=version.artifact_sha256,
+                size_bytes=version.size_bytes,
+                metadata=version.metadata,
+                metadata_schema=version.metadata_schema,
+                visibility=version.visibility.value,
+                deprecated=version.deprecated,
+                created=version.published_at,
+                published_by=version.published_by,
+                updated_at=version.updated_at,
+            )
+        )
+
+
+class Publication(BaseModel):
+    """A new version: its metadata and visibility, and either an upload (the `publication`
+    part of a multipart body, its `artifact` part following) or a job's results or checkpoint
+    (a JSON body with `from_job`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    metadata: ModelMetadata
+    visibility: Visibility = Visibility.PRIVATE
+    sha256: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")] | None = Field(
+        default=None,
+        description="uploads: the artifact's sha256; the upload is refused if its bytes differ",
+    )
+    from_job: UUID | None = Field(
+        default=None, description="publish a file of this job's results, or one of its checkpoints"
+    )
+    checkpoint_step: Annotated[int, Field(ge=0, le=INT8_MAX)] | None = Field(
+        default=None, description="with from_job: the checkpoint saved at this step"
+    )
+    results_file: Annotated[str, StringConstraints(min_length=1, max_length=1000)] | None = Field(
+        default=None,
+        description=f"with from_job: the file of its results, relative to them ({RESULTS_FILE})",
+    )
+
+
+class AliasRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    version: Annotated[int, Field(strict=True, ge=1, le=INT4_MAX)]
+
+
+class DeprecateRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    reason: Annotated[str, StringConstraints(min_length=1, max_length=MAX_REASON_CHARS)]
+
+
+_STATUS: dict[type[ModelError], int] = {
+    InvalidModel: 422,
+    ModelNotFound: 404,
+    UnknownVersion: 404,
+    UnknownAlias: 404,
+    SourceNotFound: 422,
+    DuplicatePublish: 409,
+    ImmutableField: 409,
+    VersionDeprecated: 409,
+    VersionAliased: 409,
+    TooManyAliases: 409,
+    ModelBusy: 409,
+    SourceUnavailable: 409,
+}
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_get("/v1/schemas/model-metadata", get_schema)
+    app.router.add_get("/v1/models", search)
+    app.router.add_get("/v1/models/{name}", get_model)
+    app.router.add_get("/v1/models/{name}/history", get_history)
+    app.router.add_post("/v1/models/{name}/versions", publish)
+    app.router.add_get("/v1/models/{name}/versions/{version}", get_version)
+    app.router.add_patch("/v1/models/{name}/versions/{version}", update_version)
+    app.router.add_post("/v1/models/{name}/versions/{version}/deprecate", deprecate)
+    app.router.add_get("/v1/models/{name}/versions/{version}/artifact", download)
+    app.router.add_put("/v1/models/{name}/aliases/{alias}", set_alias)
+    app.router.add_delete("/v1/models/{name}/aliases/{alias}", remove_alias)
+
+
+def refused(exc: ModelError) -> web.HTTPException:
+    """The HTTP answer to a model command's or look-up's refusal."""
+    if isinstance(exc, InvalidMetadata):
+        fields = [{"field": f"metadata.{e.path}", "message": e.message} for e in exc.errors]
+        body = {"error": str(exc), "status": 422, "fields": fields}
+        return web.HTTPUnprocessableEntity(text=json.dumps(body), content_type="application/json")
+    status = next(s for kind, s in _STATUS.items() if isinstance(exc, kind))
+    field = "from_job" if isinstance(exc, SourceNotFound) else None
+    return error(status, str(exc), field=field)
+
+
+async def get_schema(request: web.Request) -> web.Response:
+    return web.json_response(json_schema())
+
+
+async def search(request: web.Request) -> web.Response:
+    who = principal(request)
+    text = params.text(request.query.get("q", ""), "q")
+    try:
+        query = parse(text)
+    except QueryError as exc:
+        raise error(400, f"q: {exc}", field="q") from None
+    limit = params.integer(request.query.get("limit"), "limit", minimum=1, maximum=catalog.MAX_PAGE)
+    cursor = params.text(request.query.get("cursor"), "cursor")
+    try:
+        page = await catalog.search(
+            request.app[POOL],
+            query,
+            viewer=None if who.is_admin else who.tenant,
+            limit=limit or 50,
+            cursor=cursor,
+        )
+    except InvalidModel as exc:  # only the cursor can be wrong by now
+        raise error(400, str(exc), field="cursor") from None
+    return web.json_response(
+        {
+            "versions": [_json(VersionView.of(row)) for row in page.versions],
+            "total": page.total,
+            "facets": page.facets,
+            "next_cursor": page.next_cursor,
+        }
+    )
+
+
+async def get_model(request: web.Request) -> web.Response:
+    model, versions = await _visible_model(request)
+    numbers = {v.number for v in versions}
+    newest = [v for v in versions if v.deprecated is None]
+    return web.json_response(
+        {
+            "tenant": model.tenant,
+            "name": model.name,
+            "versions": [_json(VersionView.of_state(model, v)) for v in reversed(versions)],
+            # Aliases name versions; one naming a version the caller may not see is not shown.
+            "aliases": {a: n for a, n in sorted(model.aliases.items()) if n in numbers},
+            "latest": newest[-1].number if newest else None,
+        }
+    )
+
+
+async def get_history(request: web.Request) -> web.Response:
+    who = principal(request)
+    model, _ = await _visible_model(request)
+    # The history tells of private versions too: only for the owner (and the admin).
+    if not who.may_see(model.tenant):
+        raise error(404, f"no history of {model.tenant}/{model.name} for you to see")
+    models = request.app[MODELS]
+    entries = []
+    for recorded in await models.history(model.tenant, model.name):
+        event: ModelEvent = MODEL.event_of(recorded)
+        entries.append(
+            {
+                "version": recorded.stream_version,
+                "position": recorded.position,
+                "event": event.type_name,
+                "at": event.at.isoformat(),
+                "actor": recorded.metadata.actor,
+                "data": event.model_dump(mode="json", exclude={"at"}),
+            }
+        )
+    return web.json_response({"tenant": model.tenant, "name": model.name, "history": entries})
+
+
+async def get_version(request: web.Request) -> web.Response:
+    model, version = await _resolved(request)
+    return web.json_response(_json(VersionView.of_state(model, version)))
+
+
+async def download(request: web.Request) -> web.StreamResponse:
+    """The artifact's bytes, checked against its sha256 as they are read: a blob found
+    damaged ends the transfer before its last byte, so no client takes it for whole."""
+    model, version = await _resolved(request)
+    models = request.app[MODELS]
+    try:
+        size = await models.artifacts.size(version.artifact_sha256)
+    except ArtifactMissing:
+        raise error(
+            409, f"the artifact of {model.tenant}/{model.name}:{version.number} is missing"
+        ) from None
+    digest = base64.b64encode(binascii.unhexlify(version.artifact_sha256)).decode()
+    response = web.StreamResponse(
+        headers={
+            "Content-Type": "application/octet-stream",
+            "Content-Disposition": f'attachment; filename="{model.name}-v{version.number}"',
+            "ETag": f'"{version.artifact_sha256}"',
+            "Repr-Digest": f"sha-256=:{digest}:",
+        }
+    )
+    response.content_length = size
+    await response.prepare(request)
+    # Each chunk is sent once the next has been read, and the last once the whole blob is
+    # verified: a damaged blob is found only at its end, and its last chunk is then never sent.
+    last = b""
+    try:
+        async with aclosing(models.download(version)) as chunks:
+            async for chunk in chunks:
+                await response.write(last)
+                last = chunk
+    except ArtifactCorrupted:
+        # The status is sent: what is left is not to finish the body. A connection closed
+        # before Content-Length is reached tells the client the body is cut.
+        if request.transport is not None:
+            request.transport.close()
+        return response
+    await response.write(last)
+    await response.write_eof()
+    return response
+
+
+async def publish(request: web.Request) -> web.Response:
+    who = principal(request)
+    tenant = acting_tenant(who, params.text(request.query.get("tenant"), "tenant"), "publishes")
+    name = request.match_info["name"]
+    models = request.app[MODELS]
+    try:
+        check_model_name(name)
+        if request.content_type == "multipart/form-data":
+            published = await _upload(request, tenant, name, who)
+        else:
+            publication = validated(Publication, await json_body(request))
+            if publication.from_job is None:
+                raise error(
+                    422,
+                    "a JSON body publishes from a job (from_job); upload an artifact as "
+                    f"multipart/form-data ('{PUBLICATION_PART}', then '{ARTIFACT_PART}')",
+                    field="from_job",
+                )
+            if publication.sha256 is not None:
+                raise error(422, "sha256 checks an upload, not a job's file", field="sha256")
+            published = await models.publish_from_job(
+                tenant,
+                name,
+                publication.from_job,
+                publication.metadata,
+                event_metadata(request, who, tenant),
+                checkpoint_step=publication.checkpoint_step,
+                results_file=publication.results_file or RESULTS_FILE,
+                visibility=publication.visibility,
+            )
+    except ModelError as exc:
+        raise refused(exc) from None
+    headers = {"Location": f"/v1/models/{name}/versions/{published.version.number}"}
+    if not published.created:
+        headers["Idempotent-Replayed"] = "true"
+    view = VersionView.of_state(published.model, published.version)
+    return web.json_response(_json(view), status=201, headers=headers)
+
+
+async def _upload(request: web.Request, tenant: str, name: str, who: Principal) -> Published:
+    """A multipart upload: its `publication` part is checked whole before a byte of its
+    `artifact` part is stored, which is streamed into the artifact store as it arrives."""
+    reader = await request.multipart()
+    first = await reader.next()
+    if not isinstance(first, BodyPartReader) or first.name != PUBLICATION_PART:
+        raise error(422, f"the first part must be '{PUBLICATION_PART}'", field=PUBLICATION_PART)
+    raw = await first.read()
+    if len(raw) > MAX_PUBLICATION_BYTES:
+        raise error(413, f"'{PUBLICATION_PART}' is over {MAX_PUBLICATION_BYTES} bytes")
+    try:
+        document = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        raise error(400, f"malformed JSON in '{PUBLICATION_PART}': {exc}") from None
+    publication = validated(Publication, document)
+    if publication.from_job is not None:
+        raise error(422, "an upload is not published from a job as well", field="from_job")
+    second = await reader.next()
+    if not isinstance(second, BodyPartReader) or second.name != ARTIFACT_PART:
+        raise error(422, f"the second part must be '{ARTIFACT_PART}'", field=ARTIFACT_PART)
+    models = request.app[MODELS]
+    try:
+        return await models.publish(
+            tenant,
+            name,
+            _chunks(second),
+            publication.metadata,
+            event_metadata(request, who, tenant),
+            visibility=publication.visibility,
+            expected_sha256=publication.sha256,
+        )
+    except ArtifactTooLarge as exc:
+        raise error(413, str(exc), field=ARTIFACT_PART) from None
+    except ChecksumMismatch as exc:
+        raise error(422, str(exc), field="sha256") from None
+
+
+async def _chunks(part: BodyPartReader) -> AsyncIterator[bytes]:
+    while chunk := await part.read_chunk(CHUNK_SIZE):
+        yield chunk
+
+
+async def update_version(request: web.Request) -> web.Response:
+    update = _update(await json_body(request))
+    model, version = await _owned(request)
+    command = UpdateMetadata(version.number, update, request.app[MODELS].clock.now())
+    return web.json_response(_json(await _execute(request, model, version, command)))
+
+
+def _update(document: object) -> MetadataUpdate:
+    try:
+        return validate_update(document)
+    except InvalidMetadata as exc:
+        raise refused(exc) from None
+
+
+async def deprecate(request: web.Request) -> web.Response:
+    body = validated(DeprecateRequest, await json_body(request))
+    model, version = await _owned(request)
+    command = Deprecate(version.number, body.reason, request.app[MODELS].clock.now())
+    return web.json_response(_json(await _execute(request, model, version, command)))
+
+
+async def set_alias(request: web.Request) -> web.Response:
+    body = validated(AliasRequest, await json_body(request))
+    who = principal(request)
+    model = await _owned_model(request, who)
+    alias = request.match_info["alias"]
+    command = SetAlias(alias, body.version, request.app[MODELS].clock.now())
+    try:
+        _, events = await request.app[MODELS].execute(
+            model.tenant, model.name, command, event_metadata(request, who, model.tenant)
+        )
+    except Unchanged:
+        events = []  # it names that version already: as asked
+    except ModelError as exc:
+        raise refused(exc) from None
+    moved = [e for e in events if isinstance(e, ModelAliasSet)]
+    previous = moved[0].previous if moved else body.version
+    return web.json_response({"alias": alias, "version": body.version, "previous": previous})
+
+
+async def remove_alias(request: web.Request) -> web.Response:
+    who = principal(request)
+    model = await _owned_model(request, who)
+    command = RemoveAlias(request.match_info["alias"], request.app[MODELS].clock.now())
+    try:
+        await request.app[MODELS].execute(
+            model.tenant, model.name, command, event_metadata(request, who, model.tenant)
+        )
+    except ModelError as exc:
+        raise refused(exc) from None
+    return web.Response(status=204)
+
+
+async def _execute(
+    request: web.Request, model: ModelState, version: ModelVersion, command: ModelCommand
+) -> VersionView:
+    """Carry out `command` on the model; the version it was about, as it is then (also when
+    the command changed nothing: the version is as asked)."""
+    who = principal(request)
+    models = request.app[MODELS]
+    try:
+        model, _ = await models.execute(
+            model.tenant, model.name, command, event_metadata(request, who, model.tenant)
+        )
+    except Unchanged:
+        pass
+    except ModelError as exc:
+        raise refused(exc) from None
+    changed = model.version(version.number)
+    assert changed is not None  # versions are never removed
+    return VersionView.of_state(model, changed)
+
+
+def _owner(request: web.Request, who: Principal) -> str:
+    """Whose model a read is about: `?tenant=`, else the caller's own."""
+    named = params.text(request.query.get("tenant"), "tenant")
+    if named:
+        return named
+    if who.tenant is None:
+        raise error(400, "an admin names the model's tenant: add ?tenant=NAME", field="tenant")
+    return who.tenant
+
+
+def _viewer(who: Principal, owner: str) -> str:
+    """Who a read sees the model as: the admin sees every version, as its owner does."""
+    return owner if who.is_admin or who.tenant is None else who.tenant
+
+
+def _name(request: web.Request) -> str:
+    name = request.match_info["name"]
+    if not MODEL_NAME.fullmatch(name):
+        raise error(404, f"no model named {name[:100]!r}")
+    return name
+
+
+async def _visible_model(request: web.Request) -> tuple[ModelState, tuple[ModelVersion, ...]]:
+    """The model the path names and the versions the caller may see (404 when none)."""
+    who = principal(request)
+    owner, name = _owner(request, who), _name(request)
+    model = await request.app[MODELS].load(owner, name)
+    versions = () if model is None else visible_versions(model, _viewer(who, owner))
+    if model is None or not versions:
+        raise error(404, f"no model {owner}/{name}")
+    return model, versions
+
+
+async def _resolved(request: web.Request) -> tuple[ModelState, ModelVersion]:
+    """The version the path names (number, alias or `latest`), as the caller may see it."""
+    who = principal(request)
+    owner, name = _owner(request, who), _name(request)
+    selector = request.match_info["version"]
+    try:
+        reference = _reference(owner, name, selector)
+        return await request.app[MODELS].resolve(_viewer(who, owner), reference)
+    except ModelError as exc:
+        raise refused(exc) from None
+
+
+def _reference(owner: str, name: str, selector: str) -> Reference:
+    if selector == LATEST:
+        return Reference(name=name, owner=owner)
+    separator = ":" if selector.isdigit() else "@"
+    try:
+        return parse_reference(f"{owner}/{name}{separator}{selector}")
+    except InvalidModel:
+        raise UnknownVersion(f"{owner}/{name} has no version {selector[:100]!r}") from None
+
+
+async def _owned_model(request: web.Request, who: Principal) -> ModelState:
+    """The model a write is about: one of the tenant acted for (`?tenant=` for the admin)."""
+    tenant = acting_tenant(
+        who, params.text(request.query.get("tenant"), "tenant"), "changes models"
+    )
+    name = _name(request)
+    model = await request.app[MODELS].load(tenant, name)
+    if model is None:
+        raise error(404, f"no model {tenant}/{name}")
+    return model
+
+
+async def _owned(request: web.Request) -> tuple[ModelState, ModelVersion]:
+    who = principal(request)
+    model = await _owned_model(request, who)
+    try:
+        reference = _reference(model.tenant, model.name, request.match_info["version"])
+        return await request.app[MODELS].resolve(model.tenant, reference)
+    except ModelError as exc:
+        raise refused(exc) from None
+
+
+def _json(view: VersionView) -> dict[str, Any]:
+    return view.model_dump(mode="json")
