@@ -1,0 +1,396 @@
+"""The model repository's API through a real HTTP server on a real Postgres: publication by a
+streamed upload (checked, size-limited, all or nothing), reads by number, alias and latest,
+download verified end to end, search, aliases, updates, deprecation, and what other tenants
+may see of it."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import hashlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import asyncpg
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from controlplane.artifacts.filesystem import FileArtifactStore
+from controlplane.http.app import create_app
+from controlplane.http.keys import MODELS, PROJECTIONS
+from tests.controlplane.models.samples import DOCUMENT
+from tests.tenancy import Tokens, auth, event_count
+
+Client = TestClient[Any, Any]
+
+UPLOADED = {k: v for k, v in copy.deepcopy(DOCUMENT).items() if k != "provenance"}
+"""A valid document as a user uploads it: the provenance is the repository's to fill in."""
+WEIGHTS = b"\x80\x02 the model's weights " * 1000
+
+
+@pytest.fixture
+async def client(db_url: str, tmp_path: Path) -> AsyncIterator[Client]:
+    app = create_app(db_url, poll_interval=0.2, artifacts=FileArtifactStore(tmp_path / "artifacts"))
+    async with TestClient(TestServer(app)) as client:
+        yield client
+
+
+def upload_form(
+    artifact: bytes, document: Any = None, **publication: Any
+) -> aiohttp.MultipartWriter:
+    form = aiohttp.MultipartWriter("form-data")
+    part = form.append_json({"metadata": UPLOADED if document is None else document, **publication})
+    part.set_content_disposition("form-data", name="publication")
+    part = form.append(artifact)
+    part.set_content_disposition("form-data", name="artifact", filename="model.pt")
+    return form
+
+
+async def publish(
+    client: Client, token: str, name: str, artifact: bytes = WEIGHTS, **publication: Any
+) -> dict[str, Any]:
+    response = await client.post(
+        f"/v1/models/{name}/versions",
+        data=upload_form(artifact, **publication),
+        headers=auth(token),
+    )
+    assert response.status == 201, await response.text()
+    view: dict[str, Any] = await response.json()
+    return view
+
+
+async def projected(client: Client) -> None:
+    for _ in range(250):
+        if await client.app[PROJECTIONS].caught_up():
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError("projections did not catch up")
+
+
+def blobs(tmp_path: Path) -> list[Path]:
+    return [p for p in (tmp_path / "artifacts").rglob("*") if p.is_file()]
+
+
+async def test_an_upload_is_published_read_downloaded_and_found(
+    client: Client, tokens: Tokens
+) -> None:
+    digest = hashlib.sha256(WEIGHTS).hexdigest()
+    response = await client.post(
+        "/v1/models/crystals/versions",
+        data=upload_form(WEIGHTS, sha256=digest),
+        headers=auth(tokens.acme),
+    )
+    assert response.status == 201, await response.text()
+    assert response.headers["Location"] == "/v1/models/crystals/versions/1"
+    view = await response.json()
+    assert (view["reference"], view["artifact_sha256"], view["size_bytes"]) == (
+        "acme/crystals:1",
+        digest,
+        len(WEIGHTS),
+    )
+    assert view["metadata"]["title"] == UPLOADED["title"]
+    assert (view["visibility"], view["deprecated"], view["published_by"]) == (
+        "private",
+        None,
+        "tenant:acme",
+    )
+    # The document describes exactly what is sent.
+    schemas = (await (await client.get("/openapi.json")).json())["components"]["schemas"]
+    assert set(view) == set(schemas["VersionView"]["properties"])
+
+    for selector in ("1", "latest"):
+        got = await client.get(
+            f"/v1/models/crystals/versions/{selector}", headers=auth(tokens.acme)
+        )
+        assert await got.json() == view
+
+    download = await client.get(
+        "/v1/models/crystals/versions/latest/artifact", headers=auth(tokens.acme)
+    )
+    assert download.status == 200
+    assert await download.read() == WEIGHTS
+    assert download.headers["ETag"] == f'"{digest}"'
+    assert download.headers["Content-Length"] == str(len(WEIGHTS))
+
+    await projected(client)
+    found = await (
+        await client.get(
+            "/v1/models", params={"q": "crystal framework:pytorch"}, headers=auth(tokens.acme)
+        )
+    ).json()
+    assert [v["reference"] for v in found["versions"]] == ["acme/crystals:1"]
+    assert (found["total"], found["facets"]["framework"], found["next_cursor"]) == (
+        1,
+        {"pytorch": 1},
+        None,
+    )
+    bad = await client.get("/v1/models", params={"q": "size>3"}, headers=auth(tokens.acme))
+    assert bad.status == 400
+    assert (await bad.json())["field"] == "q"
+
+    schema = await (
+        await client.get("/v1/schemas/model-metadata", headers=auth(tokens.acme))
+    ).json()
+    assert "creators" in schema["required"] and schema["$id"].startswith("urn:trainyard")
+
+
+async def test_publishing_the_same_upload_again_finds_its_version(
+    client: Client, tokens: Tokens, tmp_path: Path
+) -> None:
+    first = await publish(client, tokens.acme, "m")
+    again = await client.post(
+        "/v1/models/m/versions", data=upload_form(WEIGHTS), headers=auth(tokens.acme)
+    )
+    assert again.status == 201
+    assert again.headers["Idempotent-Replayed"] == "true"
+    assert await again.json() == first
+    # Other metadata with the same bytes: a new version sharing the one blob.
+    other = {**UPLOADED, "title": "Crystal classifier, retuned"}
+    second = await client.post(
+        "/v1/models/m/versions", data=upload_form(WEIGHTS, other), headers=auth(tokens.acme)
+    )
+    assert (await second.json())["version"] == 2
+    assert len(blobs(tmp_path)) == 1
+
+
+async def test_a_refused_upload_writes_nothing(
+    client: Client, tokens: Tokens, owner: asyncpg.Connection, tmp_path: Path
+) -> None:
+    before = await event_count(owner)
+    bad = {**UPLOADED, "title": "", "creators": [{"name": "A", "orcid": "0000-0000-0000-0000"}]}
+    response = await client.post(
+        "/v1/models/m/versions", data=upload_form(WEIGHTS, bad), headers=auth(tokens.acme)
+    )
+    assert response.status == 422
+    fields = {f["field"] for f in (await response.json())["fields"]}
+    assert fields == {"metadata.title", "metadata.creators.0.orcid"}
+
+    claimed = {**UPLOADED, "provenance": DOCUMENT["provenance"]}
+    response = await client.post(
+        "/v1/models/m/versions", data=upload_form(WEIGHTS, claimed), headers=auth(tokens.acme)
+    )
+    assert response.status == 422
+    assert [f["field"] for f in (await response.json())["fields"]] == ["metadata.provenance"]
+
+    mismatch = await client.post(
+        "/v1/models/m/versions",
+        data=upload_form(WEIGHTS, sha256="0" * 64),
+        headers=auth(tokens.acme),
+    )
+    assert mismatch.status == 422
+    assert (await mismatch.json())["field"] == "sha256"
+
+    client.app[MODELS].max_artifact_bytes = len(WEIGHTS) - 1
+    too_large = await client.post(
+        "/v1/models/m/versions", data=upload_form(WEIGHTS), headers=auth(tokens.acme)
+    )
+    assert too_large.status == 413
+    assert (await too_large.json())["field"] == "artifact"
+
+    for name, data, status in [("Not-A-Name", upload_form(b"x"), 422), ("m", b"not JSON", 400)]:
+        refused = await client.post(
+            f"/v1/models/{name}/versions", data=data, headers=auth(tokens.acme)
+        )
+        assert refused.status == status, await refused.text()
+
+    assert await event_count(owner) == before
+    assert blobs(tmp_path) == []
+
+
+async def test_an_interrupted_upload_leaves_nothing(
+    client: Client, tokens: Tokens, owner: asyncpg.Connection, tmp_path: Path
+) -> None:
+    before = await event_count(owner)
+    form = upload_form(WEIGHTS)
+    body = await _bytes(form)
+    head = (
+        "POST /v1/models/cut/versions HTTP/1.1\r\n"
+        f"Host: localhost\r\nAuthorization: Bearer {tokens.acme}\r\n"
+        f"Content-Type: {form.content_type}\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode()
+    server = client.server
+    _, writer = await asyncio.open_connection(server.host, server.port)
+    writer.write(head + body[: len(body) // 2])  # the client dies halfway through the artifact
+    await writer.drain()
+    await asyncio.sleep(0.3)
+    writer.transport.abort()
+    await asyncio.sleep(0.5)
+    assert await event_count(owner) == before
+    assert blobs(tmp_path) == []
+    missing = await client.get("/v1/models/cut", headers=auth(tokens.acme))
+    assert missing.status == 404
+
+
+async def _bytes(form: aiohttp.MultipartWriter) -> bytes:
+    class Sink:
+        def __init__(self) -> None:
+            self.data = bytearray()
+
+        async def write(self, chunk: bytes) -> None:
+            self.data += chunk
+
+    sink = Sink()
+    await form.write(sink)  # type: ignore[arg-type]
+    return bytes(sink.data)
+
+
+async def test_a_damaged_artifact_is_never_downloaded_whole(
+    client: Client, tokens: Tokens, tmp_path: Path
+) -> None:
+    view = await publish(client, tokens.acme, "m")
+    (blob,) = blobs(tmp_path)
+    blob.chmod(0o600)
+    blob.write_bytes(WEIGHTS[:-1] + b"!")  # same size, one byte flipped
+    response = await client.get("/v1/models/m/versions/1/artifact", headers=auth(tokens.acme))
+    assert response.status == 200  # sent before the damage could be found
+    with pytest.raises(aiohttp.ClientPayloadError):
+        await response.read()
+    assert view["artifact_sha256"] == hashlib.sha256(WEIGHTS).hexdigest()
+
+
+async def test_aliases_updates_and_deprecation(client: Client, tokens: Tokens) -> None:
+    acme = auth(tokens.acme)
+    await publish(client, tokens.acme, "m", b"one")
+    await publish(client, tokens.acme, "m", b"two")
+    put = await client.put("/v1/models/m/aliases/production", json={"version": 1}, headers=acme)
+    assert await put.json() == {"alias": "production", "version": 1, "previous": None}
+    moved = await client.put("/v1/models/m/aliases/production", json={"version": 2}, headers=acme)
+    assert await moved.json() == {"alias": "production", "version": 2, "previous": 1}
+    same = await client.put("/v1/models/m/aliases/production", json={"version": 2}, headers=acme)
+    assert (same.status, (await same.json())["previous"]) == (200, 2)
+    by_alias = await client.get("/v1/models/m/versions/production", headers=acme)
+    assert (await by_alias.json())["version"] == 2
+    reserved = await client.put("/v1/models/m/aliases/latest", json={"version": 1}, headers=acme)
+    assert reserved.status == 422
+
+    # Only the mutable parts change, and a recorded metric never does.
+    patched = await client.patch(
+        "/v1/models/m/versions/2",
+        json={"tags": ["retuned"], "metrics": {"f1": 0.5}},
+        headers=acme,
+    )
+    view = await patched.json()
+    assert view["metadata"]["tags"] == ["retuned"]
+    assert view["metadata"]["metrics"] == {**UPLOADED["metrics"], "f1": 0.5}
+    immutable = await client.patch(
+        "/v1/models/m/versions/2", json={"title": "new", "tags": "x"}, headers=acme
+    )
+    assert immutable.status == 422
+    assert {f["field"] for f in (await immutable.json())["fields"]} == {
+        "metadata.title",
+        "metadata.tags",
+    }
+    changed = await client.patch(
+        "/v1/models/m/versions/2", json={"metrics": {"f1": 0.6}}, headers=acme
+    )
+    assert changed.status == 409
+
+    aliased = await client.post(
+        "/v1/models/m/versions/2/deprecate", json={"reason": "old"}, headers=acme
+    )
+    assert aliased.status == 409
+    removed = await client.delete("/v1/models/m/aliases/production", headers=acme)
+    assert removed.status == 204
+    gone = await client.delete("/v1/models/m/aliases/production", headers=acme)
+    assert gone.status == 404
+    deprecated = await client.post(
+        "/v1/models/m/versions/2/deprecate", json={"reason": "superseded"}, headers=acme
+    )
+    assert (await deprecated.json())["deprecated"] == "superseded"
+
+    model = await (await client.get("/v1/models/m", headers=acme)).json()
+    assert [v["version"] for v in model["versions"]] == [2, 1]
+    assert (model["latest"], model["aliases"]) == (1, {})
+    history = await (await client.get("/v1/models/m/history", headers=acme)).json()
+    assert [h["event"] for h in history["history"]] == [
+        "ModelVersionPublished",
+        "ModelVersionPublished",
+        "ModelAliasSet",
+        "ModelAliasSet",
+        "ModelMetadataUpdated",
+        "ModelAliasRemoved",
+        "ModelVersionDeprecated",
+    ]
+    assert {h["actor"] for h in history["history"]} == {"tenant:acme"}
+
+
+async def test_tenants_see_only_their_own_and_public_models(
+    client: Client, tokens: Tokens, owner: asyncpg.Connection
+) -> None:
+    globex, admin = auth(tokens.globex), auth(tokens.admin)
+    await publish(client, tokens.acme, "secret")
+    await publish(client, tokens.acme, "shared", b"public weights", visibility="public")
+    await publish(client, tokens.acme, "shared", b"private weights")
+
+    for path in (
+        "/v1/models/secret",
+        "/v1/models/secret/versions/1",
+        "/v1/models/secret/versions/1/artifact",
+        "/v1/models/secret/history",
+        "/v1/models/shared/versions/2",
+        "/v1/models/shared/history",
+    ):
+        response = await client.get(path, params={"tenant": "acme"}, headers=globex)
+        assert response.status == 404, path
+    shared = await (
+        await client.get("/v1/models/shared", params={"tenant": "acme"}, headers=globex)
+    ).json()
+    assert ([v["version"] for v in shared["versions"]], shared["latest"]) == ([1], 1)
+    latest = await client.get(
+        "/v1/models/shared/versions/latest", params={"tenant": "acme"}, headers=globex
+    )
+    assert (await latest.json())["version"] == 1  # the latest globex may see
+    download = await client.get(
+        "/v1/models/shared/versions/1/artifact", params={"tenant": "acme"}, headers=globex
+    )
+    assert await download.read() == b"public weights"
+
+    # Without ?tenant= a tenant names its own models; it never writes another's.
+    assert (await client.get("/v1/models/shared", headers=globex)).status == 404
+    before = await event_count(owner)
+    for method, path, body in [
+        ("PUT", "/v1/models/shared/aliases/prod", {"version": 1}),
+        ("PATCH", "/v1/models/shared/versions/1", {"tags": ["mine"]}),
+        ("POST", "/v1/models/shared/versions/1/deprecate", {"reason": "no"}),
+        ("DELETE", "/v1/models/shared/aliases/prod", None),
+    ]:
+        forbidden = await client.request(
+            method, path, params={"tenant": "acme"}, json=body, headers=globex
+        )
+        assert forbidden.status == 403, path
+        mine = await client.request(method, path, json=body, headers=globex)
+        assert mine.status == 404, path
+    assert await event_count(owner) == before
+
+    await projected(client)
+    found = await (await client.get("/v1/models", headers=globex)).json()
+    assert [v["reference"] for v in found["versions"]] == ["acme/shared:1"]
+    everything = await (await client.get("/v1/models", headers=admin)).json()
+    assert everything["total"] == 3
+
+    # The admin reads any model, naming its tenant.
+    assert (await client.get("/v1/models/secret", headers=admin)).status == 400
+    secret = await client.get("/v1/models/secret", params={"tenant": "acme"}, headers=admin)
+    assert secret.status == 200
+
+
+async def test_publishing_from_a_job_needs_a_completed_job_of_the_tenant(
+    client: Client, tokens: Tokens, owner: asyncpg.Connection
+) -> None:
+    manifest = {"name": "train", "image": "trainyard-learner:latest", "command": ["train"]}
+    job = await (await client.post("/v1/jobs", json=manifest, headers=auth(tokens.acme))).json()
+    before = await event_count(owner)
+    body = {"metadata": UPLOADED, "from_job": job["id"]}
+    queued = await client.post("/v1/models/m/versions", json=body, headers=auth(tokens.acme))
+    assert queued.status == 409
+    assert "QUEUED" in (await queued.json())["error"]
+    foreign = await client.post("/v1/models/m/versions", json=body, headers=auth(tokens.globex))
+    assert foreign.status == 422
+    assert (await foreign.json())["field"] == "from_job"
+    no_job = await client.post(
+        "/v1/models/m/versions", json={"metadata": UPLOADED}, headers=auth(tokens.acme)
+    )
+    assert (no_job.status, (await no_job.json())["field"]) == (422, "from_job")
+    assert await event_count(owner) == before
