@@ -24,6 +24,12 @@ from controlplane.webhooks.addresses import ALLOW_NETWORKS_ENV, parse_networks
 from controlplane.webhooks.relay import RelayConfig
 
 
+MAX_REQUEST_LINE = 32 * 1024
+"""The longest request line served: a model search's 1000 characters take up to 12 bytes each
+once percent-encoded (4-byte UTF-8), past aiohttp's default of 8190, which it refuses with a
+bare text/plain 400 before any handler could name the parameter."""
+
+
 class ServeError(CommandFailed):
     """The control plane cannot start; the message is one line for the operator."""
 
@@ -65,7 +71,7 @@ async def listening(
         relay=RelayConfig(allow_networks=allowed),
         max_streams=max_streams,
     )
-    runner = web.AppRunner(app, handle_signals=False)
+    runner = web.AppRunner(app, handle_signals=False, max_line_size=MAX_REQUEST_LINE)
     await runner.setup()
     try:
         try:
