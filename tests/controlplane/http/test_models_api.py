@@ -19,7 +19,8 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from controlplane.artifacts.filesystem import FileArtifactStore
 from controlplane.http.app import create_app
-from controlplane.http.keys import MODELS, PROJECTIONS
+from controlplane.http.keys import MODELS
+from tests.controlplane.http.test_jobs_api import projected
 from tests.controlplane.models.samples import DOCUMENT
 from tests.tenancy import Tokens, auth, event_count
 
@@ -59,14 +60,6 @@ async def publish(
     assert response.status == 201, await response.text()
     view: dict[str, Any] = await response.json()
     return view
-
-
-async def projected(client: Client) -> None:
-    for _ in range(250):
-        if await client.app[PROJECTIONS].caught_up():
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError("projections did not catch up")
 
 
 def blobs(tmp_path: Path) -> list[Path]:
