@@ -73,6 +73,8 @@ from controlplane.models.visibility import visible_versions
 from controlplane.search.errors import QueryError
 from controlplane.search.query import parse
 from controlplane.tenants.principals import Principal
+from controlplane.tenants.validation import NAME as TENANT_NAME
+from controlplane.tenants.views import tenant_limits
 
 MAX_PUBLICATION_BYTES = 1024 * 1024
 """The largest `publication` part of an upload: a metadata document is a few hundred KiB."""
@@ -332,7 +334,7 @@ async def download(request: web.Request) -> web.StreamResponse:
 
 async def publish(request: web.Request) -> web.Response:
     who = principal(request)
-    tenant = acting_tenant(who, params.text(request.query.get("tenant"), "tenant"), "publishes")
+    tenant = await _acting(request, who, "publishes")
     name = request.match_info["name"]
     models = request.app[MODELS]
     try:
@@ -488,10 +490,23 @@ def _owner(request: web.Request, who: Principal) -> str:
     """Whose model a read is about: `?tenant=`, else the caller's own."""
     named = params.text(request.query.get("tenant"), "tenant")
     if named:
+        if not TENANT_NAME.fullmatch(named):
+            raise error(404, f"no tenant named {named[:100]!r}", field="tenant")
         return named
     if who.tenant is None:
         raise error(400, "an admin names the model's tenant: add ?tenant=NAME", field="tenant")
     return who.tenant
+
+
+async def _acting(request: web.Request, who: Principal, action: str) -> str:
+    """The tenant a write acts for: the caller's own, or the tenant the admin names, which
+    must exist (a model of no tenant would be no one's)."""
+    tenant = acting_tenant(who, params.text(request.query.get("tenant"), "tenant"), action)
+    if who.is_admin and (
+        not TENANT_NAME.fullmatch(tenant) or await tenant_limits(request.app[POOL], tenant) is None
+    ):
+        raise error(422, f"no tenant named {tenant[:100]!r}", field="tenant")
+    return tenant
 
 
 def _viewer(who: Principal, owner: str) -> str:
@@ -541,9 +556,7 @@ def _reference(owner: str, name: str, selector: str) -> Reference:
 
 async def _owned_model(request: web.Request, who: Principal) -> ModelState:
     """The model a write is about: one of the tenant acted for (`?tenant=` for the admin)."""
-    tenant = acting_tenant(
-        who, params.text(request.query.get("tenant"), "tenant"), "changes models"
-    )
+    tenant = await _acting(request, who, "changes models")
     name = _name(request)
     model = await request.app[MODELS].load(tenant, name)
     if model is None:

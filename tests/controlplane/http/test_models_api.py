@@ -367,6 +367,17 @@ async def test_tenants_see_only_their_own_and_public_models(
     assert (await client.get("/v1/models/secret", headers=admin)).status == 400
     secret = await client.get("/v1/models/secret", params={"tenant": "acme"}, headers=admin)
     assert secret.status == 200
+    for tenant in ("initech", "\x1bv"):
+        nobody = await client.get("/v1/models/secret", params={"tenant": tenant}, headers=admin)
+        assert nobody.status == 404
+        no_tenant = await client.post(
+            "/v1/models/m/versions",
+            params={"tenant": tenant},
+            data=upload_form(WEIGHTS),
+            headers=admin,
+        )
+        assert (no_tenant.status, (await no_tenant.json())["field"]) == (422, "tenant")
+    assert await event_count(owner) == before
 
 
 async def test_publishing_from_a_job_needs_a_completed_job_of_the_tenant(
