@@ -378,9 +378,16 @@ async def _upload(request: web.Request, tenant: str, name: str, who: Principal) 
     first = await reader.next()
     if not isinstance(first, BodyPartReader) or first.name != PUBLICATION_PART:
         raise error(422, f"the first part must be '{PUBLICATION_PART}'", field=PUBLICATION_PART)
-    raw = await first.read()
-    if len(raw) > MAX_PUBLICATION_BYTES:
-        raise error(413, f"'{PUBLICATION_PART}' is over {MAX_PUBLICATION_BYTES} bytes")
+    # Read up to the bound, never whole: the part is the client's to make as long as it likes.
+    raw = bytearray()
+    while chunk := await first.read_chunk(CHUNK_SIZE):
+        raw += chunk
+        if len(raw) > MAX_PUBLICATION_BYTES:
+            raise error(
+                413,
+                f"'{PUBLICATION_PART}' is over {MAX_PUBLICATION_BYTES} bytes",
+                field=PUBLICATION_PART,
+            )
     try:
         document = json.loads(raw)
     except (ValueError, RecursionError) as exc:

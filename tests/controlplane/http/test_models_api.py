@@ -182,6 +182,11 @@ async def test_a_refused_upload_writes_nothing(
     assert too_large.status == 413
     assert (await too_large.json())["field"] == "artifact"
 
+    huge = aiohttp.MultipartWriter("form-data")
+    huge.append(b" " * (2 * 1024 * 1024)).set_content_disposition("form-data", name="publication")
+    refused = await client.post("/v1/models/m/versions", data=huge, headers=auth(tokens.acme))
+    assert (refused.status, (await refused.json())["field"]) == (413, "publication")
+
     for name, data, status in [("Not-A-Name", upload_form(b"x"), 422), ("m", b"not JSON", 400)]:
         refused = await client.post(
             f"/v1/models/{name}/versions", data=data, headers=auth(tokens.acme)
