@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -16,6 +17,8 @@ REQUEST_TIMEOUT = aiohttp.ClientTimeout(total=30, connect=10)
 # A followed stream is quiet for as long as the job is; the server's heartbeats (every 15 s)
 # keep it alive, so a read that waits much longer than that means a dead connection.
 STREAM_TIMEOUT = aiohttp.ClientTimeout(total=None, connect=10, sock_read=60)
+# An artifact's upload or download takes as long as its size needs: only a stall fails it.
+TRANSFER_TIMEOUT = aiohttp.ClientTimeout(total=None, connect=10, sock_read=300)
 RECONNECT_FOR_S = 60.0
 """How long a followed stream keeps reconnecting before the server counts as unreachable."""
 RECONNECT_DELAY_S = (0.2, 0.5, 1.0, 2.0, 5.0)
@@ -33,7 +36,7 @@ class ServerUnreachable(Exception):
 
 
 class NotFound(Exception):
-    """The job does not exist, or belongs to another tenant (exit code 4)."""
+    """The job or model does not exist, or belongs to another tenant (exit code 4)."""
 
 
 class ApiError(Exception):
@@ -107,23 +110,44 @@ class ApiClient:
         *,
         params: Sequence[tuple[str, str]] = (),
         body: Any = None,
+        form: aiohttp.MultipartWriter | None = None,
         not_found: str | None = None,
         text: bool = False,
     ) -> Any:
         """The response's JSON (or text; None for 204); an exception for any error status. A
-        404 is NotFound, with `not_found` as its message (else the server's)."""
+        404 is NotFound, with `not_found` as its message (else the server's). The body is
+        `body` as JSON, or `form`, a multipart body whose parts may stream from files."""
         try:
             async with self.session.request(
                 method,
                 self.server + path,
                 params=list(params),
                 json=body,
-                timeout=REQUEST_TIMEOUT,
+                data=form,
+                timeout=REQUEST_TIMEOUT if form is None else TRANSFER_TIMEOUT,
             ) as response:
                 await raise_for_status(response, not_found)
                 if response.status == 204:
                     return None
                 return await response.text() if text else await response.json()
+        except aiohttp.InvalidURL as exc:
+            raise UsageError(f"invalid server URL {self.server!r}") from exc
+        except _UNREACHABLE as exc:
+            raise self.unreachable(exc) from exc
+
+    @asynccontextmanager
+    async def download(
+        self, path: str, params: Sequence[tuple[str, str]] = (), *, not_found: str | None = None
+    ) -> AsyncIterator[aiohttp.ClientResponse]:
+        """A response whose body is too large to hold, for the caller to read in chunks
+        (`response.content`). A body cut short of its Content-Length, as by a server that
+        stops sending, is ServerUnreachable, like a dropped connection."""
+        try:
+            async with self.session.get(
+                self.server + path, params=list(params), timeout=TRANSFER_TIMEOUT
+            ) as response:
+                await raise_for_status(response, not_found)
+                yield response
         except aiohttp.InvalidURL as exc:
             raise UsageError(f"invalid server URL {self.server!r}") from exc
         except _UNREACHABLE as exc:

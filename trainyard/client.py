@@ -1,26 +1,44 @@
-"""The Python SDK: a control plane's jobs, logs and nodes as method calls.
+"""The Python SDK: a control plane's jobs, logs and nodes, and its model repository, as
+method calls.
 
 `AsyncClient` is the SDK for asyncio code, and what the CLI's user commands are built on;
 `Client` is the same calls, blocking, for scripts and notebooks: it runs an `AsyncClient` on an
 event loop of its own, in a thread, so it works where a loop is already running (Jupyter) too.
-Jobs, nodes and log lines are the API's JSON objects, as dicts. Errors are exceptions:
-`NotFound`, `ApiError` (with the HTTP status), `ServerUnreachable`, `UsageError`.
+Jobs, nodes, log lines, models and their versions are the API's JSON objects, as dicts. Errors
+are exceptions: `NotFound`, `ApiError` (with the HTTP status), `ServerUnreachable`,
+`UsageError`.
+
+Model versions are named as people write them: `name` (its latest version), `name:3`,
+`name@production`, each `tenant/`-prefixed for another tenant's public model.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import os
 import re
 import threading
-from collections.abc import AsyncGenerator, Coroutine, Iterable, Iterator, Mapping
+import uuid
+from collections.abc import AsyncGenerator, Callable, Coroutine, Iterable, Iterator, Mapping
 from contextlib import aclosing
+from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, Literal, TypeVar
+
+import aiohttp
 
 from controlplane.jobs.lifecycle import JobStatus
-from trainyard.api import ApiClient
+from controlplane.models.errors import InvalidModel
+from controlplane.models.names import LATEST, check_alias
+from controlplane.models.references import Reference, parse_reference
+from trainyard.api import ApiClient, ApiError, ServerUnreachable, UsageError
 
 T = TypeVar("T")
+
+Visibility = Literal["private", "public"]
+"""Who may see a model version: its tenant only, or every tenant."""
+DOWNLOAD_CHUNK = 1024 * 1024
 
 TERMINAL_STATES = frozenset(status.value for status in JobStatus if status.terminal)
 """The states a job ends in: it never leaves them."""
@@ -163,9 +181,255 @@ class AsyncClient:
                     line: dict[str, Any] = message.json()
                     yield line
 
+    async def models(
+        self, query: str = "", *, limit: int = 50, cursor: str | None = None
+    ) -> dict[str, Any]:
+        """One page of the model versions that `query` matches (README, "Model search
+        queries"; "" matches every one the caller may see), best first: `versions`, `total` (of
+        all the matches), `facets` (their counts by framework, domain, tenant and license) and
+        `next_cursor` (None on the last page), to pass as `cursor`. `limit` is 1 to 200. A
+        query the server cannot read is ApiError (400) saying what is wrong, and where."""
+        params = [("q", query), ("limit", str(limit))]
+        if cursor is not None:
+            params.append(("cursor", cursor))
+        page: dict[str, Any] = await self.api.request("GET", "/v1/models", params=params)
+        return page
+
+    async def model(self, reference: str) -> dict[str, Any]:
+        """A model (`name`, or `tenant/name`): the versions the caller may see, newest first,
+        its `aliases` (alias: version number) and its `latest` version's number."""
+        ref = _model_reference(reference)
+        model: dict[str, Any] = await self.api.request("GET", _model_path(ref), params=_owner(ref))
+        return model
+
+    async def model_version(self, reference: str) -> dict[str, Any]:
+        """The model version `reference` names (`[tenant/]name[:N|@alias]`; without a version
+        or alias, the latest): its metadata, artifact sha256 and size, visibility and
+        deprecation."""
+        ref = _reference(reference)
+        version: dict[str, Any] = await self.api.request(
+            "GET", _version_path(ref), params=_owner(ref)
+        )
+        return version
+
+    async def publish_model(
+        self,
+        name: str,
+        artifact: str | os.PathLike[str],
+        metadata: Mapping[str, Any],
+        *,
+        visibility: Visibility = "private",
+    ) -> dict[str, Any]:
+        """Publish the file `artifact` as the next version of model `name` (`tenant/name`:
+        the admin, publishing for a tenant), with the metadata document `metadata`; the new
+        version. The file is streamed, never held in memory whole; its sha256, computed first,
+        goes with it, and the server keeps nothing unless the bytes it received hash to that.
+        Publishing the same file with the same metadata again answers the version it made."""
+        ref = _model_reference(name)
+        path = Path(artifact)
+        try:
+            file, sha256 = await asyncio.to_thread(_opened_with_sha256, path)
+        except OSError as exc:
+            raise UsageError(f"cannot read {path}: {exc}") from exc
+        with file:
+            form = aiohttp.MultipartWriter("form-data")
+            # The server reads the publication first, and refuses a bad one before it stores
+            # a byte of the artifact, which must come second.
+            publication = {"metadata": dict(metadata), "visibility": visibility, "sha256": sha256}
+            form.append_json(publication).set_content_disposition("form-data", name="publication")
+            part = form.append(file, {"Content-Type": "application/octet-stream"})
+            part.set_content_disposition("form-data", name="artifact", filename=path.name)
+            version: dict[str, Any] = await self.api.request(
+                "POST", f"{_model_path(ref)}/versions", params=_owner(ref), form=form
+            )
+        return version
+
+    async def publish_model_from_job(
+        self,
+        name: str,
+        job_id: str,
+        metadata: Mapping[str, Any],
+        *,
+        checkpoint_step: int | None = None,
+        results_file: str | None = None,
+        visibility: Visibility = "private",
+    ) -> dict[str, Any]:
+        """Publish as the next version of model `name` a file of the COMPLETED job `job_id`'s
+        stored results (`results_file`, relative to them; the server's default is model.pt),
+        or the checkpoint the job saved at `checkpoint_step`; the new version. Nothing is
+        uploaded: the control plane reads the file where the job stored it, and fills in the
+        metadata's provenance (job, attempt, checkpoint step, data sha256) from the job's
+        events, so `metadata` gives none."""
+        ref = _model_reference(name)
+        body: dict[str, Any] = {
+            "metadata": dict(metadata),
+            "visibility": visibility,
+            "from_job": job_id,
+            "checkpoint_step": checkpoint_step,
+        }
+        if results_file is not None:
+            body["results_file"] = results_file
+        version: dict[str, Any] = await self.api.request(
+            "POST", f"{_model_path(ref)}/versions", params=_owner(ref), body=body
+        )
+        return version
+
+    async def update_model(self, reference: str, update: Mapping[str, Any]) -> dict[str, Any]:
+        """Change what may change of the version `reference` names: `update` gives any of
+        `description`, `domains`, `tags`, `citation` (each replacing the version's), and
+        `metrics` to add (a metric recorded already never changes: ApiError 409); the
+        version."""
+        ref = _reference(reference)
+        version: dict[str, Any] = await self.api.request(
+            "PATCH", _version_path(ref), params=_owner(ref), body=dict(update)
+        )
+        return version
+
+    async def set_model_alias(self, reference: str, alias: str) -> dict[str, Any]:
+        """Point the model's `alias` at the version `reference` names, setting it or moving
+        it: {alias, version, previous} (`previous`: the version it named, or None)."""
+        ref = _reference(reference)
+        path = f"{_model_path(ref)}/aliases/{_checked(check_alias, alias)}"
+        # An alias names a number, never another alias or `latest`, which move.
+        number = ref.version or (await self.model_version(reference))["version"]
+        moved: dict[str, Any] = await self.api.request(
+            "PUT", path, params=_owner(ref), body={"version": number}
+        )
+        return moved
+
+    async def remove_model_alias(self, reference: str, alias: str) -> None:
+        """Remove `alias` from the model `reference` names (`[tenant/]name`)."""
+        ref = _model_reference(reference)
+        path = f"{_model_path(ref)}/aliases/{_checked(check_alias, alias)}"
+        await self.api.request("DELETE", path, params=_owner(ref))
+
+    async def deprecate_model(self, reference: str, reason: str) -> dict[str, Any]:
+        """Deprecate the version `reference` names, saying why: it stays downloadable by
+        reference, but is no longer `latest`; the version. One an alias names is refused
+        (ApiError 409): move the alias first."""
+        ref = _reference(reference)
+        version: dict[str, Any] = await self.api.request(
+            "POST", f"{_version_path(ref)}/deprecate", params=_owner(ref), body={"reason": reason}
+        )
+        return version
+
+    async def download_model(self, reference: str, path: str | os.PathLike[str]) -> dict[str, Any]:
+        """Download the artifact of the version `reference` names to the file `path`,
+        replacing any file there; the version. The bytes go to a temporary file beside `path`,
+        renamed onto it only once their size and sha256 are the version's: a download that
+        breaks off or arrives corrupted leaves `path` as it was."""
+        ref = _reference(reference)
+        target = Path(path)
+        if await asyncio.to_thread(target.is_dir):
+            raise UsageError(f"{target} is a directory: name the file to write")
+        version = await self.model_version(reference)
+        # Its number, not `reference`: the bytes must be this version's even if an alias or
+        # `latest` moves meanwhile.
+        artifact = f"{_model_path(ref)}/versions/{version['version']}/artifact"
+        temporary = target.with_name(f".{target.name}.{uuid.uuid4().hex}.part")
+        digest, received = hashlib.sha256(), 0
+        try:
+            try:
+                file = await asyncio.to_thread(_created, temporary)
+            except OSError as exc:
+                raise UsageError(f"cannot write {target}: {exc}") from exc
+            with file:
+                async with self.api.download(artifact, _owner(ref)) as response:
+                    status = response.status
+                    async for chunk in response.content.iter_chunked(DOWNLOAD_CHUNK):
+                        await asyncio.to_thread(_append, file, digest.update, chunk)
+                        received += len(chunk)
+                await asyncio.to_thread(_make_durable, file)
+            expected = (version["size_bytes"], version["artifact_sha256"])
+            if (received, digest.hexdigest()) != expected:
+                raise ApiError(
+                    status,
+                    f"the artifact of {version['reference']} arrived corrupted ({received} "
+                    f"bytes, sha256 {digest.hexdigest()}; the version's are {expected[0]} "
+                    f"bytes, sha256 {expected[1]}); nothing was written to {target}",
+                )
+            os.replace(temporary, target)
+        except ServerUnreachable as exc:
+            # A dropped connection, or a server that found the stored bytes damaged and
+            # stopped: the client cannot tell which.
+            raise ServerUnreachable(
+                f"the download of {version['reference']} broke off before its end "
+                f"({exc.__cause__ or exc}); nothing was written to {target}"
+            ) from exc
+        finally:
+            temporary.unlink(missing_ok=True)
+        return version
+
 
 def _no_job(job_id: str) -> str:
     return f"no job {job_id}"
+
+
+def _checked(check: Callable[[str], T], text: str) -> T:
+    """`check(text)`, its InvalidModel a UsageError: what the caller wrote is wrong."""
+    try:
+        return check(text)
+    except InvalidModel as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _reference(text: str) -> Reference:
+    return _checked(parse_reference, text)
+
+
+def _model_reference(text: str) -> Reference:
+    """A reference to a model as a whole: without a version or alias."""
+    ref = _reference(text)
+    if ref.version is not None or ref.alias is not None:
+        owner = f"{ref.owner}/" if ref.owner else ""
+        raise UsageError(f"{text!r} names a version: name the model alone, {owner}{ref.name}")
+    return ref
+
+
+def _model_path(ref: Reference) -> str:
+    return f"/v1/models/{ref.name}"
+
+
+def _version_path(ref: Reference) -> str:
+    selector = ref.alias or (LATEST if ref.version is None else str(ref.version))
+    return f"{_model_path(ref)}/versions/{selector}"
+
+
+def _owner(ref: Reference) -> list[tuple[str, str]]:
+    """The query naming the model's tenant; none names the caller's own."""
+    return [("tenant", ref.owner)] if ref.owner else []
+
+
+def _opened_with_sha256(path: Path) -> tuple[BinaryIO, str]:
+    """The file open at its start, and its sha256: the file hashed is the one sent, even if
+    another is renamed onto its path meanwhile."""
+    file = path.open("rb")
+    try:
+        sha256 = hashlib.file_digest(file, "sha256").hexdigest()
+        file.seek(0)
+    except BaseException:
+        file.close()
+        raise
+    return file, sha256
+
+
+def _created(path: Path) -> BinaryIO:
+    # O_EXCL: the name is fresh, so the file is this download's alone; 0o666 less the umask,
+    # as any other file the user writes.
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+    return os.fdopen(os.open(path, flags, 0o666), "wb")
+
+
+def _append(file: BinaryIO, digest: Callable[[bytes], None], chunk: bytes) -> None:
+    digest(chunk)
+    file.write(chunk)
+
+
+def _make_durable(file: BinaryIO) -> None:
+    """On disk before the rename, so that no crash can leave a file at the path that is not
+    the whole artifact."""
+    file.flush()
+    os.fsync(file.fileno())
 
 
 def _text_lines(text: str) -> list[dict[str, Any]]:
@@ -284,6 +548,74 @@ class Client:
             job_id, follow=follow, attempt=attempt, learner=learner, protocol=protocol
         )
         return self._iterate(lines)
+
+    def models(
+        self, query: str = "", *, limit: int = 50, cursor: str | None = None
+    ) -> dict[str, Any]:
+        """See `AsyncClient.models`."""
+        return self._run(self._client.models(query, limit=limit, cursor=cursor))
+
+    def model(self, reference: str) -> dict[str, Any]:
+        """See `AsyncClient.model`."""
+        return self._run(self._client.model(reference))
+
+    def model_version(self, reference: str) -> dict[str, Any]:
+        """See `AsyncClient.model_version`."""
+        return self._run(self._client.model_version(reference))
+
+    def publish_model(
+        self,
+        name: str,
+        artifact: str | os.PathLike[str],
+        metadata: Mapping[str, Any],
+        *,
+        visibility: Visibility = "private",
+    ) -> dict[str, Any]:
+        """See `AsyncClient.publish_model`."""
+        return self._run(
+            self._client.publish_model(name, artifact, metadata, visibility=visibility)
+        )
+
+    def publish_model_from_job(
+        self,
+        name: str,
+        job_id: str,
+        metadata: Mapping[str, Any],
+        *,
+        checkpoint_step: int | None = None,
+        results_file: str | None = None,
+        visibility: Visibility = "private",
+    ) -> dict[str, Any]:
+        """See `AsyncClient.publish_model_from_job`."""
+        published = self._client.publish_model_from_job(
+            name,
+            job_id,
+            metadata,
+            checkpoint_step=checkpoint_step,
+            results_file=results_file,
+            visibility=visibility,
+        )
+        return self._run(published)
+
+    def update_model(self, reference: str, update: Mapping[str, Any]) -> dict[str, Any]:
+        """See `AsyncClient.update_model`."""
+        return self._run(self._client.update_model(reference, update))
+
+    def set_model_alias(self, reference: str, alias: str) -> dict[str, Any]:
+        """See `AsyncClient.set_model_alias`."""
+        return self._run(self._client.set_model_alias(reference, alias))
+
+    def remove_model_alias(self, reference: str, alias: str) -> None:
+        """See `AsyncClient.remove_model_alias`."""
+        self._run(self._client.remove_model_alias(reference, alias))
+
+    def deprecate_model(self, reference: str, reason: str) -> dict[str, Any]:
+        """See `AsyncClient.deprecate_model`."""
+        return self._run(self._client.deprecate_model(reference, reason))
+
+    def download_model(self, reference: str, path: str | os.PathLike[str]) -> dict[str, Any]:
+        """See `AsyncClient.download_model`."""
+        return self._run(self._client.download_model(reference, path))
 
     def _run(self, call: Coroutine[Any, Any, T]) -> T:
         future = asyncio.run_coroutine_threadsafe(call, self._loop)
