@@ -1,10 +1,15 @@
-"""How the client shows jobs, nodes and a followed job: plain aligned text for reading (and
-for pipes), a rich live status line when stdout is a terminal."""
+"""How the client shows jobs, nodes, a followed job and model versions: plain aligned text for
+reading (and for pipes), a rich live status line when stdout is a terminal. Text that tenants
+wrote (a model's metadata is another tenant's, when public) is shown with its control
+characters escaped."""
 
 from __future__ import annotations
 
 import json
+import re
+import shlex
 import sys
+import textwrap
 from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any, Protocol
@@ -14,6 +19,25 @@ from rich.live import Live
 from rich.text import Text
 
 from runners import protocol
+
+_UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+"""Control characters, which a terminal obeys (escape sequences move the cursor, rewrite the
+screen, set the window's title); bidirectional overrides, which show text in another order
+than it is; and lone surrogates, which no terminal encoding can print."""
+SHOWN_METRICS = 3
+"""Metrics a table row shows, before `+N` more."""
+TITLE_CHARS = 48
+
+
+def printable(text: str, *, layout: bool = False) -> str:
+    """`text` safe to print: each unsafe character as its escape (`\\x1b`); with `layout`,
+    line breaks and tabs are kept."""
+
+    def escaped(match: re.Match[str]) -> str:
+        char = match.group()
+        return char if layout and char in "\n\t" else ascii(char)[1:-1]
+
+    return _UNSAFE.sub(escaped, text)
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
@@ -29,8 +53,9 @@ def _cell(value: object) -> str:
     if value is None:
         return "-"
     if isinstance(value, list | tuple):
-        return ",".join(str(v) for v in value) or "-"
-    return str(value)
+        return ",".join(printable(str(v)) for v in value) or "-"
+    # One line, whatever it holds: a line break would break the table.
+    return printable(str(value))
 
 
 def jobs_table(jobs: Sequence[Mapping[str, Any]]) -> str:
@@ -227,3 +252,151 @@ def follow_view(json_output: bool, raw: bool = False) -> FollowView:
     if json_output:
         return JsonLinesView()
     return LiveView(raw) if sys.stdout.isatty() else PlainView(raw)
+
+
+def versions_table(versions: Sequence[Mapping[str, Any]]) -> str:
+    """Model versions of any models, one a row (a search's page)."""
+    rows = [
+        (
+            version["reference"],
+            _shortened(version["metadata"]["title"], TITLE_CHARS),
+            version["metadata"]["framework"],
+            _metrics(version["metadata"].get("metrics", {}), SHOWN_METRICS),
+            version["created"],
+        )
+        for version in versions
+    ]
+    return table(["REFERENCE", "TITLE", "FRAMEWORK", "METRICS", "CREATED"], rows)
+
+
+def search_page(page: Mapping[str, Any], next_page: Sequence[str] | None) -> str:
+    """A search's page, then how many versions match in all, their facets' counts, and
+    `next_page` (the command line that shows the next page, when there is one)."""
+    versions = page["versions"]
+    lines = [versions_table(versions), ""] if versions else []
+    lines.append(f"{page['total']} matching version(s), {len(versions)} shown")
+    for facet, counts in page["facets"].items():
+        if counts:
+            shown = ", ".join(f"{printable(value)} {count}" for value, count in counts.items())
+            lines.append(f"{facet}: {shown}")
+    if next_page is not None:
+        lines.append(f"next page: {printable(shlex.join(next_page))}")
+    return "\n".join(lines)
+
+
+def model_versions(model: Mapping[str, Any], limit: int) -> str:
+    """One model's versions (at most `limit`, newest first), each with the aliases naming it,
+    `latest` included."""
+    aliases: dict[int, list[str]] = {}
+    if model["latest"] is not None:
+        aliases[model["latest"]] = ["latest"]
+    for alias, number in model["aliases"].items():
+        aliases.setdefault(number, []).append(alias)
+    rows = [
+        (
+            version["version"],
+            aliases.get(version["version"]),
+            _shortened(version["metadata"]["title"], TITLE_CHARS),
+            _metrics(version["metadata"].get("metrics", {}), SHOWN_METRICS),
+            version["visibility"],
+            version["deprecated"],
+            version["created"],
+        )
+        for version in model["versions"][:limit]
+    ]
+    headers = ["VERSION", "ALIASES", "TITLE", "METRICS", "VISIBILITY", "DEPRECATED", "CREATED"]
+    latest = model["latest"] or "none (every version is deprecated)"
+    head = f"{printable(model['tenant'])}/{printable(model['name'])}: latest {latest}"
+    more = len(model["versions"]) - limit
+    tail = f"\n({more} older version(s) not shown)" if more > 0 else ""
+    return f"{head}\n{table(headers, rows)}{tail}"
+
+
+def version_view(version: Mapping[str, Any], aliases: Sequence[str]) -> str:
+    """One model version whole: its metadata, artifact, visibility and the aliases naming it."""
+    metadata = version["metadata"]
+    servable = metadata["servable"]
+    fields: list[tuple[str, object]] = [
+        ("reference", version["reference"]),
+        ("title", metadata["title"]),
+        ("creators", "; ".join(_creator(creator) for creator in metadata["creators"])),
+        ("license", metadata.get("license")),
+        ("citation", _citation(metadata.get("citation"))),
+        ("domains", metadata.get("domains")),
+        ("tags", metadata.get("tags")),
+        ("framework", metadata["framework"]),
+        ("entry point", servable["entry_point"]),
+        ("input", _data_type(servable["input"])),
+        ("output", _data_type(servable["output"])),
+        ("requirements", servable.get("requirements")),
+        ("metrics", _metrics(metadata.get("metrics", {}), None)),
+        ("provenance", _provenance(metadata.get("provenance"))),
+        ("artifact sha256", version["artifact_sha256"]),
+        ("size", _size(version["size_bytes"])),
+        ("visibility", version["visibility"]),
+        ("deprecated", version["deprecated"]),
+        ("aliases", list(aliases)),
+        ("published", f"{version['created']} by {version['published_by']}"),
+        ("updated", version["updated_at"]),
+    ]
+    text = table(["FIELD", "VALUE"], fields).split("\n", 1)[1]
+    description = metadata.get("description")
+    if description:
+        text += "\n\ndescription:\n" + textwrap.indent(printable(description, layout=True), "  ")
+    return text
+
+
+def _shortened(text: str, chars: int) -> str:
+    return text if len(text) <= chars else text[: chars - 1] + "…"
+
+
+def _metrics(metrics: Mapping[str, float], shown: int | None) -> str | None:
+    """`name value` pairs by name, the first `shown` of them (None: all) and how many more."""
+    names = sorted(metrics)
+    listed = ", ".join(f"{name} {metrics[name]:.4g}" for name in names[:shown])
+    more = len(names) - len(names[:shown])
+    return (listed + (f" +{more}" if more else "")) or None
+
+
+def _creator(creator: Mapping[str, Any]) -> str:
+    name: str = creator["name"]
+    details = [creator[key] for key in ("affiliation", "orcid") if creator.get(key)]
+    return name + (f" ({', '.join(details)})" if details else "")
+
+
+def _citation(citation: Mapping[str, Any] | None) -> str | None:
+    if citation is None:
+        return None
+    parts = [f"doi:{citation['doi']}" if citation.get("doi") else None, citation.get("text")]
+    return "; ".join(part for part in parts if part)
+
+
+def _data_type(data: Mapping[str, Any]) -> str:
+    """`ndarray float32 [?, 3, 224, 224]: what it means` (`?`: a dimension of any size)."""
+    words = [data["type"]]
+    if data.get("dtype"):
+        words.append(data["dtype"])
+    if data.get("shape") is not None:
+        words.append("[" + ", ".join("?" if n is None else str(n) for n in data["shape"]) + "]")
+    description = data.get("description")
+    return " ".join(words) + (f": {description}" if description else "")
+
+
+def _provenance(provenance: Mapping[str, Any] | None) -> str | None:
+    if provenance is None:
+        return None
+    step = provenance.get("checkpoint_step")
+    source = "final results" if step is None else f"checkpoint step {step}"
+    text = f"job {provenance['job_id']}, attempt {provenance['attempt']}, {source}"
+    if provenance.get("data_sha256"):
+        text += f", data sha256 {provenance['data_sha256']}"
+    return text
+
+
+def _size(size: int) -> str:
+    scaled, unit = float(size), "bytes"
+    for bigger in ("KiB", "MiB", "GiB", "TiB"):
+        if scaled < 1024:
+            break
+        scaled, unit = scaled / 1024, bigger
+    return f"{size} bytes" if unit == "bytes" else f"{size} bytes ({scaled:.1f} {unit})"
