@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,21 +19,39 @@ from trainyard.api import UsageError
 
 def read_manifest(file: str) -> dict[str, Any]:
     """The manifest as JSON to send (only the fields the file gives); UsageError otherwise."""
+    name, text, value = read_mapping(file, "a manifest")
+    try:
+        manifest = JobSubmission.model_validate(value)
+    except ValidationError as exc:
+        yaml_text = None if file.endswith(".json") else text
+        problems = [
+            located(".".join(map(str, e["loc"])) or "(manifest)", e["loc"], e["msg"], yaml_text)
+            for e in exc.errors()
+        ]
+        raise UsageError(f"{name}: invalid manifest: {'; '.join(problems)}") from exc
+    return manifest.model_dump(mode="json", exclude_unset=True)
+
+
+def read_mapping(file: str, what: str) -> tuple[str, str, dict[str, Any]]:
+    """The file's name as messages show it, its text, and the mapping it holds (`what` names
+    the document in the error when it holds something else); UsageError when it cannot be
+    read or parsed, naming the line and column."""
     name = "standard input" if file == "-" else file
     try:
         text = sys.stdin.read() if file == "-" else Path(file).read_text()
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"cannot read {name}: {exc}") from exc
-    is_json = file.endswith(".json")
-    value = _json(text, name) if is_json else _yaml(text, name)
+    value = _json(text, name) if file.endswith(".json") else _yaml(text, name)
     if not isinstance(value, dict):
-        raise UsageError(f"{name}: a manifest is a mapping of fields, not {_kind(value)}")
-    try:
-        manifest = JobSubmission.model_validate(value)
-    except ValidationError as exc:
-        problems = [_problem(error, None if is_json else text) for error in exc.errors()]
-        raise UsageError(f"{name}: invalid manifest: {'; '.join(problems)}") from exc
-    return manifest.model_dump(mode="json", exclude_unset=True)
+        raise UsageError(f"{name}: {what} is a mapping of fields, not {_kind(value)}")
+    return name, text, value
+
+
+def located(field: str, loc: Sequence[Any], message: str, yaml_text: str | None) -> str:
+    """`field: message`, with the field's line in a YAML file (a missing field's: its parent's)."""
+    line = _yaml_line(yaml_text, tuple(loc)) if yaml_text is not None else None
+    where = f" (line {line})" if line is not None else ""
+    return f"{field}{where}: {message}"
 
 
 def _json(text: str, name: str) -> Any:
@@ -55,15 +74,6 @@ def _yaml(text: str, name: str) -> Any:
 
 def _kind(value: object) -> str:
     return "nothing" if value is None else f"a {type(value).__name__}"
-
-
-def _problem(error: Any, yaml_text: str | None) -> str:
-    """`field: message`, with the field's line in a YAML file (a missing field's: its parent's)."""
-    loc = tuple(error["loc"])
-    field = ".".join(str(part) for part in loc) or "(manifest)"
-    line = _yaml_line(yaml_text, loc) if yaml_text is not None else None
-    where = f" (line {line})" if line is not None else ""
-    return f"{field}{where}: {error['msg']}"
 
 
 def _yaml_line(text: str, loc: tuple[Any, ...]) -> int | None:

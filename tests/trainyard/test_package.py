@@ -45,7 +45,7 @@ def test_the_sdk_imports_without_the_server_s_dependencies() -> None:
         """
         import asyncio
         import trainyard
-        import trainyard.commands, trainyard.config, trainyard.render
+        import trainyard.commands, trainyard.config, trainyard.models_commands, trainyard.render
         from controlplane.jobs.manifest import JobSubmission
         from trainyard import AsyncClient, Client, read_manifest
 
