@@ -20,8 +20,8 @@ from aiohttp.test_utils import TestClient, TestServer
 from controlplane.artifacts.filesystem import FileArtifactStore
 from controlplane.http.app import create_app
 from controlplane.http.keys import MODELS
-from tests.controlplane.http.test_jobs_api import projected
 from tests.controlplane.models.samples import DOCUMENT
+from tests.polling import eventually
 from tests.tenancy import Tokens, auth, event_count
 
 Client = TestClient[Any, Any]
@@ -60,6 +60,20 @@ async def publish(
     assert response.status == 201, await response.text()
     view: dict[str, Any] = await response.json()
     return view
+
+
+async def searched(client: Client, token: str, total: int, **params: str) -> dict[str, Any]:
+    """The search's page once it finds `total` versions: a version shows in the search once
+    the projection has it, which may be a moment after its publication's 201."""
+    page: dict[str, Any] = {}
+
+    async def found() -> bool:
+        nonlocal page
+        page = await (await client.get("/v1/models", params=params, headers=auth(token))).json()
+        return page["total"] == total
+
+    await eventually(found)
+    return page
 
 
 def blobs(tmp_path: Path) -> list[Path]:
@@ -107,18 +121,9 @@ async def test_an_upload_is_published_read_downloaded_and_found(
     assert download.headers["ETag"] == f'"{digest}"'
     assert download.headers["Content-Length"] == str(len(WEIGHTS))
 
-    await projected(client)
-    found = await (
-        await client.get(
-            "/v1/models", params={"q": "crystal framework:pytorch"}, headers=auth(tokens.acme)
-        )
-    ).json()
+    found = await searched(client, tokens.acme, 1, q="crystal framework:pytorch")
     assert [v["reference"] for v in found["versions"]] == ["acme/crystals:1"]
-    assert (found["total"], found["facets"]["framework"], found["next_cursor"]) == (
-        1,
-        {"pytorch": 1},
-        None,
-    )
+    assert (found["facets"]["framework"], found["next_cursor"]) == ({"pytorch": 1}, None)
     bad = await client.get("/v1/models", params={"q": "size>3"}, headers=auth(tokens.acme))
     assert bad.status == 400
     assert (await bad.json())["field"] == "q"
@@ -362,11 +367,9 @@ async def test_tenants_see_only_their_own_and_public_models(
         assert mine.status == 404, path
     assert await event_count(owner) == before
 
-    await projected(client)
-    found = await (await client.get("/v1/models", headers=globex)).json()
+    found = await searched(client, tokens.globex, 1)
     assert [v["reference"] for v in found["versions"]] == ["acme/shared:1"]
-    everything = await (await client.get("/v1/models", headers=admin)).json()
-    assert everything["total"] == 3
+    await searched(client, tokens.admin, 3)
 
     # The admin reads any model, naming its tenant.
     assert (await client.get("/v1/models/secret", headers=admin)).status == 400
