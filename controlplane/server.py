@@ -23,7 +23,6 @@ from controlplane.tenants.admin import bootstrap_admin_token
 from controlplane.webhooks.addresses import ALLOW_NETWORKS_ENV, parse_networks
 from controlplane.webhooks.relay import RelayConfig
 
-
 MAX_REQUEST_LINE = 32 * 1024
 """The longest request line served: a model search's 1000 characters take up to 12 bytes each
 once percent-encoded (4-byte UTF-8), past aiohttp's default of 8190, which it refuses with a
