@@ -82,11 +82,35 @@ class ModelVersionDeprecated(ModelEvent):
     reason: str
 
 
+@event_type("ModelWebhookSet")
+class ModelWebhookSet(ModelEvent):
+    """From now on, the model's events are notified to `url` (signed with the tenant's webhook
+    secret, as a job's are)."""
+
+    url: str
+
+
+@event_type("ModelWebhookRemoved")
+class ModelWebhookRemoved(ModelEvent):
+    """The model's events are no longer notified."""
+
+
+NOTIFIED: tuple[type[ModelEvent], ...] = (
+    ModelVersionPublished,
+    ModelMetadataUpdated,
+    ModelAliasSet,
+    ModelAliasRemoved,
+    ModelVersionDeprecated,
+)
+"""The events a model's webhook is told of: what changes its versions and aliases."""
+
 EVENT_TYPES: tuple[type[Event], ...] = (
     ModelVersionPublished,
     ModelMetadataUpdated,
     ModelAliasSet,
     ModelAliasRemoved,
     ModelVersionDeprecated,
+    ModelWebhookSet,
+    ModelWebhookRemoved,
 )
 """This feature's event types, for the registry (controlplane/registry.py)."""

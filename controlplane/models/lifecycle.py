@@ -32,6 +32,8 @@ from controlplane.models.events import (
     ModelMetadataUpdated,
     ModelVersionDeprecated,
     ModelVersionPublished,
+    ModelWebhookRemoved,
+    ModelWebhookSet,
     Visibility,
 )
 from controlplane.models.metadata import INT8_MAX, MAX_METRICS, SCHEMA_VERSION, ModelMetadata
@@ -95,7 +97,23 @@ class Deprecate:
     at: datetime
 
 
-ModelCommand = Publish | UpdateMetadata | SetAlias | RemoveAlias | Deprecate
+@dataclass(frozen=True, slots=True)
+class SetWebhook:
+    """Notify the model's events to `url` (checked by the caller: an http(s) URL whose host
+    the relay may reach)."""
+
+    url: str
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveWebhook:
+    at: datetime
+
+
+ModelCommand = (
+    Publish | UpdateMetadata | SetAlias | RemoveAlias | Deprecate | SetWebhook | RemoveWebhook
+)
 
 
 def decide(command: ModelCommand, model: ModelState | None) -> list[ModelEvent]:
@@ -142,6 +160,14 @@ def decide(command: ModelCommand, model: ModelState | None) -> list[ModelEvent]:
                     "remove them first, so that none names a deprecated version"
                 )
             return [ModelVersionDeprecated(version=number, reason=reason, at=at)]
+        case SetWebhook(url, at):
+            if model.webhook_url == url:
+                raise Unchanged(f"{_ref(model)} notifies {url} already")
+            return [ModelWebhookSet(url=url, at=at)]
+        case RemoveWebhook(at):
+            if model.webhook_url is None:
+                raise Unchanged(f"{_ref(model)} has no webhook")
+            return [ModelWebhookRemoved(at=at)]
     raise InvariantBroken(f"unknown model command {type(command).__name__}")
 
 
@@ -268,6 +294,10 @@ def evolve(model: ModelState | None, event: ModelEvent) -> ModelState:
         case ModelVersionDeprecated(version=number, reason=reason):
             version = _version(model, number)
             return _with(model, replace(version, deprecated=reason, updated_at=event.at))
+        case ModelWebhookSet(url=url):
+            return replace(model, webhook_url=url)
+        case ModelWebhookRemoved():
+            return replace(model, webhook_url=None)
     raise InvariantBroken(f"unknown model event {event.type_name}")
 
 

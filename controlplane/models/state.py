@@ -40,6 +40,8 @@ class ModelState:
     """By number: version n is `versions[n - 1]`."""
     aliases: Mapping[str, int]
     """Alias → the version it names (never a deprecated one)."""
+    webhook_url: str | None = None
+    """Where the model's events are notified; None: nowhere."""
 
     def version(self, number: int) -> ModelVersion | None:
         return self.versions[number - 1] if 1 <= number <= len(self.versions) else None

@@ -32,6 +32,8 @@ from controlplane.models.events import (
     ModelEvent,
     ModelMetadataUpdated,
     ModelVersionPublished,
+    ModelWebhookRemoved,
+    ModelWebhookSet,
     Visibility,
 )
 from controlplane.models.lifecycle import (
@@ -41,7 +43,9 @@ from controlplane.models.lifecycle import (
     ModelCommand,
     Publish,
     RemoveAlias,
+    RemoveWebhook,
     SetAlias,
+    SetWebhook,
     UpdateMetadata,
     decide,
 )
@@ -218,6 +222,21 @@ def test_metrics_added_stay_bounded() -> None:
         decide(update(1, metrics=many), model)
 
 
+def test_a_webhook_is_set_moved_and_removed_once_each() -> None:
+    model = three_versions()
+    assert model.webhook_url is None
+    with pytest.raises(Unchanged, match="no webhook"):
+        decide(RemoveWebhook(T0), model)
+    model, events = run([publish(), SetWebhook("https://ci.example/hook", T0)])
+    assert events[-1] == ModelWebhookSet(url="https://ci.example/hook", at=T0)
+    assert model.webhook_url == "https://ci.example/hook"
+    with pytest.raises(Unchanged, match=r"notifies \S+ already"):
+        decide(SetWebhook("https://ci.example/hook", T0), model)
+    removed = decide(RemoveWebhook(T0), model)
+    assert removed == [ModelWebhookRemoved(at=T0)]
+    assert MODEL.fold(model, removed).webhook_url is None
+
+
 # Random command sequences. Small pools of names and numbers, so that commands hit existing
 # versions and aliases as often as missing ones.
 publishes = st.builds(
@@ -253,6 +272,12 @@ commands = st.one_of(
     ),
     st.builds(RemoveAlias, alias=st.sampled_from(["prod", "staging"]), at=st.just(T0)),
     st.builds(Deprecate, version=st.integers(0, 5), reason=st.just("old"), at=st.just(T0)),
+    st.builds(
+        SetWebhook,
+        url=st.sampled_from(["https://a.example/", "https://b.example/"]),
+        at=st.just(T0),
+    ),
+    st.builds(RemoveWebhook, at=st.just(T0)),
 )
 
 
