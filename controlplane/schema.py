@@ -300,7 +300,8 @@ webhook_deliveries = Table(
     metadata,
     Column("delivery_id", Uuid, primary_key=True),
     Column("position", BigInteger, nullable=False, unique=True),
-    Column("job_id", Uuid, nullable=False),
+    # NULL for a model's notification; `stream` says where each attempt is recorded.
+    Column("job_id", Uuid),
     Column("tenant", Text, nullable=False),
     Column("event", Text, nullable=False),
     Column("url", Text, nullable=False),
@@ -315,6 +316,7 @@ webhook_deliveries = Table(
     Column("last_status", Integer),
     Column("last_error", Text),
     Column("finished_at", DateTime(timezone=True)),
+    Column("stream", Text, nullable=False),
     CheckConstraint("state IN ('pending', 'delivered', 'failed')"),
     CheckConstraint("attempts >= 0"),
     Index("webhook_deliveries_due", "next_attempt_at", postgresql_where=text("state = 'pending'")),

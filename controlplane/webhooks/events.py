@@ -1,5 +1,6 @@
 """The events of webhook notifications: a tenant's secret rotated (on `tenant-<name>`), and each
-delivery attempt's outcome (on `webhook-<job_id>`, beside the job's own stream, see `streams`)."""
+delivery attempt's outcome (on `webhook-<job_id>` or `webhook-model-<tenant>.<name>`, beside the
+job's or the model's own stream, see `streams`)."""
 
 from __future__ import annotations
 
@@ -23,10 +24,14 @@ class WebhookSecretRotated(TenantEvent):
 
 
 class WebhookAttempt(Event):
-    """One attempt to POST a notification of one job event to the job's webhook_url."""
+    """One attempt to POST a notification of one event of a job (to its webhook_url) or of a
+    model (to the URL its tenant set). The `job_` fields are named as when only jobs had
+    webhooks: recorded events keep their fields for good."""
 
     delivery_id: UUID = Field(description="the delivery; receivers dedupe on it")
-    job_event: str = Field(description="the event notified: JobRestarted, JobFailed, ...")
+    job_event: str = Field(
+        description="the event notified: JobRestarted, JobFailed, ..., ModelVersionPublished, ..."
+    )
     job_event_position: int = Field(description="its position in the global log")
     attempt: int = Field(description="the attempt's number, from 1")
     started_at: datetime

@@ -10,9 +10,16 @@ WHERE stream_id = ANY($1::text[]) AND stream_version = 1;
 -- The `webhook_outbox` projection: a batch's deliveries as arrays, one per column. No ON
 -- CONFLICT: the checkpoint moves in the same transaction, so an event never comes twice, and
 -- the unique position would refuse it if it did.
-INSERT INTO webhook_deliveries (delivery_id, position, job_id, tenant, event, url, body)
-SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::uuid[], $4::text[], $5::text[], $6::text[],
-                     $7::text[]);
+INSERT INTO webhook_deliveries (delivery_id, position, stream, job_id, tenant, event, url, body)
+SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::uuid[], $5::text[], $6::text[],
+                     $7::text[], $8::text[]);
+
+-- name: model_webhook_changes
+-- The webhook changes of some model streams, in stream order: which URL (if any) each of the
+-- model's events is notified to follows from them.
+SELECT stream_id, stream_version, type, schema_version, data FROM events
+WHERE stream_id = ANY($1::text[]) AND type IN ('ModelWebhookSet', 'ModelWebhookRemoved')
+ORDER BY stream_id, stream_version;
 
 -- name: notify_webhooks
 -- Wake the relays (the channel is controlplane.webhooks.outbox.CHANNEL); a hint, no payload.
@@ -35,7 +42,7 @@ FROM (
     FOR UPDATE SKIP LOCKED
 ) due
 WHERE d.delivery_id = due.delivery_id
-RETURNING d.delivery_id, d.job_id, d.tenant, d.event, d.position, d.url, d.body, d.attempts,
+RETURNING d.delivery_id, d.stream, d.tenant, d.event, d.position, d.url, d.body, d.attempts,
           coalesce((SELECT array_agg(s.secret ORDER BY s.retired_at DESC NULLS FIRST)
                     FROM webhook_secrets s
                     WHERE s.tenant = d.tenant
@@ -49,7 +56,7 @@ SELECT extract(epoch FROM min(next_attempt_at) - now())::float8
 FROM webhook_deliveries WHERE state = 'pending';
 
 -- name: lock_webhook_stream
--- Writers of one job's webhook stream take turns. Taken before the transaction writes anything
+-- Writers of one webhook stream (a job's or a model's deliveries) take turns. Taken before the transaction writes anything
 -- (so before it has an xid): the stream's head was then always written by an older transaction,
 -- as the event store's ordering rule requires, and the next version is never taken meanwhile.
 SELECT pg_advisory_xact_lock(hashtextextended('trainyard.webhook-stream:' || $1, 0));

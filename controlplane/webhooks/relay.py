@@ -41,7 +41,6 @@ from controlplane.webhooks.outbox import CHANNEL
 from controlplane.webhooks.resolver import OwnThreadsResolver
 from controlplane.webhooks.retries import Attempt, Result, RetryPolicy, interrupted, outcome
 from controlplane.webhooks.signing import HEADER, sign
-from controlplane.webhooks.streams import webhook_stream
 from controlplane.webhooks.targets import CheckingResolver, TargetRefused, check_literal
 from controlplane.webhooks.tenant_secrets import GRACE, rotate, signing_secrets
 
@@ -82,7 +81,8 @@ class Claimed:
     """A delivery claimed for one attempt."""
 
     delivery_id: uuid.UUID
-    job_id: uuid.UUID
+    stream: str
+    """Where the attempts' outcomes are recorded (see `streams`)."""
     tenant: str
     event: str
     position: int
@@ -204,7 +204,7 @@ class WebhookRelay:
         return [
             Claimed(
                 delivery_id=row["delivery_id"],
-                job_id=row["job_id"],
+                stream=row["stream"],
                 tenant=row["tenant"],
                 event=row["event"],
                 position=row["position"],
@@ -294,7 +294,7 @@ class WebhookRelay:
             state, retry_at, error = "pending", event.retry_at, event.error
         else:
             state, retry_at, error = "failed", None, event.error
-        stream = webhook_stream(delivery.job_id)
+        stream = delivery.stream
         metadata = Metadata.capture(
             ACTOR,
             tenant=delivery.tenant,

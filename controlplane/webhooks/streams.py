@@ -1,17 +1,18 @@
-"""Naming the stream of a job's webhook deliveries.
+"""Naming the stream of the webhook deliveries about one job or one model.
 
-Delivery outcomes go to `webhook-<job_id>`, not to the job's own stream: the job's stream is
-decided on with optimistic concurrency by agents, the lifecycle manager and users, and a relay
-appending there would make their appends conflict and retry (and would put non-job events in
-the stream that `replay` folds). A stream of its own is read beside it by the history API.
+Delivery outcomes go to `webhook-<job_id>` (or `webhook-model-<tenant>.<name>`), not to the
+job's or the model's own stream: those are decided on with optimistic concurrency by agents,
+the lifecycle manager and users, and a relay appending there would make their appends conflict
+and retry (and would put foreign events in the stream that their lifecycle folds). A stream of
+its own is read beside it by the history API.
 """
 
 from __future__ import annotations
 
-from uuid import UUID
-
 CATEGORY = "webhook"
 
 
-def webhook_stream(job_id: UUID) -> str:
-    return f"{CATEGORY}-{job_id}"
+def webhook_stream(notified: str) -> str:
+    """The deliveries' stream of the stream `notified` (`job-<id>`, `model-<tenant>.<name>`)."""
+    # A job's keeps the name it had before models had webhooks: its job id alone.
+    return f"{CATEGORY}-{notified.removeprefix('job-')}"

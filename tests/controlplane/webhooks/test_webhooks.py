@@ -16,6 +16,7 @@ import pytest
 
 from controlplane.clock import SYSTEM_CLOCK
 from controlplane.jobs.lifecycle import Complete, Deploy, EnterPhase, Fail, JobStatus, Restart
+from controlplane.jobs.streams import job_stream
 from controlplane.queries import Q
 from controlplane.webhooks.addresses import parse_networks
 from controlplane.webhooks.events import (
@@ -81,7 +82,7 @@ async def rows(pool: asyncpg.Pool) -> list[asyncpg.Record]:
 
 
 async def attempts(plane: Plane, job_id: UUID) -> list[WebhookAttempt]:
-    recorded = await plane.store.read_stream(webhook_stream(job_id))
+    recorded = await plane.store.read_stream(webhook_stream(job_stream(job_id)))
     return [r.event for r in recorded if isinstance(r.event, WebhookAttempt)]
 
 
