@@ -29,11 +29,10 @@ from controlplane.http.keys import (
     SSE_HEARTBEAT_S,
     STORE,
     SUBMISSIONS,
-    WEBHOOKS,
 )
 from controlplane.http.requests import MAX_KEY, event_metadata, json_body
 from controlplane.http.streams import live_stream
-from controlplane.http.webhooks import delivery_history
+from controlplane.http.webhooks import check_webhook_url, delivery_history
 from controlplane.instruments import LIMIT_REFUSALS, sse_client
 from controlplane.jobs.events import JobEvent
 from controlplane.jobs.images import ImageRefused
@@ -56,11 +55,8 @@ from controlplane.scheduling.unschedulable import LiveNodes, unschedulable_reaso
 from controlplane.tenants.limits import TenantLimits
 from controlplane.tenants.principals import Principal
 from controlplane.tenants.views import submission_check
-from controlplane.webhooks.targets import TargetRefused
 
 MAX_PAGE = 500
-WEBHOOK_LOOKUP_S = 5.0
-"""How long a submission waits for its webhook host to resolve before it is refused."""
 
 
 class CancelRequest(BaseModel):
@@ -131,7 +127,7 @@ async def submit(request: web.Request) -> web.Response:
     except LocationRefused as exc:
         raise error(422, exc.message, field=exc.field) from exc
     if manifest.webhook_url is not None:
-        await _check_webhook(request, str(manifest.webhook_url))
+        await check_webhook_url(request, str(manifest.webhook_url), "webhook_url")
     jobs = request.app[JOBS]
     # A retry of a submission that was accepted finds its job whatever the limits say now
     # (its first try passed them); only a new job is held to them.
@@ -148,21 +144,6 @@ async def submit(request: web.Request) -> web.Response:
     if not created:
         headers["Idempotent-Replayed"] = "true"
     return web.json_response(job_view(job, await _live_nodes(request)), status=201, headers=headers)
-
-
-async def _check_webhook(request: web.Request, url: str) -> None:
-    """Refuse a webhook URL the relay would refuse to deliver to (it checks again then)."""
-    try:
-        async with asyncio.timeout(WEBHOOK_LOOKUP_S):
-            await request.app[WEBHOOKS].targets.check_url(url)
-    except TargetRefused as exc:
-        raise error(422, str(exc), field="webhook_url") from exc
-    except TimeoutError:
-        raise error(
-            422,
-            f"the webhook's host did not resolve within {WEBHOOK_LOOKUP_S:g}s",
-            field="webhook_url",
-        ) from None
 
 
 async def _admit(request: web.Request, tenant: str, manifest: JobManifest) -> TenantLimits:
@@ -279,7 +260,7 @@ async def get_history(request: web.Request) -> web.Response:
         state = evolve(state, JOB.event_of(recorded))
         entries.append(_history_entry(recorded, state))
     # The notifications of the job's events, from a stream of their own (see webhooks.streams).
-    deliveries = await delivery_history(request.app[STORE], job.job_id)
+    deliveries = await delivery_history(request.app[STORE], job_stream(job.job_id))
     return web.json_response({"id": str(job.job_id), "history": entries, "webhooks": deliveries})
 
 

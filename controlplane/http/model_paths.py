@@ -15,8 +15,10 @@ from controlplane.http.models import (
     DeprecateRequest,
     Publication,
     VersionView,
+    WebhookRequest,
 )
 from controlplane.models.catalog import MAX_PAGE
+from controlplane.models.events import NOTIFIED
 from controlplane.models.updates import MetadataUpdate
 from controlplane.search.nodes import FACETS
 
@@ -27,6 +29,7 @@ SCHEMAS: tuple[type[BaseModel], ...] = (
     MetadataUpdate,
     AliasRequest,
     DeprecateRequest,
+    WebhookRequest,
 )
 """The component schemas these routes name."""
 
@@ -91,8 +94,12 @@ _MODEL = {
         "versions": {"type": "array", "items": _VIEW, "description": "newest first"},
         "aliases": {"type": "object", "additionalProperties": {"type": "integer"}},
         "latest": {"type": ["integer", "null"], "description": "the highest not deprecated"},
+        "webhook_url": {
+            "type": ["string", "null"],
+            "description": "where the model's events are notified (shown to its tenant only)",
+        },
     },
-    "required": ["tenant", "name", "versions", "aliases", "latest"],
+    "required": ["tenant", "name", "versions", "aliases", "latest", "webhook_url"],
 }
 _PAGE = {
     "type": "object",
@@ -130,8 +137,15 @@ _HISTORY = {
                 },
             },
         },
+        "webhooks": {
+            "type": "array",
+            "description": "every attempt to deliver the model's notifications, in the order "
+            "they ended (from the stream webhook-model-<tenant>.<name>), as a job's history "
+            "shows its own",
+            "items": {"type": "object"},
+        },
     },
-    "required": ["tenant", "name", "history"],
+    "required": ["tenant", "name", "history", "webhooks"],
 }
 _ALIAS_SET = {
     "type": "object",
@@ -150,6 +164,39 @@ _UPLOAD = {
     },
     "required": [PUBLICATION_PART, ARTIFACT_PART],
 }
+
+
+MODEL_NOTIFICATION = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "string", "format": "uuid", "description": "the delivery id"},
+        "type": {"type": "string", "enum": [e.type_name for e in NOTIFIED]},
+        "tenant": {"type": "string"},
+        "model": {"type": "string", "description": "the model's name"},
+        "position": {"type": "integer", "description": "the event's place in the global log"},
+        "version": {"type": "integer", "description": "the event's version in the model"},
+        "at": {"type": "string", "format": "date-time"},
+        "data": {"type": "object", "description": "the event's fields"},
+    },
+    "required": ["id", "type", "tenant", "model", "position", "version", "at", "data"],
+}
+
+
+def model_event_webhook(headers: list[dict[str, Any]]) -> dict[str, Any]:
+    """The notification of a model's event, sent as a job's are (with `headers`)."""
+    return {
+        "post": {
+            "summary": "A model's version or alias changed (sent to the URL its tenant set "
+            "with PUT /v1/models/{name}/webhook)",
+            "description": "Delivered, signed, retried and deduplicated exactly as jobEvent.",
+            "parameters": headers,
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": MODEL_NOTIFICATION}},
+            },
+            "responses": {"2XX": {"description": "received"}},
+        }
+    }
 
 
 def openapi_paths() -> dict[str, Any]:
@@ -309,6 +356,45 @@ def openapi_paths() -> dict[str, Any]:
                     **_errors(400, 401, 404, 409, e409="the artifact is missing from the store"),
                 },
             }
+        },
+        "/v1/models/{name}/webhook": {
+            "put": {
+                "operationId": "setModelWebhook",
+                "summary": "Notify the model's events to a URL (see the document's webhooks)",
+                "description": "Each ModelVersionPublished, ModelMetadataUpdated, ModelAliasSet, "
+                "ModelAliasRemoved and ModelVersionDeprecated from now on is POSTed to it, "
+                "signed with the tenant's webhook secret and retried as a job's notifications "
+                "are.",
+                "security": secured,
+                "parameters": [_NAME, _ACTING],
+                "requestBody": _body("WebhookRequest"),
+                "responses": {
+                    "200": _answer(
+                        "the webhook",
+                        {"type": "object", "properties": {"url": {"type": "string"}}},
+                    ),
+                    **_errors(
+                        400,
+                        401,
+                        403,
+                        404,
+                        409,
+                        422,
+                        e422="invalid fields; a host that is or resolves to a non-public "
+                        "address (not in TRAINYARD_WEBHOOK_ALLOW_NETWORKS), or does not resolve",
+                    ),
+                },
+            },
+            "delete": {
+                "operationId": "removeModelWebhook",
+                "summary": "Stop notifying the model's events",
+                "security": secured,
+                "parameters": [_NAME, _ACTING],
+                "responses": {
+                    "204": {"description": "removed (or there was none)"},
+                    **_errors(400, 401, 403, 404, 409, 422, e422="an unknown tenant"),
+                },
+            },
         },
         "/v1/models/{name}/aliases/{alias}": {
             "put": {

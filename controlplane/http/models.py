@@ -20,7 +20,7 @@ from typing import Annotated, Any
 from uuid import UUID
 
 from aiohttp import BodyPartReader, web
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, HttpUrl, StringConstraints
 
 from controlplane.artifacts.errors import (
     ArtifactCorrupted,
@@ -32,8 +32,9 @@ from controlplane.artifacts.store import CHUNK_SIZE
 from controlplane.http import params
 from controlplane.http.auth import acting_tenant, principal
 from controlplane.http.errors import error
-from controlplane.http.keys import MODELS, POOL
+from controlplane.http.keys import MODELS, POOL, STORE
 from controlplane.http.requests import event_metadata, json_body, validated
+from controlplane.http.webhooks import check_webhook_url, delivery_history
 from controlplane.models import catalog
 from controlplane.models.catalog import VersionRow
 from controlplane.models.errors import (
@@ -60,7 +61,9 @@ from controlplane.models.lifecycle import (
     Deprecate,
     ModelCommand,
     RemoveAlias,
+    RemoveWebhook,
     SetAlias,
+    SetWebhook,
     UpdateMetadata,
 )
 from controlplane.models.metadata import INT4_MAX, INT8_MAX, ModelMetadata, json_schema
@@ -68,6 +71,7 @@ from controlplane.models.names import LATEST, MODEL_NAME, check_model_name
 from controlplane.models.references import Reference, parse_reference
 from controlplane.models.service import RESULTS_FILE, Published
 from controlplane.models.state import ModelState, ModelVersion
+from controlplane.models.streams import model_stream
 from controlplane.models.updates import MetadataUpdate, validate_update
 from controlplane.models.visibility import visible_versions
 from controlplane.search.errors import QueryError
@@ -167,6 +171,14 @@ class AliasRequest(BaseModel):
     version: Annotated[int, Field(strict=True, ge=1, le=INT4_MAX)]
 
 
+class WebhookRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    url: HttpUrl = Field(
+        description="where the model's events are POSTed, signed as a job's notifications are"
+    )
+
+
 class DeprecateRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -201,6 +213,8 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/v1/models/{name}/versions/{version}/artifact", download)
     app.router.add_put("/v1/models/{name}/aliases/{alias}", set_alias)
     app.router.add_delete("/v1/models/{name}/aliases/{alias}", remove_alias)
+    app.router.add_put("/v1/models/{name}/webhook", set_webhook)
+    app.router.add_delete("/v1/models/{name}/webhook", remove_webhook)
 
 
 def refused(exc: ModelError) -> web.HTTPException:
@@ -248,6 +262,7 @@ async def search(request: web.Request) -> web.Response:
 
 
 async def get_model(request: web.Request) -> web.Response:
+    who = principal(request)
     model, versions = await _visible_model(request)
     numbers = {v.number for v in versions}
     newest = [v for v in versions if v.deprecated is None]
@@ -259,6 +274,9 @@ async def get_model(request: web.Request) -> web.Response:
             # Aliases name versions; one naming a version the caller may not see is not shown.
             "aliases": {a: n for a, n in sorted(model.aliases.items()) if n in numbers},
             "latest": newest[-1].number if newest else None,
+            # Where the owner's notifications go is the owner's business (a URL may hold a
+            # receiver's credentials).
+            "webhook_url": model.webhook_url if who.may_see(model.tenant) else None,
         }
     )
 
@@ -283,7 +301,11 @@ async def get_history(request: web.Request) -> web.Response:
                 "data": event.model_dump(mode="json", exclude={"at"}),
             }
         )
-    return web.json_response({"tenant": model.tenant, "name": model.name, "history": entries})
+    # The deliveries of its notifications, from a stream of their own (see webhooks.streams).
+    deliveries = await delivery_history(request.app[STORE], model_stream(model.tenant, model.name))
+    return web.json_response(
+        {"tenant": model.tenant, "name": model.name, "history": entries, "webhooks": deliveries}
+    )
 
 
 async def get_version(request: web.Request) -> web.Response:
@@ -471,6 +493,38 @@ async def remove_alias(request: web.Request) -> web.Response:
     except ModelError as exc:
         raise refused(exc) from None
     return web.Response(status=204)
+
+
+async def set_webhook(request: web.Request) -> web.Response:
+    body = validated(WebhookRequest, await json_body(request))
+    who = principal(request)
+    model = await _owned_model(request, who)
+    url = str(body.url)
+    await check_webhook_url(request, url, "url")
+    command = SetWebhook(url, request.app[MODELS].clock.now())
+    await _change(request, who, model, command)
+    return web.json_response({"url": url})
+
+
+async def remove_webhook(request: web.Request) -> web.Response:
+    who = principal(request)
+    model = await _owned_model(request, who)
+    await _change(request, who, model, RemoveWebhook(request.app[MODELS].clock.now()))
+    return web.Response(status=204)
+
+
+async def _change(
+    request: web.Request, who: Principal, model: ModelState, command: ModelCommand
+) -> None:
+    """Carry out a command whose answer is what was asked (nothing to do is done too)."""
+    try:
+        await request.app[MODELS].execute(
+            model.tenant, model.name, command, event_metadata(request, who, model.tenant)
+        )
+    except Unchanged:
+        pass
+    except ModelError as exc:
+        raise refused(exc) from None
 
 
 async def _execute(

@@ -287,6 +287,12 @@ def _param(name: str, where: str, description: str, schema: dict[str, Any]) -> d
 _JOB_ID = {**_param("job_id", "path", "the job's id", {"type": "string"}), "required": True}
 _STRING = {"type": "string"}
 _TENANT = _param("tenant", "query", "admins only: the tenant", _STRING)
+_NOTIFICATION_HEADERS = [
+    _param("Trainyard-Signature", "header", "the signature", _STRING),
+    _param("Trainyard-Delivery-Id", "header", "dedupe on it", _STRING),
+    _param("Trainyard-Event", "header", "the event's type", _STRING),
+    _param("Trainyard-Attempt", "header", "from 1", {"type": "integer"}),
+]
 
 
 def _schemas(*models: type[BaseModel]) -> dict[str, Any]:
@@ -332,19 +338,15 @@ def document() -> dict[str, Any]:
                     "Verify Trainyard-Signature (t=<unix>,v1=<hex>[,v1=...]): HMAC-SHA256 with "
                     "the tenant's webhook secret of '<t>.' + the raw body; accept if any v1 "
                     "matches and t is recent.",
-                    "parameters": [
-                        _param("Trainyard-Signature", "header", "the signature", _STRING),
-                        _param("Trainyard-Delivery-Id", "header", "dedupe on it", _STRING),
-                        _param("Trainyard-Event", "header", "the event's type", _STRING),
-                        _param("Trainyard-Attempt", "header", "from 1", {"type": "integer"}),
-                    ],
+                    "parameters": _NOTIFICATION_HEADERS,
                     "requestBody": {
                         "required": True,
                         "content": {"application/json": {"schema": _NOTIFICATION}},
                     },
                     "responses": {"2XX": {"description": "received"}},
                 }
-            }
+            },
+            "modelEvent": model_paths.model_event_webhook(_NOTIFICATION_HEADERS),
         },
         "paths": {
             "/healthz": {
