@@ -303,6 +303,19 @@ class AsyncClient:
         path = f"{_model_path(ref)}/aliases/{_checked(check_alias, alias)}"
         await self.api.request("DELETE", path, params=_owner(ref))
 
+    async def set_model_webhook(self, reference: str, url: str) -> None:
+        """Notify the events of the model `reference` names (`name`) to `url` from now on:
+        versions published, updated or deprecated, aliases set or removed, each POSTed and
+        signed as a job's notifications are."""
+        ref = _model_reference(reference)
+        path = f"{_model_path(ref)}/webhook"
+        await self.api.request("PUT", path, params=_owner(ref), body={"url": url})
+
+    async def remove_model_webhook(self, reference: str) -> None:
+        """Stop notifying the model's events (nothing to stop is fine too)."""
+        ref = _model_reference(reference)
+        await self.api.request("DELETE", f"{_model_path(ref)}/webhook", params=_owner(ref))
+
     async def deprecate_model(self, reference: str, reason: str) -> dict[str, Any]:
         """Deprecate the version `reference` names, saying why: it stays downloadable by
         reference, but is no longer `latest`; the version. One an alias names is refused
@@ -608,6 +621,14 @@ class Client:
     def remove_model_alias(self, reference: str, alias: str) -> None:
         """See `AsyncClient.remove_model_alias`."""
         self._run(self._client.remove_model_alias(reference, alias))
+
+    def set_model_webhook(self, reference: str, url: str) -> None:
+        """See `AsyncClient.set_model_webhook`."""
+        self._run(self._client.set_model_webhook(reference, url))
+
+    def remove_model_webhook(self, reference: str) -> None:
+        """See `AsyncClient.remove_model_webhook`."""
+        self._run(self._client.remove_model_webhook(reference))
 
     def deprecate_model(self, reference: str, reason: str) -> dict[str, Any]:
         """See `AsyncClient.deprecate_model`."""

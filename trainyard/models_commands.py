@@ -1,5 +1,5 @@
 """`trainyard models init | publish | update | ls | search | show | download | alias |
-deprecate`: the user's side of the model repository, built on the SDK
+webhook | deprecate`: the user's side of the model repository, built on the SDK
 (`trainyard.client.AsyncClient`), and the metadata files they read.
 
 A metadata file is YAML, or JSON when its name ends in .json, read as `trainyard submit` reads
@@ -220,6 +220,19 @@ def add_model_commands(commands: Any) -> None:
     )
     alias.add_argument("alias", metavar="ALIAS", help="e.g. production")
     alias.add_argument("--remove", action="store_true", help="remove ALIAS from model REF")
+    webhook = add(
+        "webhook",
+        "notify a model's events to a URL, or stop",
+        "POST the model's events (versions published, updated or deprecated, aliases set or "
+        "removed) to URL from now on, signed with your tenant's webhook secret and retried as a "
+        "job's notifications are; or with --remove, stop. The URL's host must be public (or "
+        "in the operator's TRAINYARD_WEBHOOK_ALLOW_NETWORKS).",
+        cmd_webhook,
+        target,
+    )
+    webhook.add_argument("name", metavar="NAME", help="the model")
+    webhook.add_argument("url", metavar="URL", nargs="?", help="where to POST its events")
+    webhook.add_argument("--remove", action="store_true", help="stop notifying")
     deprecate = add(
         "deprecate",
         "deprecate a version",
@@ -517,6 +530,19 @@ async def cmd_alias(args: argparse.Namespace, settings: Settings) -> int:
     previous = moved["previous"]
     was = "" if previous in (None, moved["version"]) else f" (was version {previous})"
     print(f"{moved['alias']} names version {moved['version']}{was}")
+    return 0
+
+
+async def cmd_webhook(args: argparse.Namespace, settings: Settings) -> int:
+    if args.remove == (args.url is not None):
+        raise UsageError("webhook takes either URL or --remove, not both")
+    async with _client(args, settings) as client:
+        if args.remove:
+            await client.remove_model_webhook(args.name)
+            print(f"{render.printable(args.name)}'s events are no longer notified")
+            return 0
+        await client.set_model_webhook(args.name, args.url)
+    print(f"{render.printable(args.name)}'s events go to {render.printable(args.url)}")
     return 0
 
 

@@ -188,6 +188,19 @@ async def test_another_tenant_sees_a_public_model_by_its_tenant_s_name_and_no_pr
     listed = await cli("models", "ls", "--output", "json", **globex)
     assert [v["reference"] for v in listed.json()["versions"]] == ["acme/shared:1"]
 
+    # Only acme tells where its model's events go, and never to an internal address.
+    url = "http://93.184.216.34/hook"
+    hooked = await cli("models", "webhook", "shared", url)
+    assert hooked.rc == 0, hooked.stderr
+    assert (await cli("models", "ls", "shared", "--output", "json")).json()["webhook_url"] == url
+    theirs = await cli("models", "ls", "acme/shared", "--output", "json", **globex)
+    assert theirs.json()["webhook_url"] is None
+    assert (await cli("models", "webhook", "acme/shared", url, **globex)).rc == 1
+    internal = await cli("models", "webhook", "shared", "http://127.0.0.1:9/hook")
+    assert internal.rc == 2 and "url: " in internal.stderr
+    assert (await cli("models", "webhook", "shared", "--remove")).rc == 0
+    assert (await cli("models", "ls", "shared", "--output", "json")).json()["webhook_url"] is None
+
 
 @pytest.mark.processes
 async def test_a_corrupted_artifact_is_never_downloaded(cli: Cli, tmp_path: Path) -> None:
@@ -240,6 +253,8 @@ async def test_bad_metadata_and_arguments_are_refused_before_anything_is_sent(
         str(metadata),
     )
     assert both.rc == 2 and "not both" in both.stderr
+    neither = await cli("models", "webhook", "crystals")
+    assert neither.rc == 2 and "URL or --remove" in neither.stderr
     nothing = await cli("models", "update", "crystals:1")
     assert nothing.rc == 2 and "needs something to change" in nothing.stderr
     immutable = tmp_path / "update.json"
