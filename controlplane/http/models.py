@@ -70,7 +70,7 @@ from controlplane.models.metadata import INT4_MAX, INT8_MAX, ModelMetadata, json
 from controlplane.models.names import LATEST, MODEL_NAME, check_model_name
 from controlplane.models.references import Reference, parse_reference
 from controlplane.models.service import RESULTS_FILE, Published
-from controlplane.models.state import ModelState, ModelVersion
+from controlplane.models.state import ModelState, ModelVersion, latest
 from controlplane.models.streams import model_stream
 from controlplane.models.updates import MetadataUpdate, validate_update
 from controlplane.models.visibility import visible_versions
@@ -265,7 +265,7 @@ async def get_model(request: web.Request) -> web.Response:
     who = principal(request)
     model, versions = await _visible_model(request)
     numbers = {v.number for v in versions}
-    newest = [v for v in versions if v.deprecated is None]
+    newest = latest(versions)
     return web.json_response(
         {
             "tenant": model.tenant,
@@ -273,7 +273,7 @@ async def get_model(request: web.Request) -> web.Response:
             "versions": [_json(VersionView.of_state(model, v)) for v in reversed(versions)],
             # Aliases name versions; one naming a version the caller may not see is not shown.
             "aliases": {a: n for a, n in sorted(model.aliases.items()) if n in numbers},
-            "latest": newest[-1].number if newest else None,
+            "latest": None if newest is None else newest.number,
             # Where the owner's notifications go is the owner's business (a URL may hold a
             # receiver's credentials).
             "webhook_url": model.webhook_url if who.may_see(model.tenant) else None,
@@ -417,6 +417,12 @@ async def _upload(request: web.Request, tenant: str, name: str, who: Principal) 
     publication = validated(Publication, document)
     if publication.from_job is not None:
         raise error(422, "an upload is not published from a job as well", field="from_job")
+    if publication.checkpoint_step is not None or publication.results_file is not None:
+        raise error(
+            422,
+            "checkpoint_step and results_file choose a file of from_job, not of an upload",
+            field="checkpoint_step" if publication.checkpoint_step is not None else "results_file",
+        )
     second = await reader.next()
     if not isinstance(second, BodyPartReader) or second.name != ARTIFACT_PART:
         raise error(422, f"the second part must be '{ARTIFACT_PART}'", field=ARTIFACT_PART)

@@ -172,6 +172,13 @@ async def test_a_refused_upload_writes_nothing(
     assert response.status == 422
     assert [f["field"] for f in (await response.json())["fields"]] == ["metadata.provenance"]
 
+    misplaced = await client.post(
+        "/v1/models/m/versions",
+        data=upload_form(WEIGHTS, checkpoint_step=3),
+        headers=auth(tokens.acme),
+    )
+    assert (misplaced.status, (await misplaced.json())["field"]) == (422, "checkpoint_step")
+
     mismatch = await client.post(
         "/v1/models/m/versions",
         data=upload_form(WEIGHTS, sha256="0" * 64),
