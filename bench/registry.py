@@ -101,10 +101,10 @@ async def _trainyard(
     return {
         "publish_per_s": round(len(specs) / publish_s, 1),
         "projection_s": round(projected_s, 2),
-        "search_p50_ms": _ms(statistics.median(every)),
-        "search_p99_ms": _ms(_percentile(every, 0.99)),
+        "search_p50_ms": ms(statistics.median(every)),
+        "search_p99_ms": ms(percentile(every, 0.99)),
         "per_case": {
-            label: {"p50_ms": _ms(statistics.median(t)), "p99_ms": _ms(_percentile(t, 0.99))}
+            label: {"p50_ms": ms(statistics.median(t)), "p99_ms": ms(percentile(t, 0.99))}
             for label, t in timings.items()
         },
     }
@@ -164,10 +164,10 @@ async def _searches(
     return timings
 
 
-def _percentile(values: Sequence[float], q: float) -> float:
+def percentile(values: Sequence[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def _ms(seconds: float) -> float:
+def ms(seconds: float) -> float:
     return round(seconds * 1000, 2)

@@ -94,7 +94,7 @@ import sqlalchemy
 from mlflow import MlflowClient
 from mlflow.entities.model_registry import ModelVersion
 
-from bench.registry import CONCURRENCY, _ms, _percentile
+from bench.registry import CONCURRENCY, ms, percentile
 from bench.registry_data import SearchCase, VersionSpec, expected, record
 from controlplane.search.nodes import (
     And,
@@ -176,8 +176,8 @@ def run_mlflow(
         "load_s": round(load_s, 2),
         "publish_per_s": round(len(specs) / load_s, 1),
         "analyze_s": round(analyze_s, 2),
-        "search_p50_ms": _ms(statistics.median(every)),
-        "search_p99_ms": _ms(_percentile(every, 0.99)),
+        "search_p50_ms": ms(statistics.median(every)),
+        "search_p99_ms": ms(percentile(every, 0.99)),
         "per_case": {run.case.label: run.report() for run in runs},
     }
 
@@ -316,9 +316,9 @@ class _Case:
 
     def report(self) -> dict[str, Any]:
         return {
-            "p50_ms": _ms(statistics.median(self.seconds)),
-            "p99_ms": _ms(_percentile(self.seconds, 0.99)),
-            "fetch_p50_ms": _ms(statistics.median(self.fetch_seconds)),
+            "p50_ms": ms(statistics.median(self.seconds)),
+            "p99_ms": ms(percentile(self.seconds, 0.99)),
+            "fetch_p50_ms": ms(statistics.median(self.fetch_seconds)),
             "filters": None if self.plan == [None] else [p for p in self.plan if p is not None],
             "fetched": self.fetched,
             "total": len(self.wanted),
