@@ -238,7 +238,7 @@ async def search(request: web.Request) -> web.Response:
     try:
         query = parse(text)
     except QueryError as exc:
-        raise error(400, f"q: {exc}", field="q") from None
+        raise error(400, str(exc), field="q") from None
     limit = params.integer(request.query.get("limit"), "limit", minimum=1, maximum=catalog.MAX_PAGE)
     cursor = params.text(request.query.get("cursor"), "cursor")
     try:
