@@ -23,6 +23,7 @@ from runners.uri import UriError, file_path
 
 DATA_ROOTS_ENV = "TRAINYARD_DATA_ROOTS"
 RESULTS_ROOTS_ENV = "TRAINYARD_RESULTS_ROOTS"
+CHECKPOINT_ROOTS_ENV = "TRAINYARD_CHECKPOINT_ROOTS"
 TENANT = "{tenant}"
 
 
@@ -46,10 +47,13 @@ def parse_roots(value: str | None, name: str) -> tuple[str, ...]:
 
 @dataclass(frozen=True, slots=True)
 class Roots:
-    """The operator's roots for `file://` data sources and results locations."""
+    """The operator's roots for `file://` data sources and results locations, and where the
+    control plane may read jobs' checkpoints (the agents' checkpoint directories, as it mounts
+    them) to publish one as a model."""
 
     data: tuple[str, ...] = ()
     results: tuple[str, ...] = ()
+    checkpoints: tuple[str, ...] = ()
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Roots:
@@ -57,6 +61,7 @@ class Roots:
         return cls(
             data=parse_roots(env.get(DATA_ROOTS_ENV), DATA_ROOTS_ENV),
             results=parse_roots(env.get(RESULTS_ROOTS_ENV), RESULTS_ROOTS_ENV),
+            checkpoints=parse_roots(env.get(CHECKPOINT_ROOTS_ENV), CHECKPOINT_ROOTS_ENV),
         )
 
     def to_env(self) -> dict[str, str]:

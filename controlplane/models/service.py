@@ -25,10 +25,12 @@ from controlplane.events.store import EventStore
 from controlplane.jobs.events import CheckpointSaved
 from controlplane.jobs.lifecycle import JobStatus
 from controlplane.jobs.locations import (
+    CHECKPOINT_ROOTS_ENV,
     RESULTS_ROOTS_ENV,
     LocationRefused,
     Roots,
     check_file_location,
+    tenant_roots,
 )
 from controlplane.jobs.manifest import JobManifest
 from controlplane.jobs.service import Jobs
@@ -51,6 +53,8 @@ from runners.uri import file_path
 
 MAX_ARTIFACT_BYTES = 4 * 1024**3
 """The largest artifact accepted by default: a few billion parameters in half precision."""
+NAME_MAX = 255
+"""The longest name of a file or folder (bytes), as Linux file systems take them."""
 RESULTS_FILE = "model.pt"
 """The file of a job's results published when none is named (what the PyTorch example saves)."""
 
@@ -184,7 +188,7 @@ class Models:
             ]
             if not saved:
                 raise SourceNotFound(f"job {job_id} saved no checkpoint at step {checkpoint_step}")
-            source, attempt = Path(saved[-1].path), saved[-1].attempt
+            source, attempt = self._checkpoint_file(job_id, saved[-1].path), saved[-1].attempt
         provenance = Provenance(
             job_id=job_id,
             attempt=attempt,
@@ -199,12 +203,31 @@ class Models:
                 f"job {job_id}'s {what} is no longer at {source} (a checkpoint the job has "
                 "since pruned, or a directory the control plane does not mount)"
             ) from None
-        except (UnsafeSource, IsADirectoryError, PermissionError) as error:
+        except (UnsafeSource, OSError) as error:
             raise SourceUnavailable(
                 f"job {job_id}'s {source} cannot be published: {error}"
             ) from None
         document = document.model_copy(update={"provenance": provenance})
         return await self._publish(tenant, name, blob, document, metadata, visibility)
+
+    def _checkpoint_file(self, job_id: UUID, reported: str) -> Path:
+        """The checkpoint file a job's learner reported saving, once it is found (symbolic
+        links resolved) in that job's own checkpoints folder under a checkpoint root, where
+        the agent put it (`<root>/<job_id>/checkpoints/...`). The path is the learner's word,
+        and the learner is the tenant's code: anywhere else, it could name any file the
+        control plane may read."""
+        resolved = Path(os.path.realpath(reported))
+        for root in tenant_roots(self._roots.checkpoints, ""):
+            if resolved.is_relative_to(root) and resolved.relative_to(root).parts[:2] == (
+                str(job_id),
+                "checkpoints",
+            ):
+                return Path(reported)
+        raise SourceUnavailable(
+            f"job {job_id}'s checkpoint {reported[:300]!r} is not in the job's checkpoints "
+            f"folder under a checkpoint root ({CHECKPOINT_ROOTS_ENV}: the agents' checkpoint "
+            "directories, as the control plane mounts them)"
+        )
 
     def _results_file(
         self, job_id: UUID, tenant: str, manifest: JobManifest, relative: str
@@ -212,10 +235,16 @@ class Models:
         """The file `relative` names under the job's stored results, which must still lie under
         a results root of the job's tenant (the operator may have changed them since)."""
         parts = PurePosixPath(relative).parts
-        if not parts or relative.startswith("/") or any(p in (".", "..") for p in parts):
+        if (
+            not parts
+            or relative.startswith("/")
+            or any(p in (".", "..") or len(p.encode("utf-8", "replace")) > NAME_MAX for p in parts)
+            or not relative.isprintable()
+        ):
             raise InvalidModel(
                 f"results_file: {relative[:200]!r} is not a path relative to the job's results "
-                "(no '..', not absolute), e.g. model.pt"
+                f"(no '..', not absolute, printable, names of at most {NAME_MAX} bytes), "
+                "e.g. model.pt"
             )
         if manifest.results is None:
             raise SourceUnavailable(f"job {job_id} stores no results (its manifest has none)")
@@ -267,9 +296,12 @@ class Models:
         except DuplicatePublish:
             # A retry whose first answer was lost: the version it made.
             found = await self.load(tenant, name)
-            wanted = (blob.sha256, document.model_dump(mode="json"))
+            # The same visibility too: published again as public, a private version must not
+            # be answered as if it were done.
+            wanted = (blob.sha256, document.model_dump(mode="json"), visibility)
             for version in () if found is None else found.versions:
-                if found is not None and (version.artifact_sha256, version.metadata) == wanted:
+                made = (version.artifact_sha256, version.metadata, version.visibility)
+                if found is not None and made == wanted:
                     return Published(found, version, created=False)
             raise
         return Published(model, model.versions[-1], created=True)

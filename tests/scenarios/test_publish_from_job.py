@@ -5,6 +5,7 @@ events; what is published is the very file the job wrote, a state dict PyTorch l
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import sys
@@ -73,7 +74,10 @@ async def _publish_from(
         plane.store,
         FileArtifactStore(tmp_path / "artifacts"),
         plane.jobs,
-        roots=agent.config.roots,
+        # The control plane reads checkpoints where the agent keeps them.
+        roots=dataclasses.replace(
+            agent.config.roots, checkpoints=(str(agent.config.checkpoint_root),)
+        ),
     )
     document = metadata(provenance=None)
 

@@ -12,13 +12,16 @@ import asyncpg
 import pytest
 
 from controlplane.artifacts.filesystem import FileArtifactStore
+from controlplane.clock import SYSTEM_CLOCK
 from controlplane.events.metadata import Metadata
 from controlplane.events.store import EventStore
 from controlplane.events.subscription import LogListener
+from controlplane.jobs.lifecycle import Complete, Deploy, EnterPhase, JobStatus, SaveCheckpoint
 from controlplane.jobs.locations import Roots
+from controlplane.jobs.manifest import JobManifest
 from controlplane.jobs.service import Jobs
 from controlplane.models import catalog
-from controlplane.models.errors import Unchanged
+from controlplane.models.errors import InvalidModel, SourceUnavailable, Unchanged
 from controlplane.models.events import ModelAliasSet, Visibility
 from controlplane.models.lifecycle import Deprecate, SetAlias, UpdateMetadata
 from controlplane.models.projection import ModelsProjection
@@ -146,3 +149,92 @@ async def test_same_bytes_share_one_blob_and_a_rebuild_gives_the_same_rows(
     assert json.loads(before[0]["metadata"])["metrics"]["f1"] == 0.5
     await runner.rebuild("models")
     assert [dict(r) for r in await pool.fetch(rows)] == before
+
+
+async def test_a_checkpoint_is_published_only_from_its_jobs_own_checkpoints_folder(
+    store: EventStore, tmp_path: Path
+) -> None:
+    # The path of a checkpoint is what the job's learner (the tenant's code) reported: anywhere
+    # but the job's own checkpoints folder under a checkpoint root, it is not read.
+    root = tmp_path / "checkpoints"
+    jobs = Jobs(store)
+    roots = Roots(checkpoints=(str(root),))
+    models = Models(store, FileArtifactStore(tmp_path / "artifacts"), jobs, roots=roots)
+    manifest = JobManifest.model_validate({"name": "t", "image": "img", "command": ["train"]})
+    job, _ = await jobs.submit("acme", manifest, ACME)
+    other, _ = await jobs.submit("acme", manifest, ACME)
+    now = SYSTEM_CLOCK.now()
+    await jobs.execute(job.job_id, Deploy(["n1"], [], 1, now), ACME)
+    await jobs.execute(job.job_id, EnterPhase(JobStatus.PROCESSING, now), ACME)
+    own = root / str(job.job_id) / "checkpoints" / "learner-0" / "step-7.pt"
+    theirs = root / str(other.job_id) / "checkpoints" / "learner-0" / "step-7.pt"
+    secret = tmp_path / "agent-token"
+    for path, content in ((own, b"weights"), (theirs, b"other weights"), (secret, b"token")):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(content)
+    link = own.parent / "step-9.pt"
+    link.symlink_to(secret)
+    linked_folder = root / str(job.job_id) / "checkpoints" / "learner-1"
+    linked_folder.symlink_to(tmp_path)
+    reported = {7: own, 8: secret, 9: link, 10: theirs, 11: linked_folder / "agent-token"}
+    for step, path in reported.items():
+        await jobs.execute(
+            job.job_id, SaveCheckpoint(step, str(path), 1, 0.1, SYSTEM_CLOCK.now()), ACME
+        )
+
+    document = metadata(provenance=None)
+    published = await models.publish_from_job(
+        "acme", "m", job.job_id, document, ACME, checkpoint_step=7
+    )
+    assert published.version.size_bytes == len(b"weights")
+    for step in (8, 9, 10, 11):
+        with pytest.raises(SourceUnavailable, match="is not in the job's checkpoints folder"):
+            await models.publish_from_job(
+                "acme", "m", job.job_id, document, ACME, checkpoint_step=step
+            )
+    unrooted = Models(store, models.artifacts, jobs, roots=Roots())
+    with pytest.raises(SourceUnavailable, match="TRAINYARD_CHECKPOINT_ROOTS"):
+        await unrooted.publish_from_job("acme", "n", job.job_id, document, ACME, checkpoint_step=7)
+    model = await models.load("acme", "m")
+    assert model is not None and len(model.versions) == 1
+
+
+async def test_a_results_file_that_no_file_system_could_name_is_refused(
+    store: EventStore, tmp_path: Path
+) -> None:
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "model.pt").write_bytes(b"weights")
+    jobs = Jobs(store)
+    models = Models(
+        store,
+        FileArtifactStore(tmp_path / "artifacts"),
+        jobs,
+        roots=Roots(results=(str(tmp_path),)),
+    )
+    manifest = JobManifest.model_validate(
+        {
+            "name": "t",
+            "image": "img",
+            "command": ["train"],
+            "results": {"location": results.as_uri()},
+        }
+    )
+    job, _ = await jobs.submit("acme", manifest, ACME)
+    now = SYSTEM_CLOCK.now()
+    for command in (
+        Deploy(["n1"], [], 1, now),
+        EnterPhase(JobStatus.PROCESSING, now),
+        Complete([0], now),
+    ):
+        await jobs.execute(job.job_id, command, ACME)
+    document = metadata(provenance=None)
+    for bad in ("a" * 300, "a\x00b", "line\nbreak"):
+        with pytest.raises(InvalidModel, match="results_file"):
+            await models.publish_from_job("acme", "m", job.job_id, document, ACME, results_file=bad)
+    with pytest.raises(SourceUnavailable, match="cannot be published"):
+        await models.publish_from_job(
+            "acme", "m", job.job_id, document, ACME, results_file="model.pt/inside"
+        )
+    published = await models.publish_from_job("acme", "m", job.job_id, document, ACME)
+    assert published.version.size_bytes == len(b"weights")
