@@ -223,7 +223,8 @@ def refused(exc: ModelError) -> web.HTTPException:
         fields = [{"field": f"metadata.{e.path}", "message": e.message} for e in exc.errors]
         body = {"error": str(exc), "status": 422, "fields": fields}
         return web.HTTPUnprocessableEntity(text=json.dumps(body), content_type="application/json")
-    status = next(s for kind, s in _STATUS.items() if isinstance(exc, kind))
+    # A refusal not named above is one of the model's state.
+    status = next((s for kind, s in _STATUS.items() if isinstance(exc, kind)), 409)
     field = "from_job" if isinstance(exc, SourceNotFound) else None
     return error(status, str(exc), field=field)
 
@@ -386,7 +387,8 @@ async def publish(request: web.Request) -> web.Response:
             )
     except ModelError as exc:
         raise refused(exc) from None
-    headers = {"Location": f"/v1/models/{name}/versions/{published.version.number}"}
+    location = f"/v1/models/{name}/versions/{published.version.number}"
+    headers = {"Location": location + (f"?tenant={tenant}" if who.is_admin else "")}
     if not published.created:
         headers["Idempotent-Replayed"] = "true"
     view = VersionView.of_state(published.model, published.version)
@@ -396,13 +398,16 @@ async def publish(request: web.Request) -> web.Response:
 async def _upload(request: web.Request, tenant: str, name: str, who: Principal) -> Published:
     """A multipart upload: its `publication` part is checked whole before a byte of its
     `artifact` part is stored, which is streamed into the artifact store as it arrives."""
-    reader = await request.multipart()
-    first = await reader.next()
+    try:
+        reader = await request.multipart()
+        first = await reader.next()
+    except MALFORMED as exc:
+        raise _malformed(exc) from None
     if not isinstance(first, BodyPartReader) or first.name != PUBLICATION_PART:
         raise error(422, f"the first part must be '{PUBLICATION_PART}'", field=PUBLICATION_PART)
     # Read up to the bound, never whole: the part is the client's to make as long as it likes.
     raw = bytearray()
-    while chunk := await first.read_chunk(CHUNK_SIZE):
+    async for chunk in _chunks(first):
         raw += chunk
         if len(raw) > MAX_PUBLICATION_BYTES:
             raise error(
@@ -423,7 +428,10 @@ async def _upload(request: web.Request, tenant: str, name: str, who: Principal) 
             "checkpoint_step and results_file choose a file of from_job, not of an upload",
             field="checkpoint_step" if publication.checkpoint_step is not None else "results_file",
         )
-    second = await reader.next()
+    try:
+        second = await reader.next()
+    except MALFORMED as exc:
+        raise _malformed(exc) from None
     if not isinstance(second, BodyPartReader) or second.name != ARTIFACT_PART:
         raise error(422, f"the second part must be '{ARTIFACT_PART}'", field=ARTIFACT_PART)
     models = request.app[MODELS]
@@ -444,8 +452,30 @@ async def _upload(request: web.Request, tenant: str, name: str, who: Principal) 
 
 
 async def _chunks(part: BodyPartReader) -> AsyncIterator[bytes]:
-    while chunk := await part.read_chunk(CHUNK_SIZE):
-        yield chunk
+    """The part's bytes as they arrive; a 400 when the body breaks the multipart framing,
+    also when it ends before the part's closing boundary (a body cut short, but cut where
+    nothing else notices: without it, the bytes so far would pass for the whole artifact)."""
+    try:
+        while chunk := await part.read_chunk(CHUNK_SIZE):
+            yield chunk
+    except MALFORMED as exc:
+        raise _malformed(exc) from None
+    if not part.at_eof():
+        raise error(
+            400,
+            f"the '{part.name}' part ended before its closing boundary: the body was cut short; "
+            "nothing was kept",
+            field=part.name,
+        )
+
+
+MALFORMED = (ValueError, AssertionError, KeyError)
+"""What aiohttp's multipart reader raises on a body that breaks the framing (no boundary, one
+too long, a part that does not start with it): its asserts check the client's input."""
+
+
+def _malformed(exc: Exception) -> web.HTTPException:
+    return error(400, f"malformed multipart/form-data body: {exc or type(exc).__name__}")
 
 
 async def update_version(request: web.Request) -> web.Response:

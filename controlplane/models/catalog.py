@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -31,11 +32,14 @@ from sqlalchemy.dialects.postgresql import REGCONFIG
 
 from controlplane.database import Executor
 from controlplane.models.errors import InvalidModel
+from controlplane.models.metadata import INT4_MAX
+from controlplane.models.names import MODEL_NAME
 from controlplane.queries import Q
 from controlplane.schema import model_versions
 from controlplane.search.nodes import FACETS, And, Node, Or, Phrase, Word
 from controlplane.search.sql import TEXT_SEARCH_CONFIG, where
 from controlplane.statements import asyncpg_args
+from controlplane.tenants.validation import NAME as TENANT_NAME
 
 MAX_PAGE = 200
 
@@ -211,12 +215,23 @@ def _decode(cursor: str | None) -> _After | None:
         return None
     try:
         rank, created, tenant, name, version = json.loads(base64.urlsafe_b64decode(cursor))
-        return _After(
+        after = _After(
             float(rank), datetime.fromisoformat(created), str(tenant), str(name), int(version)
         )
     except (ValueError, TypeError, binascii.Error, UnicodeDecodeError):
-        # What _encode wrote, or nothing: a cursor is not for clients to make up.
-        raise InvalidModel("cursor: not a cursor this search gave") from None
+        after = None
+    # What _encode wrote, or nothing: a cursor is not for clients to make up, and its values
+    # go to Postgres, which refuses a NUL, a naive time or an integer past its column's.
+    if (
+        after is None
+        or not math.isfinite(after.rank)
+        or after.created.tzinfo is None
+        or not TENANT_NAME.fullmatch(after.tenant)
+        or not MODEL_NAME.fullmatch(after.name)
+        or not 1 <= after.version <= INT4_MAX
+    ):
+        raise InvalidModel("cursor: not a cursor this search gave")
+    return after
 
 
 async def versions_of(

@@ -6,8 +6,10 @@ may see of it."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import copy
 import hashlib
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -124,6 +126,16 @@ async def test_an_upload_is_published_read_downloaded_and_found(
     found = await searched(client, tokens.acme, 1, q="crystal framework:pytorch")
     assert [v["reference"] for v in found["versions"]] == ["acme/crystals:1"]
     assert (found["facets"]["framework"], found["next_cursor"]) == ({"pytorch": 1}, None)
+    for values in (
+        [0, "2020-01-01T00:00:00+00:00", "acme\u0000", "m", 1],  # a NUL for Postgres
+        [0, "2020-01-01T00:00:00", "acme", "m", 1],  # a time without its offset
+        [0, "2020-01-01T00:00:00+00:00", "acme", "m", 2**40],  # past the column's integers
+    ):
+        forged = base64.urlsafe_b64encode(json.dumps(values).encode()).decode()
+        refused = await client.get(
+            "/v1/models", params={"cursor": forged}, headers=auth(tokens.acme)
+        )
+        assert (refused.status, (await refused.json())["field"]) == (400, "cursor")
     bad = await client.get("/v1/models", params={"q": "size>3"}, headers=auth(tokens.acme))
     assert bad.status == 400
     assert (await bad.json())["field"] == "q"
@@ -144,6 +156,13 @@ async def test_publishing_the_same_upload_again_finds_its_version(
     assert again.status == 201
     assert again.headers["Idempotent-Replayed"] == "true"
     assert await again.json() == first
+    # The same again, but public: not what version 1 is, so not answered as done.
+    public = await client.post(
+        "/v1/models/m/versions",
+        data=upload_form(WEIGHTS, visibility="public"),
+        headers=auth(tokens.acme),
+    )
+    assert public.status == 409, await public.text()
     # Other metadata with the same bytes: a new version sharing the one blob.
     other = {**UPLOADED, "title": "Crystal classifier, retuned"}
     second = await client.post(
@@ -205,6 +224,35 @@ async def test_a_refused_upload_writes_nothing(
         )
         assert refused.status == status, await refused.text()
 
+    assert await event_count(owner) == before
+    assert blobs(tmp_path) == []
+
+
+async def test_a_body_that_breaks_the_multipart_framing_is_refused_and_keeps_nothing(
+    client: Client, tokens: Tokens, owner: asyncpg.Connection, tmp_path: Path
+) -> None:
+    before = await event_count(owner)
+    publication = json.dumps({"metadata": UPLOADED}).encode()
+    # Framed well but for the artifact's closing boundary: the body stops after half the
+    # weights, so that the bytes so far would pass for the whole artifact.
+    cut = (
+        b'--XX\r\nContent-Disposition: form-data; name="publication"\r\n\r\n'
+        + publication
+        + b'\r\n--XX\r\nContent-Disposition: form-data; name="artifact"\r\n\r\n'
+        + WEIGHTS[: len(WEIGHTS) // 2]
+    )
+    for content_type, body in [
+        ("multipart/form-data; boundary=XX", cut),
+        ("multipart/form-data", cut),  # no boundary
+        ("multipart/form-data; boundary=" + "X" * 71, cut),  # longer than RFC 2046 allows
+        ("multipart/form-data; boundary=YY", cut),  # a body not framed by it
+    ]:
+        refused = await client.post(
+            "/v1/models/m/versions",
+            data=body,
+            headers={**auth(tokens.acme), "Content-Type": content_type},
+        )
+        assert refused.status == 400, (content_type, await refused.text())
     assert await event_count(owner) == before
     assert blobs(tmp_path) == []
 
