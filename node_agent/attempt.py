@@ -6,11 +6,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 from typing import Protocol
 from uuid import UUID
 
@@ -43,6 +45,7 @@ from node_agent.runtime import (
     LearnerStartError,
     Stream,
 )
+from runners import config as runner_env
 from runners import protocol
 
 log = logging.getLogger(__name__)
@@ -267,6 +270,15 @@ class Attempt:
                 state.error = error
                 state.killed_by = killed_by
             case protocol.CheckpointSaved() if not self._recorded(report):
+                if not _in_checkpoint_folder(state.spec, report.path):
+                    self._logs.add(
+                        state.spec,
+                        "system",
+                        f"checkpoint report (step {report.step}) not recorded: its path "
+                        f"{report.path[:300]!r} is not in the learner's checkpoint folder "
+                        f"{state.spec.env[runner_env.CHECKPOINT_DIR]}",
+                    )
+                    return
                 if self._reports.take(time.monotonic()):
                     self._drop_report(state, report)
                     return
@@ -378,3 +390,11 @@ class Attempt:
         for state in running:
             if not state.done.is_set():
                 state.learner.signal(signal.SIGKILL)
+
+
+def _in_checkpoint_folder(spec: LearnerSpec, path: str) -> bool:
+    """Whether a reported checkpoint lies in the folder the learner was given for them (as a
+    resume does, normalized, so that `..` cannot lead out): the path is the learner's word,
+    recorded for the control plane to read back (a restart's resume, a model's publication)."""
+    folder = Path(spec.env[runner_env.CHECKPOINT_DIR])
+    return Path(os.path.normpath(path)).is_relative_to(folder)

@@ -202,10 +202,12 @@ async def test_checkpoint_reports_past_the_jobs_rate_are_not_recorded_and_say_so
     )
     # A learner printing forged reports as fast as it can (each a step further).
     script = (
-        "import json, time\n"
+        "import json, os, time\n"
         f"report = json.loads({report.model_dump_json()!r})\n"
+        "folder = os.environ['TRAINYARD_CHECKPOINT_DIR']\n"
         "for step in range(1, 201):\n"
-        f"    print({protocol.PREFIX!r} + json.dumps({{**report, 'step': step}}), flush=True)\n"
+        "    forged = {**report, 'step': step, 'path': f'{folder}/step-{step}'}\n"
+        f"    print({protocol.PREFIX!r} + json.dumps(forged), flush=True)\n"
         "time.sleep(0.5)\n"
     )
     manifest = JobManifest(name="t", image="i", command=[sys.executable, "-c", script])
@@ -219,13 +221,37 @@ async def test_checkpoint_reports_past_the_jobs_rate_are_not_recorded_and_say_so
     await wait_for_line(plane, job.job_id, "not recorded: this job's learners may report 1 per")
 
 
-def _checkpoint_then_exit_1() -> list[str]:
-    """A learner that reports a checkpoint, then fails with exit code 1."""
+def _report_then_exit_1(path: str) -> list[str]:
+    """A learner that reports a checkpoint at `path` (formatted with `folder`, its checkpoint
+    folder), then fails with exit code 1."""
     report = protocol.CheckpointSaved(
-        at=SYSTEM_CLOCK.now(), step=5, path="/ckpt/5", size_bytes=1, sha256="0" * 64, duration_s=0.0
+        at=SYSTEM_CLOCK.now(), step=5, path="{path}", size_bytes=1, sha256="0" * 64, duration_s=0
     )
-    script = f"print({protocol.encode(report)!r}, flush=True)\nraise SystemExit(1)\n"
+    script = (
+        "import os\n"
+        "folder = os.environ['TRAINYARD_CHECKPOINT_DIR']\n"
+        f"line = {protocol.encode(report)!r}.replace('{{path}}', {path!r}.format(folder=folder))\n"
+        "print(line, flush=True)\n"
+        "raise SystemExit(1)\n"
+    )
     return [sys.executable, "-c", script]
+
+
+def _checkpoint_then_exit_1() -> list[str]:
+    """A learner that reports a checkpoint in its folder, then fails with exit code 1."""
+    return _report_then_exit_1("{folder}/5")
+
+
+async def test_a_checkpoint_reported_outside_the_learners_folder_is_not_recorded(
+    plane: Plane, agent: RunningAgent
+) -> None:
+    # The path is the learner's word; the control plane reads it back to resume from it and to
+    # publish it as a model: one outside the learner's folder would name another's file.
+    for forged in ("/etc/shadow", "{folder}/../../../other-job/checkpoints/learner-0/5"):
+        job_id = await plane.submit(_report_then_exit_1(forged), max_restarts=0)
+        job = await plane.state(job_id, JobStatus.FAILED)
+        assert job.last_checkpoint is None
+        await wait_for_line(plane, job_id, "not in the learner's checkpoint folder")
 
 
 async def test_restart_on_infrastructure_fails_a_non_zero_exit_and_says_how_to_change_that(
