@@ -132,7 +132,9 @@ async def search(
                 literal(after.version),
             )
         )
-    async with pool.acquire() as conn, conn.transaction(readonly=True):
+    # One snapshot for both statements: under read committed, a version the projection
+    # commits between them would be counted in the total but missing from the page.
+    async with pool.acquire() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
         rows = await conn.fetch(*asyncpg_args(page))
         facets = await _counts(conn, matching)
     # Each version has one tenant: the tenant facet counts every match once.
