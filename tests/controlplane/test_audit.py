@@ -106,7 +106,8 @@ def test_the_document_asks_ten_numbered_questions_each_with_one_query() -> None:
 GLOBEX = Metadata(actor="tenant:globex", tenant="globex")
 ADMIN = Metadata(actor="admin", tenant="globex")
 OPERATOR = "operator:cli"
-CHECKPOINT = "/checkpoints/ckpt-00000100.pt"
+CHECKPOINT_FILE = "ckpt-00000100.pt"
+"""What the resumed job reports saving, in its learner's checkpoint folder."""
 
 QUICK = [sys.executable, "-c", "import time; time.sleep(0.3); print('done')"]
 CRASH = [sys.executable, "-c", "raise SystemExit(3)"]
@@ -118,7 +119,9 @@ RESUMABLE = [
     "if os.environ['TRAINYARD_ATTEMPT'] == '1':\n"
     "    at = datetime.datetime.now(datetime.UTC).isoformat()\n"
     "    report = {'kind': 'checkpoint_saved', 'at': at, 'step': 100,\n"
-    f"              'path': {CHECKPOINT!r}, 'size_bytes': 1234,\n"
+    "              'path': os.path.join(os.environ['TRAINYARD_CHECKPOINT_DIR'],\n"
+    f"                                   {CHECKPOINT_FILE!r}),\n"
+    "              'size_bytes': 1234,\n"
     "              'sha256': '0' * 64, 'duration_s': 0.01}\n"
     "    print('@@trainyard/1 ' + json.dumps(report), flush=True)\n"
     "    sys.exit(1)\n"
@@ -326,6 +329,9 @@ async def test_every_question_of_the_document_answers_a_real_scenario_correctly(
 
     def q3(rows: Rows) -> None:
         restart = next(t for t in resumed.transitions if t.attempt == 2)
+        assert resumed.last_checkpoint is not None
+        checkpoint = resumed.last_checkpoint.path
+        assert checkpoint.endswith(f"/{s.resumed}/checkpoints/learner-0/{CHECKPOINT_FILE}")
         assert [tuple(r) for r in rows] == [
             (
                 s.resumed,
@@ -335,7 +341,7 @@ async def test_every_question_of_the_document_answers_a_real_scenario_correctly(
                 restart.at,
                 "agent:n1",
                 restart.reason,
-                CHECKPOINT,
+                checkpoint,
             )
         ]
 
