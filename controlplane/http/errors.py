@@ -26,8 +26,16 @@ def error(
 
 def validation_error(exc: ValidationError) -> web.HTTPException:
     """422 listing every offending field with its message."""
-    fields = [{"field": _field(err["loc"]), "message": err["msg"]} for err in exc.errors()]
-    body = {"error": f"{len(fields)} invalid field(s)", "status": 422, "fields": fields}
+    return invalid_fields([(_field(err["loc"]), err["msg"]) for err in exc.errors()])
+
+
+def invalid_fields(fields: list[tuple[str, str]], message: str | None = None) -> web.HTTPException:
+    """422 listing every offending field (its name, and what is wrong with it)."""
+    body = {
+        "error": message or f"{len(fields)} invalid field(s)",
+        "status": 422,
+        "fields": [{"field": field, "message": why} for field, why in fields],
+    }
     return web.HTTPUnprocessableEntity(text=json.dumps(body), content_type="application/json")
 
 

@@ -31,7 +31,7 @@ from controlplane.artifacts.errors import (
 from controlplane.artifacts.store import CHUNK_SIZE
 from controlplane.http import params
 from controlplane.http.auth import acting_tenant, principal
-from controlplane.http.errors import error
+from controlplane.http.errors import error, invalid_fields
 from controlplane.http.keys import MODELS, POOL, STORE
 from controlplane.http.requests import event_metadata, json_body, validated
 from controlplane.http.webhooks import check_webhook_url, delivery_history
@@ -68,7 +68,7 @@ from controlplane.models.lifecycle import (
 )
 from controlplane.models.metadata import INT4_MAX, INT8_MAX, ModelMetadata, json_schema
 from controlplane.models.names import LATEST, MODEL_NAME, check_model_name
-from controlplane.models.references import Reference, parse_reference
+from controlplane.models.references import Reference, parse_reference, resolve
 from controlplane.models.service import RESULTS_FILE, Published
 from controlplane.models.state import ModelState, ModelVersion, latest
 from controlplane.models.streams import model_stream
@@ -220,9 +220,7 @@ def add_routes(app: web.Application) -> None:
 def refused(exc: ModelError) -> web.HTTPException:
     """The HTTP answer to a model command's or look-up's refusal."""
     if isinstance(exc, InvalidMetadata):
-        fields = [{"field": f"metadata.{e.path}", "message": e.message} for e in exc.errors]
-        body = {"error": str(exc), "status": 422, "fields": fields}
-        return web.HTTPUnprocessableEntity(text=json.dumps(body), content_type="application/json")
+        return invalid_fields([(f"metadata.{e.path}", e.message) for e in exc.errors], str(exc))
     # A refusal not named above is one of the model's state.
     status = next((s for kind, s in _STATUS.items() if isinstance(exc, kind)), 409)
     field = "from_job" if isinstance(exc, SourceNotFound) else None
@@ -482,7 +480,7 @@ async def update_version(request: web.Request) -> web.Response:
     update = _update(await json_body(request))
     model, version = await _owned(request)
     command = UpdateMetadata(version.number, update, request.app[MODELS].clock.now())
-    return web.json_response(_json(await _execute(request, model, version, command)))
+    return web.json_response(_json(await _version_command(request, model, version, command)))
 
 
 def _update(document: object) -> MetadataUpdate:
@@ -496,88 +494,64 @@ async def deprecate(request: web.Request) -> web.Response:
     body = validated(DeprecateRequest, await json_body(request))
     model, version = await _owned(request)
     command = Deprecate(version.number, body.reason, request.app[MODELS].clock.now())
-    return web.json_response(_json(await _execute(request, model, version, command)))
+    return web.json_response(_json(await _version_command(request, model, version, command)))
 
 
 async def set_alias(request: web.Request) -> web.Response:
     body = validated(AliasRequest, await json_body(request))
-    who = principal(request)
-    model = await _owned_model(request, who)
     alias = request.match_info["alias"]
     command = SetAlias(alias, body.version, request.app[MODELS].clock.now())
-    try:
-        _, events = await request.app[MODELS].execute(
-            model.tenant, model.name, command, event_metadata(request, who, model.tenant)
-        )
-    except Unchanged:
-        events = []  # it names that version already: as asked
-    except ModelError as exc:
-        raise refused(exc) from None
+    _, events = await _change(request, await _owned_model(request), command)
     moved = [e for e in events if isinstance(e, ModelAliasSet)]
+    # No event: it names that version already, as asked.
     previous = moved[0].previous if moved else body.version
     return web.json_response({"alias": alias, "version": body.version, "previous": previous})
 
 
 async def remove_alias(request: web.Request) -> web.Response:
-    who = principal(request)
-    model = await _owned_model(request, who)
     command = RemoveAlias(request.match_info["alias"], request.app[MODELS].clock.now())
-    try:
-        await request.app[MODELS].execute(
-            model.tenant, model.name, command, event_metadata(request, who, model.tenant)
-        )
-    except ModelError as exc:
-        raise refused(exc) from None
+    await _change(request, await _owned_model(request), command)
     return web.Response(status=204)
 
 
 async def set_webhook(request: web.Request) -> web.Response:
     body = validated(WebhookRequest, await json_body(request))
-    who = principal(request)
-    model = await _owned_model(request, who)
+    model = await _owned_model(request)
     url = str(body.url)
     await check_webhook_url(request, url, "url")
-    command = SetWebhook(url, request.app[MODELS].clock.now())
-    await _change(request, who, model, command)
+    await _change(request, model, SetWebhook(url, request.app[MODELS].clock.now()))
     return web.json_response({"url": url})
 
 
 async def remove_webhook(request: web.Request) -> web.Response:
-    who = principal(request)
-    model = await _owned_model(request, who)
-    await _change(request, who, model, RemoveWebhook(request.app[MODELS].clock.now()))
+    model = await _owned_model(request)
+    await _change(request, model, RemoveWebhook(request.app[MODELS].clock.now()))
     return web.Response(status=204)
 
 
 async def _change(
-    request: web.Request, who: Principal, model: ModelState, command: ModelCommand
-) -> None:
-    """Carry out a command whose answer is what was asked (nothing to do is done too)."""
+    request: web.Request, model: ModelState, command: ModelCommand
+) -> tuple[ModelState, list[ModelEvent]]:
+    """Carry out `command` on the model: the model after it and the events it appended. A
+    command that changes nothing answers the model as it is: it is as asked."""
     try:
-        await request.app[MODELS].execute(
-            model.tenant, model.name, command, event_metadata(request, who, model.tenant)
+        return await request.app[MODELS].execute(
+            model.tenant,
+            model.name,
+            command,
+            event_metadata(request, principal(request), model.tenant),
         )
     except Unchanged:
-        pass
+        return model, []
     except ModelError as exc:
         raise refused(exc) from None
 
 
-async def _execute(
+async def _version_command(
     request: web.Request, model: ModelState, version: ModelVersion, command: ModelCommand
 ) -> VersionView:
-    """Carry out `command` on the model; the version it was about, as it is then (also when
-    the command changed nothing: the version is as asked)."""
-    who = principal(request)
-    models = request.app[MODELS]
-    try:
-        model, _ = await models.execute(
-            model.tenant, model.name, command, event_metadata(request, who, model.tenant)
-        )
-    except Unchanged:
-        pass
-    except ModelError as exc:
-        raise refused(exc) from None
+    """Carry out a command about `version`; the version as it is then."""
+    model, _ = await _change(request, model, command)
     changed = model.version(version.number)
     assert changed is not None  # versions are never removed
     return VersionView.of_state(model, changed)
@@ -651,9 +625,9 @@ def _reference(owner: str, name: str, selector: str) -> Reference:
         raise UnknownVersion(f"{owner}/{name} has no version {selector[:100]!r}") from None
 
 
-async def _owned_model(request: web.Request, who: Principal) -> ModelState:
+async def _owned_model(request: web.Request) -> ModelState:
     """The model a write is about: one of the tenant acted for (`?tenant=` for the admin)."""
-    tenant = await _acting(request, who, "changes models")
+    tenant = await _acting(request, principal(request), "changes models")
     name = _name(request)
     model = await request.app[MODELS].load(tenant, name)
     if model is None:
@@ -662,11 +636,11 @@ async def _owned_model(request: web.Request, who: Principal) -> ModelState:
 
 
 async def _owned(request: web.Request) -> tuple[ModelState, ModelVersion]:
-    who = principal(request)
-    model = await _owned_model(request, who)
+    """The owned model and the version the path names in it (read once, resolved here)."""
+    model = await _owned_model(request)
     try:
         reference = _reference(model.tenant, model.name, request.match_info["version"])
-        return await request.app[MODELS].resolve(model.tenant, reference)
+        return model, resolve(model, reference, model.tenant)
     except ModelError as exc:
         raise refused(exc) from None
 

@@ -30,7 +30,6 @@ from controlplane.jobs.locations import (
     LocationRefused,
     Roots,
     check_file_location,
-    tenant_roots,
 )
 from controlplane.jobs.manifest import JobManifest
 from controlplane.jobs.service import Jobs
@@ -217,7 +216,7 @@ class Models:
         and the learner is the tenant's code: anywhere else, it could name any file the
         control plane may read."""
         resolved = Path(os.path.realpath(reported))
-        for root in tenant_roots(self._roots.checkpoints, ""):
+        for root in (Path(os.path.realpath(r)) for r in self._roots.checkpoints):
             if resolved.is_relative_to(root) and resolved.relative_to(root).parts[:2] == (
                 str(job_id),
                 "checkpoints",
