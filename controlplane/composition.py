@@ -22,6 +22,9 @@ from controlplane.artifacts.store import ArtifactStore
 from controlplane.clock import SYSTEM_CLOCK, Clock
 from controlplane.cluster_gauges import ClusterGauges
 from controlplane.database import DATABASE_ERRORS, create_pool, ping
+from controlplane.deployments.projection import DeploymentsProjection
+from controlplane.deployments.service import Deployments
+from controlplane.deployments.tasks import Tasks
 from controlplane.events.hub import StreamHub
 from controlplane.events.store import EventStore
 from controlplane.events.subscription import LogListener
@@ -51,6 +54,7 @@ def projections() -> list[Projection]:
         JobsProjection(),
         TenantsProjection(),
         ModelsProjection(),
+        DeploymentsProjection(),
         WebhookOutbox(),
     ]
 
@@ -108,7 +112,11 @@ class ControlPlane:
         self.hub = StreamHub(self.store, self.listener)
         self.jobs = Jobs(self.store, clock)
         self.models = Models(self.store, artifacts, self.jobs, roots=roots, clock=clock)
-        self.manager = LifecycleManager(url, pool, self.store, clock=clock)
+        self.deployments = Deployments(self.store, self.jobs, self.models, clock)
+        self.tasks = Tasks(pool, url, poll_interval=poll_interval)
+        self.manager = LifecycleManager(
+            url, pool, self.store, deployments=self.deployments, clock=clock
+        )
         self.gauges = ClusterGauges(pool)
         self.webhooks = WebhookRelay(url, pool, self.store, relay, clock=clock)
 
@@ -176,6 +184,7 @@ async def running(plane: ControlPlane) -> AsyncIterator[asyncio.Task[None]]:
                 group.create_task(plane.manager.run(), name="lifecycle-manager")
                 group.create_task(plane.gauges.run(), name="cluster-gauges")
                 group.create_task(plane.webhooks.run(), name="webhook-relay")
+                group.create_task(plane.tasks.run(), name="serving-tasks")
         except Exception:
             # The server keeps answering, but /readyz now says "not ready", so a load
             # balancer or supervisor takes this replica out of service.
@@ -190,6 +199,7 @@ async def running(plane: ControlPlane) -> AsyncIterator[asyncio.Task[None]]:
         plane.manager.stop()
         plane.gauges.stop()
         plane.webhooks.stop()
+        plane.tasks.stop()
         plane.listener.stop()
         plane.projections.stop()
         plane.listener.wake()  # the runner and the hub wait on the listener: let them see it

@@ -5,6 +5,7 @@ the agent takes the registry without the control plane's composition root."""
 from __future__ import annotations
 
 from controlplane.agents import events as node_events
+from controlplane.deployments import events as deployment_events
 from controlplane.events.types import Event, EventRegistry
 from controlplane.jobs import events as job_events
 from controlplane.models import events as model_events
@@ -15,6 +16,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     *job_events.EVENT_TYPES,
     *node_events.EVENT_TYPES,
     *model_events.EVENT_TYPES,
+    *deployment_events.EVENT_TYPES,
     *tenant_events.EVENT_TYPES,
     *webhook_events.EVENT_TYPES,
 )

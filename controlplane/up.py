@@ -8,11 +8,13 @@ import os
 import sys
 from pathlib import Path
 
+from controlplane.artifacts.filesystem import default_root
 from controlplane.demo import demo_token, run_demo
 from controlplane.http.keys import PROJECTIONS, STORE
 from controlplane.jobs.locations import Roots
 from controlplane.migrate import migrate
 from controlplane.server import allowed_images, listening, signalled
+from controlplane.settings import Settings
 from node_agent.agent import AgentConfig
 from node_agent.cli import reach_problem, runs_tenants_code
 from node_agent.service import run_agent
@@ -31,6 +33,7 @@ def local_agent(home: Path) -> AgentConfig:
         launcher=(sys.executable, "-m", "runners.launch"),
         roots=Roots.from_env(),
         learner_uids=UidRange.from_env(),
+        artifacts_dir=default_root(Settings.from_env()),
     )
 
 

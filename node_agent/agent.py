@@ -35,6 +35,7 @@ from controlplane.jobs.events import (
 from controlplane.jobs.images import DEFAULT_ALLOWLIST, ImageAllowlist
 from controlplane.jobs.lifecycle import Command, Job, Refused
 from controlplane.jobs.locations import Roots
+from controlplane.jobs.manifest import ServableSpec
 from controlplane.jobs.service import Jobs
 from controlplane.jobs.streams import job_stream
 from controlplane.logs.lines import Stream
@@ -47,7 +48,9 @@ from node_agent.inventory import Gpu, GpuInventory
 from node_agent.learners import job_dir, learner_specs
 from node_agent.reconcile import Allocation, Resumed, VersionedJob, plan
 from node_agent.runtime import FoundLearner, Learner, LearnerRuntime, LearnerSpec
+from node_agent.serving import Serving
 from node_agent.users import DEFAULT_LEARNER_UIDS, UidRange, Users
+from runners.config import SERVE_DIR
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -85,6 +88,9 @@ class AgentConfig:
     """Where jobs' `file://` data and results may be (see `controlplane.jobs.locations`)."""
     learner_uids: UidRange = field(default_factory=lambda: UidRange.parse(DEFAULT_LEARNER_UIDS))
     """The uids jobs' learners run as, one per job, when the agent is root."""
+    artifacts_dir: Path | None = None
+    """The model repository's artifacts (the control plane's TRAINYARD_ARTIFACTS_DIR, shared
+    with this node): what deployments' replicas load. None: replicas fail their tasks."""
 
     @property
     def checkpoint_root(self) -> Path:
@@ -109,9 +115,12 @@ class Agent:
         logs: LogSink,
         agent_id: UUID,
         *,
+        serving: Serving | None = None,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.config = config
+        self._serving = serving
+        """Feeds deployments' replicas with tasks; None: replicas are not fed here."""
         self.agent_id = agent_id
         """Kept across restarts (see `node_agent.identity`)."""
         self._pool = pool
@@ -393,7 +402,14 @@ class Agent:
         try:
             # Before any learner writes: its lines count towards the job's log limits.
             await self._retry(lambda: self._logs.open(job_id, attempt.claim.job.limits))
-            await attempt.run()
+            servable = attempt.claim.job.manifest.servable
+            if servable is None or self._serving is None or not attempt.specs:
+                await attempt.run()
+            else:
+                async with asyncio.TaskGroup() as group:
+                    feed = group.create_task(self._feed(self._serving, attempt, servable))
+                    await attempt.run()
+                    feed.cancel()
         finally:
             # The learners have ended. Their containers go once their last lines are stored
             # (until then the engine holds the only copy), and before their GPUs go back, so
@@ -412,6 +428,25 @@ class Agent:
                 del self._running[job_id]
                 self._users.release(job_id)
             self._changed.set()
+
+    async def _feed(self, serving: Serving, attempt: Attempt, servable: ServableSpec) -> None:
+        """Feed a deployment's replica while its attempt runs; a failure here is logged and
+        ends the feeding only (the lifecycle manager replaces a replica that takes no tasks),
+        and the tasks it held go back to the queue."""
+        spec = attempt.specs[0]
+        job = attempt.claim.job
+        try:
+            await serving.run(
+                job.tenant,
+                job.job_id,
+                servable,
+                Path(spec.env[SERVE_DIR]),
+                lambda text: self._logs.add(spec, "system", text),
+            )
+        except Exception:
+            log.exception("job %s: feeding its replica failed", job.job_id)
+        finally:
+            await asyncio.shield(self._retry(lambda: serving.requeue(job.job_id)))
 
     async def _execute(self, job_id: UUID, command: Command) -> Job | None:
         metadata = Metadata.capture(f"agent:{self.config.name}")

@@ -151,6 +151,11 @@ class Attempt:
         self._reports_dropped = 0
 
     @property
+    def specs(self) -> list[LearnerSpec]:
+        """This node's learners of the attempt."""
+        return self._specs
+
+    @property
     def job_id(self) -> object:
         return self.claim.job.job_id
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from controlplane import telemetry
 from controlplane.agents.logins import login_excess
+from controlplane.artifacts.filesystem import default_root
 from controlplane.database import AGENT_ROLE, resolve_database
 from controlplane.jobs.images import ImageAllowlist
 from controlplane.jobs.locations import DATA_ROOTS_ENV, RESULTS_ROOTS_ENV, Roots
@@ -279,6 +280,8 @@ def config_from(args: argparse.Namespace, settings: Settings, runtime: str) -> A
         checkpoint_dir=checkpoint_dir,
         roots=roots,
         learner_uids=learner_uids,
+        # The model repository's folder, as the control plane's (shared with this node).
+        artifacts_dir=default_root(settings).absolute(),
     )
 
 

@@ -106,6 +106,14 @@ def learner_specs(
                     RESULTS_ROOTS_ENV,
                 )
             )
+        command = [*launcher, "--", *manifest.command]
+        if manifest.servable is not None:
+            # A deployment's replica: it listens in a folder of its own, where the agent
+            # delivers the model; run by the launcher's interpreter, which has `runners`.
+            serve = workdir / "serve"
+            folders.append(Folder(work_dir, serve))
+            env[runner_env.SERVE_DIR] = str(serve)
+            command = [*launcher, "--", launcher[0], "-m", "runners.serve"]
         resume = job.last_checkpoint.path if job.last_checkpoint else None
         # As the learner reported it: normalized, so that `..` cannot lead out of its folder.
         if resume is not None and Path(os.path.normpath(resume)).is_relative_to(checkpoints):
@@ -118,7 +126,7 @@ def learner_specs(
                 epoch=claim.epoch,
                 node=node,
                 image=manifest.image,
-                command=[*launcher, "--", *manifest.command],
+                command=command,
                 env=env,
                 workdir=workdir,
                 gpus=allocation.gpus,

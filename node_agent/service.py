@@ -7,6 +7,7 @@ import logging
 from uuid import UUID
 
 from controlplane.database import AGENT_ROLE, create_pool
+from controlplane.deployments.tasks import CHANNEL
 from controlplane.events.subscription import LogListener
 from controlplane.failures import CommandFailed
 from node_agent.agent import Agent, AgentConfig
@@ -16,6 +17,7 @@ from node_agent.inventory import open_inventory
 from node_agent.log_shipper import LogShipper
 from node_agent.log_sink import NumberedSink
 from node_agent.runtimes import open_runtime
+from node_agent.serving import Serving
 
 log = logging.getLogger("node_agent")
 
@@ -54,6 +56,8 @@ async def _run(
     # Whatever the login, the agent acts with the agent role's rights only.
     pool = await create_pool(url, min_size=2, max_size=6, role=AGENT_ROLE)
     listener = LogListener(url, poll_interval=config.poll_s, role=AGENT_ROLE)
+    tasks = LogListener(url, channel=CHANNEL, poll_interval=config.poll_s, role=AGENT_ROLE)
+    serving = Serving(pool, tasks, config.artifacts_dir)
     shipper = LogShipper(pool)
     try:
         async with open_runtime(
@@ -63,8 +67,10 @@ async def _run(
             images=config.images,
         ) as runtime:
             sink = NumberedSink(shipper)
-            agent = Agent(config, pool, listener, inventory, runtime, sink, agent_id)
-            await _serve(agent, listener, shipper, stop, registered)
+            agent = Agent(
+                config, pool, listener, inventory, runtime, sink, agent_id, serving=serving
+            )
+            await _serve(agent, (listener, tasks), shipper, stop, registered)
     finally:
         await pool.close()
         inventory.close()
@@ -77,14 +83,15 @@ async def _run(
 
 async def _serve(
     agent: Agent,
-    listener: LogListener,
+    listeners: tuple[LogListener, ...],
     shipper: LogShipper,
     stop: asyncio.Event,
     registered: asyncio.Event | None,
 ) -> None:
     await agent.register()
     async with asyncio.TaskGroup() as group:
-        group.create_task(listener.run(), name="listener")
+        for listener in listeners:
+            group.create_task(listener.run(), name=f"listener-{listener.channel}")
         shipping = group.create_task(shipper.run(), name="log-shipper")
         # Before any claim: what an earlier agent of this node left is accounted for.
         await agent.reconcile()
@@ -101,4 +108,5 @@ async def _serve(
         await working
         shipper.stop()
         await shipping
-        listener.stop()
+        for listener in listeners:
+            listener.stop()

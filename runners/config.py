@@ -30,6 +30,9 @@ RESUME_FROM = "TRAINYARD_RESUME_FROM"
 EXIT_FILE = "TRAINYARD_EXIT_FILE"
 """Where the launcher writes its exit status as it ends, for an agent that is not its parent
 (one restarted while the learner ran) to read."""
+SERVE_DIR = "TRAINYARD_SERVE_DIR"
+"""A serving replica's folder (`python -m runners.serve`): it listens on `serve.sock` there and
+keeps the model it is given under `model/`."""
 
 DATA_SCHEMES = frozenset({"file", "http", "https"})
 RESULTS_SCHEMES = frozenset({"file"})

@@ -15,6 +15,9 @@ from controlplane.agents.events import NodeLost
 from controlplane.agents.nodes import Nodes
 from controlplane.clock import SYSTEM_CLOCK, Clock
 from controlplane.database import DATABASE_ERRORS, connect
+from controlplane.deployments.errors import ServingError
+from controlplane.deployments.service import Deployments
+from controlplane.deployments.tasks import MAX_TRIES
 from controlplane.events.metadata import Metadata
 from controlplane.events.store import EventStore
 from controlplane.jobs.lifecycle import Refused, Restart, RollBack
@@ -26,6 +29,9 @@ from controlplane.workers import pause
 log = logging.getLogger(__name__)
 
 ACTOR = "system:lifecycle-manager"
+TASK_RETENTION_S = 24 * 3600.0
+"""How long finished serving tasks (and their batches) are kept: their results readable, their
+figures counted."""
 
 
 class LifecycleManager:
@@ -38,14 +44,18 @@ class LifecycleManager:
         pool: asyncpg.Pool,
         store: EventStore,
         *,
+        deployments: Deployments | None = None,
         interval_s: float = 1.0,
         clock: Clock = SYSTEM_CLOCK,
+        task_retention_s: float = TASK_RETENTION_S,
     ) -> None:
         self._url = url
         self._pool = pool
         self._clock = clock
         self._nodes = Nodes(pool, store, clock)
         self._jobs = Jobs(store, clock)
+        self._deployments = deployments
+        self._task_retention_s = task_retention_s
         self.interval_s = interval_s
         self.active = False
         self._stopping = asyncio.Event()
@@ -90,7 +100,35 @@ class LifecycleManager:
                 lost.append(row["name"])
         for row in await self._pool.fetch(Q["stalled_deployments"]):
             await self._roll_back(row["job_id"], row["attempt"], row["timeout_s"])
+        if self._deployments is not None:
+            await self._serve(self._deployments)
         return lost
+
+    async def _serve(self, deployments: Deployments) -> None:
+        """Replace replicas that stopped answering (their tasks go back to the queue, or fail
+        after MAX_TRIES), keep every deployment's replicas what it asks for, bound the memo,
+        and forget tasks past their retention."""
+        stalled = await self._pool.fetch(Q["stalled_tasks"], MAX_TRIES)
+        for row in {(r["tenant"], r["deployment"], r["replica"]): r for r in stalled}.values():
+            reason = f"unresponsive: held a task past its {row['timeout_s']:g}s timeout"
+            log.warning(
+                "deployment %s/%s: replica %s %s",
+                row["tenant"],
+                row["deployment"],
+                row["replica"],
+                reason,
+            )
+            try:
+                await deployments.retire(row["tenant"], row["deployment"], row["replica"], reason)
+            except ServingError as exc:
+                log.warning("deployment %s/%s: %s", row["tenant"], row["deployment"], exc)
+        for row in await self._pool.fetch(Q["live_deployments"]):
+            try:
+                await deployments.reconcile(row["tenant"], row["name"])
+            except ServingError as exc:
+                log.warning("deployment %s/%s: %s", row["tenant"], row["name"], exc)
+        await self._pool.execute(Q["evict_memo"])
+        await self._pool.execute(Q["forget_tasks"], self._task_retention_s)
 
     async def _roll_back(self, job_id: UUID, attempt: int, timeout_s: float) -> None:
         """A deployment whose learners did not all start in time is rolled back (its nodes stop

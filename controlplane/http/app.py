@@ -12,11 +12,22 @@ from aiohttp import web
 from controlplane.artifacts.filesystem import FileArtifactStore, default_root
 from controlplane.artifacts.store import ArtifactStore
 from controlplane.composition import opened, running
-from controlplane.http import jobs, logs, metrics, models, nodes, scrape, tenants, webhooks
+from controlplane.http import (
+    deployments,
+    jobs,
+    logs,
+    metrics,
+    models,
+    nodes,
+    scrape,
+    tenants,
+    webhooks,
+)
 from controlplane.http.auth import auth_middleware
 from controlplane.http.keys import (
     BACKGROUND,
     DATABASE_URL,
+    DEPLOYMENTS,
     GAUGES,
     HUB,
     IMAGES,
@@ -29,6 +40,7 @@ from controlplane.http.keys import (
     SSE_HEARTBEAT_S,
     STORE,
     SUBMISSIONS,
+    TASKS,
     WEBHOOKS,
 )
 from controlplane.http.openapi import document
@@ -80,6 +92,7 @@ def create_app(
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/openapi.json", openapi)
+    deployments.add_routes(app)
     jobs.add_routes(app)
     logs.add_routes(app)
     metrics.add_routes(app)
@@ -115,6 +128,8 @@ async def _database(
         app[HUB] = plane.hub
         app[JOBS] = plane.jobs
         app[MODELS] = plane.models
+        app[DEPLOYMENTS] = plane.deployments
+        app[TASKS] = plane.tasks
         app[GAUGES] = plane.gauges
         app[WEBHOOKS] = plane.webhooks
         yield
@@ -129,6 +144,7 @@ async def _background(app: web.Application) -> AsyncIterator[None]:
 
 async def _close_streams(app: web.Application) -> None:
     app[HUB].stop()
+    app[TASKS].stop()
 
 
 async def healthz(request: web.Request) -> web.Response:

@@ -9,6 +9,8 @@ from aiohttp import web
 
 from controlplane.cluster_gauges import ClusterGauges
 from controlplane.composition import ControlPlane
+from controlplane.deployments.service import Deployments
+from controlplane.deployments.tasks import Tasks
 from controlplane.events.hub import StreamHub
 from controlplane.events.store import EventStore
 from controlplane.jobs.images import ImageAllowlist
@@ -28,6 +30,8 @@ PROJECTIONS = web.AppKey("projections", ProjectionRunner)
 HUB = web.AppKey("hub", StreamHub)
 JOBS = web.AppKey("jobs", Jobs)
 MODELS = web.AppKey("models", Models)
+DEPLOYMENTS = web.AppKey("deployments", Deployments)
+TASKS = web.AppKey("tasks", Tasks)
 GAUGES = web.AppKey("gauges", ClusterGauges)
 WEBHOOKS = web.AppKey("webhooks", WebhookRelay)
 BACKGROUND = web.AppKey("background", asyncio.Task[None])

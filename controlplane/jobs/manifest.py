@@ -193,6 +193,18 @@ class CheckpointSpec(_Strict):
     keep: int = Field(default=3, ge=1, le=INT4_MAX, description="how many checkpoints to keep")
 
 
+class ServableSpec(_Strict):
+    """What a deployment's replica serves (controlplane/deployments): the agent delivers the
+    artifact to it and feeds it the deployment's tasks, in batches."""
+
+    deployment: str = Field(max_length=64)
+    artifact_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    entry_point: str = Field(max_length=200)
+    max_batch_size: int = Field(ge=1, le=INT4_MAX)
+    max_wait_ms: float = Field(ge=0, le=86_400_000)
+    task_timeout_s: float = Field(gt=0, le=86_400)
+
+
 class JobManifest(_Strict):
     """A training job. Unknown fields are rejected, so a typo never goes unnoticed."""
 
@@ -255,6 +267,11 @@ class JobManifest(_Strict):
         f"{MAX_LABEL_VALUE_CHARS} characters",
     )
     webhook_url: HttpUrl | None = None
+    servable: ServableSpec | None = Field(
+        default=None,
+        description="set by deployments for their replicas (POST /v1/deployments); a job "
+        "submitted with it is refused",
+    )
 
     @field_validator("command")
     @classmethod
@@ -303,6 +320,13 @@ class JobSubmission(JobManifest):
         f"history, status or audit (at most {MAX_SECRET_ENV}, "
         f"{MAX_SECRET_ENV_BYTES // 1024} KiB together)",
     )
+
+    @field_validator("servable")
+    @classmethod
+    def _not_servable(cls, value: ServableSpec | None) -> ServableSpec | None:
+        if value is not None:
+            raise ValueError("replicas are started by deployments: POST /v1/deployments")
+        return value
 
     @field_validator("secret_env")
     @classmethod

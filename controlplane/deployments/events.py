@@ -1,0 +1,89 @@
+"""The events of deployments' and pipelines' streams (streams.py). Each carries the instant it
+happened (`at`)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from pydantic import Field
+
+from controlplane.events.types import Event, event_type
+
+
+class DeploymentEvent(Event):
+    at: datetime
+
+
+@event_type("DeploymentCreated")
+class DeploymentCreated(DeploymentEvent):
+    """A model version deployed; the version is resolved once, here, and stays."""
+
+    tenant: str
+    name: str
+    model_tenant: str
+    model_name: str
+    reference: str = Field(description="the model reference as the user wrote it")
+    version: int
+    artifact_sha256: str
+    entry_point: str
+    resources: dict[str, Any]
+    serving: dict[str, Any]
+    replicas: int
+    actor: str
+
+
+@event_type("DeploymentScaled")
+class DeploymentScaled(DeploymentEvent):
+    replicas: int
+
+
+@event_type("ReplicaStarted")
+class ReplicaStarted(DeploymentEvent):
+    """A replica job was asked for (its job is submitted right after, idempotently)."""
+
+    job_id: UUID
+    number: int = Field(description="1 for the deployment's first replica, then one more each")
+
+
+@event_type("ReplicaRetired")
+class ReplicaRetired(DeploymentEvent):
+    """A replica no longer serves: its job ended, or it was stopped (scaled down, deleted,
+    unresponsive)."""
+
+    job_id: UUID
+    reason: str
+
+
+@event_type("DeploymentDeleted")
+class DeploymentDeleted(DeploymentEvent):
+    actor: str
+
+
+class PipelineEvent(Event):
+    at: datetime
+
+
+@event_type("PipelineDefined")
+class PipelineDefined(PipelineEvent):
+    tenant: str
+    name: str
+    steps: list[str]
+    actor: str
+
+
+@event_type("PipelineRemoved")
+class PipelineRemoved(PipelineEvent):
+    actor: str
+
+
+EVENT_TYPES: tuple[type[Event], ...] = (
+    DeploymentCreated,
+    DeploymentScaled,
+    ReplicaStarted,
+    ReplicaRetired,
+    DeploymentDeleted,
+    PipelineDefined,
+    PipelineRemoved,
+)

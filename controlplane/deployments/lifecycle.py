@@ -1,0 +1,219 @@
+"""Deployments' and pipelines' lifecycles as pure functions: `decide` turns a command and the
+state into new events (or a refusal, raised), `evolve` folds events into the state; DEPLOYMENT
+and PIPELINE are the aggregates for the command path (events/commands.py). No I/O here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from controlplane.deployments.errors import Conflict, NotFound, ServingError
+from controlplane.deployments.events import (
+    DeploymentCreated,
+    DeploymentDeleted,
+    DeploymentEvent,
+    DeploymentScaled,
+    PipelineDefined,
+    PipelineEvent,
+    PipelineRemoved,
+    ReplicaRetired,
+    ReplicaStarted,
+)
+from controlplane.events.commands import Aggregate
+from controlplane.invariants import InvariantBroken
+
+
+class Busy(ServingError):
+    """The stream kept changing under concurrent commands; the command gave up."""
+
+
+@dataclass(frozen=True, slots=True)
+class Deployment:
+    tenant: str
+    name: str
+    model_tenant: str
+    model_name: str
+    reference: str
+    version: int
+    artifact_sha256: str
+    entry_point: str
+    resources: dict[str, Any]
+    serving: dict[str, Any]
+    replicas: int
+    created_at: datetime
+    updated_at: datetime
+    active: tuple[UUID, ...] = ()
+    """The replica jobs serving it now, oldest first."""
+    started: int = 0
+    """Replicas ever started in this stream (across re-creations): numbers their jobs."""
+    deleted: bool = False
+
+    @property
+    def live(self) -> bool:
+        return not self.deleted
+
+
+# Commands, each with the instant it is decided at.
+
+
+@dataclass(frozen=True, slots=True)
+class Create:
+    event: DeploymentCreated
+
+
+@dataclass(frozen=True, slots=True)
+class Scale:
+    replicas: int
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeReplicas:
+    at: datetime
+    retire: tuple[tuple[UUID, str], ...] = ()
+    """Replica jobs that no longer serve, and why."""
+    start: tuple[UUID, ...] = ()
+    """New replica jobs, numbered on from the last."""
+
+
+@dataclass(frozen=True, slots=True)
+class Delete:
+    actor: str
+    at: datetime
+
+
+DeploymentCommand = Create | Scale | ChangeReplicas | Delete
+
+
+def decide(command: DeploymentCommand, state: Deployment | None) -> list[DeploymentEvent]:
+    if isinstance(command, Create):
+        if state is not None and state.live:
+            raise Conflict(f"deployment {command.event.name} exists; scale or delete it")
+        if state is not None and state.active:
+            raise Conflict(
+                f"deployment {command.event.name} is still stopping its replicas; try again "
+                "once they have stopped"
+            )
+        return [command.event]
+    if state is None or (state.deleted and not isinstance(command, ChangeReplicas)):
+        raise NotFound("no such deployment")
+    match command:
+        case Scale(replicas=replicas, at=at):
+            if replicas == state.replicas:
+                return []
+            return [DeploymentScaled(replicas=replicas, at=at)]
+        case ChangeReplicas(at=at, retire=retire, start=start):
+            if state.deleted and start:
+                raise NotFound("no such deployment")
+            retired: list[DeploymentEvent] = [
+                ReplicaRetired(job_id=job_id, reason=reason, at=at)
+                for job_id, reason in retire
+                if job_id in state.active
+            ]
+            started = [
+                ReplicaStarted(job_id=job_id, number=state.started + n, at=at)
+                for n, job_id in enumerate(start, start=1)
+            ]
+            return [*retired, *started]
+        case Delete(actor=actor, at=at):
+            return [DeploymentDeleted(actor=actor, at=at)]
+    raise InvariantBroken(f"unknown command {command!r}")
+
+
+def evolve(state: Deployment | None, event: DeploymentEvent) -> Deployment | None:
+    match event:
+        case DeploymentCreated():
+            return Deployment(
+                tenant=event.tenant,
+                name=event.name,
+                model_tenant=event.model_tenant,
+                model_name=event.model_name,
+                reference=event.reference,
+                version=event.version,
+                artifact_sha256=event.artifact_sha256,
+                entry_point=event.entry_point,
+                resources=event.resources,
+                serving=event.serving,
+                replicas=event.replicas,
+                created_at=event.at,
+                updated_at=event.at,
+                started=0 if state is None else state.started,
+            )
+    if state is None:
+        raise InvariantBroken(f"{event.type_name} before DeploymentCreated")
+    match event:
+        case DeploymentScaled(replicas=replicas):
+            return replace(state, replicas=replicas, updated_at=event.at)
+        case ReplicaStarted(job_id=job_id, number=number):
+            return replace(state, active=(*state.active, job_id), started=number)
+        case ReplicaRetired(job_id=job_id):
+            return replace(state, active=tuple(j for j in state.active if j != job_id))
+        case DeploymentDeleted():
+            return replace(state, deleted=True, updated_at=event.at)
+    raise InvariantBroken(f"unknown event {event!r}")
+
+
+def _busy(stream_id: str, tries: int) -> Exception:
+    return Busy(f"{stream_id} kept changing ({tries} tries); try again")
+
+
+DEPLOYMENT: Aggregate[DeploymentCommand, Deployment | None, DeploymentEvent] = Aggregate(
+    event_type=DeploymentEvent, initial=None, decide=decide, evolve=evolve, busy=_busy
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Pipeline:
+    tenant: str
+    name: str
+    steps: tuple[str, ...]
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Define:
+    event: PipelineDefined
+
+
+@dataclass(frozen=True, slots=True)
+class Remove:
+    actor: str
+    at: datetime
+
+
+PipelineCommand = Define | Remove
+
+
+def decide_pipeline(command: PipelineCommand, state: Pipeline | None) -> list[PipelineEvent]:
+    match command:
+        case Define(event=event):
+            if state is not None:
+                if state.steps == tuple(event.steps):
+                    return []  # the same definition again: nothing to do
+                raise Conflict(f"pipeline {event.name} exists with other steps; remove it first")
+            return [event]
+        case Remove(actor=actor, at=at):
+            if state is None:
+                raise NotFound("no such pipeline")
+            return [PipelineRemoved(actor=actor, at=at)]
+    raise InvariantBroken(f"unknown command {command!r}")
+
+
+def evolve_pipeline(state: Pipeline | None, event: PipelineEvent) -> Pipeline | None:
+    match event:
+        case PipelineDefined():
+            return Pipeline(event.tenant, event.name, tuple(event.steps), event.at)
+        case PipelineRemoved():
+            return None
+    raise InvariantBroken(f"unknown event {event!r}")
+
+
+PIPELINE: Aggregate[PipelineCommand, Pipeline | None, PipelineEvent] = Aggregate(
+    event_type=PipelineEvent,
+    initial=None,
+    decide=decide_pipeline,
+    evolve=evolve_pipeline,
+    busy=_busy,
+)

@@ -1,0 +1,248 @@
+-- Serving: the deployments and pipelines read models (projection.py), and the task queue
+-- (tasks.py for the API's side, node_agent/serving.py for the replicas'). One NOTIFY channel,
+-- `serving`, wakes both sides; it carries nothing that matters (both also poll).
+
+-- name: upsert_deployment
+-- Projection: a deployment created (again, after a deletion: the same row, renewed).
+INSERT INTO deployments (tenant, name, model_tenant, model_name, reference, version,
+                         artifact_sha256, entry_point, spec, replicas, replica_jobs, deleted,
+                         created_at, updated_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb, $10, '{}', false, $11, $11)
+ON CONFLICT (tenant, name) DO UPDATE SET
+    model_tenant = excluded.model_tenant, model_name = excluded.model_name,
+    reference = excluded.reference, version = excluded.version,
+    artifact_sha256 = excluded.artifact_sha256, entry_point = excluded.entry_point,
+    spec = excluded.spec, replicas = excluded.replicas, deleted = false,
+    created_at = excluded.created_at, updated_at = excluded.updated_at;
+
+-- name: scale_deployment
+-- Projection: a new number of replicas asked for.
+UPDATE deployments SET replicas = $3, updated_at = $4 WHERE tenant = $1 AND name = $2;
+
+-- name: add_replica
+-- Projection: a replica job started.
+UPDATE deployments SET replica_jobs = array_append(replica_jobs, $3)
+WHERE tenant = $1 AND name = $2;
+
+-- name: remove_replica
+-- Projection: a replica job retired.
+UPDATE deployments SET replica_jobs = array_remove(replica_jobs, $3)
+WHERE tenant = $1 AND name = $2;
+
+-- name: delete_deployment
+-- Projection: deleted; the row stays until its replicas have stopped (the manager stops them).
+UPDATE deployments SET deleted = true, updated_at = $3 WHERE tenant = $1 AND name = $2;
+
+-- name: insert_pipeline
+-- Projection: a pipeline defined.
+INSERT INTO pipelines (tenant, name, steps, created_at) VALUES ($1, $2, $3, $4)
+ON CONFLICT (tenant, name) DO UPDATE SET steps = excluded.steps, created_at = excluded.created_at;
+
+-- name: delete_pipeline
+-- Projection: a pipeline removed.
+DELETE FROM pipelines WHERE tenant = $1 AND name = $2;
+
+-- name: list_deployments
+-- GET /v1/deployments: the tenant's deployments, by name (deleted ones only while stopping).
+SELECT * FROM deployments WHERE tenant = $1 AND (NOT deleted OR cardinality(replica_jobs) > 0)
+ORDER BY name;
+
+-- name: live_deployments
+-- The lifecycle manager's reconcile: every deployment that has replicas to start or stop.
+SELECT tenant, name FROM deployments WHERE NOT deleted OR cardinality(replica_jobs) > 0;
+
+-- name: replica_states
+-- A deployment's replica jobs as the jobs projection has them (its view's `replicas`).
+SELECT job_id, state, attempt, restarts FROM job_status WHERE job_id = ANY($1::uuid[]);
+
+-- name: insert_task
+-- POST .../predict: a task queued, and the replicas woken (one NOTIFY, in this transaction).
+WITH task AS (
+    INSERT INTO serving_tasks (task_id, tenant, pipeline, steps, deployment, items, input,
+                               state, memo, memo_key, submitted_at)
+    VALUES ($1, $2, $3, $4::text[], ($4::text[])[1], $5, $6::jsonb, 'queued', $7, $8, now())
+    RETURNING task_id
+)
+SELECT pg_notify('serving', '') FROM task;
+
+-- name: memo_hit
+-- POST .../predict, memoized: the stored result, if any, recorded as a task answered from it
+-- (so hits are counted like every task, and re-derivable with SQL) in one statement.
+WITH hit AS (
+    UPDATE serving_memo SET used_at = now()
+    WHERE tenant = $2 AND deployment = $3 AND key = $4
+    RETURNING output
+)
+INSERT INTO serving_tasks (task_id, tenant, steps, deployment, items, input, state, output,
+                           memo, memo_key, submitted_at, finished_at)
+SELECT $1, $2, ARRAY[$3], $3, $5, $6::jsonb, 'succeeded', hit.output, 'hit', $4, now(), now()
+FROM hit
+RETURNING output;
+
+-- name: get_task
+-- GET /v1/tasks/{id}: a task of the tenant's.
+SELECT * FROM serving_tasks WHERE task_id = $1 AND tenant = $2;
+
+-- name: finished_tasks
+-- Waiting for results: which of these tasks have finished.
+SELECT * FROM serving_tasks WHERE task_id = ANY($1::uuid[]) AND state IN ('succeeded', 'failed');
+
+-- name: claim_tasks
+-- A replica's batch: its deployment's oldest queued tasks, up to max_batch_size items (the
+-- first task always, however many items it has: the agent splits it into calls of at most
+-- max_batch_size). SKIP LOCKED: replicas of the deployment never wait for each other. A fresh
+-- claim token each time fences the results (finish_tasks).
+WITH candidates AS (
+    SELECT task_id, items, submitted_at FROM serving_tasks
+    WHERE tenant = $1 AND deployment = $2 AND state = 'queued'
+    ORDER BY submitted_at, task_id
+    LIMIT $3
+    FOR UPDATE SKIP LOCKED
+), counted AS (
+    SELECT task_id, sum(items) OVER (ORDER BY submitted_at, task_id) AS upto,
+           row_number() OVER (ORDER BY submitted_at, task_id) AS n
+    FROM candidates
+)
+UPDATE serving_tasks t
+SET state = 'running', claim = $4, replica = $5, claimed_at = now(), tries = t.tries + 1
+FROM counted c
+WHERE t.task_id = c.task_id AND (c.upto <= $3 OR c.n = 1)
+RETURNING t.task_id, t.items, t.input,
+          (extract(epoch FROM now() - t.submitted_at) * 1000)::float8 AS age_ms;
+
+-- name: finish_tasks
+-- A batch's outcome, fenced by its claim: each task's output (or error) recorded, a pipeline's
+-- task sent on to its next step, memoizable results stored, the batch recorded, and everyone
+-- waiting woken; all or nothing. A task requeued meanwhile (its claim gone) is left alone.
+WITH done AS (
+    SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[])
+        AS d(task_id, output, error)
+), finished AS (
+    UPDATE serving_tasks t SET
+        state = CASE WHEN d.error IS NOT NULL THEN 'failed'
+                     WHEN t.step + 1 < cardinality(t.steps) THEN 'queued'
+                     ELSE 'succeeded' END,
+        step = CASE WHEN d.error IS NULL AND t.step + 1 < cardinality(t.steps)
+                    THEN t.step + 1 ELSE t.step END,
+        deployment = CASE WHEN d.error IS NULL AND t.step + 1 < cardinality(t.steps)
+                          THEN t.steps[t.step + 2] ELSE t.deployment END,
+        input = CASE WHEN d.error IS NULL AND t.step + 1 < cardinality(t.steps)
+                     THEN d.output::jsonb ELSE t.input END,
+        output = CASE WHEN d.error IS NULL AND t.step + 1 >= cardinality(t.steps)
+                      THEN d.output::jsonb END,
+        error = d.error,
+        claim = NULL,
+        tries = CASE WHEN d.error IS NULL AND t.step + 1 < cardinality(t.steps)
+                     THEN 0 ELSE t.tries END,
+        finished_at = CASE WHEN d.error IS NOT NULL OR t.step + 1 >= cardinality(t.steps)
+                           THEN now() END,
+        step_times = t.step_times || jsonb_build_object(
+            'deployment', t.deployment, 'replica', t.replica, 'batch', $5::uuid,
+            'invocation_ms', $8::float8, 'inference_ms', $9::float8)
+    FROM done d
+    WHERE t.task_id = d.task_id AND t.claim = $4 AND t.state = 'running'
+    RETURNING t.task_id, t.state, t.tenant, t.deployment, t.memo_key, t.output
+), memo AS (
+    INSERT INTO serving_memo (tenant, deployment, key, output, created_at, used_at)
+    SELECT tenant, deployment, memo_key, output, now(), now() FROM finished
+    WHERE state = 'succeeded' AND memo_key IS NOT NULL
+    ON CONFLICT DO NOTHING
+), batch AS (
+    INSERT INTO serving_batches (batch_id, tenant, deployment, replica, tasks, items, reason,
+                                 outcome, invocation_ms, inference_ms, at)
+    VALUES ($5, $6, $7, $10, cardinality($1::uuid[]), $11, $12, $13, $8, $9, now())
+)
+SELECT count(*) AS recorded, pg_notify('serving', '') FROM finished;
+
+-- name: requeue_replica
+-- A replica is gone (it died, or its agent restarted): the tasks it held go back to the queue
+-- for another (or the same, restarted) replica.
+WITH requeued AS (
+    UPDATE serving_tasks SET state = 'queued', claim = NULL
+    WHERE replica = $1 AND state = 'running'
+    RETURNING task_id
+)
+SELECT count(*) AS requeued, pg_notify('serving', '') FROM requeued;
+
+-- name: stalled_tasks
+-- The lifecycle manager: tasks a replica has held past its deployment's task timeout. The
+-- replica is replaced; the task goes back to the queue, or fails after `$1` tries.
+WITH stalled AS (
+    SELECT t.task_id, t.replica, t.tenant, t.deployment,
+           (d.spec -> 'serving' ->> 'task_timeout_s')::float8 AS timeout_s
+    FROM serving_tasks t
+    JOIN deployments d ON d.tenant = t.tenant AND d.name = t.deployment
+    WHERE t.state = 'running'
+      AND t.claimed_at < now() - make_interval(secs => (d.spec -> 'serving' ->> 'task_timeout_s')::float8)
+    FOR UPDATE OF t SKIP LOCKED
+), moved AS (
+    UPDATE serving_tasks t SET
+        state = CASE WHEN t.tries >= $1 THEN 'failed' ELSE 'queued' END,
+        error = CASE WHEN t.tries >= $1
+                     THEN format('no replica answered within %ss, in %s tries', s.timeout_s, t.tries)
+                END,
+        finished_at = CASE WHEN t.tries >= $1 THEN now() END,
+        claim = NULL
+    FROM stalled s WHERE t.task_id = s.task_id
+    RETURNING t.task_id
+)
+-- (One row per task; Postgres sends a transaction's identical notifications once.)
+SELECT s.tenant, s.deployment, s.replica, s.timeout_s, pg_notify('serving', '')
+FROM stalled s JOIN moved m USING (task_id);
+
+-- name: evict_memo
+-- Bounded memoization: each deployment keeps its `memo_max_entries` most recently used results.
+DELETE FROM serving_memo m
+USING deployments d
+WHERE d.tenant = m.tenant AND d.name = m.deployment
+  AND m.used_at < (
+      SELECT used_at FROM serving_memo k
+      WHERE k.tenant = m.tenant AND k.deployment = m.deployment
+      ORDER BY used_at DESC
+      OFFSET (d.spec -> 'serving' ->> 'memo_max_entries')::int LIMIT 1
+  );
+
+-- name: forget_tasks
+-- Retention: finished tasks, and batches, older than the retention period.
+WITH tasks AS (
+    DELETE FROM serving_tasks WHERE finished_at < now() - make_interval(secs => $1)
+), batches AS (
+    DELETE FROM serving_batches WHERE at < now() - make_interval(secs => $1)
+)
+SELECT 1;
+
+-- name: deployment_figures
+-- GET /v1/deployments/{name}/metrics: its figures over the tasks and batches kept.
+SELECT
+    (SELECT count(*) FROM serving_tasks
+     WHERE tenant = $1 AND steps[1] = $2 AND pipeline IS NULL) AS requests,
+    (SELECT count(*) FROM serving_tasks
+     WHERE tenant = $1 AND steps[1] = $2 AND pipeline IS NULL AND state = 'succeeded') AS succeeded,
+    (SELECT count(*) FROM serving_tasks
+     WHERE tenant = $1 AND steps[1] = $2 AND pipeline IS NULL AND state = 'failed') AS failed,
+    (SELECT count(*) FROM serving_tasks
+     WHERE tenant = $1 AND deployment = $2 AND state = 'queued') AS queue_depth,
+    (SELECT count(*) FROM serving_tasks
+     WHERE tenant = $1 AND deployment = $2 AND state = 'running') AS running,
+    (SELECT count(*) FROM serving_tasks
+     WHERE tenant = $1 AND steps[1] = $2 AND memo = 'hit') AS memo_hits,
+    (SELECT count(*) FROM serving_tasks
+     WHERE tenant = $1 AND steps[1] = $2 AND memo = 'miss') AS memo_misses,
+    (SELECT count(*) FROM serving_memo WHERE tenant = $1 AND deployment = $2) AS memo_entries,
+    (SELECT percentile_cont(ARRAY[0.5, 0.99]) WITHIN GROUP (
+                ORDER BY extract(epoch FROM finished_at - submitted_at) * 1000)
+     FROM serving_tasks
+     WHERE tenant = $1 AND steps[1] = $2 AND pipeline IS NULL AND finished_at IS NOT NULL)
+        AS latency_ms,
+    b.batches, b.items, b.max_items, b.full, b.timeout, b.invocation_ms, b.inference_ms
+FROM (
+    SELECT count(*) AS batches, coalesce(sum(items), 0) AS items,
+           coalesce(max(items), 0) AS max_items,
+           count(*) FILTER (WHERE reason = 'full') AS full,
+           count(*) FILTER (WHERE reason = 'timeout') AS timeout,
+           percentile_cont(ARRAY[0.5, 0.99]) WITHIN GROUP (ORDER BY invocation_ms)
+               AS invocation_ms,
+           percentile_cont(ARRAY[0.5, 0.99]) WITHIN GROUP (ORDER BY inference_ms)
+               AS inference_ms
+    FROM serving_batches WHERE tenant = $1 AND deployment = $2
+) b;

@@ -1,0 +1,239 @@
+"""Carrying out deployment and pipeline commands against the event store, and keeping each
+deployment's replicas what it asks for: replica jobs submitted and cancelled through the job
+service, so they are placed, isolated, restarted and accounted for like every job."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from uuid import UUID
+
+from controlplane.clock import SYSTEM_CLOCK, Clock
+from controlplane.deployments.errors import InvalidRequest, NotFound
+from controlplane.deployments.events import DeploymentCreated, PipelineDefined
+from controlplane.deployments.lifecycle import (
+    DEPLOYMENT,
+    PIPELINE,
+    ChangeReplicas,
+    Create,
+    Define,
+    Delete,
+    Deployment,
+    DeploymentCommand,
+    Pipeline,
+    Remove,
+    Scale,
+)
+from controlplane.deployments.names import check_name
+from controlplane.deployments.reconcile import plan
+from controlplane.deployments.spec import DeploymentRequest, PipelineRequest
+from controlplane.deployments.streams import deployment_stream, pipeline_stream
+from controlplane.events.errors import ConcurrencyError
+from controlplane.events.metadata import Metadata
+from controlplane.events.store import EventStore
+from controlplane.invariants import InvariantBroken
+from controlplane.jobs.lifecycle import Cancel, JobStatus, Refused
+from controlplane.jobs.manifest import JobManifest, ServableSpec
+from controlplane.jobs.service import Jobs, idempotent_id
+from controlplane.models.errors import ModelError
+from controlplane.models.metadata import ModelMetadata
+from controlplane.models.references import parse_reference
+from controlplane.models.service import Models
+
+log = logging.getLogger(__name__)
+
+REPLICA_COMMAND = ["python", "-m", "runners.serve"]
+"""What a replica runs (the agent runs it with the launcher's own interpreter)."""
+REPLICA_RESTARTS = 3
+"""Restarts of one replica job (in place, from the agent's side) before the deployment
+replaces it with a new one."""
+DEPLOYMENT_LABEL = "trainyard.deployment"
+
+
+def replica_key(name: str, number: int) -> str:
+    """The idempotency key a deployment's `number`th replica job is submitted with: the same
+    on every try, so that submitting it again after a crash finds the job, never a second."""
+    return f"replica\n{name}\n{number}"
+
+
+def replica_job_id(tenant: str, name: str, number: int) -> UUID:
+    return idempotent_id(tenant, replica_key(name, number))
+
+
+def replica_manifest(deployment: Deployment) -> JobManifest:
+    resources, serving = deployment.resources, deployment.serving
+    return JobManifest(
+        name=f"{deployment.name}-replica",
+        image=resources["image"],
+        command=REPLICA_COMMAND,
+        gpus_per_learner=resources["gpus"],
+        cpus=resources["cpus"],
+        memory_mb=resources["memory_mb"],
+        max_restarts=REPLICA_RESTARTS,
+        restart_on="any_failure",
+        labels={DEPLOYMENT_LABEL: deployment.name},
+        servable=ServableSpec(
+            deployment=deployment.name,
+            artifact_sha256=deployment.artifact_sha256,
+            entry_point=deployment.entry_point,
+            max_batch_size=serving["max_batch_size"],
+            max_wait_ms=serving["max_wait_ms"],
+            task_timeout_s=serving["task_timeout_s"],
+        ),
+    )
+
+
+class Deployments:
+    """Deployment and pipeline commands, with their streams as the only truth."""
+
+    def __init__(
+        self, store: EventStore, jobs: Jobs, models: Models, clock: Clock = SYSTEM_CLOCK
+    ) -> None:
+        self._store = store
+        self._jobs = jobs
+        self._models = models
+        self.clock = clock
+
+    async def load(self, tenant: str, name: str) -> Deployment | None:
+        """The deployment now (None: never created, or deleted with its replicas stopped)."""
+        state = (await DEPLOYMENT.load(self._store, deployment_stream(tenant, name))).state
+        return None if state is None or (state.deleted and not state.active) else state
+
+    async def deploy(self, tenant: str, request: DeploymentRequest, actor: str) -> Deployment:
+        name = check_name(request.name)
+        try:
+            reference = parse_reference(request.model)
+            model, version = await self._models.resolve(tenant, reference)
+        except ModelError as exc:
+            raise InvalidRequest(str(exc), field="model") from None
+        metadata = ModelMetadata.model_validate(version.metadata)
+        event = DeploymentCreated(
+            tenant=tenant,
+            name=name,
+            model_tenant=model.tenant,
+            model_name=model.name,
+            reference=request.model,
+            version=version.number,
+            artifact_sha256=version.artifact_sha256,
+            entry_point=metadata.servable.entry_point,
+            resources=request.resources.model_dump(),
+            serving=request.serving.model_dump(),
+            replicas=request.replicas,
+            actor=actor,
+            at=self.clock.now(),
+        )
+        await self._execute(tenant, name, Create(event), actor)
+        return await self.reconcile(tenant, name)
+
+    async def scale(self, tenant: str, name: str, replicas: int, actor: str) -> Deployment:
+        await self._execute(tenant, name, Scale(replicas, self.clock.now()), actor)
+        return await self.reconcile(tenant, name)
+
+    async def delete(self, tenant: str, name: str, actor: str) -> Deployment:
+        await self._execute(tenant, name, Delete(actor, self.clock.now()), actor)
+        return await self.reconcile(tenant, name)
+
+    async def retire(self, tenant: str, name: str, job_id: UUID, reason: str) -> None:
+        """Stop one replica that no longer serves (it stopped answering), and start another."""
+        actor = "system:deployments"
+        command = ChangeReplicas(self.clock.now(), retire=((job_id, reason),))
+        await self._execute(tenant, name, command, actor)
+        await self._cancel(job_id, reason, actor)
+        await self.reconcile(tenant, name)
+
+    async def reconcile(self, tenant: str, name: str) -> Deployment:
+        """Bring the deployment's replicas to what it asks for: retire those whose job ended,
+        stop extra ones, ask for missing ones. The events go first, the jobs' commands after
+        (each idempotent): a crash between them is repaired by the next reconcile."""
+        stream = deployment_stream(tenant, name)
+        loaded = await DEPLOYMENT.load(self._store, stream)
+        state = loaded.state
+        if state is None:
+            raise NotFound(f"no deployment {name}")
+        jobs = {job_id: await self._job_status(job_id) for job_id in state.active}
+        todo = plan(state, jobs)
+        if todo.empty:
+            return state
+        actor = "system:deployments"
+        metadata = Metadata.capture(actor, tenant=tenant)
+        now = self.clock.now()
+        new = tuple(
+            replica_job_id(tenant, name, state.started + n) for n in range(1, todo.start + 1)
+        )
+        command = ChangeReplicas(now, retire=todo.retire, start=new)
+        try:
+            # At the version read: of two concurrent reconciles one conflicts and stops, so
+            # they never both ask for the same missing replica.
+            executed = await DEPLOYMENT.try_once(
+                self._store, stream, command, metadata, loaded=loaded
+            )
+        except ConcurrencyError:
+            return await self.reconcile(tenant, name)
+        state = executed.state
+        if state is None:
+            raise InvariantBroken(f"{stream}: a change of replicas left no deployment")
+        for job_id, reason in todo.retire:
+            if job_id in todo.cancel:
+                await self._cancel(job_id, reason, actor)
+        for job_id in (*todo.submit, *new):
+            await self._submit(state, job_id, metadata)
+        return state
+
+    async def _job_status(self, job_id: UUID) -> JobStatus | None:
+        job, _ = await self._jobs.current(job_id)
+        return None if job is None else job.state
+
+    async def _submit(self, deployment: Deployment, job_id: UUID, metadata: Metadata) -> None:
+        number = next(
+            n
+            for n in range(deployment.started, 0, -1)
+            if replica_job_id(deployment.tenant, deployment.name, n) == job_id
+        )
+        await self._jobs.submit(
+            deployment.tenant,
+            replica_manifest(deployment),
+            metadata,
+            idempotency_key=replica_key(deployment.name, number),
+        )
+
+    async def _cancel(self, job_id: UUID, reason: str, actor: str) -> None:
+        metadata = Metadata.capture(actor)
+        with contextlib.suppress(Refused):  # it ended meanwhile
+            await self._jobs.execute(job_id, Cancel(reason, self.clock.now()), metadata)
+
+    async def _execute(
+        self, tenant: str, name: str, command: DeploymentCommand, actor: str
+    ) -> Deployment:
+        metadata = Metadata.capture(actor, tenant=tenant)
+        executed = await DEPLOYMENT.execute(
+            self._store, deployment_stream(tenant, name), command, metadata
+        )
+        if executed.state is None:
+            raise NotFound(f"no deployment {name}")
+        return executed.state
+
+    async def define_pipeline(self, tenant: str, request: PipelineRequest, actor: str) -> Pipeline:
+        name = check_name(request.name)
+        for index, step in enumerate(request.steps):
+            check_name(step, field=f"steps.{index}")
+            deployment = await self.load(tenant, step)
+            if deployment is None or deployment.deleted:
+                raise InvalidRequest(f"no deployment {step}", field=f"steps.{index}")
+        event = PipelineDefined(
+            tenant=tenant, name=name, steps=request.steps, actor=actor, at=self.clock.now()
+        )
+        metadata = Metadata.capture(actor, tenant=tenant)
+        executed = await PIPELINE.execute(
+            self._store, pipeline_stream(tenant, name), Define(event), metadata
+        )
+        if executed.state is None:
+            raise InvariantBroken(f"pipeline {name}: its definition left no pipeline")
+        return executed.state
+
+    async def pipeline(self, tenant: str, name: str) -> Pipeline | None:
+        return (await PIPELINE.load(self._store, pipeline_stream(tenant, name))).state
+
+    async def remove_pipeline(self, tenant: str, name: str, actor: str) -> None:
+        metadata = Metadata.capture(actor, tenant=tenant)
+        command = Remove(actor, self.clock.now())
+        await PIPELINE.execute(self._store, pipeline_stream(tenant, name), command, metadata)

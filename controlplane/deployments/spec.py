@@ -1,0 +1,96 @@
+"""What a user asks for when deploying a model (JSON over HTTP, the CLI's flags): validated in
+full before anything is written; unknown fields are refused, so a typo never goes unnoticed."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from controlplane.jobs.images import DEFAULT_IMAGES
+from controlplane.jobs.manifest import MAX_MEMORY_MB
+
+MAX_REPLICAS = 64
+MAX_BATCH_SIZE = 1024
+MAX_WAIT_MS = 10_000.0
+MAX_MEMO_ENTRIES = 1_000_000
+
+
+class Resources(BaseModel):
+    """What each replica holds while it runs (placed like a job's learner)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    gpus: int = Field(default=0, ge=0, le=64, description="GPUs per replica")
+    cpus: float = Field(default=1.0, gt=0, le=1024, description="CPUs per replica")
+    memory_mb: int = Field(default=2048, ge=16, le=MAX_MEMORY_MB, description="MiB per replica")
+    image: str = Field(
+        default=DEFAULT_IMAGES,
+        min_length=1,
+        max_length=512,
+        description="the learner image replicas run in (Docker runtime), from the operator's "
+        "allowlist",
+    )
+
+
+class Serving(BaseModel):
+    """How tasks reach the model: batching, memoization and the time a replica has to answer."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_batch_size: int = Field(
+        default=8,
+        ge=1,
+        le=MAX_BATCH_SIZE,
+        description="most items one call of the entry point gets (a task of more items is refused)",
+    )
+    max_wait_ms: float = Field(
+        default=5.0,
+        ge=0,
+        le=MAX_WAIT_MS,
+        description="how long a batch that is not full waits for more items after its first",
+    )
+    memo: bool = Field(
+        default=True,
+        description="return the stored result for the same model version and input bytes",
+    )
+    memo_max_entries: int = Field(
+        default=10_000, ge=1, le=MAX_MEMO_ENTRIES, description="memoized results kept (LRU)"
+    )
+    task_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        le=3600,
+        description="a replica that holds a task longer is replaced, and the task retried",
+    )
+
+
+class DeploymentRequest(BaseModel):
+    """POST /v1/deployments: a model version served by `replicas` replicas."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(description="the deployment's name, unique in the tenant")
+    model: str = Field(
+        max_length=200,
+        description="the model version: name, name:3, name@alias, or tenant/name... for "
+        "another tenant's public model; resolved once, when deployed",
+    )
+    replicas: int = Field(default=1, ge=0, le=MAX_REPLICAS)
+    resources: Resources = Field(default_factory=Resources)
+    serving: Serving = Field(default_factory=Serving)
+
+
+class ScaleRequest(BaseModel):
+    """PATCH /v1/deployments/{name}: a new number of replicas."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    replicas: int = Field(ge=0, le=MAX_REPLICAS)
+
+
+class PipelineRequest(BaseModel):
+    """POST /v1/pipelines: deployments run in order, each step's outputs the next's inputs."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    steps: list[str] = Field(min_length=1, max_length=16, description="deployment names")

@@ -1,0 +1,192 @@
+"""Tasks, the API's side: a prediction queued for a deployment or a pipeline (or answered from
+the memo), its result waited for, and its record read back. The queue is the `serving_tasks`
+table: an accepted task is a committed row, so it outlives any process; replicas take it from
+there (node_agent/serving.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+import asyncpg
+
+from controlplane.database import DATABASE_ERRORS
+from controlplane.events.subscription import LogListener
+from controlplane.queries import Q
+from controlplane.workers import pause
+
+CHANNEL = "serving"
+"""The NOTIFY channel of tasks queued and finished (queries.sql)."""
+MAX_ITEMS = 4096
+"""Items one task may carry."""
+MAX_TRIES = 3
+"""A task whose replica stops answering this many times fails (the lifecycle manager)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Where a task goes: one deployment (memoizable) or a pipeline's deployments in order."""
+
+    tenant: str
+    steps: tuple[str, ...]
+    pipeline: str | None = None
+    memo_salt: str | None = None
+    """What identifies the deployed model (its artifact and entry point), when its results may
+    be memoized; None: they are not."""
+
+
+def memo_key(salt: str, inputs: Sequence[Any]) -> bytes:
+    """The memo's key: the model (salt) and the input bytes, canonical (sorted keys, no spaces),
+    so the same input however it was spaced finds the same result."""
+    canonical = json.dumps(inputs, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return hashlib.sha256(f"{salt}\n{canonical}".encode()).digest()
+
+
+def task_view(row: asyncpg.Record) -> dict[str, Any]:
+    """A task as the API shows it: its state, result, and DLHub's three times."""
+    steps = (
+        json.loads(row["step_times"]) if isinstance(row["step_times"], str) else row["step_times"]
+    )
+    finished: datetime | None = row["finished_at"]
+    submitted: datetime = row["submitted_at"]
+    view: dict[str, Any] = {
+        "task_id": str(row["task_id"]),
+        "status": row["state"],
+        "items": row["items"],
+        "memo": row["memo"],
+        "tries": row["tries"],
+        "submitted_at": submitted.isoformat(),
+        "finished_at": None if finished is None else finished.isoformat(),
+        "times": {
+            "request_ms": None
+            if finished is None
+            else (finished - submitted).total_seconds() * 1000,
+            "invocation_ms": sum(s["invocation_ms"] for s in steps) if steps else None,
+            "inference_ms": sum(s["inference_ms"] or 0.0 for s in steps) if steps else None,
+            "steps": steps,
+        },
+    }
+    if row["pipeline"] is None:
+        view["deployment"] = row["steps"][0]
+    else:
+        view["pipeline"] = row["pipeline"]
+        view["step"] = row["step"]
+    if row["state"] == "succeeded":
+        view["outputs"] = json.loads(row["output"])
+    if row["error"] is not None:
+        view["error"] = row["error"]
+    return view
+
+
+class Tasks:
+    """Queue, answer from the memo, and wait: one instance per API process, its `run` woken by
+    the `serving` channel for the results its requests wait for."""
+
+    def __init__(self, pool: asyncpg.Pool, url: str, *, poll_interval: float = 0.5) -> None:
+        self._pool = pool
+        self.listener = LogListener(url, channel=CHANNEL, poll_interval=poll_interval)
+        self._waiting: dict[UUID, asyncio.Future[asyncpg.Record]] = {}
+        self._stopping = asyncio.Event()
+
+    async def answer_or_queue(
+        self, target: Target, inputs: Sequence[Any], *, no_cache: bool = False
+    ) -> tuple[UUID, list[Any] | None]:
+        """The task's id, and its outputs when the memo had them (None: queued for a
+        replica). A memoized answer is recorded as a task too (memo 'hit')."""
+        task_id = uuid.uuid4()
+        data = json.dumps(inputs, allow_nan=False)
+        use_memo = target.memo_salt is not None and not no_cache
+        key = memo_key(target.memo_salt, inputs) if use_memo and target.memo_salt else None
+        async with self._pool.acquire() as conn:
+            if key is not None:
+                output = await conn.fetchval(
+                    Q["memo_hit"], task_id, target.tenant, target.steps[0], key, len(inputs), data
+                )
+                if output is not None:
+                    return task_id, json.loads(output)
+            memo = "off" if key is None else "miss"
+            await conn.execute(
+                Q["insert_task"],
+                task_id,
+                target.tenant,
+                target.pipeline,
+                list(target.steps),
+                len(inputs),
+                data,
+                memo,
+                key,
+            )
+        return task_id, None
+
+    async def get(self, tenant: str, task_id: UUID) -> asyncpg.Record | None:
+        record: asyncpg.Record | None = await self._pool.fetchrow(Q["get_task"], task_id, tenant)
+        return record
+
+    async def wait(self, task_id: UUID, timeout_s: float) -> asyncpg.Record | None:
+        """The task's record once it has finished; None if it has not within `timeout_s`."""
+        if self._stopping.is_set():
+            return None
+        future: asyncio.Future[asyncpg.Record] = asyncio.get_running_loop().create_future()
+        self._waiting[task_id] = future
+        self.listener.wake()  # it may have finished already
+        try:
+            async with asyncio.timeout(timeout_s):
+                return await asyncio.shield(future)
+        except TimeoutError:
+            return None
+        except asyncio.CancelledError:
+            if future.cancelled() and self._stopping.is_set():
+                return None  # stopped: the caller's own task goes on
+            raise
+        finally:
+            self._waiting.pop(task_id, None)
+
+    async def run(self) -> None:
+        """Hand finished tasks to their waiters, on each wake-up (and poll), until `stop()`."""
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self.listener.run(), name="serving-listener")
+            try:
+                await self._deliver()
+            finally:
+                self.listener.stop()
+
+    async def _deliver(self) -> None:
+        while not self._stopping.is_set():
+            seen = self.listener.generation
+            if self._waiting:
+                try:
+                    rows = await self._pool.fetch(Q["finished_tasks"], list(self._waiting))
+                except DATABASE_ERRORS:
+                    rows = []  # the waiters wait on; their deadlines bound them
+                    await pause(self._stopping, self.listener.poll_interval)
+                for row in rows:
+                    future = self._waiting.get(row["task_id"])
+                    if future is not None and not future.done():
+                        future.set_result(row)
+            waiting = asyncio.create_task(self.listener.wait(seen))
+            stopping = asyncio.create_task(self._stopping.wait())
+            try:
+                await asyncio.wait({waiting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                waiting.cancel()
+                stopping.cancel()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
+
+    def stop(self) -> None:
+        """Stop delivering; the requests still waiting are answered that their task is queued
+        (it is: the shutdown loses none)."""
+        self._stopping.set()
+        for future in self._waiting.values():
+            if not future.done():
+                future.cancel()
+        self.listener.wake()

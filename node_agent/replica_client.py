@@ -1,0 +1,177 @@
+"""The agent's side of a serving replica's socket (see `runners.serve` for the protocol).
+
+One request is in flight at a time: concurrent callers wait their turn. A request that does not
+finish (cancelled, or the connection broke) leaves the stream out of step, so the client then
+closes the connection, and every later call raises `ReplicaGone`; the caller reconnects with
+`connect`, and `hello` tells it whether the model is still loaded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from runners.frames import FrameError, message_frame, read_message, write_frame
+from runners.serve import SOCKET_NAME
+
+CHUNK_BYTES = 1024 * 1024
+"""The size of the frames an artifact is sent in."""
+
+_RETRY_S = 0.05
+
+
+class ReplicaGone(Exception):
+    """The replica's connection ended (it died, or closed)."""
+
+
+class ReplicaError(Exception):
+    """The replica answered with an error (text is the traceback)."""
+
+
+class ReplicaClient:
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._reader = reader
+        self._writer = writer
+        self._turn = asyncio.Lock()
+        self._broken = False
+        self._batch_ids = itertools.count(1)
+
+    @classmethod
+    async def connect(cls, serve_dir: Path, *, timeout_s: float) -> ReplicaClient:
+        """Connect to the replica serving in `serve_dir`, retrying until it listens.
+
+        TimeoutError when it has not accepted within `timeout_s`. The folder is reached through
+        a descriptor of its own, so the socket's path stays short whatever the folder's (a
+        socket's path is limited to 108 bytes), and a symlink in its place is refused.
+        """
+        async with asyncio.timeout(timeout_s):
+            while True:
+                try:
+                    return cls(*await _open(serve_dir))
+                except (FileNotFoundError, ConnectionRefusedError):
+                    # Not started yet, or not yet listening (or a stale socket of a dead one).
+                    await asyncio.sleep(_RETRY_S)
+
+    async def hello(self) -> bool:
+        """Whether the replica has a model loaded."""
+        answer = await self._request("ready", message_frame({"op": "hello"}))
+        loaded = answer.get("loaded")
+        if not isinstance(loaded, bool):
+            raise _out_of_turn(f"a ready answer without 'loaded': {answer!r}")
+        return loaded
+
+    async def load(self, artifact: Path, sha256: str, entry_point: str) -> float:
+        """Send the artifact (whose sha256 the replica checks) and load it; the milliseconds the
+        replica took to load it."""
+        with artifact.open("rb") as file:
+            size = os.fstat(file.fileno()).st_size
+            request = {"op": "load", "entry_point": entry_point, "sha256": sha256, "size": size}
+
+            async def chunks() -> AsyncIterator[bytes]:
+                sent = 0
+                while sent < size:
+                    # Disk reads in a thread: an artifact of gigabytes must not stall the loop.
+                    chunk = await asyncio.to_thread(file.read, min(CHUNK_BYTES, size - sent))
+                    if not chunk:
+                        raise ReplicaError(f"{artifact} shrank to {sent} bytes while being sent")
+                    yield chunk
+                    sent += len(chunk)
+
+            answer = await self._request("loaded", message_frame(request), chunks())
+        return _milliseconds(answer, "load_ms")
+
+    async def predict(self, items: list[Any]) -> tuple[list[Any], float]:
+        """The model's outputs for `items`, and the milliseconds the replica's call took.
+
+        ReplicaError with the traceback when the user's code failed (or broke the rules),
+        ReplicaGone when the replica died before answering.
+        """
+        batch_id = next(self._batch_ids)
+        # Encoded before anything is sent: items that are not JSON, or too many of them for one
+        # frame, are the caller's error (ValueError, TypeError or FrameError), and the
+        # connection stays usable.
+        request = message_frame({"op": "batch", "id": batch_id, "items": items})
+        answer = await self._request("result", request, batch_id=batch_id)
+        outputs = answer.get("outputs")
+        if not isinstance(outputs, list) or len(outputs) != len(items):
+            count = len(outputs) if isinstance(outputs, list) else "no list of"
+            raise ReplicaError(f"the replica answered {count} outputs for {len(items)} items")
+        return outputs, _milliseconds(answer, "inference_ms")
+
+    async def close(self) -> None:
+        self._abandon()
+        with contextlib.suppress(ConnectionError):  # already closed by the replica's end
+            await self._writer.wait_closed()
+
+    def _abandon(self) -> None:
+        self._broken = True
+        self._writer.close()
+
+    async def _request(
+        self,
+        expected: str,
+        request: bytes,
+        more: AsyncIterator[bytes] | None = None,
+        *,
+        batch_id: int | None = None,
+    ) -> dict[str, Any]:
+        """Send a request's frame (then `more` payloads, a frame each) and read its answer, in
+        turn with other callers: the answer if it is `expected` (and carries `batch_id`),
+        ReplicaError with the replica's text if it is an error."""
+        async with self._turn:
+            if self._broken:
+                raise ReplicaGone("the connection to the replica is closed")
+            try:
+                self._writer.write(request)
+                await self._writer.drain()
+                if more is not None:
+                    async for payload in more:
+                        await write_frame(self._writer, payload)
+                answer = await read_message(self._reader)
+            except (ConnectionError, FrameError) as error:
+                self._abandon()
+                raise ReplicaGone(f"the connection to the replica broke: {error}") from error
+            except BaseException:
+                # Cancelled or failed mid-request: its answer may still come, and would be
+                # taken for the next request's.
+                self._abandon()
+                raise
+            if answer is None:
+                self._abandon()
+                raise ReplicaGone("the replica closed the connection")
+            op = answer.get("op")
+            if op not in (expected, "error") or (
+                batch_id is not None and answer.get("id") != batch_id
+            ):
+                self._abandon()
+                raise _out_of_turn(
+                    f"{op!r} for batch {answer.get('id')!r} where {expected!r} "
+                    f"for batch {batch_id!r} was due"
+                )
+        if op == "error":
+            raise ReplicaError(str(answer.get("error")))
+        return answer
+
+
+async def _open(serve_dir: Path) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    folder = os.open(serve_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        return await asyncio.open_unix_connection(f"/proc/self/fd/{folder}/{SOCKET_NAME}")
+    finally:
+        os.close(folder)
+
+
+def _out_of_turn(what: str) -> ReplicaError:
+    return ReplicaError(f"the replica answered out of turn: {what}")
+
+
+def _milliseconds(answer: dict[str, Any], field: str) -> float:
+    value = answer.get(field)
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        raise ReplicaError(f"the replica's answer has no number {field!r}: {answer!r}")
+    return float(value)

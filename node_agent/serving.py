@@ -1,0 +1,302 @@
+"""Feeding a deployment's replica: the agent delivers the model's artifact to it, then takes
+its deployment's tasks from the queue in batches, has the replica run them, and records the
+results, fenced by each batch's claim.
+
+A batch holds at most `max_batch_size` items (counted in items, not tasks); it leaves when full
+or when its oldest task has waited `max_wait_ms`, and which of the two is recorded. A task of
+more items than that is run in calls of at most `max_batch_size` each.
+
+The replica runs the tenant's code; the agent never runs it. What it answers is checked (one
+output per item) and stored as JSON; a failure in the tenant's code fails the batch's tasks
+with its traceback. A replica that dies gives its tasks back to the queue at once; one that
+hangs holds them until the lifecycle manager sees its task timeout pass, replaces it, and
+gives them back (controlplane/agents/manager.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+from uuid import UUID
+
+import asyncpg
+
+from controlplane.database import DATABASE_ERRORS
+from controlplane.events.subscription import LogListener
+from controlplane.jobs.manifest import ServableSpec
+from controlplane.queries import Q
+from node_agent.replica_client import ReplicaClient, ReplicaError, ReplicaGone
+
+log = logging.getLogger(__name__)
+
+CONNECT_TIMEOUT_S = 120.0
+"""How long a replica may take from its start to listening on its socket."""
+RETRY_S = 0.5
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    task_id: UUID
+    items: int
+    inputs: list[Any]
+
+
+@dataclass
+class Batch:
+    claim: UUID
+    tasks: list[Claimed]
+    waited_ms: float
+    """How long its oldest task had been queued when it was first claimed."""
+
+    @property
+    def items(self) -> int:
+        return sum(task.items for task in self.tasks)
+
+
+class Serving:
+    """The agent's side of serving: one per agent, shared by its replicas."""
+
+    def __init__(
+        self, pool: asyncpg.Pool, listener: LogListener, artifacts_dir: Path | None
+    ) -> None:
+        self._pool = pool
+        self.listener = listener
+        """Woken by the `serving` channel: tasks queued."""
+        self._artifacts_dir = artifacts_dir
+
+    def artifact(self, sha256: str) -> Path | None:
+        """Where the model repository keeps the blob (a folder it shares with this node)."""
+        if self._artifacts_dir is None:
+            return None
+        return self._artifacts_dir / "sha256" / sha256[:2] / sha256[2:4] / sha256
+
+    async def run(
+        self,
+        tenant: str,
+        job_id: UUID,
+        servable: ServableSpec,
+        serve_dir: Path,
+        note: Callable[[str], None],
+    ) -> None:
+        """Feed the replica of `job_id` (listening in `serve_dir`) until cancelled (its attempt
+        ended) or it is gone; `note` adds a line to the job's log."""
+        replica = _Replica(self, tenant, job_id, servable, note)
+        await replica.run(serve_dir)
+
+    async def claim(
+        self, tenant: str, deployment: str, most_items: int, replica: UUID, claim: UUID
+    ) -> list[asyncpg.Record]:
+        rows: list[asyncpg.Record] = await self._pool.fetch(
+            Q["claim_tasks"], tenant, deployment, most_items, claim, replica
+        )
+        return rows
+
+    async def finish(
+        self,
+        batch: Batch,
+        outcome: tuple[list[str | None], list[str | None]],
+        *,
+        tenant: str,
+        deployment: str,
+        replica: UUID,
+        reason: str,
+        invocation_ms: float,
+        inference_ms: float | None,
+    ) -> int:
+        outputs, errors = outcome
+        recorded: int = await self._pool.fetchval(
+            Q["finish_tasks"],
+            [task.task_id for task in batch.tasks],
+            outputs,
+            errors,
+            batch.claim,
+            uuid.uuid4(),
+            tenant,
+            deployment,
+            invocation_ms,
+            inference_ms,
+            replica,
+            batch.items,
+            reason,
+            "failed" if any(errors) else "succeeded",
+        )
+        return recorded
+
+    async def requeue(self, replica: UUID) -> int:
+        requeued: int = await self._pool.fetchval(Q["requeue_replica"], replica)
+        return requeued
+
+
+class _Replica:
+    def __init__(
+        self,
+        serving: Serving,
+        tenant: str,
+        job_id: UUID,
+        servable: ServableSpec,
+        note: Callable[[str], None],
+    ) -> None:
+        self._serving = serving
+        self._tenant = tenant
+        self._job_id = job_id
+        self._spec = servable
+        self._note = note
+        self._load_error: str | None = None
+        """Why the model could not be loaded: every task this replica takes fails with it."""
+
+    async def run(self, serve_dir: Path) -> None:
+        # Tasks an earlier agent's feed held for this replica (it was killed mid-batch): the
+        # results it never recorded are produced again, once.
+        await self._retry(lambda: self._serving.requeue(self._job_id))
+        client = await ReplicaClient.connect(serve_dir, timeout_s=CONNECT_TIMEOUT_S)
+        try:
+            await self._load(client)
+            while True:
+                batch = await self._next_batch()
+                await self._run_batch(client, batch)
+        except ReplicaGone:
+            self._note("[trainyard] replica stopped answering: its tasks go back to the queue")
+            await self._retry(lambda: self._serving.requeue(self._job_id))
+        finally:
+            await asyncio.shield(client.close())
+
+    async def _load(self, client: ReplicaClient) -> None:
+        if await client.hello():
+            return  # loaded before this agent (re)started
+        artifact = self._serving.artifact(self._spec.artifact_sha256)
+        if artifact is None or not artifact.is_file():
+            self._load_error = (
+                f"the model's artifact {self._spec.artifact_sha256} is not on node "
+                "(the agent's --artifacts-dir must be the model repository's folder)"
+            )
+        else:
+            try:
+                load_ms = await client.load(
+                    artifact, self._spec.artifact_sha256, self._spec.entry_point
+                )
+                self._note(f"[trainyard] model loaded in {load_ms:.0f} ms")
+                return
+            except ReplicaError as exc:
+                self._load_error = f"the model failed to load: {exc}"
+        self._note(f"[trainyard] {self._load_error}; its tasks fail with this error")
+
+    async def _next_batch(self) -> Batch:
+        """Claimed tasks up to max_batch_size items: once one is queued, more are taken as
+        they come until the batch is full or its oldest task has waited max_wait_ms."""
+        most = self._spec.max_batch_size
+        claim = uuid.uuid4()
+        listener = self._serving.listener
+        tasks: list[Claimed] = []
+        deadline = 0.0
+        waited_ms = 0.0
+        while True:
+            seen = listener.generation
+            rows = await self._retry(
+                lambda: self._serving.claim(
+                    self._tenant,
+                    self._spec.deployment,
+                    most - sum(t.items for t in tasks),
+                    self._job_id,
+                    claim,
+                )
+            )
+            if rows and not tasks:
+                waited_ms = max(row["age_ms"] for row in rows)
+                deadline = time.monotonic() + max(0.0, self._spec.max_wait_ms - waited_ms) / 1000
+            tasks.extend(
+                Claimed(row["task_id"], row["items"], json.loads(row["input"])) for row in rows
+            )
+            if not tasks:
+                await listener.wait(seen)
+                continue
+            left = deadline - time.monotonic()
+            if sum(t.items for t in tasks) >= most or left <= 0:
+                return Batch(claim, tasks, waited_ms)
+            try:
+                async with asyncio.timeout(left):
+                    await listener.wait(seen)
+            except TimeoutError:
+                pass
+
+    async def _run_batch(self, client: ReplicaClient, batch: Batch) -> None:
+        most = self._spec.max_batch_size
+        reason = "full" if batch.items >= most else "timeout"
+        started = time.monotonic()
+        inference_ms: float | None = None
+        if self._load_error is not None:
+            outcome = _failed(batch.tasks, self._load_error)
+        else:
+            items = [item for task in batch.tasks for item in task.inputs]
+            try:
+                outputs: list[Any] = []
+                inference_ms = 0.0
+                # A task larger than a batch is run in calls of at most `most` items.
+                for start in range(0, len(items), most):
+                    part, took = await client.predict(items[start : start + most])
+                    outputs.extend(part)
+                    inference_ms += took
+                outcome = _split(batch.tasks, outputs)
+            except ReplicaError as exc:
+                outcome = _failed(batch.tasks, str(exc))
+        invocation_ms = (time.monotonic() - started) * 1000
+        await self._retry(
+            lambda: self._serving.finish(
+                batch,
+                outcome,
+                tenant=self._tenant,
+                deployment=self._spec.deployment,
+                replica=self._job_id,
+                reason=reason,
+                invocation_ms=invocation_ms,
+                inference_ms=inference_ms,
+            )
+        )
+
+    async def _retry(self, operation: Callable[[], Awaitable[T]]) -> T:
+        """Through database outages: a claimed batch's results must not be lost because
+        Postgres restarted (until the lifecycle manager requeues its tasks)."""
+        while True:
+            try:
+                return await operation()
+            except DATABASE_ERRORS as exc:
+                log.warning("replica %s: database unavailable (%s); retrying", self._job_id, exc)
+                await asyncio.sleep(RETRY_S)
+
+
+def _split(
+    tasks: Sequence[Claimed], outputs: list[Any]
+) -> tuple[list[str | None], list[str | None]]:
+    """Each task's outputs (its items' share of the batch's, in order) as JSON text; what
+    Postgres's jsonb cannot hold (NaN, infinities, NUL characters) fails the task instead."""
+    texts: list[str | None] = []
+    errors: list[str | None] = []
+    at = 0
+    for task in tasks:
+        text, error = _stored(outputs[at : at + task.items])
+        texts.append(text)
+        errors.append(error)
+        at += task.items
+    return texts, errors
+
+
+def _failed(tasks: Sequence[Claimed], why: str) -> tuple[list[str | None], list[str | None]]:
+    return [None] * len(tasks), [why] * len(tasks)
+
+
+def _stored(outputs: list[Any]) -> tuple[str | None, str | None]:
+    """`outputs` as JSON text, or why they cannot be stored."""
+    try:
+        text = json.dumps(outputs, allow_nan=False)
+    except ValueError as exc:
+        return None, f"its outputs are not JSON: {exc}"
+    if "\\u0000" in text:
+        return None, "its outputs hold a NUL character, which cannot be stored"
+    return text, None

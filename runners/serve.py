@@ -1,0 +1,213 @@
+"""`python -m runners.serve`: a serving replica, the process that runs a deployment's model.
+
+It runs inside a learner (no network), in the folder `TRAINYARD_SERVE_DIR` names, and listens on
+the Unix socket `serve.sock` there. The node agent connects, hands over the model's artifact and
+then sends batches; each message is a frame (see `runners.frames`):
+
+    agent: {"op":"hello"}
+    replica: {"op":"ready","loaded":bool,"entry_point":str or null}
+
+    agent: {"op":"load","entry_point":"m:f","sha256":hex,"size":N}, then raw frames, N bytes in all
+    replica: {"op":"loaded","load_ms":float}
+
+    agent: {"op":"batch","id":int,"items":[...]}
+    replica: {"op":"result","id":int,"outputs":[...],"inference_ms":float}
+
+Any request may instead be answered `{"op":"error","error":text}` (with the batch's `id` for a
+batch): the traceback of the user's exception, or what was wrong. A failed load leaves no model
+loaded; a failed batch changes nothing.
+
+One connection is served at a time, one request at a time, in the main thread (user code may
+rely on being there). When a connection ends, the next is accepted and the model stays loaded:
+an agent that restarts reconnects and asks `hello` instead of loading again. SIGTERM (or SIGINT)
+ends the replica promptly with status 0.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import os
+import re
+import signal
+import socket
+import sys
+import time
+import traceback
+from pathlib import Path
+from types import FrameType
+from typing import Any, NoReturn
+
+from runners.config import SERVE_DIR
+from runners.frames import FrameError, decode_message, message_frame, read_frame_blocking
+from runners.servable import Servable, ServableError
+
+SOCKET_NAME = "serve.sock"
+MODEL_DIR = "model"
+ARTIFACT_NAME = "artifact"
+EXIT_USAGE = 2
+
+_SHA256_HEX = re.compile(r"[0-9a-fA-F]{64}")
+
+
+class _Stopped(BaseException):
+    """Raised by the SIGTERM handler. A BaseException of its own, so that neither the handlers
+    for user code's exceptions nor a user's own `sys.exit` can be mistaken for it."""
+
+
+class _ProtocolViolation(Exception):
+    """A request after which the stream cannot be trusted to be in step (a load whose size is
+    unknown, or whose frames overrun it): answered, then the connection is dropped."""
+
+
+def _error(text: str, **fields: Any) -> dict[str, Any]:
+    return {"op": "error", "error": text, **fields}
+
+
+class Replica:
+    """The model (once loaded) and the answers to the agent's requests."""
+
+    def __init__(self, directory: Path) -> None:
+        self._model_dir = directory / MODEL_DIR
+        self._servable: Servable | None = None
+
+    def serve(self, listener: socket.socket) -> NoReturn:
+        while True:
+            connection, _ = listener.accept()
+            with connection:
+                try:
+                    self._converse(connection)
+                except (OSError, FrameError) as error:
+                    # The agent died or restarted mid-request; it will reconnect.
+                    print(f"replica: connection ended: {error}", flush=True)
+
+    def _converse(self, connection: socket.socket) -> None:
+        with connection.makefile("rb") as stream:
+            while (payload := read_frame_blocking(stream)) is not None:
+                try:
+                    answer = self._answer(decode_message(payload), stream)
+                except FrameError as error:
+                    # The frame was whole, so the stream is still in step.
+                    answer = _error(str(error))
+                except _ProtocolViolation as error:
+                    connection.sendall(message_frame(_error(str(error))))
+                    return
+                connection.sendall(message_frame(answer))
+
+    def _answer(self, message: dict[str, Any], stream: io.BufferedIOBase) -> dict[str, Any]:
+        op = message.get("op")
+        if op == "hello":
+            point = self._servable.entry_point if self._servable else None
+            return {
+                "op": "ready",
+                "loaded": self._servable is not None,
+                "entry_point": None if point is None else str(point),
+            }
+        if op == "load":
+            return self._load(message, stream)
+        if op == "batch":
+            return self._batch(message)
+        return _error(f"unknown op {op!r}")
+
+    def _load(self, message: dict[str, Any], stream: io.BufferedIOBase) -> dict[str, Any]:
+        entry_point, sha256, size = (message.get(key) for key in ("entry_point", "sha256", "size"))
+        if not (
+            isinstance(entry_point, str)
+            and isinstance(sha256, str)
+            and _SHA256_HEX.fullmatch(sha256)
+            and isinstance(size, int)
+            and not isinstance(size, bool)
+            and size >= 0
+        ):
+            raise _ProtocolViolation(
+                "a load needs entry_point (text), sha256 (64 hexadecimal digits) and size "
+                "(a number of bytes)"
+            )
+        self._servable = None
+        artifact = self._model_dir / ARTIFACT_NAME
+        received = self._receive(stream, artifact, size)
+        if received != sha256.lower():
+            return _error(f"the artifact's sha256 is {received}, not {sha256.lower()}")
+        started = time.perf_counter()
+        try:
+            servable = Servable.load(self._model_dir, artifact, entry_point)
+        except ServableError as error:
+            return self._load_failed(entry_point, str(error))
+        except Exception:
+            return self._load_failed(entry_point, traceback.format_exc())
+        load_ms = (time.perf_counter() - started) * 1000
+        self._servable = servable
+        print(f"replica: loaded {servable.entry_point} in {load_ms:.0f} ms", flush=True)
+        return {"op": "loaded", "load_ms": load_ms}
+
+    def _load_failed(self, entry_point: str, text: str) -> dict[str, Any]:
+        print(f"replica: cannot load {entry_point}: {text}", flush=True)
+        return _error(text)
+
+    def _receive(self, stream: io.BufferedIOBase, artifact: Path, size: int) -> str:
+        """Write the artifact's frames to `artifact`; return its sha256."""
+        self._model_dir.mkdir(mode=0o700, exist_ok=True)
+        digest = hashlib.sha256()
+        received = 0
+        with artifact.open("wb") as file:
+            while received < size:
+                chunk = read_frame_blocking(stream)
+                if chunk is None:
+                    raise ConnectionError("the connection ended during a load")
+                received += len(chunk)
+                if received > size:
+                    raise _ProtocolViolation(f"the artifact's frames exceed its size of {size}")
+                digest.update(chunk)
+                file.write(chunk)
+        return digest.hexdigest()
+
+    def _batch(self, message: dict[str, Any]) -> dict[str, Any]:
+        batch_id, items = message.get("id"), message.get("items")
+        if not isinstance(batch_id, int) or isinstance(batch_id, bool):
+            return _error("a batch needs an integer id")
+        if not isinstance(items, list):
+            return _error("a batch's items must be a list", id=batch_id)
+        if self._servable is None:
+            return _error("no model loaded", id=batch_id)
+        try:
+            outputs, inference_ms = self._servable.predict(items)
+        except ServableError as error:
+            return _error(str(error), id=batch_id)
+        except Exception:
+            return _error(traceback.format_exc(), id=batch_id)
+        return {"op": "result", "id": batch_id, "outputs": outputs, "inference_ms": inference_ms}
+
+
+def _stop(_signum: int, _frame: FrameType | None) -> None:
+    # Raising, not setting a flag: a blocking accept or read is interrupted at once (Python
+    # retries an interrupted system call only when the handler returns).
+    raise _Stopped
+
+
+def main() -> int:
+    directory = os.environ.get(SERVE_DIR, "").strip()
+    if not directory:
+        print(f"{SERVE_DIR} must name the replica's folder", file=sys.stderr)
+        return EXIT_USAGE
+    # Bound by a relative name: a socket's path is limited to 108 bytes, the folder's is not.
+    os.chdir(directory)
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, _stop)
+    with contextlib.suppress(FileNotFoundError):  # a socket left by a replica that was killed
+        os.unlink(SOCKET_NAME)
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+            listener.bind(SOCKET_NAME)
+            listener.listen()
+            print(f"replica: listening on {Path.cwd() / SOCKET_NAME}", flush=True)
+            Replica(Path.cwd()).serve(listener)
+    except _Stopped:
+        return 0
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(SOCKET_NAME)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
