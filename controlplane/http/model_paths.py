@@ -44,23 +44,22 @@ _REASONS = {
 }
 
 
-def _answer(description: str, schema: dict[str, Any]) -> dict[str, Any]:
+def answer(description: str, schema: dict[str, Any]) -> dict[str, Any]:
     return {"description": description, "content": {"application/json": {"schema": schema}}}
 
 
 def _errors(*statuses: int, **reasons: str) -> dict[str, Any]:
     """Error responses; `e409="..."` says what a status means for one operation."""
     return {
-        str(s): _answer(reasons.get(f"e{s}", _REASONS[s]), {"$ref": REF + "Error"})
-        for s in statuses
+        str(s): answer(reasons.get(f"e{s}", _REASONS[s]), {"$ref": REF + "Error"}) for s in statuses
     }
 
 
-def _body(schema: str) -> dict[str, Any]:
+def request_body(schema: str) -> dict[str, Any]:
     return {"required": True, "content": {"application/json": {"schema": {"$ref": REF + schema}}}}
 
 
-def _path(name: str, description: str) -> dict[str, Any]:
+def path_param(name: str, description: str) -> dict[str, Any]:
     return {
         "name": name,
         "in": "path",
@@ -70,9 +69,9 @@ def _path(name: str, description: str) -> dict[str, Any]:
     }
 
 
-_NAME = _path("name", "the model's name")
-_VERSION = _path("version", "a version number, an alias, or latest")
-_ALIAS = _path("alias", "the alias")
+_NAME = path_param("name", "the model's name")
+_VERSION = path_param("version", "a version number, an alias, or latest")
+_ALIAS = path_param("alias", "the alias")
 _OWNER = {
     "name": "tenant",
     "in": "query",
@@ -207,7 +206,7 @@ def openapi_paths() -> dict[str, Any]:
                 "operationId": "getModelMetadataSchema",
                 "summary": "The model metadata's JSON Schema (draft 2020-12)",
                 "security": secured,
-                "responses": {"200": _answer("the schema", {"type": "object"}), **_errors(401)},
+                "responses": {"200": answer("the schema", {"type": "object"}), **_errors(401)},
             }
         },
         "/v1/models": {
@@ -236,7 +235,7 @@ def openapi_paths() -> dict[str, Any]:
                         "schema": {"type": "string"},
                     },
                 ],
-                "responses": {"200": _answer("a page", _PAGE), **_errors(400, 401)},
+                "responses": {"200": answer("a page", _PAGE), **_errors(400, 401)},
             }
         },
         "/v1/models/{name}": {
@@ -245,7 +244,7 @@ def openapi_paths() -> dict[str, Any]:
                 "summary": "A model's versions (those the caller may see) and aliases",
                 "security": secured,
                 "parameters": [_NAME, _OWNER],
-                "responses": {"200": _answer("the model", _MODEL), **_errors(400, 401, 404)},
+                "responses": {"200": answer("the model", _MODEL), **_errors(400, 401, 404)},
             }
         },
         "/v1/models/{name}/history": {
@@ -255,7 +254,7 @@ def openapi_paths() -> dict[str, Any]:
                 "the admin only)",
                 "security": secured,
                 "parameters": [_NAME, _OWNER],
-                "responses": {"200": _answer("the history", _HISTORY), **_errors(400, 401, 404)},
+                "responses": {"200": answer("the history", _HISTORY), **_errors(400, 401, 404)},
             }
         },
         "/v1/models/{name}/versions": {
@@ -278,7 +277,7 @@ def openapi_paths() -> dict[str, Any]:
                     },
                 },
                 "responses": {
-                    "201": _answer("the version", _VIEW),
+                    "201": answer("the version", _VIEW),
                     **_errors(
                         400,
                         401,
@@ -299,7 +298,7 @@ def openapi_paths() -> dict[str, Any]:
                 "summary": "One version of a model",
                 "security": secured,
                 "parameters": [_NAME, _VERSION, _OWNER],
-                "responses": {"200": _answer("the version", _VIEW), **_errors(400, 401, 404)},
+                "responses": {"200": answer("the version", _VIEW), **_errors(400, 401, 404)},
             },
             "patch": {
                 "operationId": "updateModelVersion",
@@ -307,9 +306,9 @@ def openapi_paths() -> dict[str, Any]:
                 "citation; metrics added)",
                 "security": secured,
                 "parameters": [_NAME, _VERSION, _ACTING],
-                "requestBody": _body("MetadataUpdate"),
+                "requestBody": request_body("MetadataUpdate"),
                 "responses": {
-                    "200": _answer("the version (also when nothing changed)", _VIEW),
+                    "200": answer("the version (also when nothing changed)", _VIEW),
                     **_errors(
                         400,
                         401,
@@ -329,9 +328,9 @@ def openapi_paths() -> dict[str, Any]:
                 "summary": "Deprecate a version: no longer latest, no alias may name it",
                 "security": secured,
                 "parameters": [_NAME, _VERSION, _ACTING],
-                "requestBody": _body("DeprecateRequest"),
+                "requestBody": request_body("DeprecateRequest"),
                 "responses": {
-                    "200": _answer("the version", _VIEW),
+                    "200": answer("the version", _VIEW),
                     **_errors(400, 401, 403, 404, 409, 422, e409="an alias names the version"),
                 },
             }
@@ -367,9 +366,9 @@ def openapi_paths() -> dict[str, Any]:
                 "are.",
                 "security": secured,
                 "parameters": [_NAME, _ACTING],
-                "requestBody": _body("WebhookRequest"),
+                "requestBody": request_body("WebhookRequest"),
                 "responses": {
-                    "200": _answer(
+                    "200": answer(
                         "the webhook",
                         {"type": "object", "properties": {"url": {"type": "string"}}},
                     ),
@@ -402,9 +401,9 @@ def openapi_paths() -> dict[str, Any]:
                 "summary": "Point an alias at a version (a new alias, or moved: one event)",
                 "security": secured,
                 "parameters": [_NAME, _ALIAS, _ACTING],
-                "requestBody": _body("AliasRequest"),
+                "requestBody": request_body("AliasRequest"),
                 "responses": {
-                    "200": _answer("the alias", _ALIAS_SET),
+                    "200": answer("the alias", _ALIAS_SET),
                     **_errors(
                         400,
                         401,

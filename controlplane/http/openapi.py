@@ -8,7 +8,15 @@ from typing import Any
 from pydantic import BaseModel
 
 from controlplane import __version__
-from controlplane.http import logs, metrics, model_paths, params, scrape, tenants
+from controlplane.http import (
+    deployment_paths,
+    logs,
+    metrics,
+    model_paths,
+    params,
+    scrape,
+    tenants,
+)
 from controlplane.http.jobs import MAX_PAGE, CancelRequest
 from controlplane.http.requests import MAX_KEY
 from controlplane.jobs.lifecycle import Job, JobStatus
@@ -322,6 +330,7 @@ def document() -> dict[str, Any]:
                     TenantLimits,
                     tenants.TokenRequest,
                     *model_paths.SCHEMAS,
+                    *deployment_paths.SCHEMAS,
                 ),
                 "JobView": _job_view_schema(),
                 "Error": _ERROR,
@@ -527,6 +536,7 @@ def document() -> dict[str, Any]:
                     },
                 }
             },
+            **deployment_paths.openapi_paths(),
             **logs.openapi_paths(),
             **metrics.openapi_paths(),
             **model_paths.openapi_paths(),
