@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 from tests.controlplane.deployments.serving import (
+    Client,
     deploy,
     predict,
     publish,
     serving_cluster,
     until_serving,
 )
+from tests.polling import eventually
 from tests.tenancy import Tokens, auth
 
 DOUBLE = b"def predict(batch):\n    return [x * 2 for x in batch]\n"
@@ -73,3 +76,154 @@ async def test_async_tasks_and_failures_in_the_tenants_code(
         assert task["status"] == "failed"
         assert "ZeroDivisionError" in task["error"]
         assert "Traceback" in task["error"]
+
+
+SIZES = b"def predict(batch):\n    return [len(batch)] * len(batch)\n"
+"""Each output is the size of the batch its item was in: what the batcher did, seen by the model."""
+
+
+async def wait_done(
+    client: Client, token: str, task_id: str, seconds: float = 30
+) -> dict[str, Any]:
+    async with asyncio.timeout(seconds):
+        while True:
+            response = await client.get(f"/v1/tasks/{task_id}", headers=auth(token))
+            task: dict[str, Any] = await response.json()
+            if task["status"] in ("succeeded", "failed"):
+                return task
+            await asyncio.sleep(0.05)
+
+
+async def test_batches_never_exceed_max_batch_size_counted_in_items(
+    db_url: str, tmp_path: Path, tokens: Tokens
+) -> None:
+    async with serving_cluster(db_url, tmp_path) as (client, _):
+        await publish(client, tokens.acme, "sizes", SIZES, "sizes:predict")
+        serving = {"max_batch_size": 4, "max_wait_ms": 300, "memo": False}
+        await deploy(client, tokens.acme, name="sizes", model="sizes", serving=serving)
+        await until_serving(client, tokens.acme, "sizes", 1)
+        # Tasks of 1, 2 and 3 items, and one of 6 (more than a batch: run in calls of 4 and 2).
+        inputs = [[0], [0, 0], [0, 0, 0], [0] * 6, [0], [0, 0], [0]]
+        queued = await asyncio.gather(
+            *(predict(client, tokens.acme, "sizes", items, **{"async": True}) for items in inputs)
+        )
+        done = [await wait_done(client, tokens.acme, body["task_id"]) for _, body in queued]
+        assert all(task["status"] == "succeeded" for task in done), done
+        for items, task in zip(inputs, done, strict=True):
+            assert len(task["outputs"]) == len(items)
+            assert all(1 <= size <= 4 for size in task["outputs"]), task
+        response = await client.get("/v1/deployments/sizes/metrics", headers=auth(tokens.acme))
+        figures = await response.json()
+        batches = figures["batches"]
+        assert batches["items"] == sum(len(items) for items in inputs)
+        assert batches["full"] + batches["timeout"] == batches["count"]
+        assert batches["full"] >= 1  # seven tasks of 16 items came at once
+        assert figures["requests"] == len(inputs) and figures["succeeded"] == len(inputs)
+        assert figures["memo"]["hits"] == 0 and figures["queue_depth"] == 0
+
+
+ADD1 = b"def predict(batch):\n    return [x + 1 for x in batch]\n"
+SQUARE = b"def predict(batch):\n    return [x * x for x in batch]\n"
+
+
+async def test_a_pipeline_of_three_steps_is_one_task_with_each_steps_times(
+    db_url: str, tmp_path: Path, tokens: Tokens
+) -> None:
+    async with serving_cluster(db_url, tmp_path) as (client, _):
+        for name, source in (("add1", ADD1), ("double", DOUBLE), ("square", SQUARE)):
+            await publish(client, tokens.acme, name, source, f"{name}:predict")
+            await deploy(client, tokens.acme, name=name, model=name)
+        for name in ("add1", "double", "square"):
+            await until_serving(client, tokens.acme, name, 1)
+        steps = ["add1", "double", "square"]
+        response = await client.post(
+            "/v1/pipelines", json={"name": "p", "steps": steps}, headers=auth(tokens.acme)
+        )
+        assert response.status == 201, await response.text()
+        response = await client.post(
+            "/v1/pipelines/p/predict", json={"inputs": [1, 2]}, headers=auth(tokens.acme)
+        )
+        task = await response.json()
+        assert response.status == 200, task
+        assert task["outputs"] == [16, 36]  # ((x + 1) * 2) ** 2
+        assert [step["deployment"] for step in task["times"]["steps"]] == steps
+        assert task["pipeline"] == "p" and task["step"] == 2
+        # A pipeline names deployments that exist.
+        response = await client.post(
+            "/v1/pipelines", json={"name": "q", "steps": ["nope"]}, headers=auth(tokens.acme)
+        )
+        assert response.status == 422
+        assert (await response.json())["field"] == "steps.0"
+
+
+async def test_scaling_up_and_down_and_deleting(
+    db_url: str, tmp_path: Path, tokens: Tokens
+) -> None:
+    async with serving_cluster(db_url, tmp_path) as (client, _):
+        await publish(client, tokens.acme, "double", DOUBLE, "double:predict")
+        await deploy(client, tokens.acme, name="dbl", model="double", replicas=1)
+        first = await until_serving(client, tokens.acme, "dbl", 1)
+        response = await client.patch(
+            "/v1/deployments/dbl", json={"replicas": 2}, headers=auth(tokens.acme)
+        )
+        assert response.status == 200
+        view = await until_serving(client, tokens.acme, "dbl", 2)
+        assert view["replica_jobs"][0]["job_id"] == first["replica_jobs"][0]["job_id"]
+        response = await client.patch(
+            "/v1/deployments/dbl", json={"replicas": 1}, headers=auth(tokens.acme)
+        )
+        view = await response.json()
+        # The newest replica goes; the first keeps serving.
+        assert [r["job_id"] for r in view["replica_jobs"]] == [first["replica_jobs"][0]["job_id"]]
+        status, task = await predict(client, tokens.acme, "dbl", [21])
+        assert (status, task["outputs"]) == (200, [42])
+        response = await client.delete("/v1/deployments/dbl", headers=auth(tokens.acme))
+        assert (await response.json())["state"] == "deleting"
+        status, _ = await predict(client, tokens.acme, "dbl", [1])
+        assert status == 404
+
+        async def gone() -> bool:
+            response = await client.get("/v1/deployments/dbl", headers=auth(tokens.acme))
+            return response.status == 404
+
+        await eventually(gone, seconds=30)
+        response = await client.get(
+            f"/v1/jobs/{first['replica_jobs'][0]['job_id']}", headers=auth(tokens.acme)
+        )
+        assert (await response.json())["state"] == "CANCELLED"
+
+
+async def test_bad_requests_change_nothing(db_url: str, tmp_path: Path, tokens: Tokens) -> None:
+    async with serving_cluster(db_url, tmp_path, agents=0) as (client, _):
+        bad = [
+            ({"name": "Bad Name", "model": "x"}, 422),
+            ({"name": "d", "model": "no-such-model"}, 422),
+            ({"name": "d", "model": "x", "replicas": -1}, 422),
+            ({"name": "d", "model": "x", "surprise": 1}, 422),
+            ({"name": "d", "model": "x", "serving": {"max_batch_size": 0}}, 422),
+        ]
+        for body, status in bad:
+            response = await client.post("/v1/deployments", json=body, headers=auth(tokens.acme))
+            assert response.status == status, (body, await response.text())
+        response = await client.get("/v1/deployments", headers=auth(tokens.acme))
+        assert (await response.json())["items"] == []
+        await publish(client, tokens.acme, "double", DOUBLE, "double:predict")
+        await deploy(client, tokens.acme, name="dbl", model="double", replicas=0)
+        for body in ({"inputs": []}, {"inputs": "x"}, {}, {"inputs": [1], "async": "maybe"}):
+            response = await client.post(
+                "/v1/deployments/dbl/predict", json=body, headers=auth(tokens.acme)
+            )
+            assert response.status == 422, body
+        response = await client.post(
+            "/v1/deployments/dbl/predict", data=b"{not json", headers=auth(tokens.acme)
+        )
+        assert response.status == 400
+        response = await client.get("/v1/tasks/not-a-uuid", headers=auth(tokens.acme))
+        assert response.status == 404
+        # Another tenant's model is not found, and a public one would be named tenant/name.
+        response = await client.post(
+            "/v1/deployments",
+            json={"name": "d", "model": "acme/double"},
+            headers=auth(tokens.globex),
+        )
+        assert response.status == 422
