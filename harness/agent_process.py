@@ -16,6 +16,7 @@ from controlplane.agents.events import NodeRegistered
 from controlplane.agents.nodes import node_stream
 from controlplane.events.store import EventStore
 from controlplane.registry import EVENT_REGISTRY
+from controlplane.settings import ARTIFACTS_DIR_ENV
 from harness.agent_login import agent_login_url
 
 REGISTER_S = 30.0
@@ -33,8 +34,12 @@ class AgentProcess:
         heartbeat_s: float = 0.5,
         checkpoint_dir: Path | None = None,
         runtime: str = "process",
+        artifacts_dir: Path | None = None,
     ) -> None:
         self.url = url
+        self.artifacts_dir = artifacts_dir
+        """The model repository's folder, shared with the control plane (replicas load from
+        it); None: the agent's default."""
         self.work_dir = work_dir
         self.name = name
         self.ttl_s = ttl_s
@@ -63,7 +68,7 @@ class AgentProcess:
         self.spawned_at = time.perf_counter()
         self.process = await asyncio.create_subprocess_exec(
             *(sys.executable, "-m", "controlplane.cli", "agent", *options),
-            env={**os.environ, "TRAINYARD_DATABASE_URL": self.login_url},
+            env={**os.environ, "TRAINYARD_DATABASE_URL": self.login_url, **self._artifacts()},
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.DEVNULL,
@@ -74,6 +79,11 @@ class AgentProcess:
                     raise RuntimeError(f"the agent exited with {self.process.returncode}")
                 await asyncio.sleep(PROBE_S)
         return self
+
+    def _artifacts(self) -> dict[str, str]:
+        if self.artifacts_dir is None:
+            return {}
+        return {ARTIFACTS_DIR_ENV: str(self.artifacts_dir)}
 
     async def kill(self) -> None:
         """kill -9: no clean shutdown, its learners left running."""

@@ -28,6 +28,7 @@ from controlplane.logs.lines import LogLine
 from controlplane.logs.store import read_lines
 from controlplane.projections.runner import ProjectionRunner
 from controlplane.registry import EVENT_REGISTRY
+from controlplane.settings import ARTIFACTS_DIR_ENV
 from controlplane.tenants.projection import TenantsProjection
 from controlplane.tenants.service import create_tenant
 from harness.agent_process import AgentProcess
@@ -82,8 +83,17 @@ class Cluster:
         # its database does not know, and other test runs may share the machine.
         self.prefix = f"r{uuid4().hex[:8]}"
 
+    @property
+    def artifacts_dir(self) -> Path:
+        return self.root / "artifacts"
+
     async def add_plane(self) -> ServedControlPlane:
-        plane = ServedControlPlane(self.database_url, self.root / f"plane-{len(self.planes)}")
+        # One model repository folder for every replica and agent, as a fleet shares one.
+        plane = ServedControlPlane(
+            self.database_url,
+            self.root / f"plane-{len(self.planes)}",
+            env={ARTIFACTS_DIR_ENV: str(self.artifacts_dir)},
+        )
         self.planes.append(plane)
         await plane.start()
         return plane
@@ -97,6 +107,7 @@ class Cluster:
             ttl_s=ttl_s,
             heartbeat_s=heartbeat_s,
             checkpoint_dir=self.root / "checkpoints",
+            artifacts_dir=self.artifacts_dir,
         )
         self.agents[name] = agent
         return await agent.start(self.pool)
