@@ -23,6 +23,7 @@ from controlplane.tenants.cli import add_commands as add_tenant_commands
 from trainyard.api import ApiError, NotFound, ServerUnreachable, UsageError
 from trainyard.commands import add_client_commands
 from trainyard.models_commands import add_model_commands
+from trainyard.serving_commands import add_serving_commands
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -178,6 +179,7 @@ def parser(running: Sequence[str] | None = None) -> argparse.ArgumentParser:
             commands.add_parser(name, help=summary)
     add_client_commands(commands)
     add_model_commands(commands)
+    add_serving_commands(commands)
 
     bench = commands.add_parser(
         "bench", help="run a benchmark", description="Benchmarks that print JSON."

@@ -10,7 +10,14 @@ import logging
 import asyncpg
 
 from controlplane.database import DATABASE_ERRORS
-from controlplane.instruments import GPUS, GPUS_ALLOCATED, QUEUE_DEPTH, Reading
+from controlplane.instruments import (
+    GPUS,
+    GPUS_ALLOCATED,
+    QUEUE_DEPTH,
+    SERVING_BATCH_SIZE,
+    SERVING_QUEUE_DEPTH,
+    Reading,
+)
 from controlplane.queries import Q
 from controlplane.workers import pause
 
@@ -26,6 +33,8 @@ class ClusterGauges:
         self._queued: list[Reading] = []
         self._gpus: list[Reading] = []
         self._allocated: list[Reading] = []
+        self._serving_queued: list[Reading] = []
+        self._batch_size: list[Reading] = []
         self._stopping = asyncio.Event()
 
     async def sample(self) -> None:
@@ -33,11 +42,19 @@ class ClusterGauges:
         queued = await self._pool.fetch(Q["queue_depth"])
         gpus = await self._pool.fetch(Q["gpus_by_node"])
         allocated = await self._pool.fetch(Q["gpus_allocated"])
+        serving = await self._pool.fetch(Q["serving_gauges"])
         # Replaced whole, never mutated: a collection on another thread sees one sample.
         self._queued = [(r["jobs"], {"tenant": r["tenant"]}) for r in queued]
         self._gpus = [(r["gpus"], {"node": r["node"]}) for r in gpus]
         self._allocated = [
             (r["gpus"], {"tenant": r["tenant"], "node": r["node"]}) for r in allocated
+        ]
+        deployment = [{"tenant": r["tenant"], "deployment": r["deployment"]} for r in serving]
+        self._serving_queued = [(r["queued"], d) for r, d in zip(serving, deployment, strict=True)]
+        self._batch_size = [
+            (float(r["batch_size"]), d)
+            for r, d in zip(serving, deployment, strict=True)
+            if r["batch_size"] is not None
         ]
 
     async def run(self) -> None:
@@ -46,6 +63,8 @@ class ClusterGauges:
             QUEUE_DEPTH.source(lambda: self._queued),
             GPUS.source(lambda: self._gpus),
             GPUS_ALLOCATED.source(lambda: self._allocated),
+            SERVING_QUEUE_DEPTH.source(lambda: self._serving_queued),
+            SERVING_BATCH_SIZE.source(lambda: self._batch_size),
         ):
             while not self._stopping.is_set():
                 try:

@@ -22,3 +22,13 @@ SELECT tenant, node, sum(cardinality(gpus)) AS gpus
 FROM allocations
 WHERE released_at IS NULL
 GROUP BY tenant, node;
+
+-- name: serving_gauges
+-- Metrics: each live deployment's queued tasks, and its mean batch size over the batches kept.
+SELECT d.tenant, d.name AS deployment,
+       (SELECT count(*) FROM serving_tasks t
+        WHERE t.tenant = d.tenant AND t.deployment = d.name AND t.state = 'queued') AS queued,
+       (SELECT avg(items) FROM serving_batches b
+        WHERE b.tenant = d.tenant AND b.deployment = d.name) AS batch_size
+FROM deployments d
+WHERE NOT d.deleted;

@@ -110,3 +110,29 @@ def sse_client(stream: str) -> Iterator[None]:
         yield
     finally:
         SSE_CLIENTS.add(-1, attributes)
+
+
+SERVING_QUEUE_DEPTH = ObservedGauge(
+    "trainyard.serving.queue.depth",
+    "{task}",
+    "Serving tasks waiting for a replica, per tenant and deployment.",
+)
+SERVING_BATCH_SIZE = ObservedGauge(
+    "trainyard.serving.batch.size",
+    "{item}",
+    "Mean items per batch a deployment's replicas ran, over the batches kept (24 hours).",
+)
+SERVING_BUCKETS_S = (0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 60)
+SERVING_REQUESTS = _meter.create_counter(
+    "trainyard.serving.requests",
+    unit="{request}",
+    description="Predictions this process accepted, per tenant, deployment (or pipeline) and "
+    "memo outcome (hit, miss, off).",
+)
+SERVING_LATENCY = _meter.create_histogram(
+    "trainyard.serving.request.duration",
+    unit="s",
+    description="From a synchronous prediction's arrival to its answer with the result, per "
+    "tenant and deployment (or pipeline).",
+    explicit_bucket_boundaries_advisory=SERVING_BUCKETS_S,
+)

@@ -77,7 +77,7 @@ INSERT INTO serving_tasks (task_id, tenant, steps, deployment, items, input, sta
                            memo, memo_key, submitted_at, finished_at)
 SELECT $1, $2, ARRAY[$3], $3, $5, $6::jsonb, 'succeeded', hit.output, 'hit', $4, now(), now()
 FROM hit
-RETURNING output;
+RETURNING *;
 
 -- name: get_task
 -- GET /v1/tasks/{id}: a task of the tenant's.

@@ -97,8 +97,8 @@ class Tasks:
 
     async def answer_or_queue(
         self, target: Target, inputs: Sequence[Any], *, no_cache: bool = False
-    ) -> tuple[UUID, list[Any] | None]:
-        """The task's id, and its outputs when the memo had them (None: queued for a
+    ) -> tuple[UUID, asyncpg.Record | None]:
+        """The task's id, and its record when the memo answered it (None: queued for a
         replica). A memoized answer is recorded as a task too (memo 'hit')."""
         task_id = uuid.uuid4()
         data = json.dumps(inputs, allow_nan=False)
@@ -106,11 +106,11 @@ class Tasks:
         key = memo_key(target.memo_salt, inputs) if use_memo and target.memo_salt else None
         async with self._pool.acquire() as conn:
             if key is not None:
-                output = await conn.fetchval(
+                hit: asyncpg.Record | None = await conn.fetchrow(
                     Q["memo_hit"], task_id, target.tenant, target.steps[0], key, len(inputs), data
                 )
-                if output is not None:
-                    return task_id, json.loads(output)
+                if hit is not None:
+                    return task_id, hit
             memo = "off" if key is None else "miss"
             await conn.execute(
                 Q["insert_task"],

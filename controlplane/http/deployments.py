@@ -9,6 +9,7 @@ pipelines and tasks are invisible to every other tenant (404).
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 from uuid import UUID
 
@@ -30,6 +31,7 @@ from controlplane.http.errors import error
 from controlplane.http.keys import DEPLOYMENTS, POOL, SSE_HEARTBEAT_S, TASKS
 from controlplane.http.requests import actor, json_body, validated
 from controlplane.http.streams import live_stream
+from controlplane.instruments import SERVING_LATENCY, SERVING_REQUESTS
 
 SYNC_WAIT_S = 60.0
 """How long a synchronous prediction waits for its result before it is answered 202 (the task
@@ -225,20 +227,23 @@ async def predict_pipeline(request: web.Request) -> web.Response:
 
 
 async def _run(request: web.Request, target: Target, body: PredictRequest) -> web.Response:
+    arrived = time.perf_counter()
     tasks = request.app[TASKS]
+    labels = {"tenant": target.tenant, "deployment": target.pipeline or target.steps[0]}
     try:
-        task_id, outputs = await tasks.answer_or_queue(target, body.inputs, no_cache=body.no_cache)
+        task_id, answered = await tasks.answer_or_queue(target, body.inputs, no_cache=body.no_cache)
     except ValueError as exc:  # NaN or infinity: not JSON, so never a result of one either
         raise error(422, f"inputs: {exc}", field="inputs") from exc
     location = {"Location": f"/v1/tasks/{task_id}"}
-    if outputs is not None:
-        row = await tasks.get(target.tenant, task_id)
-        if row is None:
-            raise error(503, "the task's record is not readable yet", retry_after_s=1)
-        return web.json_response(task_view(row), headers=location)
+    memo = "off" if target.memo_salt is None or body.no_cache else "miss"
+    SERVING_REQUESTS.add(1, {**labels, "memo": "hit" if answered is not None else memo})
+    if answered is not None:
+        SERVING_LATENCY.record(time.perf_counter() - arrived, labels)
+        return web.json_response(task_view(answered), headers=location)
     if not body.asynchronous:
         row = await tasks.wait(task_id, SYNC_WAIT_S)
         if row is not None:
+            SERVING_LATENCY.record(time.perf_counter() - arrived, labels)
             return web.json_response(task_view(row), headers=location)
     view = {"task_id": str(task_id), "status": "queued", "items": len(body.inputs)}
     return web.json_response(view, status=202, headers=location)
