@@ -289,6 +289,38 @@ def parser(running: Sequence[str] | None = None) -> argparse.ArgumentParser:
     registry.add_argument("--repeats", type=int, default=20, help="runs of each search")
     registry.add_argument("--json", action="store_true", help="print only the JSON object")
     registry.set_defaults(handler=cmd_bench_registry)
+    serving = bench_commands.add_parser(
+        "serving",
+        help="model serving throughput and latency against Ray Serve and BentoML; kill -9 "
+        "of async tasks",
+        description="With real processes on a scratch database (a served control plane, one "
+        "process-runtime agent): publish a PyTorch MLP (784-256-10, CPU) and a no-op model, "
+        "serve the MLP with 2 replicas (batches of up to 8, 5 ms wait, memo off) under "
+        "closed-loop clients at concurrency 1, 8 and 32, and Ray Serve and BentoML serving "
+        "the same model with the same settings in the same run (when the `bench` extra is "
+        "installed); the same at concurrency 32 without batching (batching_gain), the no-op "
+        "model's latency, memo hits' latency; then asynchronous tasks while a replica, the "
+        "agent and the control plane are killed with SIGKILL, counting the tasks lost, "
+        "duplicated and retried and checking every output. Prints JSON (definitions: "
+        "bench/serving.py).",
+    )
+    serving.add_argument(
+        "--duration",
+        type=float,
+        default=10.0,
+        metavar="S",
+        help="seconds measured at each concurrency, after a warm-up of up to 2 s (default: 10)",
+    )
+    serving.add_argument(
+        "--tasks",
+        type=int,
+        default=200,
+        metavar="N",
+        help="asynchronous tasks of the kill -9 run (default: 200)",
+    )
+    serving.add_argument("--no-peers", action="store_true", help="leave Ray Serve and BentoML out")
+    serving.add_argument("--json", action="store_true", help="print only the JSON object")
+    serving.set_defaults(handler=cmd_bench_serving)
     return top
 
 
@@ -461,6 +493,24 @@ async def cmd_bench_registry(args: argparse.Namespace, settings: Settings) -> in
         models=args.models,
         versions=args.versions,
         repeats=args.repeats,
+        progress=not args.json,
+    )
+    print(json.dumps(result, indent=None if args.json else 2))
+    return 0
+
+
+async def cmd_bench_serving(args: argparse.Namespace, settings: Settings) -> int:
+    from bench.serving import run
+
+    if args.duration <= 0 or args.tasks < 1:
+        print("trainyard: --duration must be > 0 and --tasks at least 1", file=sys.stderr)
+        return EXIT_USAGE
+    url = await _database(settings)
+    result = await run(
+        url,
+        duration_s=args.duration,
+        tasks=args.tasks,
+        peers=not args.no_peers,
         progress=not args.json,
     )
     print(json.dumps(result, indent=None if args.json else 2))

@@ -65,12 +65,22 @@ class ReplicaClient:
             raise _out_of_turn(f"a ready answer without 'loaded': {answer!r}")
         return loaded
 
-    async def load(self, artifact: Path, sha256: str, entry_point: str) -> float:
-        """Send the artifact (whose sha256 the replica checks) and load it; the milliseconds the
-        replica took to load it."""
+    async def load(
+        self, artifact: Path, sha256: str, entry_point: str, packages: Path | None = None
+    ) -> float:
+        """Send the artifact (whose sha256 the replica checks) and load it, with the folder of
+        its installed requirements (`packages`) on the path; the milliseconds the replica took
+        to load it."""
         with artifact.open("rb") as file:
             size = os.fstat(file.fileno()).st_size
-            request = {"op": "load", "entry_point": entry_point, "sha256": sha256, "size": size}
+            request: dict[str, Any] = {
+                "op": "load",
+                "entry_point": entry_point,
+                "sha256": sha256,
+                "size": size,
+            }
+            if packages is not None:
+                request["packages"] = str(packages)
 
             async def chunks() -> AsyncIterator[bytes]:
                 sent = 0

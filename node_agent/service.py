@@ -16,6 +16,7 @@ from node_agent.identity import agent_identity
 from node_agent.inventory import open_inventory
 from node_agent.log_shipper import LogShipper
 from node_agent.log_sink import NumberedSink
+from node_agent.packages import Packages
 from node_agent.runtimes import open_runtime
 from node_agent.serving import Serving
 
@@ -57,7 +58,9 @@ async def _run(
     pool = await create_pool(url, min_size=2, max_size=6, role=AGENT_ROLE)
     listener = LogListener(url, poll_interval=config.poll_s, role=AGENT_ROLE)
     tasks = LogListener(url, channel=CHANNEL, poll_interval=config.poll_s, role=AGENT_ROLE)
-    serving = Serving(pool, tasks, config.artifacts_dir)
+    # Models' requirements are installed for the node's interpreter: the process runtime's.
+    packages = Packages(config.work_dir / "packages") if config.runtime == "process" else None
+    serving = Serving(pool, tasks, config.artifacts_dir, packages)
     shipper = LogShipper(pool)
     try:
         async with open_runtime(

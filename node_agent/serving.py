@@ -32,6 +32,7 @@ from controlplane.database import DATABASE_ERRORS
 from controlplane.events.subscription import LogListener
 from controlplane.jobs.manifest import ServableSpec
 from controlplane.queries import Q
+from node_agent.packages import Packages, PackagesError
 from node_agent.replica_client import ReplicaClient, ReplicaError, ReplicaGone
 
 log = logging.getLogger(__name__)
@@ -65,12 +66,19 @@ class Serving:
     """The agent's side of serving: one per agent, shared by its replicas."""
 
     def __init__(
-        self, pool: asyncpg.Pool, listener: LogListener, artifacts_dir: Path | None
+        self,
+        pool: asyncpg.Pool,
+        listener: LogListener,
+        artifacts_dir: Path | None,
+        packages: Packages | None,
     ) -> None:
         self._pool = pool
         self.listener = listener
         """Woken by the `serving` channel: tasks queued."""
         self._artifacts_dir = artifacts_dir
+        self.packages = packages
+        """Installs models' requirements for this node's replicas; None: its runtime cannot
+        use them (containers run their image's interpreter, not the node's)."""
 
     def artifact(self, sha256: str) -> Path | None:
         """Where the model repository keeps the blob (a folder it shares with this node)."""
@@ -179,14 +187,33 @@ class _Replica:
             )
         else:
             try:
+                site = await self._packages()
                 load_ms = await client.load(
-                    artifact, self._spec.artifact_sha256, self._spec.entry_point
+                    artifact, self._spec.artifact_sha256, self._spec.entry_point, site
                 )
                 self._note(f"[trainyard] model loaded in {load_ms:.0f} ms")
                 return
+            except PackagesError as exc:
+                self._load_error = f"the model's requirements could not be installed: {exc}"
             except ReplicaError as exc:
                 self._load_error = f"the model failed to load: {exc}"
         self._note(f"[trainyard] {self._load_error}; its tasks fail with this error")
+
+    async def _packages(self) -> Path | None:
+        """Where the model's requirements are installed (None: it lists none)."""
+        requirements = self._spec.requirements
+        if not requirements:
+            return None
+        if self._serving.packages is None:
+            raise PackagesError(
+                "this node's runtime cannot install a model's requirements (the process "
+                "runtime can); deploy it where agents run the process runtime"
+            )
+        started = time.monotonic()
+        site = await self._serving.packages.site(requirements)
+        took = time.monotonic() - started
+        self._note(f"[trainyard] requirements ready in {took:.1f}s: {', '.join(requirements)}")
+        return site
 
     async def _next_batch(self) -> Batch:
         """Claimed tasks up to max_batch_size items: once one is queued, more are taken as

@@ -73,9 +73,12 @@ class Servable:
         self._function = function
 
     @classmethod
-    def load(cls, directory: Path, artifact: Path, entry_point: str) -> Servable:
+    def load(
+        cls, directory: Path, artifact: Path, entry_point: str, packages: Path | None = None
+    ) -> Servable:
         """Unpack `artifact` into a fresh `code/` folder under `directory`, import the entry
-        point's module from there, and resolve the entry point.
+        point's module from there (with the folder `packages`, where the model's requirements
+        are installed, next on the path), and resolve the entry point.
 
         The artifact's checksum is the caller's to check. ServableError for a bad artifact or
         entry point; whatever the user's module raises on import (or its class on
@@ -90,6 +93,8 @@ class Servable:
             unpack_zip(artifact, code)
         else:
             _save_module_source(artifact, code, point.module)
+        if packages is not None and str(packages) not in sys.path:
+            sys.path.insert(0, str(packages))
         sys.path.insert(0, str(code))
         # The import system caches directory listings; `code` may hold new files under an old
         # modification time.

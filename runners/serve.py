@@ -7,7 +7,9 @@ then sends batches; each message is a frame (see `runners.frames`):
     agent: {"op":"hello"}
     replica: {"op":"ready","loaded":bool,"entry_point":str or null}
 
-    agent: {"op":"load","entry_point":"m:f","sha256":hex,"size":N}, then raw frames, N bytes in all
+    agent: {"op":"load","entry_point":"m:f","sha256":hex,"size":N[,"packages":path]}, then raw
+    frames, N bytes in all ("packages": a folder of the model's requirements, installed by the
+    agent, put on the path after the artifact's code)
     replica: {"op":"loaded","load_ms":float}
 
     agent: {"op":"batch","id":int,"items":[...]}
@@ -112,8 +114,10 @@ class Replica:
 
     def _load(self, message: dict[str, Any], stream: io.BufferedIOBase) -> dict[str, Any]:
         entry_point, sha256, size = (message.get(key) for key in ("entry_point", "sha256", "size"))
+        packages = message.get("packages")
         if not (
-            isinstance(entry_point, str)
+            (packages is None or isinstance(packages, str))
+            and isinstance(entry_point, str)
             and isinstance(sha256, str)
             and _SHA256_HEX.fullmatch(sha256)
             and isinstance(size, int)
@@ -131,7 +135,8 @@ class Replica:
             return _error(f"the artifact's sha256 is {received}, not {sha256.lower()}")
         started = time.perf_counter()
         try:
-            servable = Servable.load(self._model_dir, artifact, entry_point)
+            site = None if packages is None else Path(packages)
+            servable = Servable.load(self._model_dir, artifact, entry_point, site)
         except ServableError as error:
             return self._load_failed(entry_point, str(error))
         except Exception:

@@ -28,6 +28,7 @@ class DeploymentCreated(DeploymentEvent):
     version: int
     artifact_sha256: str
     entry_point: str
+    requirements: list[str] = Field(default_factory=list, description="the model's packages")
     resources: dict[str, Any]
     serving: dict[str, Any]
     replicas: int

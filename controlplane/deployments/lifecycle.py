@@ -39,6 +39,7 @@ class Deployment:
     version: int
     artifact_sha256: str
     entry_point: str
+    requirements: tuple[str, ...]
     resources: dict[str, Any]
     serving: dict[str, Any]
     replicas: int
@@ -134,6 +135,7 @@ def evolve(state: Deployment | None, event: DeploymentEvent) -> Deployment | Non
                 version=event.version,
                 artifact_sha256=event.artifact_sha256,
                 entry_point=event.entry_point,
+                requirements=tuple(event.requirements),
                 resources=event.resources,
                 serving=event.serving,
                 replicas=event.replicas,

@@ -200,6 +200,9 @@ class ServableSpec(_Strict):
     deployment: str = Field(max_length=64)
     artifact_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     entry_point: str = Field(max_length=200)
+    requirements: list[str] = Field(
+        default_factory=list, description="the model's packages (its metadata's)"
+    )
     max_batch_size: int = Field(ge=1, le=INT4_MAX)
     max_wait_ms: float = Field(ge=0, le=86_400_000)
     task_timeout_s: float = Field(gt=0, le=86_400)

@@ -18,7 +18,7 @@ import pytest
 from harness import processes
 from harness.processes import Cluster
 from tests.cluster import learner_space
-from tests.controlplane.deployments.serving import document
+from tests.controlplane.deployments.serving import metadata
 from tests.polling import eventually
 
 TTL_S = 3.0
@@ -62,7 +62,7 @@ async def test_async_tasks_survive_kill_9_of_a_replica_the_agent_and_the_control
 ) -> None:
     agent = await cluster.add_agent(ttl_s=TTL_S, heartbeat_s=HEARTBEAT_S)
     form = aiohttp.FormData()
-    form.add_field("publication", json.dumps({"metadata": document("triple:predict")}))
+    form.add_field("publication", json.dumps({"metadata": metadata("triple:predict")}))
     form.add_field("artifact", TRIPLE, filename="triple.py")
     status, body = await call(cluster, "POST", "/v1/models/triple/versions", data=form)
     assert status == 201, body

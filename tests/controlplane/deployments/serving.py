@@ -44,7 +44,7 @@ async def serving_cluster(
                 await agent.finish()
 
 
-def document(entry_point: str) -> dict[str, Any]:
+def metadata(entry_point: str) -> dict[str, Any]:
     doc = {k: v for k, v in copy.deepcopy(DOCUMENT).items() if k != "provenance"}
     doc["servable"] = {
         "entry_point": entry_point,
@@ -54,9 +54,17 @@ def document(entry_point: str) -> dict[str, Any]:
     return doc
 
 
-async def publish(client: Client, token: str, name: str, artifact: bytes, entry_point: str) -> None:
+async def publish(
+    client: Client,
+    token: str,
+    name: str,
+    artifact: bytes,
+    entry_point: str,
+    *,
+    document: dict[str, Any] | None = None,
+) -> None:
     form = aiohttp.MultipartWriter("form-data")
-    part = form.append_json({"metadata": document(entry_point)})
+    part = form.append_json({"metadata": document or metadata(entry_point)})
     part.set_content_disposition("form-data", name="publication")
     part = form.append(artifact)
     part.set_content_disposition("form-data", name="artifact", filename="model.zip")

@@ -1,0 +1,106 @@
+"""The Python packages a model's metadata lists (`servable.requirements`), made ready on the node
+for its replicas: a wheelhouse fetched by the host, then installed into a folder of their own,
+both cached by the requirements' content hash, so that every replica of every deployment that
+needs the same packages shares one install.
+
+Only wheels are fetched (`--only-binary=:all:`): a source distribution's build would run its
+author's code on the node, as the agent; a wheel installs by unpacking. The requirements are
+names and versions only (the metadata schema refuses URLs, options and markers), so no tenant
+chooses where pip looks. What runs the packages' code is the replica, in its sandbox.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import platform
+import shutil
+import sys
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+
+BUILD_TIMEOUT_S = 900.0
+"""Fetching and installing one set of requirements; torch's wheels alone are gigabytes."""
+COMPLETE = ".complete"
+PIP = ("-m", "pip", "--disable-pip-version-check", "--no-input")
+
+
+class PackagesError(Exception):
+    """The requirements could not be fetched or installed (the message has pip's own words)."""
+
+
+def requirements_key(requirements: Sequence[str], python: str) -> str:
+    """What identifies an install: the requirements (in any order) and the interpreter and
+    machine it is for (a wheel built for one Python fits no other)."""
+    facts = [sorted(requirements), python, platform.machine()]
+    return hashlib.sha256(json.dumps(facts).encode()).hexdigest()
+
+
+class Packages:
+    """Installs under `root`, one folder per requirements key (`<key>/site`), made whole in a
+    folder of its own and renamed into place, so a crash mid-way leaves nothing half-made."""
+
+    def __init__(self, root: Path, python: str = sys.executable) -> None:
+        self._root = root
+        self._python = python
+        self._tag = f"{sys.implementation.cache_tag}"
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    async def site(self, requirements: Sequence[str]) -> Path:
+        """The folder holding `requirements` installed (what a replica puts on its path);
+        PackagesError saying why it could not be made."""
+        key = requirements_key(requirements, self._tag)
+        final = self._root / key
+        async with self._locks.setdefault(key, asyncio.Lock()):
+            if not (final / COMPLETE).exists():
+                await self._build(requirements, final)
+        return final / "site"
+
+    async def _build(self, requirements: Sequence[str], final: Path) -> None:
+        self._root.mkdir(parents=True, exist_ok=True)
+        # Replicas, which run as users of their own, read the installed packages.
+        self._root.chmod(0o755)
+        work = self._root / f".{final.name}.{uuid.uuid4().hex}"
+        work.mkdir(mode=0o755)
+        try:
+            wheels = work / "wheelhouse"
+            await self._pip("download", "--only-binary=:all:", "--dest", str(wheels), *requirements)
+            await self._pip(
+                "install",
+                "--no-index",
+                "--find-links",
+                str(wheels),
+                "--target",
+                str(work / "site"),
+                "--no-compile",
+                *requirements,
+            )
+            (work / COMPLETE).touch()
+            shutil.rmtree(final, ignore_errors=True)  # an incomplete one a crash left
+            work.rename(final)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+    async def _pip(self, *arguments: str) -> None:
+        process = await asyncio.create_subprocess_exec(
+            self._python,
+            *PIP,
+            *arguments,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
+            env={**os.environ, "PYTHONNOUSERSITE": "1"},
+        )
+        try:
+            async with asyncio.timeout(BUILD_TIMEOUT_S):
+                _, stderr = await process.communicate()
+        except TimeoutError:
+            process.kill()
+            await process.wait()
+            raise PackagesError(f"pip {arguments[0]} took over {BUILD_TIMEOUT_S:.0f}s") from None
+        if process.returncode != 0:
+            said = stderr.decode(errors="replace").strip().splitlines()[-5:]
+            raise PackagesError(f"pip {arguments[0]} failed: {' / '.join(said)}")
