@@ -23,6 +23,7 @@ from controlplane.deployments.events import (
 )
 from controlplane.events.commands import Aggregate
 from controlplane.invariants import InvariantBroken
+from controlplane.jobs.lifecycle import JobStatus
 
 
 class Busy(ServingError):
@@ -50,6 +51,10 @@ class Deployment:
     started: int = 0
     """Replicas ever started in this stream (across re-creations): numbers their jobs."""
     deleted: bool = False
+    failures: int = 0
+    """Replicas retired in a row because their job FAILED (what a model that cannot run
+    causes): past a few, new ones are started ever more slowly (reconcile.py)."""
+    last_failure_at: datetime | None = None
 
     @property
     def live(self) -> bool:
@@ -147,14 +152,24 @@ def evolve(state: Deployment | None, event: DeploymentEvent) -> Deployment | Non
         raise InvariantBroken(f"{event.type_name} before DeploymentCreated")
     match event:
         case DeploymentScaled(replicas=replicas):
-            return replace(state, replicas=replicas, updated_at=event.at)
+            return replace(state, replicas=replicas, updated_at=event.at, failures=0)
         case ReplicaStarted(job_id=job_id, number=number):
             return replace(state, active=(*state.active, job_id), started=number)
-        case ReplicaRetired(job_id=job_id):
-            return replace(state, active=tuple(j for j in state.active if j != job_id))
+        case ReplicaRetired(job_id=job_id, reason=reason):
+            active = tuple(j for j in state.active if j != job_id)
+            if reason == failed_reason(JobStatus.FAILED):
+                return replace(
+                    state, active=active, failures=state.failures + 1, last_failure_at=event.at
+                )
+            return replace(state, active=active, failures=0)
         case DeploymentDeleted():
             return replace(state, deleted=True, updated_at=event.at)
     raise InvariantBroken(f"unknown event {event!r}")
+
+
+def failed_reason(status: JobStatus) -> str:
+    """Why a replica whose job ended is retired."""
+    return f"its job ended {status.value}"
 
 
 def _busy(stream_id: str, tries: int) -> Exception:

@@ -5,10 +5,26 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from uuid import UUID
 
-from controlplane.deployments.lifecycle import Deployment
+from controlplane.deployments.lifecycle import Deployment, failed_reason
 from controlplane.jobs.lifecycle import TERMINAL, JobStatus
+
+FAILURES_BEFORE_BACKOFF = 3
+"""Replicas that may fail in a row (each after its own restarts) before replacements wait."""
+BACKOFF_S = 10.0
+MAX_BACKOFF_S = 600.0
+
+
+def next_start(deployment: Deployment) -> datetime | None:
+    """When a replica may be started again after failures in a row (None: at once): a model
+    that cannot run must not keep the cluster busy starting replicas that fail."""
+    over = deployment.failures - FAILURES_BEFORE_BACKOFF
+    if over < 0 or deployment.last_failure_at is None:
+        return None
+    wait = min(MAX_BACKOFF_S, BACKOFF_S * 2**over)
+    return deployment.last_failure_at + timedelta(seconds=wait)
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,13 +43,13 @@ class Plan:
         return not (self.retire or self.start or self.submit)
 
 
-def plan(deployment: Deployment, jobs: Mapping[UUID, JobStatus | None]) -> Plan:
+def plan(deployment: Deployment, jobs: Mapping[UUID, JobStatus | None], now: datetime) -> Plan:
     """`jobs`: the state of each active replica's job (None: not submitted yet)."""
     retire: list[tuple[UUID, str]] = []
     for job_id in deployment.active:
         status = jobs.get(job_id)
         if status is not None and status in TERMINAL:
-            retire.append((job_id, f"its job ended {status.value}"))
+            retire.append((job_id, failed_reason(status)))
     ended = {job_id for job_id, _ in retire}
     live = [job_id for job_id in deployment.active if job_id not in ended]
     wanted = 0 if deployment.deleted else deployment.replicas
@@ -44,9 +60,10 @@ def plan(deployment: Deployment, jobs: Mapping[UUID, JobStatus | None]) -> Plan:
         cancel = live[wanted:]
         retire.extend((job_id, why) for job_id in cancel)
         live = live[:wanted]
+    waiting = (at := next_start(deployment)) is not None and now < at
     return Plan(
         retire=tuple(retire),
         cancel=tuple(cancel),
-        start=max(0, wanted - len(live)),
+        start=0 if waiting else max(0, wanted - len(live)),
         submit=tuple(job_id for job_id in live if jobs.get(job_id) is None),
     )

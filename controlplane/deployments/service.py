@@ -153,7 +153,7 @@ class Deployments:
         if state is None:
             raise NotFound(f"no deployment {name}")
         jobs = {job_id: await self._job_status(job_id) for job_id in state.active}
-        todo = plan(state, jobs)
+        todo = plan(state, jobs, self.clock.now())
         if todo.empty:
             return state
         actor = "system:deployments"

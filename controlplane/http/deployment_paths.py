@@ -76,6 +76,16 @@ _DEPLOYMENT = {
                 "required": ["job_id", "state", "attempt"],
             },
         },
+        "failures": {
+            "type": "integer",
+            "description": "replicas retired in a row because their job FAILED",
+        },
+        "next_replica_at": {
+            "type": ["string", "null"],
+            "format": "date-time",
+            "description": "after failures in a row, when a replica is started again (null: "
+            "at once)",
+        },
         "created_at": {"type": "string", "format": "date-time"},
         "updated_at": {"type": "string", "format": "date-time"},
     },

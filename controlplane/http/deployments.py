@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from controlplane.deployments.errors import Conflict, InvalidRequest, NotFound, ServingError
 from controlplane.deployments.lifecycle import Busy, Deployment, Pipeline
 from controlplane.deployments.names import NAME
+from controlplane.deployments.reconcile import next_start
 from controlplane.deployments.spec import DeploymentRequest, PipelineRequest, ScaleRequest
 from controlplane.deployments.tasks import MAX_ITEMS, Target, task_view
 from controlplane.deployments.views import figures as deployment_figures
@@ -99,6 +100,7 @@ def deployment_view(
     deployment: Deployment, replicas: list[asyncpg.Record] | None = None
 ) -> dict[str, Any]:
     states = {r["job_id"]: r for r in replicas or []}
+    waiting = next_start(deployment)
     return {
         "name": deployment.name,
         "tenant": deployment.tenant,
@@ -119,6 +121,8 @@ def deployment_view(
             }
             for job_id in deployment.active
         ],
+        "failures": deployment.failures,
+        "next_replica_at": None if waiting is None else waiting.isoformat(),
         "created_at": deployment.created_at.isoformat(),
         "updated_at": deployment.updated_at.isoformat(),
     }

@@ -3,7 +3,7 @@ tested without a database."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from uuid import UUID, uuid4
 
 import pytest
@@ -23,7 +23,7 @@ from controlplane.deployments.lifecycle import (
     decide,
     decide_pipeline,
 )
-from controlplane.deployments.reconcile import plan
+from controlplane.deployments.reconcile import next_start, plan
 from controlplane.jobs.lifecycle import JobStatus
 
 AT = datetime(2026, 11, 27, tzinfo=UTC)
@@ -104,7 +104,7 @@ def deployment(active: tuple[UUID, ...], replicas: int, deleted: bool = False) -
 
 def test_the_plan_replaces_ended_replicas_and_starts_missing_ones() -> None:
     a, b = uuid4(), uuid4()
-    todo = plan(deployment((a, b), 3), {a: JobStatus.PROCESSING, b: JobStatus.FAILED})
+    todo = plan(deployment((a, b), 3), {a: JobStatus.PROCESSING, b: JobStatus.FAILED}, AT)
     assert todo.retire == ((b, "its job ended FAILED"),)
     assert todo.cancel == ()
     assert todo.start == 2
@@ -113,7 +113,7 @@ def test_the_plan_replaces_ended_replicas_and_starts_missing_ones() -> None:
 def test_the_plan_stops_the_newest_replicas_first_when_scaled_down() -> None:
     a, b, c = uuid4(), uuid4(), uuid4()
     running = {job: JobStatus.PROCESSING for job in (a, b, c)}
-    todo = plan(deployment((a, b, c), 1), running)
+    todo = plan(deployment((a, b, c), 1), running, AT)
     assert todo.cancel == (b, c)
     assert {job for job, why in todo.retire if why == "scaled down"} == {b, c}
     assert todo.start == 0
@@ -121,17 +121,17 @@ def test_the_plan_stops_the_newest_replicas_first_when_scaled_down() -> None:
 
 def test_the_plan_stops_every_replica_of_a_deleted_deployment() -> None:
     a, b = uuid4(), uuid4()
-    todo = plan(deployment((a, b), 2, deleted=True), {a: JobStatus.QUEUED, b: None})
+    todo = plan(deployment((a, b), 2, deleted=True), {a: JobStatus.QUEUED, b: None}, AT)
     assert todo.cancel == (a, b)
     assert todo.start == 0
 
 
 def test_the_plan_submits_replicas_recorded_but_never_submitted() -> None:
     a, b = uuid4(), uuid4()
-    todo = plan(deployment((a, b), 2), {a: JobStatus.PROCESSING, b: None})
+    todo = plan(deployment((a, b), 2), {a: JobStatus.PROCESSING, b: None}, AT)
     assert todo.submit == (b,)
     assert todo.start == 0
-    assert plan(deployment((a,), 1), {a: JobStatus.PROCESSING}).empty
+    assert plan(deployment((a,), 1), {a: JobStatus.PROCESSING}, AT).empty
 
 
 def test_pipelines_are_defined_once_and_removed() -> None:
@@ -145,3 +145,21 @@ def test_pipelines_are_defined_once_and_removed() -> None:
     assert PIPELINE.fold(state, decide_pipeline(Remove("x", AT), state)) is None
     with pytest.raises(NotFound):
         decide_pipeline(Remove("x", AT), None)
+
+
+def test_replicas_that_keep_failing_are_replaced_ever_more_slowly() -> None:
+    state = deployment((), 1)
+    failed = []
+    for _ in range(4):
+        job = uuid4()
+        state = run(state, ChangeReplicas(AT, start=(job,)))  # type: ignore[assignment]
+        failed.append(job)
+        todo = plan(state, {job: JobStatus.FAILED}, AT)
+        state = run(state, ChangeReplicas(AT, retire=todo.retire))  # type: ignore[assignment]
+    assert state.failures == 4
+    # Three in a row are replaced at once; past them, the next waits 10 s, then 20 s, ...
+    assert next_start(state) == AT + timedelta(seconds=20)
+    assert plan(state, {}, AT + timedelta(seconds=19)).start == 0
+    assert plan(state, {}, AT + timedelta(seconds=20)).start == 1
+    # Asking for another number of replicas starts afresh.
+    assert run(state, Scale(2, AT)).failures == 0  # type: ignore[union-attr]
