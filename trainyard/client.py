@@ -1,5 +1,5 @@
-"""The Python SDK: a control plane's jobs, logs and nodes, and its model repository, as
-method calls.
+"""The Python SDK: a control plane's jobs, logs and nodes, its model repository, and the models
+it serves (deployments, pipelines and their tasks), as method calls.
 
 `AsyncClient` is the SDK for asyncio code, and what the CLI's user commands are built on;
 `Client` is the same calls, blocking, for scripts and notebooks: it runs an `AsyncClient` on an
@@ -9,18 +9,28 @@ are exceptions: `NotFound`, `ApiError` (with the HTTP status), `ServerUnreachabl
 `UsageError`.
 
 Model versions are named as people write them: `name` (its latest version), `name:3`,
-`name@production`, each `tenant/`-prefixed for another tenant's public model.
+`name@production`, each `tenant/`-prefixed for another tenant's public model. The serving calls
+take `tenant=`, the tenant the admin acts for (a tenant's token acts as its own tenant).
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import os
 import re
 import threading
 import uuid
-from collections.abc import AsyncGenerator, Callable, Coroutine, Iterable, Iterator, Mapping
+from collections.abc import (
+    AsyncGenerator,
+    Callable,
+    Coroutine,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from contextlib import aclosing
 from pathlib import Path
 from types import TracebackType
@@ -28,11 +38,13 @@ from typing import Any, BinaryIO, Literal, TypeVar
 
 import aiohttp
 
+from controlplane.deployments.errors import InvalidRequest
+from controlplane.deployments.names import check_name
 from controlplane.jobs.lifecycle import JobStatus
 from controlplane.models.errors import InvalidModel
 from controlplane.models.names import LATEST, check_alias
 from controlplane.models.references import Reference, parse_reference
-from trainyard.api import ApiClient, ApiError, ServerUnreachable, UsageError
+from trainyard.api import ApiClient, ApiError, ServerUnreachable, UsageError, sse_messages
 
 T = TypeVar("T")
 
@@ -42,6 +54,11 @@ DOWNLOAD_CHUNK = 1024 * 1024
 
 TERMINAL_STATES = frozenset(status.value for status in JobStatus if status.terminal)
 """The states a job ends in: it never leaves them."""
+
+TASK_FINISHED = frozenset({"succeeded", "failed"})
+"""The states a serving task ends in: it never leaves them."""
+TASK_POLL_S = (0.1, 0.2, 0.5, 1.0)
+"""The pauses between reads of a task whose stream could not be followed, the last repeated."""
 
 _TEXT_LOG = re.compile(r"\[attempt (\d+) learner (\d+) (\w+)\] (.*)", re.DOTALL)
 """A line of the API's plain-text logs: `[attempt A learner L STREAM] TEXT`."""
@@ -373,6 +390,185 @@ class AsyncClient:
             temporary.unlink(missing_ok=True)
         return version
 
+    async def deploy(
+        self,
+        name: str,
+        model: str,
+        *,
+        replicas: int = 1,
+        gpus: int = 0,
+        cpus: float = 1.0,
+        memory_mb: int = 2048,
+        image: str | None = None,
+        max_batch_size: int = 8,
+        max_wait_ms: float = 5.0,
+        memo: bool = True,
+        memo_max_entries: int = 10_000,
+        task_timeout_s: float = 30.0,
+        tenant: str | None = None,
+    ) -> dict[str, Any]:
+        """Serve the model version `model` names (`[tenant/]name[:N|@alias]`, resolved once,
+        now) as deployment `name`, on `replicas` replicas, each holding `gpus`, `cpus` and
+        `memory_mb` (in `image`, the Docker runtime's; None: the server's default); the new
+        deployment, its replica jobs asked for. A call of the entry point gets up to
+        `max_batch_size` items, its batch waiting up to `max_wait_ms` for more after the first;
+        `memo` answers an input seen before from the `memo_max_entries` results kept; a replica
+        holding a task longer than `task_timeout_s` is replaced, and the task retried."""
+        resources: dict[str, Any] = {"gpus": gpus, "cpus": cpus, "memory_mb": memory_mb}
+        if image is not None:
+            resources["image"] = image
+        body = {
+            "name": name,
+            "model": model,
+            "replicas": replicas,
+            "resources": resources,
+            "serving": {
+                "max_batch_size": max_batch_size,
+                "max_wait_ms": max_wait_ms,
+                "memo": memo,
+                "memo_max_entries": memo_max_entries,
+                "task_timeout_s": task_timeout_s,
+            },
+        }
+        deployment: dict[str, Any] = await self.api.request(
+            "POST", "/v1/deployments", params=_acting(tenant), body=body
+        )
+        return deployment
+
+    async def deployments(self, *, tenant: str | None = None) -> list[dict[str, Any]]:
+        """Every deployment: name, model version, replicas asked for, replica jobs, state
+        (`serving`, or `deleting` while its replicas stop)."""
+        page = await self.api.request("GET", "/v1/deployments", params=_acting(tenant))
+        deployments: list[dict[str, Any]] = page["items"]
+        return deployments
+
+    async def deployment(self, name: str, *, tenant: str | None = None) -> dict[str, Any]:
+        """A deployment: its model version (reference, artifact sha256, entry point), replicas,
+        resources, serving settings, state, and each replica job's state and attempt."""
+        deployment: dict[str, Any] = await self.api.request(
+            "GET", _deployment_path(name), params=_acting(tenant)
+        )
+        return deployment
+
+    async def scale(self, name: str, replicas: int, *, tenant: str | None = None) -> dict[str, Any]:
+        """Serve deployment `name` on `replicas` replicas (0 keeps it, serving nothing); the
+        deployment."""
+        deployment: dict[str, Any] = await self.api.request(
+            "PATCH", _deployment_path(name), params=_acting(tenant), body={"replicas": replicas}
+        )
+        return deployment
+
+    async def undeploy(self, name: str, *, tenant: str | None = None) -> dict[str, Any]:
+        """Delete deployment `name`: it takes no more tasks and its replicas stop; the
+        deployment, `deleting`."""
+        deployment: dict[str, Any] = await self.api.request(
+            "DELETE", _deployment_path(name), params=_acting(tenant)
+        )
+        return deployment
+
+    async def deployment_metrics(self, name: str, *, tenant: str | None = None) -> dict[str, Any]:
+        """A deployment's figures, over the tasks and batches kept: requests and outcomes,
+        queue depth, memo hits and misses, batch sizes and why batches left, latencies (p50,
+        p99)."""
+        figures: dict[str, Any] = await self.api.request(
+            "GET", f"{_deployment_path(name)}/metrics", params=_acting(tenant)
+        )
+        return figures
+
+    async def predict(
+        self,
+        deployment: str,
+        inputs: Sequence[Any],
+        *,
+        asynchronous: bool = False,
+        no_cache: bool = False,
+        pipeline: bool = False,
+        tenant: str | None = None,
+    ) -> dict[str, Any]:
+        """Run deployment `deployment`'s model (with `pipeline`, the pipeline's deployments in
+        order) on `inputs`, a list of items, each one input (DLHub's `run`); the task, finished:
+        `status` `succeeded` with `outputs` (one per item) or `failed` with `error`, `memo`
+        (`hit`, `miss`, `off`) and `times` (request, invocation, inference and each step's).
+        With `asynchronous`, the task at once, `queued` (`task_id`: see `task`, `wait_task`)
+        unless the memo answered it. `no_cache` runs the model even on an input the memo
+        holds. A result that takes longer than the server waits is waited for here."""
+        path = _pipeline_path(deployment) if pipeline else _deployment_path(deployment)
+        body = {"inputs": list(inputs), "async": asynchronous, "no_cache": no_cache}
+        task: dict[str, Any] = await self.api.request(
+            "POST", f"{path}/predict", params=_acting(tenant), body=body
+        )
+        if asynchronous or task["status"] in TASK_FINISHED:
+            return task
+        # 202: the server stopped waiting for the result; the task goes on.
+        return await self.wait_task(task["task_id"], tenant=tenant)
+
+    async def task(self, task_id: str, *, tenant: str | None = None) -> dict[str, Any]:
+        """A task now: `status` (`queued`, `running`, `succeeded`, `failed`), its outputs or
+        error once finished, memo, tries and times."""
+        task: dict[str, Any] = await self.api.request(
+            "GET", _task_path(task_id), params=_acting(tenant)
+        )
+        return task
+
+    async def wait_task(
+        self, task_id: str, timeout_s: float | None = None, *, tenant: str | None = None
+    ) -> dict[str, Any]:
+        """Wait for a task to finish; the task (see `task`), `succeeded` or `failed`. Its stream
+        says when; a stream refused (429: the tenant's live streams at their limit) or broken
+        off is replaced by reading the task every second or so. TimeoutError after `timeout_s`
+        seconds (None: no limit); the task goes on regardless."""
+        path, params = _task_path(task_id), _acting(tenant)
+        async with asyncio.timeout(timeout_s):
+            task = await self._streamed_task(path, params)
+            pauses = itertools.chain(TASK_POLL_S, itertools.repeat(TASK_POLL_S[-1]))
+            while task is None or task["status"] not in TASK_FINISHED:
+                await asyncio.sleep(next(pauses))
+                task = await self.api.request("GET", path, params=params)
+        return task
+
+    async def _streamed_task(
+        self, path: str, params: list[tuple[str, str]]
+    ) -> dict[str, Any] | None:
+        """The last task view the task's stream sent: the finished task, unless the stream was
+        refused or broke off before (then the last one it sent, or None)."""
+        task: dict[str, Any] | None = None
+        try:
+            # `download`: a response read as it arrives. Its stall limit (minutes) matters only
+            # for a connection that died silently: the server's heartbeats keep a live one busy.
+            async with self.api.download(f"{path}/events", params) as response:
+                async for message in sse_messages(response.content):
+                    if message.event == "status":
+                        task = message.json()
+        except (ApiError, ServerUnreachable):
+            # Reading the task needs no stream, and reports a lasting failure (a server gone)
+            # as every request does.
+            pass
+        return task
+
+    async def define_pipeline(
+        self, name: str, steps: Sequence[str], *, tenant: str | None = None
+    ) -> dict[str, Any]:
+        """Define pipeline `name`: the deployments `steps`, in order, each step's outputs the
+        next one's inputs (see `predict`'s `pipeline`); the pipeline."""
+        pipeline: dict[str, Any] = await self.api.request(
+            "POST",
+            "/v1/pipelines",
+            params=_acting(tenant),
+            body={"name": name, "steps": list(steps)},
+        )
+        return pipeline
+
+    async def pipeline(self, name: str, *, tenant: str | None = None) -> dict[str, Any]:
+        """A pipeline: its steps (deployment names, in order) and creation time."""
+        pipeline: dict[str, Any] = await self.api.request(
+            "GET", _pipeline_path(name), params=_acting(tenant)
+        )
+        return pipeline
+
+    async def remove_pipeline(self, name: str, *, tenant: str | None = None) -> None:
+        """Remove pipeline `name` (its deployments stay)."""
+        await self.api.request("DELETE", _pipeline_path(name), params=_acting(tenant))
+
 
 def _no_job(job_id: str) -> str:
     return f"no job {job_id}"
@@ -411,6 +607,34 @@ def _version_path(ref: Reference) -> str:
 def _owner(ref: Reference) -> list[tuple[str, str]]:
     """The query naming the model's tenant; none names the caller's own."""
     return [("tenant", ref.owner)] if ref.owner else []
+
+
+def _acting(tenant: str | None) -> list[tuple[str, str]]:
+    """The query naming the tenant the admin acts for; none: the token's own tenant."""
+    return [("tenant", tenant)] if tenant else []
+
+
+def _serving_name(name: str) -> str:
+    # Checked here: in a path, another character would name another resource.
+    try:
+        return check_name(name)
+    except InvalidRequest as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _deployment_path(name: str) -> str:
+    return f"/v1/deployments/{_serving_name(name)}"
+
+
+def _pipeline_path(name: str) -> str:
+    return f"/v1/pipelines/{_serving_name(name)}"
+
+
+def _task_path(task_id: str) -> str:
+    try:
+        return f"/v1/tasks/{uuid.UUID(task_id)}"
+    except ValueError:
+        raise UsageError(f"invalid task id {task_id[:80]!r}: a task id is a UUID") from None
 
 
 def _opened_with_sha256(path: Path) -> tuple[BinaryIO, str]:
@@ -637,6 +861,106 @@ class Client:
     def download_model(self, reference: str, path: str | os.PathLike[str]) -> dict[str, Any]:
         """See `AsyncClient.download_model`."""
         return self._run(self._client.download_model(reference, path))
+
+    def deploy(
+        self,
+        name: str,
+        model: str,
+        *,
+        replicas: int = 1,
+        gpus: int = 0,
+        cpus: float = 1.0,
+        memory_mb: int = 2048,
+        image: str | None = None,
+        max_batch_size: int = 8,
+        max_wait_ms: float = 5.0,
+        memo: bool = True,
+        memo_max_entries: int = 10_000,
+        task_timeout_s: float = 30.0,
+        tenant: str | None = None,
+    ) -> dict[str, Any]:
+        """See `AsyncClient.deploy`."""
+        deployed = self._client.deploy(
+            name,
+            model,
+            replicas=replicas,
+            gpus=gpus,
+            cpus=cpus,
+            memory_mb=memory_mb,
+            image=image,
+            max_batch_size=max_batch_size,
+            max_wait_ms=max_wait_ms,
+            memo=memo,
+            memo_max_entries=memo_max_entries,
+            task_timeout_s=task_timeout_s,
+            tenant=tenant,
+        )
+        return self._run(deployed)
+
+    def deployments(self, *, tenant: str | None = None) -> list[dict[str, Any]]:
+        """See `AsyncClient.deployments`."""
+        return self._run(self._client.deployments(tenant=tenant))
+
+    def deployment(self, name: str, *, tenant: str | None = None) -> dict[str, Any]:
+        """See `AsyncClient.deployment`."""
+        return self._run(self._client.deployment(name, tenant=tenant))
+
+    def scale(self, name: str, replicas: int, *, tenant: str | None = None) -> dict[str, Any]:
+        """See `AsyncClient.scale`."""
+        return self._run(self._client.scale(name, replicas, tenant=tenant))
+
+    def undeploy(self, name: str, *, tenant: str | None = None) -> dict[str, Any]:
+        """See `AsyncClient.undeploy`."""
+        return self._run(self._client.undeploy(name, tenant=tenant))
+
+    def deployment_metrics(self, name: str, *, tenant: str | None = None) -> dict[str, Any]:
+        """See `AsyncClient.deployment_metrics`."""
+        return self._run(self._client.deployment_metrics(name, tenant=tenant))
+
+    def predict(
+        self,
+        deployment: str,
+        inputs: Sequence[Any],
+        *,
+        asynchronous: bool = False,
+        no_cache: bool = False,
+        pipeline: bool = False,
+        tenant: str | None = None,
+    ) -> dict[str, Any]:
+        """See `AsyncClient.predict`."""
+        task = self._client.predict(
+            deployment,
+            inputs,
+            asynchronous=asynchronous,
+            no_cache=no_cache,
+            pipeline=pipeline,
+            tenant=tenant,
+        )
+        return self._run(task)
+
+    def task(self, task_id: str, *, tenant: str | None = None) -> dict[str, Any]:
+        """See `AsyncClient.task`."""
+        return self._run(self._client.task(task_id, tenant=tenant))
+
+    def wait_task(
+        self, task_id: str, timeout_s: float | None = None, *, tenant: str | None = None
+    ) -> dict[str, Any]:
+        """See `AsyncClient.wait_task`."""
+        return self._run(self._client.wait_task(task_id, timeout_s, tenant=tenant))
+
+    def define_pipeline(
+        self, name: str, steps: Sequence[str], *, tenant: str | None = None
+    ) -> dict[str, Any]:
+        """See `AsyncClient.define_pipeline`."""
+        return self._run(self._client.define_pipeline(name, steps, tenant=tenant))
+
+    def pipeline(self, name: str, *, tenant: str | None = None) -> dict[str, Any]:
+        """See `AsyncClient.pipeline`."""
+        return self._run(self._client.pipeline(name, tenant=tenant))
+
+    def remove_pipeline(self, name: str, *, tenant: str | None = None) -> None:
+        """See `AsyncClient.remove_pipeline`."""
+        self._run(self._client.remove_pipeline(name, tenant=tenant))
 
     def _run(self, call: Coroutine[Any, Any, T]) -> T:
         future = asyncio.run_coroutine_threadsafe(call, self._loop)

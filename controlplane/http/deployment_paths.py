@@ -169,7 +169,7 @@ def _predict(operation: str, summary: str) -> dict[str, Any]:
             "responses": {
                 "200": answer("the finished task, with its outputs or error", _TASK_VIEW),
                 "202": answer(
-                    "queued (asked for, or not finished within 60 s): read it at Location",
+                    "queued (asked for, or not finished within 20 s): read it at Location",
                     _TASK_VIEW,
                 ),
                 **_errors(400, 401, 403, 404, 422),

@@ -34,9 +34,10 @@ from controlplane.http.requests import actor, json_body, validated
 from controlplane.http.streams import live_stream
 from controlplane.instruments import SERVING_LATENCY, SERVING_REQUESTS
 
-SYNC_WAIT_S = 60.0
+SYNC_WAIT_S = 20.0
 """How long a synchronous prediction waits for its result before it is answered 202 (the task
-goes on; its Location says where to read it)."""
+goes on; its Location says where to read it): under the SDK's request timeout (30 s), which
+then waits for the task."""
 
 
 class PredictRequest(BaseModel):

@@ -1,0 +1,519 @@
+"""`trainyard deploy | undeploy | deployments | predict | task | pipelines`: the user's side of
+model serving, built on the SDK (`trainyard.client.AsyncClient`): deploy a published model
+version on replicas, scale it, run it on inputs (DLHub's `run`), follow its tasks, and chain
+deployments into pipelines.
+
+Each command takes `--tenant NAME`, the tenant the admin acts for (a tenant's token acts as its
+own tenant).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from controlplane.settings import Settings
+from trainyard import render
+from trainyard.api import UsageError
+from trainyard.client import AsyncClient
+from trainyard.commands import EXIT_FAILED, Handler, output_options, target_options
+from trainyard.config import TOKEN_ENV, resolve
+
+INPUT_HELP = (
+    "the items, a JSON array (one input each): inline ('[1, 2]'), @FILE to read it from FILE, "
+    "or - for standard input"
+)
+
+
+def add_serving_commands(commands: Any) -> None:
+    """Add `deploy`, `undeploy`, `deployments`, `predict`, `task` and `pipelines` to the
+    top-level subparsers (`add_subparsers()`'s result). Their errors reach
+    `controlplane.cli.main`, which prints one line and exits with the documented code."""
+    target = target_options(
+        f"a file holding the bearer token, - for standard input (else ${TOKEN_ENV}, else login's)"
+    )
+    target.add_argument(
+        "--tenant", metavar="NAME", help="the tenant to act for (the admin's token only)"
+    )
+    output = output_options()
+
+    def add(
+        parsers: Any, name: str, summary: str, description: str, handler: Handler, *parents: Any
+    ) -> Any:
+        command = parsers.add_parser(
+            name, help=summary, description=description, parents=[target, *parents]
+        )
+        command.set_defaults(handler=handler)
+        return command
+
+    deploy = add(
+        commands,
+        "deploy",
+        "serve a model version on replicas",
+        "Deploy the model version --model names (resolved now: a later version or a moved "
+        "alias does not change the deployment) as NAME, on replicas placed like jobs' "
+        "learners; print the deployment. Each call of the model's entry point gets a batch "
+        "of items, up to --max-batch-size, gathered for up to --max-wait-ms after the first; "
+        "the memo answers an input it has seen from the stored result, unless --no-memo.",
+        cmd_deploy,
+    )
+    deploy.add_argument("name", metavar="NAME", help="the deployment's name, unique in the tenant")
+    deploy.add_argument(
+        "--model",
+        metavar="REF",
+        required=True,
+        help="the version: [TENANT/]NAME (its latest), NAME:N or NAME@ALIAS",
+    )
+    deploy.add_argument(
+        "--replicas", type=int, default=1, metavar="N", help="replicas (0 to 64; default 1)"
+    )
+    deploy.add_argument(
+        "--gpus", type=int, default=0, metavar="N", help="GPUs per replica (default 0)"
+    )
+    deploy.add_argument(
+        "--cpus", type=float, default=1.0, metavar="X", help="CPUs per replica (default 1)"
+    )
+    deploy.add_argument(
+        "--memory-mb",
+        type=int,
+        default=2048,
+        metavar="N",
+        help="memory per replica, MiB (default 2048)",
+    )
+    deploy.add_argument(
+        "--image",
+        metavar="IMAGE",
+        help="the learner image replicas run in under the Docker runtime, one the operator "
+        "allows (default: the server's)",
+    )
+    deploy.add_argument(
+        "--max-batch-size",
+        type=int,
+        default=8,
+        metavar="N",
+        help="most items one call of the entry point gets; a task of more items runs in "
+        "several calls (default 8)",
+    )
+    deploy.add_argument(
+        "--max-wait-ms",
+        type=float,
+        default=5.0,
+        metavar="X",
+        help="how long a batch that is not full waits for more items (default 5)",
+    )
+    deploy.add_argument(
+        "--no-memo",
+        action="store_true",
+        help="run the model on every input, never answering from stored results",
+    )
+    deploy.add_argument(
+        "--task-timeout",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help="seconds a replica may hold a task before it is replaced and the task retried "
+        "(default 30)",
+    )
+    undeploy = add(
+        commands,
+        "undeploy",
+        "delete a deployment",
+        "Delete deployment NAME: it takes no more tasks and its replicas stop (it shows as "
+        "deleting until they have).",
+        cmd_undeploy,
+    )
+    undeploy.add_argument("name", metavar="NAME", help="the deployment")
+    deployments = add(
+        commands,
+        "deployments",
+        "list deployments, or show, scale or measure one",
+        "Without NAME, list the deployments. With NAME, show it: model version, entry point, "
+        "resources, serving settings and each replica job's state; with --scale N, first "
+        "serve it on N replicas; with --metrics, show its figures instead (requests, outcomes, "
+        "queue depth, memo hits, batch sizes, latencies p50 and p99).",
+        cmd_deployments,
+        output,
+    )
+    deployments.add_argument("name", metavar="NAME", nargs="?", help="a deployment")
+    change = deployments.add_mutually_exclusive_group()
+    change.add_argument(
+        "--scale", type=int, metavar="N", help="with NAME: serve it on N replicas (0 to 64)"
+    )
+    change.add_argument("--metrics", action="store_true", help="with NAME: show its figures")
+    predict = add(
+        commands,
+        "predict",
+        "run a deployment's model on inputs",
+        "Run the model of DEPLOYMENT (with --pipeline, the pipeline's deployments in order) on "
+        "INPUT's items and print the outputs, a JSON array, one per item (--output json: the "
+        "whole task, with its memo use and times). A failed task's error goes to standard "
+        "error, exit code 1; an INPUT that is not a JSON array is exit code 2. With --async, "
+        "print the task's id at once, for `trainyard task ID --wait`.",
+        cmd_predict,
+        output,
+    )
+    predict.add_argument("deployment", metavar="DEPLOYMENT", help="the deployment (or pipeline)")
+    predict.add_argument("input", metavar="INPUT", help=INPUT_HELP)
+    predict.add_argument(
+        "--async",
+        dest="asynchronous",
+        action="store_true",
+        help="print the task's id without waiting for its result",
+    )
+    predict.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="run the model even on inputs whose result the memo holds",
+    )
+    predict.add_argument("--pipeline", action="store_true", help="DEPLOYMENT names a pipeline")
+    task = add(
+        commands,
+        "task",
+        "a task's state, result and times",
+        "Show a task: its state (queued, running, succeeded, failed), its outputs or error, "
+        "memo use, tries and times (request, invocation, inference). With --wait, wait for "
+        "it to finish first; the exit code is then 1 if it failed.",
+        cmd_task,
+        output,
+    )
+    task.add_argument("task_id", metavar="ID", help="the task's id, as predict --async prints it")
+    task.add_argument("--wait", action="store_true", help="wait until the task has finished")
+
+    group = commands.add_parser(
+        "pipelines",
+        help="chain deployments into pipelines",
+        description="Pipelines: deployments run in order on one task, each step's outputs "
+        "the next one's inputs (`trainyard predict NAME INPUT --pipeline`).",
+    )
+    pipelines = group.add_subparsers(title="commands", required=True, metavar="COMMAND")
+    define = add(
+        pipelines,
+        "define",
+        "define a pipeline of deployments",
+        "Define pipeline NAME: the deployments STEP..., run in that order.",
+        cmd_pipeline_define,
+    )
+    define.add_argument("name", metavar="NAME", help="the pipeline's name")
+    define.add_argument("steps", metavar="STEP", nargs="+", help="a deployment, in order")
+    show = add(
+        pipelines, "show", "show a pipeline", "Show a pipeline's steps.", cmd_pipeline_show, output
+    )
+    show.add_argument("name", metavar="NAME", help="the pipeline")
+    remove = add(
+        pipelines,
+        "rm",
+        "remove a pipeline",
+        "Remove pipeline NAME; its deployments stay.",
+        cmd_pipeline_rm,
+    )
+    remove.add_argument("name", metavar="NAME", help="the pipeline")
+
+
+def read_items(text: str) -> list[Any]:
+    """INPUT's items: a JSON array given inline, in a file (`@FILE`) or on standard input
+    (`-`); UsageError saying what is wrong otherwise."""
+    name = "INPUT"
+    if text == "-":
+        name, text = "standard input", sys.stdin.read()
+    elif text.startswith("@"):
+        name = text[1:]
+        try:
+            text = Path(name).read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f"cannot read {name}: {exc}") from exc
+    try:
+        items = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(
+            f"{name}: not JSON (line {exc.lineno} column {exc.colno}: {exc.msg}); INPUT is a "
+            "JSON array of items, e.g. '[1, 2]'"
+        ) from exc
+    if not isinstance(items, list):
+        raise UsageError(
+            f"{name}: INPUT is a JSON array of items, e.g. '[1, 2]', not {_json_kind(items)}"
+        )
+    return items
+
+
+def _json_kind(value: object) -> str:
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, bool):
+        return "a boolean"
+    return "null" if value is None else "a number"
+
+
+def _client(args: argparse.Namespace, settings: Settings) -> AsyncClient:
+    target = resolve(args.server, args.token_file, settings.home)
+    return AsyncClient(target.server, target.token)
+
+
+def _print_json(value: Any) -> None:
+    print(json.dumps(value, indent=2))
+
+
+def _fields(rows: list[tuple[str, object]]) -> str:
+    """`label  value` lines, the values aligned (a table without its header)."""
+    return render.table(["FIELD", "VALUE"], rows).split("\n", 1)[1]
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f} ms"
+
+
+def deployment_text(view: dict[str, Any]) -> str:
+    resources, serving = view["resources"], view["serving"]
+    memo = f"on, keeping {serving['memo_max_entries']} results" if serving["memo"] else "off"
+    text = _fields(
+        [
+            ("name", view["name"]),
+            ("model", f"{view['model']} (deployed as {view['reference']})"),
+            ("entry point", view["entry_point"]),
+            ("artifact sha256", view["artifact_sha256"]),
+            ("state", view["state"]),
+            ("replicas", view["replicas"]),
+            (
+                "resources",
+                f"{resources['gpus']} GPU(s), {resources['cpus']:g} CPU(s), "
+                f"{resources['memory_mb']} MiB, image {resources['image']}",
+            ),
+            (
+                "batches",
+                f"up to {serving['max_batch_size']} items, waiting up to "
+                f"{serving['max_wait_ms']:g} ms",
+            ),
+            ("memo", memo),
+            ("task timeout", f"{serving['task_timeout_s']:g} s"),
+            ("created", view["created_at"]),
+            ("updated", view["updated_at"]),
+        ]
+    )
+    jobs = [(job["job_id"], job["state"], job["attempt"]) for job in view["replica_jobs"]]
+    if jobs:
+        text += "\n\n" + render.table(["REPLICA JOB", "STATE", "ATTEMPT"], jobs)
+    return text
+
+
+def deployments_table(items: list[dict[str, Any]]) -> str:
+    rows = [
+        (
+            item["name"],
+            item["model"],
+            item["replicas"],
+            item["replica_jobs"],
+            item["state"],
+            item["created_at"],
+        )
+        for item in items
+    ]
+    return render.table(["NAME", "MODEL", "REPLICAS", "REPLICA JOBS", "STATE", "CREATED"], rows)
+
+
+def metrics_text(figures: dict[str, Any]) -> str:
+    memo, latency, batches = figures["memo"], figures["latency_ms"], figures["batches"]
+    mean = batches["mean_size"]
+    return _fields(
+        [
+            ("deployment", figures["deployment"]),
+            (
+                "requests",
+                f"{figures['requests']} ({figures['succeeded']} succeeded, "
+                f"{figures['failed']} failed)",
+            ),
+            ("queue", f"{figures['queue_depth']} queued, {figures['running']} running"),
+            (
+                "memo",
+                f"{memo['hits']} hit(s), {memo['misses']} miss(es), {memo['entries']} entries",
+            ),
+            ("latency", f"p50 {_ms(latency['p50'])}, p99 {_ms(latency['p99'])}"),
+            (
+                "batches",
+                f"{batches['count']} of {batches['items']} item(s), mean size "
+                f"{'-' if mean is None else f'{mean:.2f}'}, largest {batches['max_size'] or '-'}; "
+                f"{batches['full']} left full, {batches['timeout']} after the wait",
+            ),
+            (
+                "invocation",
+                f"p50 {_ms(batches['invocation_ms']['p50'])}, "
+                f"p99 {_ms(batches['invocation_ms']['p99'])}",
+            ),
+            (
+                "inference",
+                f"p50 {_ms(batches['inference_ms']['p50'])}, "
+                f"p99 {_ms(batches['inference_ms']['p99'])}",
+            ),
+        ]
+    )
+
+
+def task_text(task: dict[str, Any]) -> str:
+    times = task["times"]
+    target = (
+        f"pipeline {task['pipeline']} (step {task['step']})"
+        if "pipeline" in task
+        else f"deployment {task['deployment']}"
+    )
+    text = _fields(
+        [
+            ("task", task["task_id"]),
+            ("status", task["status"]),
+            ("target", target),
+            ("items", task["items"]),
+            ("memo", task.get("memo")),
+            ("tries", task.get("tries")),
+            ("submitted", task.get("submitted_at")),
+            ("finished", task.get("finished_at")),
+            (
+                "times",
+                f"request {_ms(times['request_ms'])}, invocation {_ms(times['invocation_ms'])}, "
+                f"inference {_ms(times['inference_ms'])}",
+            ),
+        ]
+    )
+    if "outputs" in task:
+        # JSON escapes every control character: the model's outputs are printed safely.
+        text += f"\n\noutputs: {json.dumps(task['outputs'])}"
+    if "error" in task:
+        text += "\n\nerror:\n" + render.printable(task["error"], layout=True)
+    return text
+
+
+def pipeline_text(pipeline: dict[str, Any]) -> str:
+    return _fields(
+        [
+            ("name", pipeline["name"]),
+            ("steps", " -> ".join(pipeline["steps"])),
+            ("created", pipeline["created_at"]),
+        ]
+    )
+
+
+def _failed(task: dict[str, Any]) -> int:
+    """EXIT_FAILED, its error on standard error, for a failed task; else 0."""
+    if task["status"] != "failed":
+        return 0
+    error = render.printable(task.get("error") or "no error recorded", layout=True)
+    print(f"trainyard: task {task['task_id']} failed: {error}", file=sys.stderr)
+    return EXIT_FAILED
+
+
+async def cmd_deploy(args: argparse.Namespace, settings: Settings) -> int:
+    async with _client(args, settings) as client:
+        view = await client.deploy(
+            args.name,
+            args.model,
+            replicas=args.replicas,
+            gpus=args.gpus,
+            cpus=args.cpus,
+            memory_mb=args.memory_mb,
+            image=args.image,
+            max_batch_size=args.max_batch_size,
+            max_wait_ms=args.max_wait_ms,
+            memo=not args.no_memo,
+            task_timeout_s=args.task_timeout,
+            tenant=args.tenant,
+        )
+    print(f"{view['name']} serves {view['model']} on {view['replicas']} replica(s)")
+    return 0
+
+
+async def cmd_undeploy(args: argparse.Namespace, settings: Settings) -> int:
+    async with _client(args, settings) as client:
+        view = await client.undeploy(args.name, tenant=args.tenant)
+    print(f"{view['name']} {view['state']}")
+    return 0
+
+
+async def cmd_deployments(args: argparse.Namespace, settings: Settings) -> int:
+    if args.name is None and (args.scale is not None or args.metrics):
+        raise UsageError("--scale and --metrics need a deployment's NAME")
+    async with _client(args, settings) as client:
+        if args.name is None:
+            items = await client.deployments(tenant=args.tenant)
+            if args.output == "json":
+                _print_json(items)
+            else:
+                print(deployments_table(items))
+            return 0
+        if args.metrics:
+            figures = await client.deployment_metrics(args.name, tenant=args.tenant)
+            if args.output == "json":
+                _print_json(figures)
+            else:
+                print(metrics_text(figures))
+            return 0
+        if args.scale is not None:
+            view = await client.scale(args.name, args.scale, tenant=args.tenant)
+        else:
+            view = await client.deployment(args.name, tenant=args.tenant)
+    if args.output == "json":
+        _print_json(view)
+    else:
+        print(deployment_text(view))
+    return 0
+
+
+async def cmd_predict(args: argparse.Namespace, settings: Settings) -> int:
+    if args.input == "-" and args.token_file == "-":
+        raise UsageError("standard input holds INPUT or the token (--token-file -), not both")
+    items = await asyncio.to_thread(read_items, args.input)
+    async with _client(args, settings) as client:
+        task = await client.predict(
+            args.deployment,
+            items,
+            asynchronous=args.asynchronous,
+            no_cache=args.no_cache,
+            pipeline=args.pipeline,
+            tenant=args.tenant,
+        )
+    if args.output == "json":
+        _print_json(task)
+    elif args.asynchronous:
+        print(task["task_id"])
+    elif task["status"] == "succeeded":
+        print(json.dumps(task["outputs"]))
+    # Asynchronously, the task has just begun (or the memo answered it): it has not failed.
+    return 0 if args.asynchronous else _failed(task)
+
+
+async def cmd_task(args: argparse.Namespace, settings: Settings) -> int:
+    async with _client(args, settings) as client:
+        if args.wait:
+            task = await client.wait_task(args.task_id, tenant=args.tenant)
+        else:
+            task = await client.task(args.task_id, tenant=args.tenant)
+    if args.output == "json":
+        _print_json(task)
+    else:
+        print(task_text(task))
+    return _failed(task) if args.wait else 0
+
+
+async def cmd_pipeline_define(args: argparse.Namespace, settings: Settings) -> int:
+    async with _client(args, settings) as client:
+        pipeline = await client.define_pipeline(args.name, args.steps, tenant=args.tenant)
+    print(f"pipeline {pipeline['name']}: {' -> '.join(pipeline['steps'])}")
+    return 0
+
+
+async def cmd_pipeline_show(args: argparse.Namespace, settings: Settings) -> int:
+    async with _client(args, settings) as client:
+        pipeline = await client.pipeline(args.name, tenant=args.tenant)
+    if args.output == "json":
+        _print_json(pipeline)
+    else:
+        print(pipeline_text(pipeline))
+    return 0
+
+
+async def cmd_pipeline_rm(args: argparse.Namespace, settings: Settings) -> int:
+    async with _client(args, settings) as client:
+        await client.remove_pipeline(args.name, tenant=args.tenant)
+    print(f"removed pipeline {args.name}")
+    return 0
