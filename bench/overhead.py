@@ -84,8 +84,6 @@ an evaluation of the whole data set, which is no training step and would skew th
 JOB_POLL_S = 1.0
 """Slow on purpose: the poll runs in the agent's process and must not load the machine."""
 WAIT_S = 600.0
-DEVICE = "cpu"
-"""The example trains on the CPU, one thread (it sets torch's thread count itself)."""
 
 TENANT = "bench"
 USER = Metadata(actor="bench", tenant=TENANT)
@@ -94,7 +92,12 @@ AGENT = "bench-overhead"
 Say = Callable[[str], None]
 
 
-async def run(url: str, *, steps: int, rounds: int, progress: bool = False) -> dict[str, Any]:
+async def run(
+    url: str, *, steps: int, rounds: int, device: str = "cpu", progress: bool = False
+) -> dict[str, Any]:
+    """`device`: where the example trains, "cpu" (one thread) or "cuda" (a GPU of the
+    machine's, found by NVML: the system run's agent offers the real ones)."""
+
     def say(what: str) -> None:
         if progress:
             print(what, file=sys.stderr)
@@ -106,18 +109,18 @@ async def run(url: str, *, steps: int, rounds: int, progress: bool = False) -> d
     async with scratch_database(url, "overhead") as scratch, _plane(scratch) as plane:
         for round_ in range(1, rounds + 1):
             say(f"round {round_}/{rounds}: bare, {steps} steps ...")
-            bare.append(await asyncio.to_thread(_bare, steps))
+            bare.append(await asyncio.to_thread(_bare, steps, device))
             say(f"round {round_}/{rounds}: through the system, {steps} steps ...")
-            process.append(await _through_system(plane, steps, "process"))
+            process.append(await _through_system(plane, steps, "process", device))
             if no_docker is None:
                 say(f"round {round_}/{rounds}: through the system in Docker, {steps} steps ...")
-                docker.append(await _through_system(plane, steps, "docker"))
+                docker.append(await _through_system(plane, steps, "docker", device))
     bare_rate = statistics.median(r.steps_per_s for r in bare)
     checkpoints = [c for r in bare + process + docker for c in r.checkpoints]
     return {
         "steps": steps,
         "rounds": rounds,
-        "device": DEVICE,
+        "device": device,
         "seed": SEED,
         "checkpoint_interval_s": CHECKPOINT_INTERVAL_S,
         "target_overhead_pct": TARGET_OVERHEAD_PCT,
@@ -208,7 +211,7 @@ def _against(runs: Sequence[_Run], bare_rate: float) -> dict[str, Any]:
     return {**_side(runs), "overhead_pct": round((bare_rate - rate) / bare_rate * 100, 2)}
 
 
-def _command(steps: int, python: str = sys.executable) -> list[str]:
+def _command(steps: int, device: str, python: str = sys.executable) -> list[str]:
     return [
         python,
         "-m",
@@ -217,13 +220,15 @@ def _command(steps: int, python: str = sys.executable) -> list[str]:
         str(SEED),
         "--steps",
         str(steps),
+        "--device",
+        device,
     ]
 
 
 # Bare: the example as a plain child process.
 
 
-def _bare(steps: int) -> _Run:
+def _bare(steps: int, device: str) -> _Run:
     """One bare run (blocking: run it in a thread, so the plane's tasks keep running)."""
     with tempfile.TemporaryDirectory(prefix="trainyard-bench-bare-") as work:
         root = Path(work)
@@ -240,7 +245,11 @@ def _bare(steps: int) -> _Run:
         # cost of the agent reading the learner's pipes shows as overhead.
         with output.open("wb") as sink:
             done = subprocess.run(
-                _command(steps), env=env, stdout=sink, stderr=subprocess.STDOUT, check=False
+                _command(steps, device),
+                env=env,
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+                check=False,
             )
         cores = busy.cores()
         lines = output.read_text(errors="replace").splitlines()
@@ -290,14 +299,15 @@ async def _plane(url: str) -> AsyncIterator[_Plane]:
         await pool.close()
 
 
-async def _through_system(plane: _Plane, steps: int, runtime: str) -> _Run:
+async def _through_system(plane: _Plane, steps: int, runtime: str, device: str) -> _Run:
     # In a container, the image's interpreter (the node's is not there).
     python = "python3" if runtime == "docker" else sys.executable
     manifest = JobManifest.model_validate(
         {
             "name": "bench-overhead",
             "image": LEARNER_IMAGE,
-            "command": _command(steps, python),
+            "command": _command(steps, device, python),
+            "gpus_per_learner": 1 if device == "cuda" else 0,
             # All of the machine, as the bare run has (the default is one CPU and 2 GiB).
             "cpus": float(os.cpu_count() or 1),
             "memory_mb": machine_memory_mb() // 2,
@@ -321,7 +331,14 @@ async def _through_system(plane: _Plane, steps: int, runtime: str) -> _Run:
         )
         stop, registered = asyncio.Event(), asyncio.Event()
         agent = asyncio.create_task(
-            run_agent(plane.url, config, fake_gpus=0, stop=stop, registered=registered)
+            run_agent(
+                plane.url,
+                config,
+                # The machine's own GPUs (NVML) for a GPU run; none pretended otherwise.
+                fake_gpus=None if device == "cuda" else 0,
+                stop=stop,
+                registered=registered,
+            )
         )
         try:
             await until_registered(agent, registered)

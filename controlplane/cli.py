@@ -248,6 +248,13 @@ def parser(running: Sequence[str] | None = None) -> argparse.ArgumentParser:
         default=9,
         help="bare and system runs, alternated (one run varies by ~3%%)",
     )
+    overhead.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        default="cpu",
+        help="train on the CPU (one thread) or on a GPU, which the system run's agent finds "
+        "with NVML and pins the learner to (default: cpu)",
+    )
     overhead.add_argument("--json", action="store_true", help="print only the JSON object")
     overhead.set_defaults(handler=cmd_bench_overhead)
     docker = bench_commands.add_parser(
@@ -448,7 +455,9 @@ async def cmd_bench_overhead(args: argparse.Namespace, settings: Settings) -> in
         print("trainyard: --steps must be at least 50 and --rounds at least 1", file=sys.stderr)
         return EXIT_USAGE
     url = await _database(settings)
-    result = await run(url, steps=args.steps, rounds=args.rounds, progress=not args.json)
+    result = await run(
+        url, steps=args.steps, rounds=args.rounds, device=args.device, progress=not args.json
+    )
     print(json.dumps(result, indent=None if args.json else 2))
     return 0
 

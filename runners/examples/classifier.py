@@ -89,6 +89,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--log-every", type=int, default=25)
+    parser.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        default="cpu",
+        help="where to train: cuda is the GPU the learner is given (CUDA_VISIBLE_DEVICES)",
+    )
     args = parser.parse_args(argv)
     results_dir = os.environ.get(RESULTS_DIR)
     if not results_dir:
@@ -97,12 +103,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     # One thread and deterministic kernels: the same seed gives bit-identical runs, which is
     # what lets a resumed run be compared with an uninterrupted one.
     torch.set_num_threads(1)
+    if args.device == "cuda":
+        # cuBLAS is deterministic only with a fixed workspace, set before CUDA starts.
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.use_deterministic_algorithms(True)
     torch.manual_seed(args.seed)
     random.seed(args.seed)
 
-    inputs, labels = make_dataset(args.seed)
-    model = make_model()
+    device = torch.device(args.device)
+    inputs, labels = (tensor.to(device) for tensor in make_dataset(args.seed))
+    model = make_model().to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=args.steps)
     try:
@@ -116,7 +126,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     model.train()
     with checkpointer:
         for step in range(start, args.steps):
-            batch = batch_indices(args.seed, step, args.batch_size)
+            batch = batch_indices(args.seed, step, args.batch_size).to(device)
             optimizer.zero_grad()
             loss = nn.functional.cross_entropy(model(inputs[batch]), labels[batch])
             torch.autograd.backward(loss)  # loss.backward(), in its type-annotated spelling
