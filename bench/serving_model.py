@@ -34,17 +34,24 @@ torch.set_num_threads(1)
 # Random weights, but every replica of every system holds the same ones: no download, and the
 # same input gives the same logits everywhere.
 torch.manual_seed(0)
-MODEL = torch.nn.Sequential(
-    torch.nn.Linear(784, 256),
-    torch.nn.ReLU(),
-    torch.nn.Linear(256, 10),
-).eval()
+# The GPU a replica was given, if any (CUDA sees only its own); the weights are drawn first, on
+# the CPU, so they are the same either way.
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+MODEL = (
+    torch.nn.Sequential(
+        torch.nn.Linear(784, 256),
+        torch.nn.ReLU(),
+        torch.nn.Linear(256, 10),
+    )
+    .eval()
+    .to(DEVICE)
+)
 
 
 def predict(batch: list[list[float]]) -> list[list[float]]:
     """The logits (10 floats) of each 784-float item of `batch`."""
     with torch.inference_mode():
-        logits = MODEL(torch.tensor(batch, dtype=torch.float32))
+        logits = MODEL(torch.tensor(batch, dtype=torch.float32, device=DEVICE))
     outputs: list[list[float]] = logits.tolist()
     return outputs
 '''
