@@ -104,9 +104,8 @@ CREATE INDEX serving_memo_used ON serving_memo (tenant, deployment, used_at);
 GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON deployments, pipelines TO trainyard_app;
 GRANT SELECT, INSERT, UPDATE, DELETE ON serving_tasks, serving_batches, serving_memo
     TO trainyard_app;
--- Agents claim tasks and record what their replicas answered; they read the deployments
--- their replicas serve.
+-- Agents claim tasks and record what their replicas answered (a replica job's manifest holds
+-- all they need of its deployment): the batch, and the results to memoize.
 GRANT SELECT, UPDATE ON serving_tasks TO trainyard_agent;
 GRANT INSERT ON serving_batches TO trainyard_agent;
-GRANT SELECT, INSERT, UPDATE ON serving_memo TO trainyard_agent;
-GRANT SELECT ON deployments TO trainyard_agent;
+GRANT INSERT ON serving_memo TO trainyard_agent;

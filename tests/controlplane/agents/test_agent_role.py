@@ -65,6 +65,10 @@ AGENT_RIGHTS = {
     "INSERT ON events",  # the agents' event types only (row-level security)
     "SELECT ON agent_event_types",
     "SELECT ON job_secret_env",  # to give an attempt's learners their secret_env
+    "SELECT ON serving_tasks",  # to claim a deployment's tasks for its replica
+    "UPDATE ON serving_tasks",  # and record their results, fenced by the claim
+    "INSERT ON serving_batches",  # each batch a replica ran
+    "INSERT ON serving_memo",  # results to memoize
 }
 
 TABLE_PRIVILEGES = ["SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE", "REFERENCES", "TRIGGER"]
