@@ -106,8 +106,8 @@ class LifecycleManager:
 
     async def _serve(self, deployments: Deployments) -> None:
         """Replace replicas that stopped answering (their tasks go back to the queue, or fail
-        after MAX_TRIES), keep every deployment's replicas what it asks for, bound the memo,
-        and forget tasks past their retention."""
+        after MAX_TRIES), keep every deployment's replicas what it asks for, fail tasks left
+        to a deleted deployment, bound the memo, and forget tasks past their retention."""
         stalled = await self._pool.fetch(Q["stalled_tasks"], MAX_TRIES)
         for row in {(r["tenant"], r["deployment"], r["replica"]): r for r in stalled}.values():
             reason = f"unresponsive: held a task past its {row['timeout_s']:g}s timeout"
@@ -127,6 +127,7 @@ class LifecycleManager:
                 await deployments.reconcile(row["tenant"], row["name"])
             except ServingError as exc:
                 log.warning("deployment %s/%s: %s", row["tenant"], row["name"], exc)
+        await self._pool.execute(Q["fail_orphaned_tasks"])
         await self._pool.execute(Q["evict_memo"])
         await self._pool.execute(Q["forget_tasks"], self._task_retention_s)
 

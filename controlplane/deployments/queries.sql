@@ -61,9 +61,11 @@ WITH task AS (
     INSERT INTO serving_tasks (task_id, tenant, pipeline, steps, deployment, items, input,
                                state, memo, memo_key, submitted_at)
     VALUES ($1, $2, $3, $4::text[], ($4::text[])[1], $5, $6::jsonb, 'queued', $7, $8, now())
+    -- A retry of an idempotent request (the same task id) finds its task and adds nothing.
+    ON CONFLICT (task_id) DO NOTHING
     RETURNING task_id
 )
-SELECT pg_notify('serving', '') FROM task;
+SELECT count(*) AS queued, pg_notify('serving', '') FROM task;
 
 -- name: memo_hit
 -- POST .../predict, memoized: the stored result, if any, recorded as a task answered from it
@@ -77,6 +79,7 @@ INSERT INTO serving_tasks (task_id, tenant, steps, deployment, items, input, sta
                            memo, memo_key, submitted_at, finished_at)
 SELECT $1, $2, ARRAY[$3], $3, $5, $6::jsonb, 'succeeded', hit.output, 'hit', $4, now(), now()
 FROM hit
+ON CONFLICT (task_id) DO NOTHING
 RETURNING *;
 
 -- name: get_task
@@ -148,9 +151,12 @@ WITH done AS (
     WHERE state = 'succeeded' AND memo_key IS NOT NULL
     ON CONFLICT DO NOTHING
 ), batch AS (
+    -- Only what was recorded counts: a batch whose claim had been taken back (its replica
+    -- timed out) leaves no row, and its tasks are counted by the batch that finishes them.
     INSERT INTO serving_batches (batch_id, tenant, deployment, replica, tasks, items, reason,
                                  outcome, invocation_ms, inference_ms, at)
-    VALUES ($5, $6, $7, $10, cardinality($1::uuid[]), $11, $12, $13, $8, $9, now())
+    SELECT $5, $6, $7, $10, count(*), $11, $12, $13, $8, $9, now() FROM finished
+    HAVING count(*) > 0
 )
 SELECT count(*) AS recorded, pg_notify('serving', '') FROM finished;
 
@@ -189,6 +195,18 @@ WITH stalled AS (
 -- (One row per task; Postgres sends a transaction's identical notifications once.)
 SELECT s.tenant, s.deployment, s.replica, s.timeout_s, pg_notify('serving', '')
 FROM stalled s JOIN moved m USING (task_id);
+
+-- name: fail_orphaned_tasks
+-- The lifecycle manager: tasks queued for a deployment that was deleted (sent in the moment
+-- before the read model knew) fail, saying so, rather than wait forever.
+WITH orphaned AS (
+    UPDATE serving_tasks t SET state = 'failed', finished_at = now(),
+        error = format('deployment %s was deleted before a replica ran it', t.deployment)
+    FROM deployments d
+    WHERE d.tenant = t.tenant AND d.name = t.deployment AND d.deleted AND t.state = 'queued'
+    RETURNING t.task_id
+)
+SELECT count(*) AS failed, pg_notify('serving', '') FROM orphaned;
 
 -- name: evict_memo
 -- Bounded memoization: each deployment keeps its `memo_max_entries` most recently used results.

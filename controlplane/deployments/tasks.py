@@ -26,8 +26,14 @@ CHANNEL = "serving"
 """The NOTIFY channel of tasks queued and finished (queries.sql)."""
 MAX_ITEMS = 4096
 """Items one task may carry."""
+IDEMPOTENCY_NAMESPACE = uuid.UUID("9a3c1f6e-2b7d-4e05-8c41-d6f0b8e2a7c3")
+"""Ids of idempotent predictions are uuid5(namespace, tenant + key): a retry finds its task."""
 MAX_TRIES = 3
 """A task whose replica stops answering this many times fails (the lifecycle manager)."""
+
+
+class IdempotencyMismatch(Exception):
+    """An Idempotency-Key reused for another deployment or pipeline; nothing was written."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,11 +102,21 @@ class Tasks:
         self._stopping = asyncio.Event()
 
     async def answer_or_queue(
-        self, target: Target, inputs: Sequence[Any], *, no_cache: bool = False
+        self,
+        target: Target,
+        inputs: Sequence[Any],
+        *,
+        no_cache: bool = False,
+        idempotency_key: str | None = None,
     ) -> tuple[UUID, asyncpg.Record | None]:
         """The task's id, and its record when the memo answered it (None: queued for a
-        replica). A memoized answer is recorded as a task too (memo 'hit')."""
-        task_id = uuid.uuid4()
+        replica). A memoized answer is recorded as a task too (memo 'hit'). With
+        `idempotency_key`, a retry finds the task the first try made (IdempotencyMismatch if
+        that one went elsewhere) and adds none."""
+        if idempotency_key is None:
+            task_id = uuid.uuid4()
+        else:
+            task_id = uuid.uuid5(IDEMPOTENCY_NAMESPACE, f"{target.tenant}\n{idempotency_key}")
         data = json.dumps(inputs, allow_nan=False)
         use_memo = target.memo_salt is not None and not no_cache
         key = memo_key(target.memo_salt, inputs) if use_memo and target.memo_salt else None
@@ -112,7 +128,7 @@ class Tasks:
                 if hit is not None:
                     return task_id, hit
             memo = "off" if key is None else "miss"
-            await conn.execute(
+            queued = await conn.fetchval(
                 Q["insert_task"],
                 task_id,
                 target.tenant,
@@ -123,6 +139,18 @@ class Tasks:
                 memo,
                 key,
             )
+            if not queued:  # a retry: the task is there already
+                existing = await conn.fetchrow(Q["get_task"], task_id, target.tenant)
+                if existing is None or (existing["pipeline"], tuple(existing["steps"])) != (
+                    target.pipeline,
+                    target.steps,
+                ):
+                    raise IdempotencyMismatch(
+                        f"Idempotency-Key {idempotency_key!r} was used for another deployment "
+                        "or pipeline"
+                    )
+                if existing["state"] in ("succeeded", "failed"):
+                    return task_id, existing
         return task_id, None
 
     async def get(self, tenant: str, task_id: UUID) -> asyncpg.Record | None:

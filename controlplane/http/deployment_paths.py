@@ -24,7 +24,8 @@ _REASONS = {
     401: "missing or wrong token",
     403: "a tenant's token acting for another tenant",
     404: "no such deployment, pipeline or task (or none of the caller's)",
-    409: "refused in the deployment's current state (the message says why)",
+    409: "refused in the current state, or an Idempotency-Key used for another target (the "
+    "message says which)",
     422: "invalid fields, each listed",
     429: "too many live streams (the tenant's or the server's limit)",
     503: "busy: the deployment kept changing under concurrent commands; retry",
@@ -42,6 +43,13 @@ _ACTING = {
     "in": "query",
     "description": "admins only: the tenant acted for",
     "schema": {"type": "string"},
+}
+_IDEMPOTENCY_KEY = {
+    "name": "Idempotency-Key",
+    "in": "header",
+    "description": "a retry with the same key gets the task the first try made, never a second "
+    "(409 if that one went to another deployment or pipeline)",
+    "schema": {"type": "string", "maxLength": 255},
 }
 _NUMBER = {"type": ["number", "null"]}
 _QUANTILES = {
@@ -164,7 +172,7 @@ def _predict(operation: str, summary: str) -> dict[str, Any]:
             "operationId": operation,
             "summary": summary,
             "security": secured,
-            "parameters": [_NAME, _ACTING],
+            "parameters": [_NAME, _ACTING, _IDEMPOTENCY_KEY],
             "requestBody": request_body("PredictRequest"),
             "responses": {
                 "200": answer("the finished task, with its outputs or error", _TASK_VIEW),
@@ -172,7 +180,7 @@ def _predict(operation: str, summary: str) -> dict[str, Any]:
                     "queued (asked for, or not finished within 20 s): read it at Location",
                     _TASK_VIEW,
                 ),
-                **_errors(400, 401, 403, 404, 422),
+                **_errors(400, 401, 403, 404, 409, 422),
             },
         }
     }

@@ -22,7 +22,7 @@ from controlplane.deployments.lifecycle import Busy, Deployment, Pipeline
 from controlplane.deployments.names import NAME
 from controlplane.deployments.reconcile import next_start
 from controlplane.deployments.spec import DeploymentRequest, PipelineRequest, ScaleRequest
-from controlplane.deployments.tasks import MAX_ITEMS, Target, task_view
+from controlplane.deployments.tasks import MAX_ITEMS, IdempotencyMismatch, Target, task_view
 from controlplane.deployments.views import figures as deployment_figures
 from controlplane.deployments.views import list_deployments as listed
 from controlplane.deployments.views import replica_states
@@ -30,7 +30,7 @@ from controlplane.http import params
 from controlplane.http.auth import acting_tenant, principal
 from controlplane.http.errors import error
 from controlplane.http.keys import DEPLOYMENTS, POOL, SSE_HEARTBEAT_S, TASKS
-from controlplane.http.requests import actor, json_body, validated
+from controlplane.http.requests import MAX_KEY, actor, json_body, validated
 from controlplane.http.streams import live_stream
 from controlplane.instruments import SERVING_LATENCY, SERVING_REQUESTS
 
@@ -200,6 +200,7 @@ async def undeploy(request: web.Request) -> web.Response:
 
 
 async def _deployment_target(request: web.Request, tenant: str, name: str) -> Target:
+    # From the stream, not the read model: a deployment deleted a moment ago takes no task.
     deployment = await _load(request, tenant, name)
     if deployment.deleted:
         raise error(404, f"no deployment {name}")
@@ -235,8 +236,13 @@ async def _run(request: web.Request, target: Target, body: PredictRequest) -> we
     arrived = time.perf_counter()
     tasks = request.app[TASKS]
     labels = {"tenant": target.tenant, "deployment": target.pipeline or target.steps[0]}
+    key = params.text(request.headers.get("Idempotency-Key"), "Idempotency-Key", max_length=MAX_KEY)
     try:
-        task_id, answered = await tasks.answer_or_queue(target, body.inputs, no_cache=body.no_cache)
+        task_id, answered = await tasks.answer_or_queue(
+            target, body.inputs, no_cache=body.no_cache, idempotency_key=key
+        )
+    except IdempotencyMismatch as exc:
+        raise error(409, str(exc), field="Idempotency-Key") from exc
     except ValueError as exc:  # NaN or infinity: not JSON, so never a result of one either
         raise error(422, f"inputs: {exc}", field="inputs") from exc
     location = {"Location": f"/v1/tasks/{task_id}"}

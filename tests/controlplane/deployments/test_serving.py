@@ -179,14 +179,14 @@ async def test_scaling_up_and_down_and_deleting(
         assert (status, task["outputs"]) == (200, [42])
         response = await client.delete("/v1/deployments/dbl", headers=auth(tokens.acme))
         assert (await response.json())["state"] == "deleting"
-        status, _ = await predict(client, tokens.acme, "dbl", [1])
-        assert status == 404
 
         async def gone() -> bool:
             response = await client.get("/v1/deployments/dbl", headers=auth(tokens.acme))
             return response.status == 404
 
         await eventually(gone, seconds=30)
+        status, _ = await predict(client, tokens.acme, "dbl", [1])
+        assert status == 404
         response = await client.get(
             f"/v1/jobs/{first['replica_jobs'][0]['job_id']}", headers=auth(tokens.acme)
         )
@@ -227,3 +227,33 @@ async def test_bad_requests_change_nothing(db_url: str, tmp_path: Path, tokens: 
             headers=auth(tokens.globex),
         )
         assert response.status == 422
+
+
+async def test_an_idempotent_prediction_is_one_task_however_often_it_is_sent(
+    db_url: str, tmp_path: Path, tokens: Tokens
+) -> None:
+    async with serving_cluster(db_url, tmp_path) as (client, _):
+        await publish(client, tokens.acme, "double", DOUBLE, "double:predict")
+        await deploy(client, tokens.acme, name="dbl", model="double", serving={"memo": False})
+        await deploy(client, tokens.acme, name="other", model="double", replicas=0)
+        await until_serving(client, tokens.acme, "dbl", 1)
+        headers = {**auth(tokens.acme), "Idempotency-Key": "order-17"}
+        answers = await asyncio.gather(
+            *(
+                client.post("/v1/deployments/dbl/predict", json={"inputs": [4]}, headers=headers)
+                for _ in range(3)
+            )
+        )
+        tasks = [await answer.json() for answer in answers]
+        assert {task["task_id"] for task in tasks} == {tasks[0]["task_id"]}
+        done = await wait_done(client, tokens.acme, tasks[0]["task_id"])
+        assert done["outputs"] == [8]
+        figures = await (
+            await client.get("/v1/deployments/dbl/metrics", headers=auth(tokens.acme))
+        ).json()
+        assert figures["requests"] == 1
+        response = await client.post(
+            "/v1/deployments/other/predict", json={"inputs": [4]}, headers=headers
+        )
+        assert response.status == 409
+        assert (await response.json())["field"] == "Idempotency-Key"

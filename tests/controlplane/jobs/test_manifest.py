@@ -61,6 +61,7 @@ FULL: dict[str, Any] = {
     "priority": -20,
     "labels": {"team": "vision", "cost-centre": "4711"},
     "webhook_url": "https://hooks.example.org/trainyard?token=abc",
+    "servable": None,  # a deployment's replicas only
 }
 
 
