@@ -8,24 +8,35 @@ Run where a GPU is (it proves nothing elsewhere):
   torch), and with no GPU given, none at all;
 - docker: whether an engine answers here (the Docker runtime's pinning needs one);
 - inference: the serving benchmark's MLP run directly on the GPU (no Trainyard), items per
-  second at batch sizes 1, 8 and 32: the ceiling a replica on this GPU can approach.
+  second at batch sizes 1, 8 and 32: the ceiling a replica on this GPU can approach;
+- replica: the same MLP as a deployment's replica runs it (`runners.serve`, pinned to the GPU
+  by the agent's environment, loaded and fed by the agent's client over its socket), items
+  per second and each call's p50 at the same batch sizes: what serving adds on the replica's
+  side (the queue in Postgres comes on top, see `trainyard bench serving`).
 """
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import json
 import logging
+import os
 import shutil
+import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
-from bench.serving_model import MLP_SOURCE, sample_input
+from bench.serving_model import MLP_ENTRY_POINT, MLP_SOURCE, mlp_artifact, sample_input
 from node_agent.inventory import open_inventory
+from node_agent.replica_client import ReplicaClient
 from node_agent.runtime import LearnerSpec, learner_env
+from runners.config import SERVE_DIR
 
 SEES = (
     "import json, torch\n"
@@ -51,9 +62,8 @@ def inventory() -> list[dict[str, Any]]:
     ]
 
 
-def seen_with(gpus: list[str]) -> dict[str, Any]:
-    """What a learner given `gpus` sees, with the environment the agent gives it."""
-    spec = LearnerSpec(
+def _spec(gpus: list[str]) -> LearnerSpec:
+    return LearnerSpec(
         job_id=uuid.uuid4(),
         attempt=1,
         learner=0,
@@ -67,7 +77,11 @@ def seen_with(gpus: list[str]) -> dict[str, Any]:
         cpus=1,
         memory_mb=1024,
     )
-    env = learner_env(spec, path="/usr/bin:/bin")
+
+
+def seen_with(gpus: list[str]) -> dict[str, Any]:
+    """What a learner given `gpus` sees, with the environment the agent gives it."""
+    env = learner_env(_spec(gpus), path="/usr/bin:/bin")
     done = subprocess.run(
         [sys.executable, "-c", SEES], env=env, capture_output=True, text=True, check=True
     )
@@ -103,6 +117,41 @@ def inference(batch_sizes: tuple[int, ...] = (1, 8, 32), seconds: float = 3.0) -
     return {"items_per_s": rates, "device": torch.cuda.get_device_name(0)}
 
 
+async def replica(
+    gpu: str, batch_sizes: tuple[int, ...] = (1, 8, 32), seconds: float = 3.0
+) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="trainyard-gpu-check-") as work:
+        serve_dir = Path(work)
+        artifact = serve_dir / "mlp.zip"
+        artifact.write_bytes(mlp_artifact())
+        env = learner_env(_spec([gpu]), path=os.environ.get("PATH", "/usr/bin:/bin"))
+        env[SERVE_DIR] = str(serve_dir)
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "runners.serve", env={**os.environ, **env}
+        )
+        try:
+            client = await ReplicaClient.connect(serve_dir, timeout_s=60)
+            sha256 = hashlib.sha256(artifact.read_bytes()).hexdigest()
+            load_ms = await client.load(artifact, sha256, MLP_ENTRY_POINT)
+            rates, p50 = {}, {}
+            for size in batch_sizes:
+                items = [sample_input(n) for n in range(size)]
+                await client.predict(items)  # warm up
+                took = []
+                started = time.perf_counter()
+                while time.perf_counter() - started < seconds:
+                    call = time.perf_counter()
+                    await client.predict(items)
+                    took.append(time.perf_counter() - call)
+                rates[str(size)] = round(len(took) * size / (time.perf_counter() - started), 1)
+                p50[str(size)] = round(statistics.median(took) * 1000, 3)
+            await client.close()
+            return {"load_ms": round(load_ms, 1), "items_per_s": rates, "call_p50_ms": p50}
+        finally:
+            process.terminate()
+            await process.wait()
+
+
 def main() -> int:
     gpus = inventory()
     result: dict[str, Any] = {
@@ -110,6 +159,7 @@ def main() -> int:
         "pinning": pinning([gpu["uuid"] for gpu in gpus]),
         "docker": shutil.which("docker") is not None,
         "inference": inference() if gpus else None,
+        "replica": asyncio.run(replica(gpus[0]["uuid"])) if gpus else None,
     }
     print(json.dumps(result, indent=2))
     return 0
