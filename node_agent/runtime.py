@@ -144,6 +144,10 @@ def learner_env(spec: LearnerSpec, *, path: str | None) -> dict[str, str]:
         **spec.env,
         **base,
         "HOME": str(spec.workdir),
+        # A learner's uid has no passwd entry (node_agent.users): libraries that ask who runs
+        # them (getpass.getuser(), as torch does for its kernel cache on a GPU) read these.
+        "USER": user_name(spec.user),
+        "LOGNAME": user_name(spec.user),
         "LANG": "C.UTF-8",
         # Unbuffered, so that lines (and protocol reports) arrive as they are written.
         "PYTHONUNBUFFERED": "1",
@@ -156,6 +160,11 @@ def learner_env(spec: LearnerSpec, *, path: str | None) -> dict[str, str]:
         LEARNER: str(spec.learner),
         EPOCH: str(spec.epoch),
     }
+
+
+def user_name(user: tuple[int, int] | None) -> str:
+    """The name a learner goes by in its environment: its uid's, or the agent's own."""
+    return "trainyard-learner" if user is None else f"trainyard-{user[0]}"
 
 
 class LearnerStartError(Exception):

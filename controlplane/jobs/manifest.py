@@ -82,6 +82,8 @@ RESERVED_ENV = (
     # What the runtimes set for every learner (node_agent/runtime.py: learner_env).
     "PATH",
     "HOME",
+    "USER",
+    "LOGNAME",
     "LANG",
 )
 """Environment names a manifest may not set (fnmatch patterns, case-sensitive as the

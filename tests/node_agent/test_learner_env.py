@@ -4,6 +4,7 @@ it owns, or what loads before its command."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from uuid import UUID
 
@@ -18,6 +19,7 @@ FORGED = {
     "CUDA_VISIBLE_DEVICES": "0,1,2,3",
     "NVIDIA_VISIBLE_DEVICES": "all",
     "HOME": "/root",
+    "USER": "root",
     "LANG": "xx",
     "PATH": "/evil/bin",
     "PYTHONUNBUFFERED": "0",
@@ -51,6 +53,14 @@ def test_the_agent_s_variables_win_over_the_spec_s(tmp_path: Path) -> None:
     assert (env["HOME"], env["LANG"], env["PATH"]) == (str(tmp_path), "C.UTF-8", "/usr/bin:/bin")
     assert env["PYTHONUNBUFFERED"] == "1"
     assert env["NCCL_DEBUG"] == "INFO"  # the user's own variables stay
+
+
+def test_a_learner_is_named_after_its_uid_which_has_no_passwd_entry(tmp_path: Path) -> None:
+    """Found on a GPU machine: torch asks getpass.getuser() for its kernel cache's folder, and
+    a uid without a passwd entry made CUDA training exit at once, unless USER names it."""
+    env = learner_env(dataclasses.replace(spec(tmp_path), user=(20007, 20007)), path="/bin")
+    assert env["USER"] == env["LOGNAME"] == "trainyard-20007"
+    assert learner_env(spec(tmp_path), path="/bin")["USER"] == "trainyard-learner"
 
 
 def test_a_process_learner_s_exit_file_is_the_agent_s(tmp_path: Path) -> None:
