@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -16,6 +16,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from controlplane.artifacts.filesystem import FileArtifactStore
 from controlplane.http.app import create_app
+from node_agent.agent import AgentConfig
 from tests.cluster import RunningAgent, agent_config
 from tests.controlplane.models.samples import DOCUMENT
 from tests.polling import eventually
@@ -26,17 +27,18 @@ Client = TestClient[Any, Any]
 
 @asynccontextmanager
 async def serving_cluster(
-    db_url: str, tmp_path: Path, *, agents: int = 1
+    db_url: str, tmp_path: Path, *, agents: int = 1, configs: Sequence[AgentConfig] = ()
 ) -> AsyncIterator[tuple[Client, list[RunningAgent]]]:
+    """The app and `agents` process-runtime agents (or agents of `configs`), all sharing the
+    artifact folder `tmp_path/artifacts`."""
     artifacts = tmp_path / "artifacts"
     app = create_app(db_url, poll_interval=0.2, artifacts=FileArtifactStore(artifacts))
+    chosen = list(configs) or [agent_config(tmp_path, f"n{n + 1}") for n in range(agents)]
     async with TestClient(TestServer(app)) as client:
         running = []
         try:
-            for n in range(agents):
-                config = dataclasses.replace(
-                    agent_config(tmp_path, f"n{n + 1}"), artifacts_dir=artifacts
-                )
+            for config in chosen:
+                config = dataclasses.replace(config, artifacts_dir=artifacts)
                 running.append(await RunningAgent(db_url, config, fake_gpus=0).started())
             yield client, running
         finally:
