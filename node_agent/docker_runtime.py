@@ -17,11 +17,11 @@ import functools
 import logging
 import signal
 from collections import Counter
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
 from signal import Signals
-from typing import Any
+from typing import Any, Protocol
 from uuid import UUID
 
 import aiodocker
@@ -184,6 +184,13 @@ class DockerLearner:
             await self._release()
 
 
+class ServableImageMaker(Protocol):
+    async def image(self, base_id: str, requirements: Sequence[str]) -> str:
+        """The ID of `base_id` with `requirements` installed; LearnerStartError if it cannot
+        be made."""
+        ...
+
+
 class DockerRuntime:
     name = "docker"
 
@@ -193,15 +200,25 @@ class DockerRuntime:
         *,
         request_gpus: bool = True,
         images: ImageAllowlist = DEFAULT_ALLOWLIST,
+        servables: ServableImageMaker | None = None,
     ) -> None:
         self._docker = docker
+        self._servables = servables
+        """Makes replicas' images with their models' requirements; None: such replicas cannot
+        start here."""
         self._request_gpus = request_gpus
         self._images = images
         self._networks = JobNetworks(docker)
 
     async def start(self, spec: LearnerSpec) -> DockerLearner:
         # The image first: a refused one leaves nothing behind on the node.
-        spec = replace(spec, image=await self._image(spec))
+        image = await self._image(spec)
+        if spec.packages:
+            # A replica whose model lists requirements: the admitted image with them added.
+            if self._servables is None:
+                raise LearnerStartError("this node cannot build images with a model's requirements")
+            image = await self._servables.image(image, spec.packages)
+        spec = replace(spec, image=image)
         # Its folders made and its locations checked, on the node, now; any failure is the
         # start's (LearnerStartError), so the attempt rolls back with the reason.
         spec = prepare(spec)

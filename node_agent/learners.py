@@ -107,6 +107,7 @@ def learner_specs(
                 )
             )
         command = [*launcher, "--", *manifest.command]
+        packages: tuple[str, ...] = ()
         if manifest.servable is not None:
             # A deployment's replica: it listens in a folder of its own, where the agent
             # delivers the model; run by the launcher's interpreter, which has `runners`.
@@ -114,6 +115,7 @@ def learner_specs(
             folders.append(Folder(work_dir, serve))
             env[runner_env.SERVE_DIR] = str(serve)
             command = [*launcher, "--", launcher[0], "-m", "runners.serve"]
+            packages = tuple(manifest.servable.requirements)
         resume = job.last_checkpoint.path if job.last_checkpoint else None
         # As the learner reported it: normalized, so that `..` cannot lead out of its folder.
         if resume is not None and Path(os.path.normpath(resume)).is_relative_to(checkpoints):
@@ -137,6 +139,7 @@ def learner_specs(
                 user=user,
                 folders=folders,
                 shared=shared,
+                packages=packages,
             )
         )
     return specs

@@ -19,7 +19,7 @@ import platform
 import shutil
 import sys
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 BUILD_TIMEOUT_S = 900.0
@@ -39,9 +39,22 @@ def requirements_key(requirements: Sequence[str], python: str) -> str:
     return hashlib.sha256(json.dumps(facts).encode()).hexdigest()
 
 
+IN_IMAGE = Path("/opt/trainyard-packages")
+"""Where a servable image (node_agent/servable_images.py) has the requirements installed."""
+
+Site = Callable[[Sequence[str]], Awaitable[Path]]
+"""Where a replica finds its model's requirements installed (made ready first, if need be)."""
+
+
+async def in_image(requirements: Sequence[str]) -> Path:
+    """A container replica's: its image has them (the runtime built it before it started)."""
+    return IN_IMAGE
+
+
 class Packages:
-    """Installs under `root`, one folder per requirements key (`<key>/site`), made whole in a
-    folder of its own and renamed into place, so a crash mid-way leaves nothing half-made."""
+    """Installs under `root`, one folder per requirements key (`<key>/wheelhouse`, and
+    `<key>/site` for the process runtime), each made whole in a folder of its own and renamed
+    into place, so a crash mid-way leaves nothing half-made."""
 
     def __init__(self, root: Path, python: str = sys.executable) -> None:
         self._root = root
@@ -49,40 +62,57 @@ class Packages:
         self._tag = f"{sys.implementation.cache_tag}"
         self._locks: dict[str, asyncio.Lock] = {}
 
-    async def site(self, requirements: Sequence[str]) -> Path:
-        """The folder holding `requirements` installed (what a replica puts on its path);
+    async def wheelhouse(self, requirements: Sequence[str]) -> Path:
+        """A folder of the wheels `requirements` need (a servable image installs from it);
         PackagesError saying why it could not be made."""
-        key = requirements_key(requirements, self._tag)
-        final = self._root / key
-        async with self._locks.setdefault(key, asyncio.Lock()):
-            if not (final / COMPLETE).exists():
-                await self._build(requirements, final)
-        return final / "site"
 
-    async def _build(self, requirements: Sequence[str], final: Path) -> None:
-        self._root.mkdir(parents=True, exist_ok=True)
-        # Replicas, which run as users of their own, read the installed packages.
-        self._root.chmod(0o755)
-        work = self._root / f".{final.name}.{uuid.uuid4().hex}"
-        work.mkdir(mode=0o755)
-        try:
-            wheels = work / "wheelhouse"
-            await self._pip("download", "--only-binary=:all:", "--dest", str(wheels), *requirements)
+        async def download(folder: Path) -> None:
+            await self._pip("download", "--only-binary=:all:", "--dest", str(folder), *requirements)
+
+        return await self._made(requirements, "wheelhouse", download)
+
+    async def site(self, requirements: Sequence[str]) -> Path:
+        """The folder holding `requirements` installed (what a replica of the process runtime
+        puts on its path); PackagesError saying why it could not be made."""
+        wheels = await self.wheelhouse(requirements)
+
+        async def install(folder: Path) -> None:
             await self._pip(
                 "install",
                 "--no-index",
                 "--find-links",
                 str(wheels),
                 "--target",
-                str(work / "site"),
+                str(folder),
                 "--no-compile",
                 *requirements,
             )
-            (work / COMPLETE).touch()
-            shutil.rmtree(final, ignore_errors=True)  # an incomplete one a crash left
-            work.rename(final)
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
+
+        return await self._made(requirements, "site", install)
+
+    async def _made(
+        self, requirements: Sequence[str], part: str, make: Callable[[Path], Awaitable[None]]
+    ) -> Path:
+        """`<key>/<part>`, made by `make` into a folder of its own first, once."""
+        key = requirements_key(requirements, self._tag)
+        final = self._root / key / part
+        async with self._locks.setdefault(f"{key}/{part}", asyncio.Lock()):
+            if (final / COMPLETE).exists():
+                return final
+            final.parent.mkdir(parents=True, exist_ok=True)
+            # Replicas, which run as users of their own, read the installed packages.
+            for folder in (self._root, final.parent):
+                folder.chmod(0o755)
+            work = final.parent / f".{part}.{uuid.uuid4().hex}"
+            work.mkdir(mode=0o755)
+            try:
+                await make(work)
+                (work / COMPLETE).touch()
+                shutil.rmtree(final, ignore_errors=True)  # an incomplete one a crash left
+                work.rename(final)
+            finally:
+                shutil.rmtree(work, ignore_errors=True)
+        return final
 
     async def _pip(self, *arguments: str) -> None:
         process = await asyncio.create_subprocess_exec(

@@ -97,6 +97,9 @@ class LearnerSpec:
     (an agent that is not root cannot hand out others)."""
     folders: list[Folder] = field(default_factory=list)
     shared: list[Shared] = field(default_factory=list)
+    packages: tuple[str, ...] = ()
+    """A deployment's replica: the requirements its model lists (a container runs an image
+    with them installed; a process is given them by its agent as it loads the model)."""
 
 
 @dataclass(frozen=True, slots=True)

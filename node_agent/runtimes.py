@@ -11,8 +11,10 @@ import aiodocker
 
 from controlplane.jobs.images import ImageAllowlist
 from node_agent.docker_runtime import ENGINE_ERRORS, DockerRuntime
+from node_agent.packages import Packages
 from node_agent.process_runtime import ProcessRuntime
 from node_agent.runtime import LearnerRuntime
+from node_agent.servable_images import ServableImages
 
 RUNTIMES = ("process", "docker")
 ANSWER_S = 3.0
@@ -39,12 +41,19 @@ async def docker_answers() -> bool:
 
 @asynccontextmanager
 async def open_runtime(
-    name: str, *, work_dir: Path, request_gpus: bool, images: ImageAllowlist
+    name: str,
+    *,
+    work_dir: Path,
+    request_gpus: bool,
+    images: ImageAllowlist,
+    packages: Packages | None = None,
 ) -> AsyncIterator[LearnerRuntime]:
     """The runtime called `name`, for the agent working in `work_dir`, for as long as the block
-    runs; `request_gpus` and `images`: see DockerRuntime (a process runs no image)."""
+    runs; `request_gpus` and `images`: see DockerRuntime (a process runs no image);
+    `packages`: where models' requirements are fetched, for replicas' images."""
     if name == "process":
         yield ProcessRuntime(work_dir)
         return
     async with aiodocker.Docker() as docker:
-        yield DockerRuntime(docker, request_gpus=request_gpus, images=images)
+        servables = None if packages is None else ServableImages(docker, packages)
+        yield DockerRuntime(docker, request_gpus=request_gpus, images=images, servables=servables)

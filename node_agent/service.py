@@ -16,7 +16,7 @@ from node_agent.identity import agent_identity
 from node_agent.inventory import open_inventory
 from node_agent.log_shipper import LogShipper
 from node_agent.log_sink import NumberedSink
-from node_agent.packages import Packages
+from node_agent.packages import Packages, in_image
 from node_agent.runtimes import open_runtime
 from node_agent.serving import Serving
 
@@ -58,9 +58,11 @@ async def _run(
     pool = await create_pool(url, min_size=2, max_size=6, role=AGENT_ROLE)
     listener = LogListener(url, poll_interval=config.poll_s, role=AGENT_ROLE)
     tasks = LogListener(url, channel=CHANNEL, poll_interval=config.poll_s, role=AGENT_ROLE)
-    # Models' requirements are installed for the node's interpreter: the process runtime's.
-    packages = Packages(config.work_dir / "packages") if config.runtime == "process" else None
-    serving = Serving(pool, tasks, config.artifacts_dir, packages)
+    # Models' requirements: fetched as wheels by the node, installed into a folder a process
+    # replica puts on its path, or into the image a container replica runs.
+    packages = Packages(config.work_dir / "packages")
+    site = packages.site if config.runtime == "process" else in_image
+    serving = Serving(pool, tasks, config.artifacts_dir, site)
     shipper = LogShipper(pool)
     try:
         async with open_runtime(
@@ -68,6 +70,7 @@ async def _run(
             work_dir=config.work_dir,
             request_gpus=config.request_gpus,
             images=config.images,
+            packages=packages,
         ) as runtime:
             sink = NumberedSink(shipper)
             agent = Agent(

@@ -32,7 +32,7 @@ from controlplane.database import DATABASE_ERRORS
 from controlplane.events.subscription import LogListener
 from controlplane.jobs.manifest import ServableSpec
 from controlplane.queries import Q
-from node_agent.packages import Packages, PackagesError
+from node_agent.packages import PackagesError, Site
 from node_agent.replica_client import ReplicaClient, ReplicaError, ReplicaGone
 
 log = logging.getLogger(__name__)
@@ -70,15 +70,14 @@ class Serving:
         pool: asyncpg.Pool,
         listener: LogListener,
         artifacts_dir: Path | None,
-        packages: Packages | None,
+        site: Site,
     ) -> None:
         self._pool = pool
         self.listener = listener
         """Woken by the `serving` channel: tasks queued."""
         self._artifacts_dir = artifacts_dir
-        self.packages = packages
-        """Installs models' requirements for this node's replicas; None: its runtime cannot
-        use them (containers run their image's interpreter, not the node's)."""
+        self.site = site
+        """Where this node's replicas find their models' requirements installed."""
 
     def artifact(self, sha256: str) -> Path | None:
         """Where the model repository keeps the blob (a folder it shares with this node)."""
@@ -204,13 +203,8 @@ class _Replica:
         requirements = self._spec.requirements
         if not requirements:
             return None
-        if self._serving.packages is None:
-            raise PackagesError(
-                "this node's runtime cannot install a model's requirements (the process "
-                "runtime can); deploy it where agents run the process runtime"
-            )
         started = time.monotonic()
-        site = await self._serving.packages.site(requirements)
+        site = await self._serving.site(requirements)
         took = time.monotonic() - started
         self._note(f"[trainyard] requirements ready in {took:.1f}s: {', '.join(requirements)}")
         return site

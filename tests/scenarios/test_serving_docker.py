@@ -4,17 +4,20 @@ feeds it; exact results come back."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
 
 from tests.controlplane.deployments.serving import (
     deploy,
+    metadata,
     predict,
     publish,
     serving_cluster,
     until_serving,
 )
+from tests.controlplane.deployments.test_serving_requirements import build_wheel
 from tests.docker_engine import Engine, docker_agent_config, require_engine
 from tests.tenancy import Tokens
 
@@ -34,3 +37,40 @@ async def test_a_replica_in_a_container_serves_exact_results(
         await until_serving(client, tokens.acme, "dbl", 1)
         status, task = await predict(client, tokens.acme, "dbl", [1, 2.5, -3])
         assert (status, task["outputs"]) == (200, [2, 5.0, -6]), task
+
+
+USES_PACKAGE = b"""import tinytrainyardpkg
+
+def predict(batch):
+    return [tinytrainyardpkg.triple(x) for x in batch]
+"""
+
+
+async def test_a_models_requirements_are_built_into_its_replicas_image(
+    db_url: str,
+    tmp_path: Path,
+    tokens: Tokens,
+    docker_engine: Engine,
+    docker_node: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    build_wheel(wheels)
+    # Fetched by the node's pip, as its settings say (here: a local folder, no index).
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(wheels))
+    doc = metadata("uses:predict")
+    doc["servable"]["requirements"] = ["tinytrainyardpkg==1.0"]
+    config = docker_agent_config(tmp_path, docker_engine, name=docker_node)
+    async with serving_cluster(db_url, tmp_path, configs=[config]) as (client, _):
+        await publish(client, tokens.acme, "uses", USES_PACKAGE, "uses:predict", document=doc)
+        await deploy(client, tokens.acme, name="uses", model="uses")
+        await until_serving(client, tokens.acme, "uses", 1)
+        status, task = await predict(client, tokens.acme, "uses", [1, 2])
+        assert (status, task.get("outputs")) == (200, [3, 6]), task
+    listed = await asyncio.create_subprocess_exec(
+        "docker", "images", "--quiet", "trainyard-servable", stdout=asyncio.subprocess.PIPE
+    )
+    out, _ = await listed.communicate()
+    assert out.split(), "the servable image was built, and kept for the next replica"
