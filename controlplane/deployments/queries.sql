@@ -209,7 +209,8 @@ WITH orphaned AS (
 SELECT count(*) AS failed, pg_notify('serving', '') FROM orphaned;
 
 -- name: evict_memo
--- Bounded memoization: each deployment keeps its `memo_max_entries` most recently used results.
+-- Bounded memoization: each deployment keeps its `memo_max_entries` most recently used results
+-- (those used before the one at that rank go; results used in the same instant stay together).
 DELETE FROM serving_memo m
 USING deployments d
 WHERE d.tenant = m.tenant AND d.name = m.deployment
@@ -217,7 +218,7 @@ WHERE d.tenant = m.tenant AND d.name = m.deployment
       SELECT used_at FROM serving_memo k
       WHERE k.tenant = m.tenant AND k.deployment = m.deployment
       ORDER BY used_at DESC
-      OFFSET (d.spec -> 'serving' ->> 'memo_max_entries')::int LIMIT 1
+      OFFSET (d.spec -> 'serving' ->> 'memo_max_entries')::int - 1 LIMIT 1
   );
 
 -- name: forget_tasks

@@ -257,3 +257,33 @@ async def test_an_idempotent_prediction_is_one_task_however_often_it_is_sent(
         )
         assert response.status == 409
         assert (await response.json())["field"] == "Idempotency-Key"
+
+
+async def test_the_memo_keeps_its_most_recently_used_results_and_metrics_count_it(
+    db_url: str, tmp_path: Path, tokens: Tokens
+) -> None:
+    async with serving_cluster(db_url, tmp_path) as (client, _):
+        await publish(client, tokens.acme, "double", DOUBLE, "double:predict")
+        serving = {"memo": True, "memo_max_entries": 2, "max_wait_ms": 0}
+        await deploy(client, tokens.acme, name="dbl", model="double", serving=serving)
+        await until_serving(client, tokens.acme, "dbl", 1)
+        for value in (1, 2, 3):  # three misses: three results stored, one over the bound
+            status, task = await predict(client, tokens.acme, "dbl", [value])
+            assert (status, task["memo"]) == (200, "miss")
+        status, task = await predict(client, tokens.acme, "dbl", [3])
+        assert (status, task["memo"]) == (200, "hit")
+
+        async def bounded() -> bool:
+            response = await client.get("/v1/deployments/dbl/metrics", headers=auth(tokens.acme))
+            return bool((await response.json())["memo"]["entries"] == 2)
+
+        await eventually(bounded)  # the lifecycle manager's next sweep evicts the oldest
+        status, task = await predict(client, tokens.acme, "dbl", [1])
+        assert (status, task["memo"], task["outputs"]) == (200, "miss", [2])
+        response = await client.get("/v1/deployments/dbl/metrics", headers=auth(tokens.acme))
+        figures = await response.json()
+        assert (figures["memo"]["hits"], figures["memo"]["misses"]) == (1, 4)
+        response = await client.get("/metrics", headers=auth(tokens.admin))
+        text = await response.text()
+        assert 'trainyard_serving_queue_depth{deployment="dbl",tenant="acme"} 0' in text
+        assert 'trainyard_serving_batch_size{deployment="dbl",tenant="acme"} 1' in text
