@@ -80,7 +80,7 @@ EVENTS_APPENDED = _meter.create_counter(
 SSE_CLIENTS = _meter.create_up_down_counter(
     "trainyard.sse.clients",
     unit="{client}",
-    description="Open SSE streams, per kind (events, logs).",
+    description="Open SSE streams, per kind (events, logs, tasks).",
 )
 LIMIT_REFUSALS = _meter.create_counter(
     "trainyard.limits.refused",

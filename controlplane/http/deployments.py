@@ -31,8 +31,8 @@ from controlplane.http.auth import acting_tenant, principal
 from controlplane.http.errors import error
 from controlplane.http.keys import DEPLOYMENTS, POOL, SSE_HEARTBEAT_S, TASKS
 from controlplane.http.requests import MAX_KEY, actor, json_body, validated
-from controlplane.http.streams import live_stream
-from controlplane.instruments import SERVING_LATENCY, SERVING_REQUESTS
+from controlplane.http.streams import SSE_HEADERS, live_stream
+from controlplane.instruments import SERVING_LATENCY, SERVING_REQUESTS, sse_client
 
 SYNC_WAIT_S = 20.0
 """How long a synchronous prediction waits for its result before it is answered 202 (the task
@@ -364,33 +364,38 @@ async def stream_task(request: web.Request) -> web.StreamResponse:
     """SSE of a task: a `status` event now and at each change; the stream ends once the task
     has finished (a `status` event with its outputs or error); a comment heartbeat while idle."""
     tenant, task_id, row = await _task(request)
-    tasks = request.app[TASKS]
-    response = web.StreamResponse(
-        headers={
-            "Content-Type": "text/event-stream",
-            "Cache-Control": "no-cache",
-            "X-Accel-Buffering": "no",
-        }
-    )
+    response = web.StreamResponse(headers=SSE_HEADERS)
     with await live_stream(request):
         await response.prepare(request)
         try:
-            sent = None
-            while True:
-                view = task_view(row)
-                if view["status"] != sent:
-                    sent = view["status"]
-                    await response.write(f"event: status\ndata: {json.dumps(view)}\n\n".encode())
-                if sent in ("succeeded", "failed") or tasks.stopping:
-                    break
-                finished = await tasks.wait(task_id, request.app[SSE_HEARTBEAT_S])
-                if finished is None:
-                    await response.write(b": heartbeat\n\n")
-                    latest = await tasks.get(tenant, task_id)
-                    row = row if latest is None else latest
-                else:
-                    row = finished
+            with sse_client("tasks"):
+                await _follow_task(request, response, tenant, task_id, row)
             await response.write_eof()
         except ConnectionResetError:
             pass  # the client went away; the task is unaffected (its record stays)
     return response
+
+
+async def _follow_task(
+    request: web.Request,
+    response: web.StreamResponse,
+    tenant: str,
+    task_id: UUID,
+    row: asyncpg.Record,
+) -> None:
+    tasks = request.app[TASKS]
+    sent = None
+    while True:
+        view = task_view(row)
+        if view["status"] != sent:
+            sent = view["status"]
+            await response.write(f"event: status\ndata: {json.dumps(view)}\n\n".encode())
+        if sent in ("succeeded", "failed") or tasks.stopping:
+            break
+        finished = await tasks.wait(task_id, request.app[SSE_HEARTBEAT_S])
+        if finished is None:
+            await response.write(b": heartbeat\n\n")
+            latest = await tasks.get(tenant, task_id)
+            row = row if latest is None else latest
+        else:
+            row = finished

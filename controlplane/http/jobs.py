@@ -31,7 +31,7 @@ from controlplane.http.keys import (
     SUBMISSIONS,
 )
 from controlplane.http.requests import MAX_KEY, event_metadata, json_body
-from controlplane.http.streams import live_stream
+from controlplane.http.streams import SSE_HEADERS, live_stream
 from controlplane.http.webhooks import check_webhook_url, delivery_history
 from controlplane.instruments import LIMIT_REFUSALS, sse_client
 from controlplane.jobs.events import JobEvent
@@ -313,13 +313,7 @@ async def stream_events(request: web.Request) -> web.StreamResponse:
     who = principal(request)
     job = await _visible_job(request, who)
     after = _last_event_id(request)
-    response = web.StreamResponse(
-        headers={
-            "Content-Type": "text/event-stream",
-            "Cache-Control": "no-cache",
-            "X-Accel-Buffering": "no",
-        }
-    )
+    response = web.StreamResponse(headers=SSE_HEADERS)
     with await live_stream(request):
         await response.prepare(request)
         try:

@@ -40,7 +40,7 @@ from controlplane.http import params
 from controlplane.http.auth import principal
 from controlplane.http.jobs import _visible_job
 from controlplane.http.keys import HUB, JOBS, POOL, SSE_HEARTBEAT_S
-from controlplane.http.streams import live_stream
+from controlplane.http.streams import SSE_HEADERS, live_stream
 from controlplane.instruments import sse_client
 from controlplane.logs.feeds import FOLLOWER_LINES, LAGGED, End, Follower, Lines, LogFeeds
 from controlplane.logs.lines import StoredLine, Stream
@@ -60,12 +60,6 @@ SETTLE_S = 3.0
 (0.2 s), or a few retries later when a write fails."""
 POLL_S = 0.25
 PAGE = 1000
-
-_SSE_HEADERS = {
-    "Content-Type": "text/event-stream",
-    "Cache-Control": "no-cache",
-    "X-Accel-Buffering": "no",
-}
 
 
 def add_routes(app: web.Application) -> None:
@@ -130,7 +124,7 @@ async def get_logs(request: web.Request) -> web.StreamResponse:
     query = parse_query(request.query, request.headers)
     job = await _visible_job(request, principal(request))
     if query.follow:
-        response = web.StreamResponse(headers=_SSE_HEADERS)
+        response = web.StreamResponse(headers=SSE_HEADERS)
     else:
         response = web.StreamResponse(headers={"Content-Type": "text/plain; charset=utf-8"})
     # A follow lives until the job ends: a live stream, counted against the limits.

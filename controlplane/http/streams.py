@@ -84,6 +84,14 @@ async def live_stream(request: web.Request) -> AbstractContextManager[None]:
 
 STREAMS = web.AppKey("live_streams", LiveStreams)
 
+SSE_HEADERS = {
+    "Content-Type": "text/event-stream",
+    "Cache-Control": "no-cache",
+    # A proxy that buffers (nginx) would hold the events back.
+    "X-Accel-Buffering": "no",
+}
+"""What every SSE response says of itself."""
+
 
 def max_streams_from_env() -> int:
     """The server-wide limit from TRAINYARD_MAX_STREAMS (default 1000); ValueError, saying
