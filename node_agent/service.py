@@ -7,7 +7,7 @@ import logging
 from uuid import UUID
 
 from controlplane.database import AGENT_ROLE, create_pool
-from controlplane.deployments.tasks import CHANNEL
+from controlplane.deployments.wakeups import Wakeups
 from controlplane.events.subscription import LogListener
 from controlplane.failures import CommandFailed
 from node_agent.agent import Agent, AgentConfig
@@ -57,7 +57,7 @@ async def _run(
     # Whatever the login, the agent acts with the agent role's rights only.
     pool = await create_pool(url, min_size=2, max_size=6, role=AGENT_ROLE)
     listener = LogListener(url, poll_interval=config.poll_s, role=AGENT_ROLE)
-    tasks = LogListener(url, channel=CHANNEL, poll_interval=config.poll_s, role=AGENT_ROLE)
+    tasks = Wakeups(url, poll_interval=config.poll_s, role=AGENT_ROLE)
     # Models' requirements: fetched as wheels by the node, installed into a folder a process
     # replica puts on its path, or into the image a container replica runs.
     packages = Packages(config.work_dir / "packages")

@@ -29,7 +29,7 @@ from uuid import UUID
 import asyncpg
 
 from controlplane.database import DATABASE_ERRORS
-from controlplane.events.subscription import LogListener
+from controlplane.deployments.wakeups import Wakeups, queue_key
 from controlplane.jobs.manifest import ServableSpec
 from controlplane.queries import Q
 from node_agent.packages import PackagesError, Site
@@ -68,13 +68,13 @@ class Serving:
     def __init__(
         self,
         pool: asyncpg.Pool,
-        listener: LogListener,
+        listener: Wakeups,
         artifacts_dir: Path | None,
         site: Site,
     ) -> None:
         self._pool = pool
         self.listener = listener
-        """Woken by the `serving` channel: tasks queued."""
+        """Woken by the `serving` channel: each deployment's feeds by tasks queued for it."""
         self._artifacts_dir = artifacts_dir
         self.site = site
         """Where this node's replicas find their models' requirements installed."""
@@ -215,11 +215,12 @@ class _Replica:
         most = self._spec.max_batch_size
         claim = uuid.uuid4()
         listener = self._serving.listener
+        key = queue_key(self._tenant, self._spec.deployment)
         tasks: list[Claimed] = []
         deadline = 0.0
         waited_ms = 0.0
         while True:
-            seen = listener.generation
+            seen = listener.seen(key)
             rows = await self._retry(
                 lambda: self._serving.claim(
                     self._tenant,
@@ -236,14 +237,14 @@ class _Replica:
                 Claimed(row["task_id"], row["items"], json.loads(row["input"])) for row in rows
             )
             if not tasks:
-                await listener.wait(seen)
+                await listener.wait_for(key, seen)
                 continue
             left = deadline - time.monotonic()
             if sum(t.items for t in tasks) >= most or left <= 0:
                 return Batch(claim, tasks, waited_ms)
             try:
                 async with asyncio.timeout(left):
-                    await listener.wait(seen)
+                    await listener.wait_for(key, seen)
             except TimeoutError:
                 pass
 

@@ -1,6 +1,8 @@
 -- Serving: the deployments and pipelines read models (projection.py), and the task queue
 -- (tasks.py for the API's side, node_agent/serving.py for the replicas'). One NOTIFY channel,
--- `serving`, wakes both sides; it carries nothing that matters (both also poll).
+-- `serving`, wakes both sides: its payload names a deployment's queue ('<tenant>.<name>': that
+-- deployment's feeds wake) or 'results' (the API's waiters wake); a hint only, both also poll
+-- (wakeups.py). Postgres sends a transaction's identical notifications once.
 
 -- name: upsert_deployment
 -- Projection: a deployment created (again, after a deletion: the same row, renewed).
@@ -63,9 +65,10 @@ WITH task AS (
     VALUES ($1, $2, $3, $4::text[], ($4::text[])[1], $5, $6::jsonb, 'queued', $7, $8, now())
     -- A retry of an idempotent request (the same task id) finds its task and adds nothing.
     ON CONFLICT (task_id) DO NOTHING
-    RETURNING task_id
+    RETURNING tenant, deployment
 )
-SELECT count(*) AS queued, pg_notify('serving', '') FROM task;
+SELECT count(*) AS queued, count(pg_notify('serving', tenant || '.' || deployment)) AS woken
+FROM task;
 
 -- name: memo_hit
 -- POST .../predict, memoized: the stored result, if any, recorded as a task answered from it
@@ -157,8 +160,13 @@ WITH done AS (
                                  outcome, invocation_ms, inference_ms, at)
     SELECT $5, $6, $7, $10, count(*), $11, $12, $13, $8, $9, now() FROM finished
     HAVING count(*) > 0
+), woken AS (
+    -- A pipeline's task sent on wakes its next deployment's feeds; a finished one, its waiter.
+    SELECT pg_notify('serving', CASE state WHEN 'queued' THEN tenant || '.' || deployment
+                                           ELSE 'results' END)
+    FROM finished
 )
-SELECT count(*) AS recorded, pg_notify('serving', '') FROM finished;
+SELECT (SELECT count(*) FROM finished) AS recorded, (SELECT count(*) FROM woken) AS woken;
 
 -- name: requeue_replica
 -- A replica is gone (it died, or its agent restarted): the tasks it held go back to the queue
@@ -166,9 +174,10 @@ SELECT count(*) AS recorded, pg_notify('serving', '') FROM finished;
 WITH requeued AS (
     UPDATE serving_tasks SET state = 'queued', claim = NULL
     WHERE replica = $1 AND state = 'running'
-    RETURNING task_id
+    RETURNING tenant, deployment
 )
-SELECT count(*) AS requeued, pg_notify('serving', '') FROM requeued;
+SELECT count(*) AS requeued, count(pg_notify('serving', tenant || '.' || deployment)) AS woken
+FROM requeued;
 
 -- name: stalled_tasks
 -- The lifecycle manager: tasks a replica has held past its deployment's task timeout. The
@@ -190,10 +199,12 @@ WITH stalled AS (
         finished_at = CASE WHEN t.tries >= $1 THEN now() END,
         claim = NULL
     FROM stalled s WHERE t.task_id = s.task_id
-    RETURNING t.task_id
+    RETURNING t.task_id, t.state
 )
--- (One row per task; Postgres sends a transaction's identical notifications once.)
-SELECT s.tenant, s.deployment, s.replica, s.timeout_s, pg_notify('serving', '')
+-- One row per task (the caller takes each replica once).
+SELECT s.tenant, s.deployment, s.replica, s.timeout_s,
+       pg_notify('serving', CASE m.state WHEN 'queued' THEN s.tenant || '.' || s.deployment
+                                         ELSE 'results' END)
 FROM stalled s JOIN moved m USING (task_id);
 
 -- name: fail_orphaned_tasks
@@ -206,7 +217,7 @@ WITH orphaned AS (
     WHERE d.tenant = t.tenant AND d.name = t.deployment AND d.deleted AND t.state = 'queued'
     RETURNING t.task_id
 )
-SELECT count(*) AS failed, pg_notify('serving', '') FROM orphaned;
+SELECT count(*) AS failed, count(pg_notify('serving', 'results')) AS woken FROM orphaned;
 
 -- name: evict_memo
 -- Bounded memoization: each deployment keeps its `memo_max_entries` most recently used results

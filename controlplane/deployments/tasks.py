@@ -18,12 +18,10 @@ from uuid import UUID
 import asyncpg
 
 from controlplane.database import DATABASE_ERRORS
-from controlplane.events.subscription import LogListener
+from controlplane.deployments.wakeups import RESULTS, Wakeups
 from controlplane.queries import Q
 from controlplane.workers import pause
 
-CHANNEL = "serving"
-"""The NOTIFY channel of tasks queued and finished (queries.sql)."""
 MAX_ITEMS = 4096
 """Items one task may carry."""
 IDEMPOTENCY_NAMESPACE = uuid.UUID("9a3c1f6e-2b7d-4e05-8c41-d6f0b8e2a7c3")
@@ -97,7 +95,7 @@ class Tasks:
 
     def __init__(self, pool: asyncpg.Pool, url: str, *, poll_interval: float = 0.5) -> None:
         self._pool = pool
-        self.listener = LogListener(url, channel=CHANNEL, poll_interval=poll_interval)
+        self.listener = Wakeups(url, poll_interval=poll_interval)
         self._waiting: dict[UUID, asyncio.Future[asyncpg.Record]] = {}
         self._stopping = asyncio.Event()
 
@@ -187,7 +185,7 @@ class Tasks:
 
     async def _deliver(self) -> None:
         while not self._stopping.is_set():
-            seen = self.listener.generation
+            seen = self.listener.seen(RESULTS)
             if self._waiting:
                 try:
                     rows = await self._pool.fetch(Q["finished_tasks"], list(self._waiting))
@@ -198,7 +196,7 @@ class Tasks:
                     future = self._waiting.get(row["task_id"])
                     if future is not None and not future.done():
                         future.set_result(row)
-            waiting = asyncio.create_task(self.listener.wait(seen))
+            waiting = asyncio.create_task(self.listener.wait_for(RESULTS, seen))
             stopping = asyncio.create_task(self._stopping.wait())
             try:
                 await asyncio.wait({waiting, stopping}, return_when=asyncio.FIRST_COMPLETED)

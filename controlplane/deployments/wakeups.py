@@ -1,0 +1,58 @@
+"""The serving channel's wake-ups, by what each notification names: a deployment's queue (its
+replicas' feeds wait for that) or RESULTS (the API's waiting requests wait for that), so that a
+task queued for one deployment wakes that deployment's feeds alone, and a result wakes no feed.
+
+A notification is still only a hint: every waiter also wakes after the poll interval, and a
+reconnect of the listening connection wakes every key (LogListener's guarantees)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+
+from controlplane.database import APP_ROLE, Role
+from controlplane.events.subscription import LogListener
+
+CHANNEL = "serving"
+RESULTS = "results"
+"""The payload of a task finished (succeeded or failed)."""
+
+
+def queue_key(tenant: str, deployment: str) -> str:
+    """The payload of a task queued for `deployment` (as queries.sql writes it)."""
+    return f"{tenant}.{deployment}"
+
+
+Seen = tuple[int, int]
+
+
+class Wakeups(LogListener):
+    def __init__(self, url: str, *, poll_interval: float, role: Role = APP_ROLE) -> None:
+        super().__init__(url, channel=CHANNEL, poll_interval=poll_interval, role=role)
+        self._counts: defaultdict[str, int] = defaultdict(int)
+        self._events: dict[str, asyncio.Event] = {}
+
+    def _on_notify(self, *arguments: object) -> None:
+        # asyncpg calls it with (connection, pid, channel, payload).
+        key = str(arguments[-1]) if arguments else ""
+        self._counts[key] += 1
+        event = self._events.pop(key, None)
+        if event is not None:
+            event.set()
+
+    def seen(self, key: str) -> Seen:
+        """What to remember before reading, and to wait with after."""
+        return self.generation, self._counts[key]
+
+    async def wait_for(self, key: str, seen: Seen) -> None:
+        """Return once `key` was notified (or every key woken) after `seen`, or after the poll
+        interval at most."""
+        if self.seen(key) != seen:
+            return
+        keyed = asyncio.ensure_future(self._events.setdefault(key, asyncio.Event()).wait())
+        general = asyncio.ensure_future(self.wait(seen[0]))
+        try:
+            await asyncio.wait({keyed, general}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            keyed.cancel()
+            general.cancel()
