@@ -109,3 +109,72 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON serving_tasks, serving_batches, serving_
 GRANT SELECT, UPDATE ON serving_tasks TO trainyard_agent;
 GRANT INSERT ON serving_batches TO trainyard_agent;
 GRANT INSERT ON serving_memo TO trainyard_agent;
+
+-- The figures a deployment shows (GET /v1/deployments/{name}/metrics) are counted from these
+-- rows; auditors re-derive them here. Tasks' inputs and outputs are left out: they are the
+-- tenant's data.
+CREATE VIEW audit.serving_tasks AS
+SELECT t.task_id,
+       t.tenant,
+       t.steps[1] AS deployment,
+       t.pipeline,
+       t.steps,
+       t.state,
+       t.items,
+       t.memo,
+       t.tries,
+       t.submitted_at,
+       t.finished_at,
+       extract(epoch FROM t.finished_at - t.submitted_at) * 1000 AS request_ms,
+       (SELECT sum((s ->> 'invocation_ms')::float8) FROM jsonb_array_elements(t.step_times) s)
+           AS invocation_ms,
+       (SELECT sum((s ->> 'inference_ms')::float8) FROM jsonb_array_elements(t.step_times) s)
+           AS inference_ms,
+       jsonb_array_length(t.step_times) AS runs
+FROM public.serving_tasks t;
+
+COMMENT ON VIEW audit.serving_tasks IS
+    'Every serving task kept (24 hours after it finished): where it went, how it ended, whether '
+    'the memo answered it, and its times; never its inputs or outputs.';
+COMMENT ON COLUMN audit.serving_tasks.task_id IS 'The task.';
+COMMENT ON COLUMN audit.serving_tasks.tenant IS 'Whose it is.';
+COMMENT ON COLUMN audit.serving_tasks.deployment IS 'The deployment it was sent to (a pipeline''s first).';
+COMMENT ON COLUMN audit.serving_tasks.pipeline IS 'The pipeline it runs; NULL for a deployment''s task.';
+COMMENT ON COLUMN audit.serving_tasks.steps IS 'The deployments it passes through, in order.';
+COMMENT ON COLUMN audit.serving_tasks.state IS 'queued, running, succeeded or failed.';
+COMMENT ON COLUMN audit.serving_tasks.items IS 'Its items (a batch is counted in them).';
+COMMENT ON COLUMN audit.serving_tasks.memo IS
+    'hit (answered from the memo, no replica ran it), miss (run and stored) or off.';
+COMMENT ON COLUMN audit.serving_tasks.tries IS
+    'Claims of its current step by a replica (more than 1: a replica died or hung with it).';
+COMMENT ON COLUMN audit.serving_tasks.submitted_at IS 'When it was accepted.';
+COMMENT ON COLUMN audit.serving_tasks.finished_at IS 'When it finished; NULL while it has not.';
+COMMENT ON COLUMN audit.serving_tasks.request_ms IS 'From its acceptance to its end (DLHub''s request time).';
+COMMENT ON COLUMN audit.serving_tasks.invocation_ms IS
+    'The agents'' calls of the replicas that ran it, its steps summed (DLHub''s invocation time).';
+COMMENT ON COLUMN audit.serving_tasks.inference_ms IS
+    'The model''s own time in those calls (DLHub''s inference time).';
+COMMENT ON COLUMN audit.serving_tasks.runs IS
+    'Step runs recorded: one per step of a task produced once (results are fenced by claim).';
+
+CREATE VIEW audit.serving_batches AS
+SELECT batch_id, tenant, deployment, replica, tasks, items, reason, outcome, invocation_ms,
+       inference_ms, at
+FROM public.serving_batches;
+
+COMMENT ON VIEW audit.serving_batches IS
+    'Every batch a replica ran whose results were recorded (kept 24 hours).';
+COMMENT ON COLUMN audit.serving_batches.batch_id IS 'The batch.';
+COMMENT ON COLUMN audit.serving_batches.tenant IS 'The deployment''s tenant.';
+COMMENT ON COLUMN audit.serving_batches.deployment IS 'The deployment.';
+COMMENT ON COLUMN audit.serving_batches.replica IS 'The replica''s job.';
+COMMENT ON COLUMN audit.serving_batches.tasks IS 'Tasks whose results it recorded.';
+COMMENT ON COLUMN audit.serving_batches.items IS 'Its items: never more than max_batch_size, but for one larger task.';
+COMMENT ON COLUMN audit.serving_batches.reason IS
+    'Why it left: full (max_batch_size items) or timeout (its oldest task waited max_wait_ms).';
+COMMENT ON COLUMN audit.serving_batches.outcome IS 'succeeded, or failed (the model''s error).';
+COMMENT ON COLUMN audit.serving_batches.invocation_ms IS 'The agent''s call of the replica.';
+COMMENT ON COLUMN audit.serving_batches.inference_ms IS 'The model''s own time; NULL when it never ran.';
+COMMENT ON COLUMN audit.serving_batches.at IS 'When its results were recorded.';
+
+GRANT SELECT ON audit.serving_tasks, audit.serving_batches TO trainyard_auditor;

@@ -48,6 +48,8 @@ VIEWS = {
     "jobs",
     "model_versions",
     "restarts",
+    "serving_batches",
+    "serving_tasks",
     "webhook_attempts",
 }
 

@@ -8,6 +8,8 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import asyncpg
+
 from tests.controlplane.deployments.serving import (
     Client,
     deploy,
@@ -120,6 +122,26 @@ async def test_batches_never_exceed_max_batch_size_counted_in_items(
         assert batches["full"] >= 1  # seven tasks of 16 items came at once
         assert figures["requests"] == len(inputs) and figures["succeeded"] == len(inputs)
         assert figures["memo"]["hits"] == 0 and figures["queue_depth"] == 0
+        # The same figures, re-derived by an auditor from the audit views.
+        conn = await asyncpg.connect(db_url)
+        try:
+            audited = await conn.fetchrow(
+                "SELECT count(*) AS batches, sum(items) AS items,"
+                " count(*) FILTER (WHERE reason = 'full') AS full"
+                " FROM audit.serving_batches WHERE tenant = 'acme' AND deployment = 'sizes'"
+            )
+            runs = await conn.fetch(
+                "SELECT runs FROM audit.serving_tasks"
+                " WHERE tenant = 'acme' AND deployment = 'sizes'"
+            )
+        finally:
+            await conn.close()
+        assert (audited["batches"], audited["items"], audited["full"]) == (
+            batches["count"],
+            batches["items"],
+            batches["full"],
+        )
+        assert [r["runs"] for r in runs] == [1] * len(inputs)
 
 
 ADD1 = b"def predict(batch):\n    return [x + 1 for x in batch]\n"
