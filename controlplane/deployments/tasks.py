@@ -19,6 +19,7 @@ import asyncpg
 
 from controlplane.database import DATABASE_ERRORS
 from controlplane.deployments.wakeups import RESULTS, Wakeups
+from controlplane.jobs.manifest import check_storable
 from controlplane.queries import Q
 from controlplane.workers import pause
 
@@ -115,6 +116,7 @@ class Tasks:
             task_id = uuid.uuid4()
         else:
             task_id = uuid.uuid5(IDEMPOTENCY_NAMESPACE, f"{target.tenant}\n{idempotency_key}")
+        check_storable(inputs)  # ValueError, as for NaN below: nothing is written
         data = json.dumps(inputs, allow_nan=False)
         use_memo = target.memo_salt is not None and not no_cache
         key = memo_key(target.memo_salt, inputs) if use_memo and target.memo_salt else None

@@ -29,10 +29,11 @@ from controlplane.deployments.views import replica_states
 from controlplane.http import params
 from controlplane.http.auth import acting_tenant, principal
 from controlplane.http.errors import error
-from controlplane.http.keys import DEPLOYMENTS, POOL, SSE_HEARTBEAT_S, TASKS
+from controlplane.http.keys import DEPLOYMENTS, IMAGES, POOL, SSE_HEARTBEAT_S, TASKS
 from controlplane.http.requests import MAX_KEY, actor, json_body, validated
 from controlplane.http.streams import SSE_HEADERS, live_stream
 from controlplane.instruments import SERVING_LATENCY, SERVING_REQUESTS, sse_client
+from controlplane.jobs.images import ImageRefused
 
 SYNC_WAIT_S = 20.0
 """How long a synchronous prediction waits for its result before it is answered 202 (the task
@@ -146,6 +147,11 @@ async def deploy(request: web.Request) -> web.Response:
     tenant = _tenant(request, "deploys")
     body = validated(DeploymentRequest, await json_body(request))
     try:
+        # Refused here, as a job's is: a replica's node would refuse it at every start.
+        request.app[IMAGES].admit(body.resources.image)
+    except ImageRefused as exc:
+        raise error(422, str(exc), field="resources.image") from exc
+    try:
         deployment = await request.app[DEPLOYMENTS].deploy(tenant, body, actor(principal(request)))
     except ServingError as exc:
         raise refused(exc) from exc
@@ -243,7 +249,7 @@ async def _run(request: web.Request, target: Target, body: PredictRequest) -> we
         )
     except IdempotencyMismatch as exc:
         raise error(409, str(exc), field="Idempotency-Key") from exc
-    except ValueError as exc:  # NaN or infinity: not JSON, so never a result of one either
+    except ValueError as exc:  # NaN, infinity, NUL or a lone surrogate: not storable JSON
         raise error(422, f"inputs: {exc}", field="inputs") from exc
     location = {"Location": f"/v1/tasks/{task_id}"}
     memo = "off" if target.memo_salt is None or body.no_cache else "miss"

@@ -120,10 +120,11 @@ def without_reserved_env(manifest: dict[str, Any]) -> dict[str, Any]:
 EnvName = Annotated[str, AfterValidator(check_env_name)]
 
 
-def _check_storable(value: object) -> None:
+def check_storable(value: object) -> None:
     """Refuse text that Postgres jsonb cannot hold (NUL) or that cannot be encoded as UTF-8
-    (unpaired surrogates, which `json.loads` lets through): the manifest is stored in the
-    JobSubmitted event, so such text would fail the append with a 500 after validation passed."""
+    (unpaired surrogates, which `json.loads` lets through), anywhere in a JSON value: the
+    manifest is stored in the JobSubmitted event (a task's inputs in its row), so such text
+    would fail the write with a 500 after validation passed."""
     if isinstance(value, str):
         if "\0" in value:
             raise ValueError("text must not contain NUL characters")
@@ -133,11 +134,11 @@ def _check_storable(value: object) -> None:
             raise ValueError("text must be valid Unicode (no unpaired surrogates)") from None
     elif isinstance(value, list):
         for item in value:
-            _check_storable(item)
+            check_storable(item)
     elif isinstance(value, dict):
         for key, item in value.items():
-            _check_storable(key)
-            _check_storable(item)
+            check_storable(key)
+            check_storable(item)
 
 
 def _check_length(what: str, text: str, most: int) -> None:
@@ -151,7 +152,7 @@ class _Strict(BaseModel):
     @field_validator("*")
     @classmethod
     def _storable(cls, value: object) -> object:
-        _check_storable(value)
+        check_storable(value)
         return value
 
 

@@ -5,6 +5,7 @@ batching bounds, memoization, pipelines, failures in the tenant's code, and tena
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
@@ -223,6 +224,10 @@ async def test_bad_requests_change_nothing(db_url: str, tmp_path: Path, tokens: 
             ({"name": "d", "model": "x", "replicas": -1}, 422),
             ({"name": "d", "model": "x", "surprise": 1}, 422),
             ({"name": "d", "model": "x", "serving": {"max_batch_size": 0}}, 422),
+            ({"name": "d", "model": "x", "replicas": 10**30}, 422),
+            ({"name": "d", "model": "x", "serving": {"memo_max_entries": 2**63}}, 422),
+            ({"name": "d" * 64, "model": "x"}, 422),
+            ({"name": "d", "model": "../../etc/passwd"}, 422),
         ]
         for body, status in bad:
             response = await client.post("/v1/deployments", json=body, headers=auth(tokens.acme))
@@ -230,12 +235,31 @@ async def test_bad_requests_change_nothing(db_url: str, tmp_path: Path, tokens: 
         response = await client.get("/v1/deployments", headers=auth(tokens.acme))
         assert (await response.json())["items"] == []
         await publish(client, tokens.acme, "double", DOUBLE, "double:predict")
+        # An image the operator does not allow: refused at once, not at every replica's start.
+        resources = {"image": "elsewhere.example/miner:latest"}
+        body = {"name": "dbl", "model": "double", "resources": resources}
+        response = await client.post("/v1/deployments", json=body, headers=auth(tokens.acme))
+        assert response.status == 422
+        assert (await response.json())["field"] == "resources.image"
         await deploy(client, tokens.acme, name="dbl", model="double", replicas=0)
-        for body in ({"inputs": []}, {"inputs": "x"}, {}, {"inputs": [1], "async": "maybe"}):
+        hostile = (
+            {"inputs": []},
+            {"inputs": "x"},
+            {},
+            {"inputs": [1], "async": "maybe"},
+            {"inputs": ["a\u0000b"]},  # jsonb holds no NUL
+            {"inputs": [{"k": ["\ud800"]}]},  # nor a lone surrogate
+            {"inputs": [0] * 5000},  # more items than a task may carry
+        )
+        for raw in hostile:
             response = await client.post(
-                "/v1/deployments/dbl/predict", json=body, headers=auth(tokens.acme)
+                "/v1/deployments/dbl/predict",
+                data=json.dumps(raw, ensure_ascii=True).replace("\\\\", "\\"),
+                headers={**auth(tokens.acme), "Content-Type": "application/json"},
             )
-            assert response.status == 422, body
+            assert response.status == 422, (raw, await response.text())
+        response = await client.get("/v1/deployments/dbl/metrics", headers=auth(tokens.acme))
+        assert (await response.json())["requests"] == 0  # none of them wrote a task
         response = await client.post(
             "/v1/deployments/dbl/predict", data=b"{not json", headers=auth(tokens.acme)
         )
