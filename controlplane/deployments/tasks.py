@@ -6,10 +6,11 @@ there (node_agent/serving.py)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -52,6 +53,13 @@ def memo_key(salt: str, inputs: Sequence[Any]) -> bytes:
     so the same input however it was spaced finds the same result."""
     canonical = json.dumps(inputs, sort_keys=True, separators=(",", ":"), allow_nan=False)
     return hashlib.sha256(f"{salt}\n{canonical}".encode()).digest()
+
+
+def new_task_id(tenant: str, idempotency_key: str | None) -> UUID:
+    """A new task's id: a fresh one, or for an idempotent request the one every retry finds."""
+    if idempotency_key is None:
+        return uuid.uuid4()
+    return uuid.uuid5(IDEMPOTENCY_NAMESPACE, f"{tenant}\n{idempotency_key}")
 
 
 def task_view(row: asyncpg.Record) -> dict[str, Any]:
@@ -97,25 +105,23 @@ class Tasks:
     def __init__(self, pool: asyncpg.Pool, url: str, *, poll_interval: float = 0.5) -> None:
         self._pool = pool
         self.listener = Wakeups(url, poll_interval=poll_interval)
-        self._waiting: dict[UUID, asyncio.Future[asyncpg.Record]] = {}
+        self._waiting: dict[UUID, set[asyncio.Future[asyncpg.Record]]] = {}
+        """Each task's waiters (a request, a stream: several may wait for one task)."""
         self._stopping = asyncio.Event()
 
     async def answer_or_queue(
         self,
         target: Target,
+        task_id: UUID,
         inputs: Sequence[Any],
         *,
         no_cache: bool = False,
         idempotency_key: str | None = None,
-    ) -> tuple[UUID, asyncpg.Record | None]:
-        """The task's id, and its record when the memo answered it (None: queued for a
-        replica). A memoized answer is recorded as a task too (memo 'hit'). With
+    ) -> asyncpg.Record | None:
+        """Queue the task `task_id` (see `new_task_id`); its record when the memo answered it (None:
+        queued for a replica). A memoized answer is recorded as a task too (memo 'hit'). With
         `idempotency_key`, a retry finds the task the first try made (IdempotencyMismatch if
         that one went elsewhere) and adds none."""
-        if idempotency_key is None:
-            task_id = uuid.uuid4()
-        else:
-            task_id = uuid.uuid5(IDEMPOTENCY_NAMESPACE, f"{target.tenant}\n{idempotency_key}")
         check_storable(inputs)  # ValueError, as for NaN below: nothing is written
         data = json.dumps(inputs, allow_nan=False)
         use_memo = target.memo_salt is not None and not no_cache
@@ -126,7 +132,7 @@ class Tasks:
                     Q["memo_hit"], task_id, target.tenant, target.steps[0], key, len(inputs), data
                 )
                 if hit is not None:
-                    return task_id, hit
+                    return hit
             memo = "off" if key is None else "miss"
             queued = await conn.fetchval(
                 Q["insert_task"],
@@ -150,31 +156,44 @@ class Tasks:
                         "or pipeline"
                     )
                 if existing["state"] in ("succeeded", "failed"):
-                    return task_id, existing
-        return task_id, None
+                    return existing
+        return None
 
     async def get(self, tenant: str, task_id: UUID) -> asyncpg.Record | None:
         record: asyncpg.Record | None = await self._pool.fetchrow(Q["get_task"], task_id, tenant)
         return record
 
-    async def wait(self, task_id: UUID, timeout_s: float) -> asyncpg.Record | None:
-        """The task's record once it has finished; None if it has not within `timeout_s`."""
+    @contextlib.contextmanager
+    def expecting(self, task_id: UUID) -> Iterator[asyncio.Future[asyncpg.Record]]:
+        """The task's record once it has finished, as a future, for results recorded from the
+        moment the block is entered: enter it before the task can finish unseen (before
+        queueing it, or before reading its state), so that no result slips in between."""
+        future: asyncio.Future[asyncpg.Record] = asyncio.get_running_loop().create_future()
+        waiters = self._waiting.setdefault(task_id, set())
+        waiters.add(future)
+        try:
+            yield future
+        finally:
+            waiters.discard(future)
+            if not waiters:
+                del self._waiting[task_id]
+
+    async def wait(
+        self, finished: asyncio.Future[asyncpg.Record], timeout_s: float
+    ) -> asyncpg.Record | None:
+        """`finished` (from `expecting`) once delivered; None if not within `timeout_s`, or
+        once this process stops."""
         if self._stopping.is_set():
             return None
-        future: asyncio.Future[asyncpg.Record] = asyncio.get_running_loop().create_future()
-        self._waiting[task_id] = future
-        self.listener.wake()  # it may have finished already
         try:
             async with asyncio.timeout(timeout_s):
-                return await asyncio.shield(future)
+                return await asyncio.shield(finished)
         except TimeoutError:
             return None
         except asyncio.CancelledError:
-            if future.cancelled() and self._stopping.is_set():
+            if finished.cancelled() and self._stopping.is_set():
                 return None  # stopped: the caller's own task goes on
             raise
-        finally:
-            self._waiting.pop(task_id, None)
 
     async def run(self) -> None:
         """Hand finished tasks to their waiters, on each wake-up (and poll), until `stop()`."""
@@ -195,9 +214,9 @@ class Tasks:
                     rows = []  # the waiters wait on; their deadlines bound them
                     await pause(self._stopping, self.listener.poll_interval)
                 for row in rows:
-                    future = self._waiting.get(row["task_id"])
-                    if future is not None and not future.done():
-                        future.set_result(row)
+                    for future in self._waiting.get(row["task_id"], ()):
+                        if not future.done():
+                            future.set_result(row)
             waiting = asyncio.create_task(self.listener.wait_for(RESULTS, seen))
             stopping = asyncio.create_task(self._stopping.wait())
             try:
@@ -214,7 +233,8 @@ class Tasks:
         """Stop delivering; the requests still waiting are answered that their task is queued
         (it is: the shutdown loses none)."""
         self._stopping.set()
-        for future in self._waiting.values():
-            if not future.done():
-                future.cancel()
+        for waiters in self._waiting.values():
+            for future in waiters:
+                if not future.done():
+                    future.cancel()
         self.listener.wake()

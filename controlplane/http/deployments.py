@@ -22,7 +22,13 @@ from controlplane.deployments.lifecycle import Busy, Deployment, Pipeline
 from controlplane.deployments.names import NAME
 from controlplane.deployments.reconcile import next_start
 from controlplane.deployments.spec import DeploymentRequest, PipelineRequest, ScaleRequest
-from controlplane.deployments.tasks import MAX_ITEMS, IdempotencyMismatch, Target, task_view
+from controlplane.deployments.tasks import (
+    MAX_ITEMS,
+    IdempotencyMismatch,
+    Target,
+    new_task_id,
+    task_view,
+)
 from controlplane.deployments.views import figures as deployment_figures
 from controlplane.deployments.views import list_deployments as listed
 from controlplane.deployments.views import replica_states
@@ -243,27 +249,27 @@ async def _run(request: web.Request, target: Target, body: PredictRequest) -> we
     tasks = request.app[TASKS]
     labels = {"tenant": target.tenant, "deployment": target.pipeline or target.steps[0]}
     key = params.text(request.headers.get("Idempotency-Key"), "Idempotency-Key", max_length=MAX_KEY)
-    try:
-        task_id, answered = await tasks.answer_or_queue(
-            target, body.inputs, no_cache=body.no_cache, idempotency_key=key
-        )
-    except IdempotencyMismatch as exc:
-        raise error(409, str(exc), field="Idempotency-Key") from exc
-    except ValueError as exc:  # NaN, infinity, NUL or a lone surrogate: not storable JSON
-        raise error(422, f"inputs: {exc}", field="inputs") from exc
-    location = {"Location": f"/v1/tasks/{task_id}"}
-    memo = "off" if target.memo_salt is None or body.no_cache else "miss"
-    SERVING_REQUESTS.add(1, {**labels, "memo": "hit" if answered is not None else memo})
-    if answered is not None:
-        SERVING_LATENCY.record(time.perf_counter() - arrived, labels)
-        return web.json_response(task_view(answered), headers=location)
-    if not body.asynchronous:
-        row = await tasks.wait(task_id, SYNC_WAIT_S)
-        if row is not None:
-            SERVING_LATENCY.record(time.perf_counter() - arrived, labels)
-            return web.json_response(task_view(row), headers=location)
-    view = {"task_id": str(task_id), "status": "queued", "items": len(body.inputs)}
-    return web.json_response(view, status=202, headers=location)
+    queued = new_task_id(target.tenant, key)
+    location = {"Location": f"/v1/tasks/{queued}"}
+    # Expected before it is queued: its result cannot come before this request listens.
+    with tasks.expecting(queued) as finished:
+        try:
+            answered = await tasks.answer_or_queue(
+                target, queued, body.inputs, no_cache=body.no_cache, idempotency_key=key
+            )
+        except IdempotencyMismatch as exc:
+            raise error(409, str(exc), field="Idempotency-Key") from exc
+        except ValueError as exc:  # NaN, infinity, NUL or a lone surrogate: not storable JSON
+            raise error(422, f"inputs: {exc}", field="inputs") from exc
+        memo = "off" if target.memo_salt is None or body.no_cache else "miss"
+        SERVING_REQUESTS.add(1, {**labels, "memo": "hit" if answered is not None else memo})
+        if answered is None and not body.asynchronous:
+            answered = await tasks.wait(finished, SYNC_WAIT_S)
+    if answered is None:
+        view = {"task_id": str(queued), "status": "queued", "items": len(body.inputs)}
+        return web.json_response(view, status=202, headers=location)
+    SERVING_LATENCY.record(time.perf_counter() - arrived, labels)
+    return web.json_response(task_view(answered), headers=location)
 
 
 async def figures(request: web.Request) -> web.Response:
@@ -398,10 +404,13 @@ async def _follow_task(
             await response.write(f"event: status\ndata: {json.dumps(view)}\n\n".encode())
         if sent in ("succeeded", "failed") or tasks.stopping:
             break
-        finished = await tasks.wait(task_id, request.app[SSE_HEARTBEAT_S])
-        if finished is None:
-            await response.write(b": heartbeat\n\n")
+        with tasks.expecting(task_id) as finished:
+            # Read once listening: a change in between is in the row, or delivered after.
             latest = await tasks.get(tenant, task_id)
             row = row if latest is None else latest
-        else:
-            row = finished
+            if row["state"] == sent:
+                done = await tasks.wait(finished, request.app[SSE_HEARTBEAT_S])
+                if done is None:
+                    await response.write(b": heartbeat\n\n")
+                else:
+                    row = done
