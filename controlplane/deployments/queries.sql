@@ -222,15 +222,18 @@ SELECT count(*) AS failed, count(pg_notify('serving', 'results')) AS woken FROM 
 -- name: evict_memo
 -- Bounded memoization: each deployment keeps its `memo_max_entries` most recently used results
 -- (those used before the one at that rank go; results used in the same instant stay together).
+-- The rank is found once per deployment (an index scan of its memo), not once per result.
+WITH cutoffs AS (
+    SELECT d.tenant, d.name,
+           (SELECT k.used_at FROM serving_memo k
+            WHERE k.tenant = d.tenant AND k.deployment = d.name
+            ORDER BY k.used_at DESC
+            OFFSET (d.spec -> 'serving' ->> 'memo_max_entries')::int - 1 LIMIT 1) AS cutoff
+    FROM deployments d
+)
 DELETE FROM serving_memo m
-USING deployments d
-WHERE d.tenant = m.tenant AND d.name = m.deployment
-  AND m.used_at < (
-      SELECT used_at FROM serving_memo k
-      WHERE k.tenant = m.tenant AND k.deployment = m.deployment
-      ORDER BY used_at DESC
-      OFFSET (d.spec -> 'serving' ->> 'memo_max_entries')::int - 1 LIMIT 1
-  );
+USING cutoffs c
+WHERE m.tenant = c.tenant AND m.deployment = c.name AND m.used_at < c.cutoff;
 
 -- name: forget_tasks
 -- Retention: finished tasks, and batches, older than the retention period.

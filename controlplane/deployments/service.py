@@ -28,6 +28,7 @@ from controlplane.deployments.names import check_name
 from controlplane.deployments.reconcile import plan
 from controlplane.deployments.spec import DeploymentRequest, PipelineRequest
 from controlplane.deployments.streams import deployment_stream, pipeline_stream
+from controlplane.deployments.views import replica_states
 from controlplane.events.errors import ConcurrencyError
 from controlplane.events.metadata import Metadata
 from controlplane.events.store import EventStore
@@ -152,7 +153,12 @@ class Deployments:
         state = loaded.state
         if state is None:
             raise NotFound(f"no deployment {name}")
-        jobs = {job_id: await self._job_status(job_id) for job_id in state.active}
+        # The jobs' read model, one query for them all (the manager reconciles every deployment
+        # each second): a job it does not show yet counts as never submitted, and submitting
+        # it again finds it (idempotent); an end it shows a moment late is retired a moment late.
+        rows = await replica_states(self._store.pool, state.active)
+        states = {row["job_id"]: JobStatus(row["state"]) for row in rows}
+        jobs = {job_id: states.get(job_id) for job_id in state.active}
         todo = plan(state, jobs, self.clock.now())
         if todo.empty:
             return state
@@ -162,28 +168,25 @@ class Deployments:
         new = tuple(
             replica_job_id(tenant, name, state.started + n) for n in range(1, todo.start + 1)
         )
-        command = ChangeReplicas(now, retire=todo.retire, start=new)
-        try:
-            # At the version read: of two concurrent reconciles one conflicts and stops, so
-            # they never both ask for the same missing replica.
-            executed = await DEPLOYMENT.try_once(
-                self._store, stream, command, metadata, loaded=loaded
-            )
-        except ConcurrencyError:
-            return await self.reconcile(tenant, name)
-        state = executed.state
-        if state is None:
-            raise InvariantBroken(f"{stream}: a change of replicas left no deployment")
+        if todo.retire or new:
+            command = ChangeReplicas(now, retire=todo.retire, start=new)
+            try:
+                # At the version read: of two concurrent reconciles one conflicts and stops,
+                # so they never both ask for the same missing replica.
+                executed = await DEPLOYMENT.try_once(
+                    self._store, stream, command, metadata, loaded=loaded
+                )
+            except ConcurrencyError:
+                return await self.reconcile(tenant, name)
+            if executed.state is None:
+                raise InvariantBroken(f"{stream}: a change of replicas left no deployment")
+            state = executed.state
         for job_id, reason in todo.retire:
             if job_id in todo.cancel:
                 await self._cancel(job_id, reason, actor)
         for job_id in (*todo.submit, *new):
             await self._submit(state, job_id, metadata)
         return state
-
-    async def _job_status(self, job_id: UUID) -> JobStatus | None:
-        job, _ = await self._jobs.current(job_id)
-        return None if job is None else job.state
 
     async def _submit(self, deployment: Deployment, job_id: UUID, metadata: Metadata) -> None:
         number = next(
