@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable
 from uuid import UUID
 
 import asyncpg
@@ -118,15 +119,12 @@ class LifecycleManager:
                 row["replica"],
                 reason,
             )
-            try:
-                await deployments.retire(row["tenant"], row["deployment"], row["replica"], reason)
-            except ServingError as exc:
-                log.warning("deployment %s/%s: %s", row["tenant"], row["deployment"], exc)
+            retire = deployments.retire(row["tenant"], row["deployment"], row["replica"], reason)
+            await _one_deployment(row["tenant"], row["deployment"], retire)
         for row in await self._pool.fetch(Q["live_deployments"]):
-            try:
-                await deployments.reconcile(row["tenant"], row["name"])
-            except ServingError as exc:
-                log.warning("deployment %s/%s: %s", row["tenant"], row["name"], exc)
+            await _one_deployment(
+                row["tenant"], row["name"], deployments.reconcile(row["tenant"], row["name"])
+            )
         await self._pool.execute(Q["fail_orphaned_tasks"])
         await self._pool.execute(Q["evict_memo"])
         await self._pool.execute(Q["forget_tasks"], self._task_retention_s)
@@ -183,3 +181,17 @@ class LifecycleManager:
             )
         log.warning("%s: its jobs go back to the queue", reason)
         return True
+
+
+async def _one_deployment(tenant: str, name: str, step: Awaitable[object]) -> None:
+    """One deployment's step of a sweep: its refusal (or a bug of its) is logged, and never
+    stops the sweep for the nodes, the jobs and the other deployments; the database's errors
+    go on to the manager's retry."""
+    try:
+        await step
+    except DATABASE_ERRORS:
+        raise
+    except ServingError as exc:
+        log.warning("deployment %s/%s: %s", tenant, name, exc)
+    except Exception:
+        log.exception("deployment %s/%s: its step of the sweep failed", tenant, name)
