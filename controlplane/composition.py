@@ -28,6 +28,7 @@ from controlplane.deployments.tasks import Tasks
 from controlplane.events.hub import StreamHub
 from controlplane.events.store import EventStore
 from controlplane.events.subscription import LogListener
+from controlplane.inference.service import Inference
 from controlplane.jobs.locations import Roots
 from controlplane.jobs.projection import JobsProjection
 from controlplane.jobs.service import Jobs
@@ -114,8 +115,14 @@ class ControlPlane:
         self.models = Models(self.store, artifacts, self.jobs, roots=roots, clock=clock)
         self.deployments = Deployments(self.store, self.jobs, self.models, clock)
         self.tasks = Tasks(pool, url, poll_interval=poll_interval)
+        self.inference = Inference(pool, self.jobs, self.models, self.deployments, clock)
         self.manager = LifecycleManager(
-            url, pool, self.store, deployments=self.deployments, clock=clock
+            url,
+            pool,
+            self.store,
+            deployments=self.deployments,
+            inference=self.inference,
+            clock=clock,
         )
         self.gauges = ClusterGauges(pool)
         self.webhooks = WebhookRelay(url, pool, self.store, relay, clock=clock)

@@ -133,6 +133,14 @@ job_status = Table(
         Computed(_manifest("memory_mb", "bigint"), persisted=True),
     ),
     Column("not_before", DateTime(timezone=True)),
+    Column(
+        "inference",
+        Boolean,
+        Computed(
+            "coalesce(jsonb_typeof(doc -> 'manifest' -> 'inference') = 'object', false)",
+            persisted=True,
+        ),
+    ),
     Index("job_status_tenant_order", "tenant", text("submitted_at DESC"), text("job_id DESC")),
     Index("job_status_order", text("submitted_at DESC"), text("job_id DESC")),
     Index(
@@ -499,4 +507,70 @@ serving_memo = Table(
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("used_at", DateTime(timezone=True), nullable=False),
     Index("serving_memo_used", "tenant", "deployment", "used_at"),
+)
+
+inference_jobs = Table(
+    "inference_jobs",
+    metadata,
+    Column("job_id", Uuid, primary_key=True),
+    Column("tenant", Text, nullable=False),
+    Column("deployment", Text, nullable=False),
+    Column("weight", Double, nullable=False),
+    Column("batch_size", Integer, nullable=False),
+    Column("queries", BigInteger),
+    Column("input", JSONB, nullable=False),
+    Column("started", BigInteger, nullable=False, server_default=text("0")),
+    Column("vtime", Double, nullable=False, server_default=text("0")),
+    Column("done", Boolean, nullable=False, server_default=text("false")),
+    Column("load_error", Text),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    CheckConstraint("weight > 0"),
+    CheckConstraint("batch_size >= 1"),
+    CheckConstraint("queries >= 1"),
+    Index("inference_jobs_live", "job_id", postgresql_where=text("NOT done")),
+)
+"""Inference jobs' queries and fair time (controlplane/inference, node_agent/inference.py)."""
+
+inference_replicas = Table(
+    "inference_replicas",
+    metadata,
+    Column(
+        "job_id", Uuid, ForeignKey("inference_jobs.job_id", ondelete="CASCADE"), primary_key=True
+    ),
+    Column("replica", Uuid, primary_key=True),
+    Column("node", Text, nullable=False),
+    Column("seen_at", DateTime(timezone=True), nullable=False),
+    Index("inference_replicas_node", "node", "seen_at"),
+)
+
+inference_queries = Table(
+    "inference_queries",
+    metadata,
+    Column(
+        "job_id", Uuid, ForeignKey("inference_jobs.job_id", ondelete="CASCADE"), primary_key=True
+    ),
+    Column("index", BigInteger, primary_key=True),
+    Column("state", Text, nullable=False),
+    Column("claim", Uuid),
+    Column("replica", Uuid, nullable=False),
+    Column("node", Text, nullable=False),
+    Column("tries", Integer, nullable=False),
+    Column("started_at", DateTime(timezone=True), nullable=False),
+    Column("claimed_at", DateTime(timezone=True), nullable=False),
+    Column("finished_at", DateTime(timezone=True)),
+    Column("inference_ms", Double),
+    Column("output", JSONB),
+    Column("error", Text),
+    CheckConstraint("index >= 0"),
+    CheckConstraint("state IN ('queued', 'running', 'succeeded', 'failed')"),
+    CheckConstraint("tries >= 1"),
+    Index("inference_queries_queued", "job_id", "index", postgresql_where=text("state = 'queued'")),
+    Index("inference_queries_running", "replica", postgresql_where=text("state = 'running'")),
+    Index("inference_queries_claimed", "claimed_at", postgresql_where=text("state = 'running'")),
+    Index(
+        "inference_queries_finished",
+        "job_id",
+        "finished_at",
+        postgresql_where=text("finished_at IS NOT NULL"),
+    ),
 )

@@ -95,6 +95,17 @@ class ReplicaClient:
             answer = await self._request("loaded", message_frame(request), chunks())
         return _milliseconds(answer, "load_ms")
 
+    async def predict_generated(
+        self, generate: dict[str, Any], first: int, count: int
+    ) -> tuple[list[Any], float]:
+        """`predict` for generated items `first` to `first + count - 1` (made by the replica
+        from `generate`'s shape and seed: runners/inputs.py)."""
+        batch_id = next(self._batch_ids)
+        spec = {**generate, "first": first, "count": count}
+        request = message_frame({"op": "batch", "id": batch_id, "generate": spec})
+        answer = await self._request("result", request, batch_id=batch_id)
+        return _outputs(answer, count), _milliseconds(answer, "inference_ms")
+
     async def predict(self, items: list[Any]) -> tuple[list[Any], float]:
         """The model's outputs for `items`, and the milliseconds the replica's call took.
 
@@ -107,11 +118,7 @@ class ReplicaClient:
         # connection stays usable.
         request = message_frame({"op": "batch", "id": batch_id, "items": items})
         answer = await self._request("result", request, batch_id=batch_id)
-        outputs = answer.get("outputs")
-        if not isinstance(outputs, list) or len(outputs) != len(items):
-            count = len(outputs) if isinstance(outputs, list) else "no list of"
-            raise ReplicaError(f"the replica answered {count} outputs for {len(items)} items")
-        return outputs, _milliseconds(answer, "inference_ms")
+        return _outputs(answer, len(items)), _milliseconds(answer, "inference_ms")
 
     async def close(self) -> None:
         self._abandon()
@@ -178,6 +185,15 @@ async def _open(serve_dir: Path) -> tuple[asyncio.StreamReader, asyncio.StreamWr
 
 def _out_of_turn(what: str) -> ReplicaError:
     return ReplicaError(f"the replica answered out of turn: {what}")
+
+
+def _outputs(answer: dict[str, Any], items: int) -> list[Any]:
+    """The answer's outputs: one per item."""
+    outputs = answer.get("outputs")
+    if not isinstance(outputs, list) or len(outputs) != items:
+        count = len(outputs) if isinstance(outputs, list) else "no list of"
+        raise ReplicaError(f"the replica answered {count} outputs for {items} items")
+    return outputs
 
 
 def _milliseconds(answer: dict[str, Any], field: str) -> float:

@@ -62,7 +62,7 @@ async def _run(
     # replica puts on its path, or into the image a container replica runs.
     packages = Packages(config.work_dir / "packages")
     site = packages.site if config.runtime == "process" else in_image
-    serving = Serving(pool, tasks, config.artifacts_dir, site)
+    serving = Serving(pool, tasks, config.artifacts_dir, site, config.name)
     shipper = LogShipper(pool)
     try:
         async with open_runtime(

@@ -32,6 +32,7 @@ from controlplane.database import DATABASE_ERRORS
 from controlplane.deployments.wakeups import Wakeups, queue_key
 from controlplane.jobs.manifest import ServableSpec
 from controlplane.queries import Q
+from node_agent.inference import QueryFeed, stored
 from node_agent.packages import PackagesError, Site
 from node_agent.replica_client import ReplicaClient, ReplicaError, ReplicaGone
 
@@ -71,8 +72,10 @@ class Serving:
         listener: Wakeups,
         artifacts_dir: Path | None,
         site: Site,
+        node: str,
     ) -> None:
         self._pool = pool
+        self.node = node
         self.listener = listener
         """Woken by the `serving` channel: each deployment's feeds by tasks queued for it."""
         self._artifacts_dir = artifacts_dir
@@ -137,9 +140,17 @@ class Serving:
         )
         return recorded
 
-    async def requeue(self, replica: UUID) -> int:
-        requeued: int = await self._pool.fetchval(Q["requeue_replica"], replica)
-        return requeued
+    async def requeue(self, replica: UUID) -> None:
+        """Give back what the replica held: its deployment's tasks, or its job's queries."""
+        async with self._pool.acquire() as conn, conn.transaction():
+            await conn.execute(Q["requeue_replica"], replica)
+            await conn.execute(Q["give_back_queries"], replica)
+
+    def queries(self, job_id: UUID, replica: UUID, note: Callable[[str], None]) -> QueryFeed:
+        """The feed of an inference job's queries for one of its replicas."""
+        return QueryFeed(
+            self._pool, self.listener, job_id=job_id, replica=replica, node=self.node, note=note
+        )
 
 
 class _Replica:
@@ -166,9 +177,14 @@ class _Replica:
         client = await ReplicaClient.connect(serve_dir, timeout_s=CONNECT_TIMEOUT_S)
         try:
             await self._load(client)
-            while True:
-                batch = await self._next_batch()
-                await self._run_batch(client, batch)
+            job = self._spec.inference_job
+            if job is not None:
+                feed = self._serving.queries(job, self._job_id, self._note)
+                await feed.run(client, self._load_error, self._retry)
+            else:
+                while True:
+                    batch = await self._next_batch()
+                    await self._run_batch(client, batch)
         except ReplicaGone:
             self._note("[trainyard] replica stopped answering: its tasks go back to the queue")
             await self._retry(lambda: self._serving.requeue(self._job_id))
@@ -302,7 +318,7 @@ def _split(
     errors: list[str | None] = []
     at = 0
     for task in tasks:
-        text, error = _stored(outputs[at : at + task.items])
+        text, error = stored(outputs[at : at + task.items])
         texts.append(text)
         errors.append(error)
         at += task.items
@@ -311,14 +327,3 @@ def _split(
 
 def _failed(tasks: Sequence[Claimed], why: str) -> tuple[list[str | None], list[str | None]]:
     return [None] * len(tasks), [why] * len(tasks)
-
-
-def _stored(outputs: list[Any]) -> tuple[str | None, str | None]:
-    """`outputs` as JSON text, or why they cannot be stored."""
-    try:
-        text = json.dumps(outputs, allow_nan=False)
-    except ValueError as exc:
-        return None, f"its outputs are not JSON: {exc}"
-    if "\\u0000" in text:
-        return None, "its outputs hold a NUL character, which cannot be stored"
-    return text, None

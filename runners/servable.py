@@ -184,7 +184,13 @@ def _forget_code(code: Path) -> None:
 def _comes_from(module: ModuleType, code: Path) -> bool:
     """Whether `module` (or package) was imported from the folder `code`."""
     prefix = str(code) + os.sep
-    locations = [getattr(module, "__file__", None), *getattr(module, "__path__", [])]
+    # A package's __path__ is a list of folders, but some libraries' modules put another
+    # object there (torch.classes answers any attribute): only a list or tuple is read.
+    path = getattr(module, "__path__", None)
+    locations = [
+        getattr(module, "__file__", None),
+        *(path if isinstance(path, list | tuple) else ()),
+    ]
     return any(isinstance(where, str) and where.startswith(prefix) for where in locations)
 
 

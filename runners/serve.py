@@ -15,6 +15,11 @@ then sends batches; each message is a frame (see `runners.frames`):
     agent: {"op":"batch","id":int,"items":[...]}
     replica: {"op":"result","id":int,"outputs":[...],"inference_ms":float}
 
+    agent: {"op":"batch","id":int,"generate":{"shape":[...],"seed":int,"first":int,"count":int}}
+    replica: the same result, for the generated items `first` to `first + count - 1` (an
+    inference job's query: each item a numpy array from the seed and its number, made here,
+    so that an image crosses neither the database nor the socket; runners/inputs.py)
+
 Any request may instead be answered `{"op":"error","error":text}` (with the batch's `id` for a
 batch): the traceback of the user's exception, or what was wrong. A failed load leaves no model
 loaded; a failed batch changes nothing.
@@ -171,6 +176,11 @@ class Replica:
         batch_id, items = message.get("id"), message.get("items")
         if not isinstance(batch_id, int) or isinstance(batch_id, bool):
             return _error("a batch needs an integer id")
+        if "generate" in message:
+            try:
+                items = _generated(message["generate"])
+            except (TypeError, ValueError) as error:
+                return _error(f"cannot generate the batch's items: {error}", id=batch_id)
         if not isinstance(items, list):
             return _error("a batch's items must be a list", id=batch_id)
         if self._servable is None:
@@ -182,6 +192,23 @@ class Replica:
         except Exception:
             return _error(traceback.format_exc(), id=batch_id)
         return {"op": "result", "id": batch_id, "outputs": outputs, "inference_ms": inference_ms}
+
+
+def _generated(spec: Any) -> list[Any]:
+    if not isinstance(spec, dict):
+        raise TypeError("generate must be an object")
+    # numpy only where a job generates its items: a replica serving JSON items needs none.
+    from runners.inputs import generated_batch
+
+    shape, seed, first, count = (spec.get(key) for key in ("shape", "seed", "first", "count"))
+    if not (
+        isinstance(shape, list)
+        and isinstance(seed, int)
+        and isinstance(first, int)
+        and isinstance(count, int)
+    ):
+        raise TypeError("generate needs a shape (a list) and whole numbers seed, first and count")
+    return list(generated_batch(shape, seed, first, count))
 
 
 def _stop(_signum: int, _frame: FrameType | None) -> None:

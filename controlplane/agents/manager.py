@@ -21,6 +21,7 @@ from controlplane.deployments.service import Deployments
 from controlplane.deployments.tasks import MAX_TRIES
 from controlplane.events.metadata import Metadata
 from controlplane.events.store import EventStore
+from controlplane.inference.service import Inference
 from controlplane.jobs.lifecycle import Refused, Restart, RollBack
 from controlplane.jobs.service import Jobs
 from controlplane.jobs.streams import job_stream
@@ -46,6 +47,7 @@ class LifecycleManager:
         store: EventStore,
         *,
         deployments: Deployments | None = None,
+        inference: Inference | None = None,
         interval_s: float = 1.0,
         clock: Clock = SYSTEM_CLOCK,
         task_retention_s: float = TASK_RETENTION_S,
@@ -56,6 +58,7 @@ class LifecycleManager:
         self._nodes = Nodes(pool, store, clock)
         self._jobs = Jobs(store, clock)
         self._deployments = deployments
+        self._inference = inference
         self._task_retention_s = task_retention_s
         self.interval_s = interval_s
         self.active = False
@@ -103,6 +106,8 @@ class LifecycleManager:
             await self._roll_back(row["job_id"], row["attempt"], row["timeout_s"])
         if self._deployments is not None:
             await self._serve(self._deployments)
+        if self._inference is not None:
+            await _one_deployment("*", "inference jobs", self._inference.sweep())
         return lost
 
     async def _serve(self, deployments: Deployments) -> None:

@@ -93,6 +93,8 @@ WITH free AS MATERIALIZED (
         FROM job_status s
         WHERE s.tenant = t.name
           AND s.state = 'QUEUED'
+          -- An inference job holds no node: its queries run on its deployment's replicas.
+          AND NOT s.inference
           AND (s.not_before IS NULL OR s.not_before <= now())
           AND ((s.learners * s.gpus_per_learner <= cardinality(f.gpus)
                 AND s.learners * s.cpus_per_learner <= f.cpus

@@ -33,6 +33,10 @@ class DeploymentCreated(DeploymentEvent):
     serving: dict[str, Any]
     replicas: int
     actor: str
+    inference_job: UUID | None = Field(
+        default=None,
+        description="the inference job whose queries its replicas run (it owns the deployment)",
+    )
 
 
 @event_type("DeploymentScaled")

@@ -55,6 +55,9 @@ class Deployment:
     """Replicas retired in a row because their job FAILED (what a model that cannot run
     causes): past a few, new ones are started ever more slowly (reconcile.py)."""
     last_failure_at: datetime | None = None
+    inference_job: UUID | None = None
+    """The inference job that owns it: its replicas run that job's queries, and only the job
+    scales or deletes it."""
 
     @property
     def live(self) -> bool:
@@ -147,6 +150,7 @@ def evolve(state: Deployment | None, event: DeploymentEvent) -> Deployment | Non
                 created_at=event.at,
                 updated_at=event.at,
                 started=0 if state is None else state.started,
+                inference_job=event.inference_job,
             )
     if state is None:
         raise InvariantBroken(f"{event.type_name} before DeploymentCreated")

@@ -9,7 +9,7 @@ import logging
 from uuid import UUID
 
 from controlplane.clock import SYSTEM_CLOCK, Clock
-from controlplane.deployments.errors import InvalidRequest, NotFound
+from controlplane.deployments.errors import Conflict, InvalidRequest, NotFound
 from controlplane.deployments.events import DeploymentCreated, PipelineDefined
 from controlplane.deployments.lifecycle import (
     DEPLOYMENT,
@@ -43,6 +43,8 @@ from controlplane.models.service import Models
 
 log = logging.getLogger(__name__)
 
+INFERENCE_PREFIX = "inference-"
+"""The names of inference jobs' deployments (controlplane/inference)."""
 REPLICA_COMMAND = ["python", "-m", "runners.serve"]
 """What a replica runs (the agent runs it with the launcher's own interpreter)."""
 REPLICA_RESTARTS = 3
@@ -81,6 +83,7 @@ def replica_manifest(deployment: Deployment) -> JobManifest:
             max_batch_size=serving["max_batch_size"],
             max_wait_ms=serving["max_wait_ms"],
             task_timeout_s=serving["task_timeout_s"],
+            inference_job=deployment.inference_job,
         ),
     )
 
@@ -101,8 +104,23 @@ class Deployments:
         state = (await DEPLOYMENT.load(self._store, deployment_stream(tenant, name))).state
         return None if state is None or (state.deleted and not state.active) else state
 
-    async def deploy(self, tenant: str, request: DeploymentRequest, actor: str) -> Deployment:
+    async def deploy(
+        self,
+        tenant: str,
+        request: DeploymentRequest,
+        actor: str,
+        *,
+        inference_job: UUID | None = None,
+    ) -> Deployment:
+        """Deploy the model version; `inference_job`: for that job's queries (the inference
+        service's own deployments, whose names users cannot take)."""
         name = check_name(request.name)
+        if inference_job is None and name.startswith(INFERENCE_PREFIX):
+            raise InvalidRequest(
+                f"names starting with {INFERENCE_PREFIX!r} are those of inference jobs' "
+                "deployments; choose another",
+                field="name",
+            )
         try:
             reference = parse_reference(request.model)
             model, version = await self._models.resolve(tenant, reference)
@@ -124,17 +142,31 @@ class Deployments:
             replicas=request.replicas,
             actor=actor,
             at=self.clock.now(),
+            inference_job=inference_job,
         )
         await self._execute(tenant, name, Create(event), actor)
         return await self.reconcile(tenant, name)
 
     async def scale(self, tenant: str, name: str, replicas: int, actor: str) -> Deployment:
+        await self._owned_by(tenant, name, None)
         await self._execute(tenant, name, Scale(replicas, self.clock.now()), actor)
         return await self.reconcile(tenant, name)
 
-    async def delete(self, tenant: str, name: str, actor: str) -> Deployment:
+    async def delete(
+        self, tenant: str, name: str, actor: str, *, owner: UUID | None = None
+    ) -> Deployment:
+        """Delete it; one an inference job owns only for that job (`owner`)."""
+        await self._owned_by(tenant, name, owner)
         await self._execute(tenant, name, Delete(actor, self.clock.now()), actor)
         return await self.reconcile(tenant, name)
+
+    async def _owned_by(self, tenant: str, name: str, owner: UUID | None) -> None:
+        deployment = await self.load(tenant, name)
+        if deployment is not None and deployment.inference_job != owner:
+            raise Conflict(
+                f"deployment {name} runs the queries of inference job "
+                f"{deployment.inference_job}: cancel that job instead"
+            )
 
     async def retire(self, tenant: str, name: str, job_id: UUID, reason: str) -> None:
         """Stop one replica that no longer serves (it stopped answering), and start another."""

@@ -229,6 +229,10 @@ class Tasks:
     def stopping(self) -> bool:
         return self._stopping.is_set()
 
+    async def pause(self, seconds: float) -> bool:
+        """Wait `seconds` (a stream's interval), cut short by the shutdown; whether it is on."""
+        return await pause(self._stopping, seconds)
+
     def stop(self) -> None:
         """Stop delivering; the requests still waiting are answered that their task is queued
         (it is: the shutdown loses none)."""

@@ -14,6 +14,7 @@ from controlplane.artifacts.store import ArtifactStore
 from controlplane.composition import opened, running
 from controlplane.http import (
     deployments,
+    inference,
     jobs,
     logs,
     metrics,
@@ -31,6 +32,7 @@ from controlplane.http.keys import (
     GAUGES,
     HUB,
     IMAGES,
+    INFERENCE,
     JOBS,
     LOCATION_ROOTS,
     MODELS,
@@ -93,6 +95,7 @@ def create_app(
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/openapi.json", openapi)
     deployments.add_routes(app)
+    inference.add_routes(app)
     jobs.add_routes(app)
     logs.add_routes(app)
     metrics.add_routes(app)
@@ -129,6 +132,7 @@ async def _database(
         app[JOBS] = plane.jobs
         app[MODELS] = plane.models
         app[DEPLOYMENTS] = plane.deployments
+        app[INFERENCE] = plane.inference
         app[TASKS] = plane.tasks
         app[GAUGES] = plane.gauges
         app[WEBHOOKS] = plane.webhooks

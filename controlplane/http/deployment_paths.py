@@ -38,7 +38,7 @@ def _errors(*statuses: int) -> dict[str, Any]:
 
 _NAME = path_param("name", "the deployment's (or pipeline's) name")
 _TASK = path_param("task_id", "the task's id")
-_ACTING = {
+ACTING = {
     "name": "tenant",
     "in": "query",
     "description": "admins only: the tenant acted for",
@@ -172,7 +172,7 @@ def _predict(operation: str, summary: str) -> dict[str, Any]:
             "operationId": operation,
             "summary": summary,
             "security": secured,
-            "parameters": [_NAME, _ACTING, _IDEMPOTENCY_KEY],
+            "parameters": [_NAME, ACTING, _IDEMPOTENCY_KEY],
             "requestBody": request_body("PredictRequest"),
             "responses": {
                 "200": answer("the finished task, with its outputs or error", _TASK_VIEW),
@@ -194,7 +194,7 @@ def openapi_paths() -> dict[str, Any]:
                 "operationId": "deploy",
                 "summary": "Deploy a model version on replicas (jobs the agents run)",
                 "security": secured,
-                "parameters": [_ACTING],
+                "parameters": [ACTING],
                 "requestBody": request_body("DeploymentRequest"),
                 "responses": {
                     "201": answer("the deployment", _DEPLOYMENT),
@@ -205,7 +205,7 @@ def openapi_paths() -> dict[str, Any]:
                 "operationId": "listDeployments",
                 "summary": "The tenant's deployments",
                 "security": secured,
-                "parameters": [_ACTING],
+                "parameters": [ACTING],
                 "responses": {
                     "200": answer("the deployments", _DEPLOYMENTS),
                     **_errors(400, 401, 403),
@@ -217,7 +217,7 @@ def openapi_paths() -> dict[str, Any]:
                 "operationId": "getDeployment",
                 "summary": "A deployment and its replica jobs",
                 "security": secured,
-                "parameters": [_NAME, _ACTING],
+                "parameters": [_NAME, ACTING],
                 "responses": {
                     "200": answer("the deployment", _DEPLOYMENT),
                     **_errors(400, 401, 403, 404),
@@ -227,7 +227,7 @@ def openapi_paths() -> dict[str, Any]:
                 "operationId": "scaleDeployment",
                 "summary": "Change its number of replicas",
                 "security": secured,
-                "parameters": [_NAME, _ACTING],
+                "parameters": [_NAME, ACTING],
                 "requestBody": request_body("ScaleRequest"),
                 "responses": {
                     "200": answer("the deployment", _DEPLOYMENT),
@@ -238,7 +238,7 @@ def openapi_paths() -> dict[str, Any]:
                 "operationId": "undeploy",
                 "summary": "Delete it: its replicas stop (queued tasks stay, unanswered)",
                 "security": secured,
-                "parameters": [_NAME, _ACTING],
+                "parameters": [_NAME, ACTING],
                 "responses": {
                     "200": answer("the deployment, deleting", _DEPLOYMENT),
                     **_errors(400, 401, 403, 404, 503),
@@ -253,7 +253,7 @@ def openapi_paths() -> dict[str, Any]:
                 "operationId": "getDeploymentMetrics",
                 "summary": "Requests, outcomes, queue depth, memo, batches and latencies",
                 "security": secured,
-                "parameters": [_NAME, _ACTING],
+                "parameters": [_NAME, ACTING],
                 "responses": {
                     "200": answer("the figures", _FIGURES),
                     **_errors(400, 401, 403, 404),
@@ -266,7 +266,7 @@ def openapi_paths() -> dict[str, Any]:
                 "summary": "Name a sequence of deployments: each step's outputs are the next "
                 "step's inputs",
                 "security": secured,
-                "parameters": [_ACTING],
+                "parameters": [ACTING],
                 "requestBody": request_body("PipelineRequest"),
                 "responses": {
                     "201": answer("the pipeline", _PIPELINE),
@@ -279,7 +279,7 @@ def openapi_paths() -> dict[str, Any]:
                 "operationId": "getPipeline",
                 "summary": "A pipeline's steps",
                 "security": secured,
-                "parameters": [_NAME, _ACTING],
+                "parameters": [_NAME, ACTING],
                 "responses": {
                     "200": answer("the pipeline", _PIPELINE),
                     **_errors(400, 401, 403, 404),
@@ -289,7 +289,7 @@ def openapi_paths() -> dict[str, Any]:
                 "operationId": "removePipeline",
                 "summary": "Remove a pipeline (its deployments stay)",
                 "security": secured,
-                "parameters": [_NAME, _ACTING],
+                "parameters": [_NAME, ACTING],
                 "responses": {
                     "204": {"description": "removed"},
                     **_errors(400, 401, 403, 404, 503),
@@ -304,7 +304,7 @@ def openapi_paths() -> dict[str, Any]:
                 "operationId": "getTask",
                 "summary": "A task: state, outputs or error, and its times",
                 "security": secured,
-                "parameters": [_TASK, _ACTING],
+                "parameters": [_TASK, ACTING],
                 "responses": {
                     "200": answer("the task", _TASK_VIEW),
                     **_errors(400, 401, 403, 404),
@@ -317,7 +317,7 @@ def openapi_paths() -> dict[str, Any]:
                 "summary": "SSE: a `status` event with the task now and at each change, until "
                 "it has finished",
                 "security": secured,
-                "parameters": [_TASK, _ACTING],
+                "parameters": [_TASK, ACTING],
                 "responses": {
                     "200": {
                         "description": "the stream",

@@ -133,7 +133,7 @@ async def submit(request: web.Request) -> web.Response:
     # (its first try passed them); only a new job is held to them.
     limits = None
     if key is None or await jobs.load(idempotent_id(tenant, key)) is None:
-        limits = (await _admit(request, tenant, manifest)).for_job()
+        limits = (await admit(request, tenant, manifest)).for_job()
     try:
         job, created = await jobs.submit(
             tenant, manifest, metadata, key, limits, secret_env=secret_env
@@ -146,7 +146,7 @@ async def submit(request: web.Request) -> web.Response:
     return web.json_response(job_view(job, await _live_nodes(request)), status=201, headers=headers)
 
 
-async def _admit(request: web.Request, tenant: str, manifest: JobManifest) -> TenantLimits:
+async def admit(request: web.Request, tenant: str, manifest: JobManifest) -> TenantLimits:
     """The tenant's limits, once the submission passes them and the cluster could ever hold the
     job; else the error (nothing written). One query reads the limits, the queued jobs and the
     largest node's memory; the rate is checked first, so that a refused flood costs nothing more.
@@ -236,7 +236,7 @@ def _job_id(request: web.Request) -> UUID:
     return params.uuid(request.match_info["job_id"], "job_id", status=404, message="no such job")
 
 
-async def _visible_job(request: web.Request, who: Principal, as_of: datetime | None = None) -> Job:
+async def visible_job(request: web.Request, who: Principal, as_of: datetime | None = None) -> Job:
     job = await request.app[JOBS].load(_job_id(request), as_of=as_of)
     # Another tenant's job is "not found", never "forbidden": its existence is not disclosed.
     if job is None or not who.may_see(job.tenant):
@@ -247,13 +247,13 @@ async def _visible_job(request: web.Request, who: Principal, as_of: datetime | N
 async def get_job(request: web.Request) -> web.Response:
     who = principal(request)
     as_of = params.timestamp(request.query.get("as_of"), "as_of")
-    job = await _visible_job(request, who, as_of)
+    job = await visible_job(request, who, as_of)
     return web.json_response(job_view(job, None if as_of else await _live_nodes(request)))
 
 
 async def get_history(request: web.Request) -> web.Response:
     who = principal(request)
-    job = await _visible_job(request, who)
+    job = await visible_job(request, who)
     entries = []
     state: Job | None = None
     for recorded in await request.app[JOBS].history(job.job_id):
@@ -280,7 +280,7 @@ def _history_entry(recorded: RecordedEvent, job: Job) -> dict[str, Any]:
 
 async def cancel(request: web.Request) -> web.Response:
     who = principal(request)
-    job = await _visible_job(request, who)
+    job = await visible_job(request, who)
     try:
         body = CancelRequest.model_validate(await json_body(request))
     except ValidationError as exc:
@@ -291,7 +291,7 @@ async def cancel(request: web.Request) -> web.Response:
 
 async def checkpoint(request: web.Request) -> web.Response:
     who = principal(request)
-    job = await _visible_job(request, who)
+    job = await visible_job(request, who)
     job = await _execute(request, who, job, RequestCheckpoint(at=request.app[JOBS].clock.now()))
     return web.json_response(job_view(job), status=202)
 
@@ -311,7 +311,7 @@ async def stream_events(request: web.Request) -> web.StreamResponse:
     """SSE of the job's events: `id` is the global position; `Last-Event-ID` resumes after it;
     a comment heartbeat while idle; the stream ends once a terminal state has been sent."""
     who = principal(request)
-    job = await _visible_job(request, who)
+    job = await visible_job(request, who)
     after = _last_event_id(request)
     response = web.StreamResponse(headers=SSE_HEADERS)
     with await live_stream(request):

@@ -13,6 +13,7 @@ from controlplane.deployments.service import Deployments
 from controlplane.deployments.tasks import Tasks
 from controlplane.events.hub import StreamHub
 from controlplane.events.store import EventStore
+from controlplane.inference.service import Inference
 from controlplane.jobs.images import ImageAllowlist
 from controlplane.jobs.locations import Roots
 from controlplane.jobs.service import Jobs
@@ -31,6 +32,7 @@ HUB = web.AppKey("hub", StreamHub)
 JOBS = web.AppKey("jobs", Jobs)
 MODELS = web.AppKey("models", Models)
 DEPLOYMENTS = web.AppKey("deployments", Deployments)
+INFERENCE = web.AppKey("inference", Inference)
 TASKS = web.AppKey("tasks", Tasks)
 GAUGES = web.AppKey("gauges", ClusterGauges)
 WEBHOOKS = web.AppKey("webhooks", WebhookRelay)

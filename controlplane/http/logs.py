@@ -38,7 +38,7 @@ from aiohttp import web
 
 from controlplane.http import params
 from controlplane.http.auth import principal
-from controlplane.http.jobs import _visible_job
+from controlplane.http.jobs import visible_job
 from controlplane.http.keys import HUB, JOBS, POOL, SSE_HEARTBEAT_S
 from controlplane.http.streams import SSE_HEADERS, live_stream
 from controlplane.instruments import sse_client
@@ -122,7 +122,7 @@ def is_report(stored: StoredLine) -> bool:
 
 async def get_logs(request: web.Request) -> web.StreamResponse:
     query = parse_query(request.query, request.headers)
-    job = await _visible_job(request, principal(request))
+    job = await visible_job(request, principal(request))
     if query.follow:
         response = web.StreamResponse(headers=SSE_HEADERS)
     else:

@@ -8,7 +8,7 @@ from typing import Any
 from aiohttp import web
 
 from controlplane.http.auth import principal
-from controlplane.http.jobs import _visible_job
+from controlplane.http.jobs import visible_job
 from controlplane.http.keys import POOL
 from controlplane.logs.metrics import MetricPoint, read_metrics
 
@@ -18,7 +18,7 @@ def add_routes(app: web.Application) -> None:
 
 
 async def get_metrics(request: web.Request) -> web.Response:
-    job = await _visible_job(request, principal(request))
+    job = await visible_job(request, principal(request))
     points = await read_metrics(request.app[POOL], job.job_id)
     return web.json_response({"id": str(job.job_id), "metrics": [_view(p) for p in points]})
 

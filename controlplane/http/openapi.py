@@ -10,6 +10,7 @@ from pydantic import BaseModel
 from controlplane import __version__
 from controlplane.http import (
     deployment_paths,
+    inference_paths,
     logs,
     metrics,
     model_paths,
@@ -331,6 +332,7 @@ def document() -> dict[str, Any]:
                     tenants.TokenRequest,
                     *model_paths.SCHEMAS,
                     *deployment_paths.SCHEMAS,
+                    *inference_paths.SCHEMAS,
                 ),
                 "JobView": _job_view_schema(),
                 "Error": _ERROR,
@@ -537,6 +539,7 @@ def document() -> dict[str, Any]:
                 }
             },
             **deployment_paths.openapi_paths(),
+            **inference_paths.openapi_paths(),
             **logs.openapi_paths(),
             **metrics.openapi_paths(),
             **model_paths.openapi_paths(),

@@ -223,6 +223,14 @@ class SaveCheckpoint:
     attempt: int | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class StartQueries:
+    """An inference job's first query started, on its deployment's replicas: holding no node
+    of its own, it goes from QUEUED to PROCESSING directly."""
+
+    at: datetime
+
+
 Command = (
     Submit
     | Deploy
@@ -234,6 +242,7 @@ Command = (
     | RequestCheckpoint
     | SaveCheckpoint
     | RollBack
+    | StartQueries
 )
 
 
@@ -329,6 +338,11 @@ def _decide_live(command: Command, job: Job) -> list[JobEvent]:
                     at=at,
                 )
             ]
+        case StartQueries(at):
+            _require(job, {JobStatus.QUEUED}, "start its queries")
+            if job.manifest.inference is None:
+                raise Refused(f"job {job.job_id} is not an inference job; it has no queries")
+            return [JobProcessing(attempt=job.attempt, at=at)]
         case RequestCheckpoint(at):
             _require(job, {JobStatus.PROCESSING}, "checkpoint")
             if job.checkpoint_requested_at is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fnmatch import fnmatchcase
 from typing import Annotated, Any, Literal
 from urllib.parse import unquote, urlsplit
+from uuid import UUID
 
 from pydantic import (
     AfterValidator,
@@ -209,6 +210,28 @@ class ServableSpec(_Strict):
     max_batch_size: int = Field(ge=1, le=INT4_MAX)
     max_wait_ms: float = Field(ge=0, le=86_400_000)
     task_timeout_s: float = Field(gt=0, le=86_400)
+    inference_job: UUID | None = Field(
+        default=None,
+        description="the inference job whose queries the replica runs (controlplane/inference), "
+        "instead of the deployment's tasks",
+    )
+
+
+class InferenceSpec(_Strict):
+    """What an inference job runs (controlplane/inference), set by POST /v1/inference: the
+    model version resolved once, its replicas' deployment, and its queries."""
+
+    model: str = Field(max_length=200, description="the model reference as the user wrote it")
+    model_tenant: str
+    model_name: str
+    version: int = Field(ge=1)
+    deployment: str = Field(max_length=64, description="the deployment its replicas belong to")
+    input: dict[str, Any] = Field(description="where its queries' items come from")
+    batch_size: int = Field(ge=1, le=INT4_MAX)
+    queries: int | None = Field(ge=1, description="how many queries; None: until cancelled")
+    weight: float = Field(gt=0)
+    replicas: int = Field(ge=1)
+    query_timeout_s: float = Field(gt=0, le=86_400)
 
 
 class JobManifest(_Strict):
@@ -278,6 +301,11 @@ class JobManifest(_Strict):
         description="set by deployments for their replicas (POST /v1/deployments); a job "
         "submitted with it is refused",
     )
+    inference: InferenceSpec | None = Field(
+        default=None,
+        description="set for inference jobs (POST /v1/inference), which hold no node of their "
+        "own; a job submitted with it is refused",
+    )
 
     @field_validator("command")
     @classmethod
@@ -332,6 +360,13 @@ class JobSubmission(JobManifest):
     def _not_servable(cls, value: ServableSpec | None) -> ServableSpec | None:
         if value is not None:
             raise ValueError("replicas are started by deployments: POST /v1/deployments")
+        return value
+
+    @field_validator("inference")
+    @classmethod
+    def _not_inference(cls, value: InferenceSpec | None) -> InferenceSpec | None:
+        if value is not None:
+            raise ValueError("inference jobs are submitted with POST /v1/inference")
         return value
 
     @field_validator("secret_env")

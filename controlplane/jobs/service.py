@@ -38,6 +38,11 @@ def idempotent_id(tenant: str, idempotency_key: str) -> uuid.UUID:
     return uuid.uuid5(IDEMPOTENCY_NAMESPACE, f"{tenant}\n{idempotency_key}")
 
 
+def new_job_id(tenant: str, idempotency_key: str | None) -> uuid.UUID:
+    """The id a submission's job gets: a fresh one, or its idempotency key's."""
+    return uuid.uuid4() if idempotency_key is None else idempotent_id(tenant, idempotency_key)
+
+
 class Jobs:
     """Job commands and reads, with the job's own stream as the only truth."""
 
@@ -77,7 +82,7 @@ class Jobs:
         was created now (False for a retry). Its `secret_env` is stored apart from the event
         log, in the same transaction as the job's first event (a retry keeps the secrets of the
         job it finds)."""
-        job_id = uuid.uuid4() if idempotency_key is None else idempotent_id(tenant, idempotency_key)
+        job_id = new_job_id(tenant, idempotency_key)
         command = Submit(
             job_id=job_id,
             tenant=tenant,

@@ -44,6 +44,7 @@ VIEWS = {
     "checkpoints",
     "gpu_allocations",
     "gpu_hours_by_tenant",
+    "inference_queries",
     "job_transitions",
     "jobs",
     "model_versions",

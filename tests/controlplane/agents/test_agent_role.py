@@ -69,6 +69,16 @@ AGENT_RIGHTS = {
     "UPDATE ON serving_tasks",  # and record their results, fenced by the claim
     "INSERT ON serving_batches",  # each batch a replica ran
     "INSERT ON serving_memo",  # results to memoize
+    "SELECT ON inference_jobs",  # an inference job's input and its fair time
+    "UPDATE (started) ON inference_jobs",  # a claim makes the job's next query
+    "UPDATE (vtime) ON inference_jobs",  # and moves its fair time on
+    "UPDATE (load_error) ON inference_jobs",  # a model that cannot be loaded fails the job
+    "SELECT ON inference_replicas",  # which jobs share the node now
+    "INSERT ON inference_replicas",  # a replica asking for queries is present on its node
+    "UPDATE ON inference_replicas",
+    "SELECT ON inference_queries",  # to claim a job's queries for its replica
+    "INSERT ON inference_queries",  # the claim makes the query
+    "UPDATE ON inference_queries",  # and records its result, fenced by the claim
 }
 
 TABLE_PRIVILEGES = ["SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE", "REFERENCES", "TRIGGER"]

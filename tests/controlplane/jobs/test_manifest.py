@@ -62,6 +62,7 @@ FULL: dict[str, Any] = {
     "labels": {"team": "vision", "cost-centre": "4711"},
     "webhook_url": "https://hooks.example.org/trainyard?token=abc",
     "servable": None,  # a deployment's replicas only
+    "inference": None,  # inference jobs only (POST /v1/inference)
 }
 
 

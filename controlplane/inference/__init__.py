@@ -1,0 +1,1 @@
+"""Inference jobs: fair time between jobs sharing replicas, exact query statistics."""
