@@ -104,7 +104,7 @@ from controlplane.settings import ARTIFACTS_DIR_ENV
 from controlplane.tenants.projection import TenantsProjection
 from controlplane.tenants.service import create_tenant
 from harness.agent_login import agent_login_url
-from harness.processes import kill_learner, until
+from harness.processes import kill_learner, replica_process, until
 from harness.served import ServedControlPlane
 from node_agent.process_runtime import find_learners
 
@@ -663,7 +663,7 @@ async def _kill_replica(cluster: _Cluster, jobs: list[UUID]) -> dict[str, int]:
     """kill -9 of the replica process (`runners.serve`, the launcher's child) of the replica
     that holds the most tasks (the first replica if none holds any); `_holding`'s figures,
     `held` being the killed replica's."""
-    processes = {job: _replica_process(cluster, job) for job in jobs}
+    processes = {job: replica_process(NODE, cluster.agent.work_dir, job) for job in jobs}
     in_flight, held = await _holding(cluster.pool, jobs)
     target = max(held, key=held.__getitem__) if held else jobs[0]
     os.kill(processes[target], signal.SIGKILL)
@@ -697,38 +697,6 @@ async def _holding(pool: asyncpg.Pool, jobs: list[UUID]) -> tuple[dict[str, int]
         for state in ("queued", "running")
     }
     return in_flight, held
-
-
-def _replica_process(cluster: _Cluster, job: UUID) -> int:
-    """The pid of the replica job's `runners.serve` process."""
-    [launcher] = [f for f in find_learners(NODE, cluster.agent.work_dir) if f.job_id == job]
-    [replica] = [
-        pid for pid in _children(int(launcher.handle)) if b"runners.serve" in _cmdline(pid)
-    ]
-    return replica
-
-
-def _children(parent: int) -> list[int]:
-    """The processes whose parent is `parent` (from /proc)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue  # gone meanwhile
-        # After the command's name, which may hold spaces and parentheses: state, then ppid.
-        if int(stat.rsplit(")", 1)[1].split()[1]) == parent:
-            found.append(int(entry.name))
-    return found
-
-
-def _cmdline(pid: int) -> bytes:
-    try:
-        return (Path("/proc") / str(pid) / "cmdline").read_bytes()
-    except OSError:
-        return b""
 
 
 async def _until_finished(pool: asyncpg.Pool, task_ids: list[UUID]) -> float:

@@ -540,7 +540,7 @@ inference_replicas = Table(
     Column("replica", Uuid, primary_key=True),
     Column("node", Text, nullable=False),
     Column("seen_at", DateTime(timezone=True), nullable=False),
-    Index("inference_replicas_node", "node", "seen_at"),
+    Index("inference_replicas_seen", "seen_at"),
 )
 
 inference_queries = Table(

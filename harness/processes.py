@@ -232,3 +232,36 @@ async def until(check: Callable[[], Awaitable[T | None]]) -> T:
             if (value := await check()) is not None:
                 return value
             await asyncio.sleep(PROBE_S)
+
+
+def replica_process(node: str, work_dir: Path, job: UUID) -> int:
+    """The pid of a replica job's `runners.serve` process (the launcher's child), as the
+    process runtime of the agent of `node` on `work_dir` started it."""
+    [launcher] = [f for f in find_learners(node, work_dir) if f.job_id == job]
+    [replica] = [
+        pid for pid in _children(int(launcher.handle)) if b"runners.serve" in _cmdline(pid)
+    ]
+    return replica
+
+
+def _children(parent: int) -> list[int]:
+    """The processes whose parent is `parent` (from /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue  # gone meanwhile
+        # After the command's name, which may hold spaces and parentheses: state, then ppid.
+        if int(stat.rsplit(")", 1)[1].split()[1]) == parent:
+            found.append(int(entry.name))
+    return found
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return (Path("/proc") / str(pid) / "cmdline").read_bytes()
+    except OSError:
+        return b""

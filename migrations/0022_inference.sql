@@ -23,7 +23,7 @@ CREATE TABLE inference_jobs (
     -- Queries started so far: the next query's index.
     started     bigint NOT NULL DEFAULT 0,
     -- Fair time: the queries it started divided by its weight, counted from where it joined
-    -- the jobs sharing its nodes (a job that starts, or comes back, joins at the least of theirs).
+    -- the jobs taking queries (a job that starts, or comes back, joins at the least of theirs).
     vtime       double precision NOT NULL DEFAULT 0,
     -- No more queries are claimed: it ended (completed, cancelled or failed).
     done        boolean NOT NULL DEFAULT false,
@@ -34,7 +34,7 @@ CREATE TABLE inference_jobs (
 CREATE INDEX inference_jobs_live ON inference_jobs (job_id) WHERE NOT done;
 
 -- The replicas asking for a job's queries, and the node each runs on: which replicas run which
--- job (IDunno's "which VMs run which model"), and which jobs share a node's fair time now.
+-- job (IDunno's "which VMs run which model"), and which jobs share the fair time now.
 CREATE TABLE inference_replicas (
     job_id      uuid NOT NULL REFERENCES inference_jobs ON DELETE CASCADE,
     replica     uuid NOT NULL,
@@ -42,7 +42,7 @@ CREATE TABLE inference_replicas (
     seen_at     timestamptz NOT NULL,
     PRIMARY KEY (job_id, replica)
 );
-CREATE INDEX inference_replicas_node ON inference_replicas (node, seen_at);
+CREATE INDEX inference_replicas_seen ON inference_replicas (seen_at);
 
 CREATE TABLE inference_queries (
     job_id        uuid NOT NULL REFERENCES inference_jobs ON DELETE CASCADE,

@@ -3,9 +3,9 @@ there, by the claim: the control plane plays no part, so queries keep flowing wh
 runs), has the replica run it, and records its result, fenced by the claim.
 
 Fair time between jobs is the claim's (controlplane/inference/queries.sql, `claim_query`): a
-replica whose job is ahead of its share waits for a query of a job sharing its node to start,
+replica whose job is ahead of its share waits for a query of another job to start,
 woken by the serving channel's 'inference' notifications, or after POLL_S at most (so that its
-job stays present on the node, and a lost notification costs no more than that).
+job stays present, and a lost notification costs no more than that).
 """
 
 from __future__ import annotations
@@ -27,8 +27,9 @@ from node_agent.replica_client import ReplicaClient, ReplicaError
 
 POLL_S = 0.5
 PRESENT_S = 3.0
-"""A replica that asked within this long counts as running its job on its node: the jobs it
-shares the node with wait for its job's turn, no longer. Several of POLL_S."""
+"""A replica that asked within this long counts as running its job: the other jobs wait for
+its job's turn, no longer (a job whose replicas are all gone holds nobody back). Several of
+POLL_S."""
 T = TypeVar("T")
 
 Retry = Callable[[Callable[[], Awaitable[T]]], Awaitable[T]]

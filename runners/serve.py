@@ -54,6 +54,8 @@ SOCKET_NAME = "serve.sock"
 MODEL_DIR = "model"
 ARTIFACT_NAME = "artifact"
 EXIT_USAGE = 2
+LOADED_NICE = 5
+"""The niceness of a replica once its model is loaded (`_yield_cpu`)."""
 
 _SHA256_HEX = re.compile(r"[0-9a-fA-F]{64}")
 
@@ -149,6 +151,7 @@ class Replica:
         load_ms = (time.perf_counter() - started) * 1000
         self._servable = servable
         print(f"replica: loaded {servable.entry_point} in {load_ms:.0f} ms", flush=True)
+        _yield_cpu()
         return {"op": "loaded", "load_ms": load_ms}
 
     def _load_failed(self, entry_point: str, text: str) -> dict[str, Any]:
@@ -192,6 +195,21 @@ class Replica:
         except Exception:
             return _error(traceback.format_exc(), id=batch_id)
         return {"op": "result", "id": batch_id, "outputs": outputs, "inference_ms": inference_ms}
+
+
+def _yield_cpu() -> None:
+    """Once its model is loaded, a replica runs at a lower CPU priority (niceness LOADED_NICE
+    at least), all its threads: a busy node's CPUs go first to the replicas still loading their
+    model (a new job starts sooner, a replica that died is replaced sooner) and to the node's
+    own services (its agent answering, Postgres, a control plane), then to model compute. Any
+    process may lower its own priority; none may raise it back, so it is done once."""
+    # Linux keeps a niceness per thread, and a thread starts with its creator's: the model's
+    # threads (a thread pool its library started while loading) are each set.
+    for task in Path("/proc/self/task").iterdir():
+        with contextlib.suppress(OSError, ValueError):
+            thread = int(task.name)
+            if os.getpriority(os.PRIO_PROCESS, thread) < LOADED_NICE:
+                os.setpriority(os.PRIO_PROCESS, thread, LOADED_NICE)
 
 
 def _generated(spec: Any) -> list[Any]:

@@ -18,7 +18,7 @@ RESULTS = "results"
 """The payload of a task finished (succeeded or failed)."""
 INFERENCE = "inference"
 """The payload of an inference job's query started or finished: the replicas of the jobs
-sharing a node wait for that to take their turn (controlplane/inference)."""
+taking queries wait for that to take their turn (controlplane/inference)."""
 
 
 def queue_key(tenant: str, deployment: str) -> str:

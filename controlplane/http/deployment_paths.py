@@ -71,6 +71,12 @@ _DEPLOYMENT = {
         "resources": {"type": "object"},
         "serving": {"type": "object"},
         "state": {"type": "string", "enum": ["serving", "deleting"]},
+        "inference_job": {
+            "type": ["string", "null"],
+            "format": "uuid",
+            "description": "the inference job that owns it (its replicas run that job's "
+            "queries; cancel the job to stop them)",
+        },
         "replica_jobs": {
             "type": "array",
             "description": "the jobs serving it now (see GET /v1/jobs/{id})",

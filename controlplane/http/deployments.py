@@ -130,6 +130,9 @@ def deployment_view(
             for job_id in deployment.active
         ],
         "failures": deployment.failures,
+        "inference_job": None
+        if deployment.inference_job is None
+        else str(deployment.inference_job),
         "next_replica_at": None if waiting is None else waiting.isoformat(),
         "created_at": deployment.created_at.isoformat(),
         "updated_at": deployment.updated_at.isoformat(),

@@ -58,7 +58,7 @@ async def submit(request: web.Request) -> web.Response:
         if key is None or await request.app[JOBS].load(job_id) is None:
             limits = (await admit(request, tenant, manifest)).for_job()
         job, created = await inference.submit(
-            tenant, manifest, event_metadata(request, who, tenant), key, limits
+            tenant, job_id, manifest, event_metadata(request, who, tenant), key, limits
         )
     except ValidationError as exc:
         raise validation_error(exc) from exc

@@ -63,6 +63,12 @@ _FIGURES = {
             name: _NUMBER for name in ("mean", "std", "min", "median", "p90", "p95", "p99", "max")
         },
     },
+    "query_rate": {
+        "type": ["object", "null"],
+        "description": "IDunno's query rate: 1 / each finished query's time, in queries per "
+        "second, over every one (exact)",
+        "properties": {name: _NUMBER for name in ("mean", "std", "median", "p90", "p95", "p99")},
+    },
 }
 _STATS = {
     "type": "object",

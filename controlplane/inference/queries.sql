@@ -41,11 +41,14 @@ UPDATE inference_jobs SET done = true WHERE job_id = $1;
 -- $5 seconds a replica counts as present after it last asked). It gets a query given back by
 -- a lost replica first (already counted), else the next new one, made here, if the job has
 -- not started more than its weight's share: its fair time (started / weight) is at most the
--- least of the other jobs whose replicas on this node asked within $5 seconds. A job that
--- starts or comes back after a pause joins at that least, so it neither waits for the others
--- to drain nor takes a burst to catch up. Every ask is recorded (inference_replicas): it keeps
--- the job present on the node, and says which replicas run which job. The job's row is locked:
--- its replicas take its queries one after another; other jobs' replicas never wait for it.
+-- least of the other jobs taking queries now (a replica of theirs asked within $5 seconds).
+-- Throughput follows the weights across the cluster, as in IDunno, whatever the models'
+-- speeds: a job ahead waits for the others, and the replicas' nodes give the time it leaves
+-- to theirs. A job that starts or comes back after a pause joins at that least, so it neither
+-- waits for the others to drain nor takes a burst to catch up. Every ask is recorded
+-- (inference_replicas): it keeps the job present, and says which replicas run which job, and
+-- where. The job's row is locked: its replicas take its queries one after another; other
+-- jobs' replicas never wait for it.
 -- `outcome`: 'claimed' (index set), 'wait' (not its turn, nothing to take now, or no row yet)
 -- or 'done' (the job ended, or every query has finished).
 WITH job AS (
@@ -59,8 +62,7 @@ WITH job AS (
     FROM inference_jobs o
     WHERE NOT o.done AND o.job_id <> $1
       AND EXISTS (SELECT 1 FROM inference_replicas r
-                  WHERE r.job_id = o.job_id AND r.node = $4
-                    AND r.seen_at > now() - make_interval(secs => $5))
+                  WHERE r.job_id = o.job_id AND r.seen_at > now() - make_interval(secs => $5))
 ), fair AS (
     SELECT job.job_id,
            CASE WHEN job.present_at IS NULL
@@ -192,9 +194,15 @@ SELECT q.replica, max(q.node) AS node,
        min(q.ms) AS min_ms,
        max(q.ms) AS max_ms,
        percentile_cont(ARRAY[0.5, 0.9, 0.95, 0.99]) WITHIN GROUP (ORDER BY q.ms)
-           AS percentiles_ms
+           AS percentiles_ms,
+       -- IDunno's query rate: each query's 1 / its time, in queries per second.
+       avg(1000 / q.ms) AS rate_mean,
+       stddev_pop(1000 / q.ms) AS rate_std,
+       percentile_cont(ARRAY[0.5, 0.9, 0.95, 0.99]) WITHIN GROUP (ORDER BY 1000 / q.ms)
+           AS rate_percentiles
 FROM (
-    SELECT *, (extract(epoch FROM finished_at - claimed_at) * 1000)::float8 AS ms
+    -- A time of 0 (a clock's resolution) has no rate: counted as 1 µs.
+    SELECT *, greatest((extract(epoch FROM finished_at - claimed_at) * 1000)::float8, 0.001) AS ms
     FROM inference_queries WHERE job_id = $1
 ) q
 GROUP BY GROUPING SETS ((), (q.replica))

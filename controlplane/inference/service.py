@@ -111,15 +111,18 @@ class Inference:
     async def submit(
         self,
         tenant: str,
+        job_id: UUID,
         manifest: JobManifest,
         metadata: Metadata,
         idempotency_key: str | None,
         limits: JobLimits | None,
     ) -> tuple[Job, bool]:
-        """Submit the job (its `manifest`, made for its id, the one `new_job_id` gives it),
-        then make its row and its deployment (the lifecycle manager does both again should
-        this control plane die in between)."""
-        job, created = await self._jobs.submit(tenant, manifest, metadata, idempotency_key, limits)
+        """Submit the job `job_id` (`new_job_id`'s, which its `manifest` was made for), then
+        make its row and its deployment (the lifecycle manager does both again should this
+        control plane die in between)."""
+        job, created = await self._jobs.submit(
+            tenant, manifest, metadata, idempotency_key, limits, job_id=job_id
+        )
         await self.prepare(job.job_id, tenant, job.manifest)
         return job, created
 

@@ -108,8 +108,8 @@ class InferenceRequest(BaseModel):
         default=1.0,
         ge=MIN_WEIGHT,
         le=MAX_WEIGHT,
-        description="its share of the replicas' time against the jobs sharing their nodes: "
-        "query throughput in proportion to the weights",
+        description="its share against the other inference jobs running: query throughput "
+        "in proportion to the weights",
     )
     replicas: int = Field(default=1, ge=1, le=MAX_REPLICAS, description="replicas running it")
     resources: Resources = Field(default_factory=Resources)

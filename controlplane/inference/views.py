@@ -45,11 +45,12 @@ def figures(row: asyncpg.Record | None, window_s: float) -> dict[str, Any]:
             "queries": _counts(row),
             "rate": {"window_qps": 0.0, "overall_qps": 0.0},
             "latency_ms": None,
+            "query_rate": None,
         }
     first: datetime | None = row["first_started_at"]
     last: datetime | None = row["last_finished_at"]
     span_s = (last - first).total_seconds() if first and last else 0.0
-    latency = None
+    latency = query_rate = None
     if row["finished"]:
         p50, p90, p95, p99 = row["percentiles_ms"]
         latency = {
@@ -62,6 +63,15 @@ def figures(row: asyncpg.Record | None, window_s: float) -> dict[str, Any]:
             "p99": p99,
             "max": row["max_ms"],
         }
+        r50, r90, r95, r99 = row["rate_percentiles"]
+        query_rate = {
+            "mean": row["rate_mean"],
+            "std": row["rate_std"],
+            "median": r50,
+            "p90": r90,
+            "p95": r95,
+            "p99": r99,
+        }
     return {
         "queries": _counts(row),
         "rate": {
@@ -69,6 +79,7 @@ def figures(row: asyncpg.Record | None, window_s: float) -> dict[str, Any]:
             "overall_qps": row["finished"] / span_s if span_s > 0 else 0.0,
         },
         "latency_ms": latency,
+        "query_rate": query_rate,
     }
 
 

@@ -77,12 +77,14 @@ class Jobs:
         limits: JobLimits | None = None,
         *,
         secret_env: Mapping[str, str] | None = None,
+        job_id: uuid.UUID | None = None,
     ) -> tuple[Job, bool]:
         """Submit a job, to run under `limits` (None: the defaults); returns it and whether it
         was created now (False for a retry). Its `secret_env` is stored apart from the event
         log, in the same transaction as the job's first event (a retry keeps the secrets of the
         job it finds)."""
-        job_id = new_job_id(tenant, idempotency_key)
+        # Given when the manifest names the job's id (an inference job's deployment does).
+        job_id = job_id or new_job_id(tenant, idempotency_key)
         command = Submit(
             job_id=job_id,
             tenant=tenant,
