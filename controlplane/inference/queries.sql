@@ -201,8 +201,9 @@ SELECT q.replica, max(q.node) AS node,
        percentile_cont(ARRAY[0.5, 0.9, 0.95, 0.99]) WITHIN GROUP (ORDER BY 1000 / q.ms)
            AS rate_percentiles
 FROM (
-    -- A time of 0 (a clock's resolution) has no rate: counted as 1 µs.
-    SELECT *, greatest((extract(epoch FROM finished_at - claimed_at) * 1000)::float8, 0.001) AS ms
+    -- NULL until finished; a time of 0 (a clock's resolution) has no rate: counted as 1 µs.
+    SELECT *, CASE WHEN finished_at IS NOT NULL THEN greatest(
+               (extract(epoch FROM finished_at - claimed_at) * 1000)::float8, 0.001) END AS ms
     FROM inference_queries WHERE job_id = $1
 ) q
 GROUP BY GROUPING SETS ((), (q.replica))
