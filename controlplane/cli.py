@@ -22,6 +22,7 @@ from controlplane.settings import Settings
 from controlplane.tenants.cli import add_commands as add_tenant_commands
 from trainyard.api import ApiError, NotFound, ServerUnreachable, UsageError
 from trainyard.commands import add_client_commands
+from trainyard.inference_commands import add_inference_commands
 from trainyard.models_commands import add_model_commands
 from trainyard.serving_commands import add_serving_commands
 
@@ -180,6 +181,7 @@ def parser(running: Sequence[str] | None = None) -> argparse.ArgumentParser:
     add_client_commands(commands)
     add_model_commands(commands)
     add_serving_commands(commands)
+    add_inference_commands(commands)
 
     bench = commands.add_parser(
         "bench", help="run a benchmark", description="Benchmarks that print JSON."
@@ -328,6 +330,34 @@ def parser(running: Sequence[str] | None = None) -> argparse.ArgumentParser:
     serving.add_argument("--no-peers", action="store_true", help="leave Ray Serve and BentoML out")
     serving.add_argument("--json", action="store_true", help="print only the JSON object")
     serving.set_defaults(handler=cmd_bench_serving)
+    inference = bench_commands.add_parser(
+        "inference",
+        help="IDunno's experiment: two inference jobs in fair time, a replica and the control "
+        "plane killed",
+        description="With real processes on a scratch database (a served control plane, two "
+        "process-runtime agents): endless inference jobs of ResNet18 and AlexNet (random "
+        "weights, batches of 16 generated images, 2 replicas each): the second job's start, "
+        "the ratio of their query rates at weights 1:1 and 2:1, the time until the cluster's "
+        "rate is back to 90 %% after a kill -9 of a replica and of the control plane, queries "
+        "lost and results duplicated, and the statistics checked against the audit view. "
+        "Prints JSON (definitions: bench/inference.py).",
+    )
+    inference.add_argument(
+        "--window",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help="seconds over which the jobs' rates are compared (default: 30)",
+    )
+    inference.add_argument(
+        "--size",
+        type=int,
+        default=224,
+        metavar="PX",
+        help="the generated images' height and width (default: 224)",
+    )
+    inference.add_argument("--json", action="store_true", help="print only the JSON object")
+    inference.set_defaults(handler=cmd_bench_inference)
     return top
 
 
@@ -523,6 +553,18 @@ async def cmd_bench_serving(args: argparse.Namespace, settings: Settings) -> int
         progress=not args.json,
     )
     print(json.dumps(result, indent=None if args.json else 2))
+    return 0
+
+
+async def cmd_bench_inference(args: argparse.Namespace, settings: Settings) -> int:
+    from bench.inference import run
+
+    if args.window <= 0 or not 32 <= args.size <= 1024:
+        print("trainyard: --window must be > 0 and --size 32 to 1024", file=sys.stderr)
+        return EXIT_USAGE
+    url = await _database(settings)
+    result = await run(url, window_s=args.window, size=args.size, progress=not args.json)
+    print(json.dumps(result, indent=None if args.json else 2, default=str))
     return 0
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from types import TracebackType
@@ -113,10 +113,12 @@ class ApiClient:
         form: aiohttp.MultipartWriter | None = None,
         not_found: str | None = None,
         text: bool = False,
+        headers: Mapping[str, str] | None = None,
     ) -> Any:
         """The response's JSON (or text; None for 204); an exception for any error status. A
         404 is NotFound, with `not_found` as its message (else the server's). The body is
-        `body` as JSON, or `form`, a multipart body whose parts may stream from files."""
+        `body` as JSON, or `form`, a multipart body whose parts may stream from files;
+        `headers` are sent too (an Idempotency-Key)."""
         try:
             async with self.session.request(
                 method,
@@ -124,6 +126,7 @@ class ApiClient:
                 params=list(params),
                 json=body,
                 data=form,
+                headers=None if headers is None else dict(headers),
                 timeout=REQUEST_TIMEOUT if form is None else TRANSFER_TIMEOUT,
             ) as response:
                 await raise_for_status(response, not_found)

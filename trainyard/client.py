@@ -569,6 +569,99 @@ class AsyncClient:
         """Remove pipeline `name` (its deployments stay)."""
         await self.api.request("DELETE", _pipeline_path(name), params=_acting(tenant))
 
+    async def infer(
+        self,
+        name: str,
+        model: str,
+        *,
+        input: Mapping[str, Any],
+        batch_size: int = 16,
+        queries: int | None = None,
+        weight: float = 1.0,
+        replicas: int = 1,
+        resources: Mapping[str, Any] | None = None,
+        query_timeout_s: float | None = None,
+        labels: Mapping[str, str] | None = None,
+        tenant: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> dict[str, Any]:
+        """Submit inference job `name`: the model version `model` names
+        (`[tenant/]name[:N|@alias]`, resolved once, now) run over `input`, one query per batch
+        of `batch_size` items; the new job (a job: `job`, `events`, `wait`, `cancel` take its
+        `id`). `input` is `{"generate": {"shape": [3, 224, 224], "seed": 0}}` (generated
+        items, endless unless `queries` says how many) or `{"items": [...]}` (the items
+        themselves, covered once unless `queries` says fewer). `weight` is its share against
+        the other inference jobs running (query throughputs go as the weights); `replicas` run
+        it, each holding `resources` (`gpus`, `cpus`, `memory_mb`, `image`; None: the server's
+        defaults); a replica holding a query past `query_timeout_s` (None: the server's, 60) is
+        replaced and the query retried. A retry with the same `idempotency_key` gets the job
+        the first call made, never a second."""
+        body: dict[str, Any] = {
+            "name": name,
+            "model": model,
+            "input": dict(input),
+            "batch_size": batch_size,
+            "weight": weight,
+            "replicas": replicas,
+        }
+        if queries is not None:
+            body["queries"] = queries
+        if resources is not None:
+            body["resources"] = dict(resources)
+        if query_timeout_s is not None:
+            body["query_timeout_s"] = query_timeout_s
+        if labels:
+            body["labels"] = dict(labels)
+        headers = None if idempotency_key is None else {"Idempotency-Key": idempotency_key}
+        job: dict[str, Any] = await self.api.request(
+            "POST", "/v1/inference", params=_acting(tenant), body=body, headers=headers
+        )
+        return job
+
+    async def inference_stats(self, job_id: str) -> dict[str, Any]:
+        """An inference job's statistics, exact, over every query recorded: `state`, `model`
+        (`tenant/name:N`), `weight`, `batch_size`, `total_queries` (None: until cancelled),
+        `queries` (finished, succeeded, failed, running, queued, retried), `rate` (`window_qps`
+        over the last `window_s` seconds, `overall_qps`), `latency_ms` (mean, std, min, median,
+        p90, p95, p99, max; None before a query has finished) and the same for each of its
+        `replicas` (with `replica`, `node`, `seen_at`). NotFound for a job that is not an
+        inference job."""
+        figures: dict[str, Any] = await self.api.request("GET", f"{_job_path(job_id)}/stats")
+        return figures
+
+    async def follow_inference_stats(self, job_id: str) -> AsyncGenerator[dict[str, Any], None]:
+        """An inference job's statistics (see `inference_stats`) now and at each change of its
+        state or counts, as its SSE stream sends them; the iteration ends with the figures of
+        the job ended. A dropped connection is reopened (its first figures are those of then)."""
+        stream = self.api.follow(f"{_job_path(job_id)}/stats/events")
+        async with aclosing(stream):
+            async for message in stream:
+                if message.event != "stats":
+                    continue
+                figures: dict[str, Any] = message.json()
+                yield figures
+                if figures["state"] in TERMINAL_STATES:
+                    return
+
+    async def inference_queries(
+        self, job_id: str, *, after: int | None = None, limit: int | None = None
+    ) -> dict[str, Any]:
+        """An inference job's queries in order, those with an index above `after` (None: from
+        the first), at most `limit` (1 to 1000; None: the server's 100): `queries`, each with
+        `index`, `state`, `replica`, `node`, `tries`, times, `latency_ms`, `inference_ms`,
+        `outputs` (one per item) or `error`; and `next_after` (the last index given, to pass
+        as `after` for the next page; None once a page is shorter than asked for: the last,
+        for now)."""
+        params: list[tuple[str, str]] = []
+        if after is not None:
+            params.append(("after", str(after)))
+        if limit is not None:
+            params.append(("limit", str(limit)))
+        page: dict[str, Any] = await self.api.request(
+            "GET", f"{_job_path(job_id)}/queries", params=params
+        )
+        return page
+
 
 def _no_job(job_id: str) -> str:
     return f"no job {job_id}"
@@ -628,6 +721,14 @@ def _deployment_path(name: str) -> str:
 
 def _pipeline_path(name: str) -> str:
     return f"/v1/pipelines/{_serving_name(name)}"
+
+
+def _job_path(job_id: str) -> str:
+    # Checked here: in a path, another text would name another resource.
+    try:
+        return f"/v1/jobs/{uuid.UUID(job_id)}"
+    except ValueError:
+        raise UsageError(f"invalid job id {job_id[:80]!r}: a job id is a UUID") from None
 
 
 def _task_path(task_id: str) -> str:
@@ -961,6 +1062,53 @@ class Client:
     def remove_pipeline(self, name: str, *, tenant: str | None = None) -> None:
         """See `AsyncClient.remove_pipeline`."""
         self._run(self._client.remove_pipeline(name, tenant=tenant))
+
+    def infer(
+        self,
+        name: str,
+        model: str,
+        *,
+        input: Mapping[str, Any],
+        batch_size: int = 16,
+        queries: int | None = None,
+        weight: float = 1.0,
+        replicas: int = 1,
+        resources: Mapping[str, Any] | None = None,
+        query_timeout_s: float | None = None,
+        labels: Mapping[str, str] | None = None,
+        tenant: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> dict[str, Any]:
+        """See `AsyncClient.infer`."""
+        submitted = self._client.infer(
+            name,
+            model,
+            input=input,
+            batch_size=batch_size,
+            queries=queries,
+            weight=weight,
+            replicas=replicas,
+            resources=resources,
+            query_timeout_s=query_timeout_s,
+            labels=labels,
+            tenant=tenant,
+            idempotency_key=idempotency_key,
+        )
+        return self._run(submitted)
+
+    def inference_stats(self, job_id: str) -> dict[str, Any]:
+        """See `AsyncClient.inference_stats`."""
+        return self._run(self._client.inference_stats(job_id))
+
+    def follow_inference_stats(self, job_id: str) -> Iterator[dict[str, Any]]:
+        """See `AsyncClient.follow_inference_stats`."""
+        return self._iterate(self._client.follow_inference_stats(job_id))
+
+    def inference_queries(
+        self, job_id: str, *, after: int | None = None, limit: int | None = None
+    ) -> dict[str, Any]:
+        """See `AsyncClient.inference_queries`."""
+        return self._run(self._client.inference_queries(job_id, after=after, limit=limit))
 
     def _run(self, call: Coroutine[Any, Any, T]) -> T:
         future = asyncio.run_coroutine_threadsafe(call, self._loop)

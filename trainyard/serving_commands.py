@@ -213,10 +213,10 @@ def add_serving_commands(commands: Any) -> None:
     remove.add_argument("name", metavar="NAME", help="the pipeline")
 
 
-def read_items(text: str) -> list[Any]:
-    """INPUT's items: a JSON array given inline, in a file (`@FILE`) or on standard input
-    (`-`); UsageError saying what is wrong otherwise."""
-    name = "INPUT"
+def read_items(text: str, argument: str = "INPUT") -> list[Any]:
+    """The items `argument` gives: a JSON array given inline, in a file (`@FILE`) or on
+    standard input (`-`); UsageError saying what is wrong otherwise."""
+    name = argument
     if text == "-":
         name, text = "standard input", sys.stdin.read()
     elif text.startswith("@"):
@@ -229,12 +229,12 @@ def read_items(text: str) -> list[Any]:
         items = json.loads(text)
     except json.JSONDecodeError as exc:
         raise UsageError(
-            f"{name}: not JSON (line {exc.lineno} column {exc.colno}: {exc.msg}); INPUT is a "
-            "JSON array of items, e.g. '[1, 2]'"
+            f"{name}: not JSON (line {exc.lineno} column {exc.colno}: {exc.msg}); {argument} "
+            "is a JSON array of items, e.g. '[1, 2]'"
         ) from exc
     if not isinstance(items, list):
         raise UsageError(
-            f"{name}: INPUT is a JSON array of items, e.g. '[1, 2]', not {_json_kind(items)}"
+            f"{name}: {argument} is a JSON array of items, e.g. '[1, 2]', not {_json_kind(items)}"
         )
     return items
 

@@ -112,7 +112,7 @@ async def stream_stats(request: web.Request) -> web.StreamResponse:
                 while True:
                     view = await _view(request, job)
                     # The window's rate moves while nothing happens: the counts say what did.
-                    changed = (view["state"], view["queries"])
+                    changed = (view["state"], view["queries"], len(view["replicas"]))
                     if changed != sent:
                         sent = changed
                         await response.write(f"event: stats\ndata: {json.dumps(view)}\n\n".encode())
@@ -134,5 +134,6 @@ async def list_queries(request: web.Request) -> web.Response:
     page = await queries(
         request.app[POOL], job.job_id, after=-1 if after is None else after, limit=limit or 100
     )
-    next_after = page[-1]["index"] if page else None
+    # None once this page is the last (shorter than asked for): nothing more to ask for now.
+    next_after = page[-1]["index"] if len(page) == (limit or 100) else None
     return web.json_response({"job_id": str(job.job_id), "queries": page, "next_after": next_after})

@@ -100,7 +100,10 @@ _QUERIES = {
     "type": "object",
     "properties": {
         "job_id": {"type": "string", "format": "uuid"},
-        "next_after": {"type": ["integer", "null"], "description": "pass as `after` for more"},
+        "next_after": {
+            "type": ["integer", "null"],
+            "description": "pass as `after` for more; null: this page is the last for now",
+        },
         "queries": {
             "type": "array",
             "items": {

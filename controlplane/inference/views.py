@@ -72,10 +72,12 @@ def figures(row: asyncpg.Record | None, window_s: float) -> dict[str, Any]:
             "p95": r95,
             "p99": r99,
         }
+    # A job younger than the window has had only its age to record results in.
+    window = min(window_s, (row["at"] - first).total_seconds()) if first else window_s
     return {
         "queries": _counts(row),
         "rate": {
-            "window_qps": row["in_window"] / window_s,
+            "window_qps": row["in_window"] / window if window > 0 else 0.0,
             "overall_qps": row["finished"] / span_s if span_s > 0 else 0.0,
         },
         "latency_ms": latency,

@@ -22,8 +22,9 @@ from learner_process import PATIENCE_S, PYTHON, Learner, StartLearner
 from node_agent.replica_client import ReplicaClient, ReplicaError, ReplicaGone
 from runners.config import SERVE_DIR
 from runners.frames import MAX_FRAME, FrameError, read_frame, read_message
+from runners.inputs import generated
 from runners.servable import ServableError, unpack_zip
-from runners.serve import SOCKET_NAME
+from runners.serve import LOADED_NICE, SOCKET_NAME
 
 MLP = """
 from pathlib import Path
@@ -346,3 +347,50 @@ def test_a_plain_archive_unpacks_whole(tmp_path: Path) -> None:
     archive = zipped(tmp_path, zipfile.ZipInfo("pkg/"), zipfile.ZipInfo("pkg/./m.py"))
     unpack_zip(archive, tmp_path / "code", max_members=2, max_bytes=10)
     assert (tmp_path / "code" / "pkg" / "m.py").read_bytes() == b"x" * 10
+
+
+GENERATED = """
+import torch
+
+
+def shapes(items):
+    return [[list(item.shape), round(float(item.sum()), 4)] for item in items]
+"""
+
+
+async def test_generated_items_are_made_by_the_replica_from_the_seed_and_their_numbers(
+    replica: Replica, tmp_path: Path
+) -> None:
+    path, sha256 = artifact(tmp_path / "gen.py", GENERATED.encode())
+    client = await connect(replica)
+    await client.load(path, sha256, "gen:shapes")
+    outputs, _ = await client.predict_generated({"shape": [2, 3], "seed": 5}, 3, 2)
+    expected = [[[2, 3], round(float(generated([2, 3], 5, n).sum()), 4)] for n in (3, 4)]
+    assert outputs == expected
+    with pytest.raises(ReplicaError, match="cannot generate the batch's items"):
+        await client.predict_generated({"shape": [0], "seed": 5}, 0, 2)
+    with pytest.raises(ReplicaError, match="cannot generate the batch's items"):
+        await client.predict_generated({"shape": "3x3", "seed": 5}, 0, 2)
+    # A module importing torch loads again into the same replica (torch's modules in
+    # sys.modules are looked through when the earlier load's are forgotten).
+    await client.load(path, sha256, "gen:shapes")
+    assert (await client.predict_generated({"shape": [1], "seed": 0}, 0, 1))[0][0][0] == [1]
+    await client.close()
+
+
+def niceness(pid: int) -> list[int]:
+    """Each thread's niceness: field 19 of its stat (counted after the command's name, which
+    may hold spaces, from the closing parenthesis)."""
+    tasks = Path(f"/proc/{pid}/task").iterdir()
+    return [int((t / "stat").read_text().rsplit(")", 1)[1].split()[16]) for t in tasks]
+
+
+async def test_a_loaded_replica_yields_the_cpu(replica: Replica, tmp_path: Path) -> None:
+    path, sha256 = artifact(tmp_path / "gen.py", GENERATED.encode())
+    client = await connect(replica)
+    pid = replica.process.process.pid
+    await client.load(path, sha256, "gen:shapes")
+    await client.predict_generated({"shape": [64, 64], "seed": 1}, 0, 4)
+    nice = niceness(pid)
+    await client.close()
+    assert nice and all(n >= LOADED_NICE for n in nice), nice
