@@ -12,7 +12,9 @@ Run where a GPU is (it proves nothing elsewhere):
 - replica: the same MLP as a deployment's replica runs it (`runners.serve`, pinned to the GPU
   by the agent's environment, loaded and fed by the agent's client over its socket), items
   per second and each call's p50 at the same batch sizes: what serving adds on the replica's
-  side (the queue in Postgres comes on top, see `trainyard bench serving`).
+  side (the queue in Postgres comes on top, see `trainyard bench serving`);
+- vision: inference jobs' queries (16 generated 3x224x224 images each) of ResNet18 and AlexNet
+  on the GPU, run directly and by a replica pinned to it: queries per second, and the load.
 """
 
 from __future__ import annotations
@@ -37,6 +39,9 @@ from node_agent.inventory import open_inventory
 from node_agent.replica_client import ReplicaClient
 from node_agent.runtime import LearnerSpec, learner_env
 from runners.config import SERVE_DIR
+
+BATCH = 16
+"""Images in an inference query, as in IDunno's experiment."""
 
 SEES = (
     "import json, torch\n"
@@ -152,6 +157,57 @@ async def replica(
             await process.wait()
 
 
+async def vision(
+    gpu: str, archs: tuple[str, ...] = ("resnet18", "alexnet"), seconds: float = 5.0
+) -> dict[str, Any]:
+    """Inference jobs' queries on the GPU: BATCH generated 3x224x224 images a query, each model
+    run directly here and as an inference job's replica runs it (`runners.serve` pinned to the
+    GPU, fed generated items over its socket): queries per second, and the replica's load."""
+    from runners.examples.vision import Classifier, servable_source
+    from runners.inputs import generated_batch
+
+    results: dict[str, Any] = {}
+    for arch in archs:
+        model = Classifier(arch, device="cuda")
+        items = generated_batch([3, 224, 224], 7, 0, BATCH)
+        model.predict(items)  # warm up (kernels chosen, memory taken)
+        calls, started = 0, time.perf_counter()
+        while time.perf_counter() - started < seconds:
+            model.predict(generated_batch([3, 224, 224], 7, calls * BATCH, BATCH))
+            calls += 1
+        direct = calls / (time.perf_counter() - started)
+        with tempfile.TemporaryDirectory(prefix="trainyard-gpu-check-") as work:
+            serve_dir = Path(work)
+            artifact = serve_dir / f"{arch}.py"
+            artifact.write_text(servable_source(arch))
+            env = learner_env(_spec([gpu]), path=os.environ.get("PATH", "/usr/bin:/bin"))
+            env[SERVE_DIR] = str(serve_dir)
+            process = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "runners.serve", env={**os.environ, **env}
+            )
+            try:
+                client = await ReplicaClient.connect(serve_dir, timeout_s=60)
+                sha256 = hashlib.sha256(artifact.read_bytes()).hexdigest()
+                load_ms = await client.load(artifact, sha256, f"{arch}:predict")
+                spec = {"shape": [3, 224, 224], "seed": 7}
+                await client.predict_generated(spec, 0, BATCH)  # warm up
+                calls, started = 0, time.perf_counter()
+                while time.perf_counter() - started < seconds:
+                    await client.predict_generated(spec, calls * BATCH, BATCH)
+                    calls += 1
+                served = calls / (time.perf_counter() - started)
+                await client.close()
+            finally:
+                process.terminate()
+                await process.wait()
+        results[arch] = {
+            "direct_queries_per_s": round(direct, 2),
+            "replica_queries_per_s": round(served, 2),
+            "replica_load_ms": round(load_ms, 1),
+        }
+    return {"batch": BATCH, "image": [3, 224, 224], **results}
+
+
 def main() -> int:
     gpus = inventory()
     result: dict[str, Any] = {
@@ -160,6 +216,7 @@ def main() -> int:
         "docker": shutil.which("docker") is not None,
         "inference": inference() if gpus else None,
         "replica": asyncio.run(replica(gpus[0]["uuid"])) if gpus else None,
+        "vision": asyncio.run(vision(gpus[0]["uuid"])) if gpus else None,
     }
     print(json.dumps(result, indent=2))
     return 0

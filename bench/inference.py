@@ -175,7 +175,15 @@ async def _cluster(
     artifacts = root / "artifacts"
     plane = ServedControlPlane(database, root / "plane", env={ARTIFACTS_DIR_ENV: str(artifacts)})
     agents = [
-        AgentProcess(database, root / name, name, ttl_s=3, heartbeat_s=0.5, artifacts_dir=artifacts)
+        AgentProcess(
+            database,
+            root / name,
+            name,
+            ttl_s=3,
+            heartbeat_s=0.5,
+            artifacts_dir=artifacts,
+            log=root / f"{name}.log",
+        )
         for name in NODES
     ]
     try:
@@ -184,6 +192,19 @@ async def _cluster(
             await agent.start(pool)
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
             yield _Cluster(pool, auditor, plane, agents, issued.plaintext, session)
+    except BaseException:
+        # Where the jobs were, and what the agents said: why it stopped.
+        with contextlib.suppress(Exception):
+            for row in await pool.fetch(
+                "SELECT doc -> 'manifest' ->> 'name' AS name, state,"
+                " doc ->> 'failure_reason' AS reason FROM job_status ORDER BY submitted_at"
+            ):
+                print(f"job {row['name']}: {row['state']} {row['reason'] or ''}", file=sys.stderr)
+        for agent in agents:
+            if agent.log is not None and agent.log.exists():
+                tail = agent.log.read_text(errors="replace")[-3000:]
+                print(f"--- {agent.name}'s log, its end:\n{tail}", file=sys.stderr)
+        raise
     finally:
         for agent in agents:
             await agent.stop()
@@ -286,7 +307,7 @@ async def _submit(cluster: _Cluster, arch: str, weight: float, size: int) -> UUI
             "batch_size": BATCH,
             "weight": weight,
             "replicas": REPLICAS,
-            "resources": {"cpus": 0.5, "memory_mb": 1024},
+            "resources": {"cpus": 0.5},
         },
     )
     return UUID(job["id"])

@@ -5,6 +5,7 @@ so same identity) takes its lease back at once and re-adopts them."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sys
 import time
@@ -35,8 +36,11 @@ class AgentProcess:
         checkpoint_dir: Path | None = None,
         runtime: str = "process",
         artifacts_dir: Path | None = None,
+        log: Path | None = None,
     ) -> None:
         self.url = url
+        self.log = log
+        """Where its output goes (appended, across restarts); None: nowhere."""
         self.artifacts_dir = artifacts_dir
         """The model repository's folder, shared with the control plane (replicas load from
         it); None: the agent's default."""
@@ -66,13 +70,19 @@ class AgentProcess:
         # Once: a restart after a kill should cost only the agent's own start.
         self.login_url = self.login_url or await agent_login_url(self.url)
         self.spawned_at = time.perf_counter()
-        self.process = await asyncio.create_subprocess_exec(
-            *(sys.executable, "-m", "controlplane.cli", "agent", *options),
-            env={**os.environ, "TRAINYARD_DATABASE_URL": self.login_url, **self._artifacts()},
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.DEVNULL,
-        )
+        with contextlib.ExitStack() as files:
+            output = (
+                files.enter_context(self.log.open("ab"))
+                if self.log is not None
+                else asyncio.subprocess.DEVNULL
+            )
+            self.process = await asyncio.create_subprocess_exec(
+                *(sys.executable, "-m", "controlplane.cli", "agent", *options),
+                env={**os.environ, "TRAINYARD_DATABASE_URL": self.login_url, **self._artifacts()},
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=output,
+                stderr=output,
+            )
         async with asyncio.timeout(REGISTER_S):
             while await _registrations(store, self.name) == before:
                 if self.process.returncode is not None:

@@ -149,10 +149,13 @@ def _checked(arch: str) -> str:
 class Classifier:
     """A model in eval mode whose `predict` is a servable entry point: images in, top-1 out."""
 
-    def __init__(self, arch: str, *, threads: int | None = None) -> None:
+    def __init__(self, arch: str, *, threads: int | None = None, device: str | None = None) -> None:
+        """`device`: None for the GPU when the replica was given one (the agent pins it to
+        exactly its own), else the CPU."""
         if threads is not None:
             torch.set_num_threads(threads)
-        self.model = ARCHITECTURES[_checked(arch)]().eval()
+        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.model = ARCHITECTURES[_checked(arch)]().eval().to(self.device)
 
     def predict(self, items: list[Any]) -> list[dict[str, Any]]:
         if not items:
@@ -165,7 +168,8 @@ class Classifier:
         if images.ndim != 4 or images.shape[1] != 3:
             raise ValueError(f"items must be images of shape (3, H, W), not {images.shape[1:]}")
         with torch.inference_mode():
-            probabilities = torch.softmax(self.model(torch.from_numpy(images)), dim=1)
+            batch = torch.from_numpy(images).to(self.device)
+            probabilities = torch.softmax(self.model(batch), dim=1)
             scores, classes = probabilities.max(dim=1)
         return [
             {"class": int(label), "score": round(float(score), 6)}
