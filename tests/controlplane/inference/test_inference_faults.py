@@ -149,3 +149,37 @@ async def test_an_inference_jobs_deployment_is_its_own(
             return response.status == 404
 
         await eventually(gone, seconds=30)
+
+
+HANGS_ON_ZERO = (
+    b"import time\n\n"
+    b"def predict(batch):\n"
+    b"    if batch[0] == 0:\n"
+    b"        time.sleep(3600)\n"
+    b"    return batch\n"
+)
+
+
+async def test_a_replica_hanging_on_a_query_is_replaced_and_the_query_fails_after_three_tries(
+    db_url: str, tmp_path: Path, tokens: Tokens
+) -> None:
+    async with serving_cluster(db_url, tmp_path) as (client, _):
+        await publish(client, tokens.acme, "hangs", HANGS_ON_ZERO, "hangs:predict")
+        job = await submit(
+            client,
+            tokens.acme,
+            name="hung",
+            model="hangs",
+            input={"items": [0, 1, 2]},
+            batch_size=1,
+            query_timeout_s=1,
+        )
+        # Query 0 hangs each time; queries 1 and 2 run on the replicas that replace the hung.
+        done = await until_state(client, tokens.acme, job["id"], "COMPLETED")
+        assert done["state"] == "COMPLETED"
+        response = await client.get(f"/v1/jobs/{job['id']}/queries", headers=auth(tokens.acme))
+        queries = (await response.json())["queries"]
+        assert [q["state"] for q in queries] == ["failed", "succeeded", "succeeded"]
+        assert queries[0]["tries"] == 3
+        assert "no replica answered within 1s, in 3 tries" in queries[0]["error"]
+        assert [q["outputs"] for q in queries[1:]] == [[1], [2]]
