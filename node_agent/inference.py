@@ -11,6 +11,7 @@ job stays present, and a lost notification costs no more than that).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import uuid
@@ -21,15 +22,16 @@ from uuid import UUID
 
 import asyncpg
 
+from controlplane.database import DATABASE_ERRORS
 from controlplane.deployments.wakeups import INFERENCE, Wakeups
 from controlplane.queries import Q
 from node_agent.replica_client import ReplicaClient, ReplicaError
 
 POLL_S = 0.5
 PRESENT_S = 3.0
-"""A replica that asked within this long counts as running its job: the other jobs wait for
-its job's turn, no longer (a job whose replicas are all gone holds nobody back). Several of
-POLL_S."""
+"""A replica that asked within this long (or said it runs a query: every PRESENT_S / 3) counts
+as running its job: the other jobs wait for its job's turn, no longer (a job whose replicas are
+all gone holds nobody back). Several of POLL_S."""
 T = TypeVar("T")
 
 Retry = Callable[[Callable[[], Awaitable[T]]], Awaitable[T]]
@@ -123,21 +125,32 @@ class QueryFeed:
         error: str | None = None
         inference_ms: float | None = None
         try:
-            if "generate" in source:
-                outputs, inference_ms = await client.predict_generated(
-                    source["generate"], first, batch_size
-                )
-            else:
-                items = source["items"][first : first + batch_size]
-                outputs, inference_ms = await client.predict(items)
+            async with asyncio.TaskGroup() as group:
+                present = group.create_task(self._present())
+                if "generate" in source:
+                    outputs, inference_ms = await client.predict_generated(
+                        source["generate"], first, batch_size
+                    )
+                else:
+                    items = source["items"][first : first + batch_size]
+                    outputs, inference_ms = await client.predict(items)
+                present.cancel()
             output, error = stored(outputs)
-        except ReplicaError as exc:
-            error = str(exc)
+        except* ReplicaError as failed:
+            error = str(failed.exceptions[0])
         await retry(
             lambda: self._pool.fetchval(
                 Q["finish_query"], self._job_id, index, output, error, inference_ms, claim
             )
         )
+
+    async def _present(self) -> None:
+        """While a query runs: the replica is still there (a failed update is only a late
+        one; the claim's own ask and the result count too)."""
+        while True:
+            await asyncio.sleep(PRESENT_S / 3)
+            with contextlib.suppress(*DATABASE_ERRORS):
+                await self._pool.execute(Q["replica_present"], self._job_id, self._replica)
 
 
 def stored(outputs: list[Any]) -> tuple[str | None, str | None]:

@@ -185,7 +185,8 @@ class _Replica:
                 while True:
                     batch = await self._next_batch()
                     await self._run_batch(client, batch)
-        except ReplicaGone:
+        except* ReplicaGone:
+            # Also from within an inference query's task group (node_agent/inference.py).
             self._note("[trainyard] replica stopped answering: its tasks go back to the queue")
             await self._retry(lambda: self._serving.requeue(self._job_id))
         finally:

@@ -114,6 +114,11 @@ SELECT (SELECT index FROM claimed) AS index,
             ELSE 'wait' END AS outcome,
        (SELECT count(pg_notify('serving', 'inference')) FROM claimed) AS woken;
 
+-- name: replica_present
+-- A replica running a long query says it is still there (it asks for no other meanwhile): its
+-- job keeps its place in the fair time; one that died stops saying so, and holds nobody back.
+UPDATE inference_replicas SET seen_at = now() WHERE job_id = $1 AND replica = $2;
+
 -- name: finish_query
 -- A query's result (or the model's error), fenced by its claim: recorded once, by the try
 -- that holds it; a query given back meanwhile (its replica timed out) is left alone. Wakes the

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from uuid import UUID
 
 import asyncpg
 
 from tests.controlplane.deployments.serving import publish, serving_cluster
 from tests.controlplane.inference.test_inference import submit, until_state
+from tests.polling import eventually
 from tests.tenancy import Tokens, auth
 
 SLOW = b"import time\n\ndef predict(batch):\n    time.sleep(0.06)\n    return [0 for _ in batch]\n"
@@ -63,3 +65,44 @@ async def test_throughput_follows_the_weights_whatever_the_models_speed(
                     await until_state(client, tokens.acme, job["id"], "CANCELLED")
         finally:
             await conn.close()
+
+
+VERY_SLOW = (
+    b"import time\n\ndef predict(batch):\n    time.sleep(4)\n    return [0 for _ in batch]\n"
+)
+
+
+async def test_a_job_whose_queries_outlast_the_presence_window_keeps_its_share(
+    db_url: str, tmp_path: Path, tokens: Tokens
+) -> None:
+    """A replica busy with a query longer than PRESENT_S asks for none meanwhile; it still says
+    it is there, so the other job does not run ahead of it."""
+    async with serving_cluster(db_url, tmp_path) as (client, _):
+        await publish(client, tokens.acme, "very-slow", VERY_SLOW, "very_slow:predict")
+        await publish(client, tokens.acme, "fast", FAST, "fast:predict")
+        common = {"input": {"generate": {"shape": [2]}}, "batch_size": 1}
+        slow = await submit(client, tokens.acme, name="slow", model="very-slow", **common)
+        fast = await submit(client, tokens.acme, name="fast", model="fast", **common)
+        conn = await asyncpg.connect(db_url)
+        try:
+
+            async def started() -> dict[UUID, int]:
+                rows = await conn.fetch("SELECT job_id, started FROM inference_jobs")
+                return {row["job_id"]: row["started"] for row in rows}
+
+            async def both_running() -> bool:
+                counts = await started()
+                return len(counts) == 2 and all(counts.values())
+
+            # Counted from when both take queries: the first to load runs alone until then.
+            await eventually(both_running, seconds=60)
+            before = await started()
+            await asyncio.sleep(13)
+            after = await started()
+        finally:
+            await conn.close()
+        slow_id, fast_id = UUID(slow["id"]), UUID(fast["id"])
+        slow_n = after[slow_id] - before[slow_id]
+        fast_n = after[fast_id] - before[fast_id]
+        assert slow_n >= 3, (before, after)
+        assert fast_n <= slow_n + 1, (slow_n, fast_n)
