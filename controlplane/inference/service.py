@@ -15,7 +15,6 @@ import contextlib
 import json
 import logging
 from dataclasses import dataclass
-from typing import Any
 from uuid import UUID
 
 import asyncpg
@@ -25,8 +24,9 @@ from controlplane.deployments.errors import Conflict, InvalidRequest, NotFound
 from controlplane.deployments.service import INFERENCE_PREFIX, REPLICA_COMMAND, Deployments
 from controlplane.deployments.spec import DeploymentRequest, Resources, Serving
 from controlplane.events.metadata import Metadata
+from controlplane.inference.progress import Progress, Step, steps
 from controlplane.inference.spec import InferenceRequest
-from controlplane.jobs.lifecycle import Complete, Fail, Job, JobStatus, Refused, StartQueries
+from controlplane.jobs.lifecycle import Job, JobStatus, Refused
 from controlplane.jobs.limits import JobLimits
 from controlplane.jobs.manifest import InferenceSpec, JobManifest
 from controlplane.jobs.service import Jobs
@@ -202,25 +202,17 @@ class Inference:
             manifest = JobManifest.model_validate_json(row["manifest"])
             await self.prepare(job_id, row["tenant"], manifest)
             return
-        now = self._clock.now()
-        state = JobStatus(row["state"])
-        if row["load_error"] is not None:
-            reason = f"its model could not be loaded: {row['load_error']}"
-            await self._execute(job_id, Fail(reason, now))
-            return
-        if state is JobStatus.QUEUED and row["started"] > 0:
-            await self._execute(job_id, StartQueries(now))
-            state = JobStatus.PROCESSING
-        finite = row["queries"] is not None
-        if (
-            state is JobStatus.PROCESSING
-            and finite
-            and row["started"] >= row["queries"]
-            and row["unfinished"] == 0
-        ):
-            await self._execute(job_id, Complete([0], now))
+        progress = Progress(
+            state=JobStatus(row["state"]),
+            queries=row["queries"],
+            started=row["started"],
+            unfinished=row["unfinished"],
+            load_error=row["load_error"],
+        )
+        for step in steps(progress, self._clock.now()):
+            await self._execute(job_id, step)
 
-    async def _execute(self, job_id: UUID, command: Any) -> None:
+    async def _execute(self, job_id: UUID, command: Step) -> None:
         metadata = Metadata.capture(ACTOR)
         with contextlib.suppress(Refused):  # the job moved on meanwhile (cancelled, say)
             await self._jobs.execute(job_id, command, metadata)
