@@ -182,7 +182,8 @@ class Replica:
         if "generate" in message:
             try:
                 items = _generated(message["generate"])
-            except (TypeError, ValueError) as error:
+            # ImportError: an image without numpy (the learner image has it).
+            except (TypeError, ValueError, ImportError) as error:
                 return _error(f"cannot generate the batch's items: {error}", id=batch_id)
         if not isinstance(items, list):
             return _error("a batch's items must be a list", id=batch_id)
