@@ -30,6 +30,7 @@ import asyncpg
 
 from controlplane.database import DATABASE_ERRORS
 from controlplane.deployments.wakeups import Wakeups, queue_key
+from controlplane.inference.progress import MAX_TRIES as MAX_QUERY_TRIES
 from controlplane.jobs.manifest import ServableSpec
 from controlplane.queries import Q
 from node_agent.inference import QueryFeed, stored
@@ -144,7 +145,7 @@ class Serving:
         """Give back what the replica held: its deployment's tasks, or its job's queries."""
         async with self._pool.acquire() as conn, conn.transaction():
             await conn.execute(Q["requeue_replica"], replica)
-            await conn.execute(Q["give_back_queries"], replica)
+            await conn.execute(Q["give_back_queries"], replica, MAX_QUERY_TRIES)
 
     def queries(self, job_id: UUID, replica: UUID, note: Callable[[str], None]) -> QueryFeed:
         """The feed of an inference job's queries for one of its replicas."""

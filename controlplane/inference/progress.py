@@ -9,6 +9,8 @@ from datetime import datetime
 from controlplane.jobs.lifecycle import Complete, Fail, JobStatus, StartQueries
 
 Step = StartQueries | Complete | Fail
+MAX_TRIES = 3
+"""Claims of one query before it fails: its replicas kept dying or hanging on it."""
 
 
 @dataclass(frozen=True, slots=True)

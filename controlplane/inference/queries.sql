@@ -138,9 +138,17 @@ SELECT count(*) AS recorded, count(pg_notify('serving', 'inference')) AS woken F
 
 -- name: give_back_queries
 -- A replica is gone (it died, or its agent restarted): the queries it held go back, to be
--- taken first by the job's next replica to ask.
+-- taken first by the job's next replica to ask. One that has been tried $2 times fails
+-- instead, saying so: a query that kills every replica running it would otherwise stop its
+-- job for good (it is always taken first).
 WITH given AS (
-    UPDATE inference_queries SET state = 'queued', claim = NULL
+    UPDATE inference_queries SET
+        state = CASE WHEN tries >= $2 THEN 'failed' ELSE 'queued' END,
+        error = CASE WHEN tries >= $2
+                     THEN format('its replica was lost while running it, %s times', tries)
+                END,
+        finished_at = CASE WHEN tries >= $2 THEN now() END,
+        claim = NULL
     WHERE replica = $1 AND state = 'running'
     RETURNING 1
 )

@@ -24,7 +24,7 @@ from controlplane.deployments.errors import Conflict, InvalidRequest, NotFound
 from controlplane.deployments.service import INFERENCE_PREFIX, REPLICA_COMMAND, Deployments
 from controlplane.deployments.spec import DeploymentRequest, Resources, Serving
 from controlplane.events.metadata import Metadata
-from controlplane.inference.progress import Progress, Step, steps
+from controlplane.inference.progress import MAX_TRIES, Progress, Step, steps
 from controlplane.inference.spec import InferenceRequest
 from controlplane.jobs.lifecycle import Job, JobStatus, Refused
 from controlplane.jobs.limits import JobLimits
@@ -40,8 +40,6 @@ log = logging.getLogger(__name__)
 
 ACTOR = "system:inference"
 INFERENCE_LABEL = "trainyard.inference"
-MAX_TRIES = 3
-"""Claims of one query before it fails (its replicas kept hanging on it)."""
 
 
 def deployment_name(job_id: UUID) -> str:

@@ -183,3 +183,33 @@ async def test_a_replica_hanging_on_a_query_is_replaced_and_the_query_fails_afte
         assert queries[0]["tries"] == 3
         assert "no replica answered within 1s, in 3 tries" in queries[0]["error"]
         assert [q["outputs"] for q in queries[1:]] == [[1], [2]]
+
+
+KILLS_ON_ZERO = (
+    b"import os\n\n"
+    b"def predict(batch):\n"
+    b"    if batch[0] == 0:\n"
+    b"        os._exit(3)\n"
+    b"    return batch\n"
+)
+
+
+async def test_a_query_that_kills_its_replica_fails_after_three_tries_and_the_job_goes_on(
+    db_url: str, tmp_path: Path, tokens: Tokens
+) -> None:
+    async with serving_cluster(db_url, tmp_path) as (client, _):
+        await publish(client, tokens.acme, "poison", KILLS_ON_ZERO, "poison:predict")
+        job = await submit(
+            client,
+            tokens.acme,
+            name="poisoned",
+            model="poison",
+            input={"items": [0, 1, 2]},
+            batch_size=1,
+        )
+        await until_state(client, tokens.acme, job["id"], "COMPLETED")
+        response = await client.get(f"/v1/jobs/{job['id']}/queries", headers=auth(tokens.acme))
+        queries = (await response.json())["queries"]
+        assert [q["state"] for q in queries] == ["failed", "succeeded", "succeeded"]
+        assert queries[0]["tries"] == 3
+        assert "its replica was lost while running it, 3 times" in queries[0]["error"]
