@@ -105,4 +105,6 @@ async def test_a_job_whose_queries_outlast_the_presence_window_keeps_its_share(
         slow_n = after[slow_id] - before[slow_id]
         fast_n = after[fast_id] - before[fast_id]
         assert slow_n >= 3, (before, after)
-        assert fast_n <= slow_n + 1, (slow_n, fast_n)
+        # At any instant the fast job is at most one query ahead of the slow one, and behind
+        # by one for the moment after the slow one starts a query: deltas differ by 2 at most.
+        assert fast_n <= slow_n + 2, (slow_n, fast_n)
