@@ -29,6 +29,7 @@ from uuid import UUID
 import asyncpg
 
 from controlplane.database import DATABASE_ERRORS
+from controlplane.deployments.tasks import MAX_TRIES as MAX_TASK_TRIES
 from controlplane.deployments.wakeups import Wakeups, queue_key
 from controlplane.inference.progress import MAX_TRIES as MAX_QUERY_TRIES
 from controlplane.jobs.manifest import ServableSpec
@@ -144,7 +145,7 @@ class Serving:
     async def requeue(self, replica: UUID) -> None:
         """Give back what the replica held: its deployment's tasks, or its job's queries."""
         async with self._pool.acquire() as conn, conn.transaction():
-            await conn.execute(Q["requeue_replica"], replica)
+            await conn.execute(Q["requeue_replica"], replica, MAX_TASK_TRIES)
             await conn.execute(Q["give_back_queries"], replica, MAX_QUERY_TRIES)
 
     def queries(self, job_id: UUID, replica: UUID, note: Callable[[str], None]) -> QueryFeed:

@@ -96,23 +96,27 @@ SELECT * FROM serving_tasks WHERE task_id = ANY($1::uuid[]) AND state IN ('succe
 -- name: claim_tasks
 -- A replica's batch: its deployment's oldest queued tasks, up to max_batch_size items (the
 -- first task always, however many items it has: the agent splits it into calls of at most
--- max_batch_size). SKIP LOCKED: replicas of the deployment never wait for each other. A fresh
--- claim token each time fences the results (finish_tasks).
+-- max_batch_size). A task tried before (its replica was lost, or hung) runs alone: were it
+-- what killed the replica, it kills no other task's try. SKIP LOCKED: replicas of the
+-- deployment never wait for each other. A fresh claim token each time fences the results
+-- (finish_tasks).
 WITH candidates AS (
-    SELECT task_id, items, submitted_at FROM serving_tasks
+    SELECT task_id, items, submitted_at, tries FROM serving_tasks
     WHERE tenant = $1 AND deployment = $2 AND state = 'queued'
     ORDER BY submitted_at, task_id
     LIMIT $3
     FOR UPDATE SKIP LOCKED
 ), counted AS (
-    SELECT task_id, sum(items) OVER (ORDER BY submitted_at, task_id) AS upto,
-           row_number() OVER (ORDER BY submitted_at, task_id) AS n
+    SELECT task_id, tries, sum(items) OVER (ORDER BY submitted_at, task_id) AS upto,
+           row_number() OVER (ORDER BY submitted_at, task_id) AS n,
+           bool_or(tries > 0) OVER (ORDER BY submitted_at, task_id) AS after_a_retry
     FROM candidates
 )
 UPDATE serving_tasks t
 SET state = 'running', claim = $4, replica = $5, claimed_at = now(), tries = t.tries + 1
 FROM counted c
-WHERE t.task_id = c.task_id AND (c.upto <= $3 OR c.n = 1)
+WHERE t.task_id = c.task_id
+  AND (c.n = 1 OR (c.upto <= $3 AND NOT c.after_a_retry))
 RETURNING t.task_id, t.items, t.input,
           (extract(epoch FROM now() - t.submitted_at) * 1000)::float8 AS age_ms;
 
@@ -170,13 +174,24 @@ SELECT (SELECT count(*) FROM finished) AS recorded, (SELECT count(*) FROM woken)
 
 -- name: requeue_replica
 -- A replica is gone (it died, or its agent restarted): the tasks it held go back to the queue
--- for another (or the same, restarted) replica.
+-- for another (or the same, restarted) replica; one claimed $2 times fails instead, saying so
+-- (a task that kills every replica running it would otherwise hold its deployment's queue
+-- for good: it is the oldest). A task given back runs alone next time (claim_tasks), so the
+-- tasks batched with a deadly one are not failed with it.
 WITH requeued AS (
-    UPDATE serving_tasks SET state = 'queued', claim = NULL
+    UPDATE serving_tasks SET
+        state = CASE WHEN tries >= $2 THEN 'failed' ELSE 'queued' END,
+        error = CASE WHEN tries >= $2
+                     THEN format('its replica was lost while running it, %s times', tries)
+                END,
+        finished_at = CASE WHEN tries >= $2 THEN now() END,
+        claim = NULL
     WHERE replica = $1 AND state = 'running'
-    RETURNING tenant, deployment
+    RETURNING tenant, deployment, state
 )
-SELECT count(*) AS requeued, count(pg_notify('serving', tenant || '.' || deployment)) AS woken
+SELECT count(*) AS requeued,
+       count(pg_notify('serving', CASE state WHEN 'queued' THEN tenant || '.' || deployment
+                                             ELSE 'results' END)) AS woken
 FROM requeued;
 
 -- name: stalled_tasks

@@ -50,3 +50,37 @@ async def test_an_unresponsive_replica_is_replaced_and_its_task_fails_after_its_
         assert view["replica_jobs"][0]["job_id"] != replaced
         status, ok = await predict(client, tokens.acme, "hangs", ["fine"])
         assert (status, ok["outputs"]) == (200, ["fine"])
+
+
+KILLS = b"""import os
+
+def predict(batch):
+    if "poison" in batch:
+        os._exit(3)
+    return batch
+"""
+
+
+async def test_a_task_that_kills_its_replica_fails_alone_and_the_others_are_answered(
+    db_url: str, tmp_path: Path, tokens: Tokens
+) -> None:
+    async with serving_cluster(db_url, tmp_path) as (client, _):
+        await publish(client, tokens.acme, "kills", KILLS, "kills:predict")
+        serving = {"max_batch_size": 8, "max_wait_ms": 200, "memo": False}
+        await deploy(client, tokens.acme, name="kills", model="kills", serving=serving)
+        await until_serving(client, tokens.acme, "kills", 1)
+        # Sent together: the poison's first try shares a batch with the others.
+        sent = []
+        for item in ("poison", "a", "b", "c"):
+            status, queued = await predict(client, tokens.acme, "kills", [item], **{"async": True})
+            assert status == 202
+            sent.append(queued["task_id"])
+        poison, *fine = [await wait_done(client, tokens.acme, t, seconds=120) for t in sent]
+        assert poison["status"] == "failed"
+        assert poison["error"] == "its replica was lost while running it, 3 times"
+        assert poison["tries"] == 3
+        assert [(t["status"], t["outputs"]) for t in fine] == [
+            ("succeeded", ["a"]),
+            ("succeeded", ["b"]),
+            ("succeeded", ["c"]),
+        ]
