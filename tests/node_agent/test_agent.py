@@ -38,8 +38,13 @@ async def test_a_job_runs_to_completion_on_its_own_gpu_with_its_logs(
     assert [t.state for t in job.transitions] == A_WHOLE_RUN
     assert len(job.gpus) == 1 and job.nodes == ["n1"]
     await wait_for_line(plane, job_id, f"gpus={job.gpus[0]}")  # exactly its GPU is visible
-    # The GPU went back.
-    assert await owner.fetchval("SELECT count(*) FROM allocated_gpus") == 0
+
+    # The GPU goes back once the agent has stored the attempt's last lines and removed its
+    # learner, which it does after reporting the job's end: a moment after COMPLETED.
+    async def released() -> bool:
+        return bool(await owner.fetchval("SELECT count(*) FROM allocated_gpus") == 0)
+
+    await eventually(released, seconds=10)
 
 
 async def test_two_jobs_never_share_the_node_s_gpus(plane: Plane, agent: RunningAgent) -> None:
