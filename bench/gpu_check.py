@@ -132,7 +132,12 @@ async def replica(
         env = learner_env(_spec([gpu]), path=os.environ.get("PATH", "/usr/bin:/bin"))
         env[SERVE_DIR] = str(serve_dir)
         process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "runners.serve", env={**os.environ, **env}
+            # Its own lines to stderr: stdout is the JSON object's alone.
+            sys.executable,
+            "-m",
+            "runners.serve",
+            env={**os.environ, **env},
+            stdout=sys.stderr,
         )
         try:
             client = await ReplicaClient.connect(serve_dir, timeout_s=60)
@@ -183,7 +188,12 @@ async def vision(
             env = learner_env(_spec([gpu]), path=os.environ.get("PATH", "/usr/bin:/bin"))
             env[SERVE_DIR] = str(serve_dir)
             process = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "runners.serve", env={**os.environ, **env}
+                # Its own lines to stderr: stdout is the JSON object's alone.
+                sys.executable,
+                "-m",
+                "runners.serve",
+                env={**os.environ, **env},
+                stdout=sys.stderr,
             )
             try:
                 client = await ReplicaClient.connect(serve_dir, timeout_s=60)
