@@ -9,7 +9,7 @@ import getpass
 import json
 import os
 import sys
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from contextlib import aclosing
 from typing import Any
 
@@ -164,13 +164,25 @@ def _warn(message: str) -> None:
     print(f"trainyard: {message}", file=sys.stderr)
 
 
-def _client(args: argparse.Namespace, settings: Settings) -> AsyncClient:
+def client_for(args: argparse.Namespace, settings: Settings) -> AsyncClient:
+    """The SDK's client for a command's --server and --token-file (or their defaults)."""
     target = resolve(args.server, args.token_file, settings.home)
     return AsyncClient(target.server, target.token)
 
 
-def _json(value: Any) -> None:
+def print_json(value: Any) -> None:
     print(json.dumps(value, indent=2))
+
+
+def parse_labels(pairs: Sequence[str] | None) -> dict[str, str]:
+    """--label KEY=VALUE options as a dict; UsageError for one that is not KEY=VALUE."""
+    labels: dict[str, str] = {}
+    for label in pairs or []:
+        if "=" not in label or label.startswith("="):
+            raise UsageError(f"--label must be KEY=VALUE, not {label!r}")
+        key, _, value = label.partition("=")
+        labels[key] = value
+    return labels
 
 
 async def cmd_login(args: argparse.Namespace, settings: Settings) -> int:
@@ -199,7 +211,7 @@ def _env(name: str) -> str | None:
 
 async def cmd_submit(args: argparse.Namespace, settings: Settings) -> int:
     manifest = read_manifest(args.file)
-    async with _client(args, settings) as client:
+    async with client_for(args, settings) as client:
         job = await client.submit(manifest)
         print(job["id"], flush=True)
         if job.get("unschedulable_reason"):
@@ -260,29 +272,24 @@ def _detail(event: Mapping[str, Any]) -> str | None:
 async def cmd_list(args: argparse.Namespace, settings: Settings) -> int:
     if not 1 <= args.limit <= 500:
         raise UsageError("--limit must be between 1 and 500")
-    labels: dict[str, str] = {}
-    for label in args.label or []:
-        if "=" not in label or label.startswith("="):
-            raise UsageError(f"--label must be KEY=VALUE, not {label!r}")
-        key, _, value = label.partition("=")
-        labels[key] = value
-    async with _client(args, settings) as client:
+    labels = parse_labels(args.label)
+    async with client_for(args, settings) as client:
         jobs = await client.jobs(states=args.state or (), labels=labels, limit=args.limit)
     if args.output == "json":
-        _json(jobs)
+        print_json(jobs)
     else:
         print(render.jobs_table(jobs))
     return 0
 
 
 async def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
-    async with _client(args, settings) as client:
+    async with client_for(args, settings) as client:
         job = await client.job(args.job)
         history = await client.history(args.job)
     # A server older than webhook notifications sends no `webhooks`.
     webhooks = history.get("webhooks", [])
     if args.output == "json":
-        _json({"job": job, "history": history["history"], "webhooks": webhooks})
+        print_json({"job": job, "history": history["history"], "webhooks": webhooks})
     else:
         print(render.job_status(job, history["history"], webhooks))
     return 0
@@ -293,7 +300,7 @@ async def cmd_logs(args: argparse.Namespace, settings: Settings) -> int:
     # Text shows the launcher's reports readably; JSON is what the command printed, or (raw)
     # every line as stored.
     reports = args.raw or not json_output
-    async with _client(args, settings) as client:
+    async with client_for(args, settings) as client:
         if args.follow:
             view = render.follow_view(json_output, args.raw)
             return await follow_job(
@@ -307,24 +314,24 @@ async def cmd_logs(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
-    async with _client(args, settings) as client:
+    async with client_for(args, settings) as client:
         job = await client.cancel(args.job, args.reason)
     print(f"{job['id']} {job['state']}")
     return 0
 
 
 async def cmd_checkpoint(args: argparse.Namespace, settings: Settings) -> int:
-    async with _client(args, settings) as client:
+    async with client_for(args, settings) as client:
         job = await client.checkpoint(args.job)
     print(f"checkpoint requested for {job['id']}")
     return 0
 
 
 async def cmd_nodes(args: argparse.Namespace, settings: Settings) -> int:
-    async with _client(args, settings) as client:
+    async with client_for(args, settings) as client:
         nodes = await client.nodes()
     if args.output == "json":
-        _json(nodes)
+        print_json(nodes)
     else:
         print(render.nodes_table(nodes))
     return 0

@@ -15,7 +15,6 @@ import json
 import math
 import re
 import sys
-from collections.abc import Sequence
 from contextlib import aclosing
 from types import TracebackType
 from typing import Any, Protocol
@@ -28,15 +27,17 @@ from controlplane.inference.spec import MAX_DIMENSIONS, MAX_ITEM_ELEMENTS
 from controlplane.settings import Settings
 from trainyard import render
 from trainyard.api import UsageError
-from trainyard.client import AsyncClient
 from trainyard.commands import (
     EXIT_FAILED,
     FAILED_STATES,
     Handler,
+    client_for,
     output_options,
+    parse_labels,
+    print_json,
     target_options,
 )
-from trainyard.config import TOKEN_ENV, resolve
+from trainyard.config import TOKEN_ENV
 from trainyard.serving_commands import read_items as serving_items
 
 ITEMS_HELP = (
@@ -250,34 +251,6 @@ def read_items(text: str) -> list[Any]:
     return items
 
 
-def _labels(pairs: Sequence[str] | None) -> dict[str, str]:
-    labels: dict[str, str] = {}
-    for label in pairs or []:
-        if "=" not in label or label.startswith("="):
-            raise UsageError(f"--label must be KEY=VALUE, not {label!r}")
-        key, _, value = label.partition("=")
-        labels[key] = value
-    return labels
-
-
-def _client(args: argparse.Namespace, settings: Settings) -> AsyncClient:
-    target = resolve(args.server, args.token_file, settings.home)
-    return AsyncClient(target.server, target.token)
-
-
-def _print_json(value: Any) -> None:
-    print(json.dumps(value, indent=2))
-
-
-def _fields(rows: list[tuple[str, object]]) -> str:
-    """`label  value` lines, the values aligned (a table without its header)."""
-    return render.table(["FIELD", "VALUE"], rows).split("\n", 1)[1]
-
-
-def _ms(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1f} ms"
-
-
 def _qps(value: float) -> str:
     return f"{value:.2f} q/s"
 
@@ -286,7 +259,7 @@ def _latency(latency: dict[str, Any] | None) -> str:
     if latency is None:
         return "- (no query has finished)"
     names = ("mean", "std", "median", "p90", "p95", "p99")
-    return ", ".join(f"{name} {_ms(latency[name])}" for name in names)
+    return ", ".join(f"{name} {render.milliseconds(latency[name])}" for name in names)
 
 
 def _query_rate(rate: dict[str, Any]) -> str:
@@ -328,15 +301,15 @@ def stats_text(figures: dict[str, Any]) -> str:
     # before a query has finished.
     if figures.get("query_rate"):
         fields.append(("query rate", _query_rate(figures["query_rate"])))
-    text = _fields(fields)
+    text = render.fields(fields)
     rows = [
         (
             replica["replica"][:REPLICA_CHARS],
             replica["node"],
             replica["queries"]["finished"],
             _qps(replica["rate"]["window_qps"]),
-            _ms((replica["latency_ms"] or {}).get("median")),
-            _ms((replica["latency_ms"] or {}).get("p99")),
+            render.milliseconds((replica["latency_ms"] or {}).get("median")),
+            render.milliseconds((replica["latency_ms"] or {}).get("p99")),
         )
         for replica in figures["replicas"]
     ]
@@ -444,7 +417,7 @@ async def cmd_infer(args: argparse.Namespace, settings: Settings) -> int:
         raise UsageError("--seed goes with --generate (items given with --items are not generated)")
     if args.items == "-" and args.token_file == "-":
         raise UsageError("standard input holds --items or the token (--token-file -), not both")
-    labels = _labels(args.label)
+    labels = parse_labels(args.label)
     source: dict[str, Any]
     if args.generate is not None:
         generate: dict[str, Any] = {"shape": args.generate}
@@ -456,7 +429,7 @@ async def cmd_infer(args: argparse.Namespace, settings: Settings) -> int:
     resources: dict[str, Any] = {"gpus": args.gpus, "cpus": args.cpus, "memory_mb": args.memory_mb}
     if args.image is not None:
         resources["image"] = args.image
-    async with _client(args, settings) as client:
+    async with client_for(args, settings) as client:
         job = await client.infer(
             args.name,
             args.model,
@@ -471,7 +444,7 @@ async def cmd_infer(args: argparse.Namespace, settings: Settings) -> int:
             tenant=args.tenant,
         )
     if args.output == "json":
-        _print_json(job)
+        print_json(job)
     else:
         print(job["id"])
     return 0
@@ -479,11 +452,11 @@ async def cmd_infer(args: argparse.Namespace, settings: Settings) -> int:
 
 async def cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
     json_output = args.output == "json"
-    async with _client(args, settings) as client:
+    async with client_for(args, settings) as client:
         if not args.follow:
             figures = await client.inference_stats(args.job)
             if json_output:
-                _print_json(figures)
+                print_json(figures)
             else:
                 print(stats_text(figures))
             return 0
@@ -502,10 +475,10 @@ async def cmd_queries(args: argparse.Namespace, settings: Settings) -> int:
         raise UsageError("--after must be at least 0")
     if not 1 <= args.limit <= MAX_QUERIES_PAGE:
         raise UsageError(f"--limit must be between 1 and {MAX_QUERIES_PAGE}")
-    async with _client(args, settings) as client:
+    async with client_for(args, settings) as client:
         page = await client.inference_queries(args.job, after=args.after, limit=args.limit)
     if args.output == "json":
-        _print_json(page)
+        print_json(page)
         return 0
     print(queries_table(page))
     if len(page["queries"]) == args.limit and page["next_after"] is not None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import math
 from pathlib import Path
 from typing import Any, get_args
@@ -28,9 +27,9 @@ from controlplane.models.updates import validate_update
 from controlplane.settings import Settings
 from trainyard import render
 from trainyard.api import UsageError
-from trainyard.client import AsyncClient, Visibility
-from trainyard.commands import Handler, output_options, target_options
-from trainyard.config import TOKEN_ENV, resolve
+from trainyard.client import Visibility
+from trainyard.commands import Handler, client_for, output_options, print_json, target_options
+from trainyard.config import TOKEN_ENV
 from trainyard.manifest_file import located, read_mapping
 
 DEFAULT_METADATA_FILE = "model.yaml"
@@ -342,15 +341,6 @@ def _invalid(name: str, file: str, text: str, exc: InvalidMetadata) -> UsageErro
     return UsageError(f"{name}: invalid metadata: {'; '.join(problems)}")
 
 
-def _client(args: argparse.Namespace, settings: Settings) -> AsyncClient:
-    target = resolve(args.server, args.token_file, settings.home)
-    return AsyncClient(target.server, target.token)
-
-
-def _print_json(value: Any) -> None:
-    print(json.dumps(value, indent=2))
-
-
 def _limit(limit: int) -> int:
     if not 1 <= limit <= MAX_LIMIT:
         raise UsageError(f"--limit must be between 1 and {MAX_LIMIT}")
@@ -396,7 +386,7 @@ async def cmd_publish(args: argparse.Namespace, settings: Settings) -> int:
         raise UsageError("--checkpoint and --results-file choose a file of --from-job JOB")
     metadata = await asyncio.to_thread(read_metadata, args.metadata)
     visibility: Visibility = "public" if args.public else "private"
-    async with _client(args, settings) as client:
+    async with client_for(args, settings) as client:
         if args.from_job is not None:
             version = await client.publish_model_from_job(
                 args.name,
@@ -430,7 +420,7 @@ async def cmd_update(args: argparse.Namespace, settings: Settings) -> int:
             "update needs something to change: --metadata, --description, --tags, --domains, "
             "--doi or --metric"
         )
-    async with _client(args, settings) as client:
+    async with client_for(args, settings) as client:
         reference = args.reference
         if args.doi is not None:
             # A citation is replaced whole: the version's text (or the file's) stays with the
@@ -453,10 +443,10 @@ async def cmd_ls(args: argparse.Namespace, settings: Settings) -> int:
         # Every version the caller may see: the empty query's, newest first.
         return await _search(args, settings, "", None)
     limit = _limit(args.limit)
-    async with _client(args, settings) as client:
+    async with client_for(args, settings) as client:
         model = await client.model(args.name)
     if args.output == "json":
-        _print_json(model)
+        print_json(model)
     else:
         print(render.model_versions(model, limit))
     return 0
@@ -470,10 +460,10 @@ async def _search(
     args: argparse.Namespace, settings: Settings, query: str, cursor: str | None
 ) -> int:
     limit = _limit(args.limit)
-    async with _client(args, settings) as client:
+    async with client_for(args, settings) as client:
         page = await client.models(query, limit=limit, cursor=cursor)
     if args.output == "json":
-        _print_json(page)
+        print_json(page)
     else:
         print(render.search_page(page, _next_page(query, page, limit)))
     return 0
@@ -488,20 +478,20 @@ def _next_page(query: str, page: dict[str, Any], limit: int) -> list[str] | None
 
 
 async def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
-    async with _client(args, settings) as client:
+    async with client_for(args, settings) as client:
         version = await client.model_version(args.reference)
         model = await client.model(f"{version['tenant']}/{version['name']}")
     named = [alias for alias, number in model["aliases"].items() if number == version["version"]]
     aliases = ["latest", *named] if model["latest"] == version["version"] else named
     if args.output == "json":
-        _print_json({"version": version, "aliases": aliases})
+        print_json({"version": version, "aliases": aliases})
     else:
         print(render.version_view(version, aliases))
     return 0
 
 
 async def cmd_download(args: argparse.Namespace, settings: Settings) -> int:
-    async with _client(args, settings) as client:
+    async with client_for(args, settings) as client:
         version = await client.model_version(args.reference)
         default = f"{version['name']}-v{version['version']}"
         target = await asyncio.to_thread(_download_target, args.output, default, args.force)
@@ -521,7 +511,7 @@ def _download_target(output: str | None, default: str, force: bool) -> Path:
 
 
 async def cmd_alias(args: argparse.Namespace, settings: Settings) -> int:
-    async with _client(args, settings) as client:
+    async with client_for(args, settings) as client:
         if args.remove:
             await client.remove_model_alias(args.reference, args.alias)
             print(f"removed alias {args.alias} of {args.reference}")
@@ -536,7 +526,7 @@ async def cmd_alias(args: argparse.Namespace, settings: Settings) -> int:
 async def cmd_webhook(args: argparse.Namespace, settings: Settings) -> int:
     if args.remove == (args.url is not None):
         raise UsageError("webhook takes either URL or --remove, not both")
-    async with _client(args, settings) as client:
+    async with client_for(args, settings) as client:
         if args.remove:
             await client.remove_model_webhook(args.name)
             print(f"{render.printable(args.name)}'s events are no longer notified")
@@ -547,7 +537,7 @@ async def cmd_webhook(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def cmd_deprecate(args: argparse.Namespace, settings: Settings) -> int:
-    async with _client(args, settings) as client:
+    async with client_for(args, settings) as client:
         version = await client.deprecate_model(args.reference, args.reason)
     print(f"{version['reference']} deprecated: {render.printable(version['deprecated'])}")
     return 0

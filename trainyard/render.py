@@ -49,6 +49,15 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     )
 
 
+def fields(rows: Sequence[tuple[str, object]]) -> str:
+    """`label  value` lines, the values aligned (a table without its header)."""
+    return table(["FIELD", "VALUE"], rows).split("\n", 1)[1]
+
+
+def milliseconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f} ms"
+
+
 def _cell(value: object) -> str:
     if value is None:
         return "-"

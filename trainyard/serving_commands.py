@@ -19,9 +19,15 @@ from typing import Any
 from controlplane.settings import Settings
 from trainyard import render
 from trainyard.api import UsageError
-from trainyard.client import AsyncClient
-from trainyard.commands import EXIT_FAILED, Handler, output_options, target_options
-from trainyard.config import TOKEN_ENV, resolve
+from trainyard.commands import (
+    EXIT_FAILED,
+    Handler,
+    client_for,
+    output_options,
+    print_json,
+    target_options,
+)
+from trainyard.config import TOKEN_ENV
 
 INPUT_HELP = (
     "the items, a JSON array (one input each): inline ('[1, 2]'), @FILE to read it from FILE, "
@@ -249,28 +255,10 @@ def _json_kind(value: object) -> str:
     return "null" if value is None else "a number"
 
 
-def _client(args: argparse.Namespace, settings: Settings) -> AsyncClient:
-    target = resolve(args.server, args.token_file, settings.home)
-    return AsyncClient(target.server, target.token)
-
-
-def _print_json(value: Any) -> None:
-    print(json.dumps(value, indent=2))
-
-
-def _fields(rows: list[tuple[str, object]]) -> str:
-    """`label  value` lines, the values aligned (a table without its header)."""
-    return render.table(["FIELD", "VALUE"], rows).split("\n", 1)[1]
-
-
-def _ms(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1f} ms"
-
-
 def deployment_text(view: dict[str, Any]) -> str:
     resources, serving = view["resources"], view["serving"]
     memo = f"on, keeping {serving['memo_max_entries']} results" if serving["memo"] else "off"
-    text = _fields(
+    text = render.fields(
         [
             ("name", view["name"]),
             ("model", f"{view['model']} (deployed as {view['reference']})"),
@@ -318,7 +306,7 @@ def deployments_table(items: list[dict[str, Any]]) -> str:
 def metrics_text(figures: dict[str, Any]) -> str:
     memo, latency, batches = figures["memo"], figures["latency_ms"], figures["batches"]
     mean = batches["mean_size"]
-    return _fields(
+    return render.fields(
         [
             ("deployment", figures["deployment"]),
             (
@@ -331,7 +319,11 @@ def metrics_text(figures: dict[str, Any]) -> str:
                 "memo",
                 f"{memo['hits']} hit(s), {memo['misses']} miss(es), {memo['entries']} entries",
             ),
-            ("latency", f"p50 {_ms(latency['p50'])}, p99 {_ms(latency['p99'])}"),
+            (
+                "latency",
+                f"p50 {render.milliseconds(latency['p50'])}, "
+                f"p99 {render.milliseconds(latency['p99'])}",
+            ),
             (
                 "batches",
                 f"{batches['count']} of {batches['items']} item(s), mean size "
@@ -340,13 +332,13 @@ def metrics_text(figures: dict[str, Any]) -> str:
             ),
             (
                 "invocation",
-                f"p50 {_ms(batches['invocation_ms']['p50'])}, "
-                f"p99 {_ms(batches['invocation_ms']['p99'])}",
+                f"p50 {render.milliseconds(batches['invocation_ms']['p50'])}, "
+                f"p99 {render.milliseconds(batches['invocation_ms']['p99'])}",
             ),
             (
                 "inference",
-                f"p50 {_ms(batches['inference_ms']['p50'])}, "
-                f"p99 {_ms(batches['inference_ms']['p99'])}",
+                f"p50 {render.milliseconds(batches['inference_ms']['p50'])}, "
+                f"p99 {render.milliseconds(batches['inference_ms']['p99'])}",
             ),
         ]
     )
@@ -359,7 +351,7 @@ def task_text(task: dict[str, Any]) -> str:
         if "pipeline" in task
         else f"deployment {task['deployment']}"
     )
-    text = _fields(
+    text = render.fields(
         [
             ("task", task["task_id"]),
             ("status", task["status"]),
@@ -371,8 +363,9 @@ def task_text(task: dict[str, Any]) -> str:
             ("finished", task.get("finished_at")),
             (
                 "times",
-                f"request {_ms(times['request_ms'])}, invocation {_ms(times['invocation_ms'])}, "
-                f"inference {_ms(times['inference_ms'])}",
+                f"request {render.milliseconds(times['request_ms'])}, "
+                f"invocation {render.milliseconds(times['invocation_ms'])}, "
+                f"inference {render.milliseconds(times['inference_ms'])}",
             ),
         ]
     )
@@ -385,7 +378,7 @@ def task_text(task: dict[str, Any]) -> str:
 
 
 def pipeline_text(pipeline: dict[str, Any]) -> str:
-    return _fields(
+    return render.fields(
         [
             ("name", pipeline["name"]),
             ("steps", " -> ".join(pipeline["steps"])),
@@ -404,7 +397,7 @@ def _failed(task: dict[str, Any]) -> int:
 
 
 async def cmd_deploy(args: argparse.Namespace, settings: Settings) -> int:
-    async with _client(args, settings) as client:
+    async with client_for(args, settings) as client:
         view = await client.deploy(
             args.name,
             args.model,
@@ -424,7 +417,7 @@ async def cmd_deploy(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def cmd_undeploy(args: argparse.Namespace, settings: Settings) -> int:
-    async with _client(args, settings) as client:
+    async with client_for(args, settings) as client:
         view = await client.undeploy(args.name, tenant=args.tenant)
     print(f"{view['name']} {view['state']}")
     return 0
@@ -433,18 +426,18 @@ async def cmd_undeploy(args: argparse.Namespace, settings: Settings) -> int:
 async def cmd_deployments(args: argparse.Namespace, settings: Settings) -> int:
     if args.name is None and (args.scale is not None or args.metrics):
         raise UsageError("--scale and --metrics need a deployment's NAME")
-    async with _client(args, settings) as client:
+    async with client_for(args, settings) as client:
         if args.name is None:
             items = await client.deployments(tenant=args.tenant)
             if args.output == "json":
-                _print_json(items)
+                print_json(items)
             else:
                 print(deployments_table(items))
             return 0
         if args.metrics:
             figures = await client.deployment_metrics(args.name, tenant=args.tenant)
             if args.output == "json":
-                _print_json(figures)
+                print_json(figures)
             else:
                 print(metrics_text(figures))
             return 0
@@ -453,7 +446,7 @@ async def cmd_deployments(args: argparse.Namespace, settings: Settings) -> int:
         else:
             view = await client.deployment(args.name, tenant=args.tenant)
     if args.output == "json":
-        _print_json(view)
+        print_json(view)
     else:
         print(deployment_text(view))
     return 0
@@ -463,7 +456,7 @@ async def cmd_predict(args: argparse.Namespace, settings: Settings) -> int:
     if args.input == "-" and args.token_file == "-":
         raise UsageError("standard input holds INPUT or the token (--token-file -), not both")
     items = await asyncio.to_thread(read_items, args.input)
-    async with _client(args, settings) as client:
+    async with client_for(args, settings) as client:
         task = await client.predict(
             args.deployment,
             items,
@@ -473,7 +466,7 @@ async def cmd_predict(args: argparse.Namespace, settings: Settings) -> int:
             tenant=args.tenant,
         )
     if args.output == "json":
-        _print_json(task)
+        print_json(task)
     elif args.asynchronous:
         print(task["task_id"])
     elif task["status"] == "succeeded":
@@ -483,37 +476,37 @@ async def cmd_predict(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def cmd_task(args: argparse.Namespace, settings: Settings) -> int:
-    async with _client(args, settings) as client:
+    async with client_for(args, settings) as client:
         if args.wait:
             task = await client.wait_task(args.task_id, tenant=args.tenant)
         else:
             task = await client.task(args.task_id, tenant=args.tenant)
     if args.output == "json":
-        _print_json(task)
+        print_json(task)
     else:
         print(task_text(task))
     return _failed(task) if args.wait else 0
 
 
 async def cmd_pipeline_define(args: argparse.Namespace, settings: Settings) -> int:
-    async with _client(args, settings) as client:
+    async with client_for(args, settings) as client:
         pipeline = await client.define_pipeline(args.name, args.steps, tenant=args.tenant)
     print(f"pipeline {pipeline['name']}: {' -> '.join(pipeline['steps'])}")
     return 0
 
 
 async def cmd_pipeline_show(args: argparse.Namespace, settings: Settings) -> int:
-    async with _client(args, settings) as client:
+    async with client_for(args, settings) as client:
         pipeline = await client.pipeline(args.name, tenant=args.tenant)
     if args.output == "json":
-        _print_json(pipeline)
+        print_json(pipeline)
     else:
         print(pipeline_text(pipeline))
     return 0
 
 
 async def cmd_pipeline_rm(args: argparse.Namespace, settings: Settings) -> int:
-    async with _client(args, settings) as client:
+    async with client_for(args, settings) as client:
         await client.remove_pipeline(args.name, tenant=args.tenant)
     print(f"removed pipeline {args.name}")
     return 0

@@ -107,7 +107,7 @@ class LifecycleManager:
         if self._deployments is not None:
             await self._serve(self._deployments)
         if self._inference is not None:
-            await _one_deployment("*", "inference jobs", self._inference.sweep())
+            await _isolated("inference jobs", self._inference.sweep())
         return lost
 
     async def _serve(self, deployments: Deployments) -> None:
@@ -125,11 +125,10 @@ class LifecycleManager:
                 reason,
             )
             retire = deployments.retire(row["tenant"], row["deployment"], row["replica"], reason)
-            await _one_deployment(row["tenant"], row["deployment"], retire)
+            await _isolated(f"deployment {row['tenant']}/{row['deployment']}", retire)
         for row in await self._pool.fetch(Q["live_deployments"]):
-            await _one_deployment(
-                row["tenant"], row["name"], deployments.reconcile(row["tenant"], row["name"])
-            )
+            reconcile = deployments.reconcile(row["tenant"], row["name"])
+            await _isolated(f"deployment {row['tenant']}/{row['name']}", reconcile)
         await self._pool.execute(Q["fail_orphaned_tasks"])
         await self._pool.execute(Q["evict_memo"])
         await self._pool.execute(Q["forget_tasks"], self._task_retention_s)
@@ -188,15 +187,15 @@ class LifecycleManager:
         return True
 
 
-async def _one_deployment(tenant: str, name: str, step: Awaitable[object]) -> None:
-    """One deployment's step of a sweep: its refusal (or a bug of its) is logged, and never
-    stops the sweep for the nodes, the jobs and the other deployments; the database's errors
-    go on to the manager's retry."""
+async def _isolated(what: str, step: Awaitable[object]) -> None:
+    """One step of a sweep (a deployment's, the inference jobs'): its refusal (or a bug of its)
+    is logged, and never stops the sweep for the nodes, the jobs and the other deployments; the
+    database's errors go on to the manager's retry."""
     try:
         await step
     except DATABASE_ERRORS:
         raise
     except ServingError as exc:
-        log.warning("deployment %s/%s: %s", tenant, name, exc)
+        log.warning("%s: %s", what, exc)
     except Exception:
-        log.exception("deployment %s/%s: its step of the sweep failed", tenant, name)
+        log.exception("%s: its step of the sweep failed", what)
