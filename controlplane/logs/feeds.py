@@ -166,6 +166,11 @@ class LogFeeds:
         """How many jobs are being followed now (each read once, whatever its followers)."""
         return len(self._feeds)
 
+    @property
+    def followers(self) -> int:
+        """How many streams follow a job's log now, over all feeds."""
+        return sum(len(feed.followers) for feed in self._feeds.values())
+
     @contextlib.contextmanager
     def follow(self, job_id: UUID) -> Iterator[Follower]:
         """Follow the job's log from now on (read what came before from the database, after

@@ -40,6 +40,7 @@ from controlplane.logs.lines import (
 from controlplane.logs.store import last_seqs, read_lines, write_lines
 from node_agent.log_shipper import LINE_OVERHEAD, LogShipper
 from runners import protocol
+from tests.polling import eventually
 from tests.tenancy import Tokens, auth
 
 Client = TestClient[Any, Any]
@@ -577,7 +578,11 @@ async def test_followers_of_a_job_share_one_reader_and_each_gets_every_line_once
         return [m async for m in sse(response) if m is not None]
 
     followers = [asyncio.create_task(follow()) for _ in range(12)]
-    await asyncio.sleep(0.3)
+
+    async def all_following() -> bool:  # waited for: a loaded CI machine answers slowly
+        return feeds.followers == 12
+
+    await eventually(all_following)
     assert feeds.feeds == 1  # one reader for the job, however many follow it
     for seq in range(4, 40):
         await write_lines(pool, [line(job, seq)])
