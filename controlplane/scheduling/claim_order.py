@@ -73,17 +73,17 @@ def claim_order(
                 and not job.allocated
                 and (job.not_before is None or job.not_before <= now)
                 and fits(job.demand, here, ready)
-                and _within_quota(tenant, tenant.held + _gpus(job.demand))
+                and within_quota(tenant, tenant.held + total_gpus(job.demand))
             ),
-            key=_tenant_order,
+            key=tenant_order,
         )[:per_tenant]
         taken = 0
         for job in own:
-            taken += _gpus(job.demand)
-            if _within_quota(tenant, tenant.held + taken):
+            taken += total_gpus(job.demand)
+            if within_quota(tenant, tenant.held + taken):
                 # The tenant's share just before this job: what it holds and the jobs before it.
-                ranked.append(((tenant.held + taken - _gpus(job.demand)) / tenant.weight, job))
-    ranked.sort(key=lambda entry: (entry[0], *_tenant_order(entry[1])))
+                ranked.append(((tenant.held + taken - total_gpus(job.demand)) / tenant.weight, job))
+    ranked.sort(key=lambda entry: (entry[0], *tenant_order(entry[1])))
     return [job for _, job in ranked[:limit]]
 
 
@@ -116,15 +116,17 @@ def _learners_fitting(demand: Demand, room: Capacity) -> int:
     )
 
 
-def _within_quota(tenant: TenantShare, gpus: int) -> bool:
+def within_quota(tenant: TenantShare, gpus: int) -> bool:
+    """Whether the tenant may hold `gpus` GPUs in all."""
     return tenant.gpu_quota is None or gpus <= tenant.gpu_quota
 
 
-def _gpus(demand: Demand) -> int:
+def total_gpus(demand: Demand) -> int:
+    """The GPUs a job holds, over all its learners."""
     return demand.learners * demand.gpus
 
 
-def _tenant_order(job: QueuedJob) -> tuple[int, datetime, UUID]:
+def tenant_order(job: QueuedJob) -> tuple[int, datetime, UUID]:
     """Priority (highest first), then submission time, then job id: uuids compare as
     Postgres compares them, byte by byte."""
     return (-job.priority, job.submitted_at, job.job_id)
