@@ -51,7 +51,7 @@ from controlplane.jobs.projection import reason
 from controlplane.jobs.service import IdempotencyMismatch, idempotent_id
 from controlplane.jobs.streams import job_stream
 from controlplane.jobs.views import list_jobs as listed_jobs
-from controlplane.scheduling.unschedulable import LiveNodes, unschedulable_reason
+from controlplane.scheduling.unschedulable import LiveNodes, demand_of, unschedulable_reason
 from controlplane.tenants.limits import TenantLimits
 from controlplane.tenants.principals import Principal
 from controlplane.tenants.views import submission_check
@@ -89,7 +89,7 @@ def job_view(job: Job, live: LiveNodes | None = None) -> dict[str, Any]:
     the cluster now, None for views of the past or of jobs that left the queue)."""
     reason = None
     if live is not None and job.state is JobStatus.QUEUED:
-        reason = unschedulable_reason(job.manifest, live)
+        reason = unschedulable_reason(demand_of(job.manifest), live)
     return {
         "id": str(job.job_id),
         **job.model_dump(mode="json", exclude={"job_id"}),

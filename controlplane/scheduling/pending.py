@@ -1,0 +1,273 @@
+"""Why each queued job waits: every reason that applies, each with its detail, and its place in
+the queue. Pure, over a snapshot of the cluster, so that the recorder (controlplane/pending/)
+and the tests judge the same way.
+
+The queue's order is the claim's policy over the whole cluster (`claim_order` states it for one
+claiming node): fair share first, then priority, then submission time. Walking that order, each
+job that could run now takes its room, as the next claims would, and the jobs after it see what
+is left: a job is held back by the jobs ahead only where they take the room it needs. Reasons
+come in two kinds, as Kueue separates them: those of a job that will never run as it is
+(`never`: it fits no live node, or exceeds its tenant's quota alone) and those of a job that
+waits for something that will change (`waiting`)."""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from uuid import UUID
+
+from controlplane.scheduling.claim_order import (
+    QueuedJob,
+    TenantShare,
+    fits,
+    tenant_order,
+    total_gpus,
+    within_quota,
+)
+from controlplane.scheduling.placement import Capacity, Demand, place
+from controlplane.scheduling.unschedulable import LiveNodes, unschedulable_reason
+
+
+class Reason(StrEnum):
+    NO_NODES = "no_nodes"
+    UNSCHEDULABLE = "unschedulable"
+    GPU_UNHEALTHY = "gpu_unhealthy"
+    QUOTA = "quota"
+    BACKOFF = "backoff"
+    RESOURCES = "resources"
+    FAIR_SHARE = "fair_share"
+    PRIORITY = "priority"
+    STARTING = "starting"
+    """Nothing holds it back: the next claim takes it (or took it, and its deployment is
+    being recorded)."""
+    REPLICAS = "replicas"
+    """An inference job: it needs no node itself, and waits for its replicas' first query."""
+
+
+class Blocking(StrEnum):
+    NEVER = "never"
+    """It will never run as it is: the cluster, the job or the tenant's quota must change."""
+    WAITING = "waiting"
+    """It waits for something that changes by itself (room, its turn, a backoff's end)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    reason: Reason
+    blocking: Blocking
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRoom:
+    """A READY node: what it can still give, and what it has in all."""
+
+    free: Capacity
+    gpus: int
+    """Its healthy GPUs."""
+    unhealthy: int
+    cpus: float
+    memory_mb: int
+
+
+@dataclass(frozen=True, slots=True)
+class Assessment:
+    job_id: UUID
+    position: int
+    """1 for the job the policy takes first, counting every queued job."""
+    reasons: tuple[Pending, ...]
+
+
+def queue_order(tenants: Sequence[TenantShare], queue: Iterable[QueuedJob]) -> list[QueuedJob]:
+    """Every queued job, in the order the policy takes them cluster-wide: by the tenant's
+    share just before the job (what it holds and its jobs before this one, for its weight),
+    then priority, submission time and id. Jobs of a tenant not in `tenants` come last."""
+    own: dict[str, list[QueuedJob]] = defaultdict(list)
+    for job in queue:
+        own[job.tenant].append(job)
+    ranked: list[tuple[float, QueuedJob]] = []
+    for tenant in tenants:
+        taken = 0
+        for job in sorted(own.pop(tenant.name, []), key=tenant_order):
+            ranked.append(((tenant.held + taken) / tenant.weight, job))
+            taken += total_gpus(job.demand)
+    ranked.extend((float("inf"), job) for job in itertools.chain(*own.values()))
+    ranked.sort(key=lambda entry: (entry[0], *tenant_order(entry[1])))
+    return [job for _, job in ranked]
+
+
+def assess(
+    nodes: Sequence[NodeRoom],
+    tenants: Sequence[TenantShare],
+    queue: Sequence[QueuedJob],
+    *,
+    now: datetime,
+) -> list[Assessment]:
+    """Every queued job's reasons (at least one each), in queue order."""
+    shares = {tenant.name: tenant for tenant in tenants}
+    healthy, whole = _live(nodes, counting_unhealthy=False), _live(nodes, counting_unhealthy=True)
+    room = _Room([node.free for node in sorted(nodes, key=lambda n: n.free.node)])
+    starting: Counter[str] = Counter()
+    """GPUs of the jobs this walk lets start, by tenant: held as soon as they are claimed."""
+    ahead = 0
+    ahead_of_tenant: dict[str, Counter[int]] = defaultdict(Counter)
+    """The jobs ahead that may run (now or once room frees), in all and by tenant and priority."""
+    assessed = []
+    for position, job in enumerate(queue_order(tenants, queue), start=1):
+        tenant = shares.get(job.tenant, TenantShare(job.tenant, 1.0, None, 0))
+        if job.allocated:
+            reasons = [_starting("claimed: its deployment is being recorded")]
+        else:
+            reasons = _held(job, tenant, starting[tenant.name], healthy, whole, now)
+        if not reasons:
+            if room.take(job.demand):
+                starting[tenant.name] += total_gpus(job.demand)
+                reasons = [_starting("a READY node has room: the next claim takes it")]
+            else:
+                reasons = [_short(job.demand, room)]
+                reasons += _behind(job, tenant, ahead, ahead_of_tenant[tenant.name])
+            ahead += 1
+            ahead_of_tenant[tenant.name][job.priority] += 1
+        assessed.append(Assessment(job.job_id, position, tuple(reasons)))
+    return assessed
+
+
+def _held(
+    job: QueuedJob,
+    tenant: TenantShare,
+    starting: int,
+    healthy: LiveNodes,
+    whole: LiveNodes,
+    now: datetime,
+) -> list[Pending]:
+    """What holds the job back whatever the jobs ahead of it do."""
+    reasons = []
+    if healthy.nodes == 0:
+        reasons.append(Pending(Reason.NO_NODES, Blocking.WAITING, "no node is READY"))
+    elif (why := unschedulable_reason(job.demand, healthy)) is not None:
+        if unschedulable_reason(job.demand, whole) is None:
+            unhealthy = whole.total_gpus - healthy.total_gpus
+            detail = f"{why}, and {unhealthy} unhealthy GPU(s) on READY nodes would make room"
+            reasons.append(Pending(Reason.GPU_UNHEALTHY, Blocking.NEVER, detail))
+        else:
+            reasons.append(Pending(Reason.UNSCHEDULABLE, Blocking.NEVER, why))
+    gpus = total_gpus(job.demand)
+    if tenant.gpu_quota is not None and gpus > tenant.gpu_quota:
+        detail = f"needs {gpus} GPU(s); tenant {tenant.name}'s quota is {tenant.gpu_quota}"
+        reasons.append(Pending(Reason.QUOTA, Blocking.NEVER, detail))
+    elif not within_quota(tenant, tenant.held + starting + gpus):
+        more = f" (+{starting} starting)" if starting else ""
+        detail = (
+            f"tenant {tenant.name} holds {tenant.held}{more} of its {tenant.gpu_quota} GPU(s); "
+            f"this job needs {gpus}"
+        )
+        reasons.append(Pending(Reason.QUOTA, Blocking.WAITING, detail))
+    if job.not_before is not None and job.not_before > now:
+        detail = f"restart backoff until {job.not_before.isoformat()}"
+        reasons.append(Pending(Reason.BACKOFF, Blocking.WAITING, detail))
+    return reasons
+
+
+def _behind(
+    job: QueuedJob, tenant: TenantShare, ahead: int, own_ahead: Counter[int]
+) -> list[Pending]:
+    """The jobs ahead that stand before this one: other tenants' (by fair share), and its
+    tenant's own of higher priority."""
+    reasons = []
+    others = ahead - sum(own_ahead.values())
+    if others:
+        detail = (
+            f"{others} job(s) of other tenants come first: tenant {tenant.name} holds "
+            f"{tenant.held} GPU(s) at weight {tenant.weight:g}"
+        )
+        reasons.append(Pending(Reason.FAIR_SHARE, Blocking.WAITING, detail))
+    higher = sum(count for priority, count in own_ahead.items() if priority > job.priority)
+    if higher:
+        detail = f"{higher} job(s) of tenant {tenant.name} with higher priority come first"
+        reasons.append(Pending(Reason.PRIORITY, Blocking.WAITING, detail))
+    return reasons
+
+
+def _starting(detail: str) -> Pending:
+    return Pending(Reason.STARTING, Blocking.WAITING, detail)
+
+
+def _short(demand: Demand, room: _Room) -> Pending:
+    """Which resource no READY node has enough of now, or that none has them all together."""
+    whole = demand.learners == 1
+    kinds = ("GPU(s)", "CPUs", "MiB of memory")
+    need = dict(zip(kinds, (demand.gpus, demand.cpus, demand.memory_mb), strict=True))
+    most = dict(zip(kinds, room.most, strict=True))
+    short = [
+        f"{need[kind]:g} free {kind} (the most free on one is {most[kind]:g})"
+        for kind in kinds
+        if need[kind] > most[kind]
+    ]
+    where = "no READY node has" if whole else "no READY node has, for one learner,"
+    if short:
+        return Pending(Reason.RESOURCES, Blocking.WAITING, f"{where} {' or '.join(short)}")
+    together = ", ".join(f"{need[kind]:g} {kind}" for kind in kinds)
+    if not whole:
+        detail = (
+            f"the READY nodes have no room for its {demand.learners} learners ({together} each)"
+        )
+    else:
+        detail = f"no READY node has {together} free together"
+    return Pending(Reason.RESOURCES, Blocking.WAITING, detail)
+
+
+def _live(nodes: Sequence[NodeRoom], *, counting_unhealthy: bool) -> LiveNodes:
+    gpus = [node.gpus + (node.unhealthy if counting_unhealthy else 0) for node in nodes]
+    return LiveNodes(
+        nodes=len(nodes),
+        gpus=max(gpus, default=0),
+        cpus=max((node.cpus for node in nodes), default=0.0),
+        memory_mb=max((node.memory_mb for node in nodes), default=0),
+        total_gpus=sum(gpus),
+    )
+
+
+class _Room:
+    """What the READY nodes can still give during one walk of the queue."""
+
+    def __init__(self, capacities: list[Capacity]) -> None:
+        self._capacities = capacities
+        self.most = _most(capacities)
+        """The most free GPUs, CPUs and memory on one node (each kind on its own): a job
+        whose learner needs more fits nowhere, and is told so without a look at every node."""
+
+    def take(self, demand: Demand) -> bool:
+        """Place the job as a claim would (on the first node it fits, the roomiest others
+        taking the rest of its learners) and keep what is left; False where it fits nowhere."""
+        gpus, cpus, memory_mb = self.most
+        if demand.gpus > gpus or demand.cpus > cpus or demand.memory_mb > memory_mb:
+            return False
+        for here in self._capacities:
+            if not fits(demand, here, self._capacities):
+                continue
+            others = sorted(
+                (c for c in self._capacities if c is not here),
+                key=lambda c: (-len(c.gpus), -c.cpus, -c.memory_mb, c.node),
+            )
+            learners = place(demand, [here, *others])
+            if learners is None:
+                continue
+            used = {learner.node for learner in learners}
+            self._capacities = [
+                c.less(learners, demand) if c.node in used else c for c in self._capacities
+            ]
+            self.most = _most(self._capacities)
+            return True
+        return False
+
+
+def _most(capacities: Sequence[Capacity]) -> tuple[int, float, int]:
+    return (
+        max((len(c.gpus) for c in capacities), default=0),
+        max((c.cpus for c in capacities), default=0.0),
+        max((c.memory_mb for c in capacities), default=0),
+    )
