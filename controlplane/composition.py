@@ -34,6 +34,8 @@ from controlplane.jobs.projection import JobsProjection
 from controlplane.jobs.service import Jobs
 from controlplane.models.projection import ModelsProjection
 from controlplane.models.service import Models
+from controlplane.pending.projection import PendingProjection
+from controlplane.pending.recorder import PendingRecorder
 from controlplane.projections.base import Projection
 from controlplane.projections.runner import ProjectionRunner
 from controlplane.projections.streams import StreamsProjection
@@ -56,6 +58,7 @@ def projections() -> list[Projection]:
         TenantsProjection(),
         ModelsProjection(),
         DeploymentsProjection(),
+        PendingProjection(),
         WebhookOutbox(),
     ]
 
@@ -90,7 +93,8 @@ class Readiness:
 class ControlPlane:
     """The control plane's parts on one pool: the store, the job service, and the background
     workers (log listener, projection runner, SSE hub, lifecycle manager, cluster gauges,
-    webhook relay), all on one clock (the system's, but for tests of time)."""
+    pending-reasons recorder, webhook relay), all on one clock (the system's, but for tests
+    of time)."""
 
     def __init__(
         self,
@@ -125,6 +129,7 @@ class ControlPlane:
             clock=clock,
         )
         self.gauges = ClusterGauges(pool)
+        self.pending = PendingRecorder(pool, self.store, clock=clock)
         self.webhooks = WebhookRelay(url, pool, self.store, relay, clock=clock)
 
     async def readiness(self, background: asyncio.Task[None]) -> Readiness:
@@ -190,6 +195,7 @@ async def running(plane: ControlPlane) -> AsyncIterator[asyncio.Task[None]]:
                 group.create_task(plane.hub.run(), name="sse-hub")
                 group.create_task(plane.manager.run(), name="lifecycle-manager")
                 group.create_task(plane.gauges.run(), name="cluster-gauges")
+                group.create_task(plane.pending.run(), name="pending-reasons")
                 group.create_task(plane.webhooks.run(), name="webhook-relay")
                 group.create_task(plane.tasks.run(), name="serving-tasks")
         except Exception:
@@ -205,6 +211,7 @@ async def running(plane: ControlPlane) -> AsyncIterator[asyncio.Task[None]]:
         plane.hub.stop()
         plane.manager.stop()
         plane.gauges.stop()
+        plane.pending.stop()
         plane.webhooks.stop()
         plane.tasks.stop()
         plane.listener.stop()

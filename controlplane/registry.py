@@ -9,6 +9,7 @@ from controlplane.deployments import events as deployment_events
 from controlplane.events.types import Event, EventRegistry
 from controlplane.jobs import events as job_events
 from controlplane.models import events as model_events
+from controlplane.pending import events as pending_events
 from controlplane.tenants import events as tenant_events
 from controlplane.webhooks import events as webhook_events
 
@@ -19,6 +20,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     *deployment_events.EVENT_TYPES,
     *tenant_events.EVENT_TYPES,
     *webhook_events.EVENT_TYPES,
+    *pending_events.EVENT_TYPES,
 )
 """Every event type Trainyard writes, feature by feature."""
 EVENT_REGISTRY = EventRegistry(EVENT_TYPES)

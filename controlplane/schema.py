@@ -574,3 +574,35 @@ inference_queries = Table(
         postgresql_where=text("finished_at IS NOT NULL"),
     ),
 )
+
+pending_reasons = Table(
+    "pending_reasons",
+    metadata,
+    Column("job_id", Uuid, primary_key=True),
+    Column("tenant", Text, nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("version", Integer, nullable=False),
+    Column("queued", Boolean, nullable=False),
+    Column("position", Integer),
+    Column("kinds", ARRAY(Text), nullable=False),
+    Column("reasons", JSONB, nullable=False),
+    Column("since", DateTime(timezone=True), nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+    CheckConstraint("version >= 1"),
+    CheckConstraint("position >= 1"),
+    Index("pending_reasons_queued", "job_id", postgresql_where=text("queued")),
+)
+
+pending_spans = Table(
+    "pending_spans",
+    metadata,
+    Column("job_id", Uuid, primary_key=True),
+    Column("attempt", Integer, primary_key=True),
+    Column("reason", Text, primary_key=True),
+    Column("blocking", Text, nullable=False),
+    Column("detail", Text, nullable=False),
+    Column("started_at", DateTime(timezone=True), primary_key=True),
+    Column("ended_at", DateTime(timezone=True)),
+    CheckConstraint("blocking IN ('never', 'waiting')"),
+    Index("pending_spans_open", "job_id", postgresql_where=text("ended_at IS NULL")),
+)

@@ -27,6 +27,7 @@ FEATURES = (
     "controlplane.jobs",
     "controlplane.logs",
     "controlplane.models",
+    "controlplane.pending",
     "controlplane.deployments",
     "controlplane.scheduling",
     "controlplane.search",

@@ -20,6 +20,7 @@ from controlplane.http import (
     metrics,
     models,
     nodes,
+    pending,
     scrape,
     tenants,
     webhooks,
@@ -101,6 +102,7 @@ def create_app(
     metrics.add_routes(app)
     models.add_routes(app)
     nodes.add_routes(app)
+    pending.add_routes(app)
     scrape.add_routes(app)
     tenants.add_routes(app)
     webhooks.add_routes(app)

@@ -15,6 +15,7 @@ from controlplane.http import (
     metrics,
     model_paths,
     params,
+    pending_paths,
     scrape,
     tenants,
 )
@@ -543,6 +544,7 @@ def document() -> dict[str, Any]:
             **logs.openapi_paths(),
             **metrics.openapi_paths(),
             **model_paths.openapi_paths(),
+            **pending_paths.openapi_paths(),
             **scrape.openapi_paths(),
             **tenants.openapi_paths(),
             "/v1/nodes": {

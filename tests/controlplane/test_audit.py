@@ -48,6 +48,7 @@ VIEWS = {
     "job_transitions",
     "jobs",
     "model_versions",
+    "pending_reasons",
     "restarts",
     "serving_batches",
     "serving_tasks",

@@ -1,0 +1,100 @@
+"""What a round of the recorder writes, decided purely: for each job, its reasons' row, and an
+event where the set of its reasons changed (or it left the queue)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from uuid import UUID
+
+from controlplane.pending.events import PendingReason, PendingReasonsChanged
+
+
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """A job's reasons' row as the last round left it."""
+
+    job_id: UUID
+    tenant: str
+    attempt: int
+    version: int
+    """Its pending stream's version."""
+    queued: bool
+    position: int | None
+    reasons: tuple[PendingReason, ...]
+    since: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Queued:
+    """A queued job's reasons now."""
+
+    job_id: UUID
+    tenant: str
+    attempt: int
+    position: int
+    reasons: tuple[PendingReason, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """A row to write, with the event to append first (None: its details or position moved,
+    its set of reasons did not)."""
+
+    row: Recorded
+    event: PendingReasonsChanged | None
+    expected_version: int
+    """The stream's version the event is appended at."""
+
+
+def changes(
+    recorded: Mapping[UUID, Recorded], queue: Sequence[Queued], at: datetime
+) -> list[Change]:
+    """The rows and events that bring `recorded` (every row still queued, and the rows of the
+    jobs in `queue`) to `queue`, the reasons of the jobs queued at `at`."""
+    out = []
+    for job in queue:
+        before = recorded.get(job.job_id)
+        version = before.version if before else 0
+        same = (
+            before is not None
+            and before.queued
+            and before.attempt == job.attempt
+            and {r.reason for r in before.reasons} == {r.reason for r in job.reasons}
+        )
+        if same and before is not None:
+            if (before.position, before.reasons) != (job.position, job.reasons):
+                row = Recorded(
+                    job.job_id,
+                    job.tenant,
+                    job.attempt,
+                    version,
+                    True,
+                    job.position,
+                    job.reasons,
+                    before.since,
+                )
+                out.append(Change(row, None, version))
+            continue
+        event = PendingReasonsChanged(at=at, attempt=job.attempt, reasons=list(job.reasons))
+        row = Recorded(
+            job.job_id, job.tenant, job.attempt, version + 1, True, job.position, job.reasons, at
+        )
+        out.append(Change(row, event, version))
+    queued = {job.job_id for job in queue}
+    for before in recorded.values():
+        if before.queued and before.job_id not in queued:
+            event = PendingReasonsChanged(at=at, attempt=before.attempt, reasons=[])
+            row = Recorded(
+                before.job_id,
+                before.tenant,
+                before.attempt,
+                before.version + 1,
+                False,
+                None,
+                (),
+                at,
+            )
+            out.append(Change(row, event, before.version))
+    return out

@@ -1,0 +1,93 @@
+-- Pending reasons: the recorder's snapshot of the queue and the cluster, its rows, and the
+-- `pending` projection's spans. Loaded by `controlplane.queries` with every other .sql file.
+
+-- name: pending_queue
+-- Every queued job's current attempt as the claim sees it (the same columns as
+-- `claim_candidates`), from the queue's partial index. `allocated`: claimed already, the
+-- JobDeploying event not yet applied by the projection.
+SELECT s.job_id, s.attempt, s.tenant, s.learners, s.gpus_per_learner, s.cpus_per_learner,
+       s.memory_mb_per_learner, s.priority, s.submitted_at, s.not_before, s.inference,
+       EXISTS (SELECT 1 FROM allocations a
+               WHERE a.job_id = s.job_id AND a.attempt = s.attempt) AS allocated
+FROM job_status s
+WHERE s.state = 'QUEUED';
+
+-- name: pending_tenants
+-- Each tenant's weight, GPU quota and the GPUs its live allocations hold, as the claim weighs
+-- them.
+SELECT t.name, t.weight, t.gpu_quota, coalesce(u.gpus, 0)::int AS held
+FROM tenants t
+LEFT JOIN (SELECT tenant, sum(cardinality(gpus)) AS gpus
+           FROM allocations WHERE released_at IS NULL
+           GROUP BY tenant) u ON u.tenant = t.name
+ORDER BY t.name;
+
+-- name: pending_nodes
+-- The READY nodes: what each can still give (as `node_capacity` counts it for claims), and
+-- what it has in all, healthy GPUs and unhealthy ones apart.
+SELECT c.name, c.gpus AS free_gpus, c.cpus AS free_cpus, c.memory_mb AS free_memory_mb,
+       n.cpus, n.memory_mb,
+       (SELECT count(*) FROM node_gpus g WHERE g.node = n.name AND g.healthy)::int AS healthy,
+       (SELECT count(*) FROM node_gpus g WHERE g.node = n.name AND NOT g.healthy)::int
+           AS unhealthy
+FROM node_capacity c
+JOIN nodes n ON n.name = c.name
+ORDER BY c.name;
+
+-- name: pending_recorded
+-- The rows of the jobs still queued at the last round, and of the jobs $1 (queued now, maybe
+-- again after a restart: their rows keep their streams' versions).
+SELECT job_id, tenant, attempt, version, queued, position, reasons, since
+FROM pending_reasons
+WHERE queued OR job_id = ANY($1::uuid[]);
+
+-- name: pending_lock
+-- One recorder at a time, whichever control plane replica runs it: two would append the same
+-- changes, and the second's appends would fail on the streams' versions.
+SELECT pg_try_advisory_xact_lock(hashtextextended('trainyard.pending-reasons', 0));
+
+-- name: pending_write
+-- A round's rows, in one statement: row k is job $1[k] (tenant $2[k], attempt $3[k], stream
+-- version $4[k], queued $5[k], position $6[k], reasons $7[k], since $8[k]), updated at $9.
+INSERT INTO pending_reasons AS p
+    (job_id, tenant, attempt, version, queued, position, kinds, reasons, since, updated_at)
+SELECT r.job_id, r.tenant, r.attempt, r.version, r.queued, r.position,
+       ARRAY(SELECT x ->> 'reason' FROM jsonb_array_elements(r.reasons) x), r.reasons, r.since,
+       $9
+FROM unnest($1::uuid[], $2::text[], $3::int[], $4::int[], $5::bool[], $6::int[],
+            $7::jsonb[], $8::timestamptz[])
+     AS r(job_id, tenant, attempt, version, queued, position, reasons, since)
+ON CONFLICT (job_id) DO UPDATE
+SET tenant = excluded.tenant, attempt = excluded.attempt, version = excluded.version,
+    queued = excluded.queued, position = excluded.position, kinds = excluded.kinds,
+    reasons = excluded.reasons, since = excluded.since, updated_at = excluded.updated_at;
+
+-- name: pending_now
+-- A job's reasons now: NULL when the recorder has not seen it queued yet.
+SELECT attempt, queued, position, reasons, since, updated_at
+FROM pending_reasons
+WHERE job_id = $1;
+
+-- name: pending_close_spans
+-- The `pending` projection: the job's open spans end at $2, but for reasons $3 that still hold
+-- (for attempt $4; another attempt's spans all end).
+UPDATE pending_spans
+SET ended_at = $2
+WHERE job_id = $1 AND ended_at IS NULL AND (attempt <> $4 OR reason <> ALL($3::text[]));
+
+-- name: pending_open_spans
+-- The `pending` projection: spans begin at $2 for the reasons ($4, blocking $5, detail $6) of
+-- attempt $3 that were not open already.
+INSERT INTO pending_spans (job_id, attempt, reason, blocking, detail, started_at)
+SELECT $1, $3, r.reason, r.blocking, r.detail, $2
+FROM unnest($4::text[], $5::text[], $6::text[]) AS r(reason, blocking, detail)
+WHERE NOT EXISTS (SELECT 1 FROM pending_spans s
+                  WHERE s.job_id = $1 AND s.attempt = $3 AND s.reason = r.reason
+                    AND s.ended_at IS NULL);
+
+-- name: pending_spans_of
+-- A job's spans, oldest first: its pending history.
+SELECT attempt, reason, blocking, detail, started_at, ended_at
+FROM pending_spans
+WHERE job_id = $1
+ORDER BY started_at, attempt, reason;

@@ -1,0 +1,189 @@
+"""The pending-reasons recorder: every round, it reads the queue and the cluster, judges each
+queued job (`scheduling.pending.assess`), and writes what changed: the reasons' rows, and an
+event in the job's pending stream where the set of its reasons changed. Every control plane
+replica runs one; a round takes an advisory lock, so one replica writes at a time.
+
+It reads only, with plain SELECTs, what claims lock: a claim never waits for it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Sequence
+from datetime import datetime
+
+import asyncpg
+
+from controlplane.clock import SYSTEM_CLOCK, Clock
+from controlplane.database import DATABASE_ERRORS, Executor
+from controlplane.events.metadata import Metadata
+from controlplane.events.records import StreamAppend
+from controlplane.events.store import EventStore
+from controlplane.pending.changes import Change, Queued, Recorded, changes
+from controlplane.pending.events import PendingReason
+from controlplane.pending.streams import pending_stream
+from controlplane.queries import Q
+from controlplane.scheduling.claim_order import QueuedJob, TenantShare
+from controlplane.scheduling.pending import Blocking, NodeRoom, Reason, assess
+from controlplane.scheduling.placement import Capacity, Demand
+from controlplane.workers import pause
+
+log = logging.getLogger(__name__)
+
+ROUND_S = 0.5
+"""How often the reasons are judged again: a change shows within about this long."""
+ACTOR = "system:pending-reasons"
+REPLICAS = PendingReason(
+    reason=Reason.REPLICAS,
+    blocking=Blocking.WAITING,
+    detail="an inference job needs no node: it waits for a replica of its deployment to load "
+    "the model and take its first query",
+)
+
+
+class PendingRecorder:
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        store: EventStore,
+        *,
+        interval_s: float = ROUND_S,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
+        self._pool = pool
+        self._store = store
+        self._interval_s = interval_s
+        self._clock = clock
+        self._stopping = asyncio.Event()
+
+    async def run(self) -> None:
+        """Record a round every interval until `stop()`."""
+        while not self._stopping.is_set():
+            try:
+                await self.record()
+            except DATABASE_ERRORS as exc:
+                log.warning("recording pending reasons failed: %s; retrying", exc)
+            await pause(self._stopping, self._interval_s)
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    async def record(self) -> int:
+        """One round; how many jobs' rows it wrote (0 also when another replica's round held
+        the lock)."""
+        async with self._pool.acquire() as conn, conn.transaction(isolation="repeatable_read"):
+            if not await conn.fetchval(Q["pending_lock"]):
+                return 0
+            at = self._clock.now()
+            queue = await _judged(conn, at)
+            recorded = {
+                row["job_id"]: _recorded(row)
+                for row in await conn.fetch(Q["pending_recorded"], [job.job_id for job in queue])
+            }
+            written = changes(recorded, queue, at)
+            await self._write(conn, written, at)
+            return len(written)
+
+    async def _write(self, conn: Executor, written: Sequence[Change], at: datetime) -> None:
+        appends = [
+            StreamAppend(
+                pending_stream(change.row.job_id),
+                change.expected_version,
+                [change.event],
+                Metadata(actor=ACTOR, tenant=change.row.tenant),
+            )
+            for change in written
+            if change.event is not None
+        ]
+        if appends:
+            results = await self._store.append_many(appends, conn=conn)
+            if any(result is None for result in results):
+                # A stream moved under us: only another recorder appends there, and the lock
+                # keeps it out, so this is a bug; write nothing, the next round starts afresh.
+                raise RuntimeError("a pending stream was not at the version its row records")
+        rows = [change.row for change in written]
+        await conn.execute(
+            Q["pending_write"],
+            [r.job_id for r in rows],
+            [r.tenant for r in rows],
+            [r.attempt for r in rows],
+            [r.version for r in rows],
+            [r.queued for r in rows],
+            [r.position for r in rows],
+            [json.dumps([reason.model_dump(mode="json") for reason in r.reasons]) for r in rows],
+            [r.since for r in rows],
+            at,
+        )
+
+
+async def _judged(conn: Executor, at: datetime) -> list[Queued]:
+    """Every queued job with its reasons now, in queue order (inference jobs, which take no
+    node, last)."""
+    jobs = await conn.fetch(Q["pending_queue"])
+    tenants = [
+        TenantShare(r["name"], r["weight"], r["gpu_quota"], r["held"])
+        for r in await conn.fetch(Q["pending_tenants"])
+    ]
+    nodes = [
+        NodeRoom(
+            # The view's memory is numeric (a bigint less a sum): placement counts whole MiB.
+            Capacity(r["name"], list(r["free_gpus"]), r["free_cpus"], int(r["free_memory_mb"])),
+            gpus=r["healthy"],
+            unhealthy=r["unhealthy"],
+            cpus=r["cpus"],
+            memory_mb=r["memory_mb"],
+        )
+        for r in await conn.fetch(Q["pending_nodes"])
+    ]
+    rows = {r["job_id"]: r for r in jobs}
+    queue = [
+        QueuedJob(
+            r["job_id"],
+            r["tenant"],
+            Demand(
+                r["learners"],
+                r["gpus_per_learner"],
+                r["cpus_per_learner"],
+                r["memory_mb_per_learner"],
+            ),
+            r["priority"],
+            r["submitted_at"],
+            r["not_before"],
+            r["allocated"],
+        )
+        for r in jobs
+        if not r["inference"]
+    ]
+    judged = [
+        Queued(
+            a.job_id,
+            rows[a.job_id]["tenant"],
+            rows[a.job_id]["attempt"],
+            a.position,
+            tuple(
+                PendingReason(reason=p.reason, blocking=p.blocking, detail=p.detail)
+                for p in a.reasons
+            ),
+        )
+        for a in assess(nodes, tenants, queue, now=at)
+    ]
+    inference = sorted((r for r in jobs if r["inference"]), key=lambda r: r["submitted_at"])
+    judged += [
+        Queued(r["job_id"], r["tenant"], r["attempt"], len(queue) + k, (REPLICAS,))
+        for k, r in enumerate(inference, start=1)
+    ]
+    return judged
+
+
+def _recorded(row: asyncpg.Record) -> Recorded:
+    return Recorded(
+        job_id=row["job_id"],
+        tenant=row["tenant"],
+        attempt=row["attempt"],
+        version=row["version"],
+        queued=row["queued"],
+        position=row["position"],
+        reasons=tuple(PendingReason.model_validate(r) for r in json.loads(row["reasons"])),
+        since=row["since"],
+    )

@@ -1,0 +1,256 @@
+"""Pending reasons recorded: the recorder judges every queued job against the real queue and
+nodes, records the changes of its reasons as events, and the API, the SSE stream and the audit
+view answer "why is it pending, and why was it from 10:00 to 10:40"."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from uuid import uuid4
+
+import asyncpg
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from controlplane.agents.events import GpuInfo
+from controlplane.agents.nodes import Nodes, NodeSpec
+from controlplane.clock import ManualClock
+from controlplane.events.metadata import Metadata
+from controlplane.events.store import EventStore
+from controlplane.events.subscription import LogListener
+from controlplane.http.app import create_app
+from controlplane.http.keys import POOL, STORE
+from controlplane.jobs.lifecycle import Cancel
+from controlplane.jobs.manifest import JobManifest
+from controlplane.jobs.projection import JobsProjection
+from controlplane.jobs.service import Jobs
+from controlplane.pending.projection import PendingProjection
+from controlplane.pending.recorder import PendingRecorder
+from controlplane.pending.streams import pending_stream
+from controlplane.pending.views import pending_view
+from controlplane.projections.runner import ProjectionRunner
+from tests.polling import eventually
+from tests.tenancy import Tokens, auth
+
+Client = TestClient[Any, Any]
+MANIFEST: dict[str, Any] = {
+    "name": "train",
+    "image": "trainyard-learner:latest",
+    "command": ["python", "train.py"],
+    "gpus_per_learner": 1,
+}
+
+
+def gpus(node: str, count: int) -> list[GpuInfo]:
+    return [
+        GpuInfo(index=i, uuid=f"GPU-{node}-{i}", model="fake", memory_mb=80_000, healthy=True)
+        for i in range(count)
+    ]
+
+
+@pytest.fixture
+async def client(db_url: str) -> AsyncIterator[Client]:
+    app = create_app(db_url, poll_interval=0.1, sse_heartbeat_s=0.2)
+    async with TestClient(TestServer(app)) as client:
+        yield client
+
+
+async def submit(client: Client, token: str, **changes: Any) -> str:
+    response = await client.post("/v1/jobs", json={**MANIFEST, **changes}, headers=auth(token))
+    assert response.status == 201, await response.text()
+    job_id: str = (await response.json())["id"]
+    return job_id
+
+
+async def pending(client: Client, token: str, job: str, **query: str) -> dict[str, Any]:
+    response = await client.get(f"/v1/jobs/{job}/pending", params=query, headers=auth(token))
+    assert response.status == 200, await response.text()
+    body: dict[str, Any] = await response.json()
+    return body
+
+
+def kinds(view: dict[str, Any]) -> set[str]:
+    return {r["reason"] for r in view["reasons"]}
+
+
+async def until_reasons(client: Client, token: str, job: str, expected: set[str]) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+
+    async def shown() -> bool:
+        seen.update(await pending(client, token, job))
+        return kinds(seen) == expected
+
+    try:
+        await eventually(shown, seconds=10)
+    except TimeoutError:
+        raise AssertionError(f"{job}: {seen}") from None
+    return seen
+
+
+async def test_every_queued_job_says_why_and_its_history_is_recorded(
+    client: Client, tokens: Tokens
+) -> None:
+    nodes = Nodes(client.app[POOL], client.app[STORE])
+    await nodes.register(NodeSpec("n1", uuid4(), "process", 8, 65536, gpus("n1", 1)), ttl_s=60)
+    first = await submit(client, tokens.acme)
+    second = await submit(client, tokens.globex)
+    third = await submit(client, tokens.globex, priority=5)
+    never = await submit(client, tokens.globex, gpus_per_learner=2)
+
+    # All hold nothing: globex's higher-priority job comes first and takes the one GPU.
+    now = await until_reasons(client, tokens.globex, third, {"starting"})
+    assert now["position"] == 1 and now["state"] == "QUEUED"
+    first_now = await until_reasons(client, tokens.acme, first, {"resources", "fair_share"})
+    assert first_now["position"] == 2
+    reasons = {r["reason"]: r for r in first_now["reasons"]}
+    assert reasons["fair_share"]["detail"] == (
+        "1 job(s) of other tenants come first: tenant acme holds 0 GPU(s) at weight 1"
+    )
+    assert reasons["resources"] == {
+        "reason": "resources",
+        "blocking": "waiting",
+        "detail": "no READY node has 1 free GPU(s) (the most free on one is 0)",
+        "since": reasons["resources"]["since"],
+    }
+    second_now = await until_reasons(
+        client, tokens.globex, second, {"resources", "fair_share", "priority"}
+    )
+    assert second_now["position"] == 3
+    never_now = await until_reasons(client, tokens.globex, never, {"unschedulable"})
+    assert never_now["reasons"][0]["blocking"] == "never"
+    assert never_now["reasons"][0]["detail"] == (
+        "needs 2 healthy GPU(s) on one node; the largest node has 1"
+    )
+    # Another tenant's job is not found, its reasons neither.
+    response = await client.get(f"/v1/jobs/{second}/pending", headers=auth(tokens.acme))
+    assert response.status == 404
+
+    # The GPU frees up when globex's first job goes: the reasons move, and are recorded.
+    cancelled = await client.post(f"/v1/jobs/{third}/cancel", headers=auth(tokens.globex))
+    assert cancelled.status == 200
+    await until_reasons(client, tokens.acme, first, {"starting"})
+    await until_reasons(client, tokens.globex, second, {"resources", "fair_share"})
+    gone = await until_reasons(client, tokens.globex, third, set())
+    assert gone["position"] is None and gone["state"] == "CANCELLED"
+
+    async def history_closed() -> bool:
+        view = await pending(client, tokens.globex, third)
+        return bool(view["history"]) and all(s["until"] for s in view["history"])
+
+    await eventually(history_closed, seconds=10)
+
+    async def history_moved() -> bool:
+        view = await pending(client, tokens.acme, first)
+        return {s["reason"]: s["until"] is None for s in view["history"]} == {
+            "resources": False,
+            "fair_share": False,
+            "starting": True,
+        }
+
+    await eventually(history_moved, seconds=10)
+    view = await pending(client, tokens.acme, first)
+    assert set(view["seconds"]) == {"resources", "fair_share", "starting"}
+    assert all(seconds >= 0 for seconds in view["seconds"].values())
+
+
+async def test_bad_windows_are_refused(client: Client, tokens: Tokens) -> None:
+    job = await submit(client, tokens.acme)
+    for query, field in (
+        ({"since": "yesterday"}, "since"),
+        ({"until": "2026-01-01T00:00:00"}, "until"),
+        ({"since": "2026-01-02T00:00:00Z", "until": "2026-01-01T00:00:00Z"}, "until"),
+    ):
+        response = await client.get(
+            f"/v1/jobs/{job}/pending", params=query, headers=auth(tokens.acme)
+        )
+        assert response.status == 400
+        assert (await response.json())["field"] == field
+
+
+async def test_the_stream_sends_each_change_and_ends_with_the_job(
+    client: Client, tokens: Tokens
+) -> None:
+    job = await submit(client, tokens.acme)  # no node at all yet
+    headers = auth(tokens.acme)
+    async with client.get(f"/v1/jobs/{job}/pending/events", headers=headers) as response:
+        assert response.status == 200
+        sent: list[dict[str, Any]] = []
+
+        async def read() -> None:
+            async for raw in response.content:
+                line = raw.decode().strip()
+                if line.startswith("data: "):
+                    sent.append(json.loads(line.removeprefix("data: ")))
+
+        reader = asyncio.create_task(read())
+
+        async def seen(expected: set[str]) -> bool:
+            return any(kinds(view) == expected for view in sent)
+
+        await eventually(lambda: seen({"no_nodes"}), seconds=10)
+        nodes = Nodes(client.app[POOL], client.app[STORE])
+        await nodes.register(NodeSpec("n1", uuid4(), "process", 8, 65536, gpus("n1", 1)), 60)
+        await eventually(lambda: seen({"starting"}), seconds=10)
+        assert (await client.post(f"/v1/jobs/{job}/cancel", headers=headers)).status == 200
+        async with asyncio.timeout(10):
+            await reader  # the stream ends with the job
+    assert sent[-1]["state"] == "CANCELLED" and sent[-1]["reasons"] == []
+
+
+async def test_time_per_reason_answers_why_it_was_pending_from_ten_to_ten_forty(
+    db_url: str, pool: asyncpg.Pool, store: EventStore, tokens: Tokens, owner: asyncpg.Connection
+) -> None:
+    start = datetime(2026, 11, 27, 9, 50, tzinfo=UTC)
+    clock = ManualClock(start)
+    runner = ProjectionRunner(
+        pool, store, LogListener(db_url), [JobsProjection(), PendingProjection()]
+    )
+    recorder = PendingRecorder(pool, store, clock=clock)
+    jobs = Jobs(store, clock)
+    nodes = Nodes(pool, store, clock)
+    manifest = JobManifest.model_validate(MANIFEST)
+    acme = Metadata(actor="tenant:acme", tenant="acme")
+    holder, _ = await jobs.submit("acme", manifest, acme)
+    await runner.catch_up(JobsProjection())
+
+    async def round_at(at: datetime) -> None:
+        clock.set(at)
+        await runner.catch_up(JobsProjection())
+        await recorder.record()
+        await runner.catch_up(PendingProjection())
+
+    await round_at(start)  # 9:50, no node: waiting for one
+    await nodes.register(NodeSpec("n1", uuid4(), "process", 8, 65536, gpus("n1", 1)), 3600)
+    clock.advance(timedelta(minutes=5))  # submitted after the holder
+    waiter, _ = await jobs.submit("acme", manifest, acme)
+    await round_at(start + timedelta(minutes=10))  # 10:00, the holder's turn comes first
+    await jobs.execute(holder.job_id, Cancel("done", clock.now() + timedelta(minutes=30)), acme)
+    await round_at(start + timedelta(minutes=40))  # 10:30, the waiter's turn
+    await round_at(start + timedelta(minutes=60))  # 10:50, nothing changed
+
+    loaded = await jobs.load(waiter.job_id)
+    assert loaded is not None
+    ten, ten_forty = start + timedelta(minutes=10), start + timedelta(minutes=50)
+    view = await pending_view(pool, loaded, clock.now(), since=ten, until=ten_forty)
+    assert view["seconds"] == {"resources": 1800.0, "starting": 600.0}
+    assert [(s["reason"], s["from"], s["until"]) for s in view["history"]] == [
+        ("resources", ten.isoformat(), (start + timedelta(minutes=40)).isoformat()),
+        ("starting", (start + timedelta(minutes=40)).isoformat(), None),
+    ]
+    # A round that changes nothing appends nothing: the stream has the two changes only.
+    assert await store.version(pending_stream(waiter.job_id)) == 2
+    # The holder left the queue: its last event has no reasons, and its spans are closed.
+    [*_, last] = await store.read_stream(pending_stream(holder.job_id))
+    assert last.event.reasons == []  # type: ignore[attr-defined]
+    await owner.execute("SET ROLE trainyard_auditor")  # what an auditor reads
+    rows = await owner.fetch(
+        "SELECT reason, seconds FROM audit.pending_reasons WHERE job_id = $1 ORDER BY started_at",
+        holder.job_id,
+    )
+    assert [(r["reason"], r["seconds"]) for r in rows] == [
+        ("no_nodes", 600.0),
+        ("starting", 1800.0),
+    ]
