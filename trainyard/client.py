@@ -32,6 +32,7 @@ from collections.abc import (
     Sequence,
 )
 from contextlib import aclosing
+from datetime import datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Any, BinaryIO, Literal, TypeVar
@@ -121,6 +122,18 @@ class AsyncClient:
             "GET", f"/v1/jobs/{job_id}/history", not_found=_no_job(job_id)
         )
         return history
+
+    async def pending(
+        self, job_id: str, since: datetime | None = None, until: datetime | None = None
+    ) -> dict[str, Any]:
+        """Why a job is pending: `reasons` holding it now (each with `blocking`, `never` or
+        `waiting`, and `detail`), its queue `position`, its `history` of reasons, and
+        `seconds`, each reason's time holding it within [since, until]."""
+        params = [(name, at.isoformat()) for name, at in (("since", since), ("until", until)) if at]
+        view: dict[str, Any] = await self.api.request(
+            "GET", f"/v1/jobs/{job_id}/pending", params=params, not_found=_no_job(job_id)
+        )
+        return view
 
     async def cancel(self, job_id: str, reason: str | None = None) -> dict[str, Any]:
         """Cancel a job that has not finished (`reason` goes into its history); the job."""
@@ -851,6 +864,12 @@ class Client:
     def history(self, job_id: str) -> dict[str, Any]:
         """See `AsyncClient.history`."""
         return self._run(self._client.history(job_id))
+
+    def pending(
+        self, job_id: str, since: datetime | None = None, until: datetime | None = None
+    ) -> dict[str, Any]:
+        """See `AsyncClient.pending`."""
+        return self._run(self._client.pending(job_id, since, until))
 
     def cancel(self, job_id: str, reason: str | None = None) -> dict[str, Any]:
         """See `AsyncClient.cancel`."""

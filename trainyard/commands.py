@@ -118,9 +118,12 @@ def add_client_commands(commands: Any) -> None:
     listing.add_argument("--limit", type=int, default=50, help="at most this many (1 to 500)")
     status = add(
         "status",
-        "a job's state, current attempt and full history",
+        "a job's state, current attempt and full history, and why it is pending",
         "Show a job's state, attempt, restarts, nodes, GPUs, last checkpoint, exit codes and "
-        "failure reason, and every event of its history with time, actor and reason.",
+        "failure reason, and every event of its history with time, actor and reason. A queued "
+        "job's queue position and every reason it waits (never: it will not run as it is; "
+        "waiting: for its turn, room or a backoff's end), and, for any job that waited, the "
+        "time each reason held it.",
         cmd_status,
         output,
     )
@@ -286,12 +289,15 @@ async def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     async with client_for(args, settings) as client:
         job = await client.job(args.job)
         history = await client.history(args.job)
+        pending = await client.pending(args.job)
     # A server older than webhook notifications sends no `webhooks`.
     webhooks = history.get("webhooks", [])
     if args.output == "json":
-        print_json({"job": job, "history": history["history"], "webhooks": webhooks})
+        print_json(
+            {"job": job, "history": history["history"], "webhooks": webhooks, "pending": pending}
+        )
     else:
-        print(render.job_status(job, history["history"], webhooks))
+        print(render.job_status(job, history["history"], webhooks, pending))
     return 0
 
 

@@ -103,6 +103,7 @@ def job_status(
     job: Mapping[str, Any],
     history: Sequence[Mapping[str, Any]],
     webhooks: Sequence[Mapping[str, Any]] = (),
+    pending: Mapping[str, Any] | None = None,
 ) -> str:
     checkpoint = job.get("last_checkpoint")
     fields: list[tuple[str, object]] = [
@@ -123,6 +124,7 @@ def job_status(
         ("exit codes", job["exit_codes"]),
         ("failure", job.get("failure_reason")),
         ("unschedulable", job.get("unschedulable_reason")),
+        ("queue position", pending and pending.get("position")),
         ("submitted", job["submitted_at"]),
         ("updated", job["updated_at"]),
     ]
@@ -133,6 +135,12 @@ def job_status(
     ]
     events = table(["AT", "EVENT", "STATE", "ATTEMPT", "ACTOR", "REASON"], rows)
     text = f"{head}\n\nhistory:\n{events}"
+    if pending and pending.get("reasons"):
+        now = [(r["reason"], r["blocking"], r["since"], r["detail"]) for r in pending["reasons"]]
+        text += "\n\npending:\n" + table(["REASON", "BLOCKING", "SINCE", "DETAIL"], now)
+    if pending and pending.get("seconds"):
+        spent = [(reason, f"{seconds:.1f}") for reason, seconds in pending["seconds"].items()]
+        text += "\n\ntime pending:\n" + table(["REASON", "SECONDS"], spent)
     if webhooks:
         attempts = [
             (

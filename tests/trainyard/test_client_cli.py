@@ -24,6 +24,7 @@ from controlplane.jobs.lifecycle import JobStatus
 from controlplane.tenants.service import issue_token, set_limits
 from harness.served import ServedControlPlane, free_port
 from tests.cluster import Plane, RunningAgent
+from tests.polling import eventually
 from trainyard import api
 from trainyard.api import ApiClient
 from trainyard.client import AsyncClient
@@ -155,6 +156,19 @@ async def test_user_commands_against_a_served_control_plane(cli: Cli, tmp_path: 
 
     nodes = (await cli("nodes", "--output", "json")).json()
     assert [node["name"] for node in nodes] == ["n1"]
+
+    # A job no node could hold: its status says so, and that it will not run as it is.
+    huge = (await cli("submit", cli.manifest("huge", PRINT, gpus_per_learner=64))).stdout.strip()
+
+    async def told() -> bool:
+        pending = (await cli("status", huge, "--output", "json")).json()["pending"]
+        return [r["reason"] for r in pending["reasons"]] == ["unschedulable"]
+
+    await eventually(told)
+    shown = (await cli("status", huge)).stdout
+    assert "queue position" in shown
+    assert "pending:" in shown and "unschedulable" in shown and "never" in shown
+    assert (await cli("cancel", huge)).rc == 0
 
     # Cancelling a running job, then cancelling it again (refused: it has finished).
     sleeper = (await cli("submit", cli.manifest("sleeper", SLEEP))).stdout.strip()
