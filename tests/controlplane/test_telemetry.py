@@ -210,7 +210,15 @@ async def test_a_lost_nodes_restart_and_the_next_claim_are_spans_of_the_jobs_tra
         "UPDATE nodes SET lease_until = now() + interval '1 hour' WHERE name = 'n2'"
     )
     assert await LifecycleManager(db_url, pool, store).sweep() == ["n1"]
-    await cluster.project()
+
+    async def requeued() -> bool:
+        # The restart may not be readable at once (an older transaction open elsewhere on the
+        # server holds the log's newest events back): the queue is waited for, not assumed.
+        await cluster.project()
+        query = "SELECT attempt FROM job_status WHERE job_id = $1 AND state = 'QUEUED'"
+        return await pool.fetchval(query, job_id) == 2
+
+    await eventually(requeued)
     [again] = await claim(pool, store, "n2")
     assert again.attempt == 2
 
