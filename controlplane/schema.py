@@ -587,6 +587,7 @@ pending_reasons = Table(
     Column("kinds", ARRAY(Text), nullable=False),
     Column("reasons", JSONB, nullable=False),
     Column("since", DateTime(timezone=True), nullable=False),
+    Column("estimated_start", DateTime(timezone=True)),
     Column("updated_at", DateTime(timezone=True), nullable=False),
     CheckConstraint("version >= 1"),
     CheckConstraint("position >= 1"),

@@ -4,7 +4,9 @@
 
 -- One row a job that was ever queued. `version` is its pending stream's: the recorder appends
 -- there without reading the stream first. `queued` goes false when it leaves the queue; the
--- row stays, for its stream's version and a later attempt's return.
+-- row stays, for its stream's version and a later attempt's return. `estimated_start`: when it
+-- should start, from the running jobs' expected ends; NULL when it can start now, or when an
+-- end it waits for is not known.
 CREATE TABLE pending_reasons (
     job_id      uuid PRIMARY KEY,
     tenant      text NOT NULL,
@@ -15,6 +17,7 @@ CREATE TABLE pending_reasons (
     kinds       text[] NOT NULL,
     reasons     jsonb NOT NULL,
     since       timestamptz NOT NULL,
+    estimated_start timestamptz,
     updated_at  timestamptz NOT NULL
 );
 -- Each round reads the jobs still queued, not every job that ever waited.

@@ -125,6 +125,7 @@ def job_status(
         ("failure", job.get("failure_reason")),
         ("unschedulable", job.get("unschedulable_reason")),
         ("queue position", pending and pending.get("position")),
+        ("estimated start", pending and pending.get("estimated_start")),
         ("submitted", job["submitted_at"]),
         ("updated", job["updated_at"]),
     ]

@@ -60,6 +60,12 @@ _NOW = {
             },
         },
     },
+    "estimated_start": {
+        **_TIME,
+        "description": "when it should start, as the running jobs give their room back at "
+        "their expected ends (the median run time of their tenant's recent COMPLETED jobs of "
+        "the same name); null when it can start now, or when an end it waits for is unknown",
+    },
     "updated_at": {**_TIME, "description": "when the recorder last changed these reasons"},
 }
 _VIEW = {

@@ -4,7 +4,7 @@ event where the set of its reasons changed (or it left the queue)."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from uuid import UUID
 
@@ -24,6 +24,7 @@ class Recorded:
     position: int | None
     reasons: tuple[PendingReason, ...]
     since: datetime
+    estimated_start: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +36,7 @@ class Queued:
     attempt: int
     position: int
     reasons: tuple[PendingReason, ...]
+    estimated_start: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,44 +59,41 @@ def changes(
     for job in queue:
         before = recorded.get(job.job_id)
         version = before.version if before else 0
-        same = (
+        now = Recorded(
+            job.job_id,
+            job.tenant,
+            job.attempt,
+            version,
+            True,
+            job.position,
+            job.reasons,
+            at,
+            job.estimated_start,
+        )
+        if (
             before is not None
             and before.queued
             and before.attempt == job.attempt
             and {r.reason for r in before.reasons} == {r.reason for r in job.reasons}
-        )
-        if same and before is not None:
-            if (before.position, before.reasons) != (job.position, job.reasons):
-                row = Recorded(
-                    job.job_id,
-                    job.tenant,
-                    job.attempt,
-                    version,
-                    True,
-                    job.position,
-                    job.reasons,
-                    before.since,
-                )
-                out.append(Change(row, None, version))
+        ):
+            # The same reasons: no event, and the row only where what it shows moved.
+            if replace(now, since=before.since) != before:
+                out.append(Change(replace(now, since=before.since), None, version))
             continue
         event = PendingReasonsChanged(at=at, attempt=job.attempt, reasons=list(job.reasons))
-        row = Recorded(
-            job.job_id, job.tenant, job.attempt, version + 1, True, job.position, job.reasons, at
-        )
-        out.append(Change(row, event, version))
+        out.append(Change(replace(now, version=version + 1), event, version))
     queued = {job.job_id for job in queue}
     for before in recorded.values():
         if before.queued and before.job_id not in queued:
             event = PendingReasonsChanged(at=at, attempt=before.attempt, reasons=[])
-            row = Recorded(
-                before.job_id,
-                before.tenant,
-                before.attempt,
-                before.version + 1,
-                False,
-                None,
-                (),
-                at,
+            row = replace(
+                before,
+                version=before.version + 1,
+                queued=False,
+                position=None,
+                reasons=(),
+                since=at,
+                estimated_start=None,
             )
             out.append(Change(row, event, before.version))
     return out

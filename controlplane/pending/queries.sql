@@ -5,7 +5,7 @@
 -- Every queued job's current attempt as the claim sees it (the same columns as
 -- `claim_candidates`), from the queue's partial index. `allocated`: claimed already, the
 -- JobDeploying event not yet applied by the projection.
-SELECT s.job_id, s.attempt, s.tenant, s.learners, s.gpus_per_learner, s.cpus_per_learner,
+SELECT s.job_id, s.attempt, s.tenant, s.name, s.learners, s.gpus_per_learner, s.cpus_per_learner,
        s.memory_mb_per_learner, s.priority, s.submitted_at, s.not_before, s.inference,
        EXISTS (SELECT 1 FROM allocations a
                WHERE a.job_id = s.job_id AND a.attempt = s.attempt) AS allocated
@@ -34,10 +34,35 @@ FROM node_capacity c
 JOIN nodes n ON n.name = c.name
 ORDER BY c.name;
 
+-- name: pending_running
+-- The live allocations, learner by learner, with their job's name: the room that comes back
+-- when each attempt ends.
+SELECT a.tenant, s.name, a.node, a.gpus, a.cpus, a.memory_mb, a.allocated_at
+FROM allocations a
+JOIN job_status s ON s.job_id = a.job_id
+WHERE a.released_at IS NULL;
+
+-- name: pending_durations
+-- How long jobs of each tenant and name hold their room, typically: the median of the last 20
+-- that COMPLETED within a week (their first learner's allocation, from claim to release).
+-- What a queued or running job of that name is expected to take; the recorder reads it now
+-- and then, not every round.
+SELECT tenant, name, percentile_cont(0.5) WITHIN GROUP (ORDER BY seconds) AS seconds
+FROM (
+    SELECT s.tenant, s.name, extract(epoch FROM a.released_at - a.allocated_at) AS seconds,
+           row_number() OVER (PARTITION BY s.tenant, s.name ORDER BY a.released_at DESC) AS k
+    FROM allocations a
+    JOIN job_status s ON s.job_id = a.job_id AND s.attempt = a.attempt
+    WHERE a.learner = 0 AND s.state = 'COMPLETED'
+      AND a.released_at > now() - interval '7 days'
+) recent
+WHERE k <= 20
+GROUP BY tenant, name;
+
 -- name: pending_recorded
 -- The rows of the jobs still queued at the last round, and of the jobs $1 (queued now, maybe
 -- again after a restart: their rows keep their streams' versions).
-SELECT job_id, tenant, attempt, version, queued, position, reasons, since
+SELECT job_id, tenant, attempt, version, queued, position, reasons, since, estimated_start
 FROM pending_reasons
 WHERE queued OR job_id = ANY($1::uuid[]);
 
@@ -48,23 +73,26 @@ SELECT pg_try_advisory_xact_lock(hashtextextended('trainyard.pending-reasons', 0
 
 -- name: pending_write
 -- A round's rows, in one statement: row k is job $1[k] (tenant $2[k], attempt $3[k], stream
--- version $4[k], queued $5[k], position $6[k], reasons $7[k], since $8[k]), updated at $9.
+-- version $4[k], queued $5[k], position $6[k], reasons $7[k], since $8[k], estimated start
+-- $9[k]), updated at $10.
 INSERT INTO pending_reasons AS p
-    (job_id, tenant, attempt, version, queued, position, kinds, reasons, since, updated_at)
+    (job_id, tenant, attempt, version, queued, position, kinds, reasons, since,
+     estimated_start, updated_at)
 SELECT r.job_id, r.tenant, r.attempt, r.version, r.queued, r.position,
        ARRAY(SELECT x ->> 'reason' FROM jsonb_array_elements(r.reasons) x), r.reasons, r.since,
-       $9
+       r.estimated_start, $10
 FROM unnest($1::uuid[], $2::text[], $3::int[], $4::int[], $5::bool[], $6::int[],
-            $7::jsonb[], $8::timestamptz[])
-     AS r(job_id, tenant, attempt, version, queued, position, reasons, since)
+            $7::jsonb[], $8::timestamptz[], $9::timestamptz[])
+     AS r(job_id, tenant, attempt, version, queued, position, reasons, since, estimated_start)
 ON CONFLICT (job_id) DO UPDATE
 SET tenant = excluded.tenant, attempt = excluded.attempt, version = excluded.version,
     queued = excluded.queued, position = excluded.position, kinds = excluded.kinds,
-    reasons = excluded.reasons, since = excluded.since, updated_at = excluded.updated_at;
+    reasons = excluded.reasons, since = excluded.since,
+    estimated_start = excluded.estimated_start, updated_at = excluded.updated_at;
 
 -- name: pending_now
 -- A job's reasons now: NULL when the recorder has not seen it queued yet.
-SELECT attempt, queued, position, reasons, since, updated_at
+SELECT attempt, queued, position, reasons, since, estimated_start, updated_at
 FROM pending_reasons
 WHERE job_id = $1;
 

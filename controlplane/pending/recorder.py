@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Sequence
-from datetime import datetime
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
 
 import asyncpg
 
@@ -25,6 +25,7 @@ from controlplane.pending.events import PendingReason
 from controlplane.pending.streams import pending_stream
 from controlplane.queries import Q
 from controlplane.scheduling.claim_order import QueuedJob, TenantShare
+from controlplane.scheduling.estimates import Holding, estimated_starts
 from controlplane.scheduling.pending import Blocking, NodeRoom, Reason, assess
 from controlplane.scheduling.placement import Capacity, Demand
 from controlplane.workers import pause
@@ -33,6 +34,9 @@ log = logging.getLogger(__name__)
 
 ROUND_S = 0.5
 """How often the reasons are judged again: a change shows within about this long."""
+DURATIONS = timedelta(seconds=30)
+"""How often the typical run times (of each tenant's job names) are read again: from every job
+that completed in a week, too much to read each round, and slow to change."""
 ACTOR = "system:pending-reasons"
 REPLICAS = PendingReason(
     reason=Reason.REPLICAS,
@@ -56,6 +60,8 @@ class PendingRecorder:
         self._interval_s = interval_s
         self._clock = clock
         self._stopping = asyncio.Event()
+        self._durations: dict[tuple[str, str], timedelta] = {}
+        self._durations_read: datetime | None = None
 
     async def run(self) -> None:
         """Record a round every interval until `stop()`."""
@@ -76,7 +82,13 @@ class PendingRecorder:
             if not await conn.fetchval(Q["pending_lock"]):
                 return 0
             at = self._clock.now()
-            queue = await _judged(conn, at)
+            if self._durations_read is None or at - self._durations_read > DURATIONS:
+                self._durations = {
+                    (r["tenant"], r["name"]): timedelta(seconds=r["seconds"])
+                    for r in await conn.fetch(Q["pending_durations"])
+                }
+                self._durations_read = at
+            queue = await _judged(conn, at, self._durations)
             recorded = {
                 row["job_id"]: _recorded(row)
                 for row in await conn.fetch(Q["pending_recorded"], [job.job_id for job in queue])
@@ -113,13 +125,16 @@ class PendingRecorder:
             [r.position for r in rows],
             [json.dumps([reason.model_dump(mode="json") for reason in r.reasons]) for r in rows],
             [r.since for r in rows],
+            [r.estimated_start for r in rows],
             at,
         )
 
 
-async def _judged(conn: Executor, at: datetime) -> list[Queued]:
-    """Every queued job with its reasons now, in queue order (inference jobs, which take no
-    node, last)."""
+async def _judged(
+    conn: Executor, at: datetime, durations: Mapping[tuple[str, str], timedelta]
+) -> list[Queued]:
+    """Every queued job with its reasons and estimated start now, in queue order (inference
+    jobs, which take no node, last)."""
     jobs = await conn.fetch(Q["pending_queue"])
     tenants = [
         TenantShare(r["name"], r["weight"], r["gpu_quota"], r["held"])
@@ -135,6 +150,17 @@ async def _judged(conn: Executor, at: datetime) -> list[Queued]:
             memory_mb=r["memory_mb"],
         )
         for r in await conn.fetch(Q["pending_nodes"])
+    ]
+    running = [
+        Holding(
+            r["tenant"],
+            r["node"],
+            tuple(r["gpus"]),
+            r["cpus"],
+            r["memory_mb"],
+            _ends(r["allocated_at"], durations.get((r["tenant"], r["name"]))),
+        )
+        for r in await conn.fetch(Q["pending_running"])
     ]
     rows = {r["job_id"]: r for r in jobs}
     queue = [
@@ -155,6 +181,12 @@ async def _judged(conn: Executor, at: datetime) -> list[Queued]:
         for r in jobs
         if not r["inference"]
     ]
+    expected = {
+        job_id: took
+        for job_id, r in rows.items()
+        if (took := durations.get((r["tenant"], r["name"]))) is not None
+    }
+    starts = estimated_starts(nodes, tenants, queue, running, expected, now=at)
     judged = [
         Queued(
             a.job_id,
@@ -165,6 +197,8 @@ async def _judged(conn: Executor, at: datetime) -> list[Queued]:
                 PendingReason(reason=p.reason, blocking=p.blocking, detail=p.detail)
                 for p in a.reasons
             ),
+            # One that can start now has no estimate to give: the next claim takes it.
+            start if (start := starts.get(a.job_id)) is not None and start > at else None,
         )
         for a in assess(nodes, tenants, queue, now=at)
     ]
@@ -174,6 +208,10 @@ async def _judged(conn: Executor, at: datetime) -> list[Queued]:
         for k, r in enumerate(inference, start=1)
     ]
     return judged
+
+
+def _ends(allocated_at: datetime, took: timedelta | None) -> datetime | None:
+    return None if took is None else allocated_at + took
 
 
 def _recorded(row: asyncpg.Record) -> Recorded:
@@ -186,4 +224,5 @@ def _recorded(row: asyncpg.Record) -> Recorded:
         position=row["position"],
         reasons=tuple(PendingReason.model_validate(r) for r in json.loads(row["reasons"])),
         since=row["since"],
+        estimated_start=row["estimated_start"],
     )

@@ -67,6 +67,7 @@ async def pending_view(
         "attempt": job.attempt,
         "position": row["position"] if current and row is not None else None,
         "reasons": reasons,
+        "estimated_start": _iso(row["estimated_start"]) if current and row is not None else None,
         "updated_at": _iso(row["updated_at"]) if current and row is not None else None,
         "history": history,
         "seconds": dict(sorted(seconds.items())),

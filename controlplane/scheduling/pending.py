@@ -28,7 +28,7 @@ from controlplane.scheduling.claim_order import (
     total_gpus,
     within_quota,
 )
-from controlplane.scheduling.placement import Capacity, Demand, place
+from controlplane.scheduling.placement import Capacity, Demand, LearnerAllocation, place
 from controlplane.scheduling.unschedulable import LiveNodes, unschedulable_reason
 
 
@@ -110,7 +110,7 @@ def assess(
     """Every queued job's reasons (at least one each), in queue order."""
     shares = {tenant.name: tenant for tenant in tenants}
     healthy, whole = _live(nodes, counting_unhealthy=False), _live(nodes, counting_unhealthy=True)
-    room = _Room([node.free for node in sorted(nodes, key=lambda n: n.free.node)])
+    room = Room(node.free for node in nodes)
     starting: Counter[str] = Counter()
     """GPUs of the jobs this walk lets start, by tenant: held as soon as they are claimed."""
     ahead = 0
@@ -124,7 +124,7 @@ def assess(
         else:
             reasons = _held(job, tenant, starting[tenant.name], healthy, whole, now)
         if not reasons:
-            if room.take(job.demand):
+            if room.take(job.demand) is not None:
                 starting[tenant.name] += total_gpus(job.demand)
                 reasons = [_starting("a READY node has room: the next claim takes it")]
             else:
@@ -196,7 +196,7 @@ def _starting(detail: str) -> Pending:
     return Pending(Reason.STARTING, Blocking.WAITING, detail)
 
 
-def _short(demand: Demand, room: _Room) -> Pending:
+def _short(demand: Demand, room: Room) -> Pending:
     """Which resource no READY node has enough of now, or that none has them all together."""
     whole = demand.learners == 1
     kinds = ("GPU(s)", "CPUs", "MiB of memory")
@@ -231,21 +231,21 @@ def _live(nodes: Sequence[NodeRoom], *, counting_unhealthy: bool) -> LiveNodes:
     )
 
 
-class _Room:
-    """What the READY nodes can still give during one walk of the queue."""
+class Room:
+    """What the READY nodes can still give, as claims take it and jobs give it back."""
 
-    def __init__(self, capacities: list[Capacity]) -> None:
-        self._capacities = capacities
-        self.most = _most(capacities)
+    def __init__(self, capacities: Iterable[Capacity]) -> None:
+        self._capacities = sorted(capacities, key=lambda c: c.node)
+        self.most = _most(self._capacities)
         """The most free GPUs, CPUs and memory on one node (each kind on its own): a job
         whose learner needs more fits nowhere, and is told so without a look at every node."""
 
-    def take(self, demand: Demand) -> bool:
+    def take(self, demand: Demand) -> list[LearnerAllocation] | None:
         """Place the job as a claim would (on the first node it fits, the roomiest others
-        taking the rest of its learners) and keep what is left; False where it fits nowhere."""
+        taking the rest of its learners) and keep what is left; None where it fits nowhere."""
         gpus, cpus, memory_mb = self.most
         if demand.gpus > gpus or demand.cpus > cpus or demand.memory_mb > memory_mb:
-            return False
+            return None
         for here in self._capacities:
             if not fits(demand, here, self._capacities):
                 continue
@@ -261,8 +261,18 @@ class _Room:
                 c.less(learners, demand) if c.node in used else c for c in self._capacities
             ]
             self.most = _most(self._capacities)
-            return True
-        return False
+            return learners
+        return None
+
+    def give(self, node: str, gpus: Sequence[str], cpus: float, memory_mb: int) -> None:
+        """A learner's room back on `node` (nothing where the node is not READY)."""
+        self._capacities = [
+            Capacity(c.node, sorted([*c.gpus, *gpus]), c.cpus + cpus, c.memory_mb + memory_mb)
+            if c.node == node
+            else c
+            for c in self._capacities
+        ]
+        self.most = _most(self._capacities)
 
 
 def _most(capacities: Sequence[Capacity]) -> tuple[int, float, int]:

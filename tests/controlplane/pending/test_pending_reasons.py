@@ -15,6 +15,7 @@ import asyncpg
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
+from controlplane.agents.claims import Releases, claim
 from controlplane.agents.events import GpuInfo
 from controlplane.agents.nodes import Nodes, NodeSpec
 from controlplane.clock import ManualClock
@@ -23,7 +24,7 @@ from controlplane.events.store import EventStore
 from controlplane.events.subscription import LogListener
 from controlplane.http.app import create_app
 from controlplane.http.keys import POOL, STORE
-from controlplane.jobs.lifecycle import Cancel
+from controlplane.jobs.lifecycle import Cancel, Complete, EnterPhase, JobStatus
 from controlplane.jobs.manifest import JobManifest
 from controlplane.jobs.projection import JobsProjection
 from controlplane.jobs.service import Jobs
@@ -32,6 +33,7 @@ from controlplane.pending.recorder import PendingRecorder
 from controlplane.pending.streams import pending_stream
 from controlplane.pending.views import pending_view
 from controlplane.projections.runner import ProjectionRunner
+from controlplane.scheduling.claim import Claim
 from tests.polling import eventually
 from tests.tenancy import Tokens, auth
 
@@ -254,3 +256,48 @@ async def test_time_per_reason_answers_why_it_was_pending_from_ten_to_ten_forty(
         ("no_nodes", 600.0),
         ("starting", 1800.0),
     ]
+
+
+async def test_a_queued_job_is_estimated_to_start_when_the_running_one_should_end(
+    db_url: str, pool: asyncpg.Pool, store: EventStore, tokens: Tokens
+) -> None:
+    runner = ProjectionRunner(pool, store, LogListener(db_url), [JobsProjection()])
+    recorder = PendingRecorder(pool, store)
+    jobs = Jobs(store)
+    await Nodes(pool, store).register(
+        NodeSpec("n1", uuid4(), "process", 8, 65536, gpus("n1", 1)), 60
+    )
+    manifest = JobManifest.model_validate(MANIFEST)
+    acme = Metadata(actor="tenant:acme", tenant="acme")
+    releases = Releases(pool, "n1")
+
+    async def run_one() -> Claim:
+        await jobs.submit("acme", manifest, acme)
+        await runner.catch_up(JobsProjection())
+        [claimed] = await claim(pool, store, "n1")
+        return claimed
+
+    done = await run_one()  # one run of "train" that took about a second
+    await asyncio.sleep(1.0)
+    now = datetime.now(UTC)
+    await jobs.execute(done.job.job_id, EnterPhase(JobStatus.PROCESSING, now, 1), acme)
+    await jobs.execute(done.job.job_id, Complete([0], now, attempt=1), acme)
+    await releases.release(done.job.job_id, 1)
+    running = await run_one()
+    queued, _ = await jobs.submit("acme", manifest, acme)
+    await runner.catch_up(JobsProjection())
+    await recorder.record()
+
+    loaded = await jobs.load(queued.job_id)
+    assert loaded is not None
+    view = await pending_view(pool, loaded, datetime.now(UTC))
+    assert [r["reason"] for r in view["reasons"]] == ["resources"]
+    async with pool.acquire() as conn:
+        took = await conn.fetchval(
+            "SELECT released_at - allocated_at FROM allocations WHERE job_id = $1",
+            done.job.job_id,
+        )
+        began = await conn.fetchval(
+            "SELECT allocated_at FROM allocations WHERE job_id = $1", running.job.job_id
+        )
+    assert datetime.fromisoformat(view["estimated_start"]) == began + took
