@@ -9,6 +9,7 @@ from datetime import datetime
 from uuid import UUID
 
 from controlplane.pending.events import PendingReason, PendingReasonsChanged
+from controlplane.scheduling.pending import Pending
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,7 +23,7 @@ class Recorded:
     """Its pending stream's version."""
     queued: bool
     position: int | None
-    reasons: tuple[PendingReason, ...]
+    reasons: tuple[Pending, ...]
     since: datetime
     estimated_start: datetime | None = None
 
@@ -35,7 +36,7 @@ class Queued:
     tenant: str
     attempt: int
     position: int
-    reasons: tuple[PendingReason, ...]
+    reasons: tuple[Pending, ...]
     estimated_start: datetime | None = None
 
 
@@ -80,7 +81,7 @@ def changes(
             if replace(now, since=before.since) != before:
                 out.append(Change(replace(now, since=before.since), None, version))
             continue
-        event = PendingReasonsChanged(at=at, attempt=job.attempt, reasons=list(job.reasons))
+        event = PendingReasonsChanged(at=at, attempt=job.attempt, reasons=_recorded(job.reasons))
         out.append(Change(replace(now, version=version + 1), event, version))
     queued = {job.job_id for job in queue}
     for before in recorded.values():
@@ -97,3 +98,7 @@ def changes(
             )
             out.append(Change(row, event, before.version))
     return out
+
+
+def _recorded(reasons: Sequence[Pending]) -> list[PendingReason]:
+    return [PendingReason(reason=r.reason, blocking=r.blocking, detail=r.detail) for r in reasons]

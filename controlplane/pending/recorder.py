@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 
@@ -21,12 +22,11 @@ from controlplane.events.metadata import Metadata
 from controlplane.events.records import StreamAppend
 from controlplane.events.store import EventStore
 from controlplane.pending.changes import Change, Queued, Recorded, changes
-from controlplane.pending.events import PendingReason
 from controlplane.pending.streams import pending_stream
 from controlplane.queries import Q
 from controlplane.scheduling.claim_order import QueuedJob, TenantShare
 from controlplane.scheduling.estimates import Holding, estimated_starts
-from controlplane.scheduling.pending import Blocking, NodeRoom, Reason, assess
+from controlplane.scheduling.pending import Blocking, NodeRoom, Pending, Reason, assess
 from controlplane.scheduling.placement import Capacity, Demand
 from controlplane.workers import pause
 
@@ -35,14 +35,16 @@ log = logging.getLogger(__name__)
 ROUND_S = 0.5
 """How often the reasons are judged again: a change shows within about this long."""
 DURATIONS = timedelta(seconds=30)
+PACE = 4.0
+"""A round's pause is at least this many times as long as the round took."""
 """How often the typical run times (of each tenant's job names) are read again: from every job
 that completed in a week, too much to read each round, and slow to change."""
 ACTOR = "system:pending-reasons"
-REPLICAS = PendingReason(
-    reason=Reason.REPLICAS,
-    blocking=Blocking.WAITING,
-    detail="an inference job needs no node: it waits for a replica of its deployment to load "
-    "the model and take its first query",
+REPLICAS = Pending(
+    Reason.REPLICAS,
+    Blocking.WAITING,
+    "an inference job needs no node: it waits for a replica of its deployment to load the "
+    "model and take its first query",
 )
 
 
@@ -62,40 +64,54 @@ class PendingRecorder:
         self._stopping = asyncio.Event()
         self._durations: dict[tuple[str, str], timedelta] = {}
         self._durations_read: datetime | None = None
+        self._judged_from: tuple[object, ...] | None = None
+        """The fingerprint of what the last round judged (see `pending_fingerprint`)."""
+        self._due: datetime | None = None
+        """When time alone changes a judgement: a backoff or an expected end passes."""
 
     async def run(self) -> None:
         """Record a round every interval until `stop()`."""
         while not self._stopping.is_set():
+            started = time.monotonic()
             try:
                 await self.record()
             except DATABASE_ERRORS as exc:
                 log.warning("recording pending reasons failed: %s; retrying", exc)
-            await pause(self._stopping, self._interval_s)
+            # A long queue makes long rounds: they take at most a quarter of the time, so that
+            # claims and the API keep the CPU.
+            took = time.monotonic() - started
+            await pause(self._stopping, max(self._interval_s, PACE * took))
 
     def stop(self) -> None:
         self._stopping.set()
 
     async def record(self) -> int:
         """One round; how many jobs' rows it wrote (0 also when another replica's round held
-        the lock)."""
+        the lock, or when nothing it judges from changed)."""
         async with self._pool.acquire() as conn, conn.transaction(isolation="repeatable_read"):
             if not await conn.fetchval(Q["pending_lock"]):
                 return 0
             at = self._clock.now()
-            if self._durations_read is None or at - self._durations_read > DURATIONS:
+            seen = tuple(await conn.fetchrow(Q["pending_fingerprint"]) or ())
+            stale = self._durations_read is None or at - self._durations_read > DURATIONS
+            if not stale and seen == self._judged_from and (self._due is None or at < self._due):
+                return 0
+            if stale:
                 self._durations = {
                     (r["tenant"], r["name"]): timedelta(seconds=r["seconds"])
                     for r in await conn.fetch(Q["pending_durations"])
                 }
                 self._durations_read = at
-            queue = await _judged(conn, at, self._durations)
+            queue, due = await _judged(conn, at, self._durations)
             recorded = {
                 row["job_id"]: _recorded(row)
                 for row in await conn.fetch(Q["pending_recorded"], [job.job_id for job in queue])
             }
             written = changes(recorded, queue, at)
             await self._write(conn, written, at)
-            return len(written)
+        # Only once committed: a round rolled back is judged again.
+        self._judged_from, self._due = seen, due
+        return len(written)
 
     async def _write(self, conn: Executor, written: Sequence[Change], at: datetime) -> None:
         appends = [
@@ -123,7 +139,7 @@ class PendingRecorder:
             [r.version for r in rows],
             [r.queued for r in rows],
             [r.position for r in rows],
-            [json.dumps([reason.model_dump(mode="json") for reason in r.reasons]) for r in rows],
+            [json.dumps([_shown(reason) for reason in r.reasons]) for r in rows],
             [r.since for r in rows],
             [r.estimated_start for r in rows],
             at,
@@ -132,9 +148,10 @@ class PendingRecorder:
 
 async def _judged(
     conn: Executor, at: datetime, durations: Mapping[tuple[str, str], timedelta]
-) -> list[Queued]:
+) -> tuple[list[Queued], datetime | None]:
     """Every queued job with its reasons and estimated start now, in queue order (inference
-    jobs, which take no node, last)."""
+    jobs, which take no node, last); and the next instant at which time alone changes them (a
+    backoff's end, a running job's expected end), if any."""
     jobs = await conn.fetch(Q["pending_queue"])
     tenants = [
         TenantShare(r["name"], r["weight"], r["gpu_quota"], r["held"])
@@ -193,10 +210,7 @@ async def _judged(
             rows[a.job_id]["tenant"],
             rows[a.job_id]["attempt"],
             a.position,
-            tuple(
-                PendingReason(reason=p.reason, blocking=p.blocking, detail=p.detail)
-                for p in a.reasons
-            ),
+            a.reasons,
             # One that can start now has no estimate to give: the next claim takes it.
             start if (start := starts.get(a.job_id)) is not None and start > at else None,
         )
@@ -207,7 +221,9 @@ async def _judged(
         Queued(r["job_id"], r["tenant"], r["attempt"], len(queue) + k, (REPLICAS,))
         for k, r in enumerate(inference, start=1)
     ]
-    return judged
+    instants = [job.not_before for job in queue if job.not_before is not None]
+    instants += [holding.ends for holding in running if holding.ends is not None]
+    return judged, min((when for when in instants if when > at), default=None)
 
 
 def _ends(allocated_at: datetime, took: timedelta | None) -> datetime | None:
@@ -222,7 +238,14 @@ def _recorded(row: asyncpg.Record) -> Recorded:
         version=row["version"],
         queued=row["queued"],
         position=row["position"],
-        reasons=tuple(PendingReason.model_validate(r) for r in json.loads(row["reasons"])),
+        reasons=tuple(
+            Pending(Reason(r["reason"]), Blocking(r["blocking"]), r["detail"])
+            for r in json.loads(row["reasons"])
+        ),
         since=row["since"],
         estimated_start=row["estimated_start"],
     )
+
+
+def _shown(reason: Pending) -> dict[str, str]:
+    return {"reason": reason.reason, "blocking": reason.blocking, "detail": reason.detail}

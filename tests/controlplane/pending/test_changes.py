@@ -7,18 +7,17 @@ from datetime import UTC, datetime, timedelta
 from uuid import UUID
 
 from controlplane.pending.changes import Queued, Recorded, changes
-from controlplane.pending.events import PendingReason
-from controlplane.scheduling.pending import Blocking, Reason
+from controlplane.scheduling.pending import Blocking, Pending, Reason
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 T1 = T0 + timedelta(seconds=1)
 
 
-def reason(kind: Reason, detail: str = "") -> PendingReason:
-    return PendingReason(reason=kind, blocking=Blocking.WAITING, detail=detail)
+def reason(kind: Reason, detail: str = "") -> Pending:
+    return Pending(kind, Blocking.WAITING, detail)
 
 
-def row(n: int, *reasons: PendingReason, attempt: int = 1, queued: bool = True) -> Recorded:
+def row(n: int, *reasons: Pending, attempt: int = 1, queued: bool = True) -> Recorded:
     return Recorded(UUID(int=n), "acme", attempt, 3, queued, 1 if queued else None, reasons, T0)
 
 
