@@ -138,7 +138,7 @@ async def run(
     return result
 
 
-class _Plane:
+class Plane:
     """The control plane's projections, a job service and nodes on one pool, in-process."""
 
     def __init__(self, url: str, projections: Sequence[Projection], pool: asyncpg.Pool) -> None:
@@ -173,12 +173,12 @@ class _Plane:
 
 
 @asynccontextmanager
-async def _plane(
+async def opened_plane(
     url: str, projections: Sequence[Projection], pool_size: int
-) -> AsyncIterator[_Plane]:
+) -> AsyncIterator[Plane]:
     """A plane with the bench's tenant; its projections not yet running."""
     pool = await create_pool(url, min_size=pool_size, max_size=pool_size)
-    plane = _Plane(url, projections, pool)
+    plane = Plane(url, projections, pool)
     try:
         await create_tenant(plane.store, plane.runner, TENANT, actor="bench")
         yield plane
@@ -196,11 +196,11 @@ def _nodes() -> list[str]:
 
 
 async def _claims(url: str, seconds: float, say: Say) -> dict[str, Any]:
-    async with _plane(url, [JobsProjection(), TenantsProjection()], AGENTS + 4) as plane:
+    async with opened_plane(url, [JobsProjection(), TenantsProjection()], AGENTS + 4) as plane:
         for name in _nodes():
             await plane.node(name)
         say(f"claims: queueing {QUEUE_DEPTH} jobs ...")
-        batches = [_submit_batch(plane, SUBMIT_BATCH) for _ in range(QUEUE_DEPTH // SUBMIT_BATCH)]
+        batches = [submit_batch(plane, SUBMIT_BATCH) for _ in range(QUEUE_DEPTH // SUBMIT_BATCH)]
         last = max(await asyncio.gather(*batches))
         # Applied before the clock starts: only the claims are timed.
         for projection in plane.runner.projections.values():
@@ -238,14 +238,16 @@ async def _claims(url: str, seconds: float, say: Say) -> dict[str, Any]:
     }
 
 
-async def _submit_batch(plane: _Plane, count: int) -> LogPosition:
-    """Submit `count` jobs in one transaction; the log position of the last."""
+async def submit_batch(plane: Plane, count: int, tenant: str = TENANT) -> LogPosition:
+    """Submit `count` one-GPU jobs of `tenant` in one transaction; the log position of the
+    last."""
     last = ORIGIN
+    metadata = Metadata(actor="bench", tenant=tenant)
     async with plane.pool.acquire() as conn, conn.transaction():
         for _ in range(count):
             job_id = uuid4()
-            events = decide(Submit(job_id, TENANT, ONE_GPU, SYSTEM_CLOCK.now()), None)
-            appended = await plane.store.append(job_stream(job_id), 0, events, USER, conn=conn)
+            events = decide(Submit(job_id, tenant, ONE_GPU, SYSTEM_CLOCK.now()), None)
+            appended = await plane.store.append(job_stream(job_id), 0, events, metadata, conn=conn)
             last = appended.log_position
     return last
 
@@ -319,7 +321,7 @@ async def submit_latency(
 ) -> dict[str, Any]:
     """LATENCY_JOBS copies of `job` submitted steadily to one real agent (`config`, two fake
     GPUs) on the database at `url`: each stage's p50 and p99 (see the module's note)."""
-    async with _plane(url, projections(), 6) as plane:
+    async with opened_plane(url, projections(), 6) as plane:
         plane.start()
         stop, registered = asyncio.Event(), asyncio.Event()
         agent = asyncio.create_task(
@@ -348,7 +350,7 @@ async def submit_latency(
     return result
 
 
-async def _submit_steadily(plane: _Plane, manifest: JobManifest) -> dict[UUID, _Timeline]:
+async def _submit_steadily(plane: Plane, manifest: JobManifest) -> dict[UUID, _Timeline]:
     timelines: dict[UUID, _Timeline] = {}
     watchers: list[asyncio.Task[None]] = []
     start = time.perf_counter()
@@ -426,7 +428,7 @@ async def _versus_peer(url: str, say: Say) -> dict[str, Any]:
     ours, theirs = _Split(), _Split()
     per_round = PEER_JOBS // ROUNDS
     async with (
-        _plane(url, [JobsProjection(), TenantsProjection()], CONCURRENCY + 4) as plane,
+        opened_plane(url, [JobsProjection(), TenantsProjection()], CONCURRENCY + 4) as plane,
         app.open_async(),
     ):
         await app.schema_manager.apply_schema_async()
@@ -453,7 +455,7 @@ async def _versus_peer(url: str, say: Say) -> dict[str, Any]:
     }
 
 
-async def _trainyard_round(plane: _Plane, total: int) -> tuple[float, float]:
+async def _trainyard_round(plane: Plane, total: int) -> tuple[float, float]:
     """Submit jobs until `total` exist, then claim and finish them all; the two durations."""
     start = time.perf_counter()
     existing = await plane.pool.fetchval("SELECT count(*) FROM job_status")

@@ -1,7 +1,7 @@
 """The queue's projections (`jobs`, `tenants`) in a process of their own, as the control plane
-(`trainyard serve`) applies them beside the agents, which run elsewhere:
-`python -m bench.projector DATABASE_URL` runs them until SIGTERM, and `projector(url)` is such
-a process for the length of a `with` block."""
+(`trainyard serve`) applies them beside the agents, which run elsewhere, and with `pending` its
+pending-reasons recorder too: `python -m bench.projector DATABASE_URL [--pending]` runs them
+until SIGTERM, and `projector(url)` is such a process for the length of a `with` block."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from controlplane.database import create_pool
 from controlplane.events.store import EventStore
 from controlplane.events.subscription import LogListener
 from controlplane.jobs.projection import JobsProjection
+from controlplane.pending.recorder import PendingRecorder
 from controlplane.projections.runner import ProjectionRunner
 from controlplane.registry import EVENT_REGISTRY
 from controlplane.tenants.projection import TenantsProjection
@@ -24,14 +25,16 @@ START_S = 20.0
 STOP_S = 20.0
 
 
-async def run(url: str) -> None:
+async def run(url: str, pending: bool) -> None:
     pool = await create_pool(url, min_size=2, max_size=4)
     store = EventStore(pool, EVENT_REGISTRY)
     listener = LogListener(url)
     runner = ProjectionRunner(pool, store, listener, [JobsProjection(), TenantsProjection()])
+    recorder = PendingRecorder(pool, store)
 
     def stop() -> None:
         runner.stop()
+        recorder.stop()
         listener.stop()
         listener.wake()
 
@@ -39,21 +42,29 @@ async def run(url: str) -> None:
     try:
         for projection in runner.projections.values():
             await runner.catch_up(projection)
+        if pending:
+            # Its first round records every queued job: ready once that is done, so that
+            # what is timed is the recorder as it runs, round after round.
+            await recorder.record()
         sys.stdout.buffer.write(READY)
         sys.stdout.flush()
         async with asyncio.TaskGroup() as group:
             group.create_task(listener.run())
             group.create_task(runner.run())
+            if pending:
+                group.create_task(recorder.run())
     finally:
         await store.close()
         await pool.close()
 
 
 @asynccontextmanager
-async def projector(url: str) -> AsyncIterator[None]:
-    """The projections in a child process, caught up with the log when this yields."""
+async def projector(url: str, *, pending: bool = False) -> AsyncIterator[None]:
+    """The projections (and with `pending` the pending-reasons recorder) in a child process,
+    caught up with the log when this yields."""
+    flags = ["--pending"] if pending else []
     child = await asyncio.create_subprocess_exec(
-        *(sys.executable, "-m", "bench.projector", url), stdout=asyncio.subprocess.PIPE
+        *(sys.executable, "-m", "bench.projector", url, *flags), stdout=asyncio.subprocess.PIPE
     )
     try:
         assert child.stdout is not None
@@ -69,4 +80,4 @@ async def projector(url: str) -> AsyncIterator[None]:
 
 
 if __name__ == "__main__":
-    asyncio.run(run(sys.argv[1]))
+    asyncio.run(run(sys.argv[1], "--pending" in sys.argv[2:]))

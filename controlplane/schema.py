@@ -594,6 +594,15 @@ pending_reasons = Table(
     Index("pending_reasons_queued", "job_id", postgresql_where=text("queued")),
 )
 
+pending_rounds = Table(
+    "pending_rounds",
+    metadata,
+    Column("one", Boolean, primary_key=True, server_default=text("true")),
+    Column("writer", Uuid, nullable=False),
+    Column("round", BigInteger, nullable=False),
+    CheckConstraint("one"),
+)
+
 pending_spans = Table(
     "pending_spans",
     metadata,

@@ -23,6 +23,14 @@ CREATE TABLE pending_reasons (
 -- Each round reads the jobs still queued, not every job that ever waited.
 CREATE INDEX pending_reasons_queued ON pending_reasons (job_id) WHERE queued;
 
+-- Which recorder wrote last, and its round: a recorder keeps the rows it wrote in memory, and
+-- reads them again only when another (another replica's, or its own predecessor) wrote since.
+CREATE TABLE pending_rounds (
+    one     boolean PRIMARY KEY DEFAULT true CHECK (one),
+    writer  uuid NOT NULL,
+    round   bigint NOT NULL
+);
+
 CREATE TABLE pending_spans (
     job_id      uuid NOT NULL,
     attempt     integer NOT NULL,
@@ -36,7 +44,7 @@ CREATE TABLE pending_spans (
 -- A change closes the job's open spans.
 CREATE INDEX pending_spans_open ON pending_spans (job_id) WHERE ended_at IS NULL;
 
-GRANT SELECT, INSERT, UPDATE, DELETE ON pending_reasons TO trainyard_app;
+GRANT SELECT, INSERT, UPDATE, DELETE ON pending_reasons, pending_rounds TO trainyard_app;
 GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON pending_spans TO trainyard_app;
 
 CREATE VIEW audit.pending_reasons AS

@@ -60,17 +60,6 @@ def changes(
     for job in queue:
         before = recorded.get(job.job_id)
         version = before.version if before else 0
-        now = Recorded(
-            job.job_id,
-            job.tenant,
-            job.attempt,
-            version,
-            True,
-            job.position,
-            job.reasons,
-            at,
-            job.estimated_start,
-        )
         if (
             before is not None
             and before.queued
@@ -78,11 +67,12 @@ def changes(
             and {r.reason for r in before.reasons} == {r.reason for r in job.reasons}
         ):
             # The same reasons: no event, and the row only where what it shows moved.
-            if replace(now, since=before.since) != before:
-                out.append(Change(replace(now, since=before.since), None, version))
+            shown = (job.position, job.reasons, job.estimated_start)
+            if (before.position, before.reasons, before.estimated_start) != shown:
+                out.append(Change(_row(job, version, before.since), None, version))
             continue
         event = PendingReasonsChanged(at=at, attempt=job.attempt, reasons=_recorded(job.reasons))
-        out.append(Change(replace(now, version=version + 1), event, version))
+        out.append(Change(_row(job, version + 1, at), event, version))
     queued = {job.job_id for job in queue}
     for before in recorded.values():
         if before.queued and before.job_id not in queued:
@@ -102,3 +92,17 @@ def changes(
 
 def _recorded(reasons: Sequence[Pending]) -> list[PendingReason]:
     return [PendingReason(reason=r.reason, blocking=r.blocking, detail=r.detail) for r in reasons]
+
+
+def _row(job: Queued, version: int, since: datetime) -> Recorded:
+    return Recorded(
+        job.job_id,
+        job.tenant,
+        job.attempt,
+        version,
+        True,
+        job.position,
+        job.reasons,
+        since,
+        job.estimated_start,
+    )

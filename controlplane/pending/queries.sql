@@ -59,12 +59,27 @@ FROM (
 WHERE k <= 20
 GROUP BY tenant, name;
 
--- name: pending_recorded
--- The rows of the jobs still queued at the last round, and of the jobs $1 (queued now, maybe
--- again after a restart: their rows keep their streams' versions).
+-- name: pending_queued_rows
+-- The rows of the jobs still queued at the last round.
 SELECT job_id, tenant, attempt, version, queued, position, reasons, since, estimated_start
 FROM pending_reasons
-WHERE queued OR job_id = ANY($1::uuid[]);
+WHERE queued;
+
+-- name: pending_rows_of
+-- The rows of jobs $1 (queued now, maybe again after a restart: their rows keep their streams'
+-- versions).
+SELECT job_id, tenant, attempt, version, queued, position, reasons, since, estimated_start
+FROM pending_reasons
+WHERE job_id = ANY($1::uuid[]);
+
+-- name: pending_round
+SELECT writer, round FROM pending_rounds;
+
+-- name: pending_next_round
+-- A round that wrote: the rows are as recorder $1 knows them.
+INSERT INTO pending_rounds AS r (writer, round) VALUES ($1, 1)
+ON CONFLICT (one) DO UPDATE SET writer = $1, round = r.round + 1
+RETURNING round;
 
 -- name: pending_lock
 -- One recorder at a time, whichever control plane replica runs it: two would append the same

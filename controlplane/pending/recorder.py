@@ -13,6 +13,7 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
+from uuid import UUID, uuid4
 
 import asyncpg
 
@@ -68,6 +69,10 @@ class PendingRecorder:
         """The fingerprint of what the last round judged (see `pending_fingerprint`)."""
         self._due: datetime | None = None
         """When time alone changes a judgement: a backoff or an expected end passes."""
+        self._id = uuid4()
+        self._rows: dict[UUID, Recorded] = {}
+        """The rows of the jobs queued, as this recorder wrote them at its round `_round`."""
+        self._round: int | None = None
 
     async def run(self) -> None:
         """Record a round every interval until `stop()`."""
@@ -103,15 +108,33 @@ class PendingRecorder:
                 }
                 self._durations_read = at
             queue, due = await _judged(conn, at, self._durations)
-            recorded = {
-                row["job_id"]: _recorded(row)
-                for row in await conn.fetch(Q["pending_recorded"], [job.job_id for job in queue])
-            }
-            written = changes(recorded, queue, at)
-            await self._write(conn, written, at)
-        # Only once committed: a round rolled back is judged again.
-        self._judged_from, self._due = seen, due
+            rows = await self._recorded(conn, [job.job_id for job in queue])
+            written = changes(rows, queue, at)
+            round_ = self._round
+            if written:
+                await self._write(conn, written, at)
+                round_ = await conn.fetchval(Q["pending_next_round"], self._id)
+        # Only once committed: a round rolled back is judged again, from the database's rows.
+        self._judged_from, self._due, self._round = seen, due, round_
+        rows.update((change.row.job_id, change.row) for change in written)
+        self._rows = {job_id: row for job_id, row in rows.items() if row.queued}
         return len(written)
+
+    async def _recorded(self, conn: Executor, queue: Sequence[UUID]) -> dict[UUID, Recorded]:
+        """The rows of the jobs queued at the last round and of those in `queue`: kept from
+        this recorder's last round, unless another recorder wrote since."""
+        last = await conn.fetchrow(Q["pending_round"])
+        if last is None or (last["writer"], last["round"]) != (self._id, self._round):
+            self._rows = {
+                r["job_id"]: _recorded(r) for r in await conn.fetch(Q["pending_queued_rows"])
+            }
+        rows = dict(self._rows)
+        missing = [job_id for job_id in queue if job_id not in rows]
+        if missing:
+            rows.update(
+                (r["job_id"], _recorded(r)) for r in await conn.fetch(Q["pending_rows_of"], missing)
+            )
+        return rows
 
     async def _write(self, conn: Executor, written: Sequence[Change], at: datetime) -> None:
         appends = [
