@@ -71,9 +71,8 @@ from controlplane.settings import ARTIFACTS_DIR_ENV
 from controlplane.tenants.projection import TenantsProjection
 from controlplane.tenants.service import create_tenant
 from harness.agent_process import AgentProcess
-from harness.processes import kill_learner, replica_process, until
+from harness.processes import replica_process, started, until
 from harness.served import ServedControlPlane
-from node_agent.process_runtime import find_learners
 from runners.examples.vision import servable_source
 
 TENANT = "bench"
@@ -187,33 +186,20 @@ async def _cluster(
         for name in NODES
     ]
     try:
-        await plane.start()
-        for agent in agents:
-            await agent.start(pool)
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
+        async with (
+            started(plane, agents, pool),
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session,
+        ):
             yield _Cluster(pool, auditor, plane, agents, issued.plaintext, session)
     except BaseException:
-        # Where the jobs were, and what the agents said: why it stopped.
+        # Where the jobs were: why it stopped (the agents' logs are printed as they stop).
         with contextlib.suppress(Exception):
             for row in await pool.fetch(
                 "SELECT doc -> 'manifest' ->> 'name' AS name, state,"
                 " doc ->> 'failure_reason' AS reason FROM job_status ORDER BY submitted_at"
             ):
                 print(f"job {row['name']}: {row['state']} {row['reason'] or ''}", file=sys.stderr)
-        for agent in agents:
-            if agent.log is not None and agent.log.exists():
-                tail = agent.log.read_text(errors="replace")[-3000:]
-                print(f"--- {agent.name}'s log, its end:\n{tail}", file=sys.stderr)
         raise
-    finally:
-        for agent in agents:
-            await agent.stop()
-        with contextlib.suppress(Exception):
-            await plane.stop()
-        # Replicas outlive their agent by design: those the stopped agents left go too.
-        for agent in agents:
-            for found in find_learners(agent.name, agent.work_dir):
-                kill_learner(found)
 
 
 async def _measure(cluster: _Cluster, window_s: float, size: int, say: Say) -> dict[str, Any]:

@@ -15,6 +15,8 @@ import logging
 import sys
 import traceback
 from collections.abc import Callable, Coroutine, Sequence
+from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from controlplane.failures import BackendUnreachable, CommandFailed
@@ -171,6 +173,7 @@ def parser(running: Sequence[str] | None = None) -> argparse.ArgumentParser:
     rebuild.add_argument("name", help="the projection's name (see `projections list`)")
     rebuild.set_defaults(handler=cmd_projections_rebuild)
 
+    _simulate_command(commands)
     add_tenant_commands(commands)
     named = next((word for word in running if not word.startswith("-")), None) if running else None
     for name, (module, summary) in _GROUPS.items():
@@ -358,7 +361,107 @@ def parser(running: Sequence[str] | None = None) -> argparse.ArgumentParser:
     )
     inference.add_argument("--json", action="store_true", help="print only the JSON object")
     inference.set_defaults(handler=cmd_bench_inference)
+    simulation = bench_commands.add_parser(
+        "simulate",
+        help="record a run of many short jobs on fake-GPU agents, then replay it",
+        description="With real processes on a scratch database (a served control plane, "
+        "process-runtime agents with fake GPUs): one-GPU jobs of three tenants (weights 1, 2, "
+        "3; some of priority 1) running `sleep`, a burst and then at the cluster's "
+        "pace, until all have ended; then the log replayed by the scheduling simulator under "
+        "the current policy: its speed against real time, how closely it reproduces the "
+        "recorded start order and times, whether three replays agree, and each policy's "
+        "figures. Prints JSON (definitions: bench/simulate.py).",
+    )
+    simulation.add_argument(
+        "--jobs", type=int, default=2000, metavar="N", help="jobs recorded (default: 2000)"
+    )
+    simulation.add_argument(
+        "--agents", type=int, default=3, metavar="N", help="node agents (default: 3)"
+    )
+    simulation.add_argument(
+        "--gpus", type=int, default=4, metavar="N", help="fake GPUs per agent (default: 4)"
+    )
+    simulation.add_argument(
+        "--seed", type=int, default=17, help="the jobs' random generator's seed (default: 17)"
+    )
+    simulation.add_argument(
+        "--claim-queue",
+        type=int,
+        default=6000,
+        metavar="N",
+        help="the queue's depth while claims are timed with and without the pending reasons "
+        "(default: 6000)",
+    )
+    simulation.add_argument(
+        "--claim-seconds",
+        type=float,
+        default=4.0,
+        metavar="S",
+        help="how long each round of those claims is timed (default: 4)",
+    )
+    simulation.add_argument("--json", action="store_true", help="print only the JSON object")
+    simulation.set_defaults(handler=cmd_bench_simulate)
     return top
+
+
+def _simulate_command(commands: argparse._SubParsersAction[Any]) -> None:
+    simulation = commands.add_parser(
+        "simulate",
+        help="replay the recorded past under a scheduling policy (operator)",
+        description="Replay the jobs submitted in a time range (their submissions, "
+        "cancellations and recorded run times, with the nodes joining and leaving as they "
+        "did) through a scheduling policy in virtual time, and compare it with what really "
+        "happened: each tenant's wait p50/p95, GPU utilization, Jain's fairness index, "
+        "makespan, start order agreement and start time error. Reads the event log in a READ "
+        "ONLY transaction; writes nothing. The same log and policy give the same output.",
+    )
+    simulation.add_argument(
+        "--since",
+        type=_instant,
+        metavar="TIME",
+        help="the jobs submitted from this instant (ISO 8601 with an offset; default: the first)",
+    )
+    simulation.add_argument(
+        "--until",
+        type=_instant,
+        metavar="TIME",
+        help="... until this instant, not included (default: the log's end)",
+    )
+    policies = simulation.add_mutually_exclusive_group()
+    policies.add_argument(
+        "--policy",
+        default="current",
+        metavar="NAME",
+        help="current (the claims' own: fair share, priority, submission order, quotas), "
+        "fifo, priority (priority, then submission order; no fair share) or fair_share "
+        "(default: current)",
+    )
+    policies.add_argument(
+        "--policy-file",
+        type=Path,
+        metavar="FILE",
+        help='a policy in JSON or YAML: {"order": "fair_share|priority|fifo", "weights": '
+        '{"TENANT": W}, "quotas": true|false}',
+    )
+    simulation.add_argument(
+        "--weight",
+        action="append",
+        default=[],
+        metavar="TENANT=W",
+        help="replay fair share with this tenant's weight instead of its recorded one (repeatable)",
+    )
+    simulation.add_argument("--json", action="store_true", help="print the report as JSON")
+    simulation.set_defaults(handler=cmd_simulate)
+
+
+def _instant(text: str) -> datetime:
+    try:
+        instant = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an ISO 8601 instant") from None
+    if instant.tzinfo is None:
+        raise argparse.ArgumentTypeError(f"{text!r} has no UTC offset (add Z or +HH:MM)")
+    return instant
 
 
 def _listen_args(command: argparse.ArgumentParser) -> None:
@@ -439,6 +542,40 @@ async def cmd_projections_rebuild(args: argparse.Namespace, settings: Settings) 
             print(f"trainyard: {exc}", file=sys.stderr)
             return EXIT_USAGE
     print(f"rebuilt {args.name} from {count} events")
+    return 0
+
+
+async def cmd_simulate(args: argparse.Namespace, settings: Settings) -> int:
+    from controlplane.database import create_pool
+    from controlplane.migrate import require_migrated
+    from sim.engine import simulate
+    from sim.log import read_workload
+    from sim.policy import PolicyError, named, parse_weight, read_policy_file
+    from sim.report import as_table, dumps, report
+
+    try:
+        weights = dict(parse_weight(text) for text in args.weight)
+        if args.policy_file is None:
+            policy = named(args.policy, weights)
+        elif weights:
+            raise PolicyError("--weight: give the weights in the policy file")
+        else:
+            policy = read_policy_file(args.policy_file)
+    except PolicyError as exc:
+        print(f"trainyard: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.since is not None and args.until is not None and args.until <= args.since:
+        print("trainyard: --until must come after --since", file=sys.stderr)
+        return EXIT_USAGE
+    url = await _database(settings)
+    await require_migrated(url)
+    pool = await create_pool(url, min_size=1, max_size=1)
+    try:
+        workload = await read_workload(pool, args.since, args.until)
+    finally:
+        await pool.close()
+    replayed = report(workload, policy, simulate(workload, policy))
+    print(dumps(replayed) if args.json else as_table(replayed))
     return 0
 
 
@@ -565,6 +702,31 @@ async def cmd_bench_inference(args: argparse.Namespace, settings: Settings) -> i
     url = await _database(settings)
     result = await run(url, window_s=args.window, size=args.size, progress=not args.json)
     print(json.dumps(result, indent=None if args.json else 2, default=str))
+    return 0
+
+
+async def cmd_bench_simulate(args: argparse.Namespace, settings: Settings) -> int:
+    from bench.simulate import run
+
+    if min(args.jobs, args.agents, args.gpus, args.claim_queue) < 1 or args.claim_seconds <= 0:
+        print(
+            "trainyard: --jobs, --agents, --gpus and --claim-queue must be at least 1, "
+            "--claim-seconds more than 0",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    url = await _database(settings)
+    result = await run(
+        url,
+        jobs=args.jobs,
+        agents=args.agents,
+        gpus=args.gpus,
+        seed=args.seed,
+        claim_queue=args.claim_queue,
+        claim_seconds=args.claim_seconds,
+        progress=not args.json,
+    )
+    print(json.dumps(result, indent=None if args.json else 2))
     return 0
 
 

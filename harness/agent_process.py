@@ -37,8 +37,10 @@ class AgentProcess:
         runtime: str = "process",
         artifacts_dir: Path | None = None,
         log: Path | None = None,
+        fake_gpus: int = 1,
     ) -> None:
         self.url = url
+        self.fake_gpus = fake_gpus
         self.log = log
         """Where its output goes (appended, across restarts); None: nowhere."""
         self.artifacts_dir = artifacts_dir
@@ -62,7 +64,8 @@ class AgentProcess:
         """Start it; return once it has registered its node (it reconciles and claims next)."""
         store = EventStore(pool, EVENT_REGISTRY)
         before = await _registrations(store, self.name)
-        options = ["--name", self.name, "--fake-gpus", "1", "--work-dir", str(self.work_dir)]
+        options = ["--name", self.name, "--fake-gpus", str(self.fake_gpus)]
+        options += ["--work-dir", str(self.work_dir)]
         options += ["--heartbeat", str(self.heartbeat_s), "--ttl", str(self.ttl_s)]
         options += ["--grace", "2", "--runtime", self.runtime]
         if self.checkpoint_dir is not None:

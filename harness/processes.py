@@ -10,7 +10,7 @@ import contextlib
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -197,6 +197,34 @@ async def cluster(database_url: str, root: Path, pool: asyncpg.Pool) -> AsyncIte
         # Learners outlive their agents by design: the ones a killed agent left go too.
         for found in running.live_learners():
             kill_learner(found)
+
+
+@asynccontextmanager
+async def started(
+    plane: ServedControlPlane, agents: Sequence[AgentProcess], pool: asyncpg.Pool
+) -> AsyncIterator[None]:
+    """The control plane, then each agent, started for the block; however it ends, they are
+    stopped and the learners they left killed (learners outlive their agents by design). On a
+    failure, the end of each agent's log goes to stderr first: what they said, why it stopped."""
+    try:
+        await plane.start()
+        for agent in agents:
+            await agent.start(pool)
+        yield
+    except BaseException:
+        for agent in agents:
+            if agent.log is not None and agent.log.exists():
+                tail = agent.log.read_text(errors="replace")[-3000:]
+                print(f"--- {agent.name}'s log, its end:\n{tail}", file=sys.stderr)
+        raise
+    finally:
+        for agent in agents:
+            await agent.stop()
+        with contextlib.suppress(Exception):
+            await plane.stop()
+        for agent in agents:
+            for found in find_learners(agent.name, agent.work_dir):
+                kill_learner(found)
 
 
 class LogTail:

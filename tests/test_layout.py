@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("controlplane", "trainyard", "node_agent", "runners", "harness", "bench")
+PACKAGES = ("controlplane", "trainyard", "node_agent", "runners", "harness", "bench", "sim")
 
 COMMAND_LINE = (
     "controlplane.cli",
@@ -40,18 +40,37 @@ that is built from them."""
 
 RULES: list[tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = [
     # (modules under, except these, may not import)
-    (("runners",), (), ("controlplane", "node_agent", "trainyard", "harness", "bench")),
-    (("trainyard",), (), ("node_agent", "harness", "bench")),
-    (("controlplane",), COMMAND_LINE, ("node_agent", "trainyard", "harness", "bench")),
+    (("runners",), (), ("controlplane", "node_agent", "trainyard", "harness", "bench", "sim")),
+    (("trainyard",), (), ("node_agent", "harness", "bench", "sim")),
+    (("controlplane",), COMMAND_LINE, ("node_agent", "trainyard", "harness", "bench", "sim")),
     (FEATURES, (), ("controlplane.http", "controlplane.composition", "controlplane.server")),
     (("controlplane.http",), (), ("controlplane.queries",)),
     (
         ("node_agent",),
         (),
-        ("controlplane.http", "controlplane.composition", "trainyard", "harness", "bench"),
+        ("controlplane.http", "controlplane.composition", "trainyard", "harness", "bench", "sim"),
     ),
-    (("harness",), (), ("bench", "tests")),
+    (("harness",), (), ("bench", "tests", "sim")),
     (("bench",), (), ("tests",)),
+    # The simulator: the control plane's scheduling, events and features' event types (and the
+    # store, to read the log), never its front ends, the agent, the user's package or the tools.
+    (
+        ("sim",),
+        (),
+        (
+            "controlplane.http",
+            "controlplane.composition",
+            "controlplane.server",
+            "controlplane.cli",
+            "node_agent",
+            "trainyard",
+            "harness",
+            "bench",
+            "tests",
+        ),
+    ),
+    # Its core is pure: only sim.log reads a database.
+    (("sim",), ("sim.log",), ("asyncpg", "controlplane.database", "controlplane.events.store")),
 ]
 
 

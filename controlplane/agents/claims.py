@@ -27,11 +27,10 @@ from controlplane.jobs.streams import job_stream
 from controlplane.jobs.tracing import job_span
 from controlplane.queries import Q
 from controlplane.scheduling.claim import Claim
+from controlplane.scheduling.claim_order import CLAIM_BATCH
 from controlplane.scheduling.placement import Capacity, Demand, LearnerAllocation, place
 
 STALE_RETRIES = 5
-CLAIM_BATCH = 8
-"""The most jobs one claim takes: a node with room for several takes them in one transaction."""
 
 
 class _Stale(Exception):

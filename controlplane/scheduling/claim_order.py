@@ -7,17 +7,27 @@ same jobs in the same order.
 In short: fair share first (the tenant holding the fewest GPUs for its weight, counting the jobs
 before it in this list as held), then priority (highest first), then submission time, then job
 id; within each tenant's GPU quota. What it leaves out is concurrency: the SQL skips the rows
-other claims hold locked, which here are simply absent from the queue."""
+other claims hold locked, which here are simply absent from the queue.
+
+A `ClaimPolicy` other than `CURRENT` (the SQL's) orders them otherwise, for the simulator: by
+priority or by submission time alone across tenants, with or without quotas. Each tenant still
+offers only as many jobs as could fit, as the SQL's per-tenant scan does."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import Any
 from uuid import UUID
 
 from controlplane.scheduling.placement import Capacity, Demand
+from controlplane.scheduling.policy import CURRENT, ClaimPolicy, Order
+
+CLAIM_BATCH = 8
+"""The most jobs one claim takes: a node with room for several takes them in one transaction
+(agents/claims.py; the simulator claims alike)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +64,7 @@ def claim_order(
     *,
     limit: int,
     now: datetime,
+    policy: ClaimPolicy = CURRENT,
 ) -> list[QueuedJob]:
     """Up to `limit` queued jobs that `node` could take, in the order its claim takes them.
     `ready` is what every READY node can still give; a node not among them takes nothing."""
@@ -63,8 +74,10 @@ def claim_order(
     # Each tenant offers no more jobs than could fit together (GPU jobs: one a free GPU), so
     # that jobs this claim cannot take stay free for other nodes.
     per_tenant = min(limit, max(len(here.gpus), 1))
+    own_order = queue_order(policy.order)
     ranked: list[tuple[float, QueuedJob]] = []
-    for tenant in tenants:
+    for share in tenants:
+        tenant = share if policy.quotas else replace(share, gpu_quota=None)
         own = sorted(
             (
                 job
@@ -75,7 +88,7 @@ def claim_order(
                 and fits(job.demand, here, ready)
                 and within_quota(tenant, tenant.held + total_gpus(job.demand))
             ),
-            key=tenant_order,
+            key=own_order,
         )[:per_tenant]
         taken = 0
         for job in own:
@@ -83,7 +96,10 @@ def claim_order(
             if within_quota(tenant, tenant.held + taken):
                 # The tenant's share just before this job: what it holds and the jobs before it.
                 ranked.append(((tenant.held + taken - total_gpus(job.demand)) / tenant.weight, job))
-    ranked.sort(key=lambda entry: (entry[0], *tenant_order(entry[1])))
+    if policy.order is Order.FAIR_SHARE:
+        ranked.sort(key=lambda entry: (entry[0], *tenant_order(entry[1])))
+    else:
+        ranked.sort(key=lambda entry: own_order(entry[1]))
     return [job for _, job in ranked[:limit]]
 
 
@@ -130,3 +146,14 @@ def tenant_order(job: QueuedJob) -> tuple[int, datetime, UUID]:
     """Priority (highest first), then submission time, then job id: uuids compare as
     Postgres compares them, byte by byte."""
     return (-job.priority, job.submitted_at, job.job_id)
+
+
+def fifo_order(job: QueuedJob) -> tuple[datetime, UUID]:
+    """Submission time, then job id."""
+    return (job.submitted_at, job.job_id)
+
+
+def queue_order(order: Order) -> Callable[[QueuedJob], tuple[Any, ...]]:
+    """The order of a tenant's own queued jobs under `order` (and of all jobs, where it is not
+    fair share)."""
+    return fifo_order if order is Order.FIFO else tenant_order

@@ -334,7 +334,7 @@ def test_the_scheduling_modules_import_no_database_driver() -> None:
     # The simulator runs them without a database, and an agent's reconcile planner and the
     # aggregates' pure decisions (with the command path and the clock) are tested without
     # one; a fresh interpreter, so that what other tests imported does not count.
-    scheduling = ("claim", "claim_order", "placement", "unschedulable")
+    scheduling = ("claim", "claim_order", "placement", "policy", "unschedulable")
     # Model search is pure too, for its reference evaluation and property tests: SQLAlchemy
     # Core and its postgresql dialect, which load no driver until an engine asks for one.
     search = ("query", "reference", "sql")
