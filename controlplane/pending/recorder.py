@@ -82,7 +82,7 @@ class PendingRecorder:
                 await self.record()
             except DATABASE_ERRORS as exc:
                 log.warning("recording pending reasons failed: %s; retrying", exc)
-            # A long queue makes long rounds: they take at most a quarter of the time, so that
+            # A long queue makes long rounds: they take at most a fifth of the time, so that
             # claims and the API keep the CPU.
             took = time.monotonic() - started
             await pause(self._stopping, max(self._interval_s, PACE * took))
