@@ -17,11 +17,13 @@
     reasons are visible, and from its claim (its JobDeploying's time) until its reasons are
     gone; the 99th percentile of both together. Both include the queue's projection and the
     recorder's round; WATCH_S is their resolution.
-  - reasons_coverage: every SAMPLE_S while at least COVERAGE_QUEUE jobs are QUEUED, the share
-    of the QUEUED jobs that have at least one reason for their current attempt, over the jobs
-    queued for longer than SETTLE_S (one recorder round and the projection's lag: a job
-    submitted a millisecond before a sample cannot have been judged yet);
-    reasons_coverage_all counts every QUEUED job, however new.
+  - reasons_coverage: every SAMPLE_S while at least COVERAGE_QUEUE jobs are QUEUED, the QUEUED
+    jobs that have at least one reason for their current attempt, over the jobs queued for
+    longer than SETTLE_S (one recorder round and the projection's lag: a job submitted a
+    millisecond before a sample cannot have been judged yet), the samples pooled;
+    reasons_coverage_min the lowest sample's share (the burst's first round, which judges a
+    thousand jobs at once, is its likely moment); reasons_coverage_all counts every QUEUED
+    job, however new.
 """
 
 from __future__ import annotations
@@ -135,8 +137,9 @@ class ReasonWatch:
 
     pool: asyncpg.Pool
     latencies: list[float] = field(default_factory=list)
-    covered: list[float] = field(default_factory=list)
-    covered_all: list[float] = field(default_factory=list)
+    covered: list[tuple[int, int]] = field(default_factory=list)
+    """Each sample's (judged, queued), over the jobs queued longer than SETTLE_S."""
+    covered_all: list[tuple[int, int]] = field(default_factory=list)
     _seen: set[tuple[Any, int, bool]] = field(default_factory=set)
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -161,16 +164,17 @@ class ReasonWatch:
         row = await self.pool.fetchrow(_COVERAGE, SETTLE_S)
         if row is None or row["queued"] < COVERAGE_QUEUE:
             return
-        self.covered_all.append(row["judged"] / row["queued"])
+        self.covered_all.append((row["judged"], row["queued"]))
         if row["settled"]:
-            self.covered.append(row["settled_judged"] / row["settled"])
+            self.covered.append((row["settled_judged"], row["settled"]))
 
     def figures(self) -> dict[str, Any]:
         ordered = sorted(self.latencies)
         p99 = ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))] if ordered else None
         return {
-            "reasons_coverage": round(min(self.covered), 4) if self.covered else None,
-            "reasons_coverage_all": round(min(self.covered_all), 4) if self.covered_all else None,
+            "reasons_coverage": _share(self.covered),
+            "reasons_coverage_min": min((_share([s]) or 0.0 for s in self.covered), default=None),
+            "reasons_coverage_all": _share(self.covered_all),
             "coverage_samples": len(self.covered),
             "reason_latency_p99_ms": round(p99 * 1000, 1) if p99 is not None else None,
             "reason_changes_timed": len(ordered),
@@ -202,3 +206,9 @@ FROM job_status s
 LEFT JOIN pending_reasons p USING (job_id)
 WHERE s.state = 'QUEUED' AND NOT s.inference
 """
+
+
+def _share(samples: list[tuple[int, int]]) -> float | None:
+    """Judged over queued, the samples pooled."""
+    queued = sum(total for _, total in samples)
+    return round(sum(judged for judged, _ in samples) / queued, 4) if queued else None

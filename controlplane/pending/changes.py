@@ -5,11 +5,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from uuid import UUID
 
 from controlplane.pending.events import PendingReason, PendingReasonsChanged
 from controlplane.scheduling.pending import Pending
+
+DETAILS = timedelta(seconds=2)
+"""How often a queued job's position, details and estimate are written at most, while its set
+of reasons stays the same (a change of reasons is written at once)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +30,8 @@ class Recorded:
     reasons: tuple[Pending, ...]
     since: datetime
     estimated_start: datetime | None = None
+    updated_at: datetime | None = None
+    """When the row was last written (None: not yet)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,12 +57,19 @@ class Change:
     """The stream's version the event is appended at."""
 
 
-def changes(
-    recorded: Mapping[UUID, Recorded], queue: Sequence[Queued], at: datetime
-) -> list[Change]:
+@dataclass(frozen=True, slots=True)
+class Round:
+    changes: list[Change]
+    deferred: datetime | None
+    """When the first of the rows left unwritten (their details moved within DETAILS) is due;
+    None when none was."""
+
+
+def changes(recorded: Mapping[UUID, Recorded], queue: Sequence[Queued], at: datetime) -> Round:
     """The rows and events that bring `recorded` (every row still queued, and the rows of the
     jobs in `queue`) to `queue`, the reasons of the jobs queued at `at`."""
     out = []
+    deferred: datetime | None = None
     for job in queue:
         before = recorded.get(job.job_id)
         version = before.version if before else 0
@@ -66,13 +79,19 @@ def changes(
             and before.attempt == job.attempt
             and {r.reason for r in before.reasons} == {r.reason for r in job.reasons}
         ):
-            # The same reasons: no event, and the row only where what it shows moved.
+            # The same reasons: no event, and the row only where what it shows moved, and not
+            # more often than every DETAILS: each job that leaves the queue moves the position
+            # of every job after it.
             shown = (job.position, job.reasons, job.estimated_start)
-            if (before.position, before.reasons, before.estimated_start) != shown:
-                out.append(Change(_row(job, version, before.since), None, version))
+            moved = (before.position, before.reasons, before.estimated_start) != shown
+            due = at if before.updated_at is None else before.updated_at + DETAILS
+            if moved and due <= at:
+                out.append(Change(_row(job, version, before.since, at), None, version))
+            elif moved:
+                deferred = due if deferred is None else min(deferred, due)
             continue
         event = PendingReasonsChanged(at=at, attempt=job.attempt, reasons=_recorded(job.reasons))
-        out.append(Change(_row(job, version + 1, at), event, version))
+        out.append(Change(_row(job, version + 1, at, at), event, version))
     queued = {job.job_id for job in queue}
     for before in recorded.values():
         if before.queued and before.job_id not in queued:
@@ -85,16 +104,17 @@ def changes(
                 reasons=(),
                 since=at,
                 estimated_start=None,
+                updated_at=at,
             )
             out.append(Change(row, event, before.version))
-    return out
+    return Round(out, deferred)
 
 
 def _recorded(reasons: Sequence[Pending]) -> list[PendingReason]:
     return [PendingReason(reason=r.reason, blocking=r.blocking, detail=r.detail) for r in reasons]
 
 
-def _row(job: Queued, version: int, since: datetime) -> Recorded:
+def _row(job: Queued, version: int, since: datetime, at: datetime) -> Recorded:
     return Recorded(
         job.job_id,
         job.tenant,
@@ -105,4 +125,5 @@ def _row(job: Queued, version: int, since: datetime) -> Recorded:
         job.reasons,
         since,
         job.estimated_start,
+        at,
     )

@@ -61,14 +61,16 @@ GROUP BY tenant, name;
 
 -- name: pending_queued_rows
 -- The rows of the jobs still queued at the last round.
-SELECT job_id, tenant, attempt, version, queued, position, reasons, since, estimated_start
+SELECT job_id, tenant, attempt, version, queued, position, reasons, since, estimated_start,
+       updated_at
 FROM pending_reasons
 WHERE queued;
 
 -- name: pending_rows_of
 -- The rows of jobs $1 (queued now, maybe again after a restart: their rows keep their streams'
 -- versions).
-SELECT job_id, tenant, attempt, version, queued, position, reasons, since, estimated_start
+SELECT job_id, tenant, attempt, version, queued, position, reasons, since, estimated_start,
+       updated_at
 FROM pending_reasons
 WHERE job_id = ANY($1::uuid[]);
 

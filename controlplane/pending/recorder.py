@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 ROUND_S = 0.5
 """How often the reasons are judged again: a change shows within about this long."""
 DURATIONS = timedelta(seconds=30)
+APPEND_CHUNK = 256
 PACE = 4.0
 """A round's pause is at least this many times as long as the round took."""
 """How often the typical run times (of each tenant's job names) are read again: from every job
@@ -109,13 +110,15 @@ class PendingRecorder:
                 self._durations_read = at
             queue, due = await _judged(conn, at, self._durations)
             rows = await self._recorded(conn, [job.job_id for job in queue])
-            written = changes(rows, queue, at)
+            decided = changes(rows, queue, at)
+            written = decided.changes
             round_ = self._round
             if written:
                 await self._write(conn, written, at)
                 round_ = await conn.fetchval(Q["pending_next_round"], self._id)
         # Only once committed: a round rolled back is judged again, from the database's rows.
-        self._judged_from, self._due, self._round = seen, due, round_
+        self._judged_from, self._round = seen, round_
+        self._due = min((when for when in (due, decided.deferred) if when), default=None)
         rows.update((change.row.job_id, change.row) for change in written)
         self._rows = {job_id: row for job_id, row in rows.items() if row.queued}
         return len(written)
@@ -147,8 +150,12 @@ class PendingRecorder:
             for change in written
             if change.event is not None
         ]
-        if appends:
-            results = await self._store.append_many(appends, conn=conn)
+        # In chunks: one statement's cost grows faster than its streams (a queue's first round
+        # appends to thousands).
+        for first in range(0, len(appends), APPEND_CHUNK):
+            results = await self._store.append_many(
+                appends[first : first + APPEND_CHUNK], conn=conn
+            )
             if any(result is None for result in results):
                 # A stream moved under us: only another recorder appends there, and the lock
                 # keeps it out, so this is a bug; write nothing, the next round starts afresh.
@@ -267,6 +274,7 @@ def _recorded(row: asyncpg.Record) -> Recorded:
         ),
         since=row["since"],
         estimated_start=row["estimated_start"],
+        updated_at=row["updated_at"],
     )
 
 

@@ -3,6 +3,7 @@ it left the queue; a row wherever anything shown changed; nothing where nothing 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from uuid import UUID
 
@@ -41,7 +42,9 @@ def test_a_round_records_what_changed_and_nothing_else() -> None:
         Queued(UUID(int=5), "acme", 2, 1, (reason(Reason.BACKOFF),)),
         Queued(UUID(int=6), "acme", 1, 2, (reason(Reason.NO_NODES),)),  # new
     ]
-    written = {c.row.job_id.int: c for c in changes(recorded, queue, T1)}
+    decided = changes(recorded, queue, T1)
+    assert decided.deferred is None
+    written = {c.row.job_id.int: c for c in decided.changes}
     assert sorted(written) == [2, 3, 4, 5, 6]
     two = written[2]
     assert two.event is None and two.row.reasons == (reason(Reason.RESOURCES), fewer)
@@ -54,3 +57,16 @@ def test_a_round_records_what_changed_and_nothing_else() -> None:
     assert written[4].row.queued is False and written[4].row.position is None
     assert written[5].event is not None and written[5].event.attempt == 2
     assert (written[6].expected_version, written[6].row.version) == (0, 1)
+
+
+def test_a_moved_position_is_written_at_most_every_two_seconds_a_new_reason_at_once() -> None:
+    written_at = replace(row(1, reason(Reason.RESOURCES)), updated_at=T0)
+    recorded = {written_at.job_id: written_at}
+    moved = [Queued(UUID(int=1), "acme", 1, 2, (reason(Reason.RESOURCES),))]
+    soon = changes(recorded, moved, T0 + timedelta(seconds=1))
+    assert soon.changes == [] and soon.deferred == T0 + timedelta(seconds=2)
+    later = changes(recorded, moved, T0 + timedelta(seconds=2))
+    assert [c.row.position for c in later.changes] == [2] and later.deferred is None
+    starting = [Queued(UUID(int=1), "acme", 1, 2, (reason(Reason.STARTING),))]
+    [now] = changes(recorded, starting, T0 + timedelta(seconds=1)).changes
+    assert now.event is not None
