@@ -31,6 +31,7 @@ FEATURES = (
     "controlplane.deployments",
     "controlplane.scheduling",
     "controlplane.search",
+    "controlplane.searches",
     "controlplane.tenants",
     "controlplane.webhooks",
     "controlplane.artifacts",

@@ -1,0 +1,1 @@
+"""Searches: hyperparameter and architecture search over many trials, each trial a job."""

@@ -1,0 +1,116 @@
+"""What a user asks for when submitting a search: a trial template (a job manifest, as a user
+may write one), a search space, a searcher, the metric and its mode, the budget and the limits.
+Validated in full before anything is written; unknown fields are refused.
+
+Each trial is a job made from the template, its hyperparameters given to its learners (the
+point as JSON in TRAINYARD_HPARAMS and in a file, the budget in TRAINYARD_BUDGET): names a
+manifest may not set (TRAINYARD_*), so a tenant's template cannot forge them."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from controlplane.jobs.manifest import MAX_LABELS, JobManifest
+from controlplane.searches.searchers import Asha, Evolution, GridSearch, RandomSearch, Searcher
+from controlplane.searches.space import Space, grid_size
+from controlplane.searches.trials import Mode
+
+MAX_TRIALS = 10_000
+MAX_CONCURRENT = 1_000
+MAX_BUDGET = 10**9
+MAX_SEED = 2**63 - 1
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Metric(_Strict):
+    name: str = Field(
+        pattern=r"^[A-Za-z_][A-Za-z0-9_.]{0,63}$",
+        description="the metric the learners report (runners.metrics.log), e.g. accuracy",
+    )
+    mode: Mode = Field(description="max: higher is better; min: lower is")
+
+
+class Budget(_Strict):
+    unit: Literal["steps", "epochs"] = Field(
+        description="what the learners count as they report: the `step` of their metrics"
+    )
+    max: int = Field(ge=1, le=MAX_BUDGET, description="a trial's whole budget")
+
+
+class RandomSpec(_Strict):
+    name: Literal["random"]
+    seed: int = Field(default=0, ge=0, le=MAX_SEED)
+
+
+class GridSpec(_Strict):
+    name: Literal["grid"]
+    points: int = Field(default=3, ge=2, le=16, description="values of each real parameter")
+
+
+class AshaSpec(_Strict):
+    name: Literal["asha"]
+    min_budget: int = Field(ge=1, le=MAX_BUDGET, description="rung 0's budget")
+    reduction: int = Field(default=3, ge=2, le=8, description="1/reduction of a rung go on")
+    seed: int = Field(default=0, ge=0, le=MAX_SEED)
+
+
+class EvolutionSpec(_Strict):
+    name: Literal["evolution"]
+    population: int = Field(default=20, ge=2, le=MAX_TRIALS)
+    sample: int = Field(default=5, ge=1, le=MAX_TRIALS)
+    seed: int = Field(default=0, ge=0, le=MAX_SEED)
+
+    @model_validator(mode="after")
+    def _sample_within(self) -> EvolutionSpec:
+        if self.sample > self.population:
+            raise ValueError("sample must be at most population")
+        return self
+
+
+SearcherSpec = Annotated[
+    RandomSpec | GridSpec | AshaSpec | EvolutionSpec, Field(discriminator="name")
+]
+
+
+class SearchSpec(_Strict):
+    name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    trial: JobManifest = Field(description="the template each trial's job is made from")
+    space: Space
+    searcher: SearcherSpec
+    metric: Metric
+    budget: Budget
+    max_trials: int = Field(ge=1, le=MAX_TRIALS)
+    max_concurrent_trials: int = Field(default=1, ge=1, le=MAX_CONCURRENT)
+    max_failed_trials: int = Field(
+        default=0, ge=0, le=MAX_TRIALS, description="failed trials tolerated; one more fails it"
+    )
+    labels: dict[str, str] = Field(default_factory=dict, max_length=MAX_LABELS)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> SearchSpec:
+        if self.trial.servable is not None or self.trial.inference is not None:
+            raise ValueError("trial: a trial is a training job (no servable, no inference)")
+        searcher = self.searcher
+        if isinstance(searcher, AshaSpec) and searcher.min_budget >= self.budget.max:
+            raise ValueError("searcher.min_budget must be less than budget.max")
+        if isinstance(searcher, GridSpec) and grid_size(self.space, searcher.points) > MAX_TRIALS:
+            raise ValueError(f"the grid has more than {MAX_TRIALS} points")
+        return self
+
+
+def searcher_for(spec: SearchSpec) -> Searcher:
+    """The pure searcher a search runs."""
+    match spec.searcher:
+        case RandomSpec(seed=seed):
+            return RandomSearch(spec.space, spec.budget.max, seed)
+        case GridSpec(points=points):
+            return GridSearch(spec.space, spec.budget.max, points)
+        case AshaSpec(min_budget=least, reduction=reduction, seed=seed):
+            return Asha(spec.space, spec.metric.mode, least, spec.budget.max, reduction, seed)
+        case EvolutionSpec(population=population, sample=drawn, seed=seed):
+            return Evolution(spec.space, spec.metric.mode, spec.budget.max, population, drawn, seed)

@@ -1,0 +1,120 @@
+"""Search spaces: hostile ones are refused with the field named; draws, grid points and
+mutations always stay inside the space, and the same seed draws the same."""
+
+from __future__ import annotations
+
+import math
+import random
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+from controlplane.searches.space import (
+    Space,
+    contains,
+    grid_point,
+    grid_size,
+    mutate,
+    sample,
+)
+
+ARCHITECTURE: dict[str, Any] = {
+    "params": {
+        "lr": {"type": "log_uniform", "low": 1e-4, "high": 1e-1},
+        "dropout": {"type": "uniform", "low": 0.0, "high": 0.5},
+        "batch": {"type": "choice", "values": [32, 64, 128]},
+        "layers": {
+            "type": "repeat",
+            "min": 1,
+            "max": 3,
+            "item": {
+                "width": {"type": "int", "low": 16, "high": 256},
+                "activation": {"type": "choice", "values": ["relu", "tanh"]},
+            },
+        },
+    }
+}
+
+
+def space() -> Space:
+    return Space.model_validate(ARCHITECTURE)
+
+
+@pytest.mark.parametrize(
+    ("params", "field"),
+    [
+        ({"lr": {"type": "uniform", "low": 1, "high": 1}}, "params.lr.uniform"),
+        ({"lr": {"type": "log_uniform", "low": 0, "high": 1}}, "params.lr.log_uniform.low"),
+        ({"lr": {"type": "uniform", "low": 0, "high": 1e300}}, "params.lr.uniform.high"),
+        ({"lr": {"type": "uniform", "low": 0, "high": float("nan")}}, "params.lr.uniform.high"),
+        ({"n": {"type": "int", "low": 3, "high": 2}}, "params.n.int"),
+        ({"n": {"type": "choice", "values": []}}, "params.n.choice.values"),
+        ({"n": {"type": "choice", "values": list(range(65))}}, "params.n.choice.values"),
+        ({"n": {"type": "repeat", "min": 1, "max": 17, "item": {}}}, "params.n.repeat.max"),
+        ({"Bad-Name": {"type": "int", "low": 0, "high": 1}}, "params.Bad-Name.[key]"),
+        ({"n": {"type": "gaussian"}}, "params.n"),
+        (
+            {"n": {"type": "repeat", "min": 1, "max": 2, "item": {"m": {"type": "repeat"}}}},
+            "params.n.repeat.item.m",
+        ),
+    ],
+)
+def test_a_bad_space_is_refused_naming_the_field(params: dict[str, Any], field: str) -> None:
+    with pytest.raises(ValidationError) as refused:
+        Space.model_validate({"params": params})
+    located = {".".join(str(part) for part in error["loc"]) for error in refused.value.errors()}
+    assert any(loc.startswith(field) for loc in located), located
+
+
+@given(st.integers(0, 2**32))
+def test_draws_and_mutations_stay_in_the_space(seed: int) -> None:
+    rng = random.Random(seed)
+    point = sample(space(), rng)
+    assert contains(space(), point)
+    for _ in range(5):
+        child = mutate(space(), point, rng)
+        assert contains(space(), child)
+        changed = [name for name in point if child[name] != point[name]]
+        assert len(changed) <= 1  # one parameter drawn again (perhaps to the same value)
+        point = child
+
+
+def test_the_same_seed_draws_the_same() -> None:
+    assert sample(space(), random.Random(7)) == sample(space(), random.Random(7))
+    assert sample(space(), random.Random(7)) != sample(space(), random.Random(8))
+
+
+def test_a_mutation_leaves_its_parent_alone() -> None:
+    rng = random.Random(3)
+    parent = sample(space(), rng)
+    kept = {**parent, "layers": [dict(item) for item in parent["layers"]]}
+    for _ in range(20):
+        mutate(space(), parent, rng)
+    assert parent == kept
+
+
+def test_the_grid_is_every_combination_each_point_computed_from_its_number() -> None:
+    grid = Space.model_validate(
+        {
+            "params": {
+                "lr": {"type": "log_uniform", "low": 1e-3, "high": 1e-1},
+                "units": {"type": "int", "low": 1, "high": 2},
+                "act": {"type": "choice", "values": ["relu", "tanh"]},
+            }
+        }
+    )
+    assert grid_size(grid, 3) == 3 * 2 * 2
+    points = [grid_point(grid, k, 3) for k in range(12)]
+    assert len({tuple(sorted(p.items())) for p in points}) == 12
+    assert all(contains(grid, p) for p in points)
+    assert [p["lr"] for p in points[::4]] == pytest.approx([1e-3, 1e-2, 1e-1])
+    assert points[0] == {"lr": 1e-3, "units": 1, "act": "relu"}
+    assert points[1] == {"lr": 1e-3, "units": 1, "act": "tanh"}  # the last varies fastest
+    with pytest.raises(IndexError):
+        grid_point(grid, 12, 3)
+    assert grid_size(space(), 2) == 2 * 2 * 3 * 3 and math.isfinite(
+        grid_point(space(), 35, 2)["lr"]
+    )
