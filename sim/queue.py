@@ -11,7 +11,7 @@ from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from controlplane.scheduling.claim_order import QueuedJob, queue_order
+from controlplane.scheduling.claim_order import QueuedJob, order_key
 from controlplane.scheduling.placement import Demand
 from controlplane.scheduling.policy import Order
 
@@ -24,7 +24,7 @@ class Queue:
     """Which of a replay's jobs (by their index in `jobs`) are queued now."""
 
     def __init__(self, order: Order, jobs: Sequence[QueuedJob]) -> None:
-        key: Callable[[QueuedJob], tuple[Any, ...]] = queue_order(order)
+        key: Callable[[QueuedJob], tuple[Any, ...]] = order_key(order)
         self._jobs = jobs
         # Each job's place in the order and its group, worked out once: a job enters and
         # leaves the queue at least once each.

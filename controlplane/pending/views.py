@@ -26,19 +26,18 @@ async def pending_view(
     [since, until] (default: all of it, up to now)."""
     row = await db.fetchrow(Q["pending_now"], job.job_id)
     spans = await db.fetch(Q["pending_spans_of"], job.job_id)
-    current = (
-        row is not None
-        and row["queued"]
-        and row["attempt"] == job.attempt
-        and job.state is JobStatus.QUEUED
-    )
+    # The row speaks of now only while it is of this attempt, still queued.
+    if row is not None and not (
+        row["queued"] and row["attempt"] == job.attempt and job.state is JobStatus.QUEUED
+    ):
+        row = None
     opened = {
         s["reason"]: s["started_at"]
         for s in spans
         if s["ended_at"] is None and s["attempt"] == job.attempt
     }
     reasons = []
-    if current and row is not None:
+    if row is not None:
         for reason in json.loads(row["reasons"]):
             # The span's start where the projection has it yet, else the row's change.
             reasons.append({**reason, "since": _iso(opened.get(reason["reason"], row["since"]))})
@@ -65,10 +64,10 @@ async def pending_view(
         "job_id": str(job.job_id),
         "state": job.state.value,
         "attempt": job.attempt,
-        "position": row["position"] if current and row is not None else None,
+        "position": row["position"] if row is not None else None,
         "reasons": reasons,
-        "estimated_start": _iso(row["estimated_start"]) if current and row is not None else None,
-        "updated_at": _iso(row["updated_at"]) if current and row is not None else None,
+        "estimated_start": _iso(row["estimated_start"]) if row is not None else None,
+        "updated_at": _iso(row["updated_at"]) if row is not None else None,
         "history": history,
         "seconds": dict(sorted(seconds.items())),
     }

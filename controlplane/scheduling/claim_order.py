@@ -74,7 +74,7 @@ def claim_order(
     # Each tenant offers no more jobs than could fit together (GPU jobs: one a free GPU), so
     # that jobs this claim cannot take stay free for other nodes.
     per_tenant = min(limit, max(len(here.gpus), 1))
-    own_order = queue_order(policy.order)
+    own_order = order_key(policy.order)
     ranked: list[tuple[float, QueuedJob]] = []
     for share in tenants:
         tenant = share if policy.quotas else replace(share, gpu_quota=None)
@@ -153,7 +153,7 @@ def fifo_order(job: QueuedJob) -> tuple[datetime, UUID]:
     return (job.submitted_at, job.job_id)
 
 
-def queue_order(order: Order) -> Callable[[QueuedJob], tuple[Any, ...]]:
+def order_key(order: Order) -> Callable[[QueuedJob], tuple[Any, ...]]:
     """The order of a tenant's own queued jobs under `order` (and of all jobs, where it is not
     fair share)."""
     return fifo_order if order is Order.FIFO else tenant_order
