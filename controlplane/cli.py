@@ -26,6 +26,7 @@ from trainyard.api import ApiError, NotFound, ServerUnreachable, UsageError
 from trainyard.commands import add_client_commands
 from trainyard.inference_commands import add_inference_commands
 from trainyard.models_commands import add_model_commands
+from trainyard.search_commands import add_search_commands
 from trainyard.serving_commands import add_serving_commands
 
 EXIT_FAILED = 1
@@ -185,6 +186,7 @@ def parser(running: Sequence[str] | None = None) -> argparse.ArgumentParser:
     add_model_commands(commands)
     add_serving_commands(commands)
     add_inference_commands(commands)
+    add_search_commands(commands)
 
     bench = commands.add_parser(
         "bench", help="run a benchmark", description="Benchmarks that print JSON."

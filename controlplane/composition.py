@@ -40,6 +40,9 @@ from controlplane.projections.base import Projection
 from controlplane.projections.runner import ProjectionRunner
 from controlplane.projections.streams import StreamsProjection
 from controlplane.registry import EVENT_REGISTRY
+from controlplane.searches.driver import SearchDriver
+from controlplane.searches.projection import SearchesProjection
+from controlplane.searches.service import Searches
 from controlplane.tenants.projection import TenantsProjection
 from controlplane.webhooks.outbox import WebhookOutbox
 from controlplane.webhooks.relay import RelayConfig, WebhookRelay
@@ -59,6 +62,7 @@ def projections() -> list[Projection]:
         ModelsProjection(),
         DeploymentsProjection(),
         PendingProjection(),
+        SearchesProjection(),
         WebhookOutbox(),
     ]
 
@@ -93,8 +97,8 @@ class Readiness:
 class ControlPlane:
     """The control plane's parts on one pool: the store, the job service, and the background
     workers (log listener, projection runner, SSE hub, lifecycle manager, cluster gauges,
-    pending-reasons recorder, webhook relay), all on one clock (the system's, but for tests
-    of time)."""
+    pending-reasons recorder, search driver, webhook relay), all on one clock (the system's,
+    but for tests of time)."""
 
     def __init__(
         self,
@@ -130,6 +134,8 @@ class ControlPlane:
         )
         self.gauges = ClusterGauges(pool)
         self.pending = PendingRecorder(pool, self.store, clock=clock)
+        self.searches = Searches(self.store, self.jobs, clock)
+        self.driver = SearchDriver(pool, self.searches, self.listener)
         self.webhooks = WebhookRelay(url, pool, self.store, relay, clock=clock)
 
     async def readiness(self, background: asyncio.Task[None]) -> Readiness:
@@ -196,6 +202,7 @@ async def running(plane: ControlPlane) -> AsyncIterator[asyncio.Task[None]]:
                 group.create_task(plane.manager.run(), name="lifecycle-manager")
                 group.create_task(plane.gauges.run(), name="cluster-gauges")
                 group.create_task(plane.pending.run(), name="pending-reasons")
+                group.create_task(plane.driver.run(), name="search-driver")
                 group.create_task(plane.webhooks.run(), name="webhook-relay")
                 group.create_task(plane.tasks.run(), name="serving-tasks")
         except Exception:
@@ -212,6 +219,7 @@ async def running(plane: ControlPlane) -> AsyncIterator[asyncio.Task[None]]:
         plane.manager.stop()
         plane.gauges.stop()
         plane.pending.stop()
+        plane.driver.stop()
         plane.webhooks.stop()
         plane.tasks.stop()
         plane.listener.stop()

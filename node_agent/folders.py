@@ -61,6 +61,15 @@ def make_folder(base: Path, path: Path, user: tuple[int, int] | None) -> None:
         os.close(fd)
 
 
+def adopt_files(path: Path, user: tuple[int, int]) -> None:
+    """Give `user` the entries of `path` (made by `make_folder` just before), without following
+    symlinks: an earlier job of the same trial, another user, left them (its checkpoints)."""
+    if os.geteuid() != 0:
+        return
+    for entry in os.scandir(path):
+        os.chown(entry.path, *user, follow_symlinks=False)
+
+
 def make_base(path: Path) -> None:
     """One of the agent's own directories (its work or checkpoint directory): made if missing,
     and traversable but not listable by learners when the agent owns it."""
@@ -94,6 +103,8 @@ def prepare(spec: LearnerSpec) -> LearnerSpec:
     try:
         for folder in spec.folders:
             make_folder(folder.base, folder.path, spec.user)
+            if folder.adopt and spec.user is not None:
+                adopt_files(folder.path, spec.user)
     except OSError as exc:
         raise LearnerStartError(f"cannot prepare its folders: {exc}") from exc
     mounts = list(spec.mounts)

@@ -7,6 +7,7 @@ tenant names no node path: `data.mount_path` is where a container sees its data 
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping, Set
 from pathlib import Path
@@ -32,8 +33,11 @@ def learner_dir(work_dir: Path, job_id: UUID, attempt: int, learner: int) -> Pat
 
 def checkpoint_dir(root: Path, claim: Claim, learner: int) -> Path:
     """Shared by every attempt of the job that runs where `root` is mounted (this node, or every
-    node when it is a shared volume), so a restart resumes from it."""
-    return root / str(claim.job.job_id) / "checkpoints" / f"learner-{learner}"
+    node when it is a shared volume), so a restart resumes from it; and by every rung's job of a
+    search's trial (one after the other, never two at once), so a promotion resumes too."""
+    trial = claim.job.manifest.trial
+    owner = claim.job.job_id if trial is None else trial.checkpoints_of
+    return root / str(owner) / "checkpoints" / f"learner-{learner}"
 
 
 def learner_specs(
@@ -64,7 +68,10 @@ def learner_specs(
         workdir = learner_dir(work_dir, job.job_id, claim.attempt, allocation.index)
         checkpoints = checkpoint_dir(checkpoint_root, claim, allocation.index)
         data = workdir / "data"
-        folders = [Folder(work_dir, data), Folder(checkpoint_root, checkpoints)]
+        trial = manifest.trial
+        # A later rung's job takes over the files its trial's earlier rungs left there.
+        adopt = trial is not None and trial.checkpoints_of != job.job_id
+        folders = [Folder(work_dir, data), Folder(checkpoint_root, checkpoints, adopt=adopt)]
         mounts = [Mount.same(checkpoints, writable=True)]
         shared = []
         env = {
@@ -75,6 +82,12 @@ def learner_specs(
             runner_env.CHECKPOINT_INTERVAL: str(manifest.checkpoint.interval_seconds),
             runner_env.CHECKPOINT_KEEP: str(manifest.checkpoint.keep),
         }
+        if manifest.hparams is not None:
+            env[runner_env.HPARAMS] = json.dumps(manifest.hparams.values, separators=(",", ":"))
+            env[runner_env.BUDGET] = str(manifest.hparams.budget)
+            env[runner_env.BUDGET_UNIT] = manifest.hparams.unit
+        if trial is not None:
+            env[runner_env.TRIAL] = str(trial.number)
         if manifest.data is not None:
             data_dir = data
             if container and manifest.data.mount_path is not None:

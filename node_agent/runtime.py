@@ -53,6 +53,9 @@ class Folder:
 
     base: Path
     path: Path
+    adopt: bool = False
+    """Its files were left by an earlier job of the same search trial (another user): they
+    become this job's user's."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,6 +33,18 @@ EXIT_FILE = "TRAINYARD_EXIT_FILE"
 SERVE_DIR = "TRAINYARD_SERVE_DIR"
 """A serving replica's folder (`python -m runners.serve`): it listens on `serve.sock` there and
 keeps the model it is given under `model/`."""
+HPARAMS = "TRAINYARD_HPARAMS"
+"""A search trial's hyperparameters: its point, one JSON object (see `runners.hparams`)."""
+HPARAMS_FILE = "TRAINYARD_HPARAMS_FILE"
+"""Where the launcher wrote the trial's hyperparameters (`hparams.json`, absolute), for commands
+that would rather read a file than the environment; TRAINYARD_HPARAMS wins when both are set."""
+BUDGET = "TRAINYARD_BUDGET"
+"""How far a trial's job trains, counted from the trial's start: a promoted trial resumes from
+its checkpoint and trains on up to this larger budget."""
+BUDGET_UNIT = "TRAINYARD_BUDGET_UNIT"
+"""What TRAINYARD_BUDGET counts: `steps` or `epochs`, as the learner's metric reports do."""
+TRIAL = "TRAINYARD_TRIAL"
+"""The trial's number within its search: informative only (logs, result files)."""
 
 DATA_SCHEMES = frozenset({"file", "http", "https"})
 RESULTS_SCHEMES = frozenset({"file"})

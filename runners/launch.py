@@ -6,7 +6,9 @@ The launcher runs three phases and reports each one on standard output (see
 1. DOWNLOADING: checks the configuration (`runners.config`), then fetches the data source into
    the data directory and verifies its checksum. The command never runs if this fails.
 2. PROCESSING: runs the command as a child process with the same environment and standard
-   streams, forwarding SIGTERM and SIGUSR1 to it (`runners.supervise`).
+   streams, forwarding SIGTERM and SIGUSR1 to it (`runners.supervise`). A search trial's
+   hyperparameters (TRAINYARD_HPARAMS, see `runners.hparams`) are first written to
+   `hparams.json` in the working directory, which the command finds in TRAINYARD_HPARAMS_FILE.
 3. STORING: copies the results directory to the results location.
 
 Once a terminating signal has been received, no further phase starts. The exit status is 0 when
@@ -18,14 +20,17 @@ and why.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from runners import hparams
 from runners.channel import STDOUT
-from runners.config import EXIT_FILE, ConfigError, LaunchConfig, load_launch_config
+from runners.config import EXIT_FILE, HPARAMS_FILE, ConfigError, LaunchConfig, load_launch_config
+from runners.durable import write_bytes_atomically
 from runners.fetch import fetch
 from runners.phases import SUCCEEDED, PhaseError, PhaseResult, run_phase
 from runners.protocol import Outcome, Phase, PhaseEnded
@@ -38,6 +43,7 @@ EXIT_USAGE = 2
 # The shell's conventions for a command that cannot be run.
 EXIT_NOT_EXECUTABLE = 126
 EXIT_NOT_FOUND = 127
+HPARAMS_NAME = "hparams.json"
 
 
 class Launcher:
@@ -46,6 +52,7 @@ class Launcher:
         self._environ = environ
         self._router = SignalRouter()
         self._config: LaunchConfig | None = None
+        self._trial: hparams.TrialConfig | None = None
         # What the launcher exits with when PROCESSING does not succeed; the command's own
         # status once it has run.
         self._command_status = EXIT_PHASE_FAILED
@@ -76,6 +83,8 @@ class Launcher:
     def _download(self) -> PhaseResult:
         try:
             config = self._config = load_launch_config(self._environ)
+            # Checked with the rest, so a malformed trial fails before its data is fetched.
+            self._trial = hparams.load(self._environ)
         except ConfigError as error:
             raise PhaseError(f"invalid configuration: {error}") from error
         if config.data is not None:
@@ -90,6 +99,8 @@ class Launcher:
                 directory.mkdir(parents=True, exist_ok=True)
             except OSError as error:
                 raise PhaseError(f"cannot create directory {directory}: {error}") from error
+        if self._trial is not None:
+            self._write_hparams(self._trial.hparams)
         try:
             child = spawn(self._command)
         except (OSError, subprocess.SubprocessError) as error:
@@ -113,6 +124,18 @@ class Launcher:
             exit_code=ended.exit_code,
             signal=ended.signal,
         )
+
+    def _write_hparams(self, point: dict[str, object]) -> None:
+        """The trial's point as `hparams.json` in the working directory, named in the command's
+        environment. Written whole or not at all: a launcher killed halfway leaves no truncated
+        file for anything to read."""
+        path = Path(HPARAMS_NAME).absolute()
+        try:
+            write_bytes_atomically(path, (json.dumps(point, indent=2) + "\n").encode())
+        except OSError as error:
+            raise PhaseError(f"cannot write {path}: {error}") from error
+        # The command inherits the launcher's environment (`spawn`).
+        os.environ[HPARAMS_FILE] = str(path)
 
     def _store(self) -> PhaseResult:
         results = self._loaded_config().results

@@ -675,9 +675,90 @@ class AsyncClient:
         )
         return page
 
+    async def submit_search(
+        self,
+        spec: Mapping[str, Any],
+        *,
+        tenant: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> dict[str, Any]:
+        """Submit a search (a spec as `trainyard.read_manifest` reads a file: name, trial,
+        space, searcher, metric, budget, max_trials...); the new search (`id`, `state`,
+        `trials` created at once). A retry with the same `idempotency_key` gets the search the
+        first call made."""
+        headers = None if idempotency_key is None else {"Idempotency-Key": idempotency_key}
+        search: dict[str, Any] = await self.api.request(
+            "POST", "/v1/searches", params=_acting(tenant), body=dict(spec), headers=headers
+        )
+        return search
+
+    async def searches(self, *, state: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
+        """Up to `limit` (1 to 500) searches, newest first, in `state` if given."""
+        params = [("limit", str(limit)), *((("state", state),) if state else ())]
+        page = await self.api.request("GET", "/v1/searches", params=params)
+        found: list[dict[str, Any]] = page["searches"]
+        return found
+
+    async def search(self, search_id: str) -> dict[str, Any]:
+        """A search now: its state, trials created, best trial so far (`best`: trial, rung,
+        metric), why it ended, its spec."""
+        search: dict[str, Any] = await self.api.request(
+            "GET", _search_path(search_id), not_found=_no_search(search_id)
+        )
+        return search
+
+    async def search_trials(self, search_id: str) -> list[dict[str, Any]]:
+        """Every trial of a search, by number: its rung, budget, state, hyperparameters, the
+        metric at each rung it finished, and the reason for the searcher's latest decision."""
+        page = await self.api.request(
+            "GET", f"{_search_path(search_id)}/trials", not_found=_no_search(search_id)
+        )
+        trials: list[dict[str, Any]] = page["trials"]
+        return trials
+
+    async def search_best(self, search_id: str) -> dict[str, Any]:
+        """The best trial so far (`trial`, `rung`, `metric`, `hparams`, `job_id`) and the job
+        `manifest` that trains its model again (submit it with `submit`)."""
+        best: dict[str, Any] = await self.api.request(
+            "GET", f"{_search_path(search_id)}/best", not_found=_no_search(search_id)
+        )
+        return best
+
+    async def cancel_search(self, search_id: str, reason: str | None = None) -> dict[str, Any]:
+        """Cancel a running search; its running trials' jobs are cancelled."""
+        body = {"reason": reason} if reason else {}
+        search: dict[str, Any] = await self.api.request(
+            "POST", f"{_search_path(search_id)}/cancel", body=body, not_found=_no_search(search_id)
+        )
+        return search
+
+    async def search_events(self, search_id: str) -> AsyncGenerator[dict[str, Any], None]:
+        """A search's events (`type`, `data`: trials created, promoted, finished, failed,
+        pruned; best updated), from its submission on, as they are recorded; the iteration
+        ends with SearchEnded. A dropped connection is resumed where it broke."""
+        path = f"{_search_path(search_id)}/events"
+        stream = self.api.follow(path, not_found=_no_search(search_id))
+        async with aclosing(stream):
+            async for message in stream:
+                event: dict[str, Any] = message.json()
+                yield event
+                if event["type"] == "SearchEnded":
+                    return
+
 
 def _no_job(job_id: str) -> str:
     return f"no job {job_id}"
+
+
+def _no_search(search_id: str) -> str:
+    return f"no search {search_id}"
+
+
+def _search_path(search_id: str) -> str:
+    try:
+        return f"/v1/searches/{uuid.UUID(search_id)}"
+    except ValueError:
+        raise UsageError(f"invalid search id {search_id[:80]!r}: a search id is a UUID") from None
 
 
 def _checked(check: Callable[[str], T], text: str) -> T:
@@ -878,6 +959,42 @@ class Client:
     def checkpoint(self, job_id: str) -> dict[str, Any]:
         """See `AsyncClient.checkpoint`."""
         return self._run(self._client.checkpoint(job_id))
+
+    def submit_search(
+        self,
+        spec: Mapping[str, Any],
+        *,
+        tenant: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> dict[str, Any]:
+        """See `AsyncClient.submit_search`."""
+        return self._run(
+            self._client.submit_search(spec, tenant=tenant, idempotency_key=idempotency_key)
+        )
+
+    def searches(self, *, state: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
+        """See `AsyncClient.searches`."""
+        return self._run(self._client.searches(state=state, limit=limit))
+
+    def search(self, search_id: str) -> dict[str, Any]:
+        """See `AsyncClient.search`."""
+        return self._run(self._client.search(search_id))
+
+    def search_trials(self, search_id: str) -> list[dict[str, Any]]:
+        """See `AsyncClient.search_trials`."""
+        return self._run(self._client.search_trials(search_id))
+
+    def search_best(self, search_id: str) -> dict[str, Any]:
+        """See `AsyncClient.search_best`."""
+        return self._run(self._client.search_best(search_id))
+
+    def cancel_search(self, search_id: str, reason: str | None = None) -> dict[str, Any]:
+        """See `AsyncClient.cancel_search`."""
+        return self._run(self._client.cancel_search(search_id, reason))
+
+    def search_events(self, search_id: str) -> Iterator[dict[str, Any]]:
+        """See `AsyncClient.search_events`."""
+        return self._iterate(self._client.search_events(search_id))
 
     def nodes(self) -> list[dict[str, Any]]:
         """See `AsyncClient.nodes`."""

@@ -1,4 +1,5 @@
-"""Reading a job manifest file for `trainyard submit`: JSON (`.json`) or YAML (anything else,
+"""Reading a job manifest file for `trainyard submit` (or a search spec for `trainyard search
+submit`): JSON (`.json`) or YAML (anything else,
 standard input too; YAML reads JSON as well), checked against the manifest's schema before it
 is sent, so that every mistake is one line naming the file, and the line, column or field."""
 
@@ -11,25 +12,36 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from controlplane.jobs.manifest import JobSubmission
+from controlplane.searches.spec import SearchSpec
 from trainyard.api import UsageError
 
 
 def read_manifest(file: str) -> dict[str, Any]:
     """The manifest as JSON to send (only the fields the file gives); UsageError otherwise."""
-    name, text, value = read_mapping(file, "a manifest")
+    return _validated(file, JobSubmission, "manifest")
+
+
+def read_search(file: str) -> dict[str, Any]:
+    """A search spec (`trainyard search submit`) as JSON to send, as `read_manifest` reads a
+    manifest."""
+    return _validated(file, SearchSpec, "search")
+
+
+def _validated(file: str, model: type[BaseModel], what: str) -> dict[str, Any]:
+    name, text, value = read_mapping(file, f"a {what}")
     try:
-        manifest = JobSubmission.model_validate(value)
+        document = model.model_validate(value)
     except ValidationError as exc:
         yaml_text = None if file.endswith(".json") else text
         problems = [
-            located(".".join(map(str, e["loc"])) or "(manifest)", e["loc"], e["msg"], yaml_text)
+            located(".".join(map(str, e["loc"])) or f"({what})", e["loc"], e["msg"], yaml_text)
             for e in exc.errors()
         ]
-        raise UsageError(f"{name}: invalid manifest: {'; '.join(problems)}") from exc
-    return manifest.model_dump(mode="json", exclude_unset=True)
+        raise UsageError(f"{name}: invalid {what}: {'; '.join(problems)}") from exc
+    return document.model_dump(mode="json", exclude_unset=True)
 
 
 def read_mapping(file: str, what: str) -> tuple[str, str, dict[str, Any]]:

@@ -22,6 +22,7 @@ from controlplane.http import (
     nodes,
     pending,
     scrape,
+    searches,
     tenants,
     webhooks,
 )
@@ -103,6 +104,7 @@ def create_app(
     models.add_routes(app)
     nodes.add_routes(app)
     pending.add_routes(app)
+    searches.add_routes(app)
     scrape.add_routes(app)
     tenants.add_routes(app)
     webhooks.add_routes(app)

@@ -205,20 +205,20 @@ async def list_jobs(request: web.Request) -> web.Response:
         tenant=None if who.is_admin else who.tenant,
         states=states,
         labels=labels,
-        after=_decode_cursor(query.get("cursor")),
+        after=decode_cursor(query.get("cursor")),
         limit=limit + 1,
     )
     page = found[:limit]
-    cursor = _encode_cursor(page[-1].submitted_at, page[-1].job_id) if len(found) > limit else None
+    cursor = encode_cursor(page[-1].submitted_at, page[-1].job_id) if len(found) > limit else None
     live = await _live_nodes(request)
     return web.json_response({"jobs": [job_view(job, live) for job in page], "next_cursor": cursor})
 
 
-def _encode_cursor(submitted_at: datetime, job_id: UUID) -> str:
+def encode_cursor(submitted_at: datetime, job_id: UUID) -> str:
     return base64.urlsafe_b64encode(f"{submitted_at.isoformat()}|{job_id}".encode()).decode()
 
 
-def _decode_cursor(cursor: str | None) -> tuple[datetime, UUID] | None:
+def decode_cursor(cursor: str | None) -> tuple[datetime, UUID] | None:
     if cursor is None:
         return None
     try:
@@ -228,7 +228,7 @@ def _decode_cursor(cursor: str | None) -> tuple[datetime, UUID] | None:
             raise ValueError("no offset")
         return submitted_at.astimezone(UTC), UUID(job_id)
     except (ValueError, OverflowError):
-        # What _encode_cursor wrote, or nothing: a cursor is not for clients to make up.
+        # What encode_cursor wrote, or nothing: a cursor is not for clients to make up.
         raise error(400, "invalid cursor", field="cursor") from None
 
 

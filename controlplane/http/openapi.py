@@ -17,6 +17,7 @@ from controlplane.http import (
     params,
     pending_paths,
     scrape,
+    search_paths,
     tenants,
 )
 from controlplane.http.jobs import MAX_PAGE, CancelRequest
@@ -334,6 +335,7 @@ def document() -> dict[str, Any]:
                     *model_paths.SCHEMAS,
                     *deployment_paths.SCHEMAS,
                     *inference_paths.SCHEMAS,
+                    *search_paths.SCHEMAS,
                 ),
                 "JobView": _job_view_schema(),
                 "Error": _ERROR,
@@ -545,6 +547,7 @@ def document() -> dict[str, Any]:
             **metrics.openapi_paths(),
             **model_paths.openapi_paths(),
             **pending_paths.openapi_paths(),
+            **search_paths.openapi_paths(),
             **scrape.openapi_paths(),
             **tenants.openapi_paths(),
             "/v1/nodes": {

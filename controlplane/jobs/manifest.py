@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from fnmatch import fnmatchcase
 from typing import Annotated, Any, Literal
 from urllib.parse import unquote, urlsplit
@@ -234,6 +235,37 @@ class InferenceSpec(_Strict):
     query_timeout_s: float = Field(gt=0, le=86_400)
 
 
+class HparamsSpec(_Strict):
+    """Hyperparameters and a training budget, given to the learners as TRAINYARD_HPARAMS (the
+    values as JSON, and a file, TRAINYARD_HPARAMS_FILE), TRAINYARD_BUDGET and
+    TRAINYARD_BUDGET_UNIT: what a search sets for each trial, and what its best trial is
+    exported as (GET /v1/searches/{id}/best)."""
+
+    values: dict[str, Any] = Field(max_length=64)
+    budget: int = Field(ge=1, le=10**9, description="train up to this many steps or epochs")
+    unit: Literal["steps", "epochs"]
+
+    @field_validator("values")
+    @classmethod
+    def _values_size(cls, value: dict[str, Any]) -> dict[str, Any]:
+        size = len(json.dumps(value))
+        if size > MAX_ENV_VALUE_CHARS:
+            raise ValueError(f"at most {MAX_ENV_VALUE_CHARS} characters as JSON, not {size}")
+        return value
+
+
+class TrialSpec(_Strict):
+    """Which search trial a job runs (controlplane/searches), set by the search."""
+
+    search_id: UUID
+    number: int = Field(ge=0)
+    rung: int = Field(ge=0)
+    checkpoints_of: UUID = Field(
+        description="the job of the trial's first rung: every rung's job keeps its checkpoints "
+        "in that job's folder, so a promoted trial resumes where its last rung stopped"
+    )
+
+
 class JobManifest(_Strict):
     """A training job. Unknown fields are rejected, so a typo never goes unnoticed."""
 
@@ -306,6 +338,16 @@ class JobManifest(_Strict):
         description="set for inference jobs (POST /v1/inference), which hold no node of their "
         "own; a job submitted with it is refused",
     )
+    hparams: HparamsSpec | None = Field(
+        default=None,
+        description="hyperparameters and a budget for the learners (TRAINYARD_HPARAMS, "
+        "TRAINYARD_HPARAMS_FILE, TRAINYARD_BUDGET, TRAINYARD_BUDGET_UNIT)",
+    )
+    trial: TrialSpec | None = Field(
+        default=None,
+        description="set for a search's trials (POST /v1/searches); a job submitted with it is "
+        "refused",
+    )
 
     @field_validator("command")
     @classmethod
@@ -367,6 +409,13 @@ class JobSubmission(JobManifest):
     def _not_inference(cls, value: InferenceSpec | None) -> InferenceSpec | None:
         if value is not None:
             raise ValueError("inference jobs are submitted with POST /v1/inference")
+        return value
+
+    @field_validator("trial")
+    @classmethod
+    def _not_trial(cls, value: TrialSpec | None) -> TrialSpec | None:
+        if value is not None:
+            raise ValueError("trials are started by searches: POST /v1/searches")
         return value
 
     @field_validator("secret_env")

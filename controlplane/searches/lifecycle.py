@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Literal
 from uuid import UUID
 
+from controlplane.events.commands import Aggregate
 from controlplane.searches.events import (
     BestUpdated,
     SearchEnded,
@@ -101,7 +102,12 @@ def evolve(search: Search | None, event: SearchEvent) -> Search:
         case BestUpdated():
             return replace(search, best=(event.number, event.rung, event.metric))
         case SearchEnded():
-            return replace(search, state=event.state)
+            # Trials still running go no further: the search's driver cancels their jobs.
+            trials = tuple(
+                replace(t, state=TrialState.CANCELLED) if t.state is TrialState.RUNNING else t
+                for t in search.trials
+            )
+            return replace(search, state=event.state, trials=trials)
     raise ValueError(f"not a search event: {type(event).__name__}")
 
 
@@ -109,6 +115,59 @@ def _trial(search: Search, number: int, **changes: object) -> Search:
     trials = list(search.trials)
     trials[number] = replace(trials[number], **changes)  # type: ignore[arg-type]
     return replace(search, trials=tuple(trials))
+
+
+@dataclass(frozen=True, slots=True)
+class Submit:
+    event: SearchSubmitted
+
+
+@dataclass(frozen=True, slots=True)
+class Cancel:
+    reason: str
+    at: datetime
+
+
+Command = Submit | Cancel
+"""The commands users give; the driver's steps are `advance`'s events, appended at the version
+they were decided on."""
+
+
+class SearchRefused(Exception):
+    """A command the search's state does not allow; nothing was written."""
+
+    def __init__(self, message: str, *, not_found: bool = False) -> None:
+        super().__init__(message)
+        self.not_found = not_found
+
+
+class SearchBusy(Exception):
+    """The search's stream kept changing while a command was decided; try again."""
+
+
+def decide(command: Command, search: Search | None) -> list[SearchEvent]:
+    match command:
+        case Submit(event=event):
+            if search is not None:
+                return []  # the same submission again (a retry): it exists
+            return [event, *advance(evolve(None, event), (), event.at)]
+    if search is None:
+        raise SearchRefused("no such search", not_found=True)
+    match command:
+        case Cancel(reason=reason, at=at):
+            if search.state != "running":
+                raise SearchRefused(f"search {search.search_id} has ended ({search.state})")
+            return [SearchEnded(at=at, state="cancelled", reason=reason)]
+    raise ValueError(f"not a search command: {command!r}")
+
+
+def _busy(stream_id: str, tries: int) -> Exception:
+    return SearchBusy(f"{stream_id} kept changing ({tries} tries); try again")
+
+
+SEARCH: Aggregate[Command, Search | None, SearchEvent] = Aggregate(
+    event_type=SearchEvent, initial=None, decide=decide, evolve=evolve, busy=_busy
+)
 
 
 def advance(search: Search, outcomes: Sequence[Outcome], at: datetime) -> list[SearchEvent]:

@@ -95,6 +95,13 @@ class SearchSpec(_Strict):
     def _consistent(self) -> SearchSpec:
         if self.trial.servable is not None or self.trial.inference is not None:
             raise ValueError("trial: a trial is a training job (no servable, no inference)")
+        if self.trial.trial is not None or self.trial.hparams is not None:
+            raise ValueError("trial: the search sets each trial's hyperparameters (hparams) itself")
+        if len(self.trial.labels) > MAX_LABELS - 2:
+            raise ValueError(
+                f"trial.labels: at most {MAX_LABELS - 2} (a trial's job gets two more: its "
+                "search and its number)"
+            )
         searcher = self.searcher
         if isinstance(searcher, AshaSpec) and searcher.min_budget >= self.budget.max:
             raise ValueError("searcher.min_budget must be less than budget.max")

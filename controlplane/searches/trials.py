@@ -23,6 +23,8 @@ class TrialState(StrEnum):
     COMPLETED = "completed"
     FAILED = "failed"
     PRUNED = "pruned"
+    CANCELLED = "cancelled"
+    """The search ended (cancelled, or failed) while it ran: its job is cancelled."""
 
 
 @dataclass(frozen=True, slots=True)

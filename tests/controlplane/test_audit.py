@@ -50,6 +50,7 @@ VIEWS = {
     "model_versions",
     "pending_reasons",
     "restarts",
+    "search_trials",
     "serving_batches",
     "serving_tasks",
     "webhook_attempts",

@@ -1,0 +1,265 @@
+"""Searches over HTTP: submit one (`POST /v1/searches`), list them, read one with its trials
+and its best trial (as a job manifest to run again), cancel one, and follow one's decisions as
+they are recorded (SSE). A tenant sees its own searches; another's is "not found"."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+from uuid import UUID
+
+from aiohttp import web
+from pydantic import ValidationError
+
+from controlplane.events.hub import Lagged
+from controlplane.events.records import RecordedEvent
+from controlplane.http import params
+from controlplane.http.auth import acting_tenant, principal
+from controlplane.http.errors import error, validation_error
+from controlplane.http.jobs import MAX_PAGE, admit, decode_cursor, encode_cursor
+from controlplane.http.keys import (
+    HUB,
+    IMAGES,
+    LOCATION_ROOTS,
+    PLANE,
+    POOL,
+    SSE_HEARTBEAT_S,
+)
+from controlplane.http.requests import MAX_KEY, event_metadata, json_body
+from controlplane.http.streams import SSE_HEADERS, live_stream
+from controlplane.http.webhooks import check_webhook_url
+from controlplane.instruments import sse_client
+from controlplane.jobs.images import ImageRefused
+from controlplane.jobs.locations import LocationRefused, check_manifest_locations
+from controlplane.searches.events import SearchEnded
+from controlplane.searches.lifecycle import SEARCH, SearchBusy, SearchRefused
+from controlplane.searches.service import SearchMismatch
+from controlplane.searches.spec import SearchSpec
+from controlplane.searches.streams import search_stream
+from controlplane.searches.views import (
+    best_manifest,
+    list_searches,
+    search_row,
+    search_view,
+    trials,
+)
+
+STATES = ("running", "completed", "failed", "cancelled")
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_post("/v1/searches", submit)
+    app.router.add_get("/v1/searches", list_all)
+    app.router.add_get("/v1/searches/{search_id}", get_search)
+    app.router.add_get("/v1/searches/{search_id}/trials", get_trials)
+    app.router.add_get("/v1/searches/{search_id}/best", get_best)
+    app.router.add_post("/v1/searches/{search_id}/cancel", cancel)
+    app.router.add_get("/v1/searches/{search_id}/events", stream_events)
+
+
+async def submit(request: web.Request) -> web.Response:
+    who = principal(request)
+    body = await json_body(request)
+    try:
+        spec = SearchSpec.model_validate(body)
+    except ValidationError as exc:
+        raise validation_error(exc) from exc
+    template = spec.trial
+    try:
+        request.app[IMAGES].admit(template.image)
+    except ImageRefused as exc:
+        raise error(422, str(exc), field="trial.image") from exc
+    tenant = acting_tenant(who, params.text(request.query.get("tenant"), "tenant"), "submits")
+    key = params.text(request.headers.get("Idempotency-Key"), "Idempotency-Key", max_length=MAX_KEY)
+    if key == "":
+        raise error(400, "Idempotency-Key must be 1 to 255 characters", field="Idempotency-Key")
+    try:
+        check_manifest_locations(
+            template.data.source if template.data else None,
+            template.results.location if template.results else None,
+            request.app[LOCATION_ROOTS],
+            tenant,
+        )
+    except LocationRefused as exc:
+        raise error(422, exc.message, field=f"trial.{exc.field}") from exc
+    if template.webhook_url is not None:
+        await check_webhook_url(request, str(template.webhook_url), "trial.webhook_url")
+    # The tenant's rate, queue and the largest node, as for a job: its first trials are jobs.
+    await admit(request, tenant, template)
+    searches = request.app[PLANE].searches
+    try:
+        search, created = await searches.submit(
+            tenant, spec, event_metadata(request, who, tenant), key
+        )
+    except SearchMismatch as exc:
+        raise error(409, str(exc)) from exc
+    headers = {"Location": f"/v1/searches/{search.search_id}"}
+    if not created:
+        headers["Idempotent-Replayed"] = "true"
+    view = {
+        "id": str(search.search_id),
+        "tenant": search.tenant,
+        "name": spec.name,
+        "state": search.state,
+        "trials": len(search.trials),
+    }
+    return web.json_response(view, status=201, headers=headers)
+
+
+async def list_all(request: web.Request) -> web.Response:
+    who = principal(request)
+    query = request.query
+    state = query.get("state")
+    if state is not None:
+        state = params.choice(state, "state", STATES)
+    limit = params.integer(query.get("limit"), "limit", minimum=1, maximum=MAX_PAGE) or 50
+    found = await list_searches(
+        request.app[POOL],
+        None if who.is_admin else who.tenant,
+        state,
+        decode_cursor(query.get("cursor")),
+        limit + 1,
+    )
+    page = found[:limit]
+    last = page[-1] if page else None
+    cursor = None
+    if last is not None and len(found) > limit:
+        cursor = encode_cursor(last["created_at"], last["search_id"])
+    return web.json_response(
+        {"searches": [search_view(row) for row in page], "next_cursor": cursor}
+    )
+
+
+async def _visible(request: web.Request) -> Any:
+    """The search's row in the read model (which lags the log by a moment), if the caller may
+    see it; else 404."""
+    search_id = _search_id(request)
+    row = await search_row(request.app[POOL], search_id)
+    if row is None or not principal(request).may_see(row["tenant"]):
+        raise error(404, "no such search")
+    return row
+
+
+def _search_id(request: web.Request) -> UUID:
+    raw = request.match_info["search_id"]
+    return params.uuid(raw, "search_id", status=404, message="no such search")
+
+
+async def get_search(request: web.Request) -> web.Response:
+    row = await _visible(request)
+    view = search_view(row)
+    view["spec"] = json.loads(row["spec"])
+    return web.json_response(view)
+
+
+async def get_trials(request: web.Request) -> web.Response:
+    row = await _visible(request)
+    return web.json_response({"trials": await trials(request.app[POOL], row["search_id"])})
+
+
+async def get_best(request: web.Request) -> web.Response:
+    """The best trial so far, and the job manifest that trains its model again (the template,
+    its hyperparameters, the whole budget): submit it with POST /v1/jobs."""
+    row = await _visible(request)
+    if row["best_trial"] is None:
+        raise error(404, "no trial has reported its metric yet")
+    found = await trials(request.app[POOL], row["search_id"])
+    trial = found[row["best_trial"]]
+    manifest = best_manifest(row, trial)
+    return web.json_response(
+        {
+            "trial": row["best_trial"],
+            "rung": row["best_rung"],
+            "metric": {"name": row["metric"], "mode": row["mode"], "value": row["best_metric"]},
+            "hparams": trial["hparams"],
+            "job_id": trial["job_id"],
+            "manifest": manifest.model_dump(mode="json", exclude_defaults=True),
+        }
+    )
+
+
+async def cancel(request: web.Request) -> web.Response:
+    who = principal(request)
+    row = await _visible(request)
+    body = await json_body(request)
+    raw = body.get("reason") if isinstance(body, dict) else None
+    reason = params.text(raw if isinstance(raw, str) else None, "reason") or "cancelled by user"
+    metadata = event_metadata(request, who, row["tenant"])
+    try:
+        search = await request.app[PLANE].searches.cancel(row["search_id"], reason, metadata)
+    except SearchRefused as exc:
+        raise error(404 if exc.not_found else 409, str(exc)) from exc
+    except SearchBusy as exc:
+        raise error(409, str(exc)) from exc
+    return web.json_response({"id": str(search.search_id), "state": search.state})
+
+
+async def stream_events(request: web.Request) -> web.StreamResponse:
+    """SSE of the search's events, each once, in order (`id`: the global position;
+    `Last-Event-ID` resumes after it); a heartbeat while idle; it ends after SearchEnded."""
+    # From the stream itself, not the read model, which may not show a search just submitted.
+    search = await request.app[PLANE].searches.load(_search_id(request))
+    if search is None or not principal(request).may_see(search.tenant):
+        raise error(404, "no such search")
+    header = request.headers.get("Last-Event-ID") or request.query.get("after")
+    after = params.position(header, "Last-Event-ID") or 0
+    stream = search_stream(search.search_id)
+    store, hub = request.app[PLANE].store, request.app[HUB]
+    response = web.StreamResponse(headers=SSE_HEADERS)
+    with await live_stream(request):
+        await response.prepare(request)
+        try:
+            with sse_client("search"), hub.subscribe(stream) as subscription:
+                sender = _Sender(response, after)
+                await sender.catch_up(await store.read_stream(stream))
+                while not sender.ended:
+                    try:
+                        async with asyncio.timeout(request.app[SSE_HEARTBEAT_S]):
+                            item = await subscription.next()
+                    except TimeoutError:
+                        await response.write(b": heartbeat\n\n")
+                        continue
+                    if item is None:  # the server is shutting down
+                        break
+                    if isinstance(item, Lagged) or item.stream_version > sender.version + 1:
+                        await sender.catch_up(await store.read_stream(stream))
+                    else:
+                        await sender.send(item)
+            await response.write_eof()
+        except ConnectionResetError:
+            pass  # the client went away; it resumes with Last-Event-ID
+    return response
+
+
+class _Sender:
+    """Writes a search's events as SSE, each once, in version order."""
+
+    def __init__(self, response: web.StreamResponse, after_position: int) -> None:
+        self._response = response
+        self._after = after_position
+        self.version = 0
+        self.ended = False
+
+    async def catch_up(self, history: list[RecordedEvent]) -> None:
+        for recorded in history:
+            await self.send(recorded)
+
+    async def send(self, recorded: RecordedEvent) -> None:
+        if recorded.stream_version <= self.version or self.ended:
+            return
+        self.version = recorded.stream_version
+        event = SEARCH.event_of(recorded)
+        self.ended = isinstance(event, SearchEnded)
+        if recorded.position <= self._after:
+            return  # delivered before the client reconnected
+        payload = {
+            "type": event.type_name,
+            "version": recorded.stream_version,
+            "position": recorded.position,
+            "data": event.model_dump(mode="json"),
+        }
+        await self._response.write(
+            f"id: {recorded.position}\nevent: {event.type_name}\n"
+            f"data: {json.dumps(payload)}\n\n".encode()
+        )
