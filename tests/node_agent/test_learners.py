@@ -3,21 +3,30 @@ a restarted attempt resumes from, on this node or on another one."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from uuid import uuid4
+from uuid import UUID, uuid4
 
 from controlplane.cli import parser
 from controlplane.clock import SYSTEM_CLOCK
 from controlplane.jobs.lifecycle import Checkpoint, Job, JobStatus, Submit, decide, replay
 from controlplane.jobs.locations import Roots
-from controlplane.jobs.manifest import JobManifest
+from controlplane.jobs.manifest import HparamsSpec, JobManifest, TrialSpec
 from controlplane.scheduling.claim import Claim
 from controlplane.scheduling.placement import LearnerAllocation
 from controlplane.settings import Settings
 from node_agent.cli import config_from
 from node_agent.learners import learner_specs
 from node_agent.runtime import LearnerSpec
-from runners.config import CHECKPOINT_DIR, DATA_DIR, RESUME_FROM
+from runners.config import (
+    BUDGET,
+    BUDGET_UNIT,
+    CHECKPOINT_DIR,
+    DATA_DIR,
+    HPARAMS,
+    RESUME_FROM,
+    TRIAL,
+)
 
 MANIFEST = JobManifest.model_validate({"name": "j", "image": "i", "command": ["train"]})
 
@@ -134,3 +143,39 @@ def test_a_reported_checkpoint_that_climbs_out_of_the_job_s_folder_is_not_resume
     first = spec("a", tmp_path, tmp_path, None)
     climbing = Path(first.env[CHECKPOINT_DIR]) / ".." / ".." / ".." / "other-job" / "ckpt.pt"
     assert RESUME_FROM not in spec("a", tmp_path, tmp_path, climbing).env
+
+
+def test_a_search_trial_s_rungs_share_its_checkpoints_and_get_their_hyperparameters(
+    tmp_path: Path,
+) -> None:
+    search, first_job = uuid4(), uuid4()
+
+    def rung(number: int, job_id: UUID) -> LearnerSpec:
+        manifest = MANIFEST.model_copy(
+            update={
+                "hparams": HparamsSpec(values={"lr": 0.1}, budget=3**number, unit="epochs"),
+                "trial": TrialSpec(
+                    search_id=search, number=7, rung=number, checkpoints_of=first_job
+                ),
+            }
+        )
+        job = JOB.model_copy(
+            update={"job_id": job_id, "manifest": manifest, "state": JobStatus.DEPLOYING}
+        )
+        claim = Claim(job, 1, epoch=1, learners=[LearnerAllocation(0, "a", [])], version=3)
+        [only] = learner_specs(
+            claim, node="a", work_dir=tmp_path, checkpoint_root=tmp_path / "ckpt", launcher=["r"]
+        )
+        return only
+
+    zero, one = rung(0, first_job), rung(1, uuid4())
+    # The promoted rung's job writes and resumes where the trial's first job kept its own.
+    assert one.env[CHECKPOINT_DIR] == zero.env[CHECKPOINT_DIR]
+    assert Path(zero.env[CHECKPOINT_DIR]).is_relative_to(tmp_path / "ckpt" / str(first_job))
+    # ... and takes over the files the earlier rung's user left there.
+    adopting = [f.adopt for f in one.folders if f.path == Path(one.env[CHECKPOINT_DIR])]
+    assert adopting == [True]
+    assert not any(f.adopt for f in zero.folders)
+    assert json.loads(one.env[HPARAMS]) == {"lr": 0.1}
+    assert (one.env[BUDGET], one.env[BUDGET_UNIT], one.env[TRIAL]) == ("3", "epochs", "7")
+    assert HPARAMS not in spec("a", tmp_path, tmp_path, None).env
