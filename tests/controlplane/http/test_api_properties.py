@@ -4,9 +4,10 @@ and in sequences that follow the document's links (submit, then read, cancel...)
 that no answer is a server error, that every answer is complete and that it conforms to the
 document (status, content type, headers, body).
 
-The SSE routes stream until the job ends, so they are left to test_api_params.py and the logs
-and events tests: here `/events` and `/pending/events` are left out (the latter is tested in
-tests/controlplane/pending), and the logs are asked for as text."""
+The SSE routes stream until the job (or search) ends, so they are left to test_api_params.py and
+the logs and events tests: here a job's `/events` and `/pending/events` and a search's `/events`
+are left out (tested in tests/controlplane/pending and tests/trainyard/test_search_cli.py), and
+the logs are asked for as text."""
 
 from __future__ import annotations
 
