@@ -670,3 +670,15 @@ search_trials = Table(
         postgresql_where=text("state IN ('running', 'cancelled')"),
     ),
 )
+
+ui_sessions = Table(
+    "ui_sessions",
+    metadata,
+    Column("session_sha256", Text, primary_key=True),
+    Column("token_sha256", Text, nullable=False),
+    Column("csrf", Text, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    Column("expires_at", DateTime(timezone=True), nullable=False),
+    Column("ended_at", DateTime(timezone=True)),
+    Index("ui_sessions_expires", "expires_at"),
+)

@@ -24,6 +24,7 @@ from controlplane.http import (
     scrape,
     searches,
     tenants,
+    ui,
     webhooks,
 )
 from controlplane.http.auth import auth_middleware
@@ -107,6 +108,7 @@ def create_app(
     searches.add_routes(app)
     scrape.add_routes(app)
     tenants.add_routes(app)
+    ui.add_routes(app)
     webhooks.add_routes(app)
     return app
 

@@ -1,7 +1,9 @@
-"""Bearer-token authentication of HTTP requests: the middleware that finds the request's
-principal (see `controlplane.tenants.principals`), and what the handlers ask of it.
+"""Authentication of HTTP requests: the middleware that finds the request's principal (see
+`controlplane.tenants.principals`), and what the handlers ask of it.
 
-Every path but the public probes needs `Authorization: Bearer <token>`.
+Every path but the public probes, documents and the dashboard's page needs `Authorization:
+Bearer <token>`, or the dashboard's session cookie (`controlplane.ui.sessions`): then a request
+that changes something must carry the session's CSRF token too (403 otherwise).
 """
 
 from __future__ import annotations
@@ -13,11 +15,17 @@ from controlplane.http.errors import error
 from controlplane.http.keys import POOL
 from controlplane.invariants import InvariantBroken
 from controlplane.tenants.principals import Principal, authenticate
+from controlplane.ui.sessions import COOKIE, CSRF_HEADER, Session, csrf_ok, session
 
-PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json"})
-"""Probes and documents that load balancers and clients read without a token."""
+PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json", "/", "/ui", "/ui/"})
+"""Probes and documents that load balancers and clients read without a token, and the
+dashboard's page (which holds no data: it asks the API once signed in)."""
+STATIC = "/ui/static/"
+SIGN_IN = "/ui/session"
 
 PRINCIPAL = web.RequestKey("principal", Principal)
+SESSION = web.RequestKey("session", Session)
+"""The dashboard session a request's cookie opened (absent for a bearer token)."""
 
 
 def acting_tenant(who: Principal, requested: str | None, action: str) -> str:
@@ -44,9 +52,14 @@ def principal(request: web.Request) -> Principal:
 @web.middleware
 async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Authenticate every request but the public ones; 401 with `WWW-Authenticate` otherwise."""
-    if request.path in PUBLIC_PATHS:
+    path = request.path
+    if path in PUBLIC_PATHS or path.startswith(STATIC):
         return await handler(request)
+    if path == SIGN_IN and request.method == "POST":
+        return await handler(request)  # the sign-in itself: it checks the token it is given
     header = request.headers.get(hdrs.AUTHORIZATION)
+    if header is None and COOKIE in request.cookies:
+        return await _with_session(request, handler, request.cookies[COOKIE])
     if header is None:
         return _unauthorized("missing bearer token: send 'Authorization: Bearer <token>'")
     scheme, _, token = header.partition(" ")
@@ -57,6 +70,24 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
     if who is None:
         return _unauthorized("invalid or revoked token", error="invalid_token")
     request[PRINCIPAL] = who
+    return await handler(request)
+
+
+async def _with_session(request: web.Request, handler: Handler, cookie: str) -> web.StreamResponse:
+    found = await session(request.app[POOL], cookie)
+    if found is None:
+        return _unauthorized("the session has expired or ended: sign in again")
+    if not csrf_ok(request.method, request.headers.get(CSRF_HEADER), found.csrf):
+        return web.json_response(
+            {
+                "error": f"a request that changes something needs the session's {CSRF_HEADER}",
+                "status": 403,
+                "field": CSRF_HEADER,
+            },
+            status=403,
+        )
+    request[PRINCIPAL] = found.principal
+    request[SESSION] = found
     return await handler(request)
 
 

@@ -200,7 +200,7 @@ async def list_jobs(request: web.Request) -> web.Response:
             raise error(400, f"label filter must be KEY=VALUE, not {label!r}", field="label")
         labels[key] = value
     limit = params.integer(query.get("limit"), "limit", minimum=1, maximum=MAX_PAGE) or 50
-    found = await listed_jobs(
+    found, total = await listed_jobs(
         request.app[POOL],
         tenant=None if who.is_admin else who.tenant,
         states=states,
@@ -211,7 +211,9 @@ async def list_jobs(request: web.Request) -> web.Response:
     page = found[:limit]
     cursor = encode_cursor(page[-1].submitted_at, page[-1].job_id) if len(found) > limit else None
     live = await _live_nodes(request)
-    return web.json_response({"jobs": [job_view(job, live) for job in page], "next_cursor": cursor})
+    return web.json_response(
+        {"jobs": [job_view(job, live) for job in page], "next_cursor": cursor, "total": total}
+    )
 
 
 def encode_cursor(submitted_at: datetime, job_id: UUID) -> str:

@@ -19,6 +19,7 @@ from controlplane.http import (
     scrape,
     search_paths,
     tenants,
+    ui,
 )
 from controlplane.http.jobs import MAX_PAGE, CancelRequest
 from controlplane.http.requests import MAX_KEY
@@ -72,8 +73,12 @@ _JOB_LIST = {
     "properties": {
         "jobs": {"type": "array", "items": {"$ref": REF + "JobView"}},
         "next_cursor": {"type": ["string", "null"]},
+        "total": {
+            "type": "integer",
+            "description": "how many jobs the filters match in all (every page says it)",
+        },
     },
-    "required": ["jobs", "next_cursor"],
+    "required": ["jobs", "next_cursor", "total"],
 }
 _HISTORY = {
     "type": "object",
@@ -550,6 +555,7 @@ def document() -> dict[str, Any]:
             **search_paths.openapi_paths(),
             **scrape.openapi_paths(),
             **tenants.openapi_paths(),
+            **ui.openapi_paths(),
             "/v1/nodes": {
                 "get": {
                     "operationId": "listNodes",

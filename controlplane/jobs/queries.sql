@@ -35,6 +35,14 @@ WHERE ($1::text IS NULL OR tenant = $1)
 ORDER BY submitted_at DESC, job_id DESC
 LIMIT $6;
 
+-- name: count_jobs
+-- How many jobs the same filters match (list_jobs without its cursor and limit): the list
+-- shows its total, never a page silently cut.
+SELECT count(*) FROM job_status
+WHERE ($1::text IS NULL OR tenant = $1)
+  AND ($2::text[] IS NULL OR state = ANY($2::text[]))
+  AND labels @> $3::jsonb;
+
 -- name: insert_job_secret_env
 -- A job's secret environment variables, written in the transaction that appends its
 -- JobSubmitted: kept apart from the event log, which is kept forever and read by auditors.

@@ -21,20 +21,15 @@ async def list_jobs(
     labels: Mapping[str, str] | None = None,
     after: tuple[datetime, UUID] | None = None,
     limit: int,
-) -> list[Job]:
+) -> tuple[list[Job], int]:
     """Jobs newest first (by submission time, then id): one tenant's (None: everyone's), in
     any of `states` (none: every state), carrying all of `labels`, after the job whose
-    submission time and id are `after`; at most `limit`."""
+    submission time and id are `after`; at most `limit`. And how many match in all (every
+    page: in one snapshot with the page)."""
     after_time, after_id = after if after is not None else (None, None)
-    async with pool.acquire() as conn, conn.transaction():
+    filters = (tenant, [state.value for state in states] or None, json.dumps(dict(labels or {})))
+    async with pool.acquire() as conn, conn.transaction(isolation="repeatable_read"):
         await conn.execute(Q["plan_per_call"])
-        rows = await conn.fetch(
-            Q["list_jobs"],
-            tenant,
-            [state.value for state in states] or None,
-            json.dumps(dict(labels or {})),
-            after_time,
-            after_id,
-            limit,
-        )
-    return [Job.model_validate_json(row["doc"]) for row in rows]
+        rows = await conn.fetch(Q["list_jobs"], *filters, after_time, after_id, limit)
+        total: int = await conn.fetchval(Q["count_jobs"], *filters)
+    return [Job.model_validate_json(row["doc"]) for row in rows], total
