@@ -60,6 +60,7 @@ _CLASSES: dict[int, type[web.HTTPException]] = {
     404: web.HTTPNotFound,
     409: web.HTTPConflict,
     413: _ContentTooLarge,
+    415: web.HTTPUnsupportedMediaType,
     422: web.HTTPUnprocessableEntity,
     429: web.HTTPTooManyRequests,
 }
