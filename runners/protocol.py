@@ -5,24 +5,22 @@ line that starts with `PREFIX` followed by one compact JSON object; every other 
 output. This works identically for a child process (its stdout pipe) and a Docker container (its
 logs), so the node agent needs one parser for both.
 
-This module is imported by the node agent, so it depends on pydantic and the standard library
-only, and it performs no I/O: `encode` and `parse` are pure.
+This module is imported by the node agent, so it depends on pydantic (for `parse` only) and the
+standard library, and it performs no I/O: `encode` and `parse` are pure.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+import json
+import math
+import re
+from dataclasses import dataclass, fields
+from datetime import datetime
+from functools import cache
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import (
-    AwareDatetime,
-    BaseModel,
-    ConfigDict,
-    Field,
-    NonNegativeFloat,
-    NonNegativeInt,
-    TypeAdapter,
-    ValidationError,
-)
+if TYPE_CHECKING:
+    from pydantic import TypeAdapter
 
 # The version is part of the prefix: an agent that does not know a future version sees its lines
 # as ordinary output (still shipped as logs) instead of misreading them.
@@ -35,61 +33,114 @@ PHASES: tuple[Phase, ...] = ("DOWNLOADING", "PROCESSING", "STORING")
 # as opposed to "failed" on its own.
 Outcome = Literal["succeeded", "failed", "interrupted"]
 
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
-class _Message(BaseModel):
+# Messages are plain dataclasses, checked in __post_init__, and encoded with the standard
+# library: a learner (and the launcher) report without importing pydantic, whose import is most
+# of their start-up; the agent's `parse` validates with pydantic, built on first use.
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Message:
     # Reports carry the time they happened, not the time the agent read them: an agent that
     # restarts re-reads a running learner's backlog of lines, long after they were written.
-    # NaN and infinities are legitimate metric values (a diverging loss); "strings" keeps them
-    # representable while the line stays standard JSON.
-    model_config = ConfigDict(frozen=True, ser_json_inf_nan="strings")
+    at: datetime
 
-    at: AwareDatetime
+    def __post_init__(self) -> None:
+        if self.at.tzinfo is None or self.at.utcoffset() is None:
+            raise ValueError("at: a report's time carries its offset")
 
 
+def _at_least_zero(**values: float) -> None:
+    for name, value in values.items():
+        if not value >= 0:
+            raise ValueError(f"{name} must be at least 0, not {value}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PhaseStarted(_Message):
     kind: Literal["phase_started"] = "phase_started"
     phase: Phase
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PhaseEnded(_Message):
     kind: Literal["phase_ended"] = "phase_ended"
     phase: Phase
     outcome: Outcome
     error: str | None = None
-    duration_s: NonNegativeFloat
+    duration_s: float
     # Set for PROCESSING only: the command's exit code when it exited, or the name of the signal
     # that killed it (e.g. "SIGKILL"); exactly one of the two.
     exit_code: int | None = None
     signal: str | None = None
 
+    def __post_init__(self) -> None:
+        _Message.__post_init__(self)
+        _at_least_zero(duration_s=self.duration_s)
 
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CheckpointSaved(_Message):
     kind: Literal["checkpoint_saved"] = "checkpoint_saved"
-    step: NonNegativeInt
+    step: int
     path: str
-    size_bytes: NonNegativeInt
-    sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
-    duration_s: NonNegativeFloat
+    size_bytes: int
+    sha256: str
+    duration_s: float
+
+    def __post_init__(self) -> None:
+        _Message.__post_init__(self)
+        _at_least_zero(step=self.step, size_bytes=self.size_bytes, duration_s=self.duration_s)
+        if not _SHA256.fullmatch(self.sha256):
+            raise ValueError("sha256: 64 lowercase hexadecimal digits")
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CheckpointRestored(_Message):
     kind: Literal["checkpoint_restored"] = "checkpoint_restored"
-    step: NonNegativeInt
+    step: int
     path: str
 
+    def __post_init__(self) -> None:
+        _Message.__post_init__(self)
+        _at_least_zero(step=self.step)
 
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Metric(_Message):
     kind: Literal["metric"] = "metric"
-    step: NonNegativeInt
-    values: Annotated[dict[str, float], Field(min_length=1)]
+    step: int
+    values: dict[str, float]
+
+    def __post_init__(self) -> None:
+        _Message.__post_init__(self)
+        _at_least_zero(step=self.step)
+        if not self.values:
+            raise ValueError("values: at least one")
 
 
-Message = Annotated[
-    PhaseStarted | PhaseEnded | CheckpointSaved | CheckpointRestored | Metric,
-    Field(discriminator="kind"),
-]
+if TYPE_CHECKING:
+    from pydantic import Field
 
-_MESSAGE: TypeAdapter[Message] = TypeAdapter(Message)
+    Message = Annotated[
+        PhaseStarted | PhaseEnded | CheckpointSaved | CheckpointRestored | Metric,
+        Field(discriminator="kind"),
+    ]
+else:
+    Message = PhaseStarted | PhaseEnded | CheckpointSaved | CheckpointRestored | Metric
+
+
+def _json(value: Any) -> Any:
+    # NaN and infinities are legitimate metric values (a diverging loss): as strings, the line
+    # stays standard JSON.
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, datetime):
+        return value.isoformat().replace("+00:00", "Z")
+    if isinstance(value, dict):
+        return {k: _json(v) for k, v in value.items()}
+    return value
 
 
 def encode(message: Message) -> str:
@@ -98,7 +149,20 @@ def encode(message: Message) -> str:
     JSON escapes control characters, so the result never contains a newline, whatever the
     message's strings hold.
     """
-    return PREFIX + message.model_dump_json()
+    document = {f.name: _json(getattr(message, f.name)) for f in fields(message)}
+    return PREFIX + json.dumps(document, separators=(",", ":"), allow_nan=False)
+
+
+@cache
+def _validator() -> TypeAdapter[Message]:
+    from pydantic import ConfigDict, Field, TypeAdapter
+
+    union = Annotated[
+        PhaseStarted | PhaseEnded | CheckpointSaved | CheckpointRestored | Metric,
+        Field(discriminator="kind"),
+    ]
+    # Strict about what a field is, lax about how JSON spells it (a time as text).
+    return TypeAdapter(union, config=ConfigDict(ser_json_inf_nan="strings"))
 
 
 def parse(line: str) -> Message | None:
@@ -108,10 +172,12 @@ def parse(line: str) -> Message | None:
     look-alike, a line cut short) is also ordinary output: it is kept as a log line rather than
     failing the reader.
     """
+    from pydantic import ValidationError
+
     line = line.rstrip("\r\n")
     if not line.startswith(PREFIX):
         return None
     try:
-        return _MESSAGE.validate_json(line[len(PREFIX) :])
-    except ValidationError:
+        return _validator().validate_json(line[len(PREFIX) :])
+    except (ValidationError, ValueError):
         return None
