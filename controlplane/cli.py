@@ -403,6 +403,71 @@ def parser(running: Sequence[str] | None = None) -> argparse.ArgumentParser:
     )
     simulation.add_argument("--json", action="store_true", help="print only the JSON object")
     simulation.set_defaults(handler=cmd_bench_simulate)
+    searches = bench_commands.add_parser(
+        "search",
+        help="searches: trial efficiency, next-trial latency, kill -9 of the control plane, "
+        "ASHA's compute",
+        description="With real processes on a scratch database (a served control plane, two "
+        "process-runtime agents of one fake GPU each): a random search of 1 s trials, two at a "
+        "time (trial_efficiency: ideal time over the search's time; next_trial_ms: a trial's "
+        "end to the next trial's DEPLOYING, p50 and p99; where the time goes); a second search "
+        "while the control plane is killed with SIGKILL and restarted (lost_trials and "
+        "duplicate_trials, counted with SQL over the event log); then, in this process, ASHA "
+        "against random search and Optuna on the digits search (bench/search_quality.py). "
+        "Prints JSON (definitions: bench/search.py).",
+    )
+    searches.add_argument(
+        "--trials",
+        type=int,
+        default=64,
+        metavar="N",
+        help="trials of the first search (default: 64)",
+    )
+    searches.add_argument(
+        "--kills",
+        type=int,
+        default=5,
+        metavar="N",
+        help="kill -9s of the control plane during the second search (default: 5)",
+    )
+    searches.add_argument(
+        "--kill-trials",
+        type=int,
+        default=24,
+        metavar="N",
+        help="trials of the second search (default: 24)",
+    )
+    searches.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="the searchers' seed, the kills' random moments' and the digits search's (default: 0)",
+    )
+    searches.add_argument(
+        "--skip-quality",
+        action="store_true",
+        help="leave out the digits search (asha_compute_ratio, best_accuracy, "
+        "optuna_best_accuracy)",
+    )
+    searches.add_argument("--json", action="store_true", help="print only the JSON object")
+    searches.set_defaults(handler=cmd_bench_search)
+    ui = bench_commands.add_parser(
+        "ui",
+        help="the dashboard's data with a big history: page times, first load, SSE resumption",
+        description="Start `trainyard serve` on a scratch database holding --jobs jobs of one "
+        "tenant, sign in to the dashboard, and time the jobs page's data (GET /v1/jobs with its "
+        "total: pages by cursor, filtered by state and label) and a job page's (its four reads "
+        "at once), p95; the first load's bytes (the page, its scripts and styles, the session, "
+        "the first jobs page, compressed as sent); and a job's log stream dropped and resumed "
+        "--reconnects times (lines missed or doubled). Prints JSON (definitions: bench/ui.py).",
+    )
+    ui.add_argument("--jobs", type=int, default=100_000, metavar="N", help="jobs in the database")
+    ui.add_argument(
+        "--requests", type=int, default=200, metavar="N", help="requests timed per page"
+    )
+    ui.add_argument("--reconnects", type=int, default=5, metavar="N", help="forced SSE reconnects")
+    ui.add_argument("--json", action="store_true", help="print only the JSON object")
+    ui.set_defaults(handler=cmd_bench_ui)
     return top
 
 
@@ -726,6 +791,51 @@ async def cmd_bench_simulate(args: argparse.Namespace, settings: Settings) -> in
         seed=args.seed,
         claim_queue=args.claim_queue,
         claim_seconds=args.claim_seconds,
+        progress=not args.json,
+    )
+    print(json.dumps(result, indent=None if args.json else 2))
+    return 0
+
+
+async def cmd_bench_search(args: argparse.Namespace, settings: Settings) -> int:
+    from bench.search import run
+
+    if args.trials < 1 or args.kill_trials < 1 or args.kills < 0 or args.seed < 0:
+        print(
+            "trainyard: --trials and --kill-trials must be at least 1, --kills and --seed at "
+            "least 0",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    url = await _database(settings)
+    result = await run(
+        url,
+        trials=args.trials,
+        kills=args.kills,
+        kill_trials=args.kill_trials,
+        seed=args.seed,
+        quality=not args.skip_quality,
+        progress=not args.json,
+    )
+    print(json.dumps(result, indent=None if args.json else 2))
+    return 0
+
+
+async def cmd_bench_ui(args: argparse.Namespace, settings: Settings) -> int:
+    from bench.ui import run
+
+    if args.jobs < 1 or args.requests < 2 or args.reconnects < 0:
+        print(
+            "trainyard: --jobs must be at least 1, --requests at least 2, --reconnects at least 0",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    url = await _database(settings)
+    result = await run(
+        url,
+        jobs=args.jobs,
+        requests=args.requests,
+        reconnects=args.reconnects,
         progress=not args.json,
     )
     print(json.dumps(result, indent=None if args.json else 2))

@@ -106,7 +106,8 @@ base=$(label_of "$BASE")
 
 hash=$(echo "$base $(tree_hash images/learner runners images/build.sh .dockerignore)" | sha256sum | cut -c1-16)
 if stale "$LEARNER" "$hash"; then
-    timed "the learner wheelhouse" wheelhouse learner torch==2.13.0 numpy "pydantic>=2.6,<3"
+    timed "the learner wheelhouse" wheelhouse learner torch==2.13.0 numpy "pydantic>=2.6,<3" \
+        "scikit-learn>=1.4"
     timed "$LEARNER" docker_build "$LEARNER" images/learner/Dockerfile "$hash"
 fi
 

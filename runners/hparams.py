@@ -90,6 +90,8 @@ def _budget(environ: Mapping[str, str]) -> int:
 
 def _unit(environ: Mapping[str, str]) -> Unit:
     value = _get(environ, BUDGET_UNIT)
+    if value is None:
+        raise ConfigError(f"{BUDGET_UNIT} must be set when {HPARAMS} is ({', '.join(UNITS)})")
     for unit in UNITS:
         if value == unit:
             return unit

@@ -1,0 +1,384 @@
+"""`trainyard bench ui`: the dashboard's cost with a big history, against a real `trainyard
+serve` process on loopback and a scratch database holding `jobs` jobs (100,000 by default) of
+one tenant, with the requests the dashboard's pages make, through its session cookie.
+
+- jobs_page_p95_ms: the jobs page's data, `GET /v1/jobs?limit=50` (with its total), over the
+  first page, the next 19 pages by cursor, and filtered by state and by label; the 95th
+  percentile of the response times, measured at the client (loopback: the server's time).
+- job_page_p95_ms: a job page's data, its four reads made at once as the page makes them (the
+  job, its history, its pending reasons, its metrics), for random jobs; the 95th percentile of
+  the time until the last has answered.
+- first_load_kb: what the first load transfers, compressed as the server sends it: the page,
+  every script and style it loads (imports followed), the session and the first jobs page.
+- sse_reconnect_gap: a job printing numbered lines is followed over `/logs?follow=true`; the
+  connection is dropped `reconnects` times and resumed with `Last-Event-ID`: the lines missed
+  plus the lines received twice (target 0).
+
+The jobs are written through the store (the job lifecycle's own events, in transactions of
+500 jobs): 80 % submitted and cancelled, 20 % run to COMPLETED, under five labels; the
+server's projections catch up before anything is measured.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+import os
+import random
+import re
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+from uuid import UUID, uuid4
+
+import aiohttp
+
+from bench.scratch import scratch_database
+from controlplane.clock import SYSTEM_CLOCK
+from controlplane.database import create_pool
+from controlplane.events.metadata import Metadata
+from controlplane.events.store import EventStore
+from controlplane.jobs.events import JobEvent
+from controlplane.jobs.lifecycle import (
+    Cancel,
+    Command,
+    Complete,
+    Deploy,
+    EnterPhase,
+    JobStatus,
+    Submit,
+    decide,
+    evolve,
+)
+from controlplane.jobs.manifest import JobManifest
+from controlplane.jobs.streams import job_stream
+from controlplane.registry import EVENT_REGISTRY
+from controlplane.ui.sessions import COOKIE
+from harness.agent_process import AgentProcess
+from harness.served import ServedControlPlane
+
+TENANT = "bench"
+TEAMS = ("vision", "speech", "nlp", "rl", "infra")
+BATCH = 500
+TARGETS = {"jobs_page_p95_ms": 300, "job_page_p95_ms": 300, "first_load_kb": 300}
+LINES = 600
+PRINTER = (
+    "import time\n"
+    f"for i in range({LINES}):\n"
+    "    print(f'line {i}', flush=True)\n"
+    "    time.sleep(0.01)\n"
+)
+_IMPORT = re.compile(r"""(?:import|from)\s*['"](\./[\w./-]+\.js)['"]""")
+_ASSET = re.compile(r"""(?:src|href)="(/ui/static/[\w./-]+)\"""")
+
+
+async def run(
+    url: str,
+    *,
+    jobs: int = 100_000,
+    requests: int = 200,
+    reconnects: int = 5,
+    progress: bool = False,
+) -> dict[str, Any]:
+    def say(what: str) -> None:
+        if progress:
+            print(what, file=sys.stderr, flush=True)
+
+    async with scratch_database(url, "ui") as database:
+        with tempfile.TemporaryDirectory() as home:
+            # The learners run as users of their own: they must pass through to their folders.
+            os.chmod(home, 0o711)
+            plane = ServedControlPlane(database, Path(home))
+            await plane.start()
+            try:
+                token = await _tenant(plane)
+                say(f"writing {jobs} jobs ...")
+                started = time.perf_counter()
+                ids = await _fill(database, jobs)
+                say(f"... in {time.perf_counter() - started:.0f}s; waiting for the projections")
+                async with aiohttp.ClientSession(plane.url) as session:
+                    cookie = await _sign_in(session, token)
+                    headers = {"Cookie": f"{COOKIE}={cookie}"}
+                    await _caught_up(session, headers, jobs)
+                    say("measuring the pages ...")
+                    figures = {
+                        "jobs": jobs,
+                        "jobs_page_p95_ms": await _jobs_pages(session, headers, requests),
+                        "job_page_p95_ms": await _job_pages(session, headers, ids, requests),
+                        "first_load_kb": await _first_load(plane.url, headers),
+                    }
+                    say("following a job's logs across reconnects ...")
+                    figures["sse_reconnect_gap"] = await _reconnects(
+                        plane, Path(home), session, headers, reconnects
+                    )
+            finally:
+                await plane.stop()
+    return {**figures, "targets": {**TARGETS, "sse_reconnect_gap": 0}}
+
+
+async def _tenant(plane: ServedControlPlane) -> str:
+    admin = {"Authorization": f"Bearer {plane.admin_token}"}
+    async with (
+        aiohttp.ClientSession(plane.url, headers=admin) as session,
+        session.post("/v1/tenants", json={"name": TENANT}) as response,
+    ):
+        if response.status != 201:
+            raise RuntimeError(f"create tenant: {response.status} {await response.text()}")
+        token: str = (await response.json())["token"]
+    return token
+
+
+async def _sign_in(session: aiohttp.ClientSession, token: str) -> str:
+    async with session.post("/ui/session", json={"token": token}) as response:
+        if response.status != 200:
+            raise RuntimeError(f"sign in: {response.status} {await response.text()}")
+        return response.cookies[COOKIE].value
+
+
+def _history(job_id: UUID, k: int) -> list[JobEvent]:
+    """A job's events: submitted and cancelled, or (every fifth) run to COMPLETED."""
+    at = SYSTEM_CLOCK.now()
+    manifest = JobManifest.model_validate(
+        {
+            "name": f"train-{k % 50}",
+            "image": "trainyard-learner",
+            "command": ["python", "train.py"],
+            "labels": {"team": TEAMS[k % len(TEAMS)]},
+        }
+    )
+    commands: list[Command] = [Submit(job_id, TENANT, manifest, at)]
+    if k % 5:
+        commands.append(Cancel("bench", at))
+    else:
+        commands += [
+            Deploy(["bench-node"], [], 1, at),
+            EnterPhase(JobStatus.DOWNLOADING, at),
+            EnterPhase(JobStatus.PROCESSING, at),
+            EnterPhase(JobStatus.STORING, at),
+            Complete([0], at),
+        ]
+    events: list[JobEvent] = []
+    job = None
+    for command in commands:
+        new = decide(command, job)
+        for event in new:
+            job = evolve(job, event)
+        events.extend(new)
+    return events
+
+
+async def _fill(database: str, count: int) -> list[UUID]:
+    pool = await create_pool(database, min_size=1, max_size=2)
+    store = EventStore(pool, EVENT_REGISTRY)
+    metadata = Metadata(actor="bench", tenant=TENANT)
+    ids = []
+    try:
+        for start in range(0, count, BATCH):
+            async with pool.acquire() as conn, conn.transaction():
+                for k in range(start, min(start + BATCH, count)):
+                    job_id = uuid4()
+                    await store.append(
+                        job_stream(job_id), 0, _history(job_id, k), metadata, conn=conn
+                    )
+                    ids.append(job_id)
+    finally:
+        await store.close()
+        await pool.close()
+    return ids
+
+
+async def _caught_up(session: aiohttp.ClientSession, headers: dict[str, str], jobs: int) -> None:
+    async with asyncio.timeout(1800):
+        while True:
+            async with session.get("/v1/jobs", params={"limit": "1"}, headers=headers) as response:
+                if (await response.json())["total"] >= jobs:
+                    return
+            await asyncio.sleep(1)
+
+
+async def _timed(
+    session: aiohttp.ClientSession, path: str, headers: dict[str, str], params: Any = None
+) -> tuple[float, Any]:
+    started = time.perf_counter()
+    async with session.get(path, params=params, headers=headers) as response:
+        body = await response.json()
+        if response.status != 200:
+            raise RuntimeError(f"{path}: {response.status} {body}")
+    return (time.perf_counter() - started) * 1000, body
+
+
+async def _jobs_pages(
+    session: aiohttp.ClientSession, headers: dict[str, str], requests: int
+) -> float:
+    times: list[float] = []
+    filters: list[dict[str, str]] = [
+        {},
+        {"state": "COMPLETED"},
+        {"state": "CANCELLED"},
+        {"label": "team=nlp"},
+        {"state": "COMPLETED", "label": "team=rl"},
+    ]
+    while len(times) < requests:
+        for query in filters:
+            cursor = None
+            for _ in range(20 if not query else 4):  # the first page, then by cursor
+                params = {"limit": "50", **query, **({"cursor": cursor} if cursor else {})}
+                took, body = await _timed(session, "/v1/jobs", headers, params)
+                times.append(took)
+                cursor = body["next_cursor"]
+                if cursor is None:
+                    break
+    return _p95(times)
+
+
+async def _job_pages(
+    session: aiohttp.ClientSession, headers: dict[str, str], ids: list[UUID], requests: int
+) -> float:
+    rng = random.Random(0)
+    times = []
+    for job_id in rng.sample(ids, min(requests, len(ids))):
+        base = f"/v1/jobs/{job_id}"
+        started = time.perf_counter()
+        await asyncio.gather(
+            *(
+                _timed(session, base + part, headers)
+                for part in ("", "/history", "/pending", "/metrics")
+            )
+        )
+        times.append((time.perf_counter() - started) * 1000)
+    return _p95(times)
+
+
+async def _first_load(url: str, headers: dict[str, str]) -> float:
+    """Bytes on the wire (compressed as sent) of the page, its assets and its first data."""
+    total = 0
+    wire = {"Accept-Encoding": "gzip", **headers}
+    async with aiohttp.ClientSession(url, auto_decompress=False) as session:
+
+        async def fetch(path: str) -> bytes:
+            nonlocal total
+            async with session.get(path, headers=wire) as response:
+                body = await response.read()
+                if response.status != 200:
+                    raise RuntimeError(f"{path}: {response.status}")
+                total += len(body)
+                encoded = response.headers.get("Content-Encoding") == "gzip"
+            return gzip.decompress(body) if encoded else body
+
+        page = (await fetch("/ui/")).decode()
+        pending = _ASSET.findall(page)
+        seen: set[str] = set()
+        while pending:
+            path = pending.pop()
+            if path in seen:
+                continue
+            seen.add(path)
+            text = (await fetch(path)).decode()
+            if path.endswith(".js"):
+                folder = path.rsplit("/", 1)[0]
+                pending += [f"{folder}/{name[2:]}" for name in _IMPORT.findall(text)]
+        await fetch("/ui/session")
+        await fetch("/v1/jobs?limit=50")
+    return round(total / 1024, 1)
+
+
+async def _reconnects(
+    plane: ServedControlPlane,
+    home: Path,
+    session: aiohttp.ClientSession,
+    headers: dict[str, str],
+    reconnects: int,
+) -> int:
+    pool = await create_pool(plane.database_url, min_size=1, max_size=2)
+    agent = AgentProcess(
+        plane.database_url, home / "agent", "bench-ui", fake_gpus=0, log=home / "agent.log"
+    )
+    try:
+        try:
+            await agent.start(pool)
+        except RuntimeError as exc:
+            tail = (home / "agent.log").read_text()[-2000:]
+            raise RuntimeError(f"{exc}; its output:\n{tail}") from None
+        csrf = await _csrf(session, headers)
+        manifest = {
+            "name": "printer",
+            "image": "trainyard-learner",
+            "command": [sys.executable, "-c", PRINTER],
+        }
+        async with session.post(
+            "/v1/jobs", json=manifest, headers={**headers, "X-CSRF-Token": csrf}
+        ) as response:
+            if response.status != 201:
+                raise RuntimeError(f"submit: {response.status} {await response.text()}")
+            job_id = (await response.json())["id"]
+        received: list[str] = []
+        last_id: str | None = None
+        for round_ in range(reconnects + 1):
+            last_id, ended = await _follow(
+                session,
+                headers,
+                job_id,
+                last_id,
+                received,
+                cut_after=None if round_ == reconnects else 60,
+            )
+            if ended:
+                break
+        numbers = [int(line.split()[1]) for line in received if line.startswith("line ")]
+        missed = LINES - len(set(numbers))
+        doubled = len(numbers) - len(set(numbers))
+        return missed + doubled
+    finally:
+        await agent.stop()
+        await pool.close()
+
+
+async def _csrf(session: aiohttp.ClientSession, headers: dict[str, str]) -> str:
+    async with session.get("/ui/session", headers=headers) as response:
+        csrf: str = (await response.json())["csrf"]
+    return csrf
+
+
+async def _follow(
+    session: aiohttp.ClientSession,
+    headers: dict[str, str],
+    job_id: str,
+    last_id: str | None,
+    received: list[str],
+    *,
+    cut_after: int | None,
+) -> tuple[str | None, bool]:
+    """Follow the job's log stream from `last_id`, appending the lines received; drop the
+    connection after `cut_after` lines (None: to the end). The last id seen, and whether the
+    stream ended."""
+    sent = {**headers, **({"Last-Event-ID": last_id} if last_id else {})}
+    count = 0
+    async with session.get(
+        f"/v1/jobs/{job_id}/logs", params={"follow": "true"}, headers=sent
+    ) as response:
+        event_id, kind, data = None, "message", []
+        async for raw in response.content:
+            line = raw.decode().rstrip("\n")
+            if line.startswith("id:"):
+                event_id = line[3:].strip()
+            elif line.startswith("event:"):
+                kind = line[6:].strip()
+            elif line.startswith("data:"):
+                data.append(line[5:].lstrip())
+            elif line == "" and data:
+                if kind == "end":
+                    return last_id, True
+                received.append(json.loads("\n".join(data))["line"])
+                last_id, kind, data = event_id, "message", []
+                count += 1
+                if cut_after is not None and count >= cut_after:
+                    return last_id, False  # the connection drops here
+    return last_id, True
+
+
+def _p95(values: list[float]) -> float:
+    return round(statistics.quantiles(values, n=20)[18], 1)
