@@ -31,7 +31,6 @@ from runners import hparams
 from runners.channel import STDOUT
 from runners.config import EXIT_FILE, HPARAMS_FILE, ConfigError, LaunchConfig, load_launch_config
 from runners.durable import write_bytes_atomically
-from runners.fetch import fetch
 from runners.phases import SUCCEEDED, PhaseError, PhaseResult, run_phase
 from runners.protocol import Outcome, Phase, PhaseEnded
 from runners.store import store
@@ -89,6 +88,10 @@ class Launcher:
             raise PhaseError(f"invalid configuration: {error}") from error
         if config.data is not None:
             with self._router.interruptible():
+                # Imported only for a job with data: HTTP's modules are a good part of the
+                # launcher's start-up, which every learner (and a search's every trial) pays.
+                from runners.fetch import fetch
+
                 fetch(config.data.uri, config.data.directory, config.data.sha256)
         return SUCCEEDED
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Collection
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
-from urllib.request import url2pathname
 
 
 class UriError(ValueError):
@@ -47,6 +46,10 @@ def file_path(uri: str) -> Path:
     # Another host's file cannot be reached from inside a learner; refuse rather than guess.
     if parts.netloc not in ("", "localhost"):
         raise UriError(f"{uri!r} names host {parts.netloc!r}; only local files are supported")
+    # Imported here: urllib.request brings in HTTP's modules, which the launcher needs only
+    # to fetch data.
+    from urllib.request import url2pathname
+
     path = Path(url2pathname(parts.path))
     if not path.is_absolute() or path == Path("/"):
         raise UriError(f"{uri!r} must name an absolute path below the root, e.g. file:///data/x")
