@@ -141,6 +141,10 @@ class SearchRefused(Exception):
         self.not_found = not_found
 
 
+class SearchExists(Exception):
+    """A submission of a search that exists (a retry with the same Idempotency-Key)."""
+
+
 class SearchBusy(Exception):
     """The search's stream kept changing while a command was decided; try again."""
 
@@ -149,7 +153,7 @@ def decide(command: Command, search: Search | None) -> list[SearchEvent]:
     match command:
         case Submit(event=event):
             if search is not None:
-                return []  # the same submission again (a retry): it exists
+                raise SearchExists(f"search {search.search_id} exists")
             return [event, *advance(evolve(None, event), (), event.at)]
     if search is None:
         raise SearchRefused("no such search", not_found=True)

@@ -30,6 +30,7 @@ from controlplane.searches.lifecycle import (
     Cancel,
     Outcome,
     Search,
+    SearchExists,
     SearchRefused,
     Submit,
     advance,
@@ -107,17 +108,19 @@ class Searches:
         search_id = new_search_id(tenant, idempotency_key)
         event = SearchSubmitted(at=self.clock.now(), search_id=search_id, tenant=tenant, spec=spec)
         stream = search_stream(search_id)
-        executed = await SEARCH.execute(self._store, stream, Submit(event), metadata)
-        search = executed.state
-        if search is None:
-            raise SearchRefused(f"search {search_id}: its submission left no search")
-        if not executed.events:
-            if search.tenant != tenant or search.spec != spec:
+        try:
+            executed = await SEARCH.execute(self._store, stream, Submit(event), metadata)
+        except SearchExists:
+            existing = await self.load(search_id)
+            if existing is None or existing.tenant != tenant or existing.spec != spec:
                 raise SearchMismatch(
                     f"Idempotency-Key {idempotency_key!r} was used for search {search_id} with "
                     "a different search"
-                )
-            return search, False
+                ) from None
+            return existing, False
+        search = executed.state
+        if search is None:
+            raise SearchRefused(f"search {search_id}: its submission left no search")
         await self._carry_out(search)
         return search, True
 

@@ -13,6 +13,7 @@ import yaml
 
 from tests.controlplane.deployments.serving import serving_cluster
 from tests.controlplane.searches.test_search_service import spec
+from tests.polling import eventually
 from tests.tenancy import Tokens
 from tests.trainyard.test_client_cli import Cli
 from tests.trainyard.test_models_cli import user
@@ -37,8 +38,13 @@ async def test_a_search_is_submitted_followed_read_and_exported(cli: Cli, tmp_pa
     assert "BestUpdated trial" in submitted.stdout
     assert f"search {search_id} completed" in submitted.stderr
 
-    status = await cli("search", "status", search_id)
-    assert status.rc == 0 and "completed" in status.stdout and "3 of at most 3" in status.stdout
+    async def shown_completed() -> bool:
+        # The stream said so; the read model `status` reads catches up a moment later.
+        status = await cli("search", "status", search_id)
+        assert status.rc == 0, status.stderr
+        return "completed" in status.stdout and "3 of at most 3" in status.stdout
+
+    await eventually(shown_completed)
 
     trials = await cli("search", "trials", search_id, "--output", "json")
     rows = json.loads(trials.stdout)

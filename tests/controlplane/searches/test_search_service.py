@@ -202,8 +202,12 @@ async def test_cancelling_a_search_cancels_its_running_trials(
             return True
 
         await eventually(jobs_cancelled, seconds=30)
-        states = {t["state"] for t in await trials_of(client, tokens.acme, search_id)}
-        assert states == {"cancelled"}
+
+        async def trials_cancelled() -> bool:
+            states = {t["state"] for t in await trials_of(client, tokens.acme, search_id)}
+            return states == {"cancelled"}
+
+        await eventually(trials_cancelled)  # as the read model catches up
         again = await client.post(f"/v1/searches/{search_id}/cancel", headers=auth(tokens.acme))
         assert again.status == 409
 
@@ -237,5 +241,30 @@ async def test_a_bad_search_is_refused_and_writes_nothing(
                 assert "message" in await response.json() or "error" in await response.json()
             await asyncio.sleep(0.2)
             assert await event_count(owner) == before
+    finally:
+        await owner.close()
+
+
+async def test_a_retried_submission_finds_its_search_and_a_reused_key_is_refused(
+    db_url: str, tmp_path: Path, tokens: Tokens
+) -> None:
+    owner = await asyncpg.connect(db_url)
+    try:
+        async with serving_cluster(db_url, tmp_path, agents=0) as (client, _):
+            key = {"Idempotency-Key": "search-1", **auth(tokens.acme)}
+            first = await client.post("/v1/searches", json=spec(), headers=key)
+            assert first.status == 201, await first.text()
+            events = await event_count(owner)
+            again = await client.post("/v1/searches", json=spec(), headers=key)
+            assert again.status == 201
+            assert again.headers["Idempotent-Replayed"] == "true"
+            assert (await again.json())["id"] == (await first.json())["id"]
+            other = await client.post("/v1/searches", json=spec(max_trials=5), headers=key)
+            assert other.status == 409
+            assert await event_count(owner) == events  # nothing written twice, or for the 409
+            # The same key is another tenant's own.
+            theirs = {"Idempotency-Key": "search-1", **auth(tokens.globex)}
+            separate = await client.post("/v1/searches", json=spec(), headers=theirs)
+            assert (await separate.json())["id"] != (await first.json())["id"]
     finally:
         await owner.close()
