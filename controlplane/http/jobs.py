@@ -3,7 +3,6 @@ the SSE stream of a job's events."""
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 import time
@@ -15,22 +14,20 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from controlplane.agents.views import live_nodes
-from controlplane.events.hub import Lagged
 from controlplane.events.records import RecordedEvent
 from controlplane.http import params
 from controlplane.http.auth import acting_tenant, principal
 from controlplane.http.errors import error, validation_error
 from controlplane.http.keys import (
-    HUB,
     IMAGES,
     JOBS,
     LOCATION_ROOTS,
     POOL,
-    SSE_HEARTBEAT_S,
     STORE,
     SUBMISSIONS,
 )
 from controlplane.http.requests import MAX_KEY, event_metadata, json_body
+from controlplane.http.stream_events import follow
 from controlplane.http.streams import SSE_HEADERS, live_stream
 from controlplane.http.webhooks import check_webhook_url, delivery_history
 from controlplane.instruments import LIMIT_REFUSALS, sse_client
@@ -328,25 +325,11 @@ async def stream_events(request: web.Request) -> web.StreamResponse:
 
 
 async def _stream(request: web.Request, response: web.StreamResponse, job: Job, after: int) -> None:
-    hub = request.app[HUB]
-    # Subscribe before reading the past, so nothing committed in between is missed; the
-    # versions already sent filter out what arrives twice.
-    with hub.subscribe(job_stream(job.job_id)) as subscription:
-        sender = _Sender(response, after)
-        await sender.catch_up(await request.app[JOBS].history(job.job_id))
-        while not sender.finished:
-            try:
-                async with asyncio.timeout(request.app[SSE_HEARTBEAT_S]):
-                    item = await subscription.next()
-            except TimeoutError:
-                await response.write(b": heartbeat\n\n")
-                continue
-            if item is None:  # the server is shutting down
-                break
-            if isinstance(item, Lagged) or item.stream_version > sender.version + 1:
-                await sender.catch_up(await request.app[JOBS].history(job.job_id))
-            else:
-                await sender.send(item)
+    jobs = request.app[JOBS]
+    sender = _Sender(response, after)
+    await follow(
+        request, response, job_stream(job.job_id), lambda: jobs.history(job.job_id), sender
+    )
 
 
 def _last_event_id(request: web.Request) -> int:
@@ -366,10 +349,6 @@ class _Sender:
         self.version = 0
         self.job: Job | None = None
         self.finished = False
-
-    async def catch_up(self, history: list[RecordedEvent]) -> None:
-        for recorded in history:
-            await self.send(recorded)
 
     async def send(self, recorded: RecordedEvent) -> None:
         if recorded.stream_version <= self.version or self.finished:

@@ -4,29 +4,27 @@ they are recorded (SSE). A tenant sees its own searches; another's is "not found
 
 from __future__ import annotations
 
-import asyncio
 import json
+from functools import partial
 from typing import Any
 from uuid import UUID
 
 from aiohttp import web
 from pydantic import ValidationError
 
-from controlplane.events.hub import Lagged
 from controlplane.events.records import RecordedEvent
 from controlplane.http import params
 from controlplane.http.auth import acting_tenant, principal
 from controlplane.http.errors import error, validation_error
 from controlplane.http.jobs import MAX_PAGE, admit, decode_cursor, encode_cursor
 from controlplane.http.keys import (
-    HUB,
     IMAGES,
     LOCATION_ROOTS,
     PLANE,
     POOL,
-    SSE_HEARTBEAT_S,
 )
 from controlplane.http.requests import MAX_KEY, event_metadata, json_body
+from controlplane.http.stream_events import follow
 from controlplane.http.streams import SSE_HEADERS, live_stream
 from controlplane.http.webhooks import check_webhook_url
 from controlplane.instruments import sse_client
@@ -205,27 +203,14 @@ async def stream_events(request: web.Request) -> web.StreamResponse:
     header = request.headers.get("Last-Event-ID") or request.query.get("after")
     after = params.position(header, "Last-Event-ID") or 0
     stream = search_stream(search.search_id)
-    store, hub = request.app[PLANE].store, request.app[HUB]
+    store = request.app[PLANE].store
     response = web.StreamResponse(headers=SSE_HEADERS)
     with await live_stream(request):
         await response.prepare(request)
         try:
-            with sse_client("search"), hub.subscribe(stream) as subscription:
-                sender = _Sender(response, after)
-                await sender.catch_up(await store.read_stream(stream))
-                while not sender.ended:
-                    try:
-                        async with asyncio.timeout(request.app[SSE_HEARTBEAT_S]):
-                            item = await subscription.next()
-                    except TimeoutError:
-                        await response.write(b": heartbeat\n\n")
-                        continue
-                    if item is None:  # the server is shutting down
-                        break
-                    if isinstance(item, Lagged) or item.stream_version > sender.version + 1:
-                        await sender.catch_up(await store.read_stream(stream))
-                    else:
-                        await sender.send(item)
+            with sse_client("search"):
+                read = partial(store.read_stream, stream)
+                await follow(request, response, stream, read, _Sender(response, after))
             await response.write_eof()
         except ConnectionResetError:
             pass  # the client went away; it resumes with Last-Event-ID
@@ -239,18 +224,14 @@ class _Sender:
         self._response = response
         self._after = after_position
         self.version = 0
-        self.ended = False
-
-    async def catch_up(self, history: list[RecordedEvent]) -> None:
-        for recorded in history:
-            await self.send(recorded)
+        self.finished = False
 
     async def send(self, recorded: RecordedEvent) -> None:
-        if recorded.stream_version <= self.version or self.ended:
+        if recorded.stream_version <= self.version or self.finished:
             return
         self.version = recorded.stream_version
         event = SEARCH.event_of(recorded)
-        self.ended = isinstance(event, SearchEnded)
+        self.finished = isinstance(event, SearchEnded)
         if recorded.position <= self._after:
             return  # delivered before the client reconnected
         payload = {
