@@ -208,7 +208,7 @@ async def test_checkpoint_reports_past_the_jobs_rate_are_not_recorded_and_say_so
     # A learner printing forged reports as fast as it can (each a step further).
     script = (
         "import json, os, time\n"
-        f"report = json.loads({report.model_dump_json()!r})\n"
+        f"report = json.loads({protocol.encode(report).removeprefix(protocol.PREFIX)!r})\n"
         "folder = os.environ['TRAINYARD_CHECKPOINT_DIR']\n"
         "for step in range(1, 201):\n"
         "    forged = {**report, 'step': step, 'path': f'{folder}/step-{step}'}\n"

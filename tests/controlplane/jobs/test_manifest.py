@@ -63,6 +63,8 @@ FULL: dict[str, Any] = {
     "webhook_url": "https://hooks.example.org/trainyard?token=abc",
     "servable": None,  # a deployment's replicas only
     "inference": None,  # inference jobs only (POST /v1/inference)
+    "hparams": {"values": {"lr": 0.01, "layers": [{"width": 64}]}, "budget": 27, "unit": "epochs"},
+    "trial": None,  # a search's trials only (POST /v1/searches)
 }
 
 
