@@ -1,0 +1,1 @@
+"""The web dashboard in a real browser: Debian's headless Chromium, driven by Selenium."""
