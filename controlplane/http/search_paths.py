@@ -146,6 +146,10 @@ def openapi_paths() -> dict[str, Any]:
                             "properties": {
                                 "searches": {"type": "array", "items": _SEARCH},
                                 "next_cursor": {"type": ["string", "null"]},
+                                "total": {
+                                    "type": "integer",
+                                    "description": "how many searches match in all",
+                                },
                             },
                         },
                     ),

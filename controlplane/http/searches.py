@@ -112,7 +112,7 @@ async def list_all(request: web.Request) -> web.Response:
     if state is not None:
         state = params.choice(state, "state", STATES)
     limit = params.integer(query.get("limit"), "limit", minimum=1, maximum=MAX_PAGE) or 50
-    found = await list_searches(
+    found, total = await list_searches(
         request.app[POOL],
         None if who.is_admin else who.tenant,
         state,
@@ -125,7 +125,7 @@ async def list_all(request: web.Request) -> web.Response:
     if last is not None and len(found) > limit:
         cursor = encode_cursor(last["created_at"], last["search_id"])
     return web.json_response(
-        {"searches": [search_view(row) for row in page], "next_cursor": cursor}
+        {"searches": [search_view(row) for row in page], "next_cursor": cursor, "total": total}
     )
 
 

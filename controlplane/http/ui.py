@@ -108,9 +108,16 @@ async def sign_in(request: web.Request) -> web.Response:
         path="/",
         httponly=True,
         samesite="Strict",
-        secure=request.secure,
+        secure=_over_https(request),
     )
     return response
+
+
+def _over_https(request: web.Request) -> bool:
+    """Whether the browser reached us over HTTPS: directly, or through a proxy that ended TLS
+    and says so. Trusting the header costs nothing: it can only make the cookie stricter."""
+    forwarded = request.headers.get("X-Forwarded-Proto", "").split(",")[0].strip().lower()
+    return request.secure or forwarded == "https"
 
 
 async def whoami(request: web.Request) -> web.Response:

@@ -112,6 +112,11 @@ WHERE ($1::text IS NULL OR tenant = $1)
 ORDER BY created_at DESC, search_id DESC
 LIMIT $5;
 
+-- name: count_searches
+-- How many searches the same filters match: the list shows its total, never a page silently cut.
+SELECT count(*) FROM searches
+WHERE ($1::text IS NULL OR tenant = $1) AND ($2::text IS NULL OR state = $2);
+
 -- name: search_row
 SELECT search_id, tenant, name, state, searcher, metric, mode, max_trials, trials, best_trial,
        best_rung, best_metric, reason, labels, created_at, updated_at, ended_at, spec

@@ -72,13 +72,14 @@ async def list_searches(
     state: str | None,
     after: tuple[datetime, UUID] | None,
     limit: int,
-) -> list[asyncpg.Record]:
-    """A page of searches, newest first, after the cursor (the last one of the page before)."""
+) -> tuple[list[asyncpg.Record], int]:
+    """A page of searches, newest first, after the cursor (the last one of the page before),
+    and how many match in all (in one snapshot with the page)."""
     created, search_id = after if after is not None else (None, None)
-    rows: list[asyncpg.Record] = await pool.fetch(
-        Q["list_searches"], tenant, state, created, search_id, limit
-    )
-    return rows
+    async with pool.acquire() as conn, conn.transaction(isolation="repeatable_read"):
+        rows = await conn.fetch(Q["list_searches"], tenant, state, created, search_id, limit)
+        total: int = await conn.fetchval(Q["count_searches"], tenant, state)
+    return rows, total
 
 
 async def trials(pool: asyncpg.Pool, search_id: UUID) -> list[dict[str, Any]]:

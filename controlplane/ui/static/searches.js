@@ -43,7 +43,7 @@ export async function searchesList(ctx) {
             { test: "searches-table" },
           )
         : empty(state ? `No ${state} searches.` : "No searches yet: start one with `trainyard search submit FILE`."),
-      pager(ctx, { from, shown: page.searches.length, total: null, next: page.next_cursor, test: "searches", trailKey: `searches|${state}` }),
+      pager(ctx, { from, shown: page.searches.length, total: page.total ?? null, next: page.next_cursor, test: "searches", trailKey: `searches|${state}` }),
     );
   };
   await ctx.guard(body, load);

@@ -131,3 +131,14 @@ async def test_the_page_and_its_assets_are_served_with_a_strict_policy(client: C
         # Not found, or (a path that climbs out of static/) not a public path at all.
         assert response.status in (401, 404), name
         assert "import" not in await response.text()
+
+
+async def test_the_cookie_is_secure_when_the_browser_came_over_https(
+    client: Client, tokens: Tokens
+) -> None:
+    plain = await client.post("/ui/session", json={"token": tokens.acme})
+    assert not SimpleCookie(plain.headers["Set-Cookie"])[COOKIE]["secure"]
+    # Behind a proxy that ended TLS and says so.
+    headers = {"X-Forwarded-Proto": "https"}
+    proxied = await client.post("/ui/session", json={"token": tokens.acme}, headers=headers)
+    assert SimpleCookie(proxied.headers["Set-Cookie"])[COOKIE]["secure"]
