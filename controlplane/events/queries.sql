@@ -21,11 +21,15 @@ WITH streams AS (
                     WHERE stream_id = s.stream_id AND stream_version = s.expected), '0'::xid8)
           <= pg_current_xact_id()
 ), inserted AS (
+    -- Each event takes its stream's values by subscript, and is kept when its stream passed:
+    -- a join of the two unnests would be planned as a nested loop (the planner guesses 100
+    -- rows for each), quadratic in the streams of a large append.
     INSERT INTO events (stream_id, stream_version, type, schema_version, data, metadata)
-    SELECT s.stream_id, s.expected + e.ord, e.type, e.schema_version, e.data, s.metadata
+    SELECT ($1::text[])[e.k], ($2::bigint[])[e.k] + e.ord, e.type, e.schema_version, e.data,
+           ($3::jsonb[])[e.k]
     FROM unnest($4::int[], $5::int[], $6::text[], $7::smallint[], $8::jsonb[])
         AS e(k, ord, type, schema_version, data)
-    JOIN streams s USING (k)
+    WHERE e.k IN (SELECT k FROM streams)
     ORDER BY e.k, e.ord
     RETURNING stream_id, position, xid, recorded_at
 )
