@@ -143,6 +143,7 @@ job_status = Table(
     ),
     Index("job_status_tenant_order", "tenant", text("submitted_at DESC"), text("job_id DESC")),
     Index("job_status_order", text("submitted_at DESC"), text("job_id DESC")),
+    Index("job_status_tenant_state", "tenant", "state"),
     Index(
         "job_status_tenant_queue",
         "tenant",

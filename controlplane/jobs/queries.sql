@@ -30,18 +30,21 @@ SELECT * FROM unnest($1::uuid[], $2::int[], $3::bigint[], $4::text[], $5::text[]
 SELECT doc, submitted_at, job_id FROM job_status
 WHERE ($1::text IS NULL OR tenant = $1)
   AND ($2::text[] IS NULL OR state = ANY($2::text[]))
-  AND labels @> $3::jsonb
+  -- No label asked for: no condition at all (planned per call), so that the count below can
+  -- be answered from an index alone.
+  AND ($3::jsonb = '{}'::jsonb OR labels @> $3::jsonb)
   AND ($4::timestamptz IS NULL OR (submitted_at, job_id) < ($4::timestamptz, $5::uuid))
 ORDER BY submitted_at DESC, job_id DESC
 LIMIT $6;
 
 -- name: count_jobs
 -- How many jobs the same filters match (list_jobs without its cursor and limit): the list
--- shows its total, never a page silently cut.
+-- shows its total, never a page silently cut. Planned per call, as list_jobs: by tenant and
+-- state it counts an index only (job_status_tenant_state), never the rows' documents.
 SELECT count(*) FROM job_status
 WHERE ($1::text IS NULL OR tenant = $1)
   AND ($2::text[] IS NULL OR state = ANY($2::text[]))
-  AND labels @> $3::jsonb;
+  AND ($3::jsonb = '{}'::jsonb OR labels @> $3::jsonb);
 
 -- name: insert_job_secret_env
 -- A job's secret environment variables, written in the transaction that appends its
