@@ -87,6 +87,7 @@ async def listening(
         except OSError as exc:
             raise ServeError(f"cannot listen on {host}:{port}: {exc.strerror}") from exc
         print(f"control plane on http://{host}:{port} (database {describe(url)})")
+        print(f"dashboard on http://{host}:{port}/ui/ (sign in with a token)")
         yield app
         print("shutting down")
     finally:
