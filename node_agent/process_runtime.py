@@ -59,12 +59,15 @@ EXIT_STATUS_FILE = "exit-status"
 
 def process_env(spec: LearnerSpec) -> dict[str, str]:
     """A learner process's environment, made afresh: nothing of the agent's (its database URL,
-    its tokens) but the node's PATH; and where its launcher leaves its exit status. Its
-    TRAINYARD_* variables are also how a restarted agent recognises it (see `find_learners`)."""
-    return {
-        **learner_env(spec, path=os.environ.get("PATH", "/usr/bin:/bin")),
-        EXIT_FILE: str(spec.workdir / EXIT_STATUS_FILE),
-    }
+    its tokens) but the node's PATH, after the launcher's interpreter's folder: a command that
+    names `python` runs in the launcher's environment (which has `runners`, as the learner
+    image has), as a manifest written for the learner image expects; and where its launcher
+    leaves its exit status. Its TRAINYARD_* variables are also how a restarted agent
+    recognises it (see `find_learners`)."""
+    node_path = os.environ.get("PATH", "/usr/bin:/bin")
+    interpreter = os.path.dirname(spec.command[0])
+    path = f"{interpreter}:{node_path}" if os.path.isabs(interpreter) else node_path
+    return {**learner_env(spec, path=path), EXIT_FILE: str(spec.workdir / EXIT_STATUS_FILE)}
 
 
 def _limits(memory_mb: int) -> Callable[[], None]:

@@ -8,6 +8,8 @@ import dataclasses
 from pathlib import Path
 from uuid import UUID
 
+import pytest
+
 from node_agent.process_runtime import process_env
 from node_agent.runtime import LearnerSpec, learner_env
 
@@ -65,3 +67,17 @@ def test_a_learner_is_named_after_its_uid_which_has_no_passwd_entry(tmp_path: Pa
 
 def test_a_process_learner_s_exit_file_is_the_agent_s(tmp_path: Path) -> None:
     assert process_env(spec(tmp_path))["TRAINYARD_EXIT_FILE"] == str(tmp_path / "exit-status")
+
+
+def test_a_process_learner_finds_the_launcher_s_python_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A manifest written for the learner image runs `python -m ...`: as a process it must get
+    the launcher's interpreter (which has `runners`), not whichever python the node has first."""
+    monkeypatch.setenv("PATH", "/usr/local/bin:/usr/bin")
+    launched = dataclasses.replace(
+        spec(tmp_path), command=["/opt/venv/bin/python", "-m", "runners.launch", "--", "python"]
+    )
+    assert process_env(launched)["PATH"] == "/opt/venv/bin:/usr/local/bin:/usr/bin"
+    # A launcher named without a folder leaves the node's PATH as it is.
+    assert process_env(spec(tmp_path))["PATH"] == "/usr/local/bin:/usr/bin"
