@@ -243,12 +243,9 @@ async def _job_pages(
     for job_id in rng.sample(ids, min(requests, len(ids))):
         base = f"/v1/jobs/{job_id}"
         started = time.perf_counter()
-        await asyncio.gather(
-            *(
-                _timed(session, base + part, headers)
-                for part in ("", "/history", "/pending", "/metrics")
-            )
-        )
+        async with asyncio.TaskGroup() as group:
+            for part in ("", "/history", "/pending", "/metrics"):
+                group.create_task(_timed(session, base + part, headers))
         times.append((time.perf_counter() - started) * 1000)
     return _p95(times)
 

@@ -221,7 +221,8 @@ class DockerRuntime:
         spec = replace(spec, image=image)
         # Its folders made and its locations checked, on the node, now; any failure is the
         # start's (LearnerStartError), so the attempt rolls back with the reason.
-        spec = prepare(spec)
+        # In a thread: it walks the tenant's folders, which the tenant may have filled.
+        spec = await asyncio.to_thread(prepare, spec)
         network = network_name(spec.job_id) if spec.network else "none"
         try:
             config = container_config(spec, request_gpus=self._request_gpus, network=network)

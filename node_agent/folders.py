@@ -62,12 +62,20 @@ def make_folder(base: Path, path: Path, user: tuple[int, int] | None) -> None:
 
 
 def adopt_files(path: Path, user: tuple[int, int]) -> None:
-    """Give `user` the entries of `path` (made by `make_folder` just before), without following
-    symlinks: an earlier job of the same trial, another user, left them (its checkpoints)."""
+    """Give `user` what lies below `path` (made by `make_folder` just before): an earlier job of
+    the same search trial, another user, left it there (its checkpoints). Walked without
+    following symlinks; only directories and regular files of a learner's are taken, never one
+    of the agent's or root's, and never a file with other hard links (a learner may have linked
+    a file it does not own into its folder)."""
     if os.geteuid() != 0:
         return
-    for entry in os.scandir(path):
-        os.chown(entry.path, *user, follow_symlinks=False)
+    mine = os.geteuid()
+    for _, dirs, files, folder in os.fwalk(path, follow_symlinks=False):
+        for name in [*dirs, *files]:
+            info = os.stat(name, dir_fd=folder, follow_symlinks=False)
+            regular = stat.S_ISREG(info.st_mode) and info.st_nlink == 1
+            if (regular or stat.S_ISDIR(info.st_mode)) and info.st_uid not in (0, mine):
+                os.chown(name, *user, dir_fd=folder, follow_symlinks=False)
 
 
 def make_base(path: Path) -> None:

@@ -301,7 +301,8 @@ class ProcessRuntime:
         if spec.user is None and os.geteuid() == 0:
             raise LearnerStartError("no user to run it as: tenants' code never runs as root")
         # Its folders made and its locations checked, on the node, now.
-        spec = prepare(spec)
+        # In a thread: it walks the tenant's folders, which the tenant may have filled.
+        spec = await asyncio.to_thread(prepare, spec)
         user, group = spec.user if spec.user is not None else (None, None)
         try:
             with _output_files(spec.workdir, "ab") as files:

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import json
 import math
+import operator
 import re
 from dataclasses import dataclass, fields
-from datetime import datetime
+from datetime import UTC, datetime
 from functools import cache
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -51,16 +52,39 @@ class _Message:
             raise ValueError("at: a report's time carries its offset")
 
 
-def _at_least_zero(**values: float) -> None:
-    for name, value in values.items():
-        if not value >= 0:
+OUTCOMES: tuple[Outcome, ...] = ("succeeded", "failed", "interrupted")
+
+
+def _count(message: object, *names: str) -> None:
+    """Each field a whole number at least 0, as an int: a step may come as a numpy or torch
+    integer (anything with __index__), and the line must still be JSON."""
+    for name in names:
+        value = operator.index(getattr(message, name))
+        if value < 0:
             raise ValueError(f"{name} must be at least 0, not {value}")
+        object.__setattr__(message, name, value)
+
+
+def _seconds(message: object, name: str) -> None:
+    value = float(getattr(message, name))
+    if not value >= 0:
+        raise ValueError(f"{name} must be at least 0, not {value}")
+    object.__setattr__(message, name, value)
+
+
+def _one_of(name: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {', '.join(allowed)}, not {value!r}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PhaseStarted(_Message):
     kind: Literal["phase_started"] = "phase_started"
     phase: Phase
+
+    def __post_init__(self) -> None:
+        _Message.__post_init__(self)
+        _one_of("phase", self.phase, PHASES)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -77,7 +101,9 @@ class PhaseEnded(_Message):
 
     def __post_init__(self) -> None:
         _Message.__post_init__(self)
-        _at_least_zero(duration_s=self.duration_s)
+        _one_of("phase", self.phase, PHASES)
+        _one_of("outcome", self.outcome, OUTCOMES)
+        _seconds(self, "duration_s")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -91,7 +117,8 @@ class CheckpointSaved(_Message):
 
     def __post_init__(self) -> None:
         _Message.__post_init__(self)
-        _at_least_zero(step=self.step, size_bytes=self.size_bytes, duration_s=self.duration_s)
+        _count(self, "step", "size_bytes")
+        _seconds(self, "duration_s")
         if not _SHA256.fullmatch(self.sha256):
             raise ValueError("sha256: 64 lowercase hexadecimal digits")
 
@@ -104,7 +131,7 @@ class CheckpointRestored(_Message):
 
     def __post_init__(self) -> None:
         _Message.__post_init__(self)
-        _at_least_zero(step=self.step)
+        _count(self, "step")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -115,9 +142,12 @@ class Metric(_Message):
 
     def __post_init__(self) -> None:
         _Message.__post_init__(self)
-        _at_least_zero(step=self.step)
+        _count(self, "step")
         if not self.values:
             raise ValueError("values: at least one")
+        # A 0-dimensional tensor or a numpy scalar, as the training loop had it.
+        values = {str(name): float(value) for name, value in self.values.items()}
+        object.__setattr__(self, "values", values)
 
 
 if TYPE_CHECKING:
@@ -137,7 +167,8 @@ def _json(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
     if isinstance(value, datetime):
-        return value.isoformat().replace("+00:00", "Z")
+        # In UTC: every offset is one then (an offset in seconds would not parse back).
+        return value.astimezone(UTC).isoformat().removesuffix("+00:00") + "Z"
     if isinstance(value, dict):
         return {k: _json(v) for k, v in value.items()}
     return value

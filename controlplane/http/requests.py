@@ -3,6 +3,8 @@ events are recorded with (who acted, for which tenant, under which request id)."
 
 from __future__ import annotations
 
+import json
+from functools import partial
 from typing import Any, TypeVar
 
 from aiohttp import web
@@ -35,10 +37,19 @@ def event_metadata(request: web.Request, who: Principal, tenant: str) -> Metadat
     )
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+# NaN and Infinity are not JSON, though Python's parser takes them: stored in an event they
+# would come back as null, and no later read of that event would decode.
+_loads = partial(json.loads, parse_constant=_no_constant)
+
+
 async def json_body(request: web.Request) -> Any:
     """The body as parsed JSON ({} when there is none); 400 when it is not JSON."""
     try:
-        return await request.json() if request.can_read_body else {}
+        return await request.json(loads=_loads) if request.can_read_body else {}
     except ValueError as exc:
         # JSONDecodeError and UnicodeDecodeError, and a number past Python's limit on digits.
         raise error(400, f"malformed JSON: {exc}") from exc

@@ -32,7 +32,7 @@ from controlplane.jobs.images import ImageRefused
 from controlplane.jobs.locations import LocationRefused, check_manifest_locations
 from controlplane.searches.events import SearchEnded
 from controlplane.searches.lifecycle import SEARCH, SearchBusy, SearchRefused
-from controlplane.searches.service import SearchMismatch
+from controlplane.searches.service import SearchMismatch, new_search_id
 from controlplane.searches.spec import SearchSpec
 from controlplane.searches.streams import search_stream
 from controlplane.searches.views import (
@@ -83,9 +83,19 @@ async def submit(request: web.Request) -> web.Response:
         raise error(422, exc.message, field=f"trial.{exc.field}") from exc
     if template.webhook_url is not None:
         await check_webhook_url(request, str(template.webhook_url), "trial.webhook_url")
-    # The tenant's rate, queue and the largest node, as for a job: its first trials are jobs.
-    await admit(request, tenant, template)
     searches = request.app[PLANE].searches
+    # A retry of a submission that was accepted finds its search whatever the limits say now;
+    # a new one is held to the tenant's rate, queue and largest node, as a job is (its trials
+    # are jobs), and runs at most as many trials at once as the tenant may queue jobs.
+    if key is None or await searches.load(new_search_id(tenant, key)) is None:
+        limits = await admit(request, tenant, template)
+        if spec.max_concurrent_trials > limits.queued_jobs:
+            raise error(
+                422,
+                f"max_concurrent_trials {spec.max_concurrent_trials} is more than tenant "
+                f"{tenant!r} may queue jobs ({limits.queued_jobs})",
+                field="max_concurrent_trials",
+            )
     try:
         search, created = await searches.submit(
             tenant, spec, event_metadata(request, who, tenant), key

@@ -248,7 +248,7 @@ class HparamsSpec(_Strict):
     @field_validator("values")
     @classmethod
     def _values_size(cls, value: dict[str, Any]) -> dict[str, Any]:
-        size = len(json.dumps(value))
+        size = len(json.dumps(value, separators=(",", ":")))  # as the learners get it
         if size > MAX_ENV_VALUE_CHARS:
             raise ValueError(f"at most {MAX_ENV_VALUE_CHARS} characters as JSON, not {size}")
         return value

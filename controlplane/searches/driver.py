@@ -14,7 +14,7 @@ import logging
 
 import asyncpg
 
-from controlplane.database import DATABASE_ERRORS
+from controlplane.database import CONNECTION_ERRORS, DATABASE_ERRORS
 from controlplane.events.subscription import LogListener
 from controlplane.queries import Q
 from controlplane.searches.service import Searches
@@ -50,9 +50,9 @@ class SearchDriver:
         for search_id in ids:
             try:
                 await self._searches.drive(search_id)
-            except DATABASE_ERRORS:
-                raise
+            except CONNECTION_ERRORS:
+                raise  # the database is away: the whole round waits for it
             except Exception:
-                # One search's bug must not stop the others' trials.
+                # One search's bug (or bad data) must not stop the others' trials.
                 log.exception("search %s: driving it failed", search_id)
         return len(ids)

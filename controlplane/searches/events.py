@@ -8,6 +8,8 @@ from datetime import datetime
 from typing import Any, Literal
 from uuid import UUID
 
+from pydantic import Field
+
 from controlplane.events.types import Event, event_type
 from controlplane.searches.spec import SearchSpec
 
@@ -52,7 +54,7 @@ class TrialRungFinished(SearchEvent):
 
     number: int
     rung: int
-    metric: float
+    metric: float = Field(allow_inf_nan=False)
 
 
 @event_type("TrialFailed")
@@ -71,7 +73,7 @@ class TrialPruned(SearchEvent):
 class BestUpdated(SearchEvent):
     number: int
     rung: int
-    metric: float
+    metric: float = Field(allow_inf_nan=False)
 
 
 @event_type("SearchEnded")

@@ -8,6 +8,7 @@ again, which the job service takes as the retry it is, never as a second job."""
 
 from __future__ import annotations
 
+import math
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -195,6 +196,10 @@ def advance(search: Search, outcomes: Sequence[Outcome], at: datetime) -> list[S
             record(TrialFailed(at=at, number=trial.number, reason=outcome.failure))
         elif outcome.metric is None:
             why = f"its job ended without reporting {spec.metric.name}"
+            record(TrialFailed(at=at, number=trial.number, reason=why))
+        elif not math.isfinite(outcome.metric):
+            # A diverged run (a NaN loss): nothing a searcher can rank.
+            why = f"its job reported {spec.metric.name} = {outcome.metric}"
             record(TrialFailed(at=at, number=trial.number, reason=why))
         else:
             record(

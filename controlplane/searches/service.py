@@ -208,11 +208,11 @@ class Searches:
         metadata = Metadata.capture(
             ACTOR, tenant=search.tenant, causation_id=search_stream(search.search_id)
         )
+        limits = await tenant_limits(self._store.pool, search.tenant)
         for trial in live:
             job_id = search.jobs[trial.number]
             head = heads.get(job_id)
             if trial.state is TrialState.RUNNING and head is None:
-                limits = await tenant_limits(self._store.pool, search.tenant)
                 await self._jobs.submit(
                     search.tenant,
                     trial_manifest(search, trial),

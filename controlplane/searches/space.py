@@ -10,6 +10,7 @@ JSON object of the same names, which the trial's learner gets as it is."""
 
 from __future__ import annotations
 
+import json
 import math
 import random
 from collections.abc import Mapping
@@ -25,7 +26,12 @@ MAX_BOUND = 1e15
 MAX_INT = 2**31 - 1
 
 Name = Annotated[str, StringConstraints(pattern=r"^[a-z_][a-z0-9_]{0,63}$")]
-Scalar = bool | int | float | Annotated[str, StringConstraints(max_length=200)]
+Scalar = (
+    bool
+    | int
+    | Annotated[float, Field(allow_inf_nan=False)]
+    | Annotated[str, StringConstraints(max_length=200)]
+)
 Point = dict[str, Any]
 
 
@@ -101,6 +107,33 @@ class Space(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     params: dict[Name, Param] = Field(min_length=1, max_length=MAX_PARAMS)
+
+
+REAL_CHARS = 25
+"""The longest a real takes as JSON (`-1.2345678901234567e-308`)."""
+
+
+def max_point_chars(space: Space) -> int:
+    """The most characters a point of `space` takes as compact JSON (as its learners get it):
+    a bound, so that a space whose points could not be given to a learner is refused whole."""
+    return _object_chars(space.params)
+
+
+def _object_chars(params: Mapping[str, Param]) -> int:
+    # Braces, and per member its name, a colon, its value and a comma.
+    return 2 + sum(len(json.dumps(name)) + 2 + _value_chars(p) for name, p in params.items())
+
+
+def _value_chars(param: Param) -> int:
+    match param:
+        case Uniform() | LogUniform():
+            return REAL_CHARS
+        case Integer():
+            return max(len(str(param.low)), len(str(param.high)))
+        case Choice():
+            return max(len(json.dumps(value)) for value in param.values)
+        case Repeat():
+            return 2 + param.max * (_object_chars(param.item) + 1)
 
 
 def sample(space: Space, rng: random.Random) -> Point:

@@ -12,9 +12,9 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from controlplane.jobs.manifest import MAX_LABELS, JobManifest
+from controlplane.jobs.manifest import MAX_ENV_VALUE_CHARS, MAX_LABELS, JobManifest
 from controlplane.searches.searchers import Asha, Evolution, GridSearch, RandomSearch, Searcher
-from controlplane.searches.space import Space, grid_size
+from controlplane.searches.space import Space, grid_size, max_point_chars
 from controlplane.searches.trials import Mode
 
 MAX_TRIALS = 10_000
@@ -101,6 +101,12 @@ class SearchSpec(_Strict):
             raise ValueError(
                 f"trial.labels: at most {MAX_LABELS - 2} (a trial's job gets two more: its "
                 "search and its number)"
+            )
+        most = max_point_chars(self.space)
+        if most > MAX_ENV_VALUE_CHARS:
+            raise ValueError(
+                f"space: a point may take {most} characters as JSON; a learner is given at most "
+                f"{MAX_ENV_VALUE_CHARS} (fewer, or shorter, parameters)"
             )
         searcher = self.searcher
         if isinstance(searcher, AshaSpec) and searcher.min_budget >= self.budget.max:

@@ -17,7 +17,7 @@ import pytest
 
 from controlplane.jobs.lifecycle import JobStatus
 from controlplane.jobs.locations import RESULTS_ROOTS_ENV
-from node_agent.folders import make_folder, prepare
+from node_agent.folders import adopt_files, make_folder, prepare
 from node_agent.learners import job_dir, learner_dir
 from node_agent.process_runtime import ProcessRuntime, find_learners, process_env
 from node_agent.runtime import Folder, LearnerSpec, LearnerStartError, Shared
@@ -244,3 +244,33 @@ async def test_a_location_the_node_does_not_allow_fails_the_job_with_the_reason(
     assert "results.location '/etc/trainyard-results' is not under a root" in job.failure_reason
     await wait_for_line(plane, job_id, "learner 0 failed to start: results.location")
     assert "never runs" not in await plane.log_text(job_id)
+
+
+def test_a_promoted_trial_takes_over_its_earlier_rung_s_files_and_nothing_else(
+    tmp_path: Path,
+) -> None:
+    """A search trial's next rung runs as another user in the same checkpoint folder: what the
+    rung before left (subfolders too) becomes its own; a symlink, a file with other hard links
+    and the agent's own files do not."""
+    earlier, later = (200_101, 200_101), (200_102, 200_102)
+    folder = tmp_path / "checkpoints"
+    (folder / "step-500").mkdir(parents=True)
+    saved = folder / "step-500" / "ckpt.pt"
+    saved.write_bytes(b"weights")
+    secret = tmp_path / "agent-secret"
+    secret.write_text("token")
+    linked = folder / "linked"
+    linked.write_text("x")
+    os.link(linked, tmp_path / "elsewhere")
+    (folder / "to-secret").symlink_to(secret)
+    for path in (folder / "step-500", saved, linked):
+        os.chown(path, *earlier)
+    agent_file = folder / "agent-file"
+    agent_file.write_text("the agent's")
+
+    adopt_files(folder, later)
+
+    assert (folder / "step-500").stat().st_uid == saved.stat().st_uid == later[0]
+    assert linked.stat().st_uid == earlier[0]  # another hard link to it exists
+    assert agent_file.stat().st_uid == os.geteuid() == secret.stat().st_uid
+    assert (folder / "to-secret").lstat().st_uid == os.geteuid()

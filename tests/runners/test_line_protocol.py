@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import math
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -135,3 +136,48 @@ def test_parse_accepts_crlf_line_endings() -> None:
     message = PhaseStarted(phase="PROCESSING", at=AT)
 
     assert parse(encode(message) + "\r\n") == message
+
+
+def test_numbers_as_a_training_loop_has_them_are_reported_as_json_numbers() -> None:
+    torch = pytest.importorskip("torch")
+    numpy = pytest.importorskip("numpy")
+    metric = Metric(step=numpy.int64(4), values={"loss": torch.tensor(0.5)}, at=AT)
+    saved = CheckpointSaved(
+        step=torch.tensor(7),
+        path="/c",
+        size_bytes=numpy.int32(3),
+        sha256="0" * 64,
+        duration_s=numpy.float32(0.25),
+        at=AT,
+    )
+    assert json.loads(encode(metric)[len(PREFIX) :])["step"] == 4
+    assert parse(encode(metric)) == Metric(step=4, values={"loss": 0.5}, at=AT)
+    assert parse(encode(saved)) == CheckpointSaved(
+        step=7, path="/c", size_bytes=3, sha256="0" * 64, duration_s=0.25, at=AT
+    )
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: Metric(step=1.5, values={"loss": 1.0}, at=AT),
+        lambda: Metric(step=-1, values={"loss": 1.0}, at=AT),
+        lambda: Metric(step=1, values={}, at=AT),
+        lambda: Metric(step=1, values={"loss": "high"}, at=AT),
+        lambda: PhaseStarted(phase="TRAINING", at=AT),
+        lambda: PhaseEnded(phase="STORING", outcome="ok", duration_s=1.0, at=AT),
+        lambda: PhaseEnded(phase="STORING", outcome="failed", duration_s=-1.0, at=AT),
+        lambda: Metric(step=1, values={"loss": 1.0}, at=datetime(2025, 1, 1)),
+    ],
+)
+def test_a_report_that_is_not_one_fails_where_it_is_made(make: Any) -> None:
+    with pytest.raises((ValueError, TypeError)):
+        make()
+
+
+def test_a_time_at_any_offset_survives_encode_and_parse() -> None:
+    odd = timezone(timedelta(hours=5, minutes=30, seconds=15))
+    for at in (AT, AT.astimezone(odd), AT.astimezone(timezone(timedelta(hours=-3)))):
+        message = CheckpointRestored(step=1, path="/c", at=at)
+        parsed = parse(encode(message))
+        assert parsed is not None and parsed.at == at

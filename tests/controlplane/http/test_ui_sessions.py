@@ -63,6 +63,8 @@ async def test_a_session_reads_what_its_token_reads_and_changes_nothing_without_
     assert wrong.status == 403
     listed = await client.get("/v1/jobs", headers=with_cookie(cookie))
     assert (await listed.json())["total"] == 0  # nothing was submitted
+    # No answer is sniffed into something else (a tenant's log text run as a page).
+    assert listed.headers["X-Content-Type-Options"] == "nosniff"
     made = await client.post("/v1/jobs", json=manifest, headers=with_cookie(cookie, csrf))
     assert made.status == 201, await made.text()
     job_id = (await made.json())["id"]

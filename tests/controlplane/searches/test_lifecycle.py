@@ -10,10 +10,12 @@ from typing import Any
 from uuid import UUID
 
 from controlplane.searches.events import (
+    BestUpdated,
     SearchEnded,
     SearchEvent,
     SearchSubmitted,
     TrialCreated,
+    TrialFailed,
     TrialPromoted,
     TrialPruned,
 )
@@ -113,3 +115,20 @@ def test_failed_trials_beyond_the_limit_fail_the_search() -> None:
     events = run(limited, fail=frozenset({0, 1}))
     assert isinstance(events[-1], SearchEnded) and events[-1].state == "failed"
     assert events[-1].reason == "2 trials failed (max_failed_trials is 1)"
+
+
+def test_a_diverged_trial_fails_and_is_never_the_best() -> None:
+    """A NaN or infinite metric (a loss that diverged) ranks nothing: its trial fails, with the
+    value in its reason, and no event ever carries it."""
+    spec = {**SEARCH, "searcher": {"name": "random", "seed": 1}, "max_failed_trials": 5}
+    submitted = SearchSubmitted(
+        at=AT, search_id=SEARCH_ID, tenant="acme", spec=SearchSpec.model_validate(spec)
+    )
+    search = reduce(evolve, advance(evolve(None, submitted), [], AT), evolve(None, submitted))
+    first, second = search.running[:2]
+    outcomes = [Outcome(first.number, metric=math.nan), Outcome(second.number, metric=math.inf)]
+    events = advance(search, outcomes, AT)
+    failed = [e for e in events if isinstance(e, TrialFailed)]
+    assert [e.number for e in failed] == [first.number, second.number]
+    assert "= nan" in failed[0].reason and "= inf" in failed[1].reason
+    assert not any(isinstance(e, BestUpdated) for e in events)

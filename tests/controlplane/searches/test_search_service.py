@@ -6,6 +6,7 @@ a failing trial is recorded and the search goes on, and a cancelled search stops
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -239,8 +240,23 @@ async def test_a_bad_search_is_refused_and_writes_nothing(
                 )
                 assert response.status in (400, 422), (document, await response.text())
                 assert "message" in await response.json() or "error" in await response.json()
+            # NaN is not JSON (Python's parser takes it; stored, it would come back as null).
+            nan = json.dumps(spec(space={"params": {"x": {"type": "choice", "values": [1]}}}))
+            nan = nan.replace("[1]", "[NaN, 1]")
+            headers = {"Content-Type": "application/json", **auth(tokens.acme)}
+            response = await client.post("/v1/searches", data=nan, headers=headers)
+            assert response.status == 400, await response.text()
+            # More trials at once than the tenant may queue jobs.
+            admin = auth(tokens.admin)
+            limited = await client.put(
+                "/v1/tenants/acme/limits", json={"queued_jobs": 2}, headers=admin
+            )
+            assert limited.status == 200, await limited.text()
+            wide = spec(max_concurrent_trials=3)
+            response = await client.post("/v1/searches", json=wide, headers=auth(tokens.acme))
+            assert response.status == 422 and "max_concurrent_trials" in await response.text()
             await asyncio.sleep(0.2)
-            assert await event_count(owner) == before
+            assert await event_count(owner) == before + 1  # the limits' change, nothing else
     finally:
         await owner.close()
 

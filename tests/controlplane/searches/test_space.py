@@ -3,6 +3,7 @@ mutations always stay inside the space, and the same seed draws the same."""
 
 from __future__ import annotations
 
+import json
 import math
 import random
 from typing import Any
@@ -17,9 +18,12 @@ from controlplane.searches.space import (
     contains,
     grid_point,
     grid_size,
+    max_point_chars,
     mutate,
     sample,
 )
+from controlplane.searches.spec import SearchSpec
+from tests.controlplane.searches.test_spec import SEARCH
 
 ARCHITECTURE: dict[str, Any] = {
     "params": {
@@ -118,3 +122,37 @@ def test_the_grid_is_every_combination_each_point_computed_from_its_number() -> 
     assert grid_size(space(), 2) == 2 * 2 * 3 * 3 and math.isfinite(
         grid_point(space(), 35, 2)["lr"]
     )
+
+
+WORDY: dict[str, Any] = {
+    "params": {
+        "big_real": {"type": "uniform", "low": -1e15, "high": 1e-300 + 1e15},
+        "tiny_real": {"type": "log_uniform", "low": 1e-300, "high": 1e-299},
+        "count": {"type": "int", "low": -(2**31 - 1), "high": 5},
+        "word": {"type": "choice", "values": ['quote " and \\ and \n', "é" * 50, True, -1.5]},
+        "layers": {
+            "type": "repeat",
+            "min": 1,
+            "max": 16,
+            "item": {
+                "w": {"type": "int", "low": 1, "high": 4096},
+                "act": {"type": "choice", "values": ["relu", "a\tb"]},
+            },
+        },
+    }
+}
+
+
+@given(st.integers(0, 2**32))
+def test_no_point_is_longer_than_the_bound_its_space_is_checked_with(seed: int) -> None:
+    for document in (ARCHITECTURE, WORDY):
+        space = Space.model_validate(document)
+        point = sample(space, random.Random(seed))
+        assert len(json.dumps(point, separators=(",", ":"))) <= max_point_chars(space)
+
+
+def test_a_space_whose_points_a_learner_could_not_be_given_is_refused() -> None:
+    wide = {f"p{k}": {"type": "choice", "values": ["x" * 200]} for k in range(12)}
+    space = {"params": {"layers": {"type": "repeat", "min": 1, "max": 16, "item": wide}}}
+    with pytest.raises(ValidationError, match="a point may take"):
+        SearchSpec.model_validate({**SEARCH, "space": space})
