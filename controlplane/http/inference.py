@@ -17,7 +17,7 @@ from controlplane.http.deployments import refused
 from controlplane.http.errors import error, validation_error
 from controlplane.http.jobs import admit, job_view, visible_job
 from controlplane.http.keys import IMAGES, INFERENCE, JOBS, POOL, TASKS
-from controlplane.http.requests import MAX_KEY, event_metadata, json_body, validated
+from controlplane.http.requests import event_metadata, idempotency_key, json_body, validated
 from controlplane.http.streams import SSE_HEADERS, live_stream
 from controlplane.inference.spec import InferenceRequest
 from controlplane.inference.views import queries, stats
@@ -46,9 +46,7 @@ async def submit(request: web.Request) -> web.Response:
     except ImageRefused as exc:
         raise error(422, str(exc), field="resources.image") from exc
     tenant = acting_tenant(who, params.text(request.query.get("tenant"), "tenant"), "submits")
-    key = params.text(request.headers.get("Idempotency-Key"), "Idempotency-Key", max_length=MAX_KEY)
-    if key == "":
-        raise error(400, "Idempotency-Key must be 1 to 255 characters", field="Idempotency-Key")
+    key = idempotency_key(request)
     inference = request.app[INFERENCE]
     job_id = new_job_id(tenant, key)
     try:

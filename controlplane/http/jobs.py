@@ -26,7 +26,7 @@ from controlplane.http.keys import (
     STORE,
     SUBMISSIONS,
 )
-from controlplane.http.requests import MAX_KEY, event_metadata, json_body
+from controlplane.http.requests import MAX_KEY, event_metadata, idempotency_key, json_body
 from controlplane.http.stream_events import follow
 from controlplane.http.streams import SSE_HEADERS, live_stream
 from controlplane.http.webhooks import check_webhook_url, delivery_history
@@ -110,21 +110,9 @@ async def submit(request: web.Request) -> web.Response:
     except ImageRefused as exc:
         raise error(422, str(exc), field="image") from exc
     tenant = acting_tenant(who, params.text(request.query.get("tenant"), "tenant"), "submits")
-    key = params.text(request.headers.get("Idempotency-Key"), "Idempotency-Key", max_length=MAX_KEY)
-    if key == "":
-        raise error(400, "Idempotency-Key must be 1 to 255 characters", field="Idempotency-Key")
+    key = idempotency_key(request)
     metadata = event_metadata(request, who, tenant)
-    try:
-        check_manifest_locations(
-            manifest.data.source if manifest.data else None,
-            manifest.results.location if manifest.results else None,
-            request.app[LOCATION_ROOTS],
-            tenant,
-        )
-    except LocationRefused as exc:
-        raise error(422, exc.message, field=exc.field) from exc
-    if manifest.webhook_url is not None:
-        await check_webhook_url(request, str(manifest.webhook_url), "webhook_url")
+    await check_manifest(request, manifest, tenant)
     jobs = request.app[JOBS]
     # A retry of a submission that was accepted finds its job whatever the limits say now
     # (its first try passed them); only a new job is held to them.
@@ -141,6 +129,25 @@ async def submit(request: web.Request) -> web.Response:
     if not created:
         headers["Idempotent-Replayed"] = "true"
     return web.json_response(job_view(job, await _live_nodes(request)), status=201, headers=headers)
+
+
+async def check_manifest(
+    request: web.Request, manifest: JobManifest, tenant: str, *, field_prefix: str = ""
+) -> None:
+    """What a manifest must pass beyond its schema for `tenant` (a job's, or a search's trial
+    template, whose fields are named under `field_prefix`): `file://` locations under the
+    tenant's roots and a webhook URL that reaches a public address; 422 naming the field."""
+    try:
+        check_manifest_locations(
+            manifest.data.source if manifest.data else None,
+            manifest.results.location if manifest.results else None,
+            request.app[LOCATION_ROOTS],
+            tenant,
+        )
+    except LocationRefused as exc:
+        raise error(422, exc.message, field=field_prefix + exc.field) from exc
+    if manifest.webhook_url is not None:
+        await check_webhook_url(request, str(manifest.webhook_url), field_prefix + "webhook_url")
 
 
 async def admit(request: web.Request, tenant: str, manifest: JobManifest) -> TenantLimits:

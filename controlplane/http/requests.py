@@ -46,6 +46,14 @@ def _no_constant(name: str) -> Any:
 _loads = partial(json.loads, parse_constant=_no_constant)
 
 
+def idempotency_key(request: web.Request) -> str | None:
+    """The request's Idempotency-Key (None: not sent); 400 when it is empty or too long."""
+    key = params.text(request.headers.get("Idempotency-Key"), "Idempotency-Key", max_length=MAX_KEY)
+    if key == "":
+        raise error(400, "Idempotency-Key must be 1 to 255 characters", field="Idempotency-Key")
+    return key
+
+
 async def json_body(request: web.Request) -> Any:
     """The body as parsed JSON ({} when there is none); 400 when it is not JSON."""
     try:

@@ -16,20 +16,17 @@ from controlplane.events.records import RecordedEvent
 from controlplane.http import params
 from controlplane.http.auth import acting_tenant, principal
 from controlplane.http.errors import error, validation_error
-from controlplane.http.jobs import MAX_PAGE, admit, decode_cursor, encode_cursor
+from controlplane.http.jobs import MAX_PAGE, admit, check_manifest, decode_cursor, encode_cursor
 from controlplane.http.keys import (
     IMAGES,
-    LOCATION_ROOTS,
     PLANE,
     POOL,
 )
-from controlplane.http.requests import MAX_KEY, event_metadata, json_body
+from controlplane.http.requests import event_metadata, idempotency_key, json_body
 from controlplane.http.stream_events import follow
 from controlplane.http.streams import SSE_HEADERS, live_stream
-from controlplane.http.webhooks import check_webhook_url
 from controlplane.instruments import sse_client
 from controlplane.jobs.images import ImageRefused
-from controlplane.jobs.locations import LocationRefused, check_manifest_locations
 from controlplane.searches.events import SearchEnded
 from controlplane.searches.lifecycle import SEARCH, SearchBusy, SearchRefused
 from controlplane.searches.service import SearchMismatch, new_search_id
@@ -69,20 +66,8 @@ async def submit(request: web.Request) -> web.Response:
     except ImageRefused as exc:
         raise error(422, str(exc), field="trial.image") from exc
     tenant = acting_tenant(who, params.text(request.query.get("tenant"), "tenant"), "submits")
-    key = params.text(request.headers.get("Idempotency-Key"), "Idempotency-Key", max_length=MAX_KEY)
-    if key == "":
-        raise error(400, "Idempotency-Key must be 1 to 255 characters", field="Idempotency-Key")
-    try:
-        check_manifest_locations(
-            template.data.source if template.data else None,
-            template.results.location if template.results else None,
-            request.app[LOCATION_ROOTS],
-            tenant,
-        )
-    except LocationRefused as exc:
-        raise error(422, exc.message, field=f"trial.{exc.field}") from exc
-    if template.webhook_url is not None:
-        await check_webhook_url(request, str(template.webhook_url), "trial.webhook_url")
+    key = idempotency_key(request)
+    await check_manifest(request, template, tenant, field_prefix="trial.")
     searches = request.app[PLANE].searches
     # A retry of a submission that was accepted finds its search whatever the limits say now;
     # a new one is held to the tenant's rate, queue and largest node, as a job is (its trials
