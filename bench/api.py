@@ -67,14 +67,14 @@ async def run(
                 ) as session:
                     await _create_tenant(session)
                     say(f"submitting at {rate:g}/s for {seconds:g}s ...")
-                    submit = await _submits(session, rate, seconds)
+                    submitted = await submits(session, rate, seconds)
                     say(
                         f"{subscribers} SSE subscribers on {jobs} jobs, {event_rate:g} events/s ..."
                     )
-                    sse = await _sse(database, session, subscribers, jobs, event_rate, seconds)
+                    delivered = await sse(database, session, subscribers, jobs, event_rate, seconds)
             finally:
                 await plane.stop()
-    return {**submit, **sse}
+    return {**submitted, **delivered}
 
 
 async def _create_tenant(session: aiohttp.ClientSession) -> None:
@@ -87,20 +87,23 @@ async def _create_tenant(session: aiohttp.ClientSession) -> None:
             raise RuntimeError(f"tenant limits: {response.status} {await response.text()}")
 
 
-async def _submit(session: aiohttp.ClientSession) -> UUID:
-    async with session.post("/v1/jobs", params={"tenant": "bench"}, json=MANIFEST) as response:
+async def _submit(session: aiohttp.ClientSession, tenant: str = "bench") -> UUID:
+    async with session.post("/v1/jobs", params={"tenant": tenant}, json=MANIFEST) as response:
         if response.status != 201:
             raise RuntimeError(f"submit: {response.status} {await response.text()}")
         return UUID((await response.json())["id"])
 
 
-async def _submits(session: aiohttp.ClientSession, rate: float, seconds: float) -> dict[str, Any]:
+async def submits(
+    session: aiohttp.ClientSession, rate: float, seconds: float, tenant: str = "bench"
+) -> dict[str, Any]:
+    """POST /v1/jobs (as the admin, for `tenant`) at `rate` per second for `seconds`."""
     latencies: list[float] = []
 
     async def one(at: float) -> None:
         await asyncio.sleep(max(0.0, at - time.perf_counter()))
         # Measured from the scheduled instant: a server that falls behind shows as latency.
-        await _submit(session)
+        await _submit(session, tenant)
         latencies.append(time.perf_counter() - at)
 
     start = time.perf_counter()
@@ -117,19 +120,22 @@ async def _submits(session: aiohttp.ClientSession, rate: float, seconds: float) 
     }
 
 
-async def _sse(
+async def sse(
     database: str,
     session: aiohttp.ClientSession,
     subscribers: int,
     job_count: int,
     event_rate: float,
     seconds: float,
+    tenant: str = "bench",
 ) -> dict[str, Any]:
+    """`subscribers` SSE streams over `job_count` new jobs of `tenant`, while their events are
+    appended at `event_rate` per second for `seconds`: each delivery's latency."""
     pool = await create_pool(database, min_size=2, max_size=4)
     store = EventStore(pool, EVENT_REGISTRY)
     service = Jobs(store)
     try:
-        job_ids = [await _submit(session) for _ in range(job_count)]
+        job_ids = [await _submit(session, tenant) for _ in range(job_count)]
         for job_id in job_ids:
             await service.execute(job_id, Deploy(["bench"], [], 1, SYSTEM_CLOCK.now()), AGENT)
             await service.execute(

@@ -20,7 +20,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from controlplane.failures import BackendUnreachable, CommandFailed
-from controlplane.settings import Settings
+from controlplane.settings import (
+    DAY_S,
+    LOG_RETENTION_ENV,
+    LOG_RETENTION_S,
+    Settings,
+    log_retention_days,
+)
 from controlplane.tenants.cli import add_commands as add_tenant_commands
 from trainyard.api import ApiError, NotFound, ServerUnreachable, UsageError
 from trainyard.commands import add_client_commands
@@ -126,6 +132,7 @@ def parser(running: Sequence[str] | None = None) -> argparse.ArgumentParser:
         "running until interrupted.",
     )
     _listen_args(local)
+    _log_retention_arg(local)
     local.add_argument(
         "--fake-gpus", type=int, metavar="N", help="the local agent offers N fake GPUs"
     )
@@ -146,6 +153,7 @@ def parser(running: Sequence[str] | None = None) -> argparse.ArgumentParser:
         "optionally NAME@sha256:DIGEST; default trainyard-learner:latest).",
     )
     _listen_args(serve)
+    _log_retention_arg(serve)
     serve.set_defaults(handler=cmd_serve)
 
     mig = commands.add_parser(
@@ -468,6 +476,39 @@ def parser(running: Sequence[str] | None = None) -> argparse.ArgumentParser:
     ui.add_argument("--reconnects", type=int, default=5, metavar="N", help="forced SSE reconnects")
     ui.add_argument("--json", action="store_true", help="print only the JSON object")
     ui.set_defaults(handler=cmd_bench_ui)
+    scale = bench_commands.add_parser(
+        "scale",
+        help="hot paths' p99 with 1,000 nodes, 10,000 queued jobs and 10 k to 10 M events",
+        description="For each size of history (databases trainyard_scale_10k, _1m and _10m "
+        "on the configured server, see --database-prefix; filled on first use with finished "
+        "jobs through the store's batch append, and kept for later runs), start `trainyard "
+        "serve`, register --nodes simulated agents (8 fake GPUs each, heartbeating), queue "
+        "--queued jobs, and measure claims, submits, statuses, filtered lists, SSE to "
+        "--subscribers streams, projection lag, a restart's time to ready, an agent's "
+        "reconcile, the rebuild (at the fill) and the database's size; plots as PNG under "
+        "--out. Prints JSON.",
+    )
+    scale.add_argument(
+        "--sizes",
+        default="10k,1m,10m",
+        help="sizes of history to measure, smallest first, from 10k, 1m and 10m",
+    )
+    scale.add_argument("--nodes", type=int, default=1000, help="simulated agents")
+    scale.add_argument("--queued", type=int, default=10_000, help="jobs waiting in the queue")
+    scale.add_argument(
+        "--seconds", type=float, default=20.0, help="of claims, and of submits (SSE: half)"
+    )
+    scale.add_argument("--subscribers", type=int, default=5000, help="open SSE streams")
+    scale.add_argument(
+        "--out", type=Path, default=Path(".artifacts/bench-scale"), help="where the PNGs go"
+    )
+    scale.add_argument(
+        "--database-prefix",
+        default="trainyard_scale",
+        help="the kept databases are named PREFIX_10k, PREFIX_1m and PREFIX_10m",
+    )
+    scale.add_argument("--json", action="store_true", help="print only the JSON object")
+    scale.set_defaults(handler=cmd_bench_scale)
     return top
 
 
@@ -536,6 +577,23 @@ def _listen_args(command: argparse.ArgumentParser) -> None:
     command.add_argument("--port", type=int, default=8080, help="port to listen on")
 
 
+def _log_retention_arg(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--log-retention-days",
+        type=_log_retention_days,
+        metavar="DAYS",
+        help="delete a job's log lines this many days after it ended; 0 keeps them forever "
+        f"(default: ${LOG_RETENTION_ENV}, else {LOG_RETENTION_S / DAY_S:g})",
+    )
+
+
+def _log_retention_days(text: str) -> float:
+    try:
+        return log_retention_days(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 async def _database(settings: Settings) -> str:
     """The database's URL: the external one, or the embedded one, started if need be."""
     from controlplane.database import resolve_database
@@ -545,9 +603,12 @@ async def _database(settings: Settings) -> str:
 
 async def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
     from controlplane import telemetry
+    from controlplane.server import log_retention_s
     from controlplane.up import up
 
     telemetry.setup("trainyard")
+    # Before the database: a malformed setting is reported at once, whatever else is wrong.
+    retention_s = log_retention_s(args.log_retention_days)
     url = await _database(settings)
     state = await up(
         url,
@@ -557,6 +618,7 @@ async def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
         fake_gpus=args.fake_gpus,
         demo=not args.no_demo,
         stay=not args.exit_after_demo,
+        log_retention_s=retention_s,
     )
     return EXIT_FAILED if state in ("FAILED", "CANCELLED") else 0
 
@@ -564,14 +626,15 @@ async def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
 async def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     from controlplane import telemetry
     from controlplane.migrate import require_migrated
-    from controlplane.server import allowed_images, listening, signalled
+    from controlplane.server import allowed_images, listening, log_retention_s, signalled
 
     telemetry.setup("trainyard-controlplane")
     # Before the database: a malformed setting is reported at once, whatever else is wrong.
     images = allowed_images()
+    retention_s = log_retention_s(args.log_retention_days)
     url = await _database(settings)
     await require_migrated(url)
-    async with listening(url, args.host, args.port, settings.home, images):
+    async with listening(url, args.host, args.port, settings.home, images, retention_s):
         await signalled().wait()
     return 0
 
@@ -836,6 +899,37 @@ async def cmd_bench_ui(args: argparse.Namespace, settings: Settings) -> int:
         jobs=args.jobs,
         requests=args.requests,
         reconnects=args.reconnects,
+        progress=not args.json,
+    )
+    print(json.dumps(result, indent=None if args.json else 2))
+    return 0
+
+
+async def cmd_bench_scale(args: argparse.Namespace, settings: Settings) -> int:
+    from bench.scale import run
+    from bench.scale_fill import SIZES
+
+    sizes = args.sizes.split(",")
+    if not sizes or any(size not in SIZES for size in sizes):
+        print(f"trainyard: --sizes takes some of {', '.join(SIZES)}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.nodes < 1 or args.queued < 1 or args.seconds <= 0 or args.subscribers < 1:
+        print(
+            "trainyard: --nodes, --queued, --seconds and --subscribers must be positive",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    url = await _database(settings)
+    result = await run(
+        url,
+        sizes=sizes,
+        nodes=args.nodes,
+        queued=args.queued,
+        seconds=args.seconds,
+        subscribers=args.subscribers,
+        out=args.out,
+        homes=settings.home / "bench-scale",
+        prefix=args.database_prefix,
         progress=not args.json,
     )
     print(json.dumps(result, indent=None if args.json else 2))

@@ -110,6 +110,7 @@ class ControlPlane:
         projections: Sequence[Projection],
         artifacts: ArtifactStore,
         roots: Roots,
+        log_retention_s: float,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.url = url
@@ -131,6 +132,7 @@ class ControlPlane:
             deployments=self.deployments,
             inference=self.inference,
             clock=clock,
+            log_retention_s=log_retention_s,
         )
         self.gauges = ClusterGauges(pool)
         self.pending = PendingRecorder(pool, self.store, clock=clock)
@@ -163,10 +165,12 @@ async def opened(
     only: Sequence[Projection] | None = None,
     artifacts: ArtifactStore,
     roots: Roots,
+    log_retention_s: float,
 ) -> AsyncIterator[ControlPlane]:
     """The control plane's parts on a fresh pool, closed (relay, store, pool) when the block
     ends; nothing runs until `running`. `only`: the projections to run (default: every one);
-    `artifacts`: the model repository's store; `roots`: where `file://` results may be read."""
+    `artifacts`: the model repository's store; `roots`: where `file://` results may be read;
+    `log_retention_s`: how long after a job ended its log lines go (0: never)."""
     pool = await create_pool(url)
     try:
         plane = ControlPlane(
@@ -177,6 +181,7 @@ async def opened(
             projections=projections() if only is None else only,
             artifacts=artifacts,
             roots=roots,
+            log_retention_s=log_retention_s,
         )
         try:
             yield plane

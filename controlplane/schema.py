@@ -145,6 +145,11 @@ job_status = Table(
     Index("job_status_order", text("submitted_at DESC"), text("job_id DESC")),
     Index("job_status_tenant_state", "tenant", "state"),
     Index(
+        "job_status_live",
+        "state",
+        postgresql_where=text("state NOT IN ('COMPLETED', 'FAILED', 'CANCELLED')"),
+    ),
+    Index(
         "job_status_tenant_queue",
         "tenant",
         text("priority DESC"),
@@ -172,6 +177,16 @@ job_history = Table(
     Column("at", DateTime(timezone=True), nullable=False),
     Column("actor", Text, nullable=False),
     Column("reason", Text),
+)
+
+job_counts = Table(
+    "job_counts",
+    metadata,
+    Column("labels", JSONB, primary_key=True),
+    Column("tenant", Text, primary_key=True),
+    Column("state", Text, primary_key=True),
+    Column("n", BigInteger, nullable=False),
+    CheckConstraint("n > 0"),
 )
 
 tenants = Table(
@@ -241,6 +256,7 @@ allocations = Table(
     Column("released_at", DateTime(timezone=True)),
     Index("allocations_active_node", "node", postgresql_where=text("released_at IS NULL")),
     Index("allocations_active_tenant", "tenant", postgresql_where=text("released_at IS NULL")),
+    Index("allocations_released", "released_at", postgresql_where=text("learner = 0")),
 )
 
 allocated_gpus = Table(
@@ -277,6 +293,7 @@ job_log_heads = Table(
     Column("job_id", Uuid, primary_key=True),
     Column("last_id", BigInteger, nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False),
+    Index("job_log_heads_quiet", "updated_at"),
 )
 
 job_log_series = Table(

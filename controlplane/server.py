@@ -18,7 +18,13 @@ from controlplane.http.keys import PROJECTIONS, STORE
 from controlplane.http.streams import max_streams_from_env
 from controlplane.jobs.images import ImageAllowlist
 from controlplane.jobs.locations import Roots
-from controlplane.settings import ADMIN_TOKEN_FILE
+from controlplane.settings import (
+    ADMIN_TOKEN_FILE,
+    DAY_S,
+    LOG_RETENTION_ENV,
+    LOG_RETENTION_S,
+    log_retention_days,
+)
 from controlplane.tenants.admin import bootstrap_admin_token
 from controlplane.webhooks.addresses import ALLOW_NETWORKS_ENV, parse_networks
 from controlplane.webhooks.relay import RelayConfig
@@ -41,6 +47,21 @@ def allowed_images() -> ImageAllowlist:
         raise ServeError(str(exc)) from None
 
 
+def log_retention_s(days: float | None) -> float:
+    """Seconds a job's log lines are kept after it ended (0: forever): `days` (the flag
+    `--log-retention-days`), else TRAINYARD_LOG_RETENTION_DAYS, else LOG_RETENTION_S; ServeError
+    naming the variable when it is malformed."""
+    if days is None:
+        raw = os.environ.get(LOG_RETENTION_ENV, "").strip()
+        if not raw:
+            return LOG_RETENTION_S
+        try:
+            days = log_retention_days(raw)
+        except ValueError as exc:
+            raise ServeError(f"{LOG_RETENTION_ENV}: {exc}") from None
+    return days * DAY_S
+
+
 def signalled() -> asyncio.Event:
     """An event set by SIGINT or SIGTERM."""
     stop = asyncio.Event()
@@ -52,10 +73,11 @@ def signalled() -> asyncio.Event:
 
 @asynccontextmanager
 async def listening(
-    url: str, host: str, port: int, home: Path, images: ImageAllowlist
+    url: str, host: str, port: int, home: Path, images: ImageAllowlist, log_retention_s: float
 ) -> AsyncIterator[web.Application]:
     """The control plane listening on host:port until the block ends; then a graceful
     shutdown (open SSE streams closed, in-flight requests finished, background tasks stopped).
+    `log_retention_s`: how long after a job ended its log lines go (0: never).
     """
     try:
         allowed = parse_networks(os.environ.get(ALLOW_NETWORKS_ENV, ""))
@@ -69,6 +91,7 @@ async def listening(
         roots=roots,
         relay=RelayConfig(allow_networks=allowed),
         max_streams=max_streams,
+        log_retention_s=log_retention_s,
     )
     runner = web.AppRunner(app, handle_signals=False, max_line_size=MAX_REQUEST_LINE)
     await runner.setup()

@@ -38,10 +38,19 @@ def local_agent(home: Path) -> AgentConfig:
 
 
 async def up(
-    url: str, home: Path, *, host: str, port: int, fake_gpus: int | None, demo: bool, stay: bool
+    url: str,
+    home: Path,
+    *,
+    host: str,
+    port: int,
+    fake_gpus: int | None,
+    demo: bool,
+    stay: bool,
+    log_retention_s: float,
 ) -> str | None:
     """Run until SIGINT/SIGTERM (or, unless `stay`, until the demo job ends); returns the demo
-    job's final state."""
+    job's final state. `log_retention_s`: how long after a job ended its log lines go (0: never).
+    """
     images = allowed_images()
     config = local_agent(home)
     problem = reach_problem(config)
@@ -51,7 +60,7 @@ async def up(
     applied = await migrate(url)
     if applied:
         print(f"applied {len(applied)} migration(s)")
-    async with listening(url, host, port, home, images) as app:
+    async with listening(url, host, port, home, images, log_retention_s) as app:
         stop = signalled()
         registered = asyncio.Event()
         agent = asyncio.create_task(

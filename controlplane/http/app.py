@@ -54,7 +54,7 @@ from controlplane.http.tracing import tracing_middleware
 from controlplane.jobs.images import ImageAllowlist
 from controlplane.jobs.locations import Roots
 from controlplane.projections.base import Projection
-from controlplane.settings import Settings
+from controlplane.settings import LOG_RETENTION_S, Settings
 from controlplane.tenants.submissions import SubmissionRates
 from controlplane.webhooks.relay import RelayConfig
 
@@ -70,11 +70,13 @@ def create_app(
     max_streams: int = DEFAULT_MAX_STREAMS,
     projections: Sequence[Projection] | None = None,
     artifacts: ArtifactStore | None = None,
+    log_retention_s: float = LOG_RETENTION_S,
 ) -> web.Application:
     """The application; `images` None: the allowlist `TRAINYARD_IMAGES` sets (ValueError when
     it is malformed), or the default; `roots`: where `file://` data and results may be
     (default: from the environment); `projections`: those this replica runs (default: all);
-    `artifacts`: the model repository's store (default: the directory `Settings` names)."""
+    `artifacts`: the model repository's store (default: the directory `Settings` names);
+    `log_retention_s`: how long after a job ended its log lines go (0: never)."""
     app = web.Application(middlewares=[tracing_middleware, auth_middleware])
     app[DATABASE_URL] = database_url
     app[IMAGES] = ImageAllowlist.from_env(os.environ) if images is None else images
@@ -89,6 +91,7 @@ def create_app(
             relay=relay,
             only=projections,
             artifacts=artifacts or FileArtifactStore(default_root(Settings.from_env())),
+            log_retention_s=log_retention_s,
         )
     )
     app.cleanup_ctx.append(_background)
@@ -127,6 +130,7 @@ async def _database(
     relay: RelayConfig | None,
     only: Sequence[Projection] | None,
     artifacts: ArtifactStore,
+    log_retention_s: float,
 ) -> AsyncIterator[None]:
     """The composition root's parts, under the keys the handlers read them by."""
     async with opened(
@@ -136,6 +140,7 @@ async def _database(
         only=only,
         artifacts=artifacts,
         roots=app[LOCATION_ROOTS],
+        log_retention_s=log_retention_s,
     ) as plane:
         app[PLANE] = plane
         app[POOL] = plane.pool

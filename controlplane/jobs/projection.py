@@ -1,11 +1,13 @@
-"""The `jobs` projection: `job_status` (one row per job, its folded state) and `job_history`
-(every event of every job with the state it left, its time, actor and reason). It also deletes
+"""The `jobs` projection: `job_status` (one row per job, its folded state), `job_history`
+(every event of every job with the state it left, its time, actor and reason) and `job_counts`
+(how many jobs each tenant has in each state, in all and by each label pair). It also deletes
 the secret environment (`job_secret_env`) of jobs that have ended; that table is not its own
 (a rebuild must not empty it: jobs still running need their secrets)."""
 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 from uuid import UUID
@@ -20,7 +22,7 @@ from controlplane.jobs.events import (
     JobRestarted,
     JobSubmitted,
 )
-from controlplane.jobs.lifecycle import JOB, Job, evolve
+from controlplane.jobs.lifecycle import JOB, Job, JobStatus, evolve
 from controlplane.jobs.streams import CATEGORY, job_id_of
 from controlplane.queries import Q
 
@@ -30,7 +32,7 @@ CLAIMABLE = (JobSubmitted, JobRestarted, DeploymentRolledBack)
 
 class JobsProjection:
     name = "jobs"
-    tables: Sequence[str] = ("job_status", "job_history")
+    tables: Sequence[str] = ("job_status", "job_history", "job_counts")
     categories: frozenset[str] | None = frozenset({CATEGORY})
 
     async def apply(self, conn: Executor, events: Sequence[RecordedEvent]) -> None:
@@ -39,11 +41,13 @@ class JobsProjection:
         if not mine:
             return
         ids = list(dict.fromkeys(job_id_of(e.stream_id) for e in mine))
-        # Three statements a batch, however many events: each job is read, folded over all of
-        # its events in the batch and written once, and the history rows go in together.
+        # Four statements a batch, however many events: each job is read, folded over all of
+        # its events in the batch and written once, the history rows go in together, and so do
+        # the counters the batch moved.
         jobs: dict[UUID, Job | None] = dict.fromkeys(ids)
         for row in await conn.fetch(Q["job_docs"], ids):
             jobs[row["job_id"]] = Job.model_validate_json(row["doc"])
+        before = {job_id: job.state for job_id, job in jobs.items() if job is not None}
         versions: dict[UUID, int] = {}
         history: list[tuple[Any, ...]] = []
         for recorded in mine:
@@ -83,6 +87,9 @@ class JobsProjection:
             [job.not_before for _, job in folded],
         )
         await conn.execute(Q["insert_job_history"], *map(list, zip(*history, strict=True)))
+        moved = counts_moved(before, [job for _, job in folded])
+        if moved:
+            await conn.execute(Q["move_job_counts"], *map(list, zip(*moved, strict=True)))
         ended = [job.job_id for _, job in folded if job.state.terminal]
         if ended:
             await conn.execute(Q["delete_job_secret_env"], ended)
@@ -90,6 +97,31 @@ class JobsProjection:
             # Jobs are claimable once this batch commits: wake the agents then (a NOTIFY is
             # delivered at commit, and Postgres sends one per transaction however many).
             await conn.execute(Q["notify_events"])
+
+
+def counts_moved(
+    before: dict[UUID, JobStatus], jobs: Sequence[Job]
+) -> list[tuple[str, str, str, int]]:
+    """How a batch moved the counters (job_counts): (labels, tenant, state, by how much) of
+    each counter that moved, from the jobs' states `before` the batch (a job missing there was
+    submitted in it) to their states after it."""
+    moved: Counter[tuple[str, str, str]] = Counter()
+    for job in jobs:
+        was = before.get(job.job_id)
+        if was is job.state:
+            continue
+        for labels in counted_by(job):
+            moved[labels, job.tenant, job.state.value] += 1
+            if was is not None:
+                moved[labels, job.tenant, was.value] -= 1
+    return [(*counter, by) for counter, by in moved.items() if by]
+
+
+def counted_by(job: Job) -> list[str]:
+    """The label filters (job_counts.labels) a job is counted under: every job under '{}', and
+    under each of its label pairs alone. A job's labels are its manifest's, fixed at submission."""
+    labels = job.manifest.labels
+    return ["{}", *(json.dumps({key: value}) for key, value in labels.items())]
 
 
 def reason(event: JobEvent) -> str | None:

@@ -27,9 +27,12 @@ async def list_jobs(
     submission time and id are `after`; at most `limit`. And how many match in all (every
     page: in one snapshot with the page)."""
     after_time, after_id = after if after is not None else (None, None)
-    filters = (tenant, [state.value for state in states] or None, json.dumps(dict(labels or {})))
+    pairs = dict(labels or {})
+    filters = (tenant, [state.value for state in states] or None, json.dumps(pairs))
+    # The counters hold the jobs by one label pair at most; more pairs are counted job by job.
+    count = Q["count_jobs"] if len(pairs) <= 1 else Q["count_jobs_by_labels"]
     async with pool.acquire() as conn, conn.transaction(isolation="repeatable_read"):
         await conn.execute(Q["plan_per_call"])
         rows = await conn.fetch(Q["list_jobs"], *filters, after_time, after_id, limit)
-        total: int = await conn.fetchval(Q["count_jobs"], *filters)
+        total: int = await conn.fetchval(count, *filters)
     return [Job.model_validate_json(row["doc"]) for row in rows], total

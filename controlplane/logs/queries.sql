@@ -1,4 +1,5 @@
--- Learner logs' statements: storing lines, reading them back, what a job has logged.
+-- Learner logs' statements: storing lines, reading them back, what a job has logged, and
+-- forgetting a job's lines once its retention has passed.
 -- Loaded by `controlplane.queries` with every other .sql file of the package.
 
 -- name: reserve_log_ids
@@ -80,3 +81,10 @@ END;
 SELECT attempt, learner, line FROM job_logs
 WHERE job_id = $1 AND stream = 'stdout' AND line LIKE '@@trainyard/1 {%"kind":"metric"%'
 ORDER BY id;
+
+-- name: forget_job_logs
+-- Log retention (the lifecycle manager, each sweep): the lines, heads and series of at most $2
+-- jobs that ended, and whose last line was stored, more than $1 seconds ago; how many jobs'
+-- logs went. Through the owner's function (migration 0027), as the application may not delete
+-- lines itself.
+SELECT forget_job_logs(make_interval(secs => $1), $2);

@@ -1,5 +1,6 @@
 """The lifecycle manager: one active replica, failover, node loss restarts jobs elsewhere, a
-hiccup shorter than the lease restarts nothing, and a returning node kills its stale learners."""
+hiccup shorter than the lease restarts nothing, a returning node kills its stale learners, and
+logs past their retention are forgotten."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from controlplane.jobs.lifecycle import JobStatus
 from node_agent.service import LeaseLost
 from tests.cluster import Plane, RunningAgent, agent_config
 from tests.controlplane.agents.test_claims import Cluster, manifest
+from tests.controlplane.logs.test_log_retention import jobs_with_logs, make_history
 from tests.node_agent.test_agent import SLEEPER, wait_for_line
 from tests.polling import eventually
 
@@ -117,3 +119,16 @@ async def test_a_returning_node_kills_its_stale_learners_and_reports_nothing(
     history = [e.event for e in await plane.store.read_stream(f"job-{job_id}")]
     assert isinstance(history[-1], JobRestarted)
     assert sum(isinstance(e, JobRestarted) for e in history if isinstance(e, JobEvent)) == 1
+
+
+async def test_a_sweep_forgets_the_logs_of_jobs_that_ended_before_the_retention(
+    pool: asyncpg.Pool, store: EventStore, db_url: str, owner: asyncpg.Connection
+) -> None:
+    history = await make_history(pool, store, db_url, owner)
+    every = {*history.old.values(), *history.kept.values()}
+    # 0: kept forever.
+    assert await LifecycleManager(db_url, pool, store, log_retention_s=0).sweep() == []
+    assert (await jobs_with_logs(owner))["job_logs"] == every
+    # The default, 30 days: those that ended 40 days ago go.
+    assert await LifecycleManager(db_url, pool, store).sweep() == []
+    assert (await jobs_with_logs(owner))["job_logs"] == set(history.kept.values())

@@ -193,7 +193,7 @@ async def test_list_filters_and_pages_without_gaps_or_repeats(
 ) -> None:
     submitted = [await submit(client, tokens.acme, name=f"job{i}") for i in range(7)]
     await client.post(f"/v1/jobs/{submitted[0]['id']}/cancel", headers=auth(tokens.acme))
-    await submit(client, tokens.acme, name="nolabel", labels={"team": "nlp"})
+    await submit(client, tokens.acme, name="nolabel", labels={"team": "nlp", "size": "xl"})
     await projected(client)
 
     seen: list[str] = []
@@ -202,6 +202,7 @@ async def test_list_filters_and_pages_without_gaps_or_repeats(
         query = "/v1/jobs?label=team=vision&limit=3" + (f"&cursor={cursor}" if cursor else "")
         page = await (await client.get(query, headers=auth(tokens.acme))).json()
         seen.extend(j["id"] for j in page["jobs"])
+        assert page["total"] == len(submitted)  # on every page: all that match
         cursor = page["next_cursor"]
         if cursor is None:
             break
@@ -210,6 +211,16 @@ async def test_list_filters_and_pages_without_gaps_or_repeats(
         await client.get("/v1/jobs?state=CANCELLED", headers=auth(tokens.acme))
     ).json()
     assert [j["id"] for j in cancelled["jobs"]] == [submitted[0]["id"]]
+    assert cancelled["total"] == 1
+    # The admin's total is everyone's; two labels are counted job by job, to the same meaning.
+    for token, query, total in [
+        (tokens.globex, "/v1/jobs", 0),
+        (tokens.admin, "/v1/jobs?state=QUEUED", 7),
+        (tokens.acme, "/v1/jobs?label=team=nlp&label=size=xl", 1),
+        (tokens.acme, "/v1/jobs?label=team=vision&label=size=xl", 0),
+    ]:
+        listed = await (await client.get(query, headers=auth(token))).json()
+        assert (listed["total"], len(listed["jobs"])) == (total, total), query
 
 
 async def test_state_as_of_a_past_instant(client: Client, tokens: Tokens) -> None:
