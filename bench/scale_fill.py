@@ -86,22 +86,31 @@ class Filled:
 
 
 PREFIX = "trainyard_scale"
+GROWN = 1.5
+"""A run appends some 50,000 events of its own (its queue, claims, reports, nodes): a size
+whose log has grown past this much of its own is filled anew, so that each size measures the
+history it is named for (the smallest, every run; 10 M, every hundred or so)."""
 
 
 async def filled(url: str, label: str, say: Say, prefix: str = PREFIX) -> Filled:
     """The size's database (`<prefix>_<label>`) on the server of `url`, filled first if it is
-    not yet."""
+    not yet, or anew once the runs' own events have grown it past GROWN of its size."""
     name = f"{prefix}_{label}"
+    scale_url = with_database(url, name)
+    started = time.perf_counter()
     admin = await connect(url, role=None)
     try:
+        if await admin.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", name):
+            grown = await _events(scale_url)
+            if grown > SIZES[label] * GROWN:
+                say(f"scale {label}: runs have grown it to {grown:,} events; filling it anew")
+                await admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
         if not await admin.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", name):
             await admin.execute(f'CREATE DATABASE "{name}"')
     finally:
         await admin.close()
-    scale_url = with_database(url, name)
     await migrate(scale_url)
     row = await _fill_record(scale_url)
-    started = time.perf_counter()
     if row is None:
         await _fill(scale_url, label, SIZES[label], say)
         row = await _fill_record(scale_url)
@@ -111,6 +120,14 @@ async def filled(url: str, label: str, say: Say, prefix: str = PREFIX) -> Filled
     return Filled(
         label, name, scale_url, row["events"], row["finished_jobs"], row["rebuild_s"], fill_s
     )
+
+
+async def _events(url: str) -> int:
+    owner = await connect(url, role=None)
+    try:
+        return int(await owner.fetchval("SELECT coalesce(max(position), 0) FROM events"))
+    finally:
+        await owner.close()
 
 
 async def _fill_record(url: str) -> asyncpg.Record | None:

@@ -145,9 +145,14 @@ job_status = Table(
     Index("job_status_order", text("submitted_at DESC"), text("job_id DESC")),
     Index("job_status_tenant_state", "tenant", "state"),
     Index(
-        "job_status_live",
+        "job_status_running",
         "state",
-        postgresql_where=text("state NOT IN ('COMPLETED', 'FAILED', 'CANCELLED')"),
+        postgresql_where=text("state IN ('DEPLOYING', 'DOWNLOADING', 'PROCESSING', 'STORING')"),
+    ),
+    Index(
+        "job_status_live_inference",
+        "job_id",
+        postgresql_where=text("inference AND state NOT IN ('COMPLETED', 'FAILED', 'CANCELLED')"),
     ),
     Index(
         "job_status_tenant_queue",
@@ -254,7 +259,12 @@ allocations = Table(
     Column("memory_mb", BigInteger, nullable=False),
     Column("allocated_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
     Column("released_at", DateTime(timezone=True)),
-    Index("allocations_active_node", "node", postgresql_where=text("released_at IS NULL")),
+    Index(
+        "allocations_active_node",
+        "node",
+        postgresql_include=["cpus", "memory_mb"],
+        postgresql_where=text("released_at IS NULL"),
+    ),
     Index("allocations_active_tenant", "tenant", postgresql_where=text("released_at IS NULL")),
     Index("allocations_released", "released_at", postgresql_where=text("learner = 0")),
 )

@@ -36,6 +36,7 @@ from controlplane.jobs.images import DEFAULT_ALLOWLIST, ImageAllowlist
 from controlplane.jobs.lifecycle import Command, Job, Refused
 from controlplane.jobs.locations import Roots
 from controlplane.jobs.manifest import ServableSpec
+from controlplane.jobs.projection import CLAIMABLE_CHANNEL, REQUESTS_CHANNEL
 from controlplane.jobs.service import Jobs
 from controlplane.jobs.streams import job_stream
 from controlplane.logs.lines import Stream
@@ -50,6 +51,7 @@ from node_agent.reconcile import Allocation, Resumed, VersionedJob, plan
 from node_agent.runtime import FoundLearner, Learner, LearnerRuntime, LearnerSpec
 from node_agent.serving import Serving
 from node_agent.users import DEFAULT_LEARNER_UIDS, UidRange, Users
+from node_agent.wakes import Heard, Round, gpu_free, round_after
 from runners.config import SERVE_DIR
 
 log = logging.getLogger(__name__)
@@ -130,6 +132,7 @@ class Agent:
         self._releases = Releases(pool, config.name)
         self._nodes = Nodes(pool, self._store, clock)
         self._listener = listener
+        """Notified on CLAIMABLE_CHANNEL and REQUESTS_CHANNEL (see `node_agent.wakes`)."""
         self._inventory = inventory
         self._runtime = runtime
         self._logs = logs
@@ -139,6 +142,9 @@ class Agent:
         self._users = Users(config.learner_uids, root=os.geteuid() == 0)
         self._stopping = asyncio.Event()
         self._changed = asyncio.Event()
+        self._gpus: list[str] = []
+        """The node's GPUs, as registered: whether one is free is then known at each wake
+        without asking NVML or the database (`_gpu_free`)."""
         self._unhealthy: set[str] = set()
         self.fenced = False
         """Whether the node lost its lease (declared LOST): its learners were killed."""
@@ -151,6 +157,7 @@ class Agent:
     async def register(self) -> None:
         """Take the node's lease; NodeNameTaken when another live agent holds the name."""
         gpus = [_info(gpu) for gpu in self._inventory.gpus()]
+        self._gpus = [g.uuid for g in gpus]
         self._unhealthy = {g.uuid for g in gpus if not g.healthy}
         spec = NodeSpec(
             name=self.config.name,
@@ -307,27 +314,73 @@ class Agent:
                 self._unhealthy.add(gpu.uuid)
 
     async def _work(self) -> None:
-        """Claim while work fits, carry requests to running attempts, wait for news."""
+        """Carry requests to running attempts, claim while work fits, wait for news: each
+        round does what woke it calls for (`wakes.round_after`), and one every `poll_s` at
+        least does all of it, so that a lost notification costs a poll interval at most."""
+        loop = asyncio.get_running_loop()
+        poll_at = loop.time()  # the first round does everything
+        heard = self._heard()
+        changed = False
         while not self._stopping.is_set():
-            seen = self._listener.generation
+            polled = loop.time() >= poll_at
+            if polled:
+                poll_at = loop.time() + self.config.poll_s
+            before, heard = heard, self._heard()
+            todo = round_after(before, heard, changed=changed, polled=polled)
             self._changed.clear()
             try:
-                await self._carry_requests()
-                while not self._stopping.is_set() and (won := await self._claim()):
-                    for taken in won:
-                        self._start(taken, await self._specs(taken))
-                await self._account([])
+                await self._round(todo)
             except DATABASE_ERRORS as exc:
                 log.warning("claiming failed (%s); retrying", exc)
             waiting = {
-                asyncio.ensure_future(self._listener.wait(seen)),
+                asyncio.ensure_future(self._listener.wait(heard.wakes)),
                 asyncio.ensure_future(self._changed.wait()),
             }
             try:
-                await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait(
+                    waiting,
+                    timeout=max(0.0, poll_at - loop.time()),
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
             finally:
                 for task in waiting:
                     task.cancel()
+            changed = self._changed.is_set()
+
+    def _heard(self) -> Heard:
+        return Heard(
+            wakes=self._listener.generation,
+            claimable=self._listener.notified(CLAIMABLE_CHANNEL),
+            requests=self._listener.notified(REQUESTS_CHANNEL),
+        )
+
+    async def _round(self, todo: Round) -> None:
+        if todo.requests:
+            await self._carry_requests()
+        if todo.claim or todo.changed:
+            # Until nothing more fits; woken by a claimable job or the poll, only while a GPU
+            # is free (`Round`).
+            while (
+                not self._stopping.is_set()
+                and (todo.changed or self._gpu_free())
+                and (won := await self._claim())
+            ):
+                for taken in won:
+                    self._start(taken, await self._specs(taken))
+        if todo.requests:
+            await self._account([])
+
+    def _gpu_free(self) -> bool:
+        """Whether a GPU of this node is free (`wakes.gpu_free`), as its running attempts
+        tell: no query."""
+        held = {
+            gpu
+            for running in self._running.values()
+            for learner in running.attempt.claim.learners
+            if learner.node == self.config.name
+            for gpu in learner.gpus
+        }
+        return gpu_free(self._gpus, self._unhealthy, held)
 
     def _stop_attempts(self) -> None:
         for running in self._running.values():

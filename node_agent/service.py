@@ -10,6 +10,7 @@ from controlplane.database import AGENT_ROLE, create_pool
 from controlplane.deployments.wakeups import Wakeups
 from controlplane.events.subscription import LogListener
 from controlplane.failures import CommandFailed
+from controlplane.jobs.projection import CLAIMABLE_CHANNEL, REQUESTS_CHANNEL
 from node_agent.agent import Agent, AgentConfig
 from node_agent.folders import make_base
 from node_agent.identity import agent_identity
@@ -56,7 +57,14 @@ async def _run(
     inventory = open_inventory(fake_gpus, config.name, log)
     # Whatever the login, the agent acts with the agent role's rights only.
     pool = await create_pool(url, min_size=2, max_size=6, role=AGENT_ROLE)
-    listener = LogListener(url, poll_interval=config.poll_s, role=AGENT_ROLE)
+    # One connection for both of the agent's channels (see `node_agent.wakes`).
+    listener = LogListener(
+        url,
+        channel=CLAIMABLE_CHANNEL,
+        also=(REQUESTS_CHANNEL,),
+        poll_interval=config.poll_s,
+        role=AGENT_ROLE,
+    )
     tasks = Wakeups(url, poll_interval=config.poll_s, role=AGENT_ROLE)
     # Models' requirements: fetched as wheels by the node, installed into a folder a process
     # replica puts on its path, or into the image a container replica runs.
@@ -97,7 +105,7 @@ async def _serve(
     await agent.register()
     async with asyncio.TaskGroup() as group:
         for listener in listeners:
-            group.create_task(listener.run(), name=f"listener-{listener.channel}")
+            group.create_task(listener.run(), name=f"listener-{listener.name}")
         shipping = group.create_task(shipper.run(), name="log-shipper")
         # Before any claim: what an earlier agent of this node left is accounted for.
         await agent.reconcile()

@@ -41,10 +41,6 @@ SELECT stream_id,
 FROM inserted
 GROUP BY stream_id;
 
--- name: notify_events
--- Wake every listener when the transaction commits; the payload means nothing.
-SELECT pg_notify('trainyard_events', '');
-
 -- name: stream_head
 -- The version of a stream and whether its head was written by a younger transaction than the
 -- caller's; used only to explain a refused append.
@@ -83,12 +79,16 @@ ORDER BY events.xid, events.position
 LIMIT $3;
 
 -- name: log_has_more
--- Whether a reader at this checkpoint has events to read now.
-SELECT EXISTS (
-    SELECT 1 FROM events
-    WHERE (xid, position) > ($1::text::xid8, $2::bigint)
-      AND xid < pg_snapshot_xmin(pg_current_snapshot())
-);
+-- The next event a reader at this checkpoint could read now, if any: whether it has more.
+-- Not `EXISTS`: its generic plan (a prepared statement's, after five runs) scanned the table
+-- for a first match, which at the log's tail is every event: 1.9 s at 10 million events, each
+-- time a reader asked whether it had caught up (readiness, every projection). Ordered by the
+-- index's columns, it is one index probe: 0.05 ms.
+SELECT position FROM events
+WHERE (xid, position) > ($1::text::xid8, $2::bigint)
+  AND xid < pg_snapshot_xmin(pg_current_snapshot())
+ORDER BY events.xid, events.position
+LIMIT 1;
 
 -- name: log_tail
 -- The last event a reader could read now: where a live follower starts.

@@ -212,7 +212,9 @@ class EventStore:
     async def has_more(self, after: LogPosition, *, conn: Executor | None = None) -> bool:
         """Whether `read_log(after)` would return anything now."""
         executor = conn if conn is not None else self._pool
-        return bool(await executor.fetchval(Q["log_has_more"], str(after.xid), after.position))
+        return (
+            await executor.fetchval(Q["log_has_more"], str(after.xid), after.position) is not None
+        )
 
     async def log_tail(self) -> LogPosition:
         """The place of the last event readable now: where a follower of only news starts."""

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator
+from collections import Counter
+from collections.abc import AsyncGenerator, Sequence
 
 import asyncpg
 
@@ -33,7 +34,9 @@ class LogListener:
     """One LISTEN connection per process, shared by every reader that waits for new events.
 
     `channel` is `trainyard_events` (appends) unless a reader waits for another hint, as the
-    webhook relay does for new deliveries (`trainyard_webhooks`).
+    webhook relay does for new deliveries (`trainyard_webhooks`). `also` names more channels
+    to LISTEN on over the same connection (a node agent's two: a connection each would be a
+    thousand more for a thousand nodes); `notified(channel)` then tells which of them woke it.
     """
 
     def __init__(
@@ -41,16 +44,18 @@ class LogListener:
         url: str,
         *,
         channel: str = CHANNEL,
+        also: Sequence[str] = (),
         poll_interval: float = 1.0,
         retry_interval: float = 1.0,
         role: Role = APP_ROLE,
     ) -> None:
         self._url = url
         self._role: Role = role
-        self.channel = channel
+        self.channels = (channel, *also)
         self.poll_interval = poll_interval
         self._retry_interval = retry_interval
         self._generation = 0
+        self._notified: Counter[str] = Counter()
         self._woken = asyncio.Event()
         self._dropped = asyncio.Event()
         self._stopping = asyncio.Event()
@@ -61,6 +66,11 @@ class LogListener:
     def generation(self) -> int:
         """Counts wake-ups; a reader remembers it before reading and waits for it to change."""
         return self._generation
+
+    def notified(self, channel: str) -> int:
+        """Counts the notifications of `channel`; each one also counts as a wake-up. A wake-up
+        that no channel counts (a reconnect: notifications may have been missed) means all."""
+        return self._notified[channel]
 
     async def wait(self, seen: int) -> None:
         """Return once woken after generation `seen`, or after the poll interval at most."""
@@ -82,11 +92,16 @@ class LogListener:
             except (DatabaseUnavailable, *DATABASE_ERRORS) as exc:
                 # Listening is only a hint: readers poll meanwhile, and are woken below.
                 log.warning(
-                    "listener on %s: %s; retrying in %.1fs", self.channel, exc, self._retry_interval
+                    "listener on %s: %s; retrying in %.1fs", self.name, exc, self._retry_interval
                 )
             # Whatever happened while we were not listening, readers must look again.
             self.wake()
             await pause(self._stopping, self._retry_interval)
+
+    @property
+    def name(self) -> str:
+        """Its channels, for messages and task names."""
+        return "+".join(self.channels)
 
     def stop(self) -> None:
         self._stopping.set()
@@ -96,7 +111,8 @@ class LogListener:
         self._dropped.clear()
         conn.add_termination_listener(lambda _: self._dropped.set())
         try:
-            await conn.add_listener(self.channel, self._on_notify)
+            for channel in self.channels:
+                await conn.add_listener(channel, self._on_notify)
             self.connection = conn
             self.connected.set()
             # Catch up on what committed before LISTEN took effect.
@@ -109,7 +125,7 @@ class LogListener:
                 stop.cancel()
                 dropped.cancel()
             if self._dropped.is_set():
-                log.warning("listener on %s: connection dropped; reconnecting", self.channel)
+                log.warning("listener on %s: connection dropped; reconnecting", self.name)
         finally:
             self.connected.clear()
             self.connection = None
@@ -117,7 +133,8 @@ class LogListener:
                 # Shielded: a cancelled shutdown must still give the connection back.
                 await asyncio.shield(conn.close(timeout=5))
 
-    def _on_notify(self, *_: object) -> None:
+    def _on_notify(self, _conn: object, _pid: object, channel: str, _payload: object) -> None:
+        self._notified[channel] += 1
         self.wake()
 
 

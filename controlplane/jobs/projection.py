@@ -14,9 +14,12 @@ from uuid import UUID
 
 from controlplane.database import Executor
 from controlplane.events.records import RecordedEvent
+from controlplane.events.types import Event
 from controlplane.jobs.events import (
+    CheckpointRequested,
     DeploymentRolledBack,
     JobCancelled,
+    JobDeploying,
     JobEvent,
     JobFailed,
     JobRestarted,
@@ -28,6 +31,12 @@ from controlplane.queries import Q
 
 CLAIMABLE = (JobSubmitted, JobRestarted, DeploymentRolledBack)
 """Events after which a job waits in the queue."""
+CLAIMABLE_CHANNEL = "trainyard_claimable"
+"""NOTIFYed when a batch made jobs claimable: wakes the node agents' claims (a hint; they also
+poll)."""
+REQUESTS_CHANNEL = "trainyard_requests"
+"""NOTIFYed when a batch holds an event that node agents act on besides their claims (see
+`requested`): wakes them to carry it to their learners (a hint; they also poll)."""
 
 
 class JobsProjection:
@@ -93,10 +102,29 @@ class JobsProjection:
         ended = [job.job_id for _, job in folded if job.state.terminal]
         if ended:
             await conn.execute(Q["delete_job_secret_env"], ended)
+        # Node agents are woken only by what concerns them, as this batch commits (a NOTIFY is
+        # delivered at commit, once per channel however many were sent, and the commit takes
+        # the notification lock once whatever the channels): jobs are claimable once their
+        # queue rows are, and a learner's progress report (most of the log) wakes no agent.
         if any(isinstance(e.event, CLAIMABLE) for e in mine):
-            # Jobs are claimable once this batch commits: wake the agents then (a NOTIFY is
-            # delivered at commit, and Postgres sends one per transaction however many).
-            await conn.execute(Q["notify_events"])
+            await conn.execute(Q["notify_claimable"])
+        if any(requested(e.event) for e in mine):
+            await conn.execute(Q["notify_requests"])
+
+
+def requested(event: Event) -> bool:
+    """Whether `event` is what node agents react to besides their claims, exactly: running
+    learners must act on it (`Agent._carry_requests`: a cancel, a checkpoint request, or an
+    attempt over without their node's say: restarted elsewhere, rolled back, failed by a
+    learner on another node), or it places learners on nodes other than the claimer's, which
+    start them (`Agent._account`, which also gives back the allocations of an attempt that
+    ended before they started: one of the events above). Anything else (progress reports, a
+    deployment on its claimer's node alone, a completion) concerns no other agent."""
+    if isinstance(event, JobDeploying):
+        return len(event.nodes) > 1
+    return isinstance(
+        event, JobCancelled | CheckpointRequested | JobRestarted | DeploymentRolledBack | JobFailed
+    )
 
 
 def counts_moved(

@@ -1,4 +1,5 @@
--- Jobs' statements: the `jobs` projection, listing jobs, jobs' secret environments.
+-- Jobs' statements: the `jobs` projection (and the hints it sends node agents), listing jobs,
+-- jobs' secret environments.
 -- Loaded by `controlplane.queries` with every other .sql file of the package.
 
 -- name: job_docs
@@ -92,3 +93,20 @@ SELECT env::text FROM job_secret_env WHERE job_id = $1;
 -- name: delete_job_secret_env
 -- The `jobs` projection forgets the secrets of jobs that have ended: no attempt will need them.
 DELETE FROM job_secret_env WHERE job_id = ANY($1::uuid[]);
+
+-- name: notify_claimable
+-- Wake the node agents' claims (the channel is controlplane.jobs.projection.CLAIMABLE_CHANNEL;
+-- a hint, no payload), sent by the `jobs` projection in the transaction that writes the queue
+-- rows: an agent woken at its commit finds them, where one woken by the append itself would
+-- look before they exist. Payload-free and a channel of its own: agents LISTEN only for the
+-- hints that concern them, not for every append (learners' reports, hundreds a second).
+SELECT pg_notify('trainyard_claimable', '');
+
+-- name: notify_requests
+-- Wake the node agents to carry requests to their learners and to start learners placed on
+-- their node by another's claim (the channel is controlplane.jobs.projection.REQUESTS_CHANNEL,
+-- the events are `projection.requested`'s; a hint, no payload), sent with the batch as
+-- notify_claimable is. A channel apart from that one: a claimable job wakes claims, which a
+-- full node skips, and a request wakes the reads of running jobs' streams and of the node's
+-- allocations, which a claimable job does not need; neither pays for the other.
+SELECT pg_notify('trainyard_requests', '');
