@@ -424,6 +424,8 @@ async def _timed(
 
 
 def _percentiles(name: str, seconds: list[float]) -> dict[str, float]:
+    if not seconds:
+        raise RuntimeError(f"no {name} was timed: give the run more --seconds")
     return {
         f"{name}_p50_ms": _ms(statistics.median(seconds)),
         f"{name}_p99_ms": _ms(_p99(seconds)),
