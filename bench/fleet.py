@@ -64,10 +64,6 @@ class Fleet:
         self.heartbeats_per_s = 0.0
         self._draw = random.Random(0)
 
-    def _agent_id(self, name: str) -> UUID:
-        # The same identity each run, as a real agent keeps it: its node's lease is its own.
-        return uuid5(NAMESPACE_URL, f"trainyard-bench-scale/{name}")
-
     async def register(self) -> None:
         async def one(name: str) -> None:
             gpus = [
@@ -76,7 +72,7 @@ class Fleet:
                 )
                 for i in range(NODE_GPUS)
             ]
-            spec = NodeSpec(name, self._agent_id(name), "process", 64, 1 << 20, gpus)
+            spec = NodeSpec(name, agent_id(name), "process", 64, 1 << 20, gpus)
             await self._nodes.register(spec, TTL_S)
             # What an earlier run left allocated here has no learner any more (a bench that
             # died, its nodes declared lost): given back, as a restarted agent would.
@@ -87,7 +83,7 @@ class Fleet:
         await _bounded(one(name) for name in self.names)
 
     async def deregister(self) -> None:
-        await _bounded(self._nodes.deregister(name, self._agent_id(name)) for name in self.names)
+        await _bounded(self._nodes.deregister(name, agent_id(name)) for name in self.names)
 
     @asynccontextmanager
     async def heartbeating(self) -> AsyncIterator[None]:
@@ -98,7 +94,7 @@ class Fleet:
         async def beat(name: str) -> None:
             await asyncio.sleep(self._draw.uniform(0, HEARTBEAT_S))
             while True:
-                await self._beats.renew(name, self._agent_id(name), TTL_S)
+                await self._beats.renew(name, agent_id(name), TTL_S)
                 self.heartbeats += 1
                 await asyncio.sleep(HEARTBEAT_S)
 
@@ -184,6 +180,12 @@ async def _first_of(ended: asyncio.Event, woken: Awaitable[None], over: asyncio.
     changed = ended.is_set()
     ended.clear()
     return changed
+
+
+def agent_id(node: str) -> UUID:
+    """The simulated agent's identity: the same each run, as a real agent keeps it, so that its
+    node's lease stays its own."""
+    return uuid5(NAMESPACE_URL, f"trainyard-bench-scale/{node}")
 
 
 def now() -> datetime:

@@ -35,13 +35,13 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
-from uuid import NAMESPACE_URL, uuid4, uuid5
+from uuid import uuid4
 
 import aiohttp
 import asyncpg
 
 from bench.api import AGENT, UNLIMITED, sse, submits
-from bench.fleet import NODE_GPUS, Fleet
+from bench.fleet import NODE_GPUS, Fleet, agent_id
 from bench.scale_fill import (
     MANIFESTS,
     PREFIX,
@@ -61,9 +61,10 @@ from controlplane.events.records import LogPosition, StreamAppend
 from controlplane.events.store import EventStore
 from controlplane.events.subscription import LogListener
 from controlplane.jobs.lifecycle import Cancel, Submit, decide
-from controlplane.jobs.projection import CLAIMABLE_CHANNEL
+from controlplane.jobs.projection import CLAIMABLE_CHANNEL, JobsProjection
 from controlplane.jobs.service import Jobs
 from controlplane.jobs.streams import job_stream
+from controlplane.queries import Q
 from controlplane.registry import EVENT_REGISTRY
 from controlplane.scheduling.claim import Claim
 from harness.served import ServedControlPlane
@@ -263,9 +264,10 @@ async def _reconcile(url: str, store: EventStore) -> float:
             async with open_runtime(
                 "process", work_dir=config.work_dir, request_gpus=False, images=config.images
             ) as runtime:
-                agent_id = uuid5(NAMESPACE_URL, f"trainyard-bench-scale/{name}")
                 logs = NumberedSink(LogShipper(pool))
-                agent = Agent(config, pool, LogListener(url), inventory, runtime, logs, agent_id)
+                agent = Agent(
+                    config, pool, LogListener(url), inventory, runtime, logs, agent_id(name)
+                )
                 await agent.register()
                 won: list[Claim] = []
                 while taken := await claim(pool, store, name):
@@ -277,7 +279,7 @@ async def _reconcile(url: str, store: EventStore) -> float:
                 for job in won:
                     await jobs.execute(job.job.job_id, Cancel("bench", SYSTEM_CLOCK.now()), AGENT)
                     await releases.release(job.job.job_id, job.attempt)
-                await Nodes(pool, store).deregister(name, agent_id)
+                await Nodes(pool, store).deregister(name, agent_id(name))
         finally:
             inventory.close()
             await pool.close()
@@ -362,9 +364,7 @@ async def _steadily(
 
 
 async def _checkpoint(pool: asyncpg.Pool) -> LogPosition:
-    row = await pool.fetchrow(
-        "SELECT xid::text::bigint AS xid, position FROM projection_checkpoints WHERE name = 'jobs'"
-    )
+    row = await pool.fetchrow(Q["read_checkpoint"], JobsProjection.name)
     if row is None:
         raise RuntimeError("the jobs projection has no checkpoint")
     return LogPosition(row["xid"], row["position"])
