@@ -12,6 +12,7 @@ import asyncio
 import importlib
 import json
 import logging
+import re
 import sys
 import traceback
 from collections.abc import Callable, Coroutine, Sequence
@@ -905,6 +906,9 @@ async def cmd_bench_ui(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+DATABASE_PREFIX = re.compile(r"[a-z_][a-z0-9_]{0,39}")
+
+
 async def cmd_bench_scale(args: argparse.Namespace, settings: Settings) -> int:
     from bench.scale import run
     from bench.scale_fill import SIZES
@@ -916,6 +920,14 @@ async def cmd_bench_scale(args: argparse.Namespace, settings: Settings) -> int:
     if args.nodes < 1 or args.queued < 1 or args.seconds <= 0 or args.subscribers < 1:
         print(
             "trainyard: --nodes, --queued, --seconds and --subscribers must be positive",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    # It names databases the benchmark creates and drops: a plain identifier only.
+    if not DATABASE_PREFIX.fullmatch(args.database_prefix):
+        print(
+            "trainyard: --database-prefix takes lowercase letters, digits and _ (at most 40, "
+            "a letter or _ first)",
             file=sys.stderr,
         )
         return EXIT_USAGE

@@ -169,3 +169,11 @@ def test_the_token_comes_from_a_file(tmp_path: Path) -> None:
     unreadable = trainyard("list", *target, "--token-file", str(tmp_path / "nope"), env=env)
     assert unreadable.returncode == 2
     assert "cannot read the token from" in unreadable.stderr
+
+
+def test_a_scale_database_prefix_that_is_not_an_identifier_is_refused_before_connecting() -> None:
+    unreachable = {"TRAINYARD_DATABASE_URL": "postgresql://nobody@127.0.0.1:9/none"}
+    for prefix in ('x"; DROP DATABASE postgres; --', "Scale", "1st", "a" * 41, ""):
+        result = trainyard("bench", "scale", "--database-prefix", prefix, env=unreachable)
+        assert result.returncode == 2, prefix  # a usage error, not the database's exit 3
+        assert "--database-prefix takes lowercase letters" in result.stderr
