@@ -1,23 +1,28 @@
 """A search on elastic agents, with real agents on a real Postgres: an agent joins while the
 search runs and takes trials; the first one leaves (its learners stopped, their jobs re-queued)
 and its trials finish on the other; the search completes with every trial run to its end once
-and none created twice."""
+and none created twice.
+
+Which agent claims a trial is a race between equals, so the joining agent is made to win one:
+the first agent has room for two trials, the search runs three at once, and the trials wait at
+a gate until the joined agent runs the third."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
 import asyncpg
 
-from tests.cluster import RunningAgent, agent_config
+from tests.cluster import RunningAgent, agent_config, learner_space
 from tests.controlplane.deployments.serving import serving_cluster
 from tests.controlplane.searches.test_search_service import ended, spec, submitted, trials_of
 from tests.polling import eventually
 from tests.tenancy import Tokens
 
-# A trial: a couple of seconds, checkpointing (a SIGTERM makes it save and exit) so that a trial
-# moved to another node resumes.
+# A trial: a couple of seconds once the gate (the file named by argv[1]) exists, checkpointing
+# (a SIGTERM makes it save and exit) so that a trial moved to another node resumes.
 SLOW = """
 import json, os, pathlib, signal, sys, time
 from runners import metrics
@@ -26,6 +31,8 @@ budget = int(os.environ["TRAINYARD_BUDGET"])
 mark = pathlib.Path(os.environ["TRAINYARD_CHECKPOINT_DIR"]) / "reached"
 step = int(mark.read_text()) if mark.exists() else 0
 signal.signal(signal.SIGTERM, lambda *_: (mark.write_text(str(step)), sys.exit(143)))
+while not os.path.exists(sys.argv[1]):
+    time.sleep(0.1)
 while step < budget:
     time.sleep(0.25)
     step += 1
@@ -37,15 +44,21 @@ mark.write_text(str(step))
 async def test_agents_join_and_leave_during_a_search_and_no_trial_is_lost_or_doubled(
     db_url: str, tmp_path: Path, tokens: Tokens
 ) -> None:
-    trial = {**spec()["trial"], "command": [sys.executable, "-c", SLOW], "max_restarts": 3}
+    gate = learner_space() / "gate"  # a folder the learners, users of their own, pass through
+    trial = {
+        **spec()["trial"],
+        "command": [sys.executable, "-c", SLOW, str(gate)],
+        "max_restarts": 3,
+    }
     document = spec(
-        trial=trial, max_trials=6, max_concurrent_trials=2, budget={"unit": "steps", "max": 8}
+        trial=trial, max_trials=6, max_concurrent_trials=3, budget={"unit": "steps", "max": 8}
     )
-    async with serving_cluster(db_url, tmp_path, agents=1) as (client, [first]):
+    two_trials = dataclasses.replace(agent_config(tmp_path, "n1"), cpus=2)  # a trial: 1 CPU
+    async with serving_cluster(db_url, tmp_path, configs=[two_trials]) as (client, [first]):
         search_id = await submitted(client, tokens.acme, document)
 
         async def started() -> bool:
-            return len(await trials_of(client, tokens.acme, search_id)) >= 2
+            return len(await trials_of(client, tokens.acme, search_id)) >= 3
 
         await eventually(started)
         joined = await RunningAgent(db_url, agent_config(tmp_path, "n2"), fake_gpus=0).started()
@@ -60,6 +73,7 @@ async def test_agents_join_and_leave_during_a_search_and_no_trial_is_lost_or_dou
                     return bool(rows)
 
                 await eventually(n2_runs_one, seconds=30)
+                gate.touch(mode=0o644)
                 await first.finish()  # leaves: its learners stop, their jobs go back to the queue
                 search = await ended(client, tokens.acme, search_id, seconds=120)
                 assert search["state"] == "completed", search
