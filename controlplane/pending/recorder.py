@@ -27,7 +27,14 @@ from controlplane.pending.streams import pending_stream
 from controlplane.queries import Q
 from controlplane.scheduling.claim_order import QueuedJob, TenantShare
 from controlplane.scheduling.estimates import Holding, estimated_starts
-from controlplane.scheduling.pending import Blocking, NodeRoom, Pending, Reason, assess
+from controlplane.scheduling.pending import (
+    Assessment,
+    Blocking,
+    NodeRoom,
+    Pending,
+    Reason,
+    assess,
+)
 from controlplane.scheduling.placement import Capacity, Demand
 from controlplane.workers import pause
 
@@ -233,7 +240,10 @@ async def _judged(
         for job_id, r in rows.items()
         if (took := durations.get((r["tenant"], r["name"]))) is not None
     }
-    starts = estimated_starts(nodes, tenants, queue, running, expected, now=at)
+    # Pure and long with a long queue (tenths of a second for ten thousand jobs on a thousand
+    # nodes): in a thread, so that the API, the projections and SSE sharing this event loop
+    # are not held for it.
+    assessed, starts = await asyncio.to_thread(_judge, nodes, tenants, queue, running, expected, at)
     judged = [
         Queued(
             a.job_id,
@@ -244,7 +254,7 @@ async def _judged(
             # One that can start now has no estimate to give: the next claim takes it.
             start if (start := starts.get(a.job_id)) is not None and start > at else None,
         )
-        for a in assess(nodes, tenants, queue, now=at)
+        for a in assessed
     ]
     inference = sorted((r for r in jobs if r["inference"]), key=lambda r: r["submitted_at"])
     judged += [
@@ -254,6 +264,20 @@ async def _judged(
     instants = [job.not_before for job in queue if job.not_before is not None]
     instants += [holding.ends for holding in running if holding.ends is not None]
     return judged, min((when for when in instants if when > at), default=None)
+
+
+def _judge(
+    nodes: Sequence[NodeRoom],
+    tenants: Sequence[TenantShare],
+    queue: Sequence[QueuedJob],
+    running: Sequence[Holding],
+    expected: Mapping[UUID, timedelta],
+    at: datetime,
+) -> tuple[list[Assessment], dict[UUID, datetime]]:
+    return (
+        assess(nodes, tenants, queue, now=at),
+        estimated_starts(nodes, tenants, queue, running, expected, now=at),
+    )
 
 
 def _ends(allocated_at: datetime, took: timedelta | None) -> datetime | None:

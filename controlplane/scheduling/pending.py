@@ -236,9 +236,14 @@ class Room:
 
     def __init__(self, capacities: Iterable[Capacity]) -> None:
         self._capacities = sorted(capacities, key=lambda c: c.node)
-        self.most = _most(self._capacities)
+        self._at = {c.node: i for i, c in enumerate(self._capacities)}
+        self._most = _Most(self._capacities)
+
+    @property
+    def most(self) -> tuple[int, float, int]:
         """The most free GPUs, CPUs and memory on one node (each kind on its own): a job
         whose learner needs more fits nowhere, and is told so without a look at every node."""
+        return self._most.value
 
     def take(self, demand: Demand) -> list[LearnerAllocation] | None:
         """Place the job as a claim would (on the first node it fits, the roomiest others
@@ -249,35 +254,58 @@ class Room:
         for here in self._capacities:
             if not fits(demand, here, self._capacities):
                 continue
-            others = sorted(
-                (c for c in self._capacities if c is not here),
-                key=lambda c: (-len(c.gpus), -c.cpus, -c.memory_mb, c.node),
-            )
-            learners = place(demand, [here, *others])
+            # All of it on the first node, as mostly, places the same without the others
+            # sorted: a sort of every node for each job was most of a round at a thousand.
+            learners = place(demand, [here]) or place(demand, [here, *self._roomiest(here)])
             if learners is None:
                 continue
-            used = {learner.node for learner in learners}
-            self._capacities = [
-                c.less(learners, demand) if c.node in used else c for c in self._capacities
-            ]
-            self.most = _most(self._capacities)
+            for node in {learner.node for learner in learners}:
+                self._replace(self._capacities[self._at[node]].less(learners, demand))
             return learners
         return None
 
     def give(self, node: str, gpus: Sequence[str], cpus: float, memory_mb: int) -> None:
         """A learner's room back on `node` (nothing where the node is not READY)."""
-        self._capacities = [
-            Capacity(c.node, sorted([*c.gpus, *gpus]), c.cpus + cpus, c.memory_mb + memory_mb)
-            if c.node == node
-            else c
-            for c in self._capacities
-        ]
-        self.most = _most(self._capacities)
+        if (at := self._at.get(node)) is not None:
+            c = self._capacities[at]
+            self._replace(
+                Capacity(node, sorted([*c.gpus, *gpus]), c.cpus + cpus, c.memory_mb + memory_mb)
+            )
+
+    def _roomiest(self, here: Capacity) -> list[Capacity]:
+        return sorted(
+            (c for c in self._capacities if c is not here),
+            key=lambda c: (-len(c.gpus), -c.cpus, -c.memory_mb, c.node),
+        )
+
+    def _replace(self, new: Capacity) -> None:
+        at = self._at[new.node]
+        self._most.replace(self._capacities[at], new)
+        self._capacities[at] = new
 
 
-def _most(capacities: Sequence[Capacity]) -> tuple[int, float, int]:
-    return (
-        max((len(c.gpus) for c in capacities), default=0),
-        max((c.cpus for c in capacities), default=0.0),
-        max((c.memory_mb for c in capacities), default=0),
-    )
+class _Most:
+    """The most of each kind free on one node, kept as nodes change: the nodes are counted by
+    each value, so that a change costs a look at the values rather than at every node."""
+
+    def __init__(self, capacities: Iterable[Capacity]) -> None:
+        self._counts: tuple[Counter[float], ...] = (Counter(), Counter(), Counter())
+        for capacity in capacities:
+            self._count(capacity, 1)
+        self.value = self._read()
+
+    def replace(self, old: Capacity, new: Capacity) -> None:
+        self._count(old, -1)
+        self._count(new, 1)
+        self.value = self._read()
+
+    def _count(self, capacity: Capacity, by: int) -> None:
+        kinds = (len(capacity.gpus), capacity.cpus, capacity.memory_mb)
+        for counts, value in zip(self._counts, kinds, strict=True):
+            counts[value] += by
+            if not counts[value]:
+                del counts[value]
+
+    def _read(self) -> tuple[int, float, int]:
+        gpus, cpus, memory_mb = (max(counts, default=0) for counts in self._counts)
+        return int(gpus), cpus, int(memory_mb)

@@ -6,19 +6,20 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from uuid import UUID
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controlplane.scheduling.claim_order import QueuedJob, TenantShare
+from controlplane.scheduling.claim_order import QueuedJob, TenantShare, fits
 from controlplane.scheduling.pending import (
     Assessment,
     Blocking,
     NodeRoom,
     Reason,
+    Room,
     assess,
     queue_order,
 )
-from controlplane.scheduling.placement import Capacity, Demand
+from controlplane.scheduling.placement import Capacity, Demand, LearnerAllocation, place
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -184,3 +185,80 @@ def test_every_queued_job_has_a_reason_and_those_let_start_fit_together(
     for a in assessed:
         kinds = [p.reason for p in a.reasons]
         assert kinds == [Reason.STARTING] or Reason.STARTING not in kinds
+
+
+def spec_take(
+    capacities: list[Capacity], demand: Demand
+) -> tuple[list[LearnerAllocation] | None, list[Capacity]]:
+    """A claim's placement as the claim states it, over every node each time: the first node
+    (by name) where the job fits, then the roomiest others; the nodes as they are left."""
+    for here in capacities:
+        if not fits(demand, here, capacities):
+            continue
+        others = sorted(
+            (c for c in capacities if c is not here),
+            key=lambda c: (-len(c.gpus), -c.cpus, -c.memory_mb, c.node),
+        )
+        learners = place(demand, [here, *others])
+        if learners is not None:
+            used = {learner.node for learner in learners}
+            return learners, [c.less(learners, demand) if c.node in used else c for c in capacities]
+    return None, capacities
+
+
+@settings(max_examples=400)
+@given(
+    nodes=st.lists(
+        st.tuples(st.integers(0, 4), st.sampled_from([0.5, 2.0, 4.0]), st.integers(0, 4)),
+        max_size=6,
+    ),
+    steps=st.lists(
+        st.one_of(
+            st.tuples(
+                st.just("take"),
+                st.integers(1, 4),
+                st.integers(0, 2),
+                st.sampled_from([0.5, 1.0]),
+                st.integers(1, 2),
+            ),
+            st.tuples(
+                st.just("give"), st.integers(0, 6), st.integers(0, 2), st.just(1.0), st.just(1)
+            ),
+        ),
+        max_size=30,
+    ),
+)
+def test_the_room_places_each_job_as_the_claim_would_and_knows_the_most_left(
+    nodes: list[tuple[int, float, int]], steps: list[tuple[str, int, int, float, int]]
+) -> None:
+    """The room keeps its nodes and their maxima as it goes, rather than looking at every node
+    again for each job: it must place and refuse exactly as the claim's rule over every node."""
+    model = [
+        Capacity(f"n{k}", [f"n{k}-g{g}" for g in range(gpus)], cpus, memory * 1024)
+        for k, (gpus, cpus, memory) in enumerate(nodes)
+    ]
+    room = Room(reversed(model))  # in any order: it goes by name, as the claim's SQL
+    given_back = 0
+    for kind, a, gpus, cpus, memory in steps:
+        if kind == "take":
+            demand = Demand(a, gpus, cpus, memory * 1024)
+            expected, model = spec_take(model, demand)
+            assert room.take(demand) == expected
+        else:
+            name = f"n{a}"
+            back = [f"{name}-back{given_back + g}" for g in range(gpus)]
+            given_back += gpus
+            room.give(name, back, cpus, memory * 1024)
+            model = [
+                Capacity(
+                    c.node, sorted([*c.gpus, *back]), c.cpus + cpus, c.memory_mb + memory * 1024
+                )
+                if c.node == name
+                else c
+                for c in model
+            ]
+        assert room.most == (
+            max((len(c.gpus) for c in model), default=0),
+            max((c.cpus for c in model), default=0.0),
+            max((c.memory_mb for c in model), default=0),
+        )
