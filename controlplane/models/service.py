@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from uuid import UUID
 
+from controlplane.artifacts.beneath import JobFile, names_of
 from controlplane.artifacts.errors import UnsafeSource
-from controlplane.artifacts.local import add_local_file
+from controlplane.artifacts.local import add_job_file
 from controlplane.artifacts.store import ArtifactStore, Blob
 from controlplane.clock import SYSTEM_CLOCK, Clock
 from controlplane.events.metadata import Metadata
@@ -24,13 +25,7 @@ from controlplane.events.records import RecordedEvent
 from controlplane.events.store import EventStore
 from controlplane.jobs.events import CheckpointSaved
 from controlplane.jobs.lifecycle import JobStatus
-from controlplane.jobs.locations import (
-    CHECKPOINT_ROOTS_ENV,
-    RESULTS_ROOTS_ENV,
-    LocationRefused,
-    Roots,
-    check_file_location,
-)
+from controlplane.jobs.locations import CHECKPOINT_ROOTS_ENV, RESULTS_ROOTS_ENV, TENANT, Roots
 from controlplane.jobs.manifest import JobManifest
 from controlplane.jobs.service import Jobs
 from controlplane.models.errors import (
@@ -48,7 +43,7 @@ from controlplane.models.names import check_model_name
 from controlplane.models.references import Reference, resolve
 from controlplane.models.state import ModelState, ModelVersion
 from controlplane.models.streams import model_stream
-from runners.uri import file_path
+from runners.uri import UriError, file_path
 
 MAX_ARTIFACT_BYTES = 4 * 1024**3
 """The largest artifact accepted by default: a few billion parameters in half precision."""
@@ -195,33 +190,32 @@ class Models:
             data_sha256=None if job.manifest.data is None else job.manifest.data.sha256,
         )
         try:
-            blob = await add_local_file(self.artifacts, source, max_size=self.max_artifact_bytes)
+            blob = await add_job_file(self.artifacts, source, max_size=self.max_artifact_bytes)
         except FileNotFoundError:
             what = "results file" if checkpoint_step is None else "checkpoint"
             raise SourceUnavailable(
-                f"job {job_id}'s {what} is no longer at {source} (a checkpoint the job has "
+                f"job {job_id}'s {what} is no longer at {source.path} (a checkpoint the job has "
                 "since pruned, or a directory the control plane does not mount)"
             ) from None
         except (UnsafeSource, OSError) as error:
             raise SourceUnavailable(
-                f"job {job_id}'s {source} cannot be published: {error}"
+                f"job {job_id}'s {source.path} cannot be published: {error}"
             ) from None
         document = document.model_copy(update={"provenance": provenance})
         return await self._publish(tenant, name, blob, document, metadata, visibility)
 
-    def _checkpoint_file(self, job_id: UUID, reported: str) -> Path:
-        """The checkpoint file a job's learner reported saving, once it is found (symbolic
-        links resolved) in that job's own checkpoints folder under a checkpoint root, where
-        the agent put it (`<root>/<job_id>/checkpoints/...`). The path is the learner's word,
-        and the learner is the tenant's code: anywhere else, it could name any file the
-        control plane may read."""
-        resolved = Path(os.path.realpath(reported))
-        for root in (Path(os.path.realpath(r)) for r in self._roots.checkpoints):
-            if resolved.is_relative_to(root) and resolved.relative_to(root).parts[:2] == (
-                str(job_id),
-                "checkpoints",
-            ):
-                return Path(reported)
+    def _checkpoint_file(self, job_id: UUID, reported: str) -> JobFile:
+        """The checkpoint file a job's learner reported saving, in that job's own checkpoints
+        folder under a checkpoint root, where the agent put it
+        (`<root>/<job_id>/checkpoints/...`). The path is the learner's word, and the learner is
+        the tenant's code: it is taken apart by name only (never resolved, which would follow
+        what the learner planted) and the file is then opened by walking the root's folders."""
+        path = PurePosixPath(reported)
+        for root in self._roots.checkpoints:
+            for named in _as_named(root):
+                names = names_of(path.relative_to(named)) if path.is_relative_to(named) else None
+                if names is not None and len(names) > 2 and names[:2] == _own_folder(job_id):
+                    return JobFile(Path(named), names[:2], names[2:])
         raise SourceUnavailable(
             f"job {job_id}'s checkpoint {reported[:300]!r} is not in the job's checkpoints "
             f"folder under a checkpoint root ({CHECKPOINT_ROOTS_ENV}: the agents' checkpoint "
@@ -230,14 +224,14 @@ class Models:
 
     def _results_file(
         self, job_id: UUID, tenant: str, manifest: JobManifest, relative: str
-    ) -> Path:
-        """The file `relative` names under the job's stored results, which must still lie under
-        a results root of the job's tenant (the operator may have changed them since)."""
-        parts = PurePosixPath(relative).parts
+    ) -> JobFile:
+        """The file `relative` names in the job's stored results, which must still lie below a
+        results root of the job's tenant (the operator may have changed them since), by name:
+        the folders on the way are walked from that root, never followed."""
+        names = names_of(relative)
         if (
-            not parts
-            or relative.startswith("/")
-            or any(p in (".", "..") or len(p.encode("utf-8", "replace")) > NAME_MAX for p in parts)
+            names is None
+            or any(len(name.encode("utf-8", "replace")) > NAME_MAX for name in names)
             or not relative.isprintable()
         ):
             raise InvalidModel(
@@ -248,28 +242,23 @@ class Models:
         if manifest.results is None:
             raise SourceUnavailable(f"job {job_id} stores no results (its manifest has none)")
         try:
-            root = check_file_location(
-                manifest.results.location,
-                self._roots.results,
-                tenant,
-                field="results.location",
-                setting=RESULTS_ROOTS_ENV,
-                below=True,
-            )
-        except LocationRefused as refused:
-            raise SourceUnavailable(f"job {job_id}'s results: {refused.message}") from None
-        if root is None:
+            location = PurePosixPath(file_path(manifest.results.location))
+        except UriError:
             raise SourceUnavailable(
                 f"job {job_id} stored its results at {manifest.results.location}, not on a "
                 "file:// location the control plane reads: upload the file instead"
-            )
-        directory = Path(os.path.realpath(file_path(manifest.results.location)))
-        path = directory.joinpath(*parts)
-        # The folders on the way must not lead out of the results (a symbolic link the job
-        # left there); the file itself is opened without following one (add_local_file).
-        if not Path(os.path.realpath(path.parent)).is_relative_to(directory):
-            raise SourceUnavailable(f"job {job_id}'s {relative} leads out of its results")
-        return path
+            ) from None
+        for root in self._roots.results:
+            for named in _as_named(root.replace(TENANT, tenant)):
+                if location.is_relative_to(named):
+                    folder = names_of(location.relative_to(named))
+                    if folder is not None:
+                        return JobFile(Path(named), folder, names)
+        raise SourceUnavailable(
+            f"job {job_id}'s results ({manifest.results.location}) are not below a results "
+            f"root of tenant {tenant!r} by name ({RESULTS_ROOTS_ENV}, as the control plane "
+            "mounts them)"
+        )
 
     async def _publish(
         self,
@@ -309,3 +298,14 @@ class Models:
         """The version's artifact, checksum verified as it is read (ArtifactCorrupted at the
         end if the stored bytes changed)."""
         return self.artifacts.read(version.artifact_sha256)
+
+
+def _own_folder(job_id: UUID) -> tuple[str, str]:
+    """The names of a job's own checkpoints folder below a checkpoint root."""
+    return (str(job_id), "checkpoints")
+
+
+def _as_named(root: str) -> tuple[PurePosixPath, ...]:
+    """An operator's root as the configuration names it and as it resolves (it may be a
+    symbolic link of the operator's): a path a learner reports may start with either."""
+    return (PurePosixPath(root), PurePosixPath(os.path.realpath(root)))

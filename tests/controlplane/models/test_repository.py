@@ -29,6 +29,7 @@ from controlplane.models.service import Models
 from controlplane.models.updates import validate_update
 from controlplane.projections.runner import ProjectionRunner
 from controlplane.search.query import parse
+from tests.controlplane.artifacts.swapping import swapping
 from tests.controlplane.models.samples import metadata
 
 pytestmark = pytest.mark.postgres
@@ -187,8 +188,13 @@ async def test_a_checkpoint_is_published_only_from_its_jobs_own_checkpoints_fold
         "acme", "m", job.job_id, document, ACME, checkpoint_step=7
     )
     assert published.version.size_bytes == len(b"weights")
-    for step in (8, 9, 10, 11):
+    for step in (8, 10):
         with pytest.raises(SourceUnavailable, match="is not in the job's checkpoints folder"):
+            await models.publish_from_job(
+                "acme", "m", job.job_id, document, ACME, checkpoint_step=step
+            )
+    for step in (9, 11):
+        with pytest.raises(SourceUnavailable, match="a symbolic link: only a regular file"):
             await models.publish_from_job(
                 "acme", "m", job.job_id, document, ACME, checkpoint_step=step
             )
@@ -197,6 +203,47 @@ async def test_a_checkpoint_is_published_only_from_its_jobs_own_checkpoints_fold
         await unrooted.publish_from_job("acme", "n", job.job_id, document, ACME, checkpoint_step=7)
     model = await models.load("acme", "m")
     assert model is not None and len(model.versions) == 1
+
+
+async def test_a_checkpoint_folder_swapped_for_a_link_never_publishes_what_it_leads_to(
+    store: EventStore, tmp_path: Path
+) -> None:
+    # The learner swaps a folder of its checkpoint's path with a symbolic link to a folder of
+    # the control plane's (renameat2 RENAME_EXCHANGE in a loop) while its tenant publishes the
+    # checkpoint again and again: a check of the path and its opening race; the walk does not.
+    root, outside = tmp_path / "checkpoints", tmp_path / "outside"
+    jobs = Jobs(store)
+    roots = Roots(checkpoints=(str(root),))
+    models = Models(store, FileArtifactStore(tmp_path / "artifacts"), jobs, roots=roots)
+    manifest = JobManifest.model_validate({"name": "t", "image": "img", "command": ["train"]})
+    job, _ = await jobs.submit("acme", manifest, ACME)
+    now = SYSTEM_CLOCK.now()
+    await jobs.execute(job.job_id, Deploy(["n1"], [], 1, now), ACME)
+    await jobs.execute(job.job_id, EnterPhase(JobStatus.PROCESSING, now), ACME)
+    learner = root / str(job.job_id) / "checkpoints" / "learner-0"
+    learner.mkdir(parents=True)
+    (learner / "step-7.pt").write_bytes(b"weights")
+    outside.mkdir()
+    (outside / "step-7.pt").write_bytes(b"the control plane's secret")
+    (learner.parent / "swap").symlink_to(outside)
+    checkpoint = SaveCheckpoint(7, str(learner / "step-7.pt"), 1, 0.1, now)
+    await jobs.execute(job.job_id, checkpoint, ACME)
+    document = metadata(provenance=None)
+    outcomes: dict[str, int] = {}
+    async with swapping(learner, learner.parent / "swap"):
+        for _ in range(400):
+            try:
+                published = await models.publish_from_job(
+                    "acme", "m", job.job_id, document, ACME, checkpoint_step=7
+                )
+                data = b"".join([chunk async for chunk in models.download(published.version)])
+                outcome = data.decode()
+            except SourceUnavailable:
+                outcome = "refused"
+            outcomes[outcome] = outcomes.get(outcome, 0) + 1
+    assert "the control plane's secret" not in outcomes, outcomes
+    # Both sides of the race were met, or the test proved nothing.
+    assert outcomes.get("weights", 0) > 0 and outcomes.get("refused", 0) > 0, outcomes
 
 
 async def test_a_results_file_that_no_file_system_could_name_is_refused(
