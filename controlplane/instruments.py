@@ -136,3 +136,10 @@ SERVING_LATENCY = _meter.create_histogram(
     "tenant and deployment (or pipeline).",
     explicit_bucket_boundaries_advisory=SERVING_BUCKETS_S,
 )
+WORKER_ITEM_FAILURES = _meter.create_counter(
+    "trainyard.worker.item_failures",
+    unit="{failure}",
+    description="Steps of a background worker that failed on one item's data (a job, a "
+    "deployment, a search, an inference job, a node) and were skipped while the worker went on "
+    "with the others, per worker.",
+)

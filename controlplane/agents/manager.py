@@ -28,11 +28,12 @@ from controlplane.jobs.service import Jobs
 from controlplane.jobs.streams import job_stream
 from controlplane.queries import Q
 from controlplane.settings import LOG_RETENTION_S
-from controlplane.workers import pause
+from controlplane.workers import isolated, pause
 
 log = logging.getLogger(__name__)
 
 ACTOR = "system:lifecycle-manager"
+WORKER = "lifecycle-manager"
 TASK_RETENTION_S = 24 * 3600.0
 """How long finished serving tasks (and their batches) are kept: their results readable, their
 figures counted."""
@@ -110,14 +111,16 @@ class LifecycleManager:
         back deployments that did not start in time, and forget logs past their retention."""
         lost = []
         for row in await self._pool.fetch(Q["expired_nodes"]):
-            if await self._declare_lost(row["name"]):
+            if await isolated(WORKER, f"node {row['name']}", self._declare_lost(row["name"])):
                 lost.append(row["name"])
         for row in await self._pool.fetch(Q["stalled_deployments"]):
-            await self._roll_back(row["job_id"], row["attempt"], row["timeout_s"])
+            roll_back = self._roll_back(row["job_id"], row["attempt"], row["timeout_s"])
+            await isolated(WORKER, f"job {row['job_id']}", roll_back)
         if self._deployments is not None:
             await self._serve(self._deployments)
         if self._inference is not None:
-            await _isolated("inference jobs", self._inference.sweep())
+            # Each inference job's step is isolated inside (see `Inference.sweep`).
+            await self._inference.sweep()
         if self._log_retention_s:
             forgotten = await self._pool.fetchval(
                 Q["forget_job_logs"], self._log_retention_s, LOG_RETENTION_JOBS
@@ -204,14 +207,16 @@ class LifecycleManager:
 
 
 async def _isolated(what: str, step: Awaitable[object]) -> None:
-    """One step of a sweep (a deployment's, the inference jobs'): its refusal (or a bug of its)
-    is logged, and never stops the sweep for the nodes, the jobs and the other deployments; the
-    database's errors go on to the manager's retry."""
+    """A deployment's step of the sweep: its refusal is logged, its failure recorded (see
+    `workers.isolated`), and neither stops the sweep for the nodes, the jobs and the other
+    deployments."""
+    await isolated(WORKER, what, _refusal_logged(what, step))
+
+
+async def _refusal_logged(what: str, step: Awaitable[object]) -> None:
+    # A refusal (the deployment was deleted, scaled meanwhile) is the next sweep's to see
+    # again: no failure of the worker.
     try:
         await step
-    except DATABASE_ERRORS:
-        raise
     except ServingError as exc:
         log.warning("%s: %s", what, exc)
-    except Exception:
-        log.exception("%s: its step of the sweep failed", what)

@@ -10,15 +10,29 @@ from uuid import UUID
 from pydantic import Field
 
 from controlplane.events.types import Event, event_type
+from controlplane.jobs.manifest import within_bounds
 
 
 class DeploymentEvent(Event):
     at: datetime
 
 
-@event_type("DeploymentCreated")
+def _within_bounds(data: dict[str, Any]) -> dict[str, Any]:
+    # Version 1 accepted any `cpus` and task timeout above 0, and any wait from 0: raised to
+    # today's floors (what its replicas' manifests now require), so that it still serves.
+    resources, serving = data.get("resources"), data.get("serving")
+    if not isinstance(resources, dict) or not isinstance(serving, dict):
+        return data
+    # Read as its replicas' manifests have them: the same floors, in one place.
+    bounded = within_bounds({**resources, "servable": serving})
+    serving = bounded.pop("servable")
+    return {**data, "resources": bounded, "serving": serving}
+
+
+@event_type("DeploymentCreated", version=2, upcasters={1: _within_bounds})
 class DeploymentCreated(DeploymentEvent):
-    """A model version deployed; the version is resolved once, here, and stays."""
+    """A model version deployed; the version is resolved once, here, and stays. Version 2: its
+    resources and serving within today's floors (`jobs.manifest.MIN_CPUS`, ...)."""
 
     tenant: str
     name: str

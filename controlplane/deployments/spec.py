@@ -6,12 +6,22 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from controlplane.jobs.images import DEFAULT_IMAGES
-from controlplane.jobs.manifest import MAX_MEMORY_MB
+from controlplane.jobs.manifest import (
+    MAX_CPUS,
+    MAX_GPUS_PER_LEARNER,
+    MAX_MEMORY_MB,
+    MAX_REPLICAS,
+    MIN_CPUS,
+    MIN_MEMORY_MB,
+    MIN_TIMEOUT_S,
+    WAIT_RESOLUTION_MS,
+    WaitMs,
+)
 
-MAX_REPLICAS = 64
 MAX_BATCH_SIZE = 1024
 MAX_WAIT_MS = 10_000.0
 MAX_MEMO_ENTRIES = 1_000_000
+MAX_TASK_TIMEOUT_S = 3600.0
 
 
 class Resources(BaseModel):
@@ -19,9 +29,11 @@ class Resources(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    gpus: int = Field(default=0, ge=0, le=64, description="GPUs per replica")
-    cpus: float = Field(default=1.0, gt=0, le=1024, description="CPUs per replica")
-    memory_mb: int = Field(default=2048, ge=16, le=MAX_MEMORY_MB, description="MiB per replica")
+    gpus: int = Field(default=0, ge=0, le=MAX_GPUS_PER_LEARNER, description="GPUs per replica")
+    cpus: float = Field(default=1.0, ge=MIN_CPUS, le=MAX_CPUS, description="CPUs per replica")
+    memory_mb: int = Field(
+        default=2048, ge=MIN_MEMORY_MB, le=MAX_MEMORY_MB, description="MiB per replica"
+    )
     image: str = Field(
         default=DEFAULT_IMAGES,
         min_length=1,
@@ -42,11 +54,12 @@ class Serving(BaseModel):
         le=MAX_BATCH_SIZE,
         description="most items one call of the entry point gets (a task of more items is refused)",
     )
-    max_wait_ms: float = Field(
+    max_wait_ms: WaitMs = Field(
         default=5.0,
         ge=0,
         le=MAX_WAIT_MS,
-        description="how long a batch that is not full waits for more items after its first",
+        description="how long a batch that is not full waits for more items after its first "
+        f"(0, or {WAIT_RESOLUTION_MS:g} ms to {MAX_WAIT_MS:g} ms)",
     )
     memo: bool = Field(
         default=True,
@@ -57,8 +70,8 @@ class Serving(BaseModel):
     )
     task_timeout_s: float = Field(
         default=30.0,
-        gt=0,
-        le=3600,
+        ge=MIN_TIMEOUT_S,
+        le=MAX_TASK_TIMEOUT_S,
         description="a replica that holds a task longer is replaced, and the task retried",
     )
 

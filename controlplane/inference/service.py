@@ -35,10 +35,12 @@ from controlplane.models.metadata import ModelMetadata
 from controlplane.models.references import parse_reference
 from controlplane.models.service import Models
 from controlplane.queries import Q
+from controlplane.workers import isolated
 
 log = logging.getLogger(__name__)
 
 ACTOR = "system:inference"
+WORKER = "inference-sweep"
 INFERENCE_LABEL = "trainyard.inference"
 
 
@@ -174,18 +176,30 @@ class Inference:
                 stalled.replica,
                 reason,
             )
-            with contextlib.suppress(NotFound, Conflict):
-                await self._deployments.retire(
-                    stalled.tenant, stalled.deployment, stalled.replica, reason
-                )
+            await isolated(
+                WORKER,
+                f"inference {stalled.tenant}/{stalled.deployment}",
+                self._retire(stalled, reason),
+            )
+        # Each job's step on its own: one job's data (or a bug it meets) is logged and counted,
+        # and the other jobs still move on.
         for row in await self._pool.fetch(Q["live_inference_jobs"]):
-            await self._advance(row)
+            await isolated(WORKER, f"inference job {row['job_id']}", self._advance(row))
         for row in await self._pool.fetch(Q["ended_inference_jobs"]):
-            await self._pool.execute(Q["end_inference_job"], row["job_id"])
-            with contextlib.suppress(NotFound):
-                await self._deployments.delete(
-                    row["tenant"], row["deployment"], ACTOR, owner=row["job_id"]
-                )
+            await isolated(WORKER, f"inference job {row['job_id']}", self._end(row))
+
+    async def _retire(self, stalled: Stalled, reason: str) -> None:
+        with contextlib.suppress(NotFound, Conflict):
+            await self._deployments.retire(
+                stalled.tenant, stalled.deployment, stalled.replica, reason
+            )
+
+    async def _end(self, row: asyncpg.Record) -> None:
+        await self._pool.execute(Q["end_inference_job"], row["job_id"])
+        with contextlib.suppress(NotFound):
+            await self._deployments.delete(
+                row["tenant"], row["deployment"], ACTOR, owner=row["job_id"]
+            )
 
     async def stalled(self) -> list[Stalled]:
         rows = await self._pool.fetch(Q["stalled_queries"], MAX_TRIES)

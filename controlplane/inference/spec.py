@@ -14,8 +14,16 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from controlplane.deployments.spec import MAX_BATCH_SIZE, MAX_REPLICAS, Resources
-from controlplane.jobs.manifest import MAX_LABELS, check_storable
+from controlplane.deployments.spec import MAX_BATCH_SIZE, MAX_TASK_TIMEOUT_S, Resources
+from controlplane.jobs.manifest import (
+    MAX_LABELS,
+    MAX_QUERIES,
+    MAX_REPLICAS,
+    MAX_WEIGHT,
+    MIN_TIMEOUT_S,
+    MIN_WEIGHT,
+    check_storable,
+)
 
 MAX_DIMENSIONS = 4
 MAX_ITEM_ELEMENTS = 1 << 24
@@ -23,9 +31,6 @@ MAX_ITEM_ELEMENTS = 1 << 24
 MAX_ITEMS = 100_000
 MAX_ITEMS_BYTES = 1 << 20
 """A list of items travels in the job's manifest (kept forever in its history): 1 MiB."""
-MAX_QUERIES = 1 << 53
-MIN_WEIGHT = 0.01
-MAX_WEIGHT = 100.0
 
 
 class Generate(BaseModel):
@@ -115,8 +120,8 @@ class InferenceRequest(BaseModel):
     resources: Resources = Field(default_factory=Resources)
     query_timeout_s: float = Field(
         default=60.0,
-        gt=0,
-        le=3600,
+        ge=MIN_TIMEOUT_S,
+        le=MAX_TASK_TIMEOUT_S,
         description="a replica that holds a query longer is replaced, and the query retried",
     )
     labels: dict[str, str] = Field(default_factory=dict, max_length=MAX_LABELS)

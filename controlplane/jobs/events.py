@@ -10,7 +10,7 @@ from pydantic import Field
 
 from controlplane.events.types import Event, event_type
 from controlplane.jobs.limits import JobLimits
-from controlplane.jobs.manifest import JobManifest, without_reserved_env
+from controlplane.jobs.manifest import JobManifest, within_bounds, without_reserved_env
 
 
 class JobEvent(Event):
@@ -26,9 +26,19 @@ def _reserved_env_left_out(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-@event_type("JobSubmitted", version=2, upcasters={1: _reserved_env_left_out})
+def _within_bounds(data: dict[str, Any]) -> dict[str, Any]:
+    # Version 2 accepted any `cpus` and timeout above 0 (a subnormal one made placement
+    # infinite): raised to today's floors, so that the job still reads.
+    manifest = data.get("manifest")
+    if isinstance(manifest, dict):
+        return {**data, "manifest": within_bounds(manifest)}
+    return data
+
+
+@event_type("JobSubmitted", version=3, upcasters={1: _reserved_env_left_out, 2: _within_bounds})
 class JobSubmitted(JobEvent):
-    """Version 2: the manifest's `env` holds no reserved names (see `manifest.RESERVED_ENV`)."""
+    """Version 2: the manifest's `env` holds no reserved names (see `manifest.RESERVED_ENV`).
+    Version 3: its quantities are within today's floors (`manifest.MIN_CPUS`, ...)."""
 
     job_id: UUID
     tenant: str

@@ -31,7 +31,7 @@ from controlplane.jobs.events import (
     LearnersReachedPhase,
 )
 from controlplane.jobs.limits import JobLimits
-from controlplane.jobs.manifest import JobManifest, without_reserved_env
+from controlplane.jobs.manifest import JobManifest, stored_manifest
 from controlplane.jobs.streams import job_id_of
 
 
@@ -123,10 +123,11 @@ class Job(BaseModel):
 
     @field_validator("manifest", mode="before")
     @classmethod
-    def _reserved_env_left_out(cls, value: Any) -> Any:
+    def _as_stored_today(cls, value: Any) -> Any:
         # A stored state (the jobs projection, the claim queue) folded before reserved names
-        # were refused may hold them, as JobSubmitted version 1 may: left out the same way.
-        return without_reserved_env(value) if isinstance(value, dict) else value
+        # were refused, or before today's floors, may hold them, as JobSubmitted versions 1
+        # and 2 may: read the same way.
+        return stored_manifest(value) if isinstance(value, dict) else value
 
 
 class Refused(Exception):

@@ -47,6 +47,41 @@ MAX_MEMORY_MB = 16 * 1024 * 1024
 multiply it by `learners` (at most 1024) in bigint, and a value the job's projection cannot
 store, or a claim cannot compute, would stop them for every job."""
 
+# Bounds on every quantity a tenant submits (docs/bounds.md says why each): checked here, where
+# the value enters, so that the claims, the pending reasons and the workers compute with values
+# that cannot overflow, divide by zero or reach infinity. A subnormal `cpus` (a float just over
+# 0) once made the pending recorder's floor(free / cpus) infinite and stopped every worker.
+MIN_CPUS = 0.01
+"""The least CPU share a learner can be given: Docker refuses less, and a cgroup's CPU quota is
+at least 1 ms in every 100 ms period."""
+MAX_CPUS = 1024.0
+MIN_MEMORY_MB = 16
+MAX_LEARNERS = 1024
+MAX_GPUS_PER_LEARNER = 64
+MAX_RESTARTS = 100
+MIN_TIMEOUT_S = 1.0
+"""The least time a timeout gives (deploying, a task, a query): less could not start a process."""
+MAX_TIMEOUT_S = 86_400.0
+MAX_WAIT_MS = 86_400_000.0
+WAIT_RESOLUTION_MS = 0.001
+"""A batch's wait is 0 or at least a microsecond: below that no clock tells it from 0."""
+MIN_WEIGHT = 0.01
+MAX_WEIGHT = 100.0
+MAX_REPLICAS = 64
+MAX_QUERIES = 1 << 53
+"""Query indexes are counted in JSON numbers and float arithmetic: exact up to 2**53."""
+
+
+def _wait_resolution(value: float) -> float:
+    if 0 < value < WAIT_RESOLUTION_MS:
+        raise ValueError(f"must be 0 or at least {WAIT_RESOLUTION_MS:g} ms, not {value!r}")
+    return value
+
+
+WaitMs = Annotated[float, AfterValidator(_wait_resolution)]
+"""How long a batch that is not full waits for more items, in milliseconds (each field sets
+its range)."""
+
 
 def _check_uri(uri: str, allowed: tuple[str, ...]) -> str:
     parts = urlsplit(uri)
@@ -120,6 +155,40 @@ def without_reserved_env(manifest: dict[str, Any]) -> dict[str, Any]:
 
 
 EnvName = Annotated[str, AfterValidator(check_env_name)]
+
+
+def _at_least(data: dict[str, Any], key: str, least: float) -> dict[str, Any]:
+    value = data.get(key)
+    if isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value < least:
+        return {**data, key: least}
+    return data
+
+
+def within_bounds(manifest: dict[str, Any]) -> dict[str, Any]:
+    """A stored manifest (as JSON data) with the quantities accepted before their floors were
+    raised (`cpus` and timeouts had only to be > 0) raised to today's floors: such a job still
+    reads, and is placed and timed as it would be if submitted today. Nothing else is changed:
+    every other bound is as it always was."""
+    manifest = _at_least(manifest, "cpus", MIN_CPUS)
+    manifest = _at_least(manifest, "deploy_timeout_s", MIN_TIMEOUT_S)
+    servable = manifest.get("servable")
+    if isinstance(servable, dict):
+        servable = _at_least(servable, "task_timeout_s", MIN_TIMEOUT_S)
+        wait = servable.get("max_wait_ms")
+        if isinstance(wait, int | float) and 0 < wait < WAIT_RESOLUTION_MS:
+            servable = {**servable, "max_wait_ms": 0.0}
+        manifest = {**manifest, "servable": servable}
+    inference = manifest.get("inference")
+    if isinstance(inference, dict):
+        inference = _at_least(inference, "query_timeout_s", MIN_TIMEOUT_S)
+        manifest = {**manifest, "inference": inference}
+    return manifest
+
+
+def stored_manifest(manifest: dict[str, Any]) -> dict[str, Any]:
+    """A manifest stored by an older version (an event, a projection's state) as today's rules
+    read it: reserved names left out, quantities within today's floors."""
+    return within_bounds(without_reserved_env(manifest))
 
 
 def check_storable(value: object) -> None:
@@ -209,8 +278,8 @@ class ServableSpec(_Strict):
         default_factory=list, description="the model's packages (its metadata's)"
     )
     max_batch_size: int = Field(ge=1, le=INT4_MAX)
-    max_wait_ms: float = Field(ge=0, le=86_400_000)
-    task_timeout_s: float = Field(gt=0, le=86_400)
+    max_wait_ms: WaitMs = Field(ge=0, le=MAX_WAIT_MS)
+    task_timeout_s: float = Field(ge=MIN_TIMEOUT_S, le=MAX_TIMEOUT_S)
     inference_job: UUID | None = Field(
         default=None,
         description="the inference job whose queries the replica runs (controlplane/inference), "
@@ -225,14 +294,16 @@ class InferenceSpec(_Strict):
     model: str = Field(max_length=200, description="the model reference as the user wrote it")
     model_tenant: str
     model_name: str
-    version: int = Field(ge=1)
+    version: int = Field(ge=1, le=INT4_MAX)
     deployment: str = Field(max_length=64, description="the deployment its replicas belong to")
     input: dict[str, Any] = Field(description="where its queries' items come from")
     batch_size: int = Field(ge=1, le=INT4_MAX)
-    queries: int | None = Field(ge=1, description="how many queries; None: until cancelled")
-    weight: float = Field(gt=0)
-    replicas: int = Field(ge=1)
-    query_timeout_s: float = Field(gt=0, le=86_400)
+    queries: int | None = Field(
+        ge=1, le=MAX_QUERIES, description="how many queries; None: until cancelled"
+    )
+    weight: float = Field(ge=MIN_WEIGHT, le=MAX_WEIGHT)
+    replicas: int = Field(ge=1, le=MAX_REPLICAS)
+    query_timeout_s: float = Field(ge=MIN_TIMEOUT_S, le=MAX_TIMEOUT_S)
 
 
 class HparamsSpec(_Strict):
@@ -258,8 +329,8 @@ class TrialSpec(_Strict):
     """Which search trial a job runs (controlplane/searches), set by the search."""
 
     search_id: UUID
-    number: int = Field(ge=0)
-    rung: int = Field(ge=0)
+    number: int = Field(ge=0, le=INT4_MAX)
+    rung: int = Field(ge=0, le=INT4_MAX)
     checkpoints_of: UUID = Field(
         description="the job of the trial's first rung: every rung's job keeps its checkpoints "
         "in that job's folder, so a promoted trial resumes where its last rung stopped"
@@ -284,12 +355,14 @@ class JobManifest(_Strict):
         f"{MAX_ARG_CHARS} characters)",
     )
     framework: Framework = "custom"
-    learners: int = Field(default=1, ge=1, le=1024)
-    gpus_per_learner: int = Field(default=0, ge=0, le=64)
-    cpus: float = Field(default=1.0, gt=0, le=1024)
+    learners: int = Field(default=1, ge=1, le=MAX_LEARNERS)
+    gpus_per_learner: int = Field(default=0, ge=0, le=MAX_GPUS_PER_LEARNER)
+    cpus: float = Field(
+        default=1.0, ge=MIN_CPUS, le=MAX_CPUS, description="CPUs per learner (a share of one: 0.5)"
+    )
     memory_mb: int = Field(
         default=2048,
-        ge=16,
+        ge=MIN_MEMORY_MB,
         le=MAX_MEMORY_MB,
         description="MiB per learner; at most what the largest node has, once nodes are known",
     )
@@ -303,7 +376,7 @@ class JobManifest(_Strict):
     data: DataSpec | None = None
     results: ResultsSpec | None = None
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
-    max_restarts: int = Field(default=3, ge=0, le=100)
+    max_restarts: int = Field(default=3, ge=0, le=MAX_RESTARTS)
     restart_on: RestartOn = Field(
         default="any_failure",
         description="which failures are retried: any_failure (a non-zero exit once the job has "
@@ -312,13 +385,16 @@ class JobManifest(_Strict):
     )
     deploy_timeout_s: float = Field(
         default=120.0,
-        gt=0,
-        le=86_400,
+        ge=MIN_TIMEOUT_S,
+        le=MAX_TIMEOUT_S,
         description="every learner must have started within this many seconds of DEPLOYING, "
         "or the deployment is rolled back",
     )
     deploy_retries: int = Field(
-        default=2, ge=0, le=100, description="deployments rolled back and retried before FAILED"
+        default=2,
+        ge=0,
+        le=MAX_RESTARTS,
+        description="deployments rolled back and retried before FAILED",
     )
     priority: int = Field(default=0, ge=-100, le=100, description="higher runs first")
     labels: dict[str, str] = Field(

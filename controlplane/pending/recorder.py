@@ -36,7 +36,8 @@ from controlplane.scheduling.pending import (
     assess,
 )
 from controlplane.scheduling.placement import Capacity, Demand
-from controlplane.workers import pause
+from controlplane.scheduling.unschedulable import out_of_bounds
+from controlplane.workers import item_failed, pause
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +50,7 @@ PACE = 4.0
 """How often the typical run times (of each tenant's job names) are read again: from every job
 that completed in a week, too much to read each round, and slow to change."""
 ACTOR = "system:pending-reasons"
+WORKER = "pending-reasons"
 REPLICAS = Pending(
     Reason.REPLICAS,
     Blocking.WAITING,
@@ -217,7 +219,7 @@ async def _judged(
         for r in await conn.fetch(Q["pending_running"])
     ]
     rows = {r["job_id"]: r for r in jobs}
-    queue = [
+    every = [
         QueuedJob(
             r["job_id"],
             r["tenant"],
@@ -235,6 +237,10 @@ async def _judged(
         for r in jobs
         if not r["inference"]
     ]
+    # A job whose demand is outside the manifest's bounds (stored before a bound was raised)
+    # is judged on its own: never placed, so its values never reach the others' arithmetic.
+    set_aside = {job.job_id: why for job in every if (why := out_of_bounds(job.demand))}
+    queue = [job for job in every if job.job_id not in set_aside]
     expected = {
         job_id: took
         for job_id, r in rows.items()
@@ -243,7 +249,11 @@ async def _judged(
     # Pure and long with a long queue (tenths of a second for ten thousand jobs on a thousand
     # nodes): in a thread, so that the API, the projections and SSE sharing this event loop
     # are not held for it.
-    assessed, starts = await asyncio.to_thread(_judge, nodes, tenants, queue, running, expected, at)
+    assessed, starts, failed = await asyncio.to_thread(
+        _judge, nodes, tenants, queue, running, expected, at
+    )
+    for job_id, why in set_aside.items():
+        log.warning("pending reasons: job %s is never placed: %s", job_id, why)
     judged = [
         Queued(
             a.job_id,
@@ -256,9 +266,17 @@ async def _judged(
         )
         for a in assessed
     ]
+    unjudged = {
+        **{job_id: _unschedulable(why) for job_id, why in set_aside.items()},
+        **{job_id: _unjudged(why) for job_id, why in failed.items()},
+    }
+    judged += [
+        Queued(job_id, rows[job_id]["tenant"], rows[job_id]["attempt"], len(judged) + k, (why,))
+        for k, (job_id, why) in enumerate(unjudged.items(), start=1)
+    ]
     inference = sorted((r for r in jobs if r["inference"]), key=lambda r: r["submitted_at"])
     judged += [
-        Queued(r["job_id"], r["tenant"], r["attempt"], len(queue) + k, (REPLICAS,))
+        Queued(r["job_id"], r["tenant"], r["attempt"], len(judged) + k, (REPLICAS,))
         for k, r in enumerate(inference, start=1)
     ]
     instants = [job.not_before for job in queue if job.not_before is not None]
@@ -273,11 +291,48 @@ def _judge(
     running: Sequence[Holding],
     expected: Mapping[UUID, timedelta],
     at: datetime,
+) -> tuple[list[Assessment], dict[UUID, datetime], dict[UUID, str]]:
+    """The queue's assessments and estimated starts, and the jobs that could not be judged
+    (with why). The walk judges the jobs together; should it fail, each job is judged alone to
+    find those it fails on, which are recorded (see `workers.item_failed`) and left out, and
+    the others are judged without them: one job's data never stops the reasons of all."""
+    try:
+        return (*_together(nodes, tenants, queue, running, expected, at), {})
+    except Exception:
+        failed: dict[UUID, str] = {}
+        for job in queue:
+            try:
+                _together(nodes, tenants, [job], running, expected, at)
+            except Exception as exc:
+                item_failed(WORKER, f"job {job.job_id}")
+                failed[job.job_id] = f"{type(exc).__name__}: {exc}"
+        if not failed:
+            raise  # no one job's data: a bug of the walk itself, for an operator to see
+    rest = [job for job in queue if job.job_id not in failed]
+    return (*_together(nodes, tenants, rest, running, expected, at), failed)
+
+
+def _together(
+    nodes: Sequence[NodeRoom],
+    tenants: Sequence[TenantShare],
+    queue: Sequence[QueuedJob],
+    running: Sequence[Holding],
+    expected: Mapping[UUID, timedelta],
+    at: datetime,
 ) -> tuple[list[Assessment], dict[UUID, datetime]]:
     return (
         assess(nodes, tenants, queue, now=at),
         estimated_starts(nodes, tenants, queue, running, expected, now=at),
     )
+
+
+def _unschedulable(why: str) -> Pending:
+    return Pending(Reason.UNSCHEDULABLE, Blocking.NEVER, why)
+
+
+def _unjudged(why: str) -> Pending:
+    detail = f"its reasons could not be judged ({why}); the operator is told in the log"
+    return Pending(Reason.UNSCHEDULABLE, Blocking.NEVER, detail)
 
 
 def _ends(allocated_at: datetime, took: timedelta | None) -> datetime | None:

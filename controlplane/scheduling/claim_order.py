@@ -15,14 +15,13 @@ offers only as many jobs as could fit, as the SQL's per-tenant scan does."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from controlplane.scheduling.placement import Capacity, Demand
+from controlplane.scheduling.placement import Capacity, Demand, times
 from controlplane.scheduling.policy import CURRENT, ClaimPolicy, Order
 
 CLAIM_BATCH = 8
@@ -124,11 +123,12 @@ def fits(demand: Demand, here: Capacity, ready: Sequence[Capacity]) -> bool:
 
 
 def _learners_fitting(demand: Demand, room: Capacity) -> int:
-    # As the SQL counts: floor(cpus / per learner) rather than Python's `//` on floats.
+    # As the SQL counts: floor(cpus / per learner) rather than Python's `//` on floats; no
+    # more than the job has (the node's count stops mattering there).
     return min(
         len(room.gpus) // demand.gpus if demand.gpus else demand.learners,
-        math.floor(room.cpus / demand.cpus),
-        room.memory_mb // demand.memory_mb,
+        times(room.cpus, demand.cpus, demand.learners),
+        times(room.memory_mb, demand.memory_mb, demand.learners),
     )
 
 

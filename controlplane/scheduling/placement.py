@@ -46,6 +46,20 @@ class Demand:
     memory_mb: int
 
 
+def times(free: float, each: float, most: int) -> int:
+    """How many times `each` fits in `free`, at most `most` (the learners wanted).
+
+    floor(a / b), as the claim's SQL counts, not a // b: 1.0 // 0.2 is 4 (0.2 is a little over
+    a fifth), and a node the SQL offered 5 learners would place 4. Never an error: a quotient
+    too large for an int (a tiny `each`, which the manifest's floors refuse but an older
+    stored job may hold) counts as `most`, so one job's values cannot stop the judging of all.
+    """
+    quotient = free / each if each > 0 else math.inf
+    if math.isnan(quotient):
+        return 0
+    return most if quotient >= most else math.floor(quotient)
+
+
 def place(demand: Demand, nodes: Sequence[Capacity]) -> list[LearnerAllocation] | None:
     """Learners on nodes, in order (the claiming node first): each node takes as many as fit.
     None when they do not all fit: a job is placed whole or not at all."""
@@ -53,13 +67,12 @@ def place(demand: Demand, nodes: Sequence[Capacity]) -> list[LearnerAllocation] 
     for node in nodes:
         if len(placed) == demand.learners:
             break  # the rest would take none: at a thousand nodes, most of a placement's time
+        wanted = demand.learners - len(placed)
         fits = min(
-            len(node.gpus) // demand.gpus if demand.gpus else demand.learners,
-            # floor(a / b), as the claim's SQL counts, not a // b: 1.0 // 0.2 is 4 (0.2 is a
-            # little over a fifth), and a node the SQL offered 5 learners would place 4.
-            math.floor(node.cpus / demand.cpus),
-            node.memory_mb // demand.memory_mb,
-            demand.learners - len(placed),
+            len(node.gpus) // demand.gpus if demand.gpus else wanted,
+            times(node.cpus, demand.cpus, wanted),
+            times(node.memory_mb, demand.memory_mb, wanted),
+            wanted,
         )
         for k in range(max(fits, 0)):
             gpus = node.gpus[k * demand.gpus : (k + 1) * demand.gpus]

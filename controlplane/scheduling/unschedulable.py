@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from controlplane.jobs.manifest import JobManifest
+from controlplane.jobs.manifest import (
+    MAX_CPUS,
+    MAX_GPUS_PER_LEARNER,
+    MAX_LEARNERS,
+    MAX_MEMORY_MB,
+    MIN_CPUS,
+    MIN_MEMORY_MB,
+    JobManifest,
+)
 from controlplane.scheduling.placement import Demand
 
 
@@ -23,6 +31,23 @@ class LiveNodes:
 def demand_of(manifest: JobManifest) -> Demand:
     """What each of the job's learners needs."""
     return Demand(manifest.learners, manifest.gpus_per_learner, manifest.cpus, manifest.memory_mb)
+
+
+def out_of_bounds(demand: Demand) -> str | None:
+    """What of a queued job's demand is outside the manifest's bounds, or None. The manifest
+    refuses such values; a job stored before a bound was raised (or written around the API)
+    may still hold one, and is then judged on its own, never placed with the others."""
+    bounds = (
+        ("learners", demand.learners, 1, MAX_LEARNERS),
+        ("gpus_per_learner", demand.gpus, 0, MAX_GPUS_PER_LEARNER),
+        ("cpus", demand.cpus, MIN_CPUS, MAX_CPUS),
+        ("memory_mb", demand.memory_mb, MIN_MEMORY_MB, MAX_MEMORY_MB),
+    )
+    for name, value, least, most in bounds:
+        # `not least <= value <= most`, not `value < least or ...`: NaN is outside too.
+        if not least <= value <= most:
+            return f"its {name} {value!r} is outside the manifest's bounds ({least:g} to {most:g})"
+    return None
 
 
 def unschedulable_reason(demand: Demand, live: LiveNodes) -> str | None:

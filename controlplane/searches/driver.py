@@ -14,10 +14,11 @@ import logging
 
 import asyncpg
 
-from controlplane.database import CONNECTION_ERRORS, DATABASE_ERRORS
+from controlplane.database import DATABASE_ERRORS
 from controlplane.events.subscription import LogListener
 from controlplane.queries import Q
 from controlplane.searches.service import Searches
+from controlplane.workers import isolated
 
 log = logging.getLogger(__name__)
 
@@ -48,11 +49,6 @@ class SearchDriver:
         """Drive every search that has something to record or carry out; how many."""
         ids = [row["search_id"] for row in await self._pool.fetch(Q["searches_to_drive"])]
         for search_id in ids:
-            try:
-                await self._searches.drive(search_id)
-            except CONNECTION_ERRORS:
-                raise  # the database is away: the whole round waits for it
-            except Exception:
-                # One search's bug (or bad data) must not stop the others' trials.
-                log.exception("search %s: driving it failed", search_id)
+            # One search's bug (or bad data) must not stop the others' trials.
+            await isolated("search-driver", f"search {search_id}", self._searches.drive(search_id))
         return len(ids)

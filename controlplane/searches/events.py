@@ -11,6 +11,7 @@ from uuid import UUID
 from pydantic import Field
 
 from controlplane.events.types import Event, event_type
+from controlplane.jobs.manifest import within_bounds
 from controlplane.searches.spec import SearchSpec
 
 
@@ -18,7 +19,16 @@ class SearchEvent(Event):
     at: datetime
 
 
-@event_type("SearchSubmitted")
+def _trial_within_bounds(data: dict[str, Any]) -> dict[str, Any]:
+    # Version 1 accepted any trial `cpus` and deploy timeout above 0: raised to today's floors,
+    # so that the search still reads (its trials' jobs read so too: JobSubmitted version 3).
+    spec = data.get("spec")
+    if isinstance(spec, dict) and isinstance(spec.get("trial"), dict):
+        return {**data, "spec": {**spec, "trial": within_bounds(spec["trial"])}}
+    return data
+
+
+@event_type("SearchSubmitted", version=2, upcasters={1: _trial_within_bounds})
 class SearchSubmitted(SearchEvent):
     search_id: UUID
     tenant: str

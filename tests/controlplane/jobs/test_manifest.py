@@ -19,6 +19,7 @@ from controlplane.jobs.lifecycle import Job, evolve
 from controlplane.jobs.manifest import (
     MAX_ARG_CHARS,
     MAX_COMMAND_ARGS,
+    MAX_CPUS,
     MAX_ENV_NAME_CHARS,
     MAX_ENV_VALUE_CHARS,
     MAX_ENV_VARS,
@@ -26,6 +27,10 @@ from controlplane.jobs.manifest import (
     MAX_LABEL_VALUE_CHARS,
     MAX_LABELS,
     MAX_MEMORY_MB,
+    MAX_TIMEOUT_S,
+    MIN_CPUS,
+    MIN_MEMORY_MB,
+    MIN_TIMEOUT_S,
     CheckpointSpec,
     DataSpec,
     JobManifest,
@@ -128,7 +133,10 @@ def test_a_manifest_is_read_from_json_text() -> None:
         {"gpus_per_learner": 0},
         {"priority": -100, "max_restarts": 0},
         {"priority": 100, "max_restarts": 100},
-        {"cpus": 0.001, "memory_mb": 16},
+        {"cpus": MIN_CPUS, "memory_mb": MIN_MEMORY_MB},
+        {"cpus": MAX_CPUS},
+        {"deploy_timeout_s": MIN_TIMEOUT_S, "deploy_retries": 0},
+        {"deploy_timeout_s": MAX_TIMEOUT_S, "deploy_retries": 100},
         {"name": "a"},
         {"name": "A" + "x" * 127},
         {"name": "0.1_run-B"},
@@ -183,7 +191,14 @@ def test_unknown_fields_are_rejected_where_they_are(
         ("gpus_per_learner", -1),
         ("gpus_per_learner", 65),
         ("cpus", 0),
+        ("cpus", 5e-324),  # subnormal: once made placement's floor(free / cpus) infinite
+        ("cpus", MIN_CPUS / 2),
+        ("cpus", MAX_CPUS + 1),
         ("cpus", -2.0),
+        ("deploy_timeout_s", 5e-324),
+        ("deploy_timeout_s", 0.5),
+        ("deploy_timeout_s", MAX_TIMEOUT_S + 1),
+        ("deploy_retries", 101),
         ("cpus", float("nan")),
         ("cpus", float("inf")),
         ("memory_mb", 15),
@@ -280,7 +295,7 @@ def test_a_jobsubmitted_event_of_version_1_reads_without_its_reserved_names() ->
         "tenant": "acme",
         "manifest": manifest(env=env),
     }
-    assert JobSubmitted.schema_version == 2
+    assert JobSubmitted.schema_version == 3
     with pytest.raises(MalformedEvent):
         EVENT_REGISTRY.decode("JobSubmitted", 2, json.dumps(data))
     decoded = EVENT_REGISTRY.decode("JobSubmitted", 1, json.dumps(data))
@@ -442,7 +457,7 @@ manifests = st.builds(
     framework=st.sampled_from(["pytorch", "tensorflow", "jax", "horovod", "custom"]),
     learners=st.integers(1, 1024),
     gpus_per_learner=st.integers(0, 64),
-    cpus=st.floats(min_value=0, max_value=1024, exclude_min=True, allow_nan=False),
+    cpus=st.floats(min_value=MIN_CPUS, max_value=MAX_CPUS),
     memory_mb=st.integers(16, MAX_MEMORY_MB),
     restart_on=st.sampled_from(["any_failure", "infrastructure"]),
     env=st.dictionaries(
@@ -504,3 +519,24 @@ def test_whatever_text_is_accepted_can_be_stored(fields: dict[str, str]) -> None
     stored = job.model_dump_json()  # raises on text JSON cannot carry
     assert "\\u0000" not in stored  # which jsonb refuses
     assert JobManifest.model_validate_json(stored) == job
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_jobsubmitted_event_from_before_the_floors_reads_within_them(version: int) -> None:
+    """A job stored when `cpus` and timeouts had only to be > 0 (a subnormal `cpus` stopped
+    every background worker): it still reads, its values raised to today's floors."""
+    data = {
+        "at": "2026-01-01T00:00:00Z",
+        "job_id": str(UUID(int=7)),
+        "tenant": "acme",
+        "manifest": manifest(cpus=5e-324, deploy_timeout_s=1e-300),
+    }
+    decoded = EVENT_REGISTRY.decode("JobSubmitted", version, json.dumps(data))
+    assert isinstance(decoded, JobSubmitted)
+    assert (decoded.manifest.cpus, decoded.manifest.deploy_timeout_s) == (MIN_CPUS, MIN_TIMEOUT_S)
+    submitted = JobSubmitted(
+        job_id=UUID(int=7), tenant="acme", manifest=JobManifest(**MINIMAL), at=datetime.now(UTC)
+    )
+    stored = evolve(None, submitted).model_dump(mode="json")
+    stored["manifest"]["cpus"] = 1e-320
+    assert Job.model_validate_json(json.dumps(stored)).manifest.cpus == MIN_CPUS
