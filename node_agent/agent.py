@@ -33,7 +33,7 @@ from controlplane.jobs.events import (
     JobRestarted,
 )
 from controlplane.jobs.images import DEFAULT_ALLOWLIST, ImageAllowlist
-from controlplane.jobs.lifecycle import Command, Job, Refused
+from controlplane.jobs.lifecycle import Command, Job, Refused, RollBack
 from controlplane.jobs.locations import Roots
 from controlplane.jobs.manifest import ServableSpec
 from controlplane.jobs.projection import CLAIMABLE_CHANNEL, REQUESTS_CHANNEL
@@ -45,12 +45,13 @@ from controlplane.queries import Q
 from controlplane.registry import EVENT_REGISTRY
 from controlplane.scheduling.claim import Claim
 from node_agent.attempt import Attempt, LogSink
+from node_agent.folders import JobFolders
 from node_agent.inventory import Gpu, GpuInventory
-from node_agent.learners import job_dir, learner_specs
+from node_agent.learners import checkpoints_of, learner_specs
 from node_agent.reconcile import Allocation, Resumed, VersionedJob, plan
 from node_agent.runtime import FoundLearner, Learner, LearnerRuntime, LearnerSpec
 from node_agent.serving import Serving
-from node_agent.users import DEFAULT_LEARNER_UIDS, UidRange, Users
+from node_agent.users import DEFAULT_LEARNER_UIDS, NoUid, UidRange, Users
 from node_agent.wakes import Heard, Round, gpu_free, round_after
 from runners.config import SERVE_DIR
 
@@ -93,6 +94,9 @@ class AgentConfig:
     artifacts_dir: Path | None = None
     """The model repository's artifacts (the control plane's TRAINYARD_ARTIFACTS_DIR, shared
     with this node): what deployments' replicas load. None: replicas fail their tasks."""
+    folder_sweep_s: float = 60.0
+    """How often the folders of jobs whose retention ended are looked for and removed: they
+    go days after their job, so a minute late costs nothing."""
 
     @property
     def checkpoint_root(self) -> Path:
@@ -139,7 +143,8 @@ class Agent:
         self._running: dict[UUID, _Running] = {}
         self._attempts: asyncio.TaskGroup | None = None
         """Where attempts run, while `run()` runs; those `reconcile()` resumes wait for it."""
-        self._users = Users(config.learner_uids, root=os.geteuid() == 0)
+        self._users = Users(pool, config.learner_uids, root=os.geteuid() == 0)
+        self._folders = JobFolders(pool, config.name, config.work_dir, config.checkpoint_root)
         self._stopping = asyncio.Event()
         self._changed = asyncio.Event()
         self._gpus: list[str] = []
@@ -216,7 +221,9 @@ class Agent:
         won = resumed.claim
         stored = await last_seqs(self._pool, won.job.job_id, won.attempt)
         adopted: dict[int, Learner] = {}
-        specs = await self._specs(won)
+        specs = await self._specs_or_roll_back(won)
+        if specs is None:
+            return
         for spec in specs:
             for stream in ("stdout", "stderr"):
                 self._logs.resume(spec, stream, stored.get((spec.learner, Stream(stream)), 0))
@@ -242,6 +249,7 @@ class Agent:
             with GPU_UTILIZATION.source(self._gpu_utilization):
                 async with asyncio.TaskGroup() as group:
                     heartbeats = group.create_task(self._heartbeats(), name="heartbeats")
+                    folders = group.create_task(self._sweep_folders(), name="folders")
                     # Ends once every attempt has, while the heartbeats keep the lease.
                     async with asyncio.TaskGroup() as attempts:
                         self._attempts = attempts
@@ -257,6 +265,7 @@ class Agent:
                             self.stop()
                         self._stop_attempts()
                     heartbeats.cancel()
+                    folders.cancel()
         finally:
             self._attempts = None
             # Shielded: a cancelled shutdown must still give the node's name back.
@@ -305,6 +314,15 @@ class Agent:
                 # Learners keep running; the lease survives hiccups shorter than its TTL.
                 log.warning("heartbeat failed (%s); retrying", exc)
             await asyncio.sleep(self.config.heartbeat_s)
+
+    async def _sweep_folders(self) -> None:
+        while True:
+            try:
+                await self._folders.sweep()
+            except (*DATABASE_ERRORS, OSError) as exc:
+                # Kept, with their uid, until a later sweep removes them.
+                log.warning("removing expired job folders failed (%s); retrying", exc)
+            await asyncio.sleep(self.config.folder_sweep_s)
 
     async def _check_gpus(self) -> None:
         for gpu in self._inventory.gpus():
@@ -366,7 +384,9 @@ class Agent:
                 and (won := await self._claim())
             ):
                 for taken in won:
-                    self._start(taken, await self._specs(taken))
+                    specs = await self._specs_or_roll_back(taken)
+                    if specs is not None:
+                        self._start(taken, specs)
         if todo.requests:
             await self._account([])
 
@@ -390,15 +410,33 @@ class Agent:
                 running.attempt.stop()
 
     async def _claim(self) -> list[Claim]:
-        return await claim(self._pool, self._store, self.config.name, clock=self._clock)
+        return await claim(
+            self._pool, self._store, self.config.name, clock=self._clock, uids=self._users.claimed
+        )
+
+    async def _specs_or_roll_back(self, won: Claim) -> list[LearnerSpec] | None:
+        """The specs of this node's learners of the claim; None when they cannot run here for
+        want of a uid, and the deployment was rolled back (tried again, or the job failed after
+        its deploy retries), its allocation here given back."""
+        try:
+            return await self._specs(won)
+        except NoUid as exc:
+            job_id = won.job.job_id
+            reason = f"node {self.config.name} has no uid for the job: {exc}"
+            log.error("job %s attempt %d: %s", job_id, won.attempt, reason)
+            await self._execute(
+                job_id, RollBack(reason=reason, at=self._clock.now(), attempt=won.attempt)
+            )
+            await self._retry(lambda: self._releases.release(job_id, won.attempt))
+            return None
 
     async def _specs(self, won: Claim) -> list[LearnerSpec]:
         job_id = won.job.job_id
-        try:
-            # An earlier agent's learners of the job run as the folder's owner.
-            owner: int | None = job_dir(self.config.work_dir, job_id).lstat().st_uid
-        except FileNotFoundError:
-            owner = None
+        # The same uid on every node and in every attempt of the job; its folders recorded
+        # before any is made.
+        user = await self._users.of(job_id)
+        uid = None if user is None else user[0]
+        await self._folders.record(job_id, uid, checkpoints_of(won))
         # The job's secrets are read as each attempt starts, never kept: the table is their
         # only copy, and the job's end deletes them.
         secrets = await self._pool.fetchval(Q["job_secret_env"], job_id)
@@ -411,7 +449,7 @@ class Agent:
             launcher=list(self.config.launcher),
             network_tenants=self.config.network_tenants,
             roots=self.config.roots,
-            user=self._users.of(job_id, owner),
+            user=user,
             container=self._runtime.name == "docker",
         )
 
@@ -475,11 +513,10 @@ class Agent:
             await self._retry(lambda: self._releases.release(job_id, number))
             # Once its GPUs are back, the job's next attempt may already have been claimed
             # here (a rollback, a restart): that one is running now, under the same job id,
-            # and keeps its entry and its user.
+            # and keeps its entry.
             current = self._running.get(job_id)
             if current is not None and current.attempt is attempt:
                 del self._running[job_id]
-                self._users.release(job_id)
             self._changed.set()
 
     async def _feed(self, serving: Serving, attempt: Attempt, servable: ServableSpec) -> None:

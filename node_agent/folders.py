@@ -15,16 +15,26 @@ FIFO that would block the agent is refused.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import errno
+import logging
 import os
+import shutil
 import stat
 from dataclasses import replace
+from enum import Enum
 from pathlib import Path
+from uuid import UUID
+
+import asyncpg
 
 from controlplane.jobs.locations import root_of, tenant_roots
+from controlplane.queries import Q
 from node_agent.runtime import LearnerSpec, LearnerStartError, Mount
 from runners.config import RESULTS_ROOT
+
+log = logging.getLogger(__name__)
 
 FOLDER_MODE = 0o700
 BASE_MODE = 0o711
@@ -142,3 +152,101 @@ def open_regular(path: Path) -> int:
         os.close(fd)
         raise OSError(errno.EINVAL, f"{path} is not a regular file")
     return fd
+
+
+class Disposal(Enum):
+    """What becomes of a folder of a job whose retention has ended."""
+
+    REMOVE = "remove"
+    HAND_BACK = "hand back"
+    """Kept, but given to the agent (mode 0700): a job that has not expired still uses it (a
+    later rung of a search trial resumes from it, and takes it when it starts)."""
+    LEAVE = "leave"
+    """Another job's now (that later rung took it), or not a folder of the agent's making."""
+
+
+def disposal(info: os.stat_result, uid: int | None, used: bool) -> Disposal:
+    """What to do with a folder (as lstat found it) of an expired job that ran as `uid` (None:
+    as the agent), `used` by a job that has not expired. Only a directory the job's user owns
+    goes (or the agent's, when the job had no user): once removed or handed back, nothing the
+    uid owns is reachable, and the uid may go to another job."""
+    owner = os.geteuid() if uid is None else uid
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != owner:
+        return Disposal.LEAVE
+    if not used:
+        return Disposal.REMOVE
+    return Disposal.LEAVE if uid is None else Disposal.HAND_BACK
+
+
+def dispose(base: Path, name: str, uid: int | None, used: bool) -> Disposal:
+    """Remove or hand back the folder `name` right below `base` (see `disposal`), without
+    following symlinks anywhere (`shutil.rmtree` walks by descriptors); gone already is done."""
+    fd = os.open(base, _DIRECTORY)
+    try:
+        try:
+            info = os.stat(name, dir_fd=fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return Disposal.LEAVE
+        todo = disposal(info, uid, used)
+        if todo is Disposal.REMOVE:
+            shutil.rmtree(name, dir_fd=fd)
+        elif todo is Disposal.HAND_BACK:
+            folder = os.open(name, _DIRECTORY, dir_fd=fd)
+            try:
+                os.fchown(folder, os.geteuid(), os.getegid())
+                os.fchmod(folder, FOLDER_MODE)
+            finally:
+                os.close(folder)
+        return todo
+    finally:
+        os.close(fd)
+
+
+def expired_folders(
+    work_dir: Path, checkpoint_root: Path, job_id: UUID, checkpoints: UUID, used: bool
+) -> dict[tuple[Path, str], bool]:
+    """An expired job's folders on a node, as (base, name below it), and whether a job that has
+    not expired still uses each: its own folder in `work_dir`, and the checkpoint folder it
+    used (`checkpoints`' in `checkpoint_root`), which are one when the checkpoints are the
+    job's own and the two roots are one."""
+    folders = {(work_dir, str(job_id)): False}
+    shared = (checkpoint_root, str(checkpoints))
+    folders[shared] = folders.get(shared, False) or used
+    return folders
+
+
+class JobFolders:
+    """The folders this node keeps for jobs: recorded in the database before they are made, and
+    removed (or handed back) once their job's retention has ended (the lifecycle manager marks
+    them), after which the job's uid goes back to the range."""
+
+    def __init__(self, pool: asyncpg.Pool, node: str, work_dir: Path, checkpoint_root: Path):
+        self._pool = pool
+        self._node = node
+        self._work_dir = work_dir
+        self._checkpoint_root = checkpoint_root
+
+    async def record(self, job_id: UUID, uid: int | None, checkpoints: UUID) -> None:
+        """Before the job's folders are made here: they are not forgotten, nor its uid given
+        to another job, until they are removed."""
+        await self._pool.execute(Q["record_job_folders"], job_id, self._node, uid, checkpoints)
+
+    async def sweep(self) -> int:
+        """Remove (or hand back) the folders of the jobs whose retention has ended; how many
+        jobs' went."""
+        rows = await self._pool.fetch(Q["expired_job_folders"], self._node)
+        for row in rows:
+            job_id: UUID = row["job_id"]
+            places = expired_folders(
+                self._work_dir,
+                self._checkpoint_root,
+                job_id,
+                row["checkpoints"],
+                row["checkpoints_used"],
+            )
+            for (base, name), used in places.items():
+                # Blocking file system work, off the event loop: a job's folders may be large.
+                done = await asyncio.to_thread(dispose, base, name, row["uid"], used)
+                log.info("job %s: retention over: %s (%s)", job_id, base / name, done.value)
+            await self._pool.execute(Q["forget_job_folders"], job_id, self._node)
+        return len(rows)

@@ -31,13 +31,18 @@ def learner_dir(work_dir: Path, job_id: UUID, attempt: int, learner: int) -> Pat
     return job_dir(work_dir, job_id) / f"attempt-{attempt}" / f"learner-{learner}"
 
 
+def checkpoints_of(claim: Claim) -> UUID:
+    """The job whose checkpoint folder the claimed job uses: its own, or the first of its
+    search trial's, whose later rungs resume from it."""
+    trial = claim.job.manifest.trial
+    return claim.job.job_id if trial is None else trial.checkpoints_of
+
+
 def checkpoint_dir(root: Path, claim: Claim, learner: int) -> Path:
     """Shared by every attempt of the job that runs where `root` is mounted (this node, or every
     node when it is a shared volume), so a restart resumes from it; and by every rung's job of a
     search's trial (one after the other, never two at once), so a promotion resumes too."""
-    trial = claim.job.manifest.trial
-    owner = claim.job.job_id if trial is None else trial.checkpoints_of
-    return root / str(owner) / "checkpoints" / f"learner-{learner}"
+    return root / str(checkpoints_of(claim)) / "checkpoints" / f"learner-{learner}"
 
 
 def learner_specs(

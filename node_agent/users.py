@@ -1,6 +1,7 @@
 """The users learners run as: a distinct unprivileged uid (and a group of the same number) for
-each job on the node, from the operator's range `TRAINYARD_LEARNER_UIDS`, so that a job's code
-can read neither the agent's files nor another job's.
+each job, unique across the fleet while any file of the job's may exist, from the operator's
+range `TRAINYARD_LEARNER_UIDS` (the same on every node), so that a job's code can read neither
+the agent's files nor another job's (see docs/learner-uids.md).
 
 The uids need no entry in /etc/passwd: containers and processes run under a number. The range
 must hold no user of the node's own (the default starts above the usual system and login
@@ -9,13 +10,17 @@ users, at 200000, as container user-namespace ranges do).
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
-from collections.abc import Mapping, Set
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from uuid import UUID
+
+import asyncpg
+
+from controlplane.agents.claims import uids_exhausted
+from controlplane.queries import Q
 
 log = logging.getLogger(__name__)
 
@@ -57,26 +62,25 @@ class UidRange:
     def __contains__(self, uid: object) -> bool:
         return isinstance(uid, int) and self.start <= uid < self.start + self.count
 
+    @property
+    def uids(self) -> range:
+        return range(self.start, self.start + self.count)
 
-def job_uid(job_id: UUID, uids: UidRange, taken: Set[int]) -> int:
-    """The job's uid: chosen by the job's id (so that every node picks the same one, and a
-    checkpoint folder shared by the nodes keeps its owner), the next free one when another
-    job on this node holds it. ValueError when every uid of the range is taken."""
-    first = int.from_bytes(hashlib.sha256(job_id.bytes).digest()[:8], "big") % uids.count
-    for step in range(uids.count):
-        uid = uids.start + (first + step) % uids.count
-        if uid not in taken:
-            return uid
-    raise ValueError(f"all {uids.count} uids of {LEARNER_UIDS_ENV} are in use by jobs")
+
+class NoUid(Exception):
+    """The job has no uid this node can run its learners as."""
 
 
 class Users:
-    """Which uid each job on this node runs as, while it runs here."""
+    """Which uid each job's learners run as: one of its own across the fleet, allocated in the
+    database (`allocate_learner_uid`) as the job is claimed, and held until every node has
+    removed the job's folders (`node_agent.folders.JobFolders`). No two jobs share a uid while
+    a file of either may exist: not on two nodes at once, and not one after the other."""
 
-    def __init__(self, uids: UidRange, *, root: bool) -> None:
+    def __init__(self, pool: asyncpg.Pool, uids: UidRange, *, root: bool) -> None:
+        self._pool = pool
         self._uids = uids
         self._root = root
-        self._jobs: dict[UUID, int] = {}
 
     @property
     def separate(self) -> bool:
@@ -84,25 +88,29 @@ class Users:
         one that is not runs every learner as itself."""
         return self._root
 
-    def of(self, job_id: UUID, owner: int | None = None) -> tuple[int, int] | None:
-        """The job's uid and gid (the same for every learner of it here); None when learners
-        run as the agent's user. `owner`: who owns the job's folder already, if it exists
-        (an earlier agent's choice, which its running learners still use)."""
+    @property
+    def claimed(self) -> range | None:
+        """The uids this node's claims allocate from (None: its learners run as the agent)."""
+        return self._uids.uids if self._root else None
+
+    async def of(self, job_id: UUID) -> tuple[int, int] | None:
+        """The job's uid and gid (the same for every learner of it, on every node); None when
+        learners run as the agent's user. Allocated now when the job's claim did not (a node
+        that is not root claimed it). NoUid when every uid of the range is held, or the job
+        holds one outside this node's range (the fleet's nodes disagree on the range)."""
         if not self._root:
             return None
-        uid = self._jobs.get(job_id)
+        uid = await self._pool.fetchval(
+            Q["allocate_learner_uid"], job_id, self._uids.start, self._uids.count
+        )
         if uid is None:
-            taken = set(self._jobs.values())
-            if owner is not None and owner in self._uids and owner not in taken:
-                uid = owner
-            else:
-                uid = job_uid(job_id, self._uids, taken)
-            self._jobs[job_id] = uid
+            raise NoUid(uids_exhausted(self._uids.uids))
+        if uid not in self._uids:
+            raise NoUid(
+                f"the job's uid {uid} is outside this node's {LEARNER_UIDS_ENV} "
+                f"({self._uids.start}:{self._uids.count}): every node must have the same range"
+            )
         return uid, uid
-
-    def release(self, job_id: UUID) -> None:
-        """The job's learners have ended here: its uid may go to another job."""
-        self._jobs.pop(job_id, None)
 
 
 def leftover_processes(uid: int, node: str | None = None, proc: str = "/proc") -> list[int]:

@@ -4,6 +4,7 @@ DEPLOYING event commit in one transaction, or not at all."""
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -30,6 +31,8 @@ from controlplane.scheduling.claim import Claim
 from controlplane.scheduling.claim_order import CLAIM_BATCH
 from controlplane.scheduling.placement import Capacity, Demand, LearnerAllocation, place
 
+log = logging.getLogger(__name__)
+
 STALE_RETRIES = 5
 
 
@@ -45,13 +48,16 @@ async def claim(
     *,
     limit: int = CLAIM_BATCH,
     clock: Clock = SYSTEM_CLOCK,
+    uids: range | None = None,
 ) -> list[Claim]:
     """Claim the next jobs that fit on `node` together, up to `limit` (for a job of several
-    learners, on other nodes too); none when none fits."""
+    learners, on other nodes too); none when none fits. `uids`: each job claimed holds a
+    learner uid (its own, or one of these allocated now), or waits in the queue until one is
+    free; None: the node's learners run as its agent, and the jobs need none."""
     for _ in range(STALE_RETRIES):
         try:
             async with pool.acquire() as conn, conn.transaction():
-                won = await _claim(conn, store, node, limit, clock)
+                won = await _claim(conn, store, node, limit, clock, uids)
         except (
             _Stale,
             ConcurrencyError,
@@ -88,8 +94,16 @@ class _Placed:
     metadata: Metadata
 
 
+def uids_exhausted(uids: range) -> str:
+    """Why a job waits for a learner uid."""
+    return (
+        f"all {len(uids)} learner uids ({uids.start}:{len(uids)}, TRAINYARD_LEARNER_UIDS) are "
+        "held by jobs whose folders are kept until their retention ends"
+    )
+
+
 async def _claim(
-    conn: Executor, store: EventStore, node: str, limit: int, clock: Clock
+    conn: Executor, store: EventStore, node: str, limit: int, clock: Clock, uids: range | None
 ) -> list[Claim]:
     started = time.time_ns()
     rows = await conn.fetch(Q["claim_candidates"], node, limit)
@@ -102,6 +116,7 @@ async def _claim(
         node, list(first["free_gpus"]), first["free_cpus"], int(first["free_memory_mb"])
     )
     placed: list[_Placed] = []
+    waiting: list[UUID] = []
     for row in rows:
         demand = Demand(
             row["learners"],
@@ -125,10 +140,19 @@ async def _claim(
         deployed = _deploy(row, node, learners, started, clock.now())
         if deployed is None:
             continue
+        if uids is not None and not await _uid(conn, deployed.job.job_id, uids):
+            waiting.append(deployed.job.job_id)
+            continue
         placed.append(deployed)
         if any(learner.node != node for learner in learners):
             break  # placed on other nodes too: their room has changed; take no more now
         room = room.less(learners, demand)
+    if uids is not None and waiting:
+        # Not the jobs' fault: they stay queued, and are claimed once a uid is free.
+        listed = ", ".join(map(str, waiting))
+        log.error("node %s: job(s) %s wait: %s", node, listed, uids_exhausted(uids))
+        if not placed:
+            return []
     if not placed:
         raise _Stale  # every candidate's queue row was behind its job
     appended = await store.append_many(
@@ -172,6 +196,15 @@ def _deploy(
             return None
         metadata = Metadata.capture(f"agent:{node}", tenant=row["tenant"])
     return _Placed(row, job, learners, events, metadata)
+
+
+async def _uid(conn: Executor, job_id: UUID, uids: range) -> bool:
+    """Whether the job holds a learner uid, allocated from `uids` now if it had none. Before
+    its DEPLOYING event: a job that gets none is left in the queue. Should the job then be left
+    out as stale, its uid stays allocated in this transaction, and goes back at its retention's
+    end like any other ended job's."""
+    uid = await conn.fetchval(Q["allocate_learner_uid"], job_id, uids.start, len(uids))
+    return uid is not None
 
 
 async def _allocate(conn: Executor, placed: Sequence[_Placed]) -> None:

@@ -108,7 +108,8 @@ class LifecycleManager:
 
     async def sweep(self) -> list[str]:
         """Declare every node whose lease has expired LOST (returns their names), then roll
-        back deployments that did not start in time, and forget logs past their retention."""
+        back deployments that did not start in time, and forget logs past their retention (and
+        the folders and uids of the jobs past it)."""
         lost = []
         for row in await self._pool.fetch(Q["expired_nodes"]):
             if await isolated(WORKER, f"node {row['name']}", self._declare_lost(row["name"])):
@@ -127,6 +128,12 @@ class LifecycleManager:
             )
             if forgotten:
                 log.info("log retention: forgot the logs of %d ended job(s)", forgotten)
+            # The same retention for the jobs' folders on the nodes (their agents remove them),
+            # and then for their uids (docs/learner-uids.md).
+            await self._pool.execute(Q["expire_job_folders"], self._log_retention_s)
+            released = await self._pool.fetchval(Q["release_learner_uids"], self._log_retention_s)
+            if released:
+                log.info("retention: %d ended job(s) gave back their learner uids", released)
         return lost
 
     async def _serve(self, deployments: Deployments) -> None:

@@ -79,6 +79,9 @@ AGENT_RIGHTS = {
     "SELECT ON inference_queries",  # to claim a job's queries for its replica
     "INSERT ON inference_queries",  # the claim makes the query
     "UPDATE ON inference_queries",  # and records its result, fenced by the claim
+    "SELECT ON job_folders",  # the folders it made, to remove at their retention's end
+    "INSERT ON job_folders",  # recorded before they are made
+    "DELETE ON job_folders",  # and forgotten once removed
 }
 
 TABLE_PRIVILEGES = ["SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE", "REFERENCES", "TRIGGER"]
