@@ -287,7 +287,7 @@ class _Agent:
         """Spawn it; return once it has registered its node."""
         before = await _registrations(store)
         # Once: a restart after a kill should cost only the agent's own start.
-        self._login_url = self._login_url or await agent_login_url(self.database_url)
+        self._login_url = self._login_url or await agent_login_url(self.database_url, NODE)
         options = ["--name", NODE, "--runtime", "process", "--fake-gpus", "0"]
         options += ["--work-dir", str(self.work_dir), "--grace", "2"]
         options += ["--heartbeat", str(HEARTBEAT_S), "--ttl", str(LEASE_TTL_S)]

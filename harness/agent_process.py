@@ -71,7 +71,7 @@ class AgentProcess:
         if self.checkpoint_dir is not None:
             options += ["--checkpoint-dir", str(self.checkpoint_dir)]
         # Once: a restart after a kill should cost only the agent's own start.
-        self.login_url = self.login_url or await agent_login_url(self.url)
+        self.login_url = self.login_url or await agent_login_url(self.url, self.name)
         self.spawned_at = time.perf_counter()
         with contextlib.ExitStack() as files:
             output = (

@@ -121,7 +121,7 @@ class RunningAgent:
         self.task = asyncio.create_task(self._run(url, config, fake_gpus))
 
     async def _run(self, url: str, config: AgentConfig, fake_gpus: int) -> None:
-        login = await agent_login_url(url)
+        login = await agent_login_url(url, config.name)
         await run_agent(
             login, config, fake_gpus=fake_gpus, stop=self.stop, registered=self.registered
         )

@@ -1,6 +1,8 @@
-"""`trainyard agent-login create NAME`: a database login for node agents, run by an operator
-with the owner's database URL. Exit codes as `controlplane.cli.main`'s: 2 for bad input, 1 when
-the login cannot be created, 3 when the database cannot be reached; nothing changes on error."""
+"""`trainyard agent-login create NAME --node NODE`: a database login for one node's agent, and
+`agent-login bind NAME --node NODE` for a login made before logins were bound (or a machine
+renamed); run by an operator with the owner's database URL. Exit codes as
+`controlplane.cli.main`'s: 2 for bad input, 1 when the login cannot be created or bound, 3 when
+the database cannot be reached; nothing changes on error."""
 
 from __future__ import annotations
 
@@ -17,7 +19,9 @@ from controlplane.agents.logins import (
     MIN_PASSWORD,
     InvalidLogin,
     LoginExists,
+    bind_agent_login,
     check_login_name,
+    check_node_name,
     create_agent_login,
 )
 from controlplane.database import resolve_database
@@ -25,6 +29,7 @@ from controlplane.migrate import require_migrated
 from controlplane.settings import Settings
 
 PASSWORD_ENV = "TRAINYARD_AGENT_PASSWORD"
+NODE_HELP = "the node whose work it may reach: the agent's --name (default: its host name)"
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 
@@ -37,20 +42,24 @@ def add_commands(commands: argparse._SubParsersAction[Any]) -> None:
         description="Node agents should not log in to Postgres with the owner's URL: a "
         "compromised node would be the whole service. An agent login is a member of the "
         "trainyard_agent role only (claims, heartbeats, log lines and the agents' own events; "
-        "no tokens, no webhook secrets, no tenants' events). Run with the owner's "
-        "$TRAINYARD_DATABASE_URL (a login that may create roles).",
+        "no tokens, no webhook secrets, no tenants' events), bound to one node: it reaches the "
+        "secrets, events, log lines and serving tasks of the work on that node only (see "
+        "docs/agent-role.md). Run with the owner's $TRAINYARD_DATABASE_URL (a login that may "
+        "create roles).",
     )
     group = logins.add_subparsers(title="commands", required=True, metavar="COMMAND")
     create = group.add_parser(
         "create",
-        help="create a login that is a member of trainyard_agent only",
+        help="create a login that is a member of trainyard_agent only, for one node",
         description="Create the LOGIN role NAME, a member of trainyard_agent and of nothing "
-        "else. Its SCRAM-SHA-256 verifier is computed here, so the password never reaches the "
-        f"server or its logs. The password (printable ASCII, at least {MIN_PASSWORD} "
-        f"characters) comes from --password-file or ${PASSWORD_ENV}. Prints the URL to give "
-        "`trainyard agent install --database-url` (password masked).",
+        "else, bound to node NODE (the agent's --name). Its SCRAM-SHA-256 verifier is "
+        "computed here, so the password never reaches the server or its logs. The password "
+        f"(printable ASCII, at least {MIN_PASSWORD} characters) comes from --password-file "
+        f"or ${PASSWORD_ENV}. Prints the URL to give `trainyard agent install "
+        "--database-url` (password masked).",
     )
     create.add_argument("name", metavar="NAME", help="lowercase letters, digits and '_'")
+    create.add_argument("--node", required=True, metavar="NODE", help=NODE_HELP)
     create.add_argument(
         "--password-file",
         type=Path,
@@ -58,30 +67,69 @@ def add_commands(commands: argparse._SubParsersAction[Any]) -> None:
         help=f"a file holding the password (one line); default: ${PASSWORD_ENV}",
     )
     create.set_defaults(handler=cmd_create)
+    bind = group.add_parser(
+        "bind",
+        help="bind an existing agent login to the node it works for",
+        description="Bind the agent login NAME to node NODE in this database: from its next "
+        "statement on it reaches that node's work and no other's. For logins created before "
+        "logins were bound (they reach no node's work until bound), and for a login whose "
+        "machine took another node name.",
+    )
+    bind.add_argument("name", metavar="NAME", help="an existing agent login")
+    bind.add_argument("--node", required=True, metavar="NODE", help=NODE_HELP)
+    bind.set_defaults(handler=cmd_bind)
 
 
 async def cmd_create(args: argparse.Namespace, settings: Settings) -> int:
     try:
         name = check_login_name(args.name)
+        node = check_node_name(args.node)
         password = _password(args.password_file)
     except InvalidLogin as exc:
-        return _error(str(exc), EXIT_USAGE)
+        return _error("create", str(exc), EXIT_USAGE)
     url = await resolve_database(settings)
     await require_migrated(url)
     try:
-        await create_agent_login(url, name, password)
+        await create_agent_login(url, name, password, node)
     except InvalidLogin as exc:
-        return _error(str(exc), EXIT_USAGE)
+        return _error("create", str(exc), EXIT_USAGE)
     except LoginExists as exc:
-        return _error(str(exc), EXIT_FAILED)
+        return _error("create", str(exc), EXIT_FAILED)
     except asyncpg.InsufficientPrivilegeError as exc:
         return _error(
+            "create",
             f"this database login may not create roles ({exc}); run with the owner's URL "
             "or a login with CREATEROLE",
             EXIT_FAILED,
         )
-    print(f"created database login {name!r}, a member of trainyard_agent only", file=sys.stderr)
+    print(
+        f"created database login {name!r}, a member of trainyard_agent only, for node {node!r}",
+        file=sys.stderr,
+    )
     print(agent_url(url, name))
+    return 0
+
+
+async def cmd_bind(args: argparse.Namespace, settings: Settings) -> int:
+    try:
+        name = check_login_name(args.name)
+        node = check_node_name(args.node)
+    except InvalidLogin as exc:
+        return _error("bind", str(exc), EXIT_USAGE)
+    url = await resolve_database(settings)
+    await require_migrated(url)
+    try:
+        before = await bind_agent_login(url, name, node)
+    except InvalidLogin as exc:
+        return _error("bind", str(exc), EXIT_FAILED)
+    except asyncpg.InsufficientPrivilegeError as exc:
+        return _error(
+            "bind",
+            f"this database login may not bind agent logins ({exc}); run with the owner's URL",
+            EXIT_FAILED,
+        )
+    moved = f" (was {before!r})" if before is not None and before != node else ""
+    print(f"database login {name!r} works for node {node!r}{moved}", file=sys.stderr)
     return 0
 
 
@@ -117,6 +165,6 @@ def _password(path: Path | None) -> str:
     return password
 
 
-def _error(message: str, code: int) -> int:
-    print(f"trainyard agent-login create: error: {message}", file=sys.stderr)
+def _error(command: str, message: str, code: int) -> int:
+    print(f"trainyard agent-login {command}: error: {message}", file=sys.stderr)
     return code

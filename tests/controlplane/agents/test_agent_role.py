@@ -27,7 +27,7 @@ from controlplane.jobs.lifecycle import JobStatus
 from controlplane.jobs.streams import job_stream
 from controlplane.registry import EVENT_REGISTRY
 from controlplane.tenants.events import TokenIssued
-from harness.agent_login import AGENT_LOGIN, AGENT_PASSWORD, agent_login_url
+from harness.agent_login import AGENT_PASSWORD, agent_login_name, agent_login_url
 from tests.cluster import A_WHOLE_RUN, USER, Plane, RunningAgent, learner_space
 from tests.node_agent.test_agent import wait_for_line
 from tests.polling import eventually
@@ -49,7 +49,7 @@ AGENT_RIGHTS = {
     "SELECT ON node_capacity",
     "SELECT ON allocations",
     "INSERT ON allocations",
-    "UPDATE ON allocations",
+    "UPDATE (released_at) ON allocations",  # releases only (row-level security: its node's)
     "SELECT ON allocated_gpus",
     "INSERT ON allocated_gpus",
     "DELETE ON allocated_gpus",
@@ -66,7 +66,19 @@ AGENT_RIGHTS = {
     "SELECT ON agent_event_types",
     "SELECT ON job_secret_env",  # to give an attempt's learners their secret_env
     "SELECT ON serving_tasks",  # to claim a deployment's tasks for its replica
-    "UPDATE ON serving_tasks",  # and record their results, fenced by the claim
+    # and record their results, fenced by the claim: never a task's tenant, steps or memo key
+    "UPDATE (state) ON serving_tasks",
+    "UPDATE (step) ON serving_tasks",
+    "UPDATE (deployment) ON serving_tasks",
+    "UPDATE (input) ON serving_tasks",
+    "UPDATE (output) ON serving_tasks",
+    "UPDATE (error) ON serving_tasks",
+    "UPDATE (claim) ON serving_tasks",
+    "UPDATE (replica) ON serving_tasks",
+    "UPDATE (claimed_at) ON serving_tasks",
+    "UPDATE (tries) ON serving_tasks",
+    "UPDATE (finished_at) ON serving_tasks",
+    "UPDATE (step_times) ON serving_tasks",
     "INSERT ON serving_batches",  # each batch a replica ran
     "INSERT ON serving_memo",  # results to memoize
     "SELECT ON inference_jobs",  # an inference job's input and its fair time
@@ -133,7 +145,7 @@ async def agent_conn(
     """A connection of the agent login: as the agent's sessions run, and with the login's own
     rights (what RESET ROLE gives back, which must be no more)."""
     role: Role | None = request.param
-    conn = await connect(await agent_login_url(db_url), role=role)
+    conn = await connect(await agent_login_url(db_url, "n1"), role=role)
     yield conn
     await conn.close()
 
@@ -166,7 +178,9 @@ async def test_an_agent_login_is_refused_what_agents_never_need(
 @pytest.fixture
 async def agent_store(db_url: str) -> AsyncIterator[EventStore]:
     """The event store as an agent uses it: its pool runs as trainyard_agent."""
-    pool = await create_pool(await agent_login_url(db_url), min_size=1, max_size=2, role=AGENT_ROLE)
+    pool = await create_pool(
+        await agent_login_url(db_url, "n1"), min_size=1, max_size=2, role=AGENT_ROLE
+    )
     store = EventStore(pool, EVENT_REGISTRY)
     yield store
     await store.close()
@@ -249,7 +263,7 @@ async def test_an_agent_logged_in_as_an_agent_login_runs_a_job_whole(
     sessions = await owner.fetch(
         "SELECT DISTINCT usename FROM pg_stat_activity "
         "WHERE datname = current_database() AND usename = $1",
-        AGENT_LOGIN,
+        agent_login_name("n1"),
     )
     assert len(sessions) == 1
     actors = await owner.fetch(
@@ -262,7 +276,7 @@ async def test_an_agent_logged_in_as_an_agent_login_runs_a_job_whole(
 async def test_login_excess_names_what_a_login_has_beyond_the_agent_role(
     db_url: str, owner: asyncpg.Connection, roles: list[str]
 ) -> None:
-    assert await login_excess(await agent_login_url(db_url)) == []
+    assert await login_excess(await agent_login_url(db_url, "n1")) == []
     assert await login_excess(db_url)  # the owner's (a superuser, for the embedded database)
     name = f"ty_t_{uuid4().hex[:10]}"
     roles.append(name)
@@ -320,7 +334,9 @@ async def test_agent_login_create_makes_a_member_of_the_agent_role_only(
     secret = tmp_path / "password"
     secret.write_text(password + "\n")
     env = {"TRAINYARD_DATABASE_URL": db_url}
-    result = trainyard("agent-login", "create", name, "--password-file", str(secret), env=env)
+    result = trainyard(
+        "agent-login", "create", name, "--node", "gpu-7", "--password-file", str(secret), env=env
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout == agent_url(db_url, name) + "\n"
     assert password not in result.stdout + result.stderr
@@ -330,16 +346,43 @@ async def test_agent_login_create_makes_a_member_of_the_agent_role_only(
         name,
     )
     assert [r["role"] for r in member_of] == [AGENT_ROLE]
+    assert await owner.fetchval("SELECT node FROM agent_logins WHERE login = $1", name) == "gpu-7"
     assert await login_excess(agent_url(db_url, name, password=password)) == []
     if await owner.fetchval("SELECT rolsuper FROM pg_roles WHERE rolname = current_user"):
         stored = await owner.fetchval("SELECT rolpassword FROM pg_authid WHERE rolname = $1", name)
         assert stored.startswith("SCRAM-SHA-256$4096:")
 
     again = trainyard(
-        "agent-login", "create", name, env={**env, "TRAINYARD_AGENT_PASSWORD": password}
-    )
+        "agent-login", "create", name, "--node", "gpu-8",
+        env={**env, "TRAINYARD_AGENT_PASSWORD": password},
+    )  # fmt: skip
     assert again.returncode == 1
     assert f"a database role named {name!r} exists already" in again.stderr
+    assert await owner.fetchval("SELECT node FROM agent_logins WHERE login = $1", name) == "gpu-7"
+
+
+async def test_agent_login_bind_moves_a_login_to_another_node(
+    db_url: str, owner: asyncpg.Connection, roles: list[str]
+) -> None:
+    name = f"ty_t_{uuid4().hex[:10]}"
+    roles.append(name)
+    # A login made before logins were bound: a member of the agent role, of no node.
+    await owner.execute(
+        f"CREATE ROLE {name} LOGIN PASSWORD '{AGENT_PASSWORD}' IN ROLE {AGENT_ROLE}"
+    )
+    env = {"TRAINYARD_DATABASE_URL": db_url}
+    result = trainyard("agent-login", "bind", name, "--node", "gpu-7", env=env)
+    assert result.returncode == 0, result.stderr
+    assert f"database login {name!r} works for node 'gpu-7'" in result.stderr
+    moved = trainyard("agent-login", "bind", name, "--node", "gpu-8", env=env)
+    assert moved.returncode == 0, moved.stderr
+    assert "(was 'gpu-7')" in moved.stderr
+    assert await owner.fetchval("SELECT node FROM agent_logins WHERE login = $1", name) == "gpu-8"
+    # Binding gives node rights: only to logins of the agent role.
+    refused = trainyard("agent-login", "bind", "postgres", "--node", "gpu-7", env=env)
+    assert refused.returncode == 1
+    assert "no login of that name is a member of trainyard_agent" in refused.stderr
+    assert not await owner.fetchval("SELECT count(*) FROM agent_logins WHERE login = 'postgres'")
 
 
 @pytest.mark.parametrize(
@@ -350,13 +393,15 @@ async def test_agent_login_create_makes_a_member_of_the_agent_role_only(
         ("ty_ok", "short", "at least 16 characters"),
         ("ty_ok", "", "no password: pass --password-file FILE or set $TRAINYARD_AGENT_PASSWORD"),
         ("ty_ok", "pässword-pässword-1", "printable ASCII"),
+        ("ty_ok", "a-long-enough-password-1", "--node ' n1': a node's name"),
     ],
 )
 async def test_bad_agent_login_input_is_a_usage_error_that_creates_nothing(
     db_url: str, owner: asyncpg.Connection, name: str, password: str, message: str
 ) -> None:
     env = {"TRAINYARD_DATABASE_URL": db_url, "TRAINYARD_AGENT_PASSWORD": password}
-    result = trainyard("agent-login", "create", name, env=env)
+    node = " n1" if message.startswith("--node") else "n1"
+    result = trainyard("agent-login", "create", name, "--node", node, env=env)
     assert result.returncode == 2
     assert message in result.stderr
     assert not await owner.fetchval("SELECT count(*) FROM pg_roles WHERE rolname = $1", name)
