@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import signal
 import sys
 from dataclasses import replace
@@ -21,7 +22,7 @@ from node_agent.folders import adopt_files, make_folder, prepare
 from node_agent.learners import job_dir, learner_dir
 from node_agent.process_runtime import ProcessRuntime, find_learners, process_env
 from node_agent.runtime import Folder, LearnerSpec, LearnerStartError, Shared
-from node_agent.users import UidRange, Users, leftover_processes
+from node_agent.users import UidRange, leftover_processes
 from tests.cluster import Plane, RunningAgent, learner_space
 from tests.node_agent.test_agent import wait_for_line
 from tests.polling import eventually
@@ -29,6 +30,13 @@ from tests.polling import eventually
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the agent must be root to do this")
 
 UIDS = UidRange(200000, 65536)
+
+
+def users(count: int) -> list[tuple[int, int]]:
+    """Distinct users of the range, as the database hands jobs theirs (from a random start:
+    the tests running at once on this machine rarely meet)."""
+    return [(uid, uid) for uid in random.sample(UIDS.uids, count)]
+
 
 PROBE = (
     "import os, sys\n"
@@ -145,7 +153,7 @@ async def test_an_output_file_the_learner_replaced_is_not_read_for_it(
     secret.write_text("the agent's secret\n")
     secret.chmod(0o600)
     code = f"import os\nos.remove('stdout.log')\n{plant.format(secret=str(secret))}\n"
-    user = Users(UIDS, root=True).of(uuid4())
+    [user] = users(1)
     runtime = ProcessRuntime(work)
     learner_spec = spec_in(work, code, user)
     started = await runtime.start(learner_spec)
@@ -167,8 +175,7 @@ async def test_processes_a_learner_leaves_behind_are_killed_when_it_is_removed(
         "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'],"
         " start_new_session=True)\n"
     )
-    user = Users(UIDS, root=True).of(uuid4())
-    assert user is not None
+    [user] = users(1)
     started = await ProcessRuntime(work).start(spec_in(work, code, user))
     assert (await started.wait()).code == 0
     assert leftover_processes(user[0])
@@ -181,12 +188,9 @@ async def test_processes_a_learner_leaves_behind_are_killed_when_it_is_removed(
 
 
 async def test_a_process_posing_as_another_job_s_learner_is_not_adopted(work: Path) -> None:
-    users = Users(UIDS, root=True)
     sleep = "import time; time.sleep(60)"
-    victim = spec_in(work, sleep, None)
-    victim = replace(victim, user=users.of(victim.job_id))
-    other = users.of(uuid4())
-    assert other is not None
+    mine, other = users(2)
+    victim = replace(spec_in(work, sleep, None), user=mine)
     real = await ProcessRuntime(work).start(victim)
     # Started by another job's code (its own user), in a session of its own, with exactly
     # the victim's variables: a restarted agent must not take it for the victim's learner.
