@@ -140,7 +140,7 @@ async def replica(
             stdout=sys.stderr,
         )
         try:
-            client = await ReplicaClient.connect(serve_dir, timeout_s=60)
+            client = await ReplicaClient.connect(serve_dir.parent, serve_dir, timeout_s=60)
             sha256 = hashlib.sha256(artifact.read_bytes()).hexdigest()
             load_ms = await client.load(artifact, sha256, MLP_ENTRY_POINT)
             rates, p50 = {}, {}
@@ -196,7 +196,7 @@ async def vision(
                 stdout=sys.stderr,
             )
             try:
-                client = await ReplicaClient.connect(serve_dir, timeout_s=60)
+                client = await ReplicaClient.connect(serve_dir.parent, serve_dir, timeout_s=60)
                 sha256 = hashlib.sha256(artifact.read_bytes()).hexdigest()
                 load_ms = await client.load(artifact, sha256, f"{arch}:predict")
                 spec = {"shape": [3, 224, 224], "seed": 7}

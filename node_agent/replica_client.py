@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import itertools
 import os
+import stat
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -23,10 +25,16 @@ CHUNK_BYTES = 1024 * 1024
 """The size of the frames an artifact is sent in."""
 
 _RETRY_S = 0.05
+_DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 
 
 class ReplicaGone(Exception):
     """The replica's connection ended (it died, or closed)."""
+
+
+class ReplicaRefused(Exception):
+    """The replica's socket is not one the agent connects to: a symlink on the way, or not a
+    socket of the replica's user (it planted a link to another one)."""
 
 
 class ReplicaError(Exception):
@@ -42,17 +50,24 @@ class ReplicaClient:
         self._batch_ids = itertools.count(1)
 
     @classmethod
-    async def connect(cls, serve_dir: Path, *, timeout_s: float) -> ReplicaClient:
+    async def connect(cls, below: Path, serve_dir: Path, *, timeout_s: float) -> ReplicaClient:
         """Connect to the replica serving in `serve_dir`, retrying until it listens.
 
-        TimeoutError when it has not accepted within `timeout_s`. The folder is reached through
-        a descriptor of its own, so the socket's path stays short whatever the folder's (a
-        socket's path is limited to 108 bytes), and a symlink in its place is refused.
+        `below` is the agent's folder that holds the replica's job folder (the first level of
+        `serve_dir` below it), which the replica cannot write. The way down from it is walked
+        without following symlinks, and the socket is connected to only if it is a socket owned
+        by the job folder's owner (the replica's user, for whom the agent made it): a replica
+        that planted a symlink or a link to another socket of the node in its place gets
+        ReplicaRefused, never a connection. The socket is reached through a descriptor of its
+        own, so its path stays short whatever the folder's (a socket's path is limited to 108
+        bytes) and what was checked is what is connected to.
+
+        TimeoutError when it has not accepted within `timeout_s`.
         """
         async with asyncio.timeout(timeout_s):
             while True:
                 try:
-                    return cls(*await _open(serve_dir))
+                    return cls(*await _open(below, serve_dir))
                 except (FileNotFoundError, ConnectionRefusedError):
                     # Not started yet, or not yet listening (or a stale socket of a dead one).
                     await asyncio.sleep(_RETRY_S)
@@ -175,12 +190,53 @@ class ReplicaClient:
         return answer
 
 
-async def _open(serve_dir: Path) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    folder = os.open(serve_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+async def _open(below: Path, serve_dir: Path) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    names = serve_dir.relative_to(below).parts
+    if not names:
+        raise ValueError(f"{serve_dir} is not below {below}")
+    with contextlib.ExitStack() as opened:
+        folders = [os.open(below, _DIRECTORY)]
+        opened.callback(os.close, folders[0])
+        for name in names:
+            folders.append(_child(folders[-1], name, serve_dir))
+            opened.callback(os.close, folders[-1])
+        owner = os.fstat(folders[1]).st_uid
+        # O_PATH: the socket itself, neither opened for reading nor followed if a symlink.
+        sock = os.open(SOCKET_NAME, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=folders[-1])
+        opened.callback(os.close, sock)
+        info = os.fstat(sock)
+        if not stat.S_ISSOCK(info.st_mode) or info.st_uid != owner:
+            raise ReplicaRefused(
+                f"{serve_dir / SOCKET_NAME} is {_kind(info.st_mode)} of uid {info.st_uid}, not "
+                f"a socket of the replica's user (uid {owner}): the agent does not connect to it"
+            )
+        # The descriptor's own link: the inode just checked, whatever the name is now.
+        return await asyncio.open_unix_connection(f"/proc/self/fd/{sock}")
+
+
+def _child(folder: int, name: str, serve_dir: Path) -> int:
+    """The directory `name` in `folder`, refused if it is a symlink (or no directory)."""
     try:
-        return await asyncio.open_unix_connection(f"/proc/self/fd/{folder}/{SOCKET_NAME}")
-    finally:
-        os.close(folder)
+        return os.open(name, _DIRECTORY | os.O_NOFOLLOW, dir_fd=folder)
+    except OSError as exc:
+        if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+            raise
+        raise ReplicaRefused(
+            f"{name!r} on the way to {serve_dir} is not a directory ({exc.strerror}): the "
+            "agent follows no symlink a replica plants"
+        ) from None
+
+
+def _kind(mode: int) -> str:
+    for test, kind in (
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISLNK, "a symlink"),
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISREG, "a regular file"),
+    ):
+        if test(mode):
+            return kind
+    return "a special file"
 
 
 def _out_of_turn(what: str) -> ReplicaError:

@@ -36,7 +36,7 @@ from controlplane.jobs.manifest import ServableSpec
 from controlplane.queries import Q
 from node_agent.inference import QueryFeed, stored
 from node_agent.packages import PackagesError, Site
-from node_agent.replica_client import ReplicaClient, ReplicaError, ReplicaGone
+from node_agent.replica_client import ReplicaClient, ReplicaError, ReplicaGone, ReplicaRefused
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +101,7 @@ class Serving:
         """Feed the replica of `job_id` (listening in `serve_dir`) until cancelled (its attempt
         ended) or it is gone; `note` adds a line to the job's log."""
         replica = _Replica(self, tenant, job_id, servable, note)
-        await replica.run(serve_dir)
+        await replica.run(_work_dir(serve_dir, job_id), serve_dir)
 
     async def claim(
         self, tenant: str, deployment: str, most_items: int, replica: UUID, claim: UUID
@@ -172,11 +172,15 @@ class _Replica:
         self._load_error: str | None = None
         """Why the model could not be loaded: every task this replica takes fails with it."""
 
-    async def run(self, serve_dir: Path) -> None:
+    async def run(self, work_dir: Path, serve_dir: Path) -> None:
         # Tasks an earlier agent's feed held for this replica (it was killed mid-batch): the
         # results it never recorded are produced again, once.
         await self._retry(lambda: self._serving.requeue(self._job_id))
-        client = await ReplicaClient.connect(serve_dir, timeout_s=CONNECT_TIMEOUT_S)
+        try:
+            client = await ReplicaClient.connect(work_dir, serve_dir, timeout_s=CONNECT_TIMEOUT_S)
+        except ReplicaRefused as exc:
+            self._note(f"[trainyard] the replica's socket is refused: {exc}")
+            raise
         try:
             await self._load(client)
             job = self._spec.inference_job
@@ -310,6 +314,15 @@ class _Replica:
             except DATABASE_ERRORS as exc:
                 log.warning("replica %s: database unavailable (%s); retrying", self._job_id, exc)
                 await asyncio.sleep(RETRY_S)
+
+
+def _work_dir(serve_dir: Path, job_id: UUID) -> Path:
+    """The agent's folder that holds the job's (`node_agent.learners.job_dir`, named by the
+    job's id), which the replica cannot write: where the way to its socket starts."""
+    for folder in serve_dir.parents:
+        if folder.name == str(job_id):
+            return folder.parent
+    raise ValueError(f"{serve_dir} is not in a folder of job {job_id}")
 
 
 def _split(

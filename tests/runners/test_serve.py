@@ -80,6 +80,8 @@ def die(items):
 class Replica:
     process: Learner
     directory: Path
+    below: Path
+    """The folder standing for the agent's work directory, which holds the replica's."""
 
 
 @pytest.fixture
@@ -90,7 +92,7 @@ def replica(start_learner: StartLearner, tmp_path: Path) -> Replica:
     directory.mkdir(parents=True, mode=0o700)
     assert len(str(directory / SOCKET_NAME)) > 108
     return Replica(
-        start_learner((PYTHON, "-m", "runners.serve"), {SERVE_DIR: directory}), directory
+        start_learner((PYTHON, "-m", "runners.serve"), {SERVE_DIR: directory}), directory, tmp_path
     )
 
 
@@ -103,7 +105,7 @@ def torch_single_thread() -> Iterator[None]:
 
 
 async def connect(replica: Replica) -> ReplicaClient:
-    return await ReplicaClient.connect(replica.directory, timeout_s=PATIENCE_S)
+    return await ReplicaClient.connect(replica.below, replica.directory, timeout_s=PATIENCE_S)
 
 
 def artifact(path: Path, content: bytes) -> tuple[Path, str]:
@@ -269,7 +271,7 @@ async def test_sigterm_ends_the_replica_promptly_with_status_0(replica: Replica)
 
 async def test_connecting_gives_up_after_its_timeout(tmp_path: Path) -> None:
     with pytest.raises(TimeoutError):
-        await ReplicaClient.connect(tmp_path, timeout_s=0.2)
+        await ReplicaClient.connect(tmp_path, tmp_path / "serve", timeout_s=0.2)
 
 
 # Frames ---------------------------------------------------------------------------------------
