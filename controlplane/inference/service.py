@@ -28,7 +28,7 @@ from controlplane.inference.progress import MAX_TRIES, Progress, Step, steps
 from controlplane.inference.spec import InferenceRequest
 from controlplane.jobs.lifecycle import Job, JobStatus, Refused
 from controlplane.jobs.limits import JobLimits
-from controlplane.jobs.manifest import InferenceSpec, JobManifest
+from controlplane.jobs.manifest import InferenceSpec, JobManifest, stored_manifest
 from controlplane.jobs.service import Jobs
 from controlplane.models.errors import ModelError
 from controlplane.models.metadata import ModelMetadata
@@ -211,7 +211,8 @@ class Inference:
     async def _advance(self, row: asyncpg.Record) -> None:
         job_id: UUID = row["job_id"]
         if row["deployment"] is None:
-            manifest = JobManifest.model_validate_json(row["manifest"])
+            # As stored: a job submitted before today's rules reads within them.
+            manifest = JobManifest.model_validate(stored_manifest(json.loads(row["manifest"])))
             await self.prepare(job_id, row["tenant"], manifest)
             return
         progress = Progress(

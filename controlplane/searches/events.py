@@ -11,24 +11,20 @@ from uuid import UUID
 from pydantic import Field
 
 from controlplane.events.types import Event, event_type
-from controlplane.jobs.manifest import within_bounds
-from controlplane.searches.spec import SearchSpec
+from controlplane.searches.spec import SearchSpec, stored_spec
 
 
 class SearchEvent(Event):
     at: datetime
 
 
-def _trial_within_bounds(data: dict[str, Any]) -> dict[str, Any]:
-    # Version 1 accepted any trial `cpus` and deploy timeout above 0: raised to today's floors,
-    # so that the search still reads (its trials' jobs read so too: JobSubmitted version 3).
+def _within_bounds(data: dict[str, Any]) -> dict[str, Any]:
+    # Version 1 accepted any trial `cpus`, deploy timeout and log-uniform bound above 0.
     spec = data.get("spec")
-    if isinstance(spec, dict) and isinstance(spec.get("trial"), dict):
-        return {**data, "spec": {**spec, "trial": within_bounds(spec["trial"])}}
-    return data
+    return {**data, "spec": stored_spec(spec)} if isinstance(spec, dict) else data
 
 
-@event_type("SearchSubmitted", version=2, upcasters={1: _trial_within_bounds})
+@event_type("SearchSubmitted", version=2, upcasters={1: _within_bounds})
 class SearchSubmitted(SearchEvent):
     search_id: UUID
     tenant: str

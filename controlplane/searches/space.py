@@ -23,6 +23,9 @@ MAX_CHOICES = 64
 MAX_REPEAT = 16
 MAX_BOUND = 1e15
 """No bound of a real parameter beyond this: a learner's lr of 1e300 is a typo or an attack."""
+MIN_LOG_BOUND = 1e-30
+"""No bound of a log-uniform parameter below this: the grid spreads its points by the ratio
+high / low, which a tiny low (5e-324) made infinite, and its first point NaN."""
 MAX_INT = 2**31 - 1
 
 Name = Annotated[str, StringConstraints(pattern=r"^[a-z_][a-z0-9_]{0,63}$")]
@@ -53,8 +56,8 @@ class Uniform(_Param):
 
 class LogUniform(_Param):
     type: Literal["log_uniform"]
-    low: float = Field(gt=0, le=MAX_BOUND, allow_inf_nan=False)
-    high: float = Field(gt=0, le=MAX_BOUND, allow_inf_nan=False)
+    low: float = Field(ge=MIN_LOG_BOUND, le=MAX_BOUND, allow_inf_nan=False)
+    high: float = Field(ge=MIN_LOG_BOUND, le=MAX_BOUND, allow_inf_nan=False)
 
     @model_validator(mode="after")
     def _ordered(self) -> LogUniform:
@@ -98,6 +101,33 @@ class Repeat(_Param):
 
 
 Param = Annotated[Uniform | LogUniform | Integer | Choice | Repeat, Field(discriminator="type")]
+
+
+def within_bounds(space: dict[str, Any]) -> dict[str, Any]:
+    """A stored space (as JSON data) with the log-uniform bounds accepted before their floor
+    (they had only to be > 0) raised to MIN_LOG_BOUND, so that its search still reads."""
+
+    def bounded(params: Mapping[str, Any]) -> dict[str, Any]:
+        out = {}
+        for name, param in params.items():
+            if isinstance(param, dict) and param.get("type") == "log_uniform":
+                param = {
+                    **param,
+                    **{
+                        end: MIN_LOG_BOUND
+                        for end in ("low", "high")
+                        if isinstance(param.get(end), int | float) and param[end] < MIN_LOG_BOUND
+                    },
+                }
+            elif isinstance(param, dict) and isinstance(param.get("item"), dict):
+                param = {**param, "item": bounded(param["item"])}
+            out[name] = param
+        return out
+
+    params = space.get("params")
+    return {**space, "params": bounded(params)} if isinstance(params, dict) else space
+
+
 Leaf = Uniform | LogUniform | Integer | Choice
 
 

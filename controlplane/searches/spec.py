@@ -8,13 +8,19 @@ manifest may not set (TRAINYARD_*), so a tenant's template cannot forge them."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from controlplane.jobs.manifest import MAX_ENV_VALUE_CHARS, MAX_LABELS, JobManifest
+from controlplane.jobs.manifest import (
+    MAX_ENV_VALUE_CHARS,
+    MAX_LABELS,
+    JobManifest,
+    stored_manifest,
+)
 from controlplane.searches.searchers import Asha, Evolution, GridSearch, RandomSearch, Searcher
 from controlplane.searches.space import Space, grid_size, max_point_chars
+from controlplane.searches.space import within_bounds as space_within_bounds
 from controlplane.searches.trials import Mode
 
 MAX_TRIALS = 10_000
@@ -114,6 +120,17 @@ class SearchSpec(_Strict):
         if isinstance(searcher, GridSpec) and grid_size(self.space, searcher.points) > MAX_TRIALS:
             raise ValueError(f"the grid has more than {MAX_TRIALS} points")
         return self
+
+
+def stored_spec(spec: dict[str, Any]) -> dict[str, Any]:
+    """A spec stored by an older version (SearchSubmitted version 1, the searches projection's
+    rows) with its trial's quantities and its log-uniform bounds raised to today's floors, so
+    that the search still reads (its trials' jobs read so too: JobSubmitted version 3)."""
+    if isinstance(spec.get("trial"), dict):
+        spec = {**spec, "trial": stored_manifest(spec["trial"])}
+    if isinstance(spec.get("space"), dict):
+        spec = {**spec, "space": space_within_bounds(spec["space"])}
+    return spec
 
 
 def searcher_for(spec: SearchSpec) -> Searcher:

@@ -12,7 +12,7 @@ import asyncpg
 
 from controlplane.jobs.manifest import HparamsSpec, JobManifest
 from controlplane.queries import Q
-from controlplane.searches.spec import SearchSpec
+from controlplane.searches.spec import SearchSpec, stored_spec
 
 PAGE = 50
 MAX_PAGE = 500
@@ -89,6 +89,7 @@ async def trials(pool: asyncpg.Pool, search_id: UUID) -> list[dict[str, Any]]:
 def best_manifest(row: asyncpg.Record, trial: dict[str, Any]) -> JobManifest:
     """The search's trial template with `trial`'s hyperparameters and the whole budget: the job
     that trains the best trial's model again, as a user may submit it."""
-    spec = SearchSpec.model_validate_json(row["spec"])
+    # As stored: a search submitted before today's floors reads within them.
+    spec = SearchSpec.model_validate(stored_spec(json.loads(row["spec"])))
     hparams = HparamsSpec(values=trial["hparams"], budget=spec.budget.max, unit=spec.budget.unit)
     return spec.trial.model_copy(update={"name": f"{spec.name[:100]}-best", "hparams": hparams})

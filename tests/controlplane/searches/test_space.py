@@ -13,7 +13,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from controlplane.jobs.manifest import MIN_CPUS
 from controlplane.searches.space import (
+    MIN_LOG_BOUND,
     Space,
     contains,
     grid_point,
@@ -22,7 +24,7 @@ from controlplane.searches.space import (
     mutate,
     sample,
 )
-from controlplane.searches.spec import SearchSpec
+from controlplane.searches.spec import SearchSpec, stored_spec
 from tests.controlplane.searches.test_spec import SEARCH
 
 ARCHITECTURE: dict[str, Any] = {
@@ -127,7 +129,7 @@ def test_the_grid_is_every_combination_each_point_computed_from_its_number() -> 
 WORDY: dict[str, Any] = {
     "params": {
         "big_real": {"type": "uniform", "low": -1e15, "high": 1e-300 + 1e15},
-        "tiny_real": {"type": "log_uniform", "low": 1e-300, "high": 1e-299},
+        "tiny_real": {"type": "log_uniform", "low": MIN_LOG_BOUND, "high": 10 * MIN_LOG_BOUND},
         "count": {"type": "int", "low": -(2**31 - 1), "high": 5},
         "word": {"type": "choice", "values": ['quote " and \\ and \n', "é" * 50, True, -1.5]},
         "layers": {
@@ -156,3 +158,34 @@ def test_a_space_whose_points_a_learner_could_not_be_given_is_refused() -> None:
     space = {"params": {"layers": {"type": "repeat", "min": 1, "max": 16, "item": wide}}}
     with pytest.raises(ValidationError, match="a point may take"):
         SearchSpec.model_validate({**SEARCH, "space": space})
+
+
+@pytest.mark.parametrize("low", [5e-324, 1e-300, MIN_LOG_BOUND / 2])
+def test_a_log_uniform_bound_below_the_floor_is_refused(low: float) -> None:
+    """high / low spreads the grid: a tiny low made it infinite, and the first point NaN."""
+    with pytest.raises(ValidationError, match="greater than or equal to"):
+        Space.model_validate({"params": {"lr": {"type": "log_uniform", "low": low, "high": 1}}})
+
+
+def test_a_search_stored_before_the_floors_reads_within_them() -> None:
+    stored = {
+        **SEARCH,
+        "trial": {**SEARCH["trial"], "cpus": 5e-324},
+        "space": {
+            "params": {
+                "lr": {"type": "log_uniform", "low": 5e-324, "high": 1},
+                "layers": {
+                    "type": "repeat",
+                    "min": 1,
+                    "max": 2,
+                    "item": {"d": {"type": "log_uniform", "low": 1e-300, "high": 1e-3}},
+                },
+            }
+        },
+    }
+    spec = SearchSpec.model_validate(stored_spec(stored))
+    assert spec.trial.cpus == MIN_CPUS
+    grid = [grid_point(spec.space, k, 3) for k in range(grid_size(spec.space, 3))]
+    assert all(math.isfinite(point["lr"]) for point in grid)
+    assert min(point["lr"] for point in grid) == MIN_LOG_BOUND
+    assert max(point["lr"] for point in grid) == pytest.approx(1.0)
