@@ -1,14 +1,18 @@
 """A worker's pause: a stop cuts it short at once, its length runs out otherwise, and a
-cancellation always goes through, also one that comes as the stop does."""
+cancellation always goes through, also one that comes as the stop does. A worker's step for one
+item: its failure is recorded and the worker goes on, but a lost database connection and a
+cancellation go through."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 
+import asyncpg
 import pytest
 
-from controlplane.workers import pause
+from controlplane.workers import isolated, pause
 
 
 async def test_a_stop_wakes_a_pause_at_once() -> None:
@@ -51,3 +55,40 @@ async def test_a_cancellation_that_comes_with_the_stop_propagates() -> None:
     pausing.cancel()
     with pytest.raises(asyncio.CancelledError):
         await pausing
+
+
+async def test_a_step_that_fails_on_its_item_is_recorded_and_the_others_go_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    done = []
+
+    async def step(n: int) -> int:
+        if n == 2:
+            raise OverflowError("cannot convert float infinity to integer")
+        done.append(n)
+        return n
+
+    results = [await isolated("worker", f"item {n}", step(n)) for n in range(4)]
+    assert results == [0, 1, None, 3]
+    assert done == [0, 1, 3]
+    failed = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert [r.getMessage() for r in failed] == [
+        "worker: its step for item 2 failed; going on with the others"
+    ]
+    assert failed[0].exc_info is not None  # the traceback, for the operator
+
+
+async def test_a_statement_refused_for_one_item_is_that_items_failure(pool: asyncpg.Pool) -> None:
+    """Postgres refusing one item's values (here an overflow) is no reason to stop the others,
+    unlike a lost connection."""
+    refused = pool.fetchval("SELECT $1::float8 * 10", 1e308)
+    assert await isolated("worker", "item", refused) is None
+
+
+@pytest.mark.parametrize("error", [ConnectionResetError(), asyncio.CancelledError()])
+async def test_a_lost_connection_and_a_cancellation_go_through(error: BaseException) -> None:
+    async def step() -> None:
+        raise error
+
+    with pytest.raises(type(error)):
+        await isolated("worker", "item", step())
