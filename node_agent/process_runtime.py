@@ -1,31 +1,49 @@
 """Learners as processes: for development, demos and machines without Docker.
 
-Each learner runs in its own session and process group, with exactly its GPUs visible, its
-environment and working directory, and resource limits. The image is not used.
+Under an agent that is root (the only kind that gives jobs users of their own), each learner runs
+in the sandbox (`node_agent.sandbox`: bubblewrap, a cgroup with the manifest's limits, its job's
+user without capabilities, only its GPUs' device nodes), or not at all. Under an agent that is
+not root, learners run as the agent's user, in a session of their own, with exactly their GPUs
+visible and a bound on their data (that agent can give them neither users nor cgroups, and says
+so as it starts). The image is not used.
 
 Learners outlive their agent (dependability promise 6): their output goes to files in their
 working directory rather than pipes (a pipe would break when the agent dies, and the learner
 with it), the agent tails those files, and the launcher writes its exit status to a file as it
 ends. A restarted agent finds its node's learners by their environment, which names node, job,
 attempt, learner and epoch (as container labels do for Docker), and re-adopts them.
+
+Those files lie in the learner's own folder, which it may change as it likes: the agent opens
+them by walking folder descriptors from its work directory (which it owns), following no
+symlink, and reads them only when they are regular files of their writer's alone (its own for
+the output files, which it made; the job's user's for the exit status, which the launcher
+writes).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
+import fcntl
+import json
 import logging
 import os
 import resource
+import shutil
 import signal
+import stat
 import subprocess
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO, Literal
 from uuid import UUID
 
-from node_agent.folders import open_regular, prepare
+from node_agent.cgroups import Cgroup, CgroupError, Limits
+from node_agent.containers import PIDS_LIMIT
+from node_agent.folders import prepare
 from node_agent.learners import learner_dir
 from node_agent.runtime import (
     ATTEMPT,
@@ -42,7 +60,7 @@ from node_agent.runtime import (
     Stream,
     learner_env,
 )
-from node_agent.users import leftover_processes
+from node_agent.sandbox import READY_WORD, Sandbox, exit_status
 from runners.config import EXIT_FILE
 
 log = logging.getLogger(__name__)
@@ -55,6 +73,9 @@ POLL_S = 0.02
 checkpoint) reaches the agent within it."""
 OUTPUT_FILES: dict[Stream, str] = {"stdout": "stdout.log", "stderr": "stderr.log"}
 EXIT_STATUS_FILE = "exit-status"
+CLEAR_S = 10.0
+"""How long a learner's cgroup may take to empty once its processes are killed."""
+_DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def process_env(spec: LearnerSpec) -> dict[str, str]:
@@ -70,11 +91,17 @@ def process_env(spec: LearnerSpec) -> dict[str, str]:
     return {**learner_env(spec, path=path), EXIT_FILE: str(spec.workdir / EXIT_STATUS_FILE)}
 
 
+def cgroup_name(job_id: UUID, attempt: int, learner: int, epoch: int) -> str:
+    """A learner's cgroup: unique per claim, as a container's name is."""
+    return f"{job_id}-{attempt}-{learner}-e{epoch}"
+
+
 def _limits(memory_mb: int) -> Callable[[], None]:
     def apply() -> None:
-        # Runs in the child between fork and exec. RLIMIT_DATA bounds heap and private
-        # mappings (so an allocation beyond the manifest's memory fails in the learner instead
-        # of pushing the node into swap or the OOM killer); no core dumps of training state.
+        # Runs in the child between fork and exec, for a learner of an agent that is not root
+        # (which has no cgroups to give). RLIMIT_DATA bounds heap and private mappings (so an
+        # allocation beyond the manifest's memory fails in the learner instead of pushing the
+        # node into swap or the OOM killer); no core dumps of training state.
         data = memory_mb * 1024 * 1024
         resource.setrlimit(resource.RLIMIT_DATA, (data, data))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
@@ -82,31 +109,110 @@ def _limits(memory_mb: int) -> Callable[[], None]:
     return apply
 
 
+class LearnerFiles:
+    """A learner's output and exit-status files, in its working directory (its own), opened by
+    the agent without following anything the learner planted: each folder from the agent's
+    work directory on with O_NOFOLLOW, the file too, and then checked by fstat to be a regular
+    file of its writer's alone (a learner may have replaced it with a link to the agent's
+    secrets, a FIFO that would block the agent, or a file of its own)."""
+
+    def __init__(self, work_dir: Path, spec: LearnerSpec) -> None:
+        self.workdir = spec.workdir
+        self._work_dir = work_dir
+        self._agent = os.geteuid()
+        self._launcher = spec.user[0] if spec.user is not None else self._agent
+        """Who writes the exit status: the launcher, as the job's user."""
+
+    def open(self, name: str, flags: int, owner: int) -> int:
+        """A descriptor of the file `name` of the learner's working directory (OSError when a
+        folder on the way or the file is not what the agent made or expects)."""
+        fd = os.open(self._work_dir, _DIRECTORY)
+        try:
+            for folder in self.workdir.relative_to(self._work_dir).parts:
+                child = os.open(folder, _DIRECTORY, dir_fd=fd)
+                os.close(fd)
+                fd = child
+            # Non-blocking: opening a FIFO never waits for a writer or a reader.
+            flags |= os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+            file = os.open(name, flags, 0o600, dir_fd=fd)
+        finally:
+            os.close(fd)
+        info = os.fstat(file)
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != owner or info.st_nlink != 1:
+            os.close(file)
+            raise OSError(errno.EPERM, f"{self.workdir / name} is not a file of uid {owner}'s")
+        # Blocking again: the learner writes to what the agent opens for it.
+        fcntl.fcntl(file, fcntl.F_SETFL, fcntl.fcntl(file, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+        return file
+
+    @contextlib.contextmanager
+    def output(self, mode: Literal["rb", "ab"]) -> Iterator[dict[Stream, BinaryIO]]:
+        """Its output files: made by the agent (to append) before it starts, read later.
+        Local files: opening them does not block the event loop for any time that matters."""
+        flags = os.O_RDONLY if mode == "rb" else os.O_WRONLY | os.O_APPEND | os.O_CREAT
+        with contextlib.ExitStack() as stack:
+            files: dict[Stream, BinaryIO] = {}
+            for stream, name in OUTPUT_FILES.items():
+                fd = self.open(name, flags, self._agent)
+                files[stream] = stack.enter_context(os.fdopen(fd, mode))
+            yield files
+
+    def started(self) -> bool:
+        """Whether it was started: its output files are made before it starts."""
+        try:
+            os.close(self.open(OUTPUT_FILES["stdout"], os.O_RDONLY, self._agent))
+        except FileNotFoundError:
+            return False
+        except OSError:
+            pass  # it replaced the file: it ran
+        return True
+
+    def exit_code(self) -> int | None:
+        """What the launcher left as its exit status; None when it left none that can be read
+        (killed before it could say)."""
+        try:
+            with os.fdopen(self.open(EXIT_STATUS_FILE, os.O_RDONLY, self._launcher), "rb") as file:
+                return int(file.read(32))
+        except (OSError, ValueError):
+            return None
+
+    def last_error(self) -> str:
+        """The end of its standard error, where sh and bwrap say why they failed."""
+        try:
+            with os.fdopen(self.open(OUTPUT_FILES["stderr"], os.O_RDONLY, self._agent), "rb") as f:
+                text = f.read()[-1000:].decode("utf-8", "replace").strip()
+        except OSError:
+            return "(its standard error cannot be read)"
+        return text.splitlines()[-1] if text else "(nothing on its standard error)"
+
+
 class ProcessLearner:
-    """A learner process, started by this agent or adopted from an earlier one."""
+    """A learner process, started by this agent or adopted from an earlier one. `pid`: the
+    learner's (its command's); `cgroup`: its sandbox's cgroup, None under an agent that is not
+    root."""
 
     def __init__(
         self,
         pid: int | None,
-        workdir: Path,
+        files: LearnerFiles,
         status: Awaitable[ExitStatus],
-        user: tuple[int, int] | None = None,
-        node: str | None = None,
+        cgroup: Cgroup | None = None,
     ) -> None:
         self._pid = pid
-        self._node = node
-        self._workdir = workdir
+        self._files = files
         self._status = asyncio.ensure_future(status)
-        self._user = user
+        self._cgroup = cgroup
 
     async def lines(self) -> AsyncIterator[LearnerLine]:
         with contextlib.ExitStack() as stack:
             try:
-                files = stack.enter_context(_output_files(self._workdir, "rb"))
+                files = stack.enter_context(self._files.output("rb"))
             except OSError as exc:
                 # The learner replaced them (with a symlink, a FIFO): its output is lost, the
                 # agent's files are not read for it, and its end is still awaited.
-                log.warning("learner in %s: its output cannot be read: %s", self._workdir, exc)
+                log.warning(
+                    "learner in %s: its output cannot be read: %s", self._files.workdir, exc
+                )
                 return
             tails = [_Tail(stream, file) for stream, file in files.items()]
             while True:
@@ -130,45 +236,38 @@ class ProcessLearner:
         return await asyncio.shield(self._status)
 
     async def remove(self) -> None:
-        """Kill what the learner left running (a daemon its command detached, still holding
-        its GPUs): every process of the job's user, which only the job's learners use. Its
-        files stay. Nothing to do for learners that run as the agent's user."""
-        if self._user is None:
-            return
-        for pid in leftover_processes(self._user[0], self._node):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        """Remove its cgroup, killing what is left in it first (nothing of the learner
+        outlives its pid namespace, whose end kills the rest; the group is emptied anyway).
+        Its files stay. Nothing to do for learners of an agent that is not root."""
+        if self._cgroup is not None:
+            await clear(self._cgroup)
 
     def signal(self, sig: signal.Signals) -> None:
         if self._pid is None or self._status.done():
             return  # it has ended: its pid may be another process's by now
         with contextlib.suppress(ProcessLookupError):
-            if sig is signal.SIGKILL:
+            if sig is signal.SIGKILL and self._cgroup is None:
                 # Everything in the learner's process group: nothing may outlive the kill.
                 os.killpg(self._pid, sig)
             else:
                 # The launcher alone: it forwards the signal to the training command (which
-                # would otherwise get it twice) and reports what happened.
+                # would otherwise get it twice) and reports what happened. In the sandbox it is
+                # its pid namespace's PID 1: a SIGKILL to it ends the whole namespace.
                 os.kill(self._pid, sig)
 
 
-@contextlib.contextmanager
-def _output_files(workdir: Path, mode: Literal["rb", "ab"]) -> Iterator[dict[Stream, BinaryIO]]:
-    """The learner's output files, opened by the agent: never through a symlink, and for
-    reading only if they are regular files (the learner owns its folder and may have replaced
-    them with a link to the agent's secrets, or a FIFO that would block the agent). Local
-    files: opening them does not block the event loop for any time that matters."""
-    with contextlib.ExitStack() as stack:
-        files: dict[Stream, BinaryIO] = {}
-        for stream, name in OUTPUT_FILES.items():
-            path = workdir / name
-            if mode == "rb":
-                fd = open_regular(path)
-            else:
-                flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
-                fd = os.open(path, flags, 0o600)
-            files[stream] = stack.enter_context(os.fdopen(fd, mode))
-        yield files
+async def clear(cgroup: Cgroup) -> None:
+    """Kill everything in `cgroup` and remove it, once its processes are gone (a killed process
+    leaves its group only as it exits)."""
+    deadline = time.monotonic() + CLEAR_S
+    while cgroup.exists():
+        cgroup.kill()
+        if cgroup.remove():
+            return
+        if time.monotonic() > deadline:
+            log.warning("cgroup %s still has processes %s", cgroup.memory, cgroup.pids())
+            return
+        await asyncio.sleep(POLL_S)
 
 
 class _Tail:
@@ -208,17 +307,25 @@ async def _exit_of_child(process: asyncio.subprocess.Process) -> ExitStatus:
     return ExitStatus.from_returncode(await process.wait())
 
 
-async def _exit_of_adopted(pid: int | None, workdir: Path) -> ExitStatus:
+async def _exit_of_sandbox(process: asyncio.subprocess.Process, cgroup: Cgroup) -> ExitStatus:
+    """bwrap ends with its learner, with its exit code."""
+    code = await process.wait()
+    return exit_status(code, oom_killed=cgroup.oom_killed())
+
+
+async def _exit_of_adopted(
+    pid: int | None, files: LearnerFiles, cgroup: Cgroup | None
+) -> ExitStatus:
     """How a learner that is not this agent's child ended: it is not ours to wait for, so its
     end is seen through a pidfd and its status read from the file its launcher wrote."""
     if pid is not None:
         await _until_ended(pid)
-    try:
-        # Written by the launcher, as the job's user: read like its output files.
-        with os.fdopen(open_regular(workdir / EXIT_STATUS_FILE), "rb") as status:
-            return ExitStatus(code=int(status.read(32)))
-    except (OSError, ValueError):
-        return ExitStatus(code=None)  # killed before its launcher could say
+    oom = cgroup is not None and cgroup.oom_killed()
+    code = await asyncio.to_thread(files.exit_code)
+    if code is None:
+        # Killed before its launcher could say.
+        return ExitStatus(code=None, signal="SIGKILL" if oom else None, oom_killed=oom)
+    return ExitStatus(code=code, oom_killed=oom)
 
 
 async def _until_ended(pid: int) -> None:
@@ -293,9 +400,14 @@ def find_learners(node: str, work_dir: Path, proc: Path = Path("/proc")) -> list
 class ProcessRuntime:
     name = "process"
 
-    def __init__(self, work_dir: Path) -> None:
+    def __init__(self, work_dir: Path, sandbox: Sandbox | None = None) -> None:
         self._work_dir = work_dir
         """The agent's: every learner it starts works below it."""
+        # An agent that is root runs tenants' code in the sandbox or not at all (SandboxMissing
+        # names what the node lacks); one that is not root has none to give (see the module).
+        if sandbox is None and os.geteuid() == 0:
+            sandbox = Sandbox.open()
+        self._sandbox = sandbox
 
     async def start(self, spec: LearnerSpec) -> Learner:
         if spec.user is None and os.geteuid() == 0:
@@ -303,37 +415,92 @@ class ProcessRuntime:
         # Its folders made and its locations checked, on the node, now.
         # In a thread: it walks the tenant's folders, which the tenant may have filled.
         spec = await asyncio.to_thread(prepare, spec)
-        user, group = spec.user if spec.user is not None else (None, None)
+        files = LearnerFiles(self._work_dir, spec)
+        with contextlib.ExitStack() as stack:
+            try:
+                output = stack.enter_context(files.output("ab"))
+            except (OSError, ValueError) as exc:
+                # ValueError: a working directory outside the agent's.
+                raise LearnerStartError(f"cannot open its output files: {exc}") from exc
+            if self._sandbox is not None:
+                return await self._start_sandboxed(self._sandbox, spec, files, output)
+            process = await self._spawn(spec, output)
+        return ProcessLearner(process.pid, files, _exit_of_child(process))
+
+    async def _start_sandboxed(
+        self,
+        sandbox: Sandbox,
+        spec: LearnerSpec,
+        files: LearnerFiles,
+        output: dict[Stream, BinaryIO],
+    ) -> Learner:
+        env = process_env(spec)
+        # Looked for here, as the engine does for a container: a missing program fails the
+        # start itself, not the learner once it runs. The sandbox sees the node's programs.
+        if shutil.which(spec.command[0], path=env["PATH"]) is None:
+            raise LearnerStartError(f"cannot start {spec.command[0]!r}: no such program")
+        limits = Limits(cpus=spec.cpus, memory_mb=spec.memory_mb, pids=PIDS_LIMIT)
+        name = cgroup_name(spec.job_id, spec.attempt, spec.learner, spec.epoch)
         try:
-            with _output_files(spec.workdir, "ab") as files:
-                process = await self._spawn(spec, files, user, group)
-        except OSError as exc:
-            raise LearnerStartError(f"cannot open its output files: {exc}") from exc
-        return ProcessLearner(
-            process.pid, spec.workdir, _exit_of_child(process), spec.user, spec.node
-        )
+            cgroup = sandbox.cgroups.create(name, limits)
+        except CgroupError as exc:
+            raise LearnerStartError(str(exc)) from exc
+        try:
+            info, write = os.pipe()
+            ready, ready_write = os.pipe()
+            try:
+                process = await asyncio.create_subprocess_exec(
+                    *sandbox.argv(spec, cgroup, write),
+                    cwd="/",
+                    env=env,
+                    stdin=ready_write,
+                    stdout=output["stdout"],
+                    stderr=output["stderr"],
+                    # Its own session and process group: signals from the agent's terminal do
+                    # not reach it, and it outlives the agent.
+                    start_new_session=True,
+                    pass_fds=(write,),
+                )
+            except OSError as exc:
+                os.close(info)
+                os.close(ready)
+                raise LearnerStartError(f"cannot start its sandbox: {exc}") from exc
+            finally:
+                os.close(write)
+                os.close(ready_write)
+            # bwrap's report once it has made the learner's process, then the learner's word
+            # that its sandbox is made (EOF instead where bwrap could not make them).
+            report = await asyncio.to_thread(_read_all, info)
+            made = await asyncio.to_thread(_read_all, ready, len(READY_WORD))
+            if not report or made != READY_WORD:
+                code = await process.wait()
+                error = await asyncio.to_thread(files.last_error)
+                raise LearnerStartError(f"its sandbox did not start (exit {code}): {error}")
+        except BaseException:
+            # Whatever joined the group is killed; what has not joined yet cannot any more
+            # (the group is gone), and runs nothing.
+            await clear(cgroup)
+            raise
+        pid = int(json.loads(report)["child-pid"])
+        return ProcessLearner(pid, files, _exit_of_sandbox(process, cgroup), cgroup)
 
     @staticmethod
     async def _spawn(
-        spec: LearnerSpec, files: dict[Stream, BinaryIO], user: int | None, group: int | None
+        spec: LearnerSpec, output: dict[Stream, BinaryIO]
     ) -> asyncio.subprocess.Process:
+        """A learner of an agent that is not root: as the agent's user, without a sandbox."""
         try:
             return await asyncio.create_subprocess_exec(
                 *spec.command,
                 cwd=spec.workdir,
                 env=process_env(spec),
                 stdin=asyncio.subprocess.DEVNULL,
-                stdout=files["stdout"],
-                stderr=files["stderr"],
+                stdout=output["stdout"],
+                stderr=output["stderr"],
                 # Its own session and process group: signals from the agent's terminal do
                 # not reach it, it outlives the agent, and the agent signals the group.
                 start_new_session=True,
                 preexec_fn=_limits(spec.memory_mb),
-                # The job's user, with no supplementary groups (the agent's, root's, would
-                # stay otherwise): set in the child before it runs anything of the job's.
-                user=user,
-                group=group,
-                extra_groups=[] if user is not None else None,
             )
         except (OSError, subprocess.SubprocessError) as exc:
             # Not an OSError any more: the caller reports it as the start's failure.
@@ -343,13 +510,30 @@ class ProcessRuntime:
         return find_learners(node, self._work_dir)
 
     async def adopt(self, spec: LearnerSpec, found: FoundLearner | None) -> Learner | None:
-        if found is None and not (spec.workdir / OUTPUT_FILES["stdout"]).exists():
+        files = LearnerFiles(self._work_dir, spec)
+        if found is None and not files.started():
             return None  # its output files are made before it starts: it never started
         pid = int(found.handle) if found is not None else None
-        return ProcessLearner(
-            pid, spec.workdir, _exit_of_adopted(pid, spec.workdir), spec.user, spec.node
-        )
+        cgroup = self._cgroup(spec.job_id, spec.attempt, spec.learner, spec.epoch)
+        return ProcessLearner(pid, files, _exit_of_adopted(pid, files, cgroup), cgroup)
 
     async def kill(self, found: FoundLearner) -> None:
+        cgroup = self._cgroup(found.job_id, found.attempt, found.learner, found.epoch)
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(int(found.handle), signal.SIGKILL)
+            if cgroup is None:
+                os.killpg(int(found.handle), signal.SIGKILL)
+            else:
+                os.kill(int(found.handle), signal.SIGKILL)  # its namespace's PID 1
+        if cgroup is not None:
+            await clear(cgroup)
+
+    def _cgroup(self, job_id: UUID, attempt: int, learner: int, epoch: int) -> Cgroup | None:
+        if self._sandbox is None:
+            return None
+        return self._sandbox.cgroups.group(cgroup_name(job_id, attempt, learner, epoch))
+
+
+def _read_all(fd: int, most: int = -1) -> bytes:
+    """Everything from the pipe `fd` until its writers close it, or `most` bytes; closes it."""
+    with os.fdopen(fd, "rb") as pipe:
+        return pipe.read(most)

@@ -18,7 +18,7 @@ from node_agent.inventory import open_inventory
 from node_agent.log_shipper import LogShipper
 from node_agent.log_sink import NumberedSink
 from node_agent.packages import Packages, in_image
-from node_agent.runtimes import open_runtime
+from node_agent.runtimes import PACKAGES_DIR, open_runtime
 from node_agent.serving import Serving
 
 log = logging.getLogger("node_agent")
@@ -68,7 +68,7 @@ async def _run(
     tasks = Wakeups(url, poll_interval=config.poll_s, role=AGENT_ROLE)
     # Models' requirements: fetched as wheels by the node, installed into a folder a process
     # replica puts on its path, or into the image a container replica runs.
-    packages = Packages(config.work_dir / "packages")
+    packages = Packages(config.work_dir / PACKAGES_DIR)
     site = packages.site if config.runtime == "process" else in_image
     serving = Serving(pool, tasks, config.artifacts_dir, site, config.name)
     shipper = LogShipper(pool)

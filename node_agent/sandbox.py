@@ -1,0 +1,227 @@
+"""The process runtime's sandbox: every learner (and replica) an agent that is root starts as a
+process runs in bubblewrap (`bwrap`, Debian's `bubblewrap`), in a cgroup of its own, as its
+job's user without capabilities. See docs/sandbox.md for why bubblewrap and what it gives.
+
+A learner is started as
+
+    sh -c JOIN <its cgroup's cgroup.procs files> -- bwrap OPTIONS -- setpriv OPTIONS -- COMMAND
+
+`sh`, as root, joins the learner's cgroup (in every hierarchy) and sets no core dumps, then
+becomes bwrap, so that nothing of the learner ever runs outside its cgroup. bwrap, as root, makes
+its namespaces and its filesystem; `setpriv` then drops to the job's uid and gid, with no
+supplementary groups, an empty capability bounding set and no_new_privs (bwrap's own --uid needs
+a user namespace, which would map the job's uid back to root outside), and runs the command as
+PID 1 of its pid namespace, as the launcher is in a container: signals from the agent reach its
+handlers, and when it ends the kernel kills everything left in the namespace.
+
+Not --die-with-parent: learners outlive their agent (dependability promise 6), and the agent
+re-adopts them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import runners
+from controlplane.failures import CommandFailed
+from node_agent.cgroups import Cgroup, Hierarchies, find_hierarchies
+from node_agent.runtime import ExitStatus, LearnerSpec
+
+JOIN = (
+    'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; '
+    'ulimit -c 0; exec "$@"'
+)
+"""Joins each cgroup.procs file given before `--` (the shell's pid is the learner's: it becomes
+bwrap), then runs the rest. Exit 125 when it cannot join: no tenant code runs outside its group."""
+READY = 'printf ready >&0 && exec "$@" </dev/null'
+"""Run in the sandbox, as the job's user: says on its standard input (the agent's pipe) that the
+sandbox is made, and becomes the command, whose standard input is /dev/null (the learner never
+holds the pipe)."""
+READY_WORD = b"ready"
+SYSTEM = (Path("/usr"), Path("/etc"))
+"""The node's system, read-only: programs, libraries, their configuration."""
+TOP_LEVEL = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
+"""Links into /usr on a merged-/usr system (kept as the same links), folders elsewhere."""
+GPU_SHARED = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools")
+"""The driver's device nodes every CUDA process opens besides its GPUs' own."""
+KILLED = 128 + signal.SIGKILL
+"""bwrap's exit code when the learner (its PID 1) was SIGKILLed: by the agent, or by the OOM
+killer. The launcher exits with it otherwise only when its command was SIGKILLed, which is an
+outside kill too (as for a container, see `docker_runtime.KILLED`)."""
+
+
+class SandboxMissing(CommandFailed):
+    """An agent that is root has no sandbox for the process runtime: it runs no tenant code."""
+
+
+@dataclass(frozen=True, slots=True)
+class GpuDevices:
+    """Where the NVIDIA driver lists the node's GPUs (one folder per GPU, whose `information`
+    names its UUID and its device minor) and where their device nodes are. Tests point both at
+    folders of their own, for fake GPUs."""
+
+    driver: Path = Path("/proc/driver/nvidia/gpus")
+    dev: Path = Path("/dev")
+
+    def nodes(self, gpus: Sequence[str]) -> list[Path]:
+        """The device nodes of `gpus` (by UUID) and the driver's shared ones, those that exist.
+        A UUID the driver does not list (a fake GPU) has none."""
+        if not gpus:
+            return []
+        minors: dict[str, str] = {}
+        for information in sorted(self.driver.glob("*/information")):
+            facts = dict(
+                (key.strip(), value.strip())
+                for key, _, value in (line.partition(":") for line in information.open())
+            )
+            if "GPU UUID" in facts and "Device Minor" in facts:
+                minors[facts["GPU UUID"]] = facts["Device Minor"]
+        own = [self.dev / f"nvidia{minors[gpu]}" for gpu in gpus if gpu in minors]
+        shared = [self.dev / name for name in GPU_SHARED]
+        return [node for node in [*own, *shared] if own and node.exists()]
+
+
+def agent_python() -> tuple[Path, ...]:
+    """What the agent's interpreter needs, which runs learners' launchers: its prefixes (a
+    virtual environment's and its base's) and the folder `runners` is imported from (the
+    checkout, for an editable install)."""
+    found = {
+        Path(sys.prefix),
+        Path(sys.base_prefix),
+        Path(sys.exec_prefix),
+        Path(sys.base_exec_prefix),
+        Path(runners.__file__).parent.parent,
+    }
+    return tuple(sorted(found))
+
+
+@dataclass(frozen=True, slots=True)
+class Sandbox:
+    bwrap: str
+    setpriv: str
+    cgroups: Hierarchies
+    gpus: GpuDevices = GpuDevices()
+    readable: tuple[Path, ...] = field(default_factory=agent_python)
+    """Folders learners may read besides the system (the agent's Python, the node's installed
+    model requirements)."""
+
+    @classmethod
+    def open(cls, readable: Sequence[Path] = (), gpus: GpuDevices | None = None) -> Sandbox:
+        """This node's sandbox, or SandboxMissing naming what it lacks; `readable`: folders
+        learners may read besides the system and the agent's Python."""
+        bwrap = shutil.which("bwrap")
+        if bwrap is None:
+            raise SandboxMissing(
+                "bwrap not found: apt-get install bubblewrap (an agent that is root runs "
+                "tenants' code in the process runtime only in its sandbox)"
+            )
+        setpriv = shutil.which("setpriv")
+        if setpriv is None:
+            raise SandboxMissing("setpriv not found: apt-get install util-linux")
+        hierarchies = find_hierarchies()
+        if isinstance(hierarchies, str):
+            raise SandboxMissing(f"{hierarchies}: learners' limits cannot be set")
+        return cls(
+            bwrap=bwrap,
+            setpriv=setpriv,
+            cgroups=hierarchies,
+            gpus=gpus or GpuDevices(),
+            readable=(*agent_python(), *readable),
+        )
+
+    def argv(self, spec: LearnerSpec, cgroup: Cgroup, info_fd: int) -> list[str]:
+        """The command that runs `spec` (as its user, which it must have) in the sandbox, in
+        `cgroup`; bwrap writes the learner's pid (outside its namespace) to `info_fd`, and
+        READY_WORD comes on its standard input (a pipe) once the sandbox is made, just before
+        the command runs."""
+        if spec.user is None:
+            raise ValueError("no user to run it as: tenants' code never runs as root")
+        uid, gid = spec.user
+        joins = [str(procs) for procs in cgroup.procs]
+        return [
+            "/bin/sh",
+            "-c",
+            JOIN,
+            "sh",
+            *joins,
+            "--",
+            self.bwrap,
+            *self._options(spec),
+            "--info-fd",
+            str(info_fd),
+            "--",
+            self.setpriv,
+            f"--reuid={uid}",
+            f"--regid={gid}",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+            "--no-new-privs",
+            "--",
+            "/bin/sh",
+            "-c",
+            READY,
+            "sh",
+            *spec.command,
+        ]
+
+    def _options(self, spec: LearnerSpec) -> Iterator[str]:
+        yield from ("--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try")
+        if spec.network:
+            # Its tenant may use the network: the node's, as before the sandbox (a process has
+            # no network of its job's own, as a container does); and the resolver's folder,
+            # where /etc/resolv.conf often points.
+            yield from ("--ro-bind-try", "/run/systemd/resolve", "/run/systemd/resolve")
+        else:
+            yield "--unshare-net"  # loopback only
+        # Its own session: no terminal of the agent's to push input into (TIOCSTI); its PID 1
+        # is the command itself (see the module's doc).
+        yield from ("--new-session", "--as-pid-1")
+        for path in SYSTEM:
+            yield from ("--ro-bind", str(path), str(path))
+        for name in TOP_LEVEL:
+            top = Path("/", name)
+            if top.is_symlink():
+                yield from ("--symlink", os.readlink(top), str(top))
+            elif top.is_dir():
+                yield from ("--ro-bind", str(top), str(top))
+        # Read-only, and without the node's cgroups (their names are other jobs' ids).
+        yield from ("--ro-bind", "/sys", "/sys", "--tmpfs", "/sys/fs/cgroup")
+        # /proc of its own pid namespace: its own processes only.
+        yield from ("--proc", "/proc")
+        # A minimal /dev (null, zero, random, tty, pts, shm, ...) and its GPUs' nodes alone.
+        yield from ("--dev", "/dev")
+        for node in self.gpus.nodes(spec.gpus):
+            yield from ("--dev-bind", str(node), f"/dev/{node.name}")
+        # Scratch of its own, in memory: its pages count against its memory limit.
+        yield from ("--perms", "01777", "--tmpfs", "/tmp")
+        binds = [(path, path, False) for path in _outermost(self.readable)]
+        binds.append((spec.workdir, spec.workdir, True))
+        binds += [(m.source, m.target, m.writable) for m in spec.mounts]
+        for source, target, writable in sorted(binds, key=lambda bind: len(bind[1].parts)):
+            # Folders on the way made traversable (bwrap makes them 0700 otherwise).
+            yield from ("--dir", str(target.parent))
+            yield from ("--bind" if writable else "--ro-bind", str(source), str(target))
+        yield from ("--chdir", str(spec.workdir))
+
+
+def _outermost(paths: Sequence[Path]) -> list[Path]:
+    """The paths not within another of them, nor within the system already bound."""
+    kept: list[Path] = []
+    for path in sorted(set(paths), key=lambda p: len(p.parts)):
+        if not any(path.is_relative_to(other) for other in [*kept, *SYSTEM]):
+            kept.append(path)
+    return kept
+
+
+def exit_status(code: int, *, oom_killed: bool) -> ExitStatus:
+    """How a sandboxed learner ended, from bwrap's exit code and its cgroup's OOM count."""
+    if code == KILLED:
+        return ExitStatus(code=None, signal=signal.SIGKILL.name, oom_killed=oom_killed)
+    return ExitStatus(code=code, oom_killed=oom_killed)
