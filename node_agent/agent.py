@@ -319,8 +319,8 @@ class Agent:
         while True:
             try:
                 await self._folders.sweep()
-            except (*DATABASE_ERRORS, OSError) as exc:
-                # Kept, with their uid, until a later sweep removes them.
+            except DATABASE_ERRORS as exc:
+                # Kept, with their uids, until a later sweep removes them.
                 log.warning("removing expired job folders failed (%s); retrying", exc)
             await asyncio.sleep(self.config.folder_sweep_s)
 

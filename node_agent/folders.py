@@ -220,7 +220,9 @@ class JobFolders:
     removed (or handed back) once their job's retention has ended (the lifecycle manager marks
     them), after which the job's uid goes back to the range."""
 
-    def __init__(self, pool: asyncpg.Pool, node: str, work_dir: Path, checkpoint_root: Path):
+    def __init__(
+        self, pool: asyncpg.Pool, node: str, work_dir: Path, checkpoint_root: Path
+    ) -> None:
         self._pool = pool
         self._node = node
         self._work_dir = work_dir
@@ -231,11 +233,11 @@ class JobFolders:
         to another job, until they are removed."""
         await self._pool.execute(Q["record_job_folders"], job_id, self._node, uid, checkpoints)
 
-    async def sweep(self) -> int:
-        """Remove (or hand back) the folders of the jobs whose retention has ended; how many
-        jobs' went."""
-        rows = await self._pool.fetch(Q["expired_job_folders"], self._node)
-        for row in rows:
+    async def sweep(self) -> None:
+        """Remove (or hand back) the folders of the jobs whose retention has ended. A job's
+        that cannot be (a file system error) keeps its record, and its uid, until a later
+        sweep; the other jobs' go on."""
+        for row in await self._pool.fetch(Q["expired_job_folders"], self._node):
             job_id: UUID = row["job_id"]
             places = expired_folders(
                 self._work_dir,
@@ -244,9 +246,12 @@ class JobFolders:
                 row["checkpoints"],
                 row["checkpoints_used"],
             )
-            for (base, name), used in places.items():
-                # Blocking file system work, off the event loop: a job's folders may be large.
-                done = await asyncio.to_thread(dispose, base, name, row["uid"], used)
-                log.info("job %s: retention over: %s (%s)", job_id, base / name, done.value)
+            try:
+                for (base, name), used in places.items():
+                    # Blocking file system work, off the event loop: folders may be large.
+                    done = await asyncio.to_thread(dispose, base, name, row["uid"], used)
+                    log.info("job %s: retention over: %s (%s)", job_id, base / name, done.value)
+            except OSError as exc:
+                log.warning("job %s: its folders could not be removed (%s); retrying", job_id, exc)
+                continue
             await self._pool.execute(Q["forget_job_folders"], job_id, self._node)
-        return len(rows)
