@@ -85,7 +85,7 @@ VICTIM = (
 
 
 def thief(path: Path) -> str:
-    """Code that tries to read, then to overwrite, the file at `path`."""
+    """Code that tries to read, then to overwrite, the file at `path`, and says how it went."""
     return (
         f"path = {str(path)!r}\n"
         "for mode, what in (('r', 'read'), ('a', 'overwrote')):\n"
@@ -94,6 +94,7 @@ def thief(path: Path) -> str:
         "        print(what, flush=True)\n"
         "    except OSError as exc:\n"
         "        print('refused', type(exc).__name__, flush=True)\n"
+        "print('probed', flush=True)\n"
     )
 
 
@@ -119,7 +120,7 @@ async def test_two_jobs_engineered_to_collide_get_two_uids_and_cannot_touch_each
         weights = shared / str(victim_id) / "checkpoints" / "learner-0" / "weights"
         assert await submit(plane, "globex", key, thief(weights)) == thief_id
         await plane.state(thief_id, JobStatus.COMPLETED)
-        await wait_for_line(plane, thief_id, "refused")
+        await wait_for_line(plane, thief_id, "probed")
         lines = await plane.log_text(thief_id)
         assert "read" not in lines and "overwrote" not in lines
         assert lines.count("refused PermissionError") == 2
