@@ -6,7 +6,9 @@ needs the same packages shares one install.
 Only wheels are fetched (`--only-binary=:all:`): a source distribution's build would run its
 author's code on the node, as the agent; a wheel installs by unpacking. The requirements are
 names and versions only (the metadata schema refuses URLs, options and markers), so no tenant
-chooses where pip looks. What runs the packages' code is the replica, in its sandbox.
+chooses where pip looks. The install is the agent's own pip's, on the node, without a network
+(`--no-index`, from the wheelhouse): no tenant image runs it (docs/servable-packages.md). What
+runs the packages' code is the replica, in its sandbox.
 """
 
 from __future__ import annotations
@@ -40,7 +42,8 @@ def requirements_key(requirements: Sequence[str], python: str) -> str:
 
 
 IN_IMAGE = Path("/opt/trainyard-packages")
-"""Where a servable image (node_agent/servable_images.py) has the requirements installed."""
+"""Where a servable image (node_agent/servable_images.py) has the requirements: a copy of the
+folder `Packages.site` made."""
 
 Site = Callable[[Sequence[str]], Awaitable[Path]]
 """Where a replica finds its model's requirements installed (made ready first, if need be)."""
@@ -63,7 +66,7 @@ class Packages:
         self._locks: dict[str, asyncio.Lock] = {}
 
     async def wheelhouse(self, requirements: Sequence[str]) -> Path:
-        """A folder of the wheels `requirements` need (a servable image installs from it);
+        """A folder of the wheels `requirements` need (`site` installs from it);
         PackagesError saying why it could not be made."""
 
         async def download(folder: Path) -> None:
@@ -73,7 +76,8 @@ class Packages:
 
     async def site(self, requirements: Sequence[str]) -> Path:
         """The folder holding `requirements` installed (what a replica of the process runtime
-        puts on its path); PackagesError saying why it could not be made."""
+        puts on its path, and what a servable image copies); PackagesError saying why it could
+        not be made."""
         wheels = await self.wheelhouse(requirements)
 
         async def install(folder: Path) -> None:
