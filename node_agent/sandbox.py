@@ -25,7 +25,7 @@ import shutil
 import signal
 import sys
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import runners
@@ -220,8 +220,9 @@ def _outermost(paths: Sequence[Path]) -> list[Path]:
     return kept
 
 
-def exit_status(code: int, *, oom_killed: bool) -> ExitStatus:
-    """How a sandboxed learner ended, from bwrap's exit code and its cgroup's OOM count."""
-    if code == KILLED:
+def exit_status(returncode: int, *, oom_killed: bool) -> ExitStatus:
+    """How a sandboxed learner ended, from bwrap's return code (negative: bwrap itself was
+    killed, with everything in the learner's cgroup) and its cgroup's OOM count."""
+    if returncode == KILLED:
         return ExitStatus(code=None, signal=signal.SIGKILL.name, oom_killed=oom_killed)
-    return ExitStatus(code=code, oom_killed=oom_killed)
+    return replace(ExitStatus.from_returncode(returncode), oom_killed=oom_killed)
