@@ -56,6 +56,17 @@ AS $$
       AND s.doc -> 'manifest' -> 'servable' ->> 'deployment' IS NOT NULL
 $$;
 
+-- The inference jobs whose queries replicas on the session's node run now (a replica job's
+-- manifest names it): whose queries it may claim, see and finish.
+CREATE FUNCTION agent_inference_jobs() RETURNS SETOF uuid
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = public, pg_temp
+AS $$
+    SELECT DISTINCT (s.doc -> 'manifest' -> 'servable' ->> 'inference_job')::uuid
+    FROM allocations a JOIN job_status s ON s.job_id = a.job_id
+    WHERE a.node = agent_node() AND a.released_at IS NULL
+      AND s.doc -> 'manifest' -> 'servable' ->> 'inference_job' IS NOT NULL
+$$;
+
 -- The job of a `job-<uuid>` stream; NULL for any other stream (never a cast error, which would
 -- fail every statement the policy checks).
 CREATE FUNCTION stream_job_id(stream_id text) RETURNS uuid
@@ -113,11 +124,11 @@ AS $$
 $$;
 
 REVOKE ALL ON FUNCTION agent_unconfined(), agent_node(), agent_live_jobs(), agent_deployments(),
-    agent_may_deploy(uuid, jsonb), agent_may_allocate(uuid, integer, text, bigint),
+    agent_inference_jobs(), agent_may_deploy(uuid, jsonb), agent_may_allocate(uuid, integer, text, bigint),
     agent_may_allocate_gpu(uuid, integer, text) FROM PUBLIC;
 -- AGENT RIGHTS: the functions its policies call (they run with the agent's rights).
 GRANT EXECUTE ON FUNCTION agent_unconfined(), agent_node(), agent_live_jobs(),
-    agent_deployments(), agent_may_deploy(uuid, jsonb),
+    agent_deployments(), agent_inference_jobs(), agent_may_deploy(uuid, jsonb),
     agent_may_allocate(uuid, integer, text, bigint), agent_may_allocate_gpu(uuid, integer, text)
     TO trainyard_agent;
 
@@ -298,3 +309,45 @@ CREATE POLICY serving_memo_app ON serving_memo TO trainyard_app USING (true) WIT
 CREATE POLICY serving_memo_agent_add ON serving_memo FOR INSERT TO trainyard_agent
     WITH CHECK ((SELECT agent_unconfined())
                 OR (tenant, deployment) IN (SELECT * FROM agent_deployments()));
+
+-- Inference jobs: an agent claims, sees and finishes only the queries of the inference jobs its
+-- node's replicas run now, and records them as its node's. The jobs' rows and who asks for
+-- queries stay readable: a claim's fair time is the least of every job's taking queries now.
+-- A replica restarted on another node keeps its id: its rows are found by job, not by node.
+ALTER TABLE inference_jobs ENABLE ROW LEVEL SECURITY;
+CREATE POLICY inference_jobs_app ON inference_jobs TO trainyard_app USING (true) WITH CHECK (true);
+CREATE POLICY inference_jobs_agent_read ON inference_jobs FOR SELECT TO trainyard_agent
+    USING (true);
+CREATE POLICY inference_jobs_agent_run ON inference_jobs FOR UPDATE TO trainyard_agent
+    USING ((SELECT agent_unconfined()) OR job_id IN (SELECT agent_inference_jobs()))
+    WITH CHECK ((SELECT agent_unconfined()) OR job_id IN (SELECT agent_inference_jobs()));
+
+ALTER TABLE inference_replicas ENABLE ROW LEVEL SECURITY;
+CREATE POLICY inference_replicas_app ON inference_replicas TO trainyard_app
+    USING (true) WITH CHECK (true);
+CREATE POLICY inference_replicas_agent_read ON inference_replicas FOR SELECT TO trainyard_agent
+    USING (true);
+CREATE POLICY inference_replicas_agent_ask ON inference_replicas FOR INSERT TO trainyard_agent
+    WITH CHECK ((SELECT agent_unconfined())
+                OR (node = (SELECT agent_node())
+                    AND job_id IN (SELECT agent_inference_jobs())));
+CREATE POLICY inference_replicas_agent_seen ON inference_replicas FOR UPDATE TO trainyard_agent
+    USING ((SELECT agent_unconfined()) OR job_id IN (SELECT agent_inference_jobs()))
+    WITH CHECK ((SELECT agent_unconfined())
+                OR (node = (SELECT agent_node())
+                    AND job_id IN (SELECT agent_inference_jobs())));
+
+ALTER TABLE inference_queries ENABLE ROW LEVEL SECURITY;
+CREATE POLICY inference_queries_app ON inference_queries TO trainyard_app
+    USING (true) WITH CHECK (true);
+CREATE POLICY inference_queries_agent_read ON inference_queries FOR SELECT TO trainyard_agent
+    USING ((SELECT agent_unconfined()) OR job_id IN (SELECT agent_inference_jobs()));
+CREATE POLICY inference_queries_agent_claim ON inference_queries FOR INSERT TO trainyard_agent
+    WITH CHECK ((SELECT agent_unconfined())
+                OR (node = (SELECT agent_node())
+                    AND job_id IN (SELECT agent_inference_jobs())));
+CREATE POLICY inference_queries_agent_run ON inference_queries FOR UPDATE TO trainyard_agent
+    USING ((SELECT agent_unconfined()) OR job_id IN (SELECT agent_inference_jobs()))
+    WITH CHECK ((SELECT agent_unconfined())
+                OR (node = (SELECT agent_node())
+                    AND job_id IN (SELECT agent_inference_jobs())));

@@ -54,9 +54,11 @@ class Agent:
         return Metadata.capture(f"agent:{self.node}")
 
 
-async def start_agent(plane: Plane, db_url: str, node: str) -> Agent:
+async def start_agent(
+    plane: Plane, db_url: str, node: str, inference_job: UUID | None = None
+) -> Agent:
     """Register `node` as its own login, submit a replica of deployment `dep-<node>` (with a
-    secret) and claim it there."""
+    secret; running `inference_job`'s queries, if given) and claim it there."""
     pool = await create_pool(
         await agent_login_url(db_url, node), min_size=1, max_size=2, role=AGENT_ROLE
     )
@@ -79,6 +81,7 @@ async def start_agent(plane: Plane, db_url: str, node: str) -> Agent:
                 "max_batch_size": 8,
                 "max_wait_ms": 0,
                 "task_timeout_s": 60,
+                "inference_job": inference_job,
             },
         }
     )
@@ -354,3 +357,51 @@ async def test_a_login_bound_to_no_node_reaches_no_nodes_work(
             " VALUES ($1, 1, 0, 'stdout', 1, 1, now(), 'unbound')",
             b.job_id,
         )
+
+
+async def test_an_agent_claims_and_finishes_the_queries_of_its_nodes_inference_jobs_only(
+    agents: tuple[Agent, Agent], plane: Plane, db_url: str, owner: asyncpg.Connection
+) -> None:
+    a, _ = agents
+    job = uuid4()
+    await plane.pool.execute(
+        "INSERT INTO inference_jobs (job_id, tenant, deployment, weight, batch_size, queries,"
+        " input, created_at) VALUES ($1, 'acme', 'dep-node-c', 1, 1, 10, '{\"items\": [1]}',"
+        " now())",
+        job,
+    )
+    c = await start_agent(plane, db_url, "node-c", inference_job=job)
+    try:
+        # Node A asks for the job's queries: it finds no job (the row is not its to lock), so
+        # it takes none and is not counted as the job's replica.
+        asked = await a.pool.fetchrow(Q["claim_query"], job, a.job_id, uuid4(), a.node, 30)
+        assert (asked["outcome"], asked["index"]) == ("wait", None)
+        with pytest.raises(asyncpg.InsufficientPrivilegeError, match=RLS):
+            await a.pool.execute(
+                "INSERT INTO inference_queries (job_id, index, state, replica, node, tries,"
+                " started_at, claimed_at) VALUES ($1, 5, 'running', $2, $3, 1, now(), now())",
+                job,
+                a.job_id,
+                a.node,
+            )
+        token = uuid4()
+        claimed = await c.pool.fetchrow(Q["claim_query"], job, c.job_id, token, c.node, 30)
+        assert (claimed["outcome"], claimed["index"]) == ("claimed", 0)
+        # Node A can neither see the query nor record its result, give it back or fail the job.
+        assert await a.pool.fetchval("SELECT count(*) FROM inference_queries") == 0
+        forged = await a.pool.fetchrow(Q["finish_query"], job, 0, '["forged"]', None, 1.0, token)
+        assert forged["recorded"] == 0
+        await a.pool.execute(Q["give_back_queries"], c.job_id, 3)
+        await a.pool.execute(Q["record_load_error"], job, "forged")
+        row = await owner.fetchrow(
+            "SELECT q.state, q.output, j.load_error FROM inference_queries q"
+            " JOIN inference_jobs j USING (job_id) WHERE q.job_id = $1",
+            job,
+        )
+        assert (row["state"], row["output"], row["load_error"]) == ("running", None, None)
+        assert await owner.fetchval("SELECT array_agg(node) FROM inference_replicas") == [c.node]
+        done = await c.pool.fetchrow(Q["finish_query"], job, 0, '["ok"]', None, 1.0, token)
+        assert done["recorded"] == 1
+    finally:
+        await c.store.close()
+        await c.pool.close()
