@@ -32,8 +32,8 @@ CONTEXT_FOLDER = "packages"
 
 
 def dockerfile(base: str) -> str:
-    """A copy onto `base`, and nothing that runs: the packages are root's and read-only to the
-    replica's user, which stays the image's own."""
+    """A copy onto `base`, and nothing that runs (no `RUN`, no `USER`): the packages are root's
+    and read-only to the replica, which runs as its job's user."""
     return f"FROM {base}\nCOPY {CONTEXT_FOLDER} {IN_IMAGE}\n"
 
 
