@@ -79,7 +79,7 @@ VICTIM = (
     "import os, time\n"
     f"path = os.path.join(os.environ['{CHECKPOINT_DIR}'], 'weights')\n"
     "open(path, 'w').write('the victim s weights')\n"
-    "print('saved', flush=True)\n"
+    "print(f'saved as {os.getuid()}', flush=True)\n"
     "time.sleep(60)\n"
 )
 
@@ -87,7 +87,9 @@ VICTIM = (
 def thief(path: Path) -> str:
     """Code that tries to read, then to overwrite, the file at `path`, and says how it went."""
     return (
+        "import os\n"
         f"path = {str(path)!r}\n"
+        "print(f'probing as {os.getuid()}', flush=True)\n"
         "for mode, what in (('r', 'read'), ('a', 'overwrote')):\n"
         "    try:\n"
         "        open(path, mode)\n"
@@ -114,7 +116,7 @@ async def test_two_jobs_engineered_to_collide_get_two_uids_and_cannot_touch_each
     second = None
     try:
         assert await submit(plane, "acme", "nightly", VICTIM) == victim_id
-        await wait_for_line(plane, victim_id, "saved")
+        await wait_for_line(plane, victim_id, "saved as ")
         # n1's GPU is the victim's: the thief's job runs on n2, while the victim runs.
         second = await RunningAgent(plane.url, node(tmp_path, "n2", shared, uids), 1).started()
         weights = shared / str(victim_id) / "checkpoints" / "learner-0" / "weights"
@@ -123,7 +125,14 @@ async def test_two_jobs_engineered_to_collide_get_two_uids_and_cannot_touch_each
         await wait_for_line(plane, thief_id, "probed")
         lines = await plane.log_text(thief_id)
         assert "read" not in lines and "overwrote" not in lines
-        assert lines.count("refused PermissionError") == 2
+        # Not its user's to open (or, in a sandbox, not even there to see).
+        refused = [line for line in lines if line.startswith("refused ")]
+        assert set(refused) <= {"refused PermissionError", "refused FileNotFoundError"}
+        assert len(refused) == 2
+        # Whatever else keeps it out, the two jobs' learners ran as two users.
+        [victim_as] = [line for line in await plane.log_text(victim_id) if "saved as" in line]
+        [thief_as] = [line for line in lines if line.startswith("probing as ")]
+        assert victim_as.rsplit(" ", 1)[1] != thief_as.rsplit(" ", 1)[1]
         assert weights.read_text() == "the victim s weights"
         held = {r["job_id"]: r["uid"] for r in await owner.fetch("SELECT * FROM learner_uids")}
         assert held[victim_id] != held[thief_id]
