@@ -85,8 +85,9 @@ SSE_CLIENTS = _meter.create_up_down_counter(
 LIMIT_REFUSALS = _meter.create_counter(
     "trainyard.limits.refused",
     unit="{request}",
-    description="Requests refused at a limit (429), per limit (streams, max_streams, "
-    "submissions_per_s, queued_jobs) and tenant (none for the admin's).",
+    description="Requests refused at a limit, per limit (streams, max_streams, "
+    "submissions_per_s, and each limit of the admission policy) and tenant (none for the "
+    "admin's).",
 )
 PROJECTIONS_STOPPED = _meter.create_up_down_counter(
     "trainyard.projections.stopped",

@@ -35,6 +35,7 @@ FEATURES = (
     "controlplane.tenants",
     "controlplane.webhooks",
     "controlplane.artifacts",
+    "controlplane.admission",
 )
 """The features: they never reach for the front ends (HTTP, the server) or the composition root
 that is built from them."""

@@ -27,7 +27,8 @@ _REASONS = {
     409: "refused in the current state, or an Idempotency-Key used for another target (the "
     "message says which)",
     422: "invalid fields, each listed",
-    429: "too many live streams (the tenant's or the server's limit)",
+    429: "a tenant limit reached (deployments, replicas, CPUs, memory, queued predictions: the "
+    "field names which; see README, Limits), or too many live streams; nothing written",
     503: "busy: the deployment kept changing under concurrent commands; retry",
 }
 
@@ -186,7 +187,7 @@ def _predict(operation: str, summary: str) -> dict[str, Any]:
                     "queued (asked for, or not finished within 20 s): read it at Location",
                     _TASK_VIEW,
                 ),
-                **_errors(400, 401, 403, 404, 409, 422),
+                **_errors(400, 401, 403, 404, 409, 422, 429),
             },
         }
     }
@@ -204,7 +205,7 @@ def openapi_paths() -> dict[str, Any]:
                 "requestBody": request_body("DeploymentRequest"),
                 "responses": {
                     "201": answer("the deployment", _DEPLOYMENT),
-                    **_errors(400, 401, 403, 409, 422, 503),
+                    **_errors(400, 401, 403, 409, 422, 429, 503),
                 },
             },
             "get": {
@@ -237,7 +238,7 @@ def openapi_paths() -> dict[str, Any]:
                 "requestBody": request_body("ScaleRequest"),
                 "responses": {
                     "200": answer("the deployment", _DEPLOYMENT),
-                    **_errors(400, 401, 403, 404, 422, 503),
+                    **_errors(400, 401, 403, 404, 422, 429, 503),
                 },
             },
             "delete": {

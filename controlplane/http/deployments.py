@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from typing import Any
 from uuid import UUID
 
@@ -17,6 +18,7 @@ import asyncpg
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
+from controlplane.admission.policy import replica_room
 from controlplane.deployments.errors import Conflict, InvalidRequest, NotFound, ServingError
 from controlplane.deployments.lifecycle import Busy, Deployment, Pipeline
 from controlplane.deployments.names import NAME
@@ -33,6 +35,7 @@ from controlplane.deployments.views import figures as deployment_figures
 from controlplane.deployments.views import list_deployments as listed
 from controlplane.deployments.views import replica_states
 from controlplane.http import params
+from controlplane.http.admission import admit_predictions, admit_room
 from controlplane.http.auth import acting_tenant, principal
 from controlplane.http.errors import error
 from controlplane.http.keys import DEPLOYMENTS, IMAGES, POOL, SSE_HEARTBEAT_S, TASKS
@@ -160,6 +163,8 @@ async def deploy(request: web.Request) -> web.Response:
         request.app[IMAGES].admit(body.resources.image)
     except ImageRefused as exc:
         raise error(422, str(exc), field="resources.image") from exc
+    asked = replica_room(body.replicas, body.resources.cpus, body.resources.memory_mb)
+    await admit_room(request, tenant, replace(asked, deployments=1))
     try:
         deployment = await request.app[DEPLOYMENTS].deploy(tenant, body, actor(principal(request)))
     except ServingError as exc:
@@ -195,6 +200,13 @@ async def scale(request: web.Request) -> web.Response:
     tenant = _tenant(request, "scales deployments")
     name = _name(request)
     body = validated(ScaleRequest, await json_body(request))
+    current = await _load(request, tenant, name)
+    more = body.replicas - current.replicas
+    if more > 0:
+        resources = current.resources
+        await admit_room(
+            request, tenant, replica_room(more, resources["cpus"], resources["memory_mb"])
+        )
     try:
         deployment = await request.app[DEPLOYMENTS].scale(
             tenant, name, body.replicas, actor(principal(request))
@@ -249,6 +261,7 @@ async def predict_pipeline(request: web.Request) -> web.Response:
 
 async def _run(request: web.Request, target: Target, body: PredictRequest) -> web.Response:
     arrived = time.perf_counter()
+    await admit_predictions(request, target.tenant, len(body.inputs))
     tasks = request.app[TASKS]
     labels = {"tenant": target.tenant, "deployment": target.pipeline or target.steps[0]}
     key = params.text(request.headers.get("Idempotency-Key"), "Idempotency-Key", max_length=MAX_KEY)

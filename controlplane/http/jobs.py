@@ -13,9 +13,11 @@ from uuid import UUID
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from controlplane.admission.policy import NOTHING, Room, job_room
 from controlplane.agents.views import live_nodes
 from controlplane.events.records import RecordedEvent
 from controlplane.http import params
+from controlplane.http.admission import hold, usage_of
 from controlplane.http.auth import acting_tenant, principal
 from controlplane.http.errors import error, validation_error
 from controlplane.http.keys import (
@@ -51,7 +53,6 @@ from controlplane.jobs.views import list_jobs as listed_jobs
 from controlplane.scheduling.unschedulable import LiveNodes, demand_of, unschedulable_reason
 from controlplane.tenants.limits import TenantLimits
 from controlplane.tenants.principals import Principal
-from controlplane.tenants.views import submission_check
 
 MAX_PAGE = 500
 
@@ -150,17 +151,16 @@ async def check_manifest(
         await check_webhook_url(request, str(manifest.webhook_url), field_prefix + "webhook_url")
 
 
-async def admit(request: web.Request, tenant: str, manifest: JobManifest) -> TenantLimits:
-    """The tenant's limits, once the submission passes them and the cluster could ever hold the
-    job; else the error (nothing written). One query reads the limits, the queued jobs and the
-    largest node's memory; the rate is checked first, so that a refused flood costs nothing more.
-
-    The queued jobs are counted from the status view, which may lag the log by a moment:
-    submissions racing each other may pass the limit by a few."""
-    check = await submission_check(request.app[POOL], tenant)
-    if check is None:
-        raise error(422, f"no tenant named {tenant!r}", field="tenant")
-    limits = check.limits
+async def admit(
+    request: web.Request, tenant: str, manifest: JobManifest, *, also: Room = NOTHING
+) -> TenantLimits:
+    """The tenant's limits, once the submission passes them (its rate, then the room its job
+    takes and `also`: see controlplane/admission) and the cluster could ever hold the job;
+    else the error
+    (nothing written). One query reads the limits, what the tenant holds and the largest
+    node's memory; the rate is checked first, so that a refused flood costs nothing more."""
+    usage = await usage_of(request, tenant)
+    limits = usage.limits
     wait_s = request.app[SUBMISSIONS].take(tenant, limits, time.monotonic())
     if wait_s:
         LIMIT_REFUSALS.add(1, {"limit": "submissions_per_s", "tenant": tenant})
@@ -171,15 +171,8 @@ async def admit(request: web.Request, tenant: str, manifest: JobManifest) -> Ten
             field="submissions_per_s",
             retry_after_s=wait_s,
         )
-    if check.queued >= limits.queued_jobs:
-        LIMIT_REFUSALS.add(1, {"limit": "queued_jobs", "tenant": tenant})
-        raise error(
-            429,
-            f"tenant {tenant!r} has {check.queued} jobs QUEUED, its limit is "
-            f"{limits.queued_jobs}; submit again once some have started or been cancelled",
-            field="queued_jobs",
-        )
-    largest = check.largest_memory_mb
+    hold(tenant, usage, job_room(manifest) + also)
+    largest = usage.largest_memory_mb
     if largest is not None and manifest.memory_mb > largest:
         raise error(
             422,

@@ -41,6 +41,7 @@ _REASONS = {
     409: "refused in the model's current state (the message says why)",
     413: "the artifact (or its publication part) is over the size limit; nothing kept",
     422: "invalid fields, each listed (metadata fields as metadata.<path>)",
+    429: "a tenant limit reached (the field names which; see README, Limits); nothing kept",
 }
 
 
@@ -285,7 +286,10 @@ def openapi_paths() -> dict[str, Any]:
                         409,
                         413,
                         422,
+                        429,
                         e409="the job has not COMPLETED, or its file is gone",
+                        e413="the artifact is over the size limit, or over the room its "
+                        "tenant's artifact_bytes limit leaves (field artifact_bytes); nothing kept",
                         e422="invalid fields, each listed; a bad model name; an upload whose "
                         "bytes do not have its sha256; an unknown from_job",
                     ),

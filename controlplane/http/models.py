@@ -22,6 +22,7 @@ from uuid import UUID
 from aiohttp import BodyPartReader, web
 from pydantic import BaseModel, ConfigDict, Field, HttpUrl, StringConstraints
 
+from controlplane.admission.policy import Room
 from controlplane.artifacts.errors import (
     ArtifactCorrupted,
     ArtifactMissing,
@@ -30,6 +31,7 @@ from controlplane.artifacts.errors import (
 )
 from controlplane.artifacts.store import CHUNK_SIZE
 from controlplane.http import params
+from controlplane.http.admission import admit_room
 from controlplane.http.auth import acting_tenant, principal
 from controlplane.http.errors import error, invalid_fields
 from controlplane.http.keys import MODELS, POOL, STORE
@@ -358,10 +360,13 @@ async def publish(request: web.Request) -> web.Response:
     tenant = await _acting(request, who, "publishes")
     name = request.match_info["name"]
     models = request.app[MODELS]
+    # Room for a byte at least now; the store then stops the artifact at the room left.
+    usage = await admit_room(request, tenant, Room(artifact_bytes=1))
+    room = usage.limits.artifact_bytes - usage.held.artifact_bytes
     try:
         check_model_name(name)
         if request.content_type == "multipart/form-data":
-            published = await _upload(request, tenant, name, who)
+            published = await _upload(request, tenant, name, who, room)
         else:
             publication = validated(Publication, await json_body(request))
             if publication.from_job is None:
@@ -382,9 +387,19 @@ async def publish(request: web.Request) -> web.Response:
                 checkpoint_step=publication.checkpoint_step,
                 results_file=publication.results_file or RESULTS_FILE,
                 visibility=publication.visibility,
+                room=room,
             )
     except ModelError as exc:
         raise refused(exc) from None
+    except ArtifactTooLarge as exc:
+        if exc.max_size < models.max_artifact_bytes:
+            raise error(
+                413,
+                f"{exc}: tenant {tenant!r} holds {usage.held.artifact_bytes} bytes of model "
+                f"artifacts, its artifact_bytes limit is {usage.limits.artifact_bytes}",
+                field="artifact_bytes",
+            ) from None
+        raise error(413, str(exc), field=ARTIFACT_PART) from None
     location = f"/v1/models/{name}/versions/{published.version.number}"
     headers = {"Location": location + (f"?tenant={tenant}" if who.is_admin else "")}
     if not published.created:
@@ -393,7 +408,9 @@ async def publish(request: web.Request) -> web.Response:
     return web.json_response(_json(view), status=201, headers=headers)
 
 
-async def _upload(request: web.Request, tenant: str, name: str, who: Principal) -> Published:
+async def _upload(
+    request: web.Request, tenant: str, name: str, who: Principal, room: int
+) -> Published:
     """A multipart upload: its `publication` part is checked whole before a byte of its
     `artifact` part is stored, which is streamed into the artifact store as it arrives."""
     try:
@@ -442,9 +459,8 @@ async def _upload(request: web.Request, tenant: str, name: str, who: Principal) 
             event_metadata(request, who, tenant),
             visibility=publication.visibility,
             expected_sha256=publication.sha256,
+            room=room,
         )
-    except ArtifactTooLarge as exc:
-        raise error(413, str(exc), field=ARTIFACT_PART) from None
     except ChecksumMismatch as exc:
         raise error(422, str(exc), field="sha256") from None
 

@@ -19,7 +19,8 @@ _REASONS = {
     404: "no such search (or none of the caller's)",
     409: "the search has ended, or an Idempotency-Key was used for another search",
     422: "an invalid search: the field names what is wrong",
-    429: "over the tenant's submission rate or queued jobs, or its live streams",
+    429: "over the tenant's submission rate, queued jobs, CPUs, memory or searches running, or "
+    "its live streams (the field names which)",
 }
 
 

@@ -12,6 +12,7 @@ from uuid import UUID
 from aiohttp import web
 from pydantic import ValidationError
 
+from controlplane.admission.policy import Room
 from controlplane.events.records import RecordedEvent
 from controlplane.http import params
 from controlplane.http.auth import acting_tenant, principal
@@ -73,7 +74,7 @@ async def submit(request: web.Request) -> web.Response:
     # a new one is held to the tenant's rate, queue and largest node, as a job is (its trials
     # are jobs), and runs at most as many trials at once as the tenant may queue jobs.
     if key is None or await searches.load(new_search_id(tenant, key)) is None:
-        limits = await admit(request, tenant, template)
+        limits = await admit(request, tenant, template, also=Room(searches=1))
         if spec.max_concurrent_trials > limits.queued_jobs:
             raise error(
                 422,

@@ -123,10 +123,13 @@ class Models:
         *,
         visibility: Visibility = Visibility.PRIVATE,
         expected_sha256: str | None = None,
+        room: int | None = None,
     ) -> Published:
         """Store an uploaded artifact and publish it as the model's next version. Provenance
         is the repository's to fill in (`publish_from_job`): an upload that claims one is
-        refused, so that every provenance shown was checked against the job's events."""
+        refused, so that every provenance shown was checked against the job's events.
+        `room`: the most bytes the tenant may still store (ArtifactTooLarge past it, or past
+        `max_artifact_bytes`)."""
         check_model_name(name)
         if document.provenance is not None:
             raise InvalidMetadata(
@@ -139,7 +142,7 @@ class Models:
                 )
             )
         blob = await self.artifacts.write(
-            chunks, max_size=self.max_artifact_bytes, expected_sha256=expected_sha256
+            chunks, max_size=self._max_size(room), expected_sha256=expected_sha256
         )
         return await self._publish(tenant, name, blob, document, metadata, visibility)
 
@@ -154,11 +157,13 @@ class Models:
         checkpoint_step: int | None = None,
         results_file: str = RESULTS_FILE,
         visibility: Visibility = Visibility.PRIVATE,
+        room: int | None = None,
     ) -> Published:
         """Publish a file of a completed job's stored results (`results_file`, relative to its
         results location), or the checkpoint it saved at `checkpoint_step`, without uploading
         it again: read where the job put it, copied into the store. The provenance (job,
-        attempt, checkpoint step, data sha256) comes from the job's events."""
+        attempt, checkpoint step, data sha256) comes from the job's events. `room` as for
+        `publish`."""
         check_model_name(name)
         job = await self._jobs.load(job_id)
         if job is None or job.tenant != tenant:
@@ -190,7 +195,7 @@ class Models:
             data_sha256=None if job.manifest.data is None else job.manifest.data.sha256,
         )
         try:
-            blob = await add_job_file(self.artifacts, source, max_size=self.max_artifact_bytes)
+            blob = await add_job_file(self.artifacts, source, max_size=self._max_size(room))
         except FileNotFoundError:
             what = "results file" if checkpoint_step is None else "checkpoint"
             raise SourceUnavailable(
@@ -203,6 +208,9 @@ class Models:
             ) from None
         document = document.model_copy(update={"provenance": provenance})
         return await self._publish(tenant, name, blob, document, metadata, visibility)
+
+    def _max_size(self, room: int | None) -> int:
+        return self.max_artifact_bytes if room is None else min(room, self.max_artifact_bytes)
 
     def _checkpoint_file(self, job_id: UUID, reported: str) -> JobFile:
         """The checkpoint file a job's learner reported saving, in that job's own checkpoints

@@ -21,6 +21,13 @@ DEFAULT_STREAMS = 32
 DEFAULT_SUBMISSIONS_PER_S = 5.0
 DEFAULT_SUBMISSION_BURST = 50
 DEFAULT_QUEUED_JOBS = 1000
+DEFAULT_CPUS = 512.0
+DEFAULT_MEMORY_MB = 4 * 1024 * 1024
+DEFAULT_DEPLOYMENTS = 20
+DEFAULT_REPLICAS = 64
+DEFAULT_SEARCHES = 20
+DEFAULT_QUEUED_PREDICTIONS = 100_000
+DEFAULT_ARTIFACT_BYTES = 256 * 1024**3
 
 
 class TenantLimits(BaseModel):
@@ -51,6 +58,51 @@ class TenantLimits(BaseModel):
         ge=1,
         le=10_000_000,
         description="jobs the tenant may have QUEUED (accepted, not yet running) at once",
+    )
+    cpus: float = Field(
+        default=DEFAULT_CPUS,
+        ge=0,
+        le=10_000_000,
+        allow_inf_nan=False,
+        description="CPUs the tenant's live jobs (QUEUED or running, a deployment's replicas "
+        "included) ask for in all (learners x cpus)",
+    )
+    memory_mb: int = Field(
+        default=DEFAULT_MEMORY_MB,
+        ge=0,
+        le=1 << 40,
+        description="memory (MiB) the tenant's live jobs ask for in all (learners x memory_mb)",
+    )
+    deployments: int = Field(
+        default=DEFAULT_DEPLOYMENTS,
+        ge=0,
+        le=100_000,
+        description="deployments the tenant may have (created, not deleted)",
+    )
+    replicas: int = Field(
+        default=DEFAULT_REPLICAS,
+        ge=0,
+        le=1_000_000,
+        description="replicas the tenant's deployments may ask for in all",
+    )
+    searches: int = Field(
+        default=DEFAULT_SEARCHES,
+        ge=0,
+        le=100_000,
+        description="searches the tenant may have running at once",
+    )
+    queued_predictions: int = Field(
+        default=DEFAULT_QUEUED_PREDICTIONS,
+        ge=0,
+        le=1_000_000_000,
+        description="prediction items the tenant may have waiting or running at once (its "
+        "tasks not yet finished, synchronous and asynchronous)",
+    )
+    artifact_bytes: int = Field(
+        default=DEFAULT_ARTIFACT_BYTES,
+        ge=0,
+        le=1 << 50,
+        description="bytes of model artifacts the tenant's model versions may hold in all",
     )
     log_lines: int = Field(
         default=DEFAULT_LOG_LINES,

@@ -38,19 +38,6 @@ ORDER BY t.name;
 -- The `tenants` projection: a tenant's limits from now on (TenantLimitsSet).
 UPDATE tenants SET limits = $2::jsonb WHERE name = $1;
 
--- name: tenant_submission_limits
--- What a submission is checked against, in one round trip: the tenant's limits (as text, NULL:
--- the defaults), its QUEUED jobs, counted from its own queue index (partial, on QUEUED), and the
--- most memory any node ever registered has (NULL: no node yet), since a job needing more could
--- never be placed (every node, not only live ones: a node may be down for a while). No row: no
--- tenant.
-SELECT coalesce(t.limits, '{}')::text AS limits,
-       (SELECT count(*) FROM job_status s WHERE s.tenant = t.name AND s.state = 'QUEUED')
-           AS queued,
-       (SELECT max(memory_mb) FROM nodes) AS largest_memory_mb
-FROM tenants t
-WHERE t.name = $1;
-
 -- name: tenant_limits
 -- A tenant's limits (as text; '{}': the defaults), for SSE streams; no row: no tenant.
 SELECT coalesce(limits, '{}')::text FROM tenants WHERE name = $1;

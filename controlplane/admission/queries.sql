@@ -1,0 +1,50 @@
+-- Admission (controlplane/admission/): what a tenant holds now, which its next command is
+-- checked against.
+
+-- name: tenant_usage
+-- What a tenant holds, in one round trip: its limits (as text; '{}': the defaults), its QUEUED
+-- jobs, the CPUs and memory its live jobs ask for (learners x each; an inference job holds no
+-- node, its deployment's replicas do), its deployments not deleted and the replicas they ask
+-- for, its searches running, its prediction items not yet finished, the bytes its model
+-- versions hold; and the most memory any node ever registered has (NULL: no node yet), since a
+-- job needing more could never be placed. Each count reads an index of the tenant's live rows
+-- only (job_status by tenant and state, the queued and running tasks' partial indexes), never
+-- its history. No row: no tenant.
+SELECT coalesce(t.limits, '{}')::text AS limits,
+       j.queued_jobs, j.cpus, j.memory_mb,
+       d.deployments, d.replicas,
+       (SELECT count(*) FROM searches s WHERE s.tenant = t.name AND s.state = 'running')
+           AS searches,
+       (SELECT coalesce(sum(k.items), 0) FROM serving_tasks k
+         WHERE k.tenant = t.name AND k.state IN ('queued', 'running')) AS queued_predictions,
+       (SELECT coalesce(sum(v.size_bytes), 0)::bigint FROM model_versions v
+         WHERE v.tenant = t.name) AS artifact_bytes,
+       (SELECT max(memory_mb) FROM nodes) AS largest_memory_mb
+FROM tenants t,
+LATERAL (
+    SELECT count(*) FILTER (WHERE s.state = 'QUEUED') AS queued_jobs,
+           coalesce(sum((s.doc -> 'manifest' ->> 'learners')::int
+                        * (s.doc -> 'manifest' ->> 'cpus')::float8)
+                    FILTER (WHERE NOT s.inference), 0) AS cpus,
+           coalesce(sum((s.doc -> 'manifest' ->> 'learners')::bigint
+                        * (s.doc -> 'manifest' ->> 'memory_mb')::bigint)
+                    FILTER (WHERE NOT s.inference), 0)::bigint AS memory_mb
+    FROM job_status s
+    WHERE s.tenant = t.name
+      AND s.state IN ('QUEUED', 'DEPLOYING', 'DOWNLOADING', 'PROCESSING', 'STORING')
+) j,
+LATERAL (
+    SELECT count(*) AS deployments, coalesce(sum(replicas), 0) AS replicas
+    FROM deployments WHERE tenant = t.name AND NOT deleted
+) d
+WHERE t.name = $1;
+
+-- name: tenant_prediction_usage
+-- What a prediction is checked against, on its synchronous path: only the tenant's limits and
+-- its prediction items not yet finished (the queued and running tasks' partial indexes), not
+-- the whole of `tenant_usage`. No row: no tenant.
+SELECT coalesce(t.limits, '{}')::text AS limits,
+       (SELECT coalesce(sum(k.items), 0) FROM serving_tasks k
+         WHERE k.tenant = t.name AND k.state IN ('queued', 'running')) AS queued_predictions
+FROM tenants t
+WHERE t.name = $1;
