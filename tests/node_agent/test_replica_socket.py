@@ -7,18 +7,14 @@ sees no connection."""
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import socket
-import tempfile
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from node_agent.folders import make_base
-from node_agent.learners import learner_dir
 from node_agent.replica_client import ReplicaClient, ReplicaRefused
 from node_agent.runtime import Folder
 from runners.serve import SOCKET_NAME
@@ -47,16 +43,6 @@ time.sleep(600)
 
 
 @pytest.fixture
-def work_dir() -> Iterator[Path]:
-    """The agent's work directory, as the agent makes it (`make_base`): a learner that runs as
-    its job's user reaches its folders there (pytest's own folders are root's alone)."""
-    folder = Path(tempfile.mkdtemp(prefix="trainyard-replica-socket-"))
-    make_base(folder)
-    yield folder
-    shutil.rmtree(folder)
-
-
-@pytest.fixture
 def victim(tmp_path: Path) -> Iterator[socket.socket]:
     """A socket of the node's that no replica may reach through the agent."""
     folder = tmp_path / "victim"
@@ -78,13 +64,13 @@ def untouched(listener: socket.socket) -> bool:
 
 
 async def test_a_replica_that_swaps_its_socket_for_a_symlink_is_refused(
-    node: contract.Node, work_dir: Path, victim: socket.socket
+    node: contract.Node, victim: socket.socket
 ) -> None:
+    work_dir = node.work_dir
     spec = node.spec("")
-    workdir = learner_dir(work_dir, spec.job_id, spec.attempt, spec.learner)
-    serve = workdir / "serve"
+    serve = spec.workdir / "serve"
     command = [node.python, "-c", SWAPPING_REPLICA, str(serve), victim.getsockname()]
-    spec = replace(spec, command=command, workdir=workdir, folders=[Folder(work_dir, serve)])
+    spec = replace(spec, command=command, folders=[Folder(work_dir, serve)])
     learner = await node.runtime.start(spec)
     try:
         # Its own socket, made as its user, is connected to (it says so once it accepted).
