@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from controlplane import telemetry
-from controlplane.agents.logins import login_excess
+from controlplane.agents.logins import login_excess, login_node
 from controlplane.artifacts.filesystem import default_root
 from controlplane.database import AGENT_ROLE, resolve_database
 from controlplane.jobs.images import ImageAllowlist
@@ -54,7 +54,9 @@ EXIT_USAGE = 2
 
 AGENT_URL_ENV = "TRAINYARD_AGENT_DATABASE_URL"
 """Where `agent install` also takes the agent login's URL (out of `ps` and the shell history)."""
-AGENT_LOGIN_HINT = "as the database's owner: trainyard agent-login create NAME --password-file FILE"
+AGENT_LOGIN_HINT = (
+    "as the database's owner: trainyard agent-login create NAME --node NODE --password-file FILE"
+)
 
 
 def machine_memory_mb() -> int:
@@ -394,6 +396,13 @@ async def cmd_agent(args: argparse.Namespace, settings: Settings) -> int:
             return EXIT_FAILED
         # The embedded database is one machine's, where the agent and its owner are one.
         print(f"trainyard agent: warning: {problem}", file=sys.stderr, flush=True)
+    if not excess:
+        # An agent login reaches its own node's work only (docs/agent-role.md): under another
+        # node's name it could not even register.
+        unbound = await binding_problem(url, config.name)
+        if unbound is not None:
+            print(f"trainyard agent: error: {unbound}", file=sys.stderr)
+            return EXIT_FAILED
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -402,6 +411,23 @@ async def cmd_agent(args: argparse.Namespace, settings: Settings) -> int:
     # (WorkDirInUse), is reported by `main`, exit code 1.
     await run_agent(url, config, fake_gpus=args.fake_gpus, stop=stop)
     return 0
+
+
+async def binding_problem(url: str, name: str) -> str | None:
+    """Why the agent login of `url` cannot work as node `name`, if it cannot."""
+    bound = await login_node(url)
+    if bound == name:
+        return None
+    fix = (
+        f"bind the login to this node (as the database's owner: trainyard agent-login bind NAME "
+        f"--node {name})"
+    )
+    if bound is None:
+        return f"the database login is bound to no node: {fix}"
+    return (
+        f"the database login works for node {bound!r}, not {name!r}: start the agent with "
+        f"--name {bound}, or {fix}"
+    )
 
 
 async def cmd_install(args: argparse.Namespace, settings: Settings) -> int:

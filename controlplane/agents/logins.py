@@ -142,3 +142,14 @@ async def login_excess(url: str) -> list[str]:
     finally:
         await conn.close()
     return excess
+
+
+async def login_node(url: str) -> str | None:
+    """The node the login of `url` works for (None: bound to none, so it reaches no node's
+    work)."""
+    conn = await connect(url, role=None)
+    try:
+        node: str | None = await conn.fetchval(Q["session_login_node"])
+    finally:
+        await conn.close()
+    return node

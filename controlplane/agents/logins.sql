@@ -15,3 +15,7 @@ SELECT node FROM agent_logins WHERE login = $1;
 SELECT EXISTS (SELECT 1 FROM pg_roles r
                WHERE r.rolname = $1 AND r.rolcanlogin AND NOT r.rolsuper
                  AND pg_has_role(r.oid, 'trainyard_agent', 'MEMBER'));
+
+-- name: session_login_node
+-- The node the session's login works for, as the policies see it (NULL: none).
+SELECT agent_node();

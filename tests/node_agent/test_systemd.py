@@ -470,7 +470,7 @@ def test_install_without_a_database_url_is_a_usage_error_that_writes_nothing(
     )  # fmt: skip
     assert result.returncode == 2
     assert result.stderr.startswith("trainyard agent install: error: no database: pass ")
-    assert "trainyard agent-login create NAME --password-file FILE" in result.stderr
+    assert "trainyard agent-login create NAME --node NODE --password-file FILE" in result.stderr
     assert "TRAINYARD_AGENT_DATABASE_URL" in result.stderr
     assert PASSWORD not in result.stderr
     assert files_under(tmp_path) == []

@@ -320,8 +320,24 @@ async def test_the_agent_refuses_to_start_with_the_owners_login(
     assert "error: the database login has more rights than the trainyard_agent role" in (
         result.stderr
     )
-    assert "trainyard agent-login create NAME --password-file FILE" in result.stderr
+    assert "trainyard agent-login create NAME --node NODE --password-file FILE" in result.stderr
     assert "--allow-privileged-login" in result.stderr
+    assert await owner.fetchval("SELECT count(*) FROM nodes") == 0
+
+
+async def test_the_agent_refuses_to_start_as_another_nodes_login(
+    db_url: str, owner: asyncpg.Connection
+) -> None:
+    work = learner_space()
+    login = await agent_login_url(db_url, "n1")
+    result = trainyard(
+        "agent", "--name", "n2", "--runtime", "process", "--fake-gpus", "1",
+        "--work-dir", str(work),
+        env={"TRAINYARD_DATABASE_URL": login, "TRAINYARD_HOME": str(work)},
+    )  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    assert "error: the database login works for node 'n1', not 'n2'" in result.stderr
+    assert "trainyard agent-login bind NAME --node n2" in result.stderr
     assert await owner.fetchval("SELECT count(*) FROM nodes") == 0
 
 
