@@ -155,6 +155,15 @@ async def test_an_agent_appends_to_its_nodes_streams_only(
     )
 
 
+async def fetch_one(
+    db: asyncpg.Pool | asyncpg.Connection, query: str, *args: Any
+) -> asyncpg.Record:
+    """The one row `query` returns."""
+    row = await db.fetchrow(query, *args)
+    assert row is not None, query
+    return row
+
+
 def line(job_id: UUID, seq: int, text: str) -> LogLine:
     return LogLine(job_id, 1, 0, Stream.STDOUT, seq, datetime.now(UTC), text)
 
@@ -202,7 +211,7 @@ async def test_an_agent_moves_its_own_lease_and_frees_its_own_gpus_only(
     await a.pool.execute(Q["forget_node_gpus"], b.node)
     await a.pool.execute("DELETE FROM allocated_gpus WHERE job_id = $1", b.job_id)
     await a.pool.execute("UPDATE node_gpus SET healthy = false WHERE node = $1", b.node)
-    node = await owner.fetchrow("SELECT state, lease_until FROM nodes WHERE name = $1", b.node)
+    node = await fetch_one(owner, "SELECT state, lease_until FROM nodes WHERE name = $1", b.node)
     assert (node["state"], node["lease_until"]) == ("READY", lease)
     assert await owner.fetchval(
         "SELECT released_at IS NULL FROM allocations WHERE job_id = $1", b.job_id
@@ -309,7 +318,7 @@ async def test_an_agent_claims_and_finishes_its_deployments_tasks_only(
     assert await finish(a, b.deployment, task, token) == 0  # even with B's claim token
     await a.pool.execute(Q["requeue_replica"], b.job_id, 3)
     await a.pool.execute("UPDATE serving_tasks SET output = '[\"forged\"]'")
-    row = await owner.fetchrow("SELECT state, output FROM serving_tasks WHERE task_id = $1", task)
+    row = await fetch_one(owner, "SELECT state, output FROM serving_tasks WHERE task_id = $1", task)
     assert (row["state"], row["output"]) == ("running", None)
     # Nor write B's deployment's memo or batches.
     for statement in (
@@ -325,7 +334,7 @@ async def test_an_agent_claims_and_finishes_its_deployments_tasks_only(
     assert await owner.fetchval("SELECT count(*) FROM serving_memo") == 0
     # B records its results, memo and batch.
     assert await finish(b, b.deployment, task, token) == 1
-    row = await owner.fetchrow("SELECT state, output FROM serving_tasks WHERE task_id = $1", task)
+    row = await fetch_one(owner, "SELECT state, output FROM serving_tasks WHERE task_id = $1", task)
     assert (row["state"], json.loads(row["output"])) == ("succeeded", ["ok"])
     memo = await owner.fetch("SELECT deployment FROM serving_memo")
     assert [r["deployment"] for r in memo] == [b.deployment]
@@ -374,7 +383,7 @@ async def test_an_agent_claims_and_finishes_the_queries_of_its_nodes_inference_j
     try:
         # Node A asks for the job's queries: it finds no job (the row is not its to lock), so
         # it takes none and is not counted as the job's replica.
-        asked = await a.pool.fetchrow(Q["claim_query"], job, a.job_id, uuid4(), a.node, 30)
+        asked = await fetch_one(a.pool, Q["claim_query"], job, a.job_id, uuid4(), a.node, 30)
         assert (asked["outcome"], asked["index"]) == ("wait", None)
         with pytest.raises(asyncpg.InsufficientPrivilegeError, match=RLS):
             await a.pool.execute(
@@ -385,22 +394,23 @@ async def test_an_agent_claims_and_finishes_the_queries_of_its_nodes_inference_j
                 a.node,
             )
         token = uuid4()
-        claimed = await c.pool.fetchrow(Q["claim_query"], job, c.job_id, token, c.node, 30)
+        claimed = await fetch_one(c.pool, Q["claim_query"], job, c.job_id, token, c.node, 30)
         assert (claimed["outcome"], claimed["index"]) == ("claimed", 0)
         # Node A can neither see the query nor record its result, give it back or fail the job.
         assert await a.pool.fetchval("SELECT count(*) FROM inference_queries") == 0
-        forged = await a.pool.fetchrow(Q["finish_query"], job, 0, '["forged"]', None, 1.0, token)
+        forged = await fetch_one(a.pool, Q["finish_query"], job, 0, '["forged"]', None, 1.0, token)
         assert forged["recorded"] == 0
         await a.pool.execute(Q["give_back_queries"], c.job_id, 3)
         await a.pool.execute(Q["record_load_error"], job, "forged")
-        row = await owner.fetchrow(
+        row = await fetch_one(
+            owner,
             "SELECT q.state, q.output, j.load_error FROM inference_queries q"
             " JOIN inference_jobs j USING (job_id) WHERE q.job_id = $1",
             job,
         )
         assert (row["state"], row["output"], row["load_error"]) == ("running", None, None)
         assert await owner.fetchval("SELECT array_agg(node) FROM inference_replicas") == [c.node]
-        done = await c.pool.fetchrow(Q["finish_query"], job, 0, '["ok"]', None, 1.0, token)
+        done = await fetch_one(c.pool, Q["finish_query"], job, 0, '["ok"]', None, 1.0, token)
         assert done["recorded"] == 1
     finally:
         await c.store.close()
