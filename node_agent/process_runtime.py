@@ -251,8 +251,8 @@ class ProcessLearner:
                 os.killpg(self._pid, sig)
             else:
                 # The launcher alone: it forwards the signal to the training command (which
-                # would otherwise get it twice) and reports what happened. In the sandbox it is
-                # its pid namespace's PID 1: a SIGKILL to it ends the whole namespace.
+                # would otherwise get it twice) and reports what happened. In the sandbox, its
+                # end ends its pid namespace, with everything in it.
                 os.kill(self._pid, sig)
 
 
@@ -481,7 +481,7 @@ class ProcessRuntime:
             # (the group is gone), and runs nothing.
             await clear(cgroup)
             raise
-        pid = int(json.loads(report)["child-pid"])
+        pid = _child_of(int(json.loads(report)["child-pid"]))
         return ProcessLearner(pid, files, _exit_of_sandbox(process, cgroup), cgroup)
 
     @staticmethod
@@ -523,7 +523,7 @@ class ProcessRuntime:
             if cgroup is None:
                 os.killpg(int(found.handle), signal.SIGKILL)
             else:
-                os.kill(int(found.handle), signal.SIGKILL)  # its namespace's PID 1
+                os.kill(int(found.handle), signal.SIGKILL)  # its namespace ends with it
         if cgroup is not None:
             await clear(cgroup)
 
@@ -531,6 +531,21 @@ class ProcessRuntime:
         if self._sandbox is None:
             return None
         return self._sandbox.cgroups.group(cgroup_name(job_id, attempt, learner, epoch))
+
+
+def _child_of(init: int, proc: Path = Path("/proc")) -> int | None:
+    """The one child of the sandbox's init `init`: the learner's command (None: it has ended
+    already)."""
+    for entry in proc.iterdir():
+        if entry.name.isdigit():
+            try:
+                # "pid (comm) state ppid ...": the name may hold anything but the last ")".
+                fields = (entry / "stat").read_text().rpartition(")")[2].split()
+            except OSError:
+                continue  # ended meanwhile
+            if int(fields[1]) == init:
+                return int(entry.name)
+    return None
 
 
 def _read_all(fd: int, most: int = -1) -> bytes:

@@ -10,9 +10,15 @@ A learner is started as
 becomes bwrap, so that nothing of the learner ever runs outside its cgroup. bwrap, as root, makes
 its namespaces and its filesystem; `setpriv` then drops to the job's uid and gid, with no
 supplementary groups, an empty capability bounding set and no_new_privs (bwrap's own --uid needs
-a user namespace, which would map the job's uid back to root outside), and runs the command as
-PID 1 of its pid namespace, as the launcher is in a container: signals from the agent reach its
-handlers, and when it ends the kernel kills everything left in the namespace.
+a user namespace, which would map the job's uid back to root outside), and a last `sh` says the
+sandbox is made and becomes `setsid` COMMAND: the command leads a session and process group of
+its own, as a learner of the unsandboxed runtime does (how a restarted agent tells the launcher
+from the processes it starts, see `process_runtime.find_learners`).
+
+bwrap's init is PID 1 of the learner's pid namespace, the command PID 2: the init reaps what the
+command leaves, and when the command ends, the init ends and the kernel kills everything left in
+the namespace. The agent signals the command itself: a namespace's PID 1 ignores every signal it
+has no handler for, so a SIGTERM sent before the launcher installed its handler would be lost.
 
 Not --die-with-parent: learners outlive their agent (dependability promise 6), and the agent
 re-adopts them.
@@ -41,8 +47,8 @@ JOIN = (
 bwrap), then runs the rest. Exit 125 when it cannot join: no tenant code runs outside its group."""
 READY = 'printf ready >&0 && exec "$@" </dev/null'
 """Run in the sandbox, as the job's user: says on its standard input (the agent's pipe) that the
-sandbox is made, and becomes the command, whose standard input is /dev/null (the learner never
-holds the pipe)."""
+sandbox is made, and becomes the rest (`setsid` and the command), whose standard input is
+/dev/null (the learner never holds the pipe)."""
 READY_WORD = b"ready"
 SYSTEM = (Path("/usr"), Path("/etc"))
 """The node's system, read-only: programs, libraries, their configuration."""
@@ -51,9 +57,9 @@ TOP_LEVEL = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 GPU_SHARED = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools")
 """The driver's device nodes every CUDA process opens besides its GPUs' own."""
 KILLED = 128 + signal.SIGKILL
-"""bwrap's exit code when the learner (its PID 1) was SIGKILLed: by the agent, or by the OOM
-killer. The launcher exits with it otherwise only when its command was SIGKILLed, which is an
-outside kill too (as for a container, see `docker_runtime.KILLED`)."""
+"""bwrap's exit code when the learner was SIGKILLed: by the agent, or by the OOM killer. The
+launcher exits with it otherwise only when its command was SIGKILLed, which is an outside kill
+too (as for a container, see `docker_runtime.KILLED`)."""
 
 
 class SandboxMissing(CommandFailed):
@@ -105,6 +111,7 @@ def agent_python() -> tuple[Path, ...]:
 class Sandbox:
     bwrap: str
     setpriv: str
+    setsid: str
     cgroups: Hierarchies
     gpus: GpuDevices = GpuDevices()
     readable: tuple[Path, ...] = field(default_factory=agent_python)
@@ -121,15 +128,16 @@ class Sandbox:
                 "bwrap not found: apt-get install bubblewrap (an agent that is root runs "
                 "tenants' code in the process runtime only in its sandbox)"
             )
-        setpriv = shutil.which("setpriv")
-        if setpriv is None:
-            raise SandboxMissing("setpriv not found: apt-get install util-linux")
+        setpriv, setsid = shutil.which("setpriv"), shutil.which("setsid")
+        if setpriv is None or setsid is None:
+            raise SandboxMissing("setpriv or setsid not found: apt-get install util-linux")
         hierarchies = find_hierarchies()
         if isinstance(hierarchies, str):
             raise SandboxMissing(f"{hierarchies}: learners' limits cannot be set")
         return cls(
             bwrap=bwrap,
             setpriv=setpriv,
+            setsid=setsid,
             cgroups=hierarchies,
             gpus=gpus or GpuDevices(),
             readable=(*agent_python(), *readable),
@@ -137,9 +145,9 @@ class Sandbox:
 
     def argv(self, spec: LearnerSpec, cgroup: Cgroup, info_fd: int) -> list[str]:
         """The command that runs `spec` (as its user, which it must have) in the sandbox, in
-        `cgroup`; bwrap writes the learner's pid (outside its namespace) to `info_fd`, and
-        READY_WORD comes on its standard input (a pipe) once the sandbox is made, just before
-        the command runs."""
+        `cgroup`; bwrap writes its init's pid (outside its namespace; the command is the init's
+        child) to `info_fd`, and READY_WORD comes on its standard input (a pipe) once the
+        sandbox is made, just before the command runs."""
         if spec.user is None:
             raise ValueError("no user to run it as: tenants' code never runs as root")
         uid, gid = spec.user
@@ -168,6 +176,7 @@ class Sandbox:
             "-c",
             READY,
             "sh",
+            self.setsid,
             *spec.command,
         ]
 
@@ -180,9 +189,8 @@ class Sandbox:
             yield from ("--ro-bind-try", "/run/systemd/resolve", "/run/systemd/resolve")
         else:
             yield "--unshare-net"  # loopback only
-        # Its own session: no terminal of the agent's to push input into (TIOCSTI); its PID 1
-        # is the command itself (see the module's doc).
-        yield from ("--new-session", "--as-pid-1")
+        # Its own session: no terminal of the agent's to push input into (TIOCSTI).
+        yield "--new-session"
         for path in SYSTEM:
             yield from ("--ro-bind", str(path), str(path))
         for name in TOP_LEVEL:

@@ -226,7 +226,8 @@ async def test_proc_shows_the_learner_no_other_process(box: Box) -> None:
         other.kill()
         await other.wait()
     assert found["seen"] is False
-    assert found["pids"] == 1  # itself
+    # Itself, and the process runtime's init (bwrap's, which reaps orphans).
+    assert found["pids"] <= 2
 
 
 DEV_PROBE = """
