@@ -100,10 +100,20 @@ async def write_frame(writer: asyncio.StreamWriter, payload: bytes) -> None:
     await writer.drain()
 
 
+THREAD_DECODE_BYTES = 256 * 1024
+"""A payload past this many bytes is decoded in a worker thread: parsing a peer's frame of up
+to MAX_FRAME (a replica's answer is the tenant's to make that large) takes long enough to stall
+the agent's event loop, and with it its heartbeats."""
+
+
 async def read_message(reader: asyncio.StreamReader) -> dict[str, Any] | None:
-    """The next message; None at a clean end of the stream."""
+    """The next message (at most MAX_FRAME bytes); None at a clean end of the stream."""
     payload = await read_frame(reader)
-    return None if payload is None else decode_message(payload)
+    if payload is None:
+        return None
+    if len(payload) > THREAD_DECODE_BYTES:
+        return await asyncio.to_thread(decode_message, payload)
+    return decode_message(payload)
 
 
 async def write_message(writer: asyncio.StreamWriter, message: dict[str, Any]) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import io
+import json
 import signal
 import stat
 import struct
@@ -303,6 +304,32 @@ async def test_frames_end_cleanly_only_between_frames() -> None:
 async def test_a_message_is_a_json_object(payload: bytes) -> None:
     with pytest.raises(FrameError):
         await read_message(stream_of(struct.pack(">I", len(payload)) + payload))
+
+
+async def test_a_large_message_is_decoded_off_the_event_loop() -> None:
+    # A replica's answer of tens of MiB takes a while to parse: the agent's loop (heartbeats,
+    # other replicas) must go on meanwhile. The payload is buffered whole, so a decode on the
+    # loop would never let the ticker run.
+    payload = json.dumps({"op": "done", "outputs": ["x" * 100] * 200_000}).encode()
+    ticks = 0
+    stop = asyncio.Event()
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while not stop.is_set():
+            ticks += 1
+            await asyncio.sleep(0)
+
+    reader = stream_of(struct.pack(">I", len(payload)) + payload)
+    async with asyncio.TaskGroup() as group:
+        group.create_task(ticker())
+        await asyncio.sleep(0)
+        before = ticks
+        message = await read_message(reader)
+        during = ticks - before
+        stop.set()
+    assert message is not None and len(message["outputs"]) == 200_000
+    assert during > 1
 
 
 # Unpacking a ZIP artifact ---------------------------------------------------------------------
