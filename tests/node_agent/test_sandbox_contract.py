@@ -125,14 +125,14 @@ async def box(kind: str, tmp_path: Path, fake_gpus: GpuDevices) -> AsyncIterator
     work_dir = tmp_path / "work"
     work_dir.mkdir()
     if kind == "process":
-        runtime = ProcessRuntime(work_dir, Sandbox.open(gpus=fake_gpus))
+        processes = ProcessRuntime(work_dir, Sandbox.open(gpus=fake_gpus))
         nodes = {"nvidia1", "nvidia3", "nvidiactl", "nvidia-uvm"}
-        yield Box(kind, runtime, name, work_dir, sys.executable, nodes)
+        yield Box(kind, processes, name, work_dir, sys.executable, nodes)
         return
     async with aiodocker.Docker() as docker:
         # Fake GPUs are not the engine's to hand out (as for an agent with --fake-gpus).
-        runtime = DockerRuntime(docker, request_gpus=False)
-        yield Box(kind, runtime, name, work_dir, "python3", set())
+        containers = DockerRuntime(docker, request_gpus=False)
+        yield Box(kind, containers, name, work_dir, "python3", set())
     remove_containers_of(name)
 
 
