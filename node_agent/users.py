@@ -83,14 +83,10 @@ class Users:
         self._root = root
 
     @property
-    def separate(self) -> bool:
-        """Whether jobs get users of their own: only an agent that is root can hand them out;
-        one that is not runs every learner as itself."""
-        return self._root
-
-    @property
     def claimed(self) -> range | None:
-        """The uids this node's claims allocate from (None: its learners run as the agent)."""
+        """The uids this node's claims allocate from. None: jobs get no users of their own, as
+        only an agent that is root can hand them out; one that is not runs every learner as
+        itself."""
         return self._uids.uids if self._root else None
 
     async def of(self, job_id: UUID) -> tuple[int, int] | None:

@@ -16,7 +16,7 @@ from controlplane.agents.claims import Releases, claim
 from controlplane.agents.events import GpuInfo
 from controlplane.agents.nodes import Nodes, NodeSpec
 from controlplane.clock import SYSTEM_CLOCK
-from controlplane.database import create_pool
+from controlplane.database import AGENT_ROLE, create_pool
 from controlplane.events.metadata import Metadata
 from controlplane.events.store import EventStore
 from controlplane.events.subscription import LogListener
@@ -295,6 +295,45 @@ async def test_a_restarted_job_waits_out_its_backoff(
     await asyncio.sleep(2.1)
     [again] = await claim(pool, store, "n1")
     assert again.job.job_id == job_id and again.attempt == 2
+
+
+async def test_a_job_without_a_free_uid_waits_queued_and_one_that_holds_its_uid_is_claimed(
+    pool: asyncpg.Pool, store: EventStore, db_url: str
+) -> None:
+    one = range(300000, 300001)  # a range of one uid
+    cluster = Cluster(pool, store, db_url)
+    await cluster.tenant("acme")
+    await cluster.node("n1", 1)
+    await cluster.node("n2", 1)
+    # Claims as agents make them: uids are the agents' to allocate.
+    agents = await create_pool(db_url, min_size=1, max_size=2, role=AGENT_ROLE)
+    agent_store = EventStore(agents, EVENT_REGISTRY)
+    first = await cluster.submit("acme", manifest(1))
+    await cluster.project()
+    [won] = await claim(agents, agent_store, "n1", uids=one)
+    second = await cluster.submit("acme", manifest(1))
+    await cluster.project()
+    # n2's GPU is free, but the only uid is the first job's: the second stays queued.
+    assert await claim(agents, agent_store, "n2", uids=one) == []
+    state = await pool.fetchval("SELECT state FROM job_status WHERE job_id = $1", second)
+    assert state == "QUEUED"
+    # Restarted, the first job is claimed again with the uid it holds, ahead of the second.
+    await cluster.jobs.execute(first, EnterPhase(JobStatus.PROCESSING, SYSTEM_CLOCK.now()), AGENT)
+    await cluster.jobs.execute(first, Restart("node lost", SYSTEM_CLOCK.now(), 0.0), AGENT)
+    await Releases(pool, "n1").release(first, won.attempt)
+
+    async def requeued() -> bool:
+        await cluster.project()
+        state = await pool.fetchval("SELECT state FROM job_status WHERE job_id = $1", first)
+        return bool(state == "QUEUED")
+
+    await eventually(requeued)
+    [again] = await claim(agents, agent_store, "n2", uids=one)
+    assert (again.job.job_id, again.attempt) == (first, 2)
+    held = await pool.fetch("SELECT uid, job_id FROM learner_uids")
+    assert [(r["uid"], r["job_id"]) for r in held] == [(300000, first)]
+    await agent_store.close()
+    await agents.close()
 
 
 async def test_one_claim_takes_what_fits_together_in_fair_share_order(
