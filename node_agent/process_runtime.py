@@ -307,10 +307,24 @@ async def _exit_of_child(process: asyncio.subprocess.Process) -> ExitStatus:
     return ExitStatus.from_returncode(await process.wait())
 
 
-async def _exit_of_sandbox(process: asyncio.subprocess.Process, cgroup: Cgroup) -> ExitStatus:
-    """bwrap ends with its learner, with its exit code."""
-    code = await process.wait()
-    return exit_status(code, oom_killed=cgroup.oom_killed())
+async def _exit_of_sandbox(
+    process: asyncio.subprocess.Process, cgroup: Cgroup, init: int, command: int | None
+) -> ExitStatus:
+    """How the sandbox's `command` ended. bwrap ends with its exit code once its `init` has no
+    process left to reap: what the command left running (a daemon it detached) ends with it,
+    as in a container, rather than holding its end back."""
+    if command is not None:
+        await _until_ended(command)
+    ended = asyncio.ensure_future(process.wait())
+    try:
+        while not ended.done():
+            for pid in cgroup.pids() - {process.pid, init}:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            await asyncio.wait({ended}, timeout=POLL_S)
+    finally:
+        ended.cancel()
+    return exit_status(ended.result(), oom_killed=cgroup.oom_killed())
 
 
 async def _exit_of_adopted(
@@ -481,8 +495,10 @@ class ProcessRuntime:
             # (the group is gone), and runs nothing.
             await clear(cgroup)
             raise
-        pid = _child_of(int(json.loads(report)["child-pid"]))
-        return ProcessLearner(pid, files, _exit_of_sandbox(process, cgroup), cgroup)
+        init = int(json.loads(report)["child-pid"])
+        pid = _child_of(init)
+        ended = _exit_of_sandbox(process, cgroup, init, pid)
+        return ProcessLearner(pid, files, ended, cgroup)
 
     @staticmethod
     async def _spawn(

@@ -25,8 +25,9 @@ from controlplane.logs.lines import Stream
 from controlplane.logs.store import read_lines, write_lines
 from controlplane.tenants.service import create_tenant
 from node_agent import attempt as attempt_module
+from node_agent.learners import learner_dir
 from node_agent.log_shipper import LINE_OVERHEAD, LogShipper
-from tests.cluster import Plane, RunningAgent, learner_space
+from tests.cluster import Plane, RunningAgent
 from tests.controlplane.logs.test_logs import line
 from tests.polling import eventually
 
@@ -199,15 +200,16 @@ async def test_an_attempt_whose_lines_cannot_be_stored_in_time_ends_and_says_how
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(attempt_module, "LOGS_STORED_WITHIN_S", 1.0)
-    go = learner_space() / "go"  # where the learner, running as a uid of its own, may look
     printer = [
         sys.executable,
         "-c",
-        f"import os, time\nwhile not os.path.exists({str(go)!r}): time.sleep(0.05)\n"
+        "import os, time\nwhile not os.path.exists('go'): time.sleep(0.05)\n"
         "for i in range(100): print(f'line {i}')",
     ]
     job_id = await submit(plane, printer)
     await plane.state(job_id, JobStatus.PROCESSING)
+    # In its working directory: the only folder of the node's that its sandbox has.
+    go = learner_dir(agent.config.work_dir, job_id, 1, 0) / "go"
     # No line can be stored for now (reads go on): the learner prints, and ends.
     stall = owner.transaction()
     await stall.start()
