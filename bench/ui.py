@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
+import math
 import os
 import random
 import re
@@ -38,6 +39,7 @@ from typing import Any
 from uuid import UUID, uuid4
 
 import aiohttp
+import asyncpg
 
 from bench.scratch import scratch_database
 from controlplane.clock import SYSTEM_CLOCK
@@ -58,10 +60,26 @@ from controlplane.jobs.lifecycle import (
 )
 from controlplane.jobs.manifest import JobManifest
 from controlplane.jobs.streams import job_stream
+from controlplane.logs.lines import LogLine, Stream
+from controlplane.logs.store import write_lines
 from controlplane.registry import EVENT_REGISTRY
+from controlplane.searches.events import (
+    BestUpdated,
+    SearchEnded,
+    SearchEvent,
+    SearchSubmitted,
+    TrialCreated,
+    TrialPromoted,
+    TrialPruned,
+    TrialRungFinished,
+)
+from controlplane.searches.lifecycle import trial_job_id
+from controlplane.searches.spec import SearchSpec, searcher_for
+from controlplane.searches.streams import search_stream
 from controlplane.ui.sessions import COOKIE
 from harness.agent_process import AgentProcess
 from harness.served import ServedControlPlane
+from runners import protocol
 
 TENANT = "bench"
 TEAMS = ("vision", "speech", "nlp", "rl", "infra")
@@ -400,3 +418,124 @@ def _p95(values: list[float]) -> float:
     if len(values) < 2:  # a filter with one page only, in a small run
         return round(max(values), 1)
     return round(statistics.quantiles(values, n=20)[18], 1)
+
+
+OPTIMIZERS = ("sgd", "adam", "adamw")
+
+
+def _trial_spec(trials: int, budget: int) -> SearchSpec:
+    """An ASHA search over four hyperparameters (a log-uniform, a uniform, an integer and a
+    choice), three rungs (budget / 9, / 3, whole), minimising `loss`."""
+    return SearchSpec.model_validate(
+        {
+            "name": "sweep",
+            "trial": {"name": "t", "image": "trainyard-learner", "command": ["python", "train.py"]},
+            "space": {
+                "params": {
+                    "lr": {"type": "log_uniform", "low": 1e-5, "high": 1e-1},
+                    "dropout": {"type": "uniform", "low": 0.0, "high": 0.5},
+                    "layers": {"type": "int", "low": 1, "high": 8},
+                    "optimizer": {"type": "choice", "values": list(OPTIMIZERS)},
+                }
+            },
+            "searcher": {"name": "asha", "min_budget": max(budget // 9, 1), "reduction": 3},
+            "metric": {"name": "loss", "mode": "min"},
+            "budget": {"unit": "steps", "max": budget},
+            "max_trials": trials,
+            "max_concurrent_trials": 8,
+        }
+    )
+
+
+def _loss(point: dict[str, Any], step: int, rng: random.Random) -> float:
+    """A plausible training loss: falls with the steps towards a floor the hyperparameters set
+    (best near lr 3e-3, dropout 0.2, adam), with a little noise."""
+    lr: float = point["lr"]
+    dropout: float = point["dropout"]
+    layers: int = point["layers"]
+    floor = 0.2 + 0.15 * abs(math.log10(lr) + 2.5) + abs(dropout - 0.2) + 0.02 * layers
+    floor += {"sgd": 0.3, "adam": 0.0, "adamw": 0.05}[point["optimizer"]]
+    return floor + 2.0 * math.exp(-step / (20 + 10 * layers)) + rng.gauss(0, 0.01)
+
+
+async def write_search(
+    pool: asyncpg.Pool, tenant: str, trials: int, *, budget: int = 90, seed: int = 0
+) -> UUID:
+    """A finished ASHA search of `trials` trials, as its driver and learners would have left
+    it: its events (every trial at rung 0, a third promoted to rung 1, a ninth to rung 2, the
+    rest pruned, the best recorded, the search completed) appended in one transaction, so that
+    its driver never sees a trial running, and each trial's jobs' metric reports stored as
+    their learners' stdout. Returns the search's id."""
+    rng = random.Random(seed)
+    spec = _trial_spec(trials, budget)
+    rungs = searcher_for(spec).rungs
+    search_id = uuid4()
+    at = SYSTEM_CLOCK.now()
+    events: list[SearchEvent] = [
+        SearchSubmitted(at=at, search_id=search_id, tenant=tenant, spec=spec)
+    ]
+    lines: list[LogLine] = []
+    results: list[tuple[int, int, float]] = []  # (rung, trial, metric)
+    for number in range(trials):
+        point = {
+            "lr": 10 ** rng.uniform(-5, -1),
+            "dropout": rng.uniform(0, 0.5),
+            "layers": rng.randint(1, 8),
+            "optimizer": rng.choice(OPTIMIZERS),
+        }
+        reached = 2 if number % 9 == 0 else 1 if number % 3 == 0 else 0
+        start = 0
+        for rung in range(min(reached, len(rungs) - 1) + 1):
+            job_id = trial_job_id(search_id, number, rung)
+            if rung == 0:
+                events.append(
+                    TrialCreated(
+                        at=at,
+                        number=number,
+                        point=point,
+                        budget=rungs[0],
+                        job_id=job_id,
+                        reason="a new trial at rung 0",
+                    )
+                )
+            else:
+                events.append(
+                    TrialPromoted(
+                        at=at,
+                        number=number,
+                        rung=rung,
+                        budget=rungs[rung],
+                        job_id=job_id,
+                        reason=f"in the top third of rung {rung - 1}",
+                    )
+                )
+            loss = 0.0
+            for seq, step in enumerate(range(start + 1, rungs[rung] + 1), 1):
+                loss = _loss(point, step, rng)
+                report = protocol.Metric(step=step, values={"loss": loss}, at=at)
+                lines.append(LogLine(job_id, 1, 0, Stream.STDOUT, seq, at, protocol.encode(report)))
+            start = rungs[rung]
+            events.append(TrialRungFinished(at=at, number=number, rung=rung, metric=loss))
+            results.append((rung, number, loss))
+        if reached < len(rungs) - 1:
+            events.append(TrialPruned(at=at, number=number, reason="not in the top third"))
+    top, best, metric = min(results, key=lambda r: (-r[0], r[2]))
+    events += [
+        BestUpdated(at=at, number=best, rung=top, metric=metric),
+        SearchEnded(at=at, state="completed", reason="every trial ran"),
+    ]
+    store = EventStore(pool, EVENT_REGISTRY)
+    try:
+        async with pool.acquire() as conn, conn.transaction():
+            await store.append(
+                search_stream(search_id),
+                0,
+                events,
+                Metadata(actor="bench", tenant=tenant),
+                conn=conn,
+            )
+    finally:
+        await store.close()
+    for start in range(0, len(lines), 5000):
+        await write_lines(pool, lines[start : start + 5000])
+    return search_id

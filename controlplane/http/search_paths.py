@@ -7,7 +7,9 @@ from typing import Any
 from pydantic import BaseModel
 
 from controlplane.http.model_paths import REF, answer, path_param
+from controlplane.http.params import schema
 from controlplane.searches.spec import SearchSpec
+from controlplane.searches.views import CURVE_POINTS, MAX_CURVE_POINTS, MAX_CURVE_TRIALS
 
 SCHEMAS: tuple[type[BaseModel], ...] = (SearchSpec,)
 """The component schemas these routes name."""
@@ -62,6 +64,10 @@ _SEARCH = {
         "spec": {"$ref": REF + "SearchSpec", "description": "as submitted (GET of one only)"},
     },
 }
+_TRIAL_STATE = {
+    "type": "string",
+    "enum": ["running", "paused", "completed", "failed", "pruned", "cancelled"],
+}
 _TRIAL = {
     "type": "object",
     "properties": {
@@ -69,10 +75,7 @@ _TRIAL = {
         "job_id": {"type": "string", "description": "the job of its latest rung"},
         "rung": {"type": "integer"},
         "budget": {"type": "integer", "description": "steps or epochs it trains to at its rung"},
-        "state": {
-            "type": "string",
-            "enum": ["running", "paused", "completed", "failed", "pruned", "cancelled"],
-        },
+        "state": _TRIAL_STATE,
         "hparams": {"type": "object"},
         "results": {
             "type": "array",
@@ -88,6 +91,67 @@ _TRIAL = {
         "updated_at": _TIME,
     },
 }
+
+_CURVE = {
+    "type": "object",
+    "properties": {
+        "number": {"type": "integer"},
+        "rung": {"type": "integer", "description": "the highest rung it reached"},
+        "state": _TRIAL_STATE,
+        "jobs": {
+            "type": "array",
+            "items": {"type": "string"},
+            "description": "its jobs, one per rung it reached, rung 0 first",
+        },
+        "reported": {
+            "type": "integer",
+            "description": "how many reports of the metric its curve was thinned from",
+        },
+        "points": {
+            "type": "array",
+            "description": '[step, value] by step; a non-finite value as a string ("inf")',
+            "items": {
+                "type": "array",
+                "prefixItems": [{"type": "integer"}, {"type": ["number", "string"]}],
+            },
+        },
+    },
+}
+_CURVES_PARAMS: list[dict[str, Any]] = [
+    _ID,
+    {
+        "name": "metric",
+        "in": "query",
+        "description": "the metric to draw (default: the search's own)",
+        "schema": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_.]{0,63}$"},
+    },
+    {
+        "name": "after",
+        "in": "query",
+        "description": "trials numbered above this one (a page's `next_after`)",
+        "schema": schema(minimum=-1),
+    },
+    {
+        "name": "limit",
+        "in": "query",
+        "description": f"trials in the page (default {MAX_CURVE_TRIALS})",
+        "schema": schema(minimum=1, maximum=MAX_CURVE_TRIALS),
+    },
+    {
+        "name": "points",
+        "in": "query",
+        "description": f"about how many points per curve, evenly thinned (default {CURVE_POINTS})",
+        "schema": schema(minimum=2, maximum=MAX_CURVE_POINTS),
+    },
+    {
+        "name": "trial",
+        "in": "query",
+        "description": "only these trials (repeat it)",
+        "schema": {"type": "array", "items": schema(), "maxItems": MAX_CURVE_TRIALS},
+        "style": "form",
+        "explode": True,
+    },
+]
 
 
 def openapi_paths() -> dict[str, Any]:
@@ -182,6 +246,37 @@ def openapi_paths() -> dict[str, Any]:
                         },
                     ),
                     **_errors(401, 404),
+                },
+            }
+        },
+        "/v1/searches/{search_id}/curves": {
+            "get": {
+                "operationId": "getSearchCurves",
+                "summary": "Every trial's metric curve, a page of trials at a time, each curve "
+                "thinned to a bounded number of points (for a chart of all trials)",
+                "security": secured,
+                "parameters": _CURVES_PARAMS,
+                "responses": {
+                    "200": answer(
+                        "the trials' curves, by trial number",
+                        {
+                            "type": "object",
+                            "properties": {
+                                "metric": {"type": "string"},
+                                "mode": {
+                                    "type": ["string", "null"],
+                                    "enum": ["max", "min", None],
+                                    "description": "the search's mode, when it is its metric",
+                                },
+                                "trials": {"type": "array", "items": _CURVE},
+                                "next_after": {
+                                    "type": ["integer", "null"],
+                                    "description": "`after` for the next page; null: no more",
+                                },
+                            },
+                        },
+                    ),
+                    **_errors(400, 401, 404),
                 },
             }
         },

@@ -1,10 +1,12 @@
-"""Searches over HTTP: submit one (`POST /v1/searches`), list them, read one with its trials
+"""Searches over HTTP: submit one (`POST /v1/searches`), list them, read one with its trials,
+its trials' metric curves (a page of many trials in one response, for a dashboard's chart)
 and its best trial (as a job manifest to run again), cancel one, and follow one's decisions as
 they are recorded (SSE). A tenant sees its own searches; another's is "not found"."""
 
 from __future__ import annotations
 
 import json
+import re
 from functools import partial
 from typing import Any
 from uuid import UUID
@@ -34,7 +36,11 @@ from controlplane.searches.service import SearchMismatch, new_search_id
 from controlplane.searches.spec import SearchSpec
 from controlplane.searches.streams import search_stream
 from controlplane.searches.views import (
+    CURVE_POINTS,
+    MAX_CURVE_POINTS,
+    MAX_CURVE_TRIALS,
     best_manifest,
+    curves,
     list_searches,
     search_row,
     search_view,
@@ -42,6 +48,8 @@ from controlplane.searches.views import (
 )
 
 STATES = ("running", "completed", "failed", "cancelled")
+METRIC_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]{0,63}")
+"""As a search's metric is named (`searches.spec.Metric`): also what learners may report."""
 
 
 def add_routes(app: web.Application) -> None:
@@ -49,6 +57,7 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/v1/searches", list_all)
     app.router.add_get("/v1/searches/{search_id}", get_search)
     app.router.add_get("/v1/searches/{search_id}/trials", get_trials)
+    app.router.add_get("/v1/searches/{search_id}/curves", get_curves)
     app.router.add_get("/v1/searches/{search_id}/best", get_best)
     app.router.add_post("/v1/searches/{search_id}/cancel", cancel)
     app.router.add_get("/v1/searches/{search_id}/events", stream_events)
@@ -150,6 +159,44 @@ async def get_search(request: web.Request) -> web.Response:
 async def get_trials(request: web.Request) -> web.Response:
     row = await _visible(request)
     return web.json_response({"trials": await trials(request.app[POOL], row["search_id"])})
+
+
+async def get_curves(request: web.Request) -> web.Response:
+    """Every trial's curve of the search's metric (or `metric`), a page of trials at a time:
+    `after` a trial number, at most `limit`, each thinned to about `points` points; `trial`
+    (repeated) picks trials. `next_after` continues the page, null at the last."""
+    row = await _visible(request)
+    query = request.query
+    metric = query.get("metric") or row["metric"]
+    if not METRIC_NAME.fullmatch(metric):
+        raise error(400, "metric must be a metric's name, e.g. loss", field="metric")
+    after = params.integer(query.get("after"), "after", minimum=-1)
+    limit = params.integer(query.get("limit"), "limit", minimum=1, maximum=MAX_CURVE_TRIALS)
+    points = params.integer(query.get("points"), "points", minimum=2, maximum=MAX_CURVE_POINTS)
+    chosen = query.getall("trial", [])
+    if len(chosen) > MAX_CURVE_TRIALS:
+        raise error(400, f"at most {MAX_CURVE_TRIALS} trials at once", field="trial")
+    only = [n for raw in chosen if (n := params.integer(raw, "trial")) is not None] or None
+    limit = limit or MAX_CURVE_TRIALS
+    page = await curves(
+        request.app[POOL],
+        row["search_id"],
+        metric,
+        after=-1 if after is None else after,
+        only=only,
+        limit=limit + 1,
+        points=points or CURVE_POINTS,
+    )
+    more = len(page) > limit
+    page = page[:limit]
+    return web.json_response(
+        {
+            "metric": metric,
+            "mode": row["mode"] if metric == row["metric"] else None,
+            "trials": page,
+            "next_after": page[-1]["number"] if more else None,
+        }
+    )
 
 
 async def get_best(request: web.Request) -> web.Response:

@@ -127,3 +127,40 @@ FROM searches WHERE search_id = $1;
 SELECT number, job_id, rung, budget, state, point, results, metric, parent, reason, created_at,
        updated_at
 FROM search_trials WHERE search_id = $1 ORDER BY number;
+
+-- name: search_curve_trials
+-- GET /v1/searches/{id}/curves: a page of the search's trials (after trial $2; only those in
+-- $3 when it is given), in number order, with the rung each reached: its jobs are one per rung
+-- up to it, their ids derived from the search, the trial and the rung.
+SELECT number, rung, state FROM search_trials
+WHERE search_id = $1 AND number > $2 AND ($3::integer[] IS NULL OR number = ANY ($3))
+ORDER BY number
+LIMIT $4;
+
+-- name: search_trial_curves
+-- GET /v1/searches/{id}/curves: of these jobs ($1, each its trial $2 and rung $3), the stored
+-- stdout lines that may report the metric ($4: its quoted name and a colon, as the learner's
+-- JSON writes it), thinned to about $5 per trial and learner, evenly in the order they were
+-- stored (the first and the last always kept): a thousand trials of long training then make a
+-- response of a few megabytes, and only the kept lines leave the database. A trial's rungs
+-- come in rung order, each job's lines in its log's order, so a step reported again (a
+-- restart, a promotion resuming from a checkpoint) comes after the report it replaces. The
+-- caller parses each line (`runners.protocol.parse`): a look-alike line the user printed is
+-- ordinary output there, never an error here; `total` is how many lines the trial's learner
+-- has before thinning.
+WITH jobs AS (
+    SELECT * FROM unnest($1::uuid[], $2::integer[], $3::integer[]) AS j(job_id, number, rung)
+), reports AS (
+    SELECT j.number, j.rung, l.learner, l.id, l.line,
+           row_number() OVER w AS n,
+           count(*) OVER (PARTITION BY j.number, l.learner) AS total
+    FROM jobs j
+    JOIN job_logs l ON l.job_id = j.job_id
+    WHERE l.stream = 'stdout'
+      AND l.line LIKE '@@trainyard/1 {%"kind":"metric"%'
+      AND strpos(l.line, $4) > 0
+    WINDOW w AS (PARTITION BY j.number, l.learner ORDER BY j.rung, l.id)
+)
+SELECT number, learner, line, total FROM reports
+WHERE n = 1 OR n = total OR (n * $5) / total <> ((n - 1) * $5) / total
+ORDER BY number, learner, rung, id;

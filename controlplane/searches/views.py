@@ -1,9 +1,11 @@
 """Reads of the searches read model for the API and the CLI: a tenant's searches, one search,
-its trials, its best trial as a job manifest to run again."""
+its trials, its trials' metric curves, its best trial as a job manifest to run again."""
 
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -12,10 +14,17 @@ import asyncpg
 
 from controlplane.jobs.manifest import HparamsSpec, JobManifest
 from controlplane.queries import Q
+from controlplane.searches.lifecycle import trial_job_id
 from controlplane.searches.spec import SearchSpec, stored_spec
+from runners import protocol
 
 PAGE = 50
 MAX_PAGE = 500
+CURVE_POINTS = 100
+"""Points per trial's curve unless asked: a chart a thousand trials wide shows no more."""
+MAX_CURVE_POINTS = 1000
+MAX_CURVE_TRIALS = 1000
+"""Trials per response: 1,000 curves of 1,000 points are some 20 MB of JSON at most."""
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -93,3 +102,63 @@ def best_manifest(row: asyncpg.Record, trial: dict[str, Any]) -> JobManifest:
     spec = SearchSpec.model_validate(stored_spec(json.loads(row["spec"])))
     hparams = HparamsSpec(values=trial["hparams"], budget=spec.budget.max, unit=spec.budget.unit)
     return spec.trial.model_copy(update={"name": f"{spec.name[:100]}-best", "hparams": hparams})
+
+
+async def curves(
+    pool: asyncpg.Pool,
+    search_id: UUID,
+    metric: str,
+    *,
+    after: int,
+    only: Sequence[int] | None,
+    limit: int,
+    points: int,
+) -> list[dict[str, Any]]:
+    """A page of the search's trials (numbered above `after`; those in `only` when given), each
+    with its jobs (one per rung it reached) and its curve of `metric`: (step, value) by step,
+    thinned to about `points`, from the lowest-numbered learner that reported it. A step
+    reported again (by a restarted attempt, or by a promoted rung resuming from a checkpoint)
+    shows its latest value."""
+    rows = await pool.fetch(
+        Q["search_curve_trials"], search_id, after, None if only is None else list(only), limit
+    )
+    page = []
+    job_ids: list[UUID] = []
+    numbers: list[int] = []
+    rungs: list[int] = []
+    for row in rows:
+        jobs = [trial_job_id(search_id, row["number"], rung) for rung in range(row["rung"] + 1)]
+        job_ids += jobs
+        numbers += [row["number"]] * len(jobs)
+        rungs += range(len(jobs))
+        page.append(
+            {
+                "number": row["number"],
+                "rung": row["rung"],
+                "state": row["state"],
+                "jobs": [str(job) for job in jobs],
+                "reported": 0,
+                "points": [],
+            }
+        )
+    by_number = {trial["number"]: trial for trial in page}
+    learner_of: dict[int, int] = {}
+    steps: dict[int, dict[int, float]] = {}
+    needle = json.dumps(metric) + ":"
+    for row in await pool.fetch(Q["search_trial_curves"], job_ids, numbers, rungs, needle, points):
+        number = row["number"]
+        # Learners of one job report the same steps: the first one's curve stands for the job.
+        if learner_of.setdefault(number, row["learner"]) != row["learner"]:
+            continue
+        report = protocol.parse(row["line"])
+        if not isinstance(report, protocol.Metric) or metric not in report.values:
+            continue
+        by_number[number]["reported"] = row["total"]
+        steps.setdefault(number, {})[report.step] = report.values[metric]
+    for number, values in steps.items():
+        by_number[number]["points"] = [
+            # JSON has no NaN or infinity (a diverging loss): they are sent as strings.
+            [step, value if math.isfinite(value) else str(value)]
+            for step, value in sorted(values.items())
+        ]
+    return page
