@@ -19,7 +19,8 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from controlplane.http.app import create_app
 from controlplane.jobs.manifest import MAX_SECRET_ENV
-from tests.cluster import RunningAgent, agent_config, learner_space
+from node_agent.learners import learner_dir
+from tests.cluster import RunningAgent, agent_config
 from tests.polling import eventually
 from tests.tenancy import Tokens, auth
 
@@ -73,19 +74,15 @@ async def test_the_learner_gets_the_secret_and_nothing_else_keeps_it(
 ) -> None:
     caplog.set_level(logging.DEBUG)
     secret = f"s3cret-{uuid.uuid4().hex}"
-    # Somewhere the learner, which runs as a uid of its job's, may write.
-    shared = learner_space() / "shared"
-    shared.mkdir(mode=0o777)
-    shared.chmod(0o777)  # whatever the umask
-    seen = shared / "seen"
+    # In its working directory: where the learner, in its sandbox, may write.
     learner = [
         sys.executable,
         "-c",
-        "import json, os, pathlib\n"
-        f"pathlib.Path({str(seen)!r}).write_text(json.dumps({{**os.environ}}))",
+        "import json, os, pathlib\npathlib.Path('seen').write_text(json.dumps({**os.environ}))",
     ]
     body = manifest(learner, env={"MODE": "plain"}, secret_env={"API_KEY": secret})
-    agent = await RunningAgent(db_url, agent_config(tmp_path), fake_gpus=0).started()
+    config = agent_config(tmp_path)
+    agent = await RunningAgent(db_url, config, fake_gpus=0).started()
     try:
         response = await client.post("/v1/jobs", json=body, headers=auth(tokens.acme))
         assert response.status == 201, await response.text()
@@ -98,6 +95,7 @@ async def test_the_learner_gets_the_secret_and_nothing_else_keeps_it(
         await eventually(ended, 60)
     finally:
         await agent.finish()
+    seen = learner_dir(config.work_dir, uuid.UUID(job_id), 1, 0) / "seen"
     assert json.loads(seen.read_text())["API_KEY"] == secret  # the learner had it
 
     # Gone once the job ended (the `jobs` projection deletes it).
