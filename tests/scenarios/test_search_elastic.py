@@ -9,20 +9,22 @@ a gate until the joined agent runs the third."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import sys
 from pathlib import Path
 
 import asyncpg
 
-from tests.cluster import RunningAgent, agent_config, learner_space
+from tests.cluster import RunningAgent, agent_config
 from tests.controlplane.deployments.serving import serving_cluster
 from tests.controlplane.searches.test_search_service import ended, spec, submitted, trials_of
 from tests.polling import eventually
 from tests.tenancy import Tokens
 
-# A trial: a couple of seconds once the gate (the file named by argv[1]) exists, checkpointing
-# (a SIGTERM makes it save and exit) so that a trial moved to another node resumes.
+# A trial: a couple of seconds once the gate (the file `gate` in its working directory, the only
+# node folder its sandbox has) exists, checkpointing (a SIGTERM makes it save and exit) so that a
+# trial moved to another node resumes.
 SLOW = """
 import json, os, pathlib, signal, sys, time
 from runners import metrics
@@ -31,7 +33,7 @@ budget = int(os.environ["TRAINYARD_BUDGET"])
 mark = pathlib.Path(os.environ["TRAINYARD_CHECKPOINT_DIR"]) / "reached"
 step = int(mark.read_text()) if mark.exists() else 0
 signal.signal(signal.SIGTERM, lambda *_: (mark.write_text(str(step)), sys.exit(143)))
-while not os.path.exists(sys.argv[1]):
+while not os.path.exists("gate"):
     time.sleep(0.1)
 while step < budget:
     time.sleep(0.25)
@@ -41,13 +43,22 @@ mark.write_text(str(step))
 """
 
 
+async def open_gate(*work_dirs: Path) -> None:
+    """Opens the gate for every learner of the agents working in `work_dirs`, those that start
+    later too, until cancelled."""
+    while True:
+        for work_dir in work_dirs:
+            for folder in work_dir.glob("*/attempt-*/learner-*"):
+                (folder / "gate").touch(mode=0o644)
+        await asyncio.sleep(0.1)
+
+
 async def test_agents_join_and_leave_during_a_search_and_no_trial_is_lost_or_doubled(
     db_url: str, tmp_path: Path, tokens: Tokens
 ) -> None:
-    gate = learner_space() / "gate"  # a folder the learners, users of their own, pass through
     trial = {
         **spec()["trial"],
-        "command": [sys.executable, "-c", SLOW, str(gate)],
+        "command": [sys.executable, "-c", SLOW],
         "max_restarts": 3,
     }
     document = spec(
@@ -61,7 +72,8 @@ async def test_agents_join_and_leave_during_a_search_and_no_trial_is_lost_or_dou
             return len(await trials_of(client, tokens.acme, search_id)) >= 3
 
         await eventually(started)
-        joined = await RunningAgent(db_url, agent_config(tmp_path, "n2"), fake_gpus=0).started()
+        n2 = agent_config(tmp_path, "n2")
+        joined = await RunningAgent(db_url, n2, fake_gpus=0).started()
         try:
             conn = await asyncpg.connect(db_url)
             try:
@@ -73,9 +85,10 @@ async def test_agents_join_and_leave_during_a_search_and_no_trial_is_lost_or_dou
                     return bool(rows)
 
                 await eventually(n2_runs_one, seconds=30)
-                gate.touch(mode=0o644)
+                opened = asyncio.create_task(open_gate(two_trials.work_dir, n2.work_dir))
                 await first.finish()  # leaves: its learners stop, their jobs go back to the queue
                 search = await ended(client, tokens.acme, search_id, seconds=120)
+                opened.cancel()
                 assert search["state"] == "completed", search
                 trials = await trials_of(client, tokens.acme, search_id)
                 assert [t["number"] for t in trials] == list(range(6))
