@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import signal
 import socket
 import sys
 from collections.abc import Iterator
@@ -94,15 +95,17 @@ async def test_a_learner_runs_in_a_cgroup_with_its_limits_which_goes_with_it(
     runtime = ProcessRuntime(tmp_path)
     spec = spec_of(tmp_path, WAIT_FOR_GO)
     learner = await runtime.start(spec)
-    lines = aiter(learner.lines())
-    assert (await anext(lines)).text == "up"
     cgroup = cgroup_of(spec)
-    assert limits_of(cgroup) == ("50000", str(300 << 20), f"{PIDS_LIMIT}\n")
-    [found] = await runtime.find(spec.node)
-    assert int(found.handle) in cgroup.pids()
-    (spec.workdir / "go").touch()
-    assert await learner.wait() == ExitStatus(code=0)
-    await learner.remove()
+    try:
+        assert (await anext(aiter(learner.lines()))).text == "up"
+        assert limits_of(cgroup) == ("50000", str(300 << 20), f"{PIDS_LIMIT}\n")
+        [found] = await runtime.find(spec.node)
+        assert int(found.handle) in cgroup.pids()
+        (spec.workdir / "go").touch()
+        assert await learner.wait() == ExitStatus(code=0)
+    finally:
+        learner.signal(signal.SIGKILL)  # nothing outlives a failed test
+        await learner.remove()
     assert not cgroup.exists()
 
 
@@ -120,11 +123,15 @@ async def test_a_stale_learner_is_killed_with_its_cgroup(tmp_path: Path) -> None
     runtime = ProcessRuntime(tmp_path)
     spec = spec_of(tmp_path, WAIT_FOR_GO + "print('never')")
     learner = await runtime.start(spec)
-    assert (await anext(aiter(learner.lines()))).text == "up"
-    [found] = await runtime.find(spec.node)
-    await runtime.kill(found)  # its job moved on while its agent was down
-    assert (await asyncio.wait_for(learner.wait(), 10)).signal == "SIGKILL"
-    assert not cgroup_of(spec).exists()
+    try:
+        assert (await anext(aiter(learner.lines()))).text == "up"
+        [found] = await runtime.find(spec.node)
+        await runtime.kill(found)  # its job moved on while its agent was down
+        assert (await asyncio.wait_for(learner.wait(), 10)).signal == "SIGKILL"
+        assert not cgroup_of(spec).exists()
+    finally:
+        learner.signal(signal.SIGKILL)
+        await learner.remove()
 
 
 @pytest.fixture
