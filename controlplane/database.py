@@ -111,12 +111,16 @@ def with_database(url: str, name: str) -> str:
     return urlunsplit(parts._replace(path="/" + name))
 
 
+def hosts(url: str) -> str:
+    """The URL's hosts and ports as written, without the user and password: `h:5432`, or
+    libpq's multi-host form `h1:5432,h2:5432` (whose `port` urllib cannot parse), or empty for
+    the local socket."""
+    return urlsplit(url).netloc.rpartition("@")[2]
+
+
 def describe(url: str) -> str:
-    """A URL fit for messages: host, port and database, never the password."""
-    parts = urlsplit(url)
-    host = parts.hostname or "local socket"
-    port = f":{parts.port}" if parts.port else ""
-    return f"{host}{port}{parts.path or '/'}"
+    """A URL fit for messages: hosts, ports and database, never the password."""
+    return f"{hosts(url) or 'local socket'}{urlsplit(url).path or '/'}"
 
 
 async def connect(url: str, *, role: Role | None = APP_ROLE) -> asyncpg.Connection:

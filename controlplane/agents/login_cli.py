@@ -24,7 +24,7 @@ from controlplane.agents.logins import (
     check_node_name,
     create_agent_login,
 )
-from controlplane.database import resolve_database
+from controlplane.database import hosts, resolve_database
 from controlplane.migrate import require_migrated
 from controlplane.settings import Settings
 
@@ -137,10 +137,6 @@ def agent_url(url: str, name: str, *, password: str = "PASSWORD") -> str:
     """The URL an agent logs in with: `url`'s server and database as `name`; by default with
     the password left for the operator to fill in (it is never printed, nor the owner's)."""
     parts = urlsplit(url)
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"  # IPv6
-    port = f":{parts.port}" if parts.port else ""
     # The owner's user and password may be parameters too (postgresql:///db?host=...&user=...).
     kept = [
         (key, value)
@@ -149,7 +145,7 @@ def agent_url(url: str, name: str, *, password: str = "PASSWORD") -> str:
     ]
     query = f"?{urlencode(kept, quote_via=quote, safe='/')}" if kept else ""
     credentials = f"{quote(name)}:{quote(password, safe='')}"
-    return f"{parts.scheme}://{credentials}@{host}{port}{parts.path}{query}"
+    return f"{parts.scheme}://{credentials}@{hosts(url)}{parts.path}{query}"
 
 
 def _password(path: Path | None) -> str:
