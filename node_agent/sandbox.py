@@ -16,9 +16,11 @@ its own, as a learner of the unsandboxed runtime does (how a restarted agent tel
 from the processes it starts, see `process_runtime.find_learners`).
 
 bwrap's init is PID 1 of the learner's pid namespace, the command PID 2: the init reaps what the
-command leaves, and when the command ends, the init ends and the kernel kills everything left in
-the namespace. The agent signals the command itself: a namespace's PID 1 ignores every signal it
-has no handler for, so a SIGTERM sent before the launcher installed its handler would be lost.
+command leaves, and ends (with the command's status) once it has no process left, which the
+agent sees to when the command ends (it kills what the command left in its cgroup, as a
+container's end does). The agent signals the command itself: a namespace's PID 1 ignores every
+signal it has no handler for, so a SIGTERM sent before the launcher installed its handler would
+be lost.
 
 Not --die-with-parent: learners outlive their agent (dependability promise 6), and the agent
 re-adopts them.
