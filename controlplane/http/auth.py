@@ -13,16 +13,31 @@ from aiohttp.typedefs import Handler
 
 from controlplane.http.errors import error
 from controlplane.http.keys import POOL
+from controlplane.identity.service import CLI_PREFIX, Identity
 from controlplane.invariants import InvariantBroken
 from controlplane.tenants.principals import Principal, authenticate
 from controlplane.ui.sessions import COOKIE, CSRF_HEADER, Session, csrf_ok, session
 
-PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json", "/", "/ui", "/ui/"})
-"""Probes and documents that load balancers and clients read without a token, and the
-dashboard's page (which holds no data: it asks the API once signed in)."""
+SIGN_IN_PATHS = frozenset(
+    {
+        "/ui/login",
+        "/ui/login/oidc",
+        "/ui/login/callback",
+        "/v1/login/device",
+        "/v1/login/device/token",
+    }
+)
+"""The sign-in through the identity provider (docs/sign-in.md): it proves who someone is."""
+PUBLIC_PATHS = (
+    frozenset({"/healthz", "/readyz", "/openapi.json", "/", "/ui", "/ui/"}) | SIGN_IN_PATHS
+)
+"""Probes and documents that load balancers and clients read without a token, the dashboard's
+page (which holds no data: it asks the API once signed in), and the sign-in."""
 STATIC = "/ui/static/"
 SIGN_IN = "/ui/session"
 
+IDENTITY = web.AppKey("identity", Identity)
+"""The identity provider's sign-in, when the operator configured one."""
 PRINCIPAL = web.RequestKey("principal", Principal)
 SESSION = web.RequestKey("session", Session)
 """The dashboard session a request's cookie opened (absent for a bearer token)."""
@@ -67,6 +82,10 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
     if scheme.lower() != "bearer" or not token:
         return _unauthorized("malformed Authorization header: expected 'Bearer <token>'")
     who = await authenticate(request.app[POOL], token)
+    if who is None and token.startswith(CLI_PREFIX) and IDENTITY in request.app:
+        # A session `trainyard login` opened through the identity provider.
+        live = await request.app[IDENTITY].session(token, "cli")
+        who = None if live is None else live.principal
     if who is None:
         return _unauthorized("invalid or revoked token", error="invalid_token")
     request[PRINCIPAL] = who
@@ -75,6 +94,10 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
 
 async def _with_session(request: web.Request, handler: Handler, cookie: str) -> web.StreamResponse:
     found = await session(request.app[POOL], cookie)
+    if found is None and IDENTITY in request.app:
+        live = await request.app[IDENTITY].session(cookie, "browser")
+        if live is not None and live.csrf is not None:
+            found = Session(live.principal, live.csrf, live.expires_at)
     if found is None:
         return _unauthorized("the session has expired or ended: sign in again")
     if not csrf_ok(request.method, request.headers.get(CSRF_HEADER), found.csrf):

@@ -6,16 +6,28 @@ so a tenant sees exactly what the API shows it."""
 from __future__ import annotations
 
 import hashlib
+import html
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from importlib.resources import files
+from typing import Any
 
+import aiohttp
 from aiohttp import hdrs, web
 
-from controlplane.http.auth import PRINCIPAL, SESSION, principal
+from controlplane.http.auth import IDENTITY, PRINCIPAL, SESSION, principal
 from controlplane.http.errors import error
 from controlplane.http.keys import POOL
 from controlplane.http.requests import json_body
+from controlplane.identity.config import IdentityConfig
+from controlplane.identity.provider import OidcProvider
+from controlplane.identity.service import LOGIN_TTL_S, Identity, SignInRefused
 from controlplane.ui.sessions import COOKIE, SESSION_TTL_S, end_session, open_session
+
+LOGIN_COOKIE = "trainyard_login"
+"""Ties a provider's callback to the browser that started the sign-in. SameSite=Lax, not
+Strict: the browser comes back from the provider's site, and a Strict cookie would stay home."""
+CALLBACK = "/ui/login/callback"
 
 ASSETS = files("controlplane.ui") / "static"
 TYPES = {
@@ -82,6 +94,24 @@ def add_routes(app: web.Application) -> None:
     app.router.add_post("/ui/session", sign_in)
     app.router.add_get("/ui/session", whoami)
     app.router.add_delete("/ui/session", sign_out)
+    app.router.add_get("/ui/login", providers)
+    app.router.add_get("/ui/login/oidc", oidc_start)
+    app.router.add_get(CALLBACK, oidc_callback)
+    app.router.add_post("/v1/login/device", device_start)
+    app.router.add_post("/v1/login/device/token", device_token)
+    app.cleanup_ctx.append(_identity)
+
+
+async def _identity(app: web.Application) -> AsyncIterator[None]:
+    """The identity provider's sign-in, when the environment configures one (a wrong setting
+    stops the start, naming it)."""
+    config = IdentityConfig.from_env()
+    if config is None:
+        yield
+        return
+    async with aiohttp.ClientSession() as http:
+        app[IDENTITY] = Identity(config, OidcProvider(config, http), app[POOL])
+        yield
 
 
 async def home(_: web.Request) -> web.Response:
@@ -139,9 +169,160 @@ async def sign_out(request: web.Request) -> web.Response:
     """End the session (its cookie stops working at once, also copied elsewhere)."""
     if PRINCIPAL in request and COOKIE in request.cookies:
         await end_session(request.app[POOL], request.cookies[COOKIE])
+        if IDENTITY in request.app:
+            await request.app[IDENTITY].end(request.cookies[COOKIE], "signed out")
     response = web.Response(status=204)
     response.del_cookie(COOKIE, path="/")
     return response
+
+
+async def providers(request: web.Request) -> web.Response:
+    """The identity provider the sign-in page offers, if any."""
+    found = request.app.get(IDENTITY)
+    return web.json_response(
+        {"oidc": None if found is None else {"name": found.config.name, "url": "/ui/login/oidc"}}
+    )
+
+
+def _identity_of(request: web.Request) -> Identity:
+    found = request.app.get(IDENTITY)
+    if found is None:
+        raise error(404, "no identity provider is configured: sign in with a token")
+    return found
+
+
+def _redirect_uri(request: web.Request, identity: Identity) -> str:
+    base = (
+        identity.config.public_url
+        or f"{'https' if _over_https(request) else 'http'}://{request.host}"
+    )
+    return base + CALLBACK
+
+
+async def oidc_start(request: web.Request) -> web.Response:
+    """To the provider's sign-in page (authorization code flow with PKCE)."""
+    identity = _identity_of(request)
+    try:
+        started = await identity.start_browser(_redirect_uri(request, identity))
+    except SignInRefused as refused:
+        return _refusal(refused.status, str(refused))
+    response = web.Response(status=302, headers={hdrs.LOCATION: started.url})
+    response.set_cookie(
+        LOGIN_COOKIE,
+        started.binding,
+        max_age=int(LOGIN_TTL_S),
+        path="/ui/login",
+        httponly=True,
+        samesite="Lax",
+        secure=_over_https(request),
+    )
+    return response
+
+
+async def oidc_callback(request: web.Request) -> web.Response:
+    """The provider sends the browser back here: the code is traded for tokens (with the
+    PKCE verifier), the ID token verified and the person's groups mapped; a session cookie as
+    with a token, or a page saying why not."""
+    identity = _identity_of(request)
+    query = request.query
+    if "error" in query:
+        why = query.get("error_description") or query["error"]
+        return _refusal(401, f"the identity provider did not sign you in: {why}")
+    code, state = query.get("code"), query.get("state")
+    binding = request.cookies.get(LOGIN_COOKIE)
+    if not code or not state:
+        return _refusal(400, "the identity provider's answer lacks its code or state")
+    if not binding or len(binding) > 100 or len(state) > 100 or len(code) > 2000:
+        return _refusal(
+            400, "this sign-in was started in another browser or has expired: sign in again"
+        )
+    try:
+        opened = await identity.finish_browser(
+            binding, state, code, _redirect_uri(request, identity)
+        )
+    except SignInRefused as refused:
+        return _refusal(refused.status, str(refused))
+    response = web.Response(status=302, headers={hdrs.LOCATION: "/ui/"})
+    response.del_cookie(LOGIN_COOKIE, path="/ui/login")
+    response.set_cookie(
+        COOKIE,
+        opened.credential,
+        max_age=int(SESSION_TTL_S),
+        path="/",
+        httponly=True,
+        samesite="Strict",
+        secure=_over_https(request),
+    )
+    return response
+
+
+def _refusal(status: int, message: str) -> web.Response:
+    """A page (the browser is on its way back from the provider, not in the dashboard's script)
+    saying why the sign-in failed, with the way back."""
+    body = (
+        '<!doctype html><html lang="en"><head><meta charset="utf-8"><title>Sign-in failed · '
+        'Trainyard</title><link rel="stylesheet" href="/ui/static/app.css"></head><body>'
+        '<main id="main"><div class="sign-in card" data-test="sign-in-refused">'
+        "<h1>Sign-in failed</h1>"
+        '<p class="error-text" role="alert" data-test="sign-in-refused-why">'
+        f"{html.escape(message)}</p>"
+        '<p><a href="/ui/" data-test="sign-in-again">Back to the sign-in page</a></p>'
+        "</div></main></body></html>"
+    )
+    response = web.Response(
+        status=status, text=body, content_type="text/html", headers=SECURITY_HEADERS
+    )
+    response.del_cookie(LOGIN_COOKIE, path="/ui/login")
+    return response
+
+
+async def device_start(request: web.Request) -> web.Response:
+    """`trainyard login`'s device flow (RFC 8628): the code the person enters at the provider,
+    and the device code the CLI polls with."""
+    identity = _identity_of(request)
+    try:
+        answer = await identity.start_device()
+    except SignInRefused as refused:
+        return _failure(refused)
+    keys = ("device_code", "user_code", "verification_uri", "verification_uri_complete")
+    shown: dict[str, Any] = {key: answer.get(key) for key in keys}
+    shown["interval"] = answer.get("interval", 5)
+    shown["expires_in"] = answer.get("expires_in")
+    return web.json_response(shown)
+
+
+async def device_token(request: web.Request) -> web.Response:
+    """Poll: 202 while the person has not approved; 200 with the bearer token once they have."""
+    identity = _identity_of(request)
+    body = await json_body(request)
+    code = body.get("device_code") if isinstance(body, dict) else None
+    if not isinstance(code, str) or not code or len(code) > 2000:
+        raise error(
+            422, "device_code is required, as POST /v1/login/device gave it", field="device_code"
+        )
+    try:
+        opened = await identity.finish_device(code)
+    except SignInRefused as refused:
+        return _failure(refused, "device_code")
+    if isinstance(opened, str):
+        return web.json_response({"pending": opened}, status=202)
+    return web.json_response(
+        {
+            "token": opened.credential,
+            "tenant": opened.principal.tenant,
+            "is_admin": opened.principal.is_admin,
+            "expires_at": opened.expires_at.isoformat(),
+        }
+    )
+
+
+def _failure(refused: SignInRefused, field: str | None = None) -> web.Response:
+    """The JSON error for a refused sign-in (502 when the provider failed, which
+    `controlplane.http.errors.error` does not send)."""
+    body: dict[str, Any] = {"error": str(refused), "status": refused.status}
+    if field is not None and refused.status < 500:
+        body["field"] = field
+    return web.json_response(body, status=refused.status)
 
 
 def openapi_paths() -> dict[str, object]:

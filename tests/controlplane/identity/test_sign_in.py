@@ -1,0 +1,291 @@
+"""Sign-in through a real OpenID Connect provider (tests/oidc: the npm `oidc-provider`, started
+here) against the control plane's app on a real Postgres: ID tokens are verified against the
+provider's JWKS (issuer, audience, expiry, unknown keys refused; rotation honoured, refetches
+rate-limited); the dashboard's authorization code flow with PKCE and the CLI's device flow open
+sessions as the operator's group mapping says (a tenant, the admin, or refused with a reason);
+and a session ends once the provider revokes or expires its token."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp.test_utils import TestServer
+
+from controlplane.database import connect
+from controlplane.http.app import create_app
+from controlplane.identity.config import IdentityConfig
+from controlplane.identity.provider import InvalidToken, OidcProvider
+from controlplane.ui.sessions import COOKIE
+from harness.served import free_port
+from tests.oidc.running import Provider, approve, browser_session, new_key, require_provider
+from tests.tenancy import Tokens, auth
+
+ACCOUNTS = {
+    "alice": {"groups": ["ml-acme"]},
+    "gina": {"groups": ["interns", "ml-globex"]},
+    "root": {"groups": ["trainyard-admins"]},
+    "mallory": {"groups": ["interns"]},
+}
+MAPPING = {
+    "TRAINYARD_OIDC_TENANT_GROUPS": "ml-acme=acme, ml-globex=globex",
+    "TRAINYARD_OIDC_ADMIN_GROUPS": "trainyard-admins",
+    # Checked with the provider at every request a second after the last check.
+    "TRAINYARD_OIDC_CHECK_INTERVAL_S": "1",
+}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def provider_present() -> None:
+    require_provider()
+
+
+@pytest.fixture
+def port() -> int:
+    return free_port()
+
+
+async def running(port: int, **ttl: int) -> Provider:
+    return await Provider([f"http://127.0.0.1:{port}/ui/login/callback"], ACCOUNTS, ttl).start()
+
+
+@pytest.fixture
+async def provider(port: int) -> AsyncIterator[Provider]:
+    started = await running(port)
+    yield started
+    await started.stop()
+
+
+def configure(monkeypatch: pytest.MonkeyPatch, provider: Provider, tmp_path: Path) -> None:
+    for name, value in provider.settings(tmp_path / "client-secret", **MAPPING).items():
+        monkeypatch.setenv(name, value)
+
+
+@pytest.fixture
+async def server(
+    db_url: str,
+    tokens: Tokens,
+    provider: Provider,
+    port: int,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> AsyncIterator[str]:
+    """The control plane's app with the provider configured; its base URL."""
+    configure(monkeypatch, provider, tmp_path)
+    async with TestServer(create_app(db_url, poll_interval=0.1), port=port) as served:
+        yield str(served.make_url("")).rstrip("/")
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[aiohttp.ClientSession]:
+    async with browser_session() as session:
+        yield session
+
+
+async def device_login(http: aiohttp.ClientSession, server: str, login: str) -> dict[str, Any]:
+    """`trainyard login`'s exchange: the device flow, the person approving at the provider."""
+    async with http.post(f"{server}/v1/login/device") as answer:
+        assert answer.status == 200, await answer.text()
+        device = await answer.json()
+    assert device["user_code"] and device["verification_uri"].startswith("http://127.0.0.1")
+    async with http.post(
+        f"{server}/v1/login/device/token", json={"device_code": device["device_code"]}
+    ) as answer:
+        assert answer.status == 202 and (await answer.json())["pending"] == "authorization_pending"
+    async with browser_session() as person:  # each person at a browser of their own
+        page = await approve(person, device["verification_uri_complete"], login)
+    assert "Sign-in Success" in page, page
+    async with http.post(
+        f"{server}/v1/login/device/token", json={"device_code": device["device_code"]}
+    ) as answer:
+        body: dict[str, Any] = await answer.json()
+        body["status"] = answer.status
+        return body
+
+
+async def whoami(http: aiohttp.ClientSession, server: str, token: str) -> tuple[int, Any]:
+    async with http.get(f"{server}/ui/session", headers=auth(token)) as answer:
+        return answer.status, await answer.json()
+
+
+async def test_id_tokens_are_verified_against_the_published_keys(
+    provider: Provider, tmp_path: Path
+) -> None:
+    config = IdentityConfig.from_env(provider.settings(tmp_path / "secret"))
+    assert config is not None
+    now = [0.0]
+    async with aiohttp.ClientSession() as http:
+        oidc = OidcProvider(config, http, refetch_s=60, clock=lambda: now[0])
+        claims = await oidc.verify(provider.sign(groups=["ml-acme"]))
+        assert claims["sub"] == "alice" and claims["groups"] == ["ml-acme"]
+        assert oidc.jwks_fetches == 1
+        now[0] += 61  # past the rate limit's window
+        past = int(time.time()) - 3600
+        refused = {  # each token, and what the refusal says
+            provider.sign(iss="https://elsewhere.example"): "Invalid claim: 'iss'",
+            provider.sign(aud="another-app"): "Invalid claim: 'aud'",
+            provider.sign(exp=past, iat=past - 60): "The token is expired",
+            provider.sign(exp=None): "Missing claim: 'exp'",
+            provider.sign(nonce="not-the-one"): "Invalid claim: 'nonce'",
+            provider.sign(key=new_key("stranger")): "'stranger', which the provider does not",
+            "not.a.jwt": "not a signed JWT",
+        }
+        for token, why in refused.items():
+            with pytest.raises(InvalidToken, match=re.escape(why)):
+                await oidc.verify(token, nonce="the-one" if "nonce" in why else None)
+        assert "does not publish" in str(
+            await _refusal(oidc, provider.sign(key=new_key("stranger-2")))
+        )
+        # Unknown key ids refetched the JWKS once, then the rate limit held: two tokens with
+        # made-up key ids cost the provider one request, not two.
+        assert oidc.jwks_fetches == 2
+        # Rotation: the provider now signs with a new key. Past the rate limit's window, the
+        # first token with its key id fetches the JWKS again and is accepted; the old key is
+        # no longer published, so its tokens are refused.
+        await provider.rotate("second")
+        now[0] += 61
+        assert (await oidc.verify(provider.sign(sub="bob")))["sub"] == "bob"
+        assert oidc.jwks_fetches == 3
+        stale = provider.sign(key=new_key("first"))
+        assert "does not publish" in str(await _refusal(oidc, stale))
+
+
+async def _refusal(oidc: OidcProvider, token: str) -> InvalidToken:
+    try:
+        await oidc.verify(token)
+    except InvalidToken as refused:
+        return refused
+    raise AssertionError("a token was accepted")
+
+
+async def test_device_flow_maps_groups_to_a_tenant_or_the_admin_and_refuses_the_unmapped(
+    server: str, http: aiohttp.ClientSession
+) -> None:
+    alice = await device_login(http, server, "alice")
+    assert alice["status"] == 200, alice
+    assert alice["token"].startswith("ty_sso_") and alice["tenant"] == "acme"
+    assert await whoami(http, server, alice["token"]) == (
+        200,
+        {"tenant": "acme", "is_admin": False, "csrf": None, "expires_at": None},
+    )
+    async with http.get(f"{server}/v1/jobs", headers=auth(alice["token"])) as answer:
+        assert answer.status == 200
+    gina = await device_login(http, server, "gina")
+    assert (gina["status"], gina["tenant"]) == (200, "globex")
+    root = await device_login(http, server, "root")
+    assert (root["status"], root["is_admin"], root["tenant"]) == (200, True, None)
+    async with http.get(f"{server}/v1/tenants", headers=auth(root["token"])) as answer:
+        assert answer.status == 200  # the admin's route
+    mallory = await device_login(http, server, "mallory")
+    assert mallory["status"] == 403, mallory
+    assert "no group that Trainyard maps" in mallory["error"] and "interns" in mallory["error"]
+    # A made-up token of the same shape is nobody.
+    status, _ = await whoami(http, server, "ty_sso_" + "x" * 43)
+    assert status == 401
+
+
+async def test_dashboard_sign_in_is_the_code_flow_with_pkce(
+    server: str, http: aiohttp.ClientSession, provider: Provider
+) -> None:
+    async with http.get(f"{server}/ui/login") as answer:
+        assert await answer.json() == {"oidc": {"name": "Example SSO", "url": "/ui/login/oidc"}}
+    async with http.get(f"{server}/ui/login/oidc", allow_redirects=False) as answer:
+        assert answer.status == 302
+        location = answer.headers["Location"]
+        login_cookie = answer.cookies["trainyard_login"]
+    assert location.startswith(provider.issuer + "/auth?")
+    assert "code_challenge_method=S256" in location and "nonce=" in location
+    assert login_cookie["samesite"] == "Lax" and login_cookie["httponly"]
+    # The person signs in at the provider, which sends the browser back to the callback; the
+    # callback's answer (a cookie, then the dashboard) is followed like a browser would.
+    landing = await approve(http, location, "alice")
+    assert "<title>Trainyard</title>" in landing
+    cookies = {c.key: c for c in http.cookie_jar}
+    session = cookies[COOKIE]
+    assert session["samesite"] == "Strict" and session["httponly"]
+    async with http.get(f"{server}/ui/session") as answer:
+        me = await answer.json()
+    assert me["tenant"] == "acme" and me["csrf"]
+    # The cookie changes nothing without the CSRF token, as a token's session.
+    manifest = {"name": "j", "image": "img", "command": ["true"]}
+    async with http.post(f"{server}/v1/jobs", json=manifest) as answer:
+        assert answer.status == 403
+    async with http.post(
+        f"{server}/v1/jobs", json=manifest, headers={"X-CSRF-Token": me["csrf"]}
+    ) as answer:
+        assert answer.status == 201, await answer.text()
+    # A callback replayed, or brought to another browser, signs no one in.
+    async with http.get(f"{server}/ui/login/oidc", allow_redirects=False) as answer:
+        state = answer.headers["Location"].split("state=")[1].split("&")[0]
+    callback = f"{server}/ui/login/callback?code=x&state={state}"
+    async with browser_session() as other, other.get(callback) as answer:
+        assert answer.status == 400
+        assert "another browser" in await answer.text()
+    async with http.get(f"{server}/ui/login/callback?error=access_denied") as answer:
+        assert answer.status == 401 and "access_denied" in await answer.text()
+    # Signing out ends the session.
+    async with http.delete(f"{server}/ui/session", headers={"X-CSRF-Token": me["csrf"]}) as answer:
+        assert answer.status == 204
+    async with http.get(
+        f"{server}/ui/session", headers={"Cookie": f"{COOKIE}={session.value}"}
+    ) as answer:
+        assert answer.status == 401
+
+
+async def test_a_session_ends_when_the_provider_revokes_its_token(
+    server: str, http: aiohttp.ClientSession, provider: Provider, db_url: str
+) -> None:
+    alice = await device_login(http, server, "alice")
+    token = alice["token"]
+    await asyncio.sleep(1.1)
+    # Checked with the provider (its refresh token used, and rotated): still good.
+    assert (await whoami(http, server, token))[0] == 200
+    refresh = await _refresh_token(db_url)
+    await provider.revoke(http, refresh)
+    await asyncio.sleep(1.1)
+    status, body = await whoami(http, server, token)
+    assert status == 401, body
+    reason = await _end_reason(db_url)
+    assert "refused the session's refresh token" in reason
+
+
+async def test_a_session_ends_when_the_providers_token_expires(
+    db_url: str, tokens: Tokens, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, port: int
+) -> None:
+    provider = await running(port, RefreshToken=3, AccessToken=2)
+    try:
+        configure(monkeypatch, provider, tmp_path)
+        async with TestServer(create_app(db_url, poll_interval=0.1), port=port) as served:
+            server = str(served.make_url("")).rstrip("/")
+            async with browser_session() as http:
+                alice = await device_login(http, server, "alice")
+                assert (await whoami(http, server, alice["token"]))[0] == 200
+                await asyncio.sleep(3.5)
+                status, body = await whoami(http, server, alice["token"])
+                assert status == 401, body
+        # The refresh token had expired at the provider, which said so.
+        assert "refused the session's refresh token (invalid_grant" in await _end_reason(db_url)
+    finally:
+        await provider.stop()
+
+
+async def _refresh_token(db_url: str) -> str:
+    conn = await connect(db_url, role=None)
+    try:
+        return str(await conn.fetchval("SELECT refresh_token FROM identity_sessions"))
+    finally:
+        await conn.close()
+
+
+async def _end_reason(db_url: str) -> str:
+    conn = await connect(db_url, role=None)
+    try:
+        return str(await conn.fetchval("SELECT end_reason FROM identity_sessions"))
+    finally:
+        await conn.close()
