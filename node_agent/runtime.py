@@ -32,7 +32,8 @@ class LearnerLine(NamedTuple):
 @dataclass(frozen=True, slots=True)
 class Mount:
     """A node path a container sees at `target`: one of the agent's own folders for the job, or
-    an operator's root. Never a path the tenant chose. A child process sees the node anyway."""
+    an operator's root. Never a path the tenant chose. A process sees it there too, in its
+    sandbox (`node_agent.sandbox`)."""
 
     source: Path
     target: Path
@@ -93,8 +94,8 @@ class LearnerSpec:
     labels: dict[str, str] = field(default_factory=dict)
     mounts: list[Mount] = field(default_factory=list)
     network: bool = False
-    """Whether the learner may use the network (its tenant is allowed to); a container has
-    none otherwise."""
+    """Whether the learner may use the network (its tenant is allowed to); a container, or a
+    process in its sandbox, has none otherwise."""
     user: tuple[int, int] | None = None
     """The uid and gid it runs as (the job's, see `node_agent.users`); None: the agent's own
     (an agent that is not root cannot hand out others)."""
