@@ -374,6 +374,7 @@ def openapi_paths() -> dict[str, object]:
                 },
             }
         },
+        **_sign_in_paths(html, failure),
         "/ui/session": {
             "post": {
                 "operationId": "signIn",
@@ -429,5 +430,167 @@ def openapi_paths() -> dict[str, object]:
                     "403": {"description": "no X-CSRF-Token", "content": failure},
                 },
             },
+        },
+    }
+
+
+def _sign_in_paths(html: dict[str, Any], failure: dict[str, Any]) -> dict[str, object]:
+    """The sign-in through the identity provider (docs/sign-in.md); 404 on every one of them
+    when the operator configured none."""
+    none = {"description": "no identity provider is configured", "content": failure}
+    page = {"text/html": html["text/html"]}
+    refused = {"description": "the sign-in failed: a page saying why", "content": page}
+    tokens = {
+        "type": "object",
+        "required": ["token", "tenant", "is_admin", "expires_at"],
+        "properties": {
+            "token": {
+                "type": "string",
+                "description": "a bearer token (ty_sso_...) good while the provider vouches "
+                "for the person",
+            },
+            "tenant": {"type": ["string", "null"]},
+            "is_admin": {"type": "boolean"},
+            "expires_at": {"type": "string", "format": "date-time"},
+        },
+    }
+    device = {
+        "type": "object",
+        "properties": {
+            "device_code": {"type": "string"},
+            "user_code": {"type": "string"},
+            "verification_uri": {"type": "string"},
+            "verification_uri_complete": {"type": ["string", "null"]},
+            "interval": {"type": "integer"},
+            "expires_in": {"type": ["integer", "null"]},
+        },
+    }
+    provider_failed = {"description": "the identity provider failed", "content": failure}
+    return {
+        "/ui/login": {
+            "get": {
+                "operationId": "signInProviders",
+                "summary": "The identity provider the sign-in page offers (null: tokens only)",
+                "responses": {
+                    "200": {
+                        "description": "the provider's name and where its sign-in starts",
+                        "content": {
+                            "application/json": {
+                                "schema": {
+                                    "type": "object",
+                                    "required": ["oidc"],
+                                    "properties": {
+                                        "oidc": {
+                                            "type": ["object", "null"],
+                                            "properties": {
+                                                "name": {"type": "string"},
+                                                "url": {"type": "string"},
+                                            },
+                                        }
+                                    },
+                                }
+                            }
+                        },
+                    }
+                },
+            }
+        },
+        "/ui/login/oidc": {
+            "get": {
+                "operationId": "signInWithProvider",
+                "summary": "To the provider's sign-in page (authorization code flow with PKCE; "
+                "a SameSite=Lax cookie ties the callback to this browser)",
+                "responses": {
+                    "302": {"description": "to the provider"},
+                    "404": none,
+                    "502": refused,
+                },
+            }
+        },
+        CALLBACK: {
+            "get": {
+                "operationId": "signInCallback",
+                "summary": "Where the provider sends the browser back: the code is traded for "
+                "tokens, the ID token verified, the groups mapped; a session cookie and the "
+                "dashboard, or a page saying why not",
+                "parameters": [
+                    {"name": name, "in": "query", "schema": {"type": "string"}}
+                    for name in ("code", "state", "error", "error_description")
+                ],
+                "responses": {
+                    "302": {"description": "signed in: to the dashboard, with a session cookie"},
+                    **{
+                        str(status): {**refused, "description": why}
+                        for status, why in (
+                            (400, "no code or state, or a sign-in of another browser or expired"),
+                            (401, "the provider refused the sign-in, or its ID token is invalid"),
+                            (403, "the person's groups map to no tenant nor to the admin"),
+                            (502, "the identity provider failed"),
+                        )
+                    },
+                    "404": none,
+                },
+            }
+        },
+        "/v1/login/device": {
+            "post": {
+                "operationId": "deviceSignIn",
+                "summary": "`trainyard login`: start the provider's device flow (RFC 8628)",
+                "responses": {
+                    "200": {
+                        "description": "the code to enter at the provider, and the device code",
+                        "content": {"application/json": {"schema": device}},
+                    },
+                    "404": none,
+                    "502": provider_failed,
+                },
+            }
+        },
+        "/v1/login/device/token": {
+            "post": {
+                "operationId": "deviceSignInToken",
+                "summary": "Poll (at the interval given): 202 until the person approved, then "
+                "a bearer token",
+                "requestBody": {
+                    "required": True,
+                    "content": {
+                        "application/json": {
+                            "schema": {
+                                "type": "object",
+                                "required": ["device_code"],
+                                "properties": {"device_code": {"type": "string"}},
+                            }
+                        }
+                    },
+                },
+                "responses": {
+                    "200": {
+                        "description": "signed in",
+                        "content": {"application/json": {"schema": tokens}},
+                    },
+                    "202": {
+                        "description": "not yet approved (authorization_pending or slow_down)",
+                        "content": {
+                            "application/json": {
+                                "schema": {
+                                    "type": "object",
+                                    "properties": {"pending": {"type": "string"}},
+                                }
+                            }
+                        },
+                    },
+                    **{
+                        str(status): {"description": why, "content": failure}
+                        for status, why in (
+                            (400, "malformed JSON"),
+                            (401, "the provider refused (expired or denied device code)"),
+                            (403, "the person's groups map to no tenant nor to the admin"),
+                            (404, "no identity provider is configured"),
+                            (422, "no device_code"),
+                            (502, "the identity provider failed"),
+                        )
+                    },
+                },
+            }
         },
     }
