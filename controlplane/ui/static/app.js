@@ -1,6 +1,6 @@
 // The dashboard: sign-in, the hash router, and the life of a page (its polls and streams end
 // when it is left, so a tab never holds more than the page it shows).
-import { ApiError, session, signIn, signOut, Stream, whenSignedOut, whoAmI } from "./api.js";
+import { ApiError, session, signIn, signInProviders, signOut, Stream, whenSignedOut, whoAmI } from "./api.js";
 import { errorBox, fill, h, message, refreshAges } from "./dom.js";
 import { jobsList } from "./jobs.js";
 
@@ -18,6 +18,7 @@ const ROUTES = [
   [/^deployments\/([^/]+)$/, lazy("./serving.js", "deploymentPage")],
   [/^searches$/, lazy("./searches.js", "searchesList")],
   [/^searches\/([^/]+)$/, lazy("./searches.js", "searchPage")],
+  [/^compare$/, lazy("./compare.js", "comparePage")],
 ];
 
 const $ = (id) => document.getElementById(id);
@@ -180,6 +181,20 @@ function showSignIn(why) {
       button.disabled = false;
     }
   });
+  // Sign-in through the identity provider, when the operator configured one: the browser goes
+  // to the provider and comes back signed in (controlplane/http/ui.py).
+  const sso = form.querySelector("[data-test=oidc]");
+  signInProviders().then(
+    ({ oidc }) => {
+      if (!oidc) return;
+      const go = sso.querySelector("button");
+      go.textContent = `Sign in with ${oidc.name}`;
+      go.addEventListener("click", () => location.assign(oidc.url));
+      sso.hidden = false;
+    },
+    // The token form works without it; the reason is in the browser's network log.
+    () => {},
+  );
   fill(main, form);
   form.elements.token.focus();
 }
