@@ -29,6 +29,7 @@ from trainyard.config import (
     write_config,
 )
 from trainyard.manifest_file import read_manifest
+from trainyard.sso import device_sign_in
 
 EXIT_FAILED = 1
 FAILED_STATES = frozenset({JobStatus.FAILED.value, JobStatus.CANCELLED.value})
@@ -79,12 +80,19 @@ def add_client_commands(commands: Any) -> None:
         command.set_defaults(handler=handler)
         return command
 
-    add(
+    login = add(
         "login",
         "save a server URL and token for the other commands",
         "Check the token against the server and save both to $TRAINYARD_HOME/client.json "
-        "(mode 0600). Without --token-file, it is read from $TRAINYARD_TOKEN or asked for.",
+        "(mode 0600). Without --token-file, it is read from $TRAINYARD_TOKEN or asked for. "
+        "With --sso, sign in through the server's identity provider instead (docs/sign-in.md).",
         cmd_login,
+    )
+    login.add_argument(
+        "--sso",
+        action="store_true",
+        help="sign in through the identity provider: open the address shown, approve, and "
+        "the token the server gives back is saved",
     )
     submit = add(
         "submit",
@@ -192,6 +200,8 @@ async def cmd_login(args: argparse.Namespace, settings: Settings) -> int:
     server = args.server or _env(SERVER_ENV)
     if not server:
         raise UsageError(f"login needs --server URL (or ${SERVER_ENV})")
+    if args.sso:
+        return await _login_sso(normalize_server(server), settings)
     token = read_token_file(args.token_file) if args.token_file else _env(TOKEN_ENV)
     if not token:
         if not sys.stdin.isatty():
@@ -205,6 +215,14 @@ async def cmd_login(args: argparse.Namespace, settings: Settings) -> int:
         await client.jobs(limit=1)
     path = write_config(settings.home, target)
     print(f"logged in to {target.server}; saved to {path}")
+    return 0
+
+
+async def _login_sso(server: str, settings: Settings) -> int:
+    signed_in = await device_sign_in(server, lambda line: print(line, flush=True))
+    path = write_config(settings.home, Target(server, signed_in["token"]))
+    who = "the admin" if signed_in["is_admin"] else f"tenant {signed_in['tenant']}"
+    print(f"logged in to {server} as {who} until {signed_in['expires_at']}; saved to {path}")
     return 0
 
 

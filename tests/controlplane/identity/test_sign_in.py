@@ -8,8 +8,11 @@ and a session ends once the provider revokes or expires its token."""
 from __future__ import annotations
 
 import asyncio
+import os
 import re
+import sys
 import time
+from asyncio.subprocess import PIPE
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -289,3 +292,32 @@ async def _end_reason(db_url: str) -> str:
         return str(await conn.fetchval("SELECT end_reason FROM identity_sessions"))
     finally:
         await conn.close()
+
+
+async def test_trainyard_login_sso_saves_a_token_the_other_commands_use(
+    server: str, tmp_path: Path
+) -> None:
+    """`trainyard login --sso` as a person types it: it shows where to approve, waits, saves
+    the token; `trainyard list` then works with it, as with a token from the admin."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINYARD_")}
+    env["TRAINYARD_HOME"] = str(tmp_path / "home")
+    command = [sys.executable, "-m", "controlplane.cli"]
+    login = await asyncio.create_subprocess_exec(
+        *command, "login", "--server", server, "--sso", env=env, stdout=PIPE, stderr=PIPE
+    )
+    assert login.stdout is not None
+    first = (await asyncio.wait_for(login.stdout.readline(), 30)).decode()
+    assert first.startswith("To sign in, open http://127.0.0.1"), first
+    async with browser_session() as person:
+        page = await approve(person, first.split("open ", 1)[1].strip(), "alice")
+    assert "Sign-in Success" in page
+    out, err = await asyncio.wait_for(login.communicate(), 60)
+    printed = first + out.decode()
+    assert login.returncode == 0, (printed, err.decode())
+    assert "Waiting for you to approve..." in printed
+    assert f"logged in to {server} as tenant acme until " in printed
+    listing = await asyncio.create_subprocess_exec(
+        *command, "list", env=env, stdout=PIPE, stderr=PIPE
+    )
+    out, err = await asyncio.wait_for(listing.communicate(), 60)
+    assert listing.returncode == 0, err.decode()
