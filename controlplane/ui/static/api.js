@@ -59,6 +59,9 @@ export async function signIn(token) {
   return whoAmI();
 }
 
+// The identity provider the operator configured ({oidc: {name, url}}, or {oidc: null}).
+export const signInProviders = () => api("/ui/login");
+
 export async function whoAmI() {
   const who = await api("/ui/session");
   Object.assign(session, {
