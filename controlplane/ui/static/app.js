@@ -19,7 +19,6 @@ const ROUTES = [
   [/^searches$/, lazy("./searches.js", "searchesList")],
   [/^searches\/([^/]+)$/, lazy("./searches.js", "searchPage")],
   [/^compare$/, lazy("./compare.js", "comparePage")],
-  [/^compare$/, lazy("./compare.js", "comparePage")],
 ];
 
 const $ = (id) => document.getElementById(id);
