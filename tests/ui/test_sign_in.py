@@ -158,6 +158,10 @@ def test_trainyard_login_sso_is_approved_in_the_browser(
         assert login.stdout is not None
         first = login.stdout.readline()
         assert first.startswith("To sign in, open "), first
+        # Read here, before communicate() reads the pipe past this stream's buffer.
+        shown = first + login.stdout.readline() + login.stdout.readline()
+        assert shown.endswith("\nWaiting for you to approve...\n"), shown
+        assert "and check that it shows the code " in shown
         dashboard.driver.get(first.split("open ", 1)[1].strip())
         eventually(lambda: dashboard.find_all("form"), "the provider's device page")
         dashboard.shot("oidc-06-device-confirm")
@@ -169,7 +173,7 @@ def test_trainyard_login_sso_is_approved_in_the_browser(
         dashboard.shot("oidc-07-device-success")
         quiet_provider_pages(dashboard)
         rest, _ = login.communicate(timeout=60)
-    printed = first + rest
+    printed = shown + rest
     assert login.returncode == 0, printed
     assert f"logged in to {cluster.url} as the admin until " in printed
     (tmp_path / "login-output.txt").write_text(printed)
