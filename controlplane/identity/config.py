@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -67,10 +68,13 @@ class IdentityConfig:
                 parse_tenant_groups(env.get(TENANT_GROUPS_ENV, "")),
                 parse_admin_groups(env.get(ADMIN_GROUPS_ENV, "")),
             )
-            interval = float(env.get(CHECK_INTERVAL_ENV) or CHECK_INTERVAL_S)
         except ValueError as exc:
             raise ConfigError(str(exc)) from exc
-        if not 0 < interval <= 86400:
+        try:
+            interval = float(env.get(CHECK_INTERVAL_ENV) or CHECK_INTERVAL_S)
+        except ValueError:
+            interval = math.nan  # refused below, with the others
+        if not 0 < interval <= 86400:  # NaN compares false: refused too
             raise ConfigError(f"{CHECK_INTERVAL_ENV} must be seconds from 0 to 86400")
         public = env.get(PUBLIC_URL_ENV, "").strip().rstrip("/") or None
         return cls(
