@@ -321,3 +321,51 @@ async def test_trainyard_login_sso_saves_a_token_the_other_commands_use(
     )
     out, err = await asyncio.wait_for(listing.communicate(), 60)
     assert listing.returncode == 0, err.decode()
+
+
+async def test_hostile_or_broken_sign_in_requests_get_clear_errors(
+    server: str, http: aiohttp.ClientSession, provider: Provider
+) -> None:
+    token = f"{server}/v1/login/device/token"
+    for body, status, why in (
+        ({}, 422, "device_code is required"),
+        ({"device_code": 7}, 422, "device_code is required"),
+        ({"device_code": "x" * 5000}, 422, "device_code is required"),
+        ({"device_code": "made-up"}, 401, "the identity provider refused the sign-in"),
+    ):
+        async with http.post(token, json=body) as answer:
+            got = await answer.json()
+            assert (answer.status, got["status"]) == (status, status), got
+            assert why in got["error"], got
+    async with http.post(
+        token, data=b"{not json", headers={"Content-Type": "application/json"}
+    ) as answer:
+        assert answer.status == 400
+    callback = f"{server}/ui/login/callback"
+    for query in ("", "?code=x", f"?code=x&state={'s' * 500}"):
+        async with http.get(callback + query) as answer:
+            assert answer.status == 400 and "text/html" in answer.headers["Content-Type"]
+    # A provider that is down: the sign-in says so (502), and nothing else breaks.
+    await provider.stop()
+    async with http.post(f"{server}/v1/login/device/token", json={"device_code": "x"}) as answer:
+        got = await answer.json()
+        assert answer.status == 502 and "cannot be reached" in got["error"], got
+
+
+async def test_without_a_provider_the_sign_in_routes_say_so(db_url: str, tokens: Tokens) -> None:
+    async with (
+        TestServer(create_app(db_url, poll_interval=0.1)) as served,
+        browser_session() as http,
+    ):
+        base = str(served.make_url("")).rstrip("/")
+        async with http.get(f"{base}/ui/login") as answer:
+            assert await answer.json() == {"oidc": None}
+        for method, path in (
+            ("POST", "/v1/login/device"),
+            ("POST", "/v1/login/device/token"),
+            ("GET", "/ui/login/oidc"),
+            ("GET", "/ui/login/callback"),
+        ):
+            async with http.request(method, base + path) as answer:
+                got = await answer.json()
+                assert answer.status == 404 and "no identity provider" in got["error"], got
