@@ -1,0 +1,359 @@
+"""Continuous archiving and point-in-time restore with pgBackRest, on one machine.
+
+`archived_postgres()` starts a PostgreSQL 15 server in a folder of its own whose WAL goes to a
+pgBackRest repository as it is written (`archive_command = pgbackrest archive-push`), with a
+stanza created and checked; `Archived.backup()` takes a full backup, `Archived.restore()`
+restores it into a fresh data folder and replays the archived WAL up to an instant
+(`--type=time`), and `Archived.start_restored()` starts a server there, promoted once it has
+reached that instant. The restore drill (tests/backups/) and `python -m harness.backups` use
+it; docs/operations.md gives the same pgBackRest commands for a real deployment and says how
+they fit Patroni.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import pwd
+import shutil
+import signal
+import sys
+import tempfile
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Final
+
+from controlplane.database import connect
+from controlplane.migrate import migrate
+from harness.served import free_port
+
+PG_BIN: Final = Path("/usr/lib/postgresql/15/bin")
+STANZA: Final = "trainyard"
+DATABASE: Final = "trainyard"
+SUPERUSER: Final = "postgres"
+SYSTEM_USER: Final = "pgserver"
+"""Postgres refuses to run as root, and pgBackRest must run as the user that owns the data
+folder: as root, both run as the system user the embedded Postgres (pgserver) already runs as,
+created the same way."""
+COMMAND_S: Final = 120.0
+"""A bound on one pgBackRest or pg_ctl command on a loaded machine, never an expectation."""
+PROBE_S: Final = 0.1
+
+
+class BackupsUnavailable(RuntimeError):
+    """pgBackRest or PostgreSQL 15 is not installed, or a command failed (the message says
+    which, with its output)."""
+
+
+def missing() -> str | None:
+    """Why this machine cannot archive and restore (`./dev test` installs pgBackRest as root),
+    or None."""
+    if shutil.which("pgbackrest") is None:
+        return "pgbackrest is not installed (apt-get install pgbackrest)"
+    if not (PG_BIN / "postgres").exists():
+        return f"no PostgreSQL 15 server in {PG_BIN} (apt-get install postgresql-15)"
+    return None
+
+
+@dataclass
+class Server:
+    """One Postgres server: its data folder and port."""
+
+    data_dir: Path
+    port: int
+
+    def url(self, database: str = DATABASE) -> str:
+        # Loopback connections are trusted (pg_hba below): the harness's servers live for a
+        # test or a demo on one machine; docs/operations.md sets up a real one's passwords.
+        return f"postgresql://{SUPERUSER}@127.0.0.1:{self.port}/{database}"
+
+
+@dataclass
+class Archived:
+    """A Postgres whose WAL is archived into a pgBackRest repository, and the servers
+    restored from it."""
+
+    root: Path
+    server: Server
+    user: pwd.struct_passwd | None
+    restored: list[Server] = field(default_factory=list)
+
+    @property
+    def config(self) -> Path:
+        """pgBackRest's configuration file: the repository and the stanza."""
+        return self.root / "pgbackrest.conf"
+
+    @property
+    def repo(self) -> Path:
+        return self.root / "repo"
+
+    def url(self, database: str = DATABASE) -> str:
+        return self.server.url(database)
+
+    async def backup(self) -> None:
+        """A full backup (`pgbackrest backup --type=full`), with a checkpoint at once."""
+        await self.pgbackrest("backup", "--type=full")
+
+    async def check(self) -> None:
+        """Switch to a new WAL segment and return once the one before is in the repository
+        (`pgbackrest check`): everything committed so far can be restored."""
+        await self.pgbackrest("check")
+
+    async def restore(self, target: datetime, into: Path) -> None:
+        """Restore the latest backup into the empty folder `into` and have recovery replay the
+        archived WAL up to `target` (`--type=time`: every transaction committed at or before
+        it, none after), then promote (`--target-action=promote`)."""
+        if target.tzinfo is None:
+            raise ValueError("a restore target needs its time zone")
+        # A fresh folder: pgBackRest refuses to restore over files.
+        await asyncio.to_thread(into.mkdir)
+        await asyncio.to_thread(_own, into, self.user, 0o700)
+        await self.pgbackrest(
+            f"--pg1-path={into}",
+            "--type=time",
+            f"--target={target.isoformat(sep=' ')}",
+            "--target-action=promote",
+            "restore",
+        )
+
+    async def start_restored(self, data_dir: Path) -> Server:
+        """Start a server on a restored folder; return once recovery reached its target and
+        the server was promoted (it takes writes). Stopped with the rest."""
+        server = Server(data_dir, free_port())
+        self.restored.append(server)
+        await self._pg_ctl(server, "start")
+        conn = await connect(server.url("postgres"), role=None)
+        try:
+            async with asyncio.timeout(COMMAND_S):
+                while True:
+                    if not await conn.fetchval("SELECT pg_is_in_recovery()"):
+                        return server
+                    await asyncio.sleep(PROBE_S)
+        finally:
+            await conn.close()
+
+    async def pgbackrest(self, *args: str) -> str:
+        """Run pgBackRest on this stanza (as the data folder's owner); its output."""
+        return await _run(
+            ["pgbackrest", f"--config={self.config}", f"--stanza={STANZA}", *args],
+            self.user,
+            self.root,
+        )
+
+    async def _pg_ctl(self, server: Server, action: str) -> None:
+        # The port and socket folder on the command line, not in postgresql.conf: a restored
+        # copy of the folder then starts on a port of its own beside the original.
+        options = f"-p {server.port} -c unix_socket_directories={self.root}"
+        log = server.data_dir.parent / f"{server.data_dir.name}.log"
+        await _run(
+            [
+                str(PG_BIN / "pg_ctl"),
+                *("-D", str(server.data_dir), "-l", str(log), "-o", options),
+                *("-w", "-t", str(int(COMMAND_S)), "-m", "fast", action),
+            ],
+            self.user,
+            self.root,
+        )
+
+
+@asynccontextmanager
+async def archived_postgres(*, keep: bool = False) -> AsyncIterator[Archived]:
+    """A fresh Postgres with archiving into a fresh pgBackRest repository, its stanza created
+    and checked, database DATABASE created and migrated; every server stopped (and, unless
+    `keep`, the folder removed) when the block ends."""
+    problem = missing()
+    if problem is not None:
+        raise BackupsUnavailable(problem)
+    user = _runs_as()
+    # Under /tmp (world-traversable), not a test's tmp_path: Postgres's user must reach it.
+    root = Path(tempfile.mkdtemp(prefix="trainyard-backups-"))
+    await asyncio.to_thread(_own, root, user, 0o755)
+    archived = Archived(root, Server(root / "data", free_port()), user)
+    try:
+        await _initdb(archived)
+        # Written as its user: pgBackRest makes the repository's folders with its owner's rights.
+        await _run(["mkdir", "-p", str(archived.repo), str(root / "log")], user, root)
+        archived.config.write_text(_pgbackrest_config(archived))
+        await archived._pg_ctl(archived.server, "start")
+        await archived.pgbackrest("stanza-create")
+        await archived.check()
+        await _create_database(archived.server)
+        yield archived
+    finally:
+        # Shielded: a cancelled test must still leave no server behind.
+        await asyncio.shield(_stop_all(archived))
+        if not keep:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def _pgbackrest_config(archived: Archived) -> str:
+    root = archived.root
+    return "\n".join(
+        [
+            "[global]",
+            f"repo1-path={archived.repo}",
+            # Two full backups kept; the WAL that the oldest of them needs is kept with it.
+            "repo1-retention-full=2",
+            f"log-path={root / 'log'}",
+            f"lock-path={root / 'lock'}",
+            # Its own, not Debian's /var/spool/pgbackrest (root's): restore looks there.
+            f"spool-path={root / 'spool'}",
+            "log-level-console=warn",
+            "log-level-file=info",
+            # A backup begins with an immediate checkpoint rather than waiting for the next
+            # scheduled one (up to checkpoint_timeout, 5 minutes).
+            "start-fast=y",
+            "",
+            f"[{STANZA}]",
+            f"pg1-path={archived.server.data_dir}",
+            f"pg1-port={archived.server.port}",
+            f"pg1-socket-path={root}",
+            f"pg1-user={SUPERUSER}",
+            "",
+        ]
+    )
+
+
+async def _initdb(archived: Archived) -> None:
+    data = archived.server.data_dir
+    await _run(
+        [
+            str(PG_BIN / "initdb"),
+            *("-D", str(data), "-U", SUPERUSER, "-E", "UTF8", "--data-checksums"),
+            *("--auth-local=trust", "--auth-host=trust"),
+        ],
+        archived.user,
+        archived.root,
+    )
+    archive_command = f"pgbackrest --config={archived.config} --stanza={STANZA} archive-push %p"
+    settings = {
+        "listen_addresses": "'127.0.0.1'",
+        "wal_level": "replica",
+        "archive_mode": "on",
+        "archive_command": f"'{archive_command}'",
+        "max_wal_senders": "3",
+        "max_connections": "200",
+    }
+    with (data / "postgresql.conf").open("a") as conf:
+        conf.write("".join(f"{key} = {value}\n" for key, value in settings.items()))
+
+
+async def _create_database(server: Server) -> None:
+    admin = await connect(server.url("postgres"), role=None)
+    try:
+        await admin.execute(f'CREATE DATABASE "{DATABASE}"')
+    finally:
+        await admin.close()
+    await migrate(server.url())
+
+
+async def _stop_all(archived: Archived) -> None:
+    for server in [*archived.restored, archived.server]:
+        if (server.data_dir / "postmaster.pid").exists():
+            try:
+                await archived._pg_ctl(server, "stop")
+            except BackupsUnavailable:
+                _kill(server)
+
+
+def _kill(server: Server) -> None:
+    """SIGQUIT the postmaster of a server that did not stop cleanly (an immediate shutdown)."""
+    pid = int((server.data_dir / "postmaster.pid").read_text().split("\n", 1)[0])
+    with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
+        os.kill(pid, signal.SIGQUIT)
+
+
+def _runs_as() -> pwd.struct_passwd | None:
+    """The system user that Postgres and pgBackRest run as when this process is root, created
+    if missing (as pgserver creates its own); None: as this process's user."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        return pwd.getpwnam(SYSTEM_USER)
+    except KeyError:
+        from pgserver.utils import ensure_user_exists
+
+        entry: pwd.struct_passwd | None = ensure_user_exists(SYSTEM_USER)
+        if entry is None:
+            raise BackupsUnavailable(f"cannot create the system user {SYSTEM_USER!r}") from None
+        return entry
+
+
+def _own(path: Path, user: pwd.struct_passwd | None, mode: int) -> None:
+    """The folder `path` given `mode` and, when `user` is given, to `user`."""
+    path.chmod(mode)
+    if user is not None:
+        os.chown(path, user.pw_uid, user.pw_gid)
+
+
+async def _run(argv: list[str], user: pwd.struct_passwd | None, cwd: Path) -> str:
+    """Run a command to its end (as `user`, in `cwd`: a folder that user may enter); its
+    output, or BackupsUnavailable with the output when it fails."""
+    process = await asyncio.create_subprocess_exec(
+        *argv,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        cwd=cwd,
+        user=user.pw_uid if user is not None else None,
+        group=user.pw_gid if user is not None else None,
+        extra_groups=[] if user is not None else None,
+        env={**os.environ, "HOME": user.pw_dir if user is not None else os.environ["HOME"]},
+    )
+    try:
+        output, _ = await asyncio.wait_for(process.communicate(), COMMAND_S)
+    except TimeoutError:
+        process.kill()
+        await process.wait()
+        raise BackupsUnavailable(f"{' '.join(argv)} took over {COMMAND_S:.0f}s") from None
+    text = output.decode(errors="replace")
+    if process.returncode != 0:
+        raise BackupsUnavailable(f"{' '.join(argv)} exited with {process.returncode}:\n{text}")
+    return text
+
+
+async def _serve(keep: bool) -> None:
+    async with archived_postgres(keep=keep) as archived:
+        await archived.backup()
+        pgbackrest = f"pgbackrest --config={archived.config} --stanza={STANZA}"
+        print(f"postgres 127.0.0.1:{archived.server.port}, archived to {archived.repo}")
+        print(f"export TRAINYARD_DATABASE_URL='{archived.url()}'")
+        print(f"a full backup is taken; more:  {pgbackrest} backup --type=full")
+        print(f"what the repository holds:     {pgbackrest} info")
+        print(
+            f"restore to an instant:         {pgbackrest} --pg1-path=NEW_EMPTY_FOLDER "
+            "--type=time '--target=YYYY-MM-DD HH:MM:SS+00' --target-action=promote restore"
+        )
+        if archived.user is not None:
+            print(f"(as root, run them as {archived.user.pw_name}: runuser -u {SYSTEM_USER} --)")
+        print("press Ctrl-C to stop")
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop.set)
+        await stop.wait()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m harness.backups",
+        description="Run a Postgres whose WAL is archived by pgBackRest, with Trainyard's "
+        "database migrated and a full backup taken, until Ctrl-C; print the commands that back "
+        "it up and restore it to an instant.",
+    )
+    parser.add_argument("--keep", action="store_true", help="keep the folder afterwards")
+    args = parser.parse_args()
+    try:
+        asyncio.run(_serve(args.keep))
+    except BackupsUnavailable as exc:
+        print(f"backups: error: {exc}", file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
