@@ -1,4 +1,25 @@
-"""`trainyard bench logs`: how many log lines per second one learner's lines are stored at.
+"""Log benchmarks: how fast lines are stored, and how fast a tenant's lines are searched.
+
+`run_search` is `trainyard bench logs`: search across logs (controlplane.logs.search) over a big
+kept log, and what its index costs ingestion. Its figures:
+
+- lines: the lines stored in the kept database (`jobs` jobs of `tenants` tenants); the searched
+  tenant holds `tenant_lines` of them. Filled on first use by SQL from generated text (training
+  progress, data loader and checkpoint notes, warnings, tracebacks, ids, a rare CUDA error), with
+  the search indexes built after the fill, and kept for later runs (`fill_s` 0 then).
+- trigram_index: whether the server has pg_trgm and btree_gin, so that migration 0034 built the
+  trigram index (without it every search reads the tenant's lines in order: slow for rare
+  terms).
+- search: for each pattern, p50 and p95 (ms) of `searches` first pages (100 lines, newest first)
+  through `search`, the statement the API runs, and how many lines the page held: a rare and a
+  common substring, a case-insensitive one, a substring found nowhere, and a regular expression.
+- ingest_lines_per_s_with_index / _without_index: lines stored per second by `write_lines` (one
+  writer, batches of BATCH lines, as one agent's shipper) into the kept table with every index,
+  and with the trigram index dropped, alternated for `seconds` each; each half runs in one
+  transaction that is rolled back, so the kept log does not grow and the index comes back.
+  ingest_ratio: the first over the second.
+
+`run` is the older measure `trainyard bench claims --only logs` reports:
 
 - log_lines_per_s: one writer (as one learner's shipper is) storing batches of BATCH lines with
   `write_lines`: the id reservation, the idempotency check and one COPY per batch.
@@ -12,16 +33,21 @@ scratch database on the configured server, dropped at the end.
 
 from __future__ import annotations
 
+import math
 import statistics
+import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
+import asyncpg
+
 from bench.scratch import scratch_database
 from controlplane.database import connect
 from controlplane.logs.lines import LogLine, Stream
+from controlplane.logs.search import LogSearch, search
 from controlplane.logs.store import COLUMNS, write_lines
 
 BATCH = 5000
@@ -119,3 +145,224 @@ async def _batches(seconds: float, write: Callable[[], Awaitable[None]]) -> list
         await write()
         durations.append(time.perf_counter() - start)
     return durations
+
+
+TENANTS = 8
+"""Tenants of the kept log; the searched one (`acme`) holds SEARCHED_SHARE of its lines."""
+SEARCHED_SHARE = 0.4
+LINES_PER_JOB = 5000
+SEARCH_PAGE = 100
+PATTERNS: dict[str, tuple[str, bool, bool]] = {
+    # name: (pattern, regex, ignore_case)
+    "rare_substring": ("CUDA out of memory", False, False),
+    "common_substring": ("loss", False, False),
+    "rare_ignore_case": ("cuda OUT OF memory", False, True),
+    "absent_substring": ("segmentation fault", False, False),
+    "regex": ("grad_norm [0-9]+\\.9[0-9]+ ", True, False),
+}
+
+# One line of generated text: mostly training progress, with data loader, checkpoint, warning,
+# validation and traceback lines, request ids (high variety), and a rare CUDA error (about one
+# line in 200,000). `r` is the row's random draw, `g` its number in its job.
+_LINE_SQL = """
+CASE
+    WHEN r < 0.55 THEN format('epoch %s step %s loss %s lr %s grad_norm %s throughput %s samples/s',
+        g / 1000, g, round((1.0 / (1 + g / 100.0) + random() * 0.05)::numeric, 4),
+        round((0.001 * random())::numeric, 6), round((random() * 3)::numeric, 3),
+        round((1500 + random() * 500)::numeric, 1))
+    WHEN r < 0.70 THEN format('[rank %s] dataloader worker %s prefetched batch %s in %s ms',
+        (g % 8), (g % 4), g, round((random() * 40)::numeric, 2))
+    WHEN r < 0.78 THEN format('validation accuracy %s top5 %s on %s samples',
+        round(random()::numeric, 4), round(random()::numeric, 4), 10000 + g % 5000)
+    WHEN r < 0.84 THEN format('INFO request %s served in %s ms by replica %s',
+        md5(g::text || r::text), round((random() * 100)::numeric, 1), g % 16)
+    WHEN r < 0.88 THEN format('checkpoint saved to /ckpt/%s/step-%s.pt (%s MiB)',
+        substr(md5(job::text), 1, 8), g, 100 + g % 400)
+    WHEN r < 0.92 THEN format('WARNING gradient overflow, scaling loss to %s', 2 ^ (g % 16))
+    WHEN r < 0.96 THEN format('  File "/workspace/%s.py", line %s, in %s',
+        (ARRAY['train', 'model', 'data', 'optim'])[1 + g % 4], g % 900,
+        (ARRAY['forward', 'step', 'collate', 'backward', 'load'])[1 + g % 5])
+    WHEN r < 0.999995 THEN format('%s: tokens %s, padding %s%%, shard %s of %s',
+        (ARRAY['tokenizer', 'sampler', 'packer', 'augment'])[1 + g % 4], g * 7 % 9973,
+        g % 100, g % 64, 64)
+    ELSE format('RuntimeError: CUDA out of memory. Tried to allocate %s MiB (GPU %s)',
+        20 + g % 2000, g % 8)
+END
+"""
+
+
+async def run_search(
+    url: str, *, lines: int, searches: int, seconds: float, database: str, progress: bool
+) -> dict[str, Any]:
+    """`trainyard bench logs`: fill (once) and search the kept log, and ingest into it."""
+    from controlplane.database import create_pool, with_database
+    from controlplane.migrate import migrate
+
+    kept = with_database(url, database)
+    admin = await connect(url, role=None)
+    try:
+        if not await admin.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", database):
+            await admin.execute(f'CREATE DATABASE "{database}"')
+    finally:
+        await admin.close()
+    await migrate(kept)
+    fill_s = await _fill(kept, lines, progress)
+    owner = await connect(kept, role=None)
+    try:
+        indexed = bool(
+            await owner.fetchval("SELECT 1 FROM pg_class WHERE relname = 'job_logs_search'")
+        )
+        stored = await owner.fetchval("SELECT count(*) FROM job_logs")
+        tenant_lines = await owner.fetchval("SELECT count(*) FROM job_logs WHERE tenant = 'acme'")
+        jobs = await owner.fetchval("SELECT count(*) FROM job_log_heads")
+    finally:
+        await owner.close()
+    pool = await create_pool(kept, min_size=1, max_size=2)
+    try:
+        found = await _searches(pool, searches, progress)
+    finally:
+        await pool.close()
+    with_index, without_index = await _ingest(kept, seconds, indexed, progress)
+    p95 = max(found[name]["p95_ms"] for name in ("rare_substring", "common_substring"))
+    return {
+        "lines": stored,
+        "jobs": jobs,
+        "tenants": TENANTS,
+        "tenant_lines": tenant_lines,
+        "trigram_index": indexed,
+        "fill_s": fill_s,
+        "search_page": SEARCH_PAGE,
+        "search": found,
+        "substring_p95_ms": p95,
+        "target_substring_p95_ms": TARGET_SEARCH_P95_MS,
+        "meets_search_target": p95 <= TARGET_SEARCH_P95_MS,
+        "ingest_batch_size": BATCH,
+        "ingest_lines_per_s_with_index": round(with_index),
+        "ingest_lines_per_s_without_index": round(without_index),
+        "ingest_ratio": round(with_index / without_index, 3),
+        "target_lines_per_s": TARGET_LINES_PER_S,
+        "meets_ingest_target": with_index >= TARGET_LINES_PER_S,
+    }
+
+
+TARGET_SEARCH_P95_MS = 300
+
+
+def _say(progress: bool, message: str) -> None:
+    if progress:
+        print(f"bench logs: {message}", file=sys.stderr, flush=True)
+
+
+async def _fill(url: str, lines: int, progress: bool) -> float:
+    """Fill the kept log with `lines` lines, unless a previous run did; the seconds it took."""
+    owner = await connect(url, role=None)
+    try:
+        await owner.execute(
+            "CREATE TABLE IF NOT EXISTS bench_logs_fill (lines bigint NOT NULL, fill_s float8)"
+        )
+        if await owner.fetchval("SELECT lines FROM bench_logs_fill") == lines:
+            return 0.0
+        start = time.perf_counter()
+        await owner.execute("TRUNCATE job_logs, job_log_heads, job_log_series, bench_logs_fill")
+        # The indexes a fill would update line by line are built once afterwards (as the
+        # migration would over an existing log): much faster than the same work per row.
+        definitions = await owner.fetch(
+            "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'job_logs'"
+            " AND indexname IN ('job_logs_search', 'job_logs_tenant_order')"
+        )
+        for index in definitions:
+            await owner.execute(f'DROP INDEX "{index["indexname"]}"')
+        jobs = max(1, lines // LINES_PER_JOB)
+        searched = round(jobs * SEARCHED_SHARE)
+        await owner.execute(
+            "CREATE TEMPORARY TABLE bench_jobs AS"
+            " SELECT gen_random_uuid() AS job, n,"
+            "  CASE WHEN n < $2 THEN 'acme' ELSE 'tenant-' || (n % $3) END AS tenant,"
+            "  now() - interval '30 days' + n * (interval '30 days' / $1) AS start"
+            " FROM generate_series(0, $1 - 1) AS n",
+            jobs,
+            searched,
+            TENANTS - 1,
+        )
+        for first in range(0, jobs, 50):
+            # Jobs' lines interleave in time: each job runs for two days, one line a ~35 ms.
+            await owner.execute(
+                f"""
+                INSERT INTO job_logs (job_id, attempt, learner, stream, seq, id, at, line, tenant)
+                SELECT job, 1 + g * 3 / ($3 + 1), g % 4,
+                       CASE WHEN r < 0.96 THEN 'stdout' ELSE 'stderr' END,
+                       g, g, start + g * (interval '2 days' / $3), {_LINE_SQL}, tenant
+                FROM (SELECT job, start, tenant, g, random() AS r
+                      FROM bench_jobs, generate_series(1, $3) AS g
+                      WHERE n >= $1 AND n < $2) AS generated
+                """,
+                first,
+                first + 50,
+                lines // jobs,
+            )
+            _say(progress, f"filled {min(jobs, first + 50)} of {jobs} jobs")
+        await owner.execute(
+            "INSERT INTO job_log_heads (job_id, last_id, updated_at)"
+            " SELECT job_id, max(id), max(at) FROM job_logs GROUP BY job_id"
+        )
+        await owner.execute("SET maintenance_work_mem = '1GB'")
+        for index in definitions:
+            _say(progress, f"building {index['indexname']}")
+            await owner.execute(index["indexdef"])
+        await owner.execute("VACUUM ANALYZE job_logs")
+        fill_s = round(time.perf_counter() - start, 1)
+        await owner.execute("INSERT INTO bench_logs_fill VALUES ($1, $2)", lines, fill_s)
+        return fill_s
+    finally:
+        await owner.close()
+
+
+async def _searches(
+    pool: asyncpg.Pool, searches: int, progress: bool
+) -> dict[str, dict[str, float]]:
+    found: dict[str, dict[str, float]] = {}
+    for name, (pattern, regex, ignore_case) in PATTERNS.items():
+        query = LogSearch(tenant="acme", pattern=pattern, regex=regex, ignore_case=ignore_case)
+        await search(pool, query, limit=SEARCH_PAGE)  # warm the cache, as a user's second try
+        durations = []
+        shown = 0
+        for _ in range(searches):
+            start = time.perf_counter()
+            shown = len(await search(pool, query, limit=SEARCH_PAGE))
+            durations.append(time.perf_counter() - start)
+        durations.sort()
+        found[name] = {
+            "p50_ms": round(statistics.median(durations) * 1000, 2),
+            "p95_ms": round(durations[max(0, math.ceil(0.95 * len(durations)) - 1)] * 1000, 2),
+            "lines": shown,
+        }
+        _say(progress, f"{name}: {found[name]}")
+    return found
+
+
+async def _ingest(url: str, seconds: float, indexed: bool, progress: bool) -> tuple[float, float]:
+    """Lines stored per second with every index of the kept log, and without the trigram index;
+    halves alternated, each in a transaction that is rolled back."""
+    conn = await connect(url, role=None)
+    learner = _Learner()
+    try:
+        rates: dict[bool, list[float]] = {True: [], False: []}
+        for _ in range(2):
+            for with_index in (True, False):
+                transaction = conn.transaction()
+                await transaction.start()
+                try:
+                    if not with_index and indexed:
+                        await conn.execute("DROP INDEX job_logs_search")
+
+                    async def store_batch() -> None:
+                        await write_lines(conn, learner.batch())
+
+                    durations = await _batches(seconds / 2, store_batch)
+                finally:
+                    await transaction.rollback()
+                rates[with_index].append(BATCH * len(durations) / sum(durations))
+                _say(progress, f"ingest with_index={with_index}: {rates[with_index][-1]:.0f}/s")
+        return statistics.mean(rates[True]), statistics.mean(rates[False])
+    finally:
+        await conn.close()

@@ -33,6 +33,7 @@ from trainyard.api import ApiError, NotFound, ServerUnreachable, UsageError
 from trainyard.commands import add_client_commands
 from trainyard.inference_commands import add_inference_commands
 from trainyard.models_commands import add_model_commands
+from trainyard.grep_command import add_grep_command
 from trainyard.search_commands import add_search_commands
 from trainyard.serving_commands import add_serving_commands
 
@@ -196,6 +197,7 @@ def parser(running: Sequence[str] | None = None) -> argparse.ArgumentParser:
     add_serving_commands(commands)
     add_inference_commands(commands)
     add_search_commands(commands)
+    add_grep_command(commands)
 
     bench = commands.add_parser(
         "bench", help="run a benchmark", description="Benchmarks that print JSON."
@@ -510,6 +512,28 @@ def parser(running: Sequence[str] | None = None) -> argparse.ArgumentParser:
     )
     scale.add_argument("--json", action="store_true", help="print only the JSON object")
     scale.set_defaults(handler=cmd_bench_scale)
+    logs = bench_commands.add_parser(
+        "logs",
+        help="log search latency over 10 M lines, and ingestion with and without its index",
+        description="In a database kept on the configured server for later runs (PREFIX_LINES, "
+        "see --database-prefix; filled on first use), --lines stored log lines of many jobs of "
+        "several tenants: search p50/p95 of the largest tenant's lines for a rare and a common "
+        "substring and a regular expression, and log lines stored per second with the search "
+        "index and without it (same run, same table; the ingested lines are rolled back). "
+        "Prints JSON (definitions: bench/logs.py).",
+    )
+    logs.add_argument(
+        "--lines", type=int, default=10_000_000, help="stored lines (at least 10,000)"
+    )
+    logs.add_argument("--searches", type=int, default=20, help="timed searches per pattern")
+    logs.add_argument("--seconds", type=float, default=10.0, help="of ingestion, per variant")
+    logs.add_argument(
+        "--database-prefix",
+        default="trainyard_logs",
+        help="the kept database is named PREFIX_LINES",
+    )
+    logs.add_argument("--json", action="store_true", help="print only the JSON object")
+    logs.set_defaults(handler=cmd_bench_logs)
     return top
 
 
@@ -942,6 +966,35 @@ async def cmd_bench_scale(args: argparse.Namespace, settings: Settings) -> int:
         out=args.out,
         homes=settings.home / "bench-scale",
         prefix=args.database_prefix,
+        progress=not args.json,
+    )
+    print(json.dumps(result, indent=None if args.json else 2))
+    return 0
+
+
+async def cmd_bench_logs(args: argparse.Namespace, settings: Settings) -> int:
+    from bench.logs import run_search
+
+    if args.lines < 10_000 or args.searches < 1 or args.seconds <= 0:
+        print(
+            "trainyard: --lines must be at least 10000, --searches and --seconds positive",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    if not DATABASE_PREFIX.fullmatch(args.database_prefix):
+        print(
+            "trainyard: --database-prefix takes lowercase letters, digits and _ (at most 40, "
+            "a letter or _ first)",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    url = await _database(settings)
+    result = await run_search(
+        url,
+        lines=args.lines,
+        searches=args.searches,
+        seconds=args.seconds,
+        database=f"{args.database_prefix}_{args.lines}",
         progress=not args.json,
     )
     print(json.dumps(result, indent=None if args.json else 2))

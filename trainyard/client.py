@@ -211,6 +211,53 @@ class AsyncClient:
                     line: dict[str, Any] = message.json()
                     yield line
 
+    async def grep(
+        self,
+        pattern: str,
+        *,
+        regex: bool = False,
+        ignore_case: bool = False,
+        jobs: Iterable[str] = (),
+        labels: Mapping[str, str] | None = None,
+        since: datetime | None = None,
+        follow: bool = False,
+        protocol: bool = False,
+        tenant: str | None = None,
+        page_size: int = 100,
+    ) -> AsyncGenerator[dict[str, Any], None]:
+        """The lines of all the tenant's jobs and attempts that hold `pattern` (a Postgres
+        regular expression with `regex`), each {job_id, attempt, learner, stream, seq, id, at,
+        line}: without `follow`, every match newest first (page by page, as the iteration goes);
+        with it, only new matches, oldest first, as they come, for ever (resumed where it broke
+        when the connection drops). Only the jobs `jobs`, those with every one of `labels`, and
+        lines printed at or after `since`, when given; the admin names the `tenant`."""
+        params = [("pattern", pattern), *_acting(tenant)]
+        flags = (("regex", regex), ("ignore_case", ignore_case), ("protocol", protocol))
+        params += [(name, "true") for name, on in flags if on]
+        params += [("job", job) for job in jobs]
+        params += [("label", f"{key}={value}") for key, value in (labels or {}).items()]
+        if since is not None:
+            params.append(("since", since.isoformat()))
+        if follow:
+            stream = self.api.follow("/v1/logs/search", [*params, ("follow", "true")])
+            async with aclosing(stream):
+                async for message in stream:
+                    if message.event == "error":
+                        raise ApiError(400, message.json()["error"])
+                    if message.event == "line":
+                        line: dict[str, Any] = message.json()
+                        yield line
+            return
+        cursor: str | None = None
+        while True:
+            paging = [("limit", str(page_size)), *([("cursor", cursor)] if cursor else [])]
+            page = await self.api.request("GET", "/v1/logs/search", params=params + paging)
+            for found in page["lines"]:
+                yield found
+            cursor = page["next_cursor"]
+            if cursor is None:
+                return
+
     async def models(
         self, query: str = "", *, limit: int = 50, cursor: str | None = None
     ) -> dict[str, Any]:
@@ -1020,6 +1067,35 @@ class Client:
         """See `AsyncClient.logs`."""
         lines = self._client.logs(
             job_id, follow=follow, attempt=attempt, learner=learner, protocol=protocol
+        )
+        return self._iterate(lines)
+
+    def grep(
+        self,
+        pattern: str,
+        *,
+        regex: bool = False,
+        ignore_case: bool = False,
+        jobs: Iterable[str] = (),
+        labels: Mapping[str, str] | None = None,
+        since: datetime | None = None,
+        follow: bool = False,
+        protocol: bool = False,
+        tenant: str | None = None,
+        page_size: int = 100,
+    ) -> Iterator[dict[str, Any]]:
+        """See `AsyncClient.grep`."""
+        lines = self._client.grep(
+            pattern,
+            regex=regex,
+            ignore_case=ignore_case,
+            jobs=jobs,
+            labels=labels,
+            since=since,
+            follow=follow,
+            protocol=protocol,
+            tenant=tenant,
+            page_size=page_size,
         )
         return self._iterate(lines)
 

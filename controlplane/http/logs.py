@@ -36,7 +36,7 @@ from uuid import UUID
 
 from aiohttp import web
 
-from controlplane.http import params
+from controlplane.http import log_search, params
 from controlplane.http.auth import principal
 from controlplane.http.jobs import visible_job
 from controlplane.http.keys import HUB, JOBS, POOL, SSE_HEARTBEAT_S
@@ -68,6 +68,7 @@ def add_routes(app: web.Application) -> None:
     app.setdefault(LOG_FOLLOWER_LINES, FOLLOWER_LINES)
     app.cleanup_ctx.append(_feeds)
     app.router.add_get("/v1/jobs/{job_id}/logs", get_logs)
+    log_search.add_routes(app)
 
 
 async def _feeds(app: web.Application) -> AsyncIterator[None]:

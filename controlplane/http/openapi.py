@@ -11,6 +11,7 @@ from controlplane import __version__
 from controlplane.http import (
     deployment_paths,
     inference_paths,
+    log_search,
     logs,
     metrics,
     model_paths,
@@ -549,6 +550,7 @@ def document() -> dict[str, Any]:
             **deployment_paths.openapi_paths(),
             **inference_paths.openapi_paths(),
             **logs.openapi_paths(),
+            **log_search.openapi_paths(),
             **metrics.openapi_paths(),
             **model_paths.openapi_paths(),
             **pending_paths.openapi_paths(),

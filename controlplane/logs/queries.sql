@@ -7,14 +7,16 @@
 -- ($2 per job). The row locks last until the writer commits, so the next writer of a job waits
 -- here and ids commit in increasing order: a reader's `id > cursor` never skips a late commit.
 -- Heads are locked in job_id order, so writers of overlapping sets of jobs cannot deadlock.
--- `updated_at` is the time the lock was granted, not the start of a wait for it.
+-- `updated_at` is the time the lock was granted, not the start of a wait for it. Each job's
+-- tenant comes back too, for the lines' `tenant` (what search filters on, migration 0034; NULL
+-- for a job job_status does not know).
 INSERT INTO job_log_heads AS h (job_id, last_id, updated_at)
 SELECT b.job_id, b.lines, clock_timestamp()
 FROM unnest($1::uuid[], $2::bigint[]) AS b(job_id, lines)
 ORDER BY b.job_id
 ON CONFLICT (job_id) DO UPDATE
 SET last_id = h.last_id + excluded.last_id, updated_at = clock_timestamp()
-RETURNING job_id, last_id;
+RETURNING job_id, last_id, (SELECT s.tenant FROM job_status s WHERE s.job_id = h.job_id);
 
 -- name: advance_log_series
 -- Run after `reserve_log_ids` in the same transaction, so that its snapshot holds every earlier
@@ -88,3 +90,57 @@ ORDER BY id;
 -- logs went. Through the owner's function (migration 0027), as the application may not delete
 -- lines itself.
 SELECT forget_job_logs(make_interval(secs => $1), $2);
+
+-- name: check_log_pattern
+-- Log search: compiles a regular expression once, before the search, so that a malformed one
+-- is refused (invalid_regular_expression, a 400 naming `pattern`) whether or not any line would
+-- have been tested against it.
+SELECT '' ~ $1;
+
+-- name: search_job_logs
+-- Log search: up to $10 of tenant $1's lines that match the regular expression $2 (a substring
+-- arrives escaped as one; $3: ignoring case), newest first by (at, job_id, id), below the
+-- cursor ($4, $5, $6; none on the first page). Optionally of the jobs $7 only, of the jobs whose
+-- labels hold $8, stored at or after $9, and without the launcher's reports unless $11.
+-- Planned for each call's own values (the caller sets plan_cache_mode): the NULL filters fold
+-- away, and the pattern's estimated frequency chooses between reading the tenant's lines
+-- newest first (job_logs_tenant_order: common terms) and the trigram index (job_logs_search:
+-- rare terms), see migrations/0034_log_search.sql.
+SELECT l.job_id, l.attempt, l.learner, l.stream, l.seq, l.id, l.at, l.line
+FROM job_logs l
+WHERE l.tenant = $1
+  AND CASE WHEN $3::boolean THEN l.line ~* $2 ELSE l.line ~ $2 END
+  AND ($4::timestamptz IS NULL OR (l.at, l.job_id, l.id) < ($4, $5::uuid, $6::bigint))
+  AND ($7::uuid[] IS NULL OR l.job_id = ANY ($7))
+  AND ($8::jsonb IS NULL OR l.job_id IN (SELECT s.job_id FROM job_status s
+                                         WHERE s.tenant = $1 AND s.labels @> $8))
+  AND ($9::timestamptz IS NULL OR l.at >= $9)
+  AND ($11::boolean OR NOT (l.stream = 'stdout' AND l.line LIKE '@@trainyard/1 {%'))
+ORDER BY l.at DESC, l.job_id DESC, l.id DESC
+LIMIT $10;
+
+-- name: follow_job_logs
+-- Log search, followed: up to $10 of tenant $1's matching lines (as `search_job_logs`) above
+-- the cursor ($4, $5, $6) in the search's order, oldest first, printed more than $12 seconds
+-- ago by the database's clock. A line is stored a moment after it is printed (an agent ships
+-- each learner's lines every fraction of a second), so a follower that waits that long sees
+-- every line of the moment before its cursor moves past it; one stored later still is found by
+-- searching, not by following.
+SELECT l.job_id, l.attempt, l.learner, l.stream, l.seq, l.id, l.at, l.line
+FROM job_logs l
+WHERE l.tenant = $1
+  AND CASE WHEN $3::boolean THEN l.line ~* $2 ELSE l.line ~ $2 END
+  AND (l.at, l.job_id, l.id) > ($4::timestamptz, $5::uuid, $6::bigint)
+  AND l.at <= now() - make_interval(secs => $12)
+  AND ($7::uuid[] IS NULL OR l.job_id = ANY ($7))
+  AND ($8::jsonb IS NULL OR l.job_id IN (SELECT s.job_id FROM job_status s
+                                         WHERE s.tenant = $1 AND s.labels @> $8))
+  AND ($9::timestamptz IS NULL OR l.at >= $9)
+  AND ($11::boolean OR NOT (l.stream = 'stdout' AND l.line LIKE '@@trainyard/1 {%'))
+ORDER BY l.at, l.job_id, l.id
+LIMIT $10;
+
+-- name: log_follow_start
+-- Where a follow of the log search starts: the lines printed from now on (by the database's
+-- clock, less the settle time that `follow_job_logs` waits).
+SELECT now() - make_interval(secs => $1);

@@ -27,6 +27,8 @@ Connection = asyncpg.Connection | PoolConnectionProxy
 """A single connection, from a pool or not: a batch is written in one of its transactions."""
 
 COLUMNS: Final = ("job_id", "attempt", "learner", "stream", "seq", "id", "at", "line")
+WRITTEN_COLUMNS: Final = (*COLUMNS, "tenant")
+"""What the writer stores: a line, and its job's tenant (for search, migration 0034)."""
 
 
 async def write_lines(db: asyncpg.Pool | Connection, lines: Sequence[LogLine]) -> int:
@@ -68,6 +70,7 @@ async def _write(conn: Connection, lines: Sequence[LogLine], last_seqs: dict[Ser
         # previous writer committed.
         heads = await conn.fetch(Q["reserve_log_ids"], list(per_job), list(per_job.values()))
         next_id = {row["job_id"]: row["last_id"] - per_job[row["job_id"]] + 1 for row in heads}
+        tenant = {row["job_id"]: row["tenant"] for row in heads}
         stored_rows = await conn.fetch(
             Q["advance_log_series"],
             [s[0] for s in series],
@@ -94,11 +97,12 @@ async def _write(conn: Connection, lines: Sequence[LogLine], last_seqs: dict[Ser
                     next_id[line.job_id],
                     line.at,
                     line.text,
+                    tenant[line.job_id],
                 )
             )
             next_id[line.job_id] += 1
         if records:
-            await conn.copy_records_to_table("job_logs", records=records, columns=COLUMNS)
+            await conn.copy_records_to_table("job_logs", records=records, columns=WRITTEN_COLUMNS)
     return len(records)
 
 
