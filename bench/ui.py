@@ -15,6 +15,20 @@ one tenant, with the requests the dashboard's pages make, through its session co
 - sse_reconnect_gap: a job printing numbered lines is followed over `/logs?follow=true`; the
   connection is dropped `reconnects` times and resumed with `Last-Event-ID`: the lines missed
   plus the lines received twice (target 0).
+- search_page: a finished ASHA search of `trials` trials (1,000 by default; three rungs, 30,
+  90 and 270 steps, every step's loss reported: 70,000 metric reports) is opened in the real
+  browser (Debian's headless Chromium through Selenium, signed in with the session cookie),
+  `renders` times, each a fresh page load. first_full_render_ms: from the navigation's start
+  until the page has drawn every part (the curves chart with every trial, the parallel
+  coordinates, the trials' table) and the browser has had a frame to paint them, by the page's
+  own clock (`window.__trainyard.searchRendered`), the median (and the slowest) of the
+  loads; route_to_render_ms the same from the page's route on (its three reads and the
+  drawing, without loading the page and its scripts); drawing_ms the part of it after the
+  last read answered (the drawing alone). curves_request_ms: the median time of
+  GET /v1/searches/{id}/curves (every trial's curve, one request); curves_kb its size on the
+  wire (gzip) and curves_json_kb unpacked; trials_request_ms the median of GET
+  /v1/searches/{id}/trials (every trial's state, rung, metric and hyperparameters), the
+  page's other large read.
 
 The jobs are written through the store (the job lifecycle's own events, in transactions of
 500 jobs): 80 % submitted and cancelled, 20 % run to COMPLETED, under five labels; the
@@ -84,7 +98,14 @@ from runners import protocol
 TENANT = "bench"
 TEAMS = ("vision", "speech", "nlp", "rl", "infra")
 BATCH = 500
-TARGETS = {"jobs_page_p95_ms": 300, "job_page_p95_ms": 300, "first_load_kb": 300}
+TARGETS = {
+    "jobs_page_p95_ms": 300,
+    "job_page_p95_ms": 300,
+    "first_load_kb": 300,
+    "search_page_first_full_render_ms": 3000,
+}
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
 LINES = 600
 PRINTER = (
     "import time\n"
@@ -102,6 +123,8 @@ async def run(
     jobs: int = 100_000,
     requests: int = 200,
     reconnects: int = 5,
+    trials: int = 1000,
+    renders: int = 5,
     progress: bool = False,
 ) -> dict[str, Any]:
     def say(what: str) -> None:
@@ -137,6 +160,10 @@ async def run(
                     say("following a job's logs across reconnects ...")
                     figures["sse_reconnect_gap"] = await _reconnects(
                         plane, Path(home), session, headers, reconnects
+                    )
+                    say(f"drawing a search of {trials} trials in the browser ...")
+                    figures["search_page"] = await _search_page(
+                        plane.url, database, session, cookie, trials, renders
                     )
             finally:
                 await plane.stop()
@@ -412,6 +439,110 @@ async def _follow(
                 if cut_after is not None and count >= cut_after:
                     return last_id, False  # the connection drops here
     return last_id, True
+
+
+async def _search_page(
+    url: str,
+    database: str,
+    session: aiohttp.ClientSession,
+    cookie: str,
+    trials: int,
+    renders: int,
+) -> dict[str, Any]:
+    pool = await create_pool(database, min_size=1, max_size=2)
+    try:
+        search_id = await write_search(pool, TENANT, trials, budget=270)
+    finally:
+        await pool.close()
+    headers = {"Cookie": f"{COOKIE}={cookie}", "Accept-Encoding": "gzip"}
+    path = f"/v1/searches/{search_id}"
+    async with asyncio.timeout(600):  # until the read model has the whole search
+        while True:
+            async with session.get(path, headers=headers) as response:
+                if response.status == 200 and (await response.json())["state"] == "completed":
+                    break
+            await asyncio.sleep(0.5)
+    times = []
+    listed = []
+    wire = 0
+    unpacked = 0
+    # As the browser reads it: compressed on the wire, unpacked by the client.
+    async with aiohttp.ClientSession(url, auto_decompress=False) as raw:
+        for _ in range(renders):
+            listed.append((await _timed(session, f"{path}/trials", headers))[0])
+            started = time.perf_counter()
+            async with raw.get(f"{path}/curves", headers=headers) as response:
+                body = await response.read()
+                if response.status != 200:
+                    raise RuntimeError(f"curves: {response.status} {body[:200]!r}")
+                encoded = response.headers.get("Content-Encoding") == "gzip"
+            wire = len(body)
+            unpacked = len(gzip.decompress(body) if encoded else body)
+            times.append((time.perf_counter() - started) * 1000)
+    figures: dict[str, Any] = {
+        "trials": trials,
+        "curves_request_ms": round(statistics.median(times), 1),
+        "curves_kb": round(wire / 1024, 1),
+        "curves_json_kb": round(unpacked / 1024, 1),
+        "trials_request_ms": round(statistics.median(listed), 1),
+    }
+    rendered = await asyncio.to_thread(_render, url, cookie, search_id, trials, renders)
+    return {**figures, **rendered}
+
+
+def _render(url: str, cookie: str, search_id: UUID, trials: int, renders: int) -> dict[str, Any]:
+    """The search's page loaded afresh `renders` times in headless Chromium, each until the
+    page says it has drawn every part (see the module's docstring)."""
+    try:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+    except ImportError:
+        return {"skipped": "selenium missing: pip install -e '.[test]'"}
+    if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
+        return {"skipped": "chromium missing: apt-get install chromium chromium-driver"}
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for argument in (
+        "--headless=new",
+        "--no-sandbox",  # as root in a container, Chromium's sandbox cannot start
+        "--disable-dev-shm-usage",
+        "--disable-gpu",
+        "--window-size=1280,900",
+    ):
+        options.add_argument(argument)
+    # Selenium Manager never runs (the driver's path is given) and never downloads a browser.
+    os.environ["SE_OFFLINE"] = "true"
+    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
+    loads: list[dict[str, Any]] = []
+    try:
+        driver.get(f"{url}/ui/static/app.css")  # the cookie's origin, without the app
+        driver.add_cookie({"name": COOKIE, "value": cookie, "path": "/"})
+        for _ in range(renders):
+            driver.get("about:blank")
+            driver.get(f"{url}/ui/#/searches/{search_id}")
+            deadline = time.monotonic() + 300
+            while time.monotonic() < deadline:
+                done = driver.execute_script("return window.__trainyard?.searchRendered?.()")
+                if done:
+                    break
+                time.sleep(0.05)
+            else:
+                raise RuntimeError("the search's page was not drawn within 300 s")
+            if done["curves"] != trials or done["trials"] != trials:
+                raise RuntimeError(f"the page drew {done}, not {trials} trials")
+            loads.append(done)
+    finally:
+        driver.quit()
+    whole = [load["at_ms"] for load in loads]
+    routed = [load["since_route_ms"] for load in loads]
+    drawing = [load["since_route_ms"] - load["fetched_ms"] for load in loads]
+    return {
+        "renders": renders,
+        "first_full_render_ms": round(statistics.median(whole), 1),
+        "first_full_render_ms_max": round(max(whole), 1),
+        "route_to_render_ms": round(statistics.median(routed), 1),
+        "drawing_ms": round(statistics.median(drawing), 1),
+    }
 
 
 def _p95(values: list[float]) -> float:

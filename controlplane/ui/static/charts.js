@@ -326,7 +326,7 @@ export function markPicked(box, ids) {
   }
 }
 
-const PC = { left: 24, right: 24, top: 34, bottom: 26 };
+const PC = { left: 24, right: 24, top: 46, bottom: 26 };
 
 // Where a value falls on an axis, 0 (bottom) to 1 (top), or null when it is not on it. Axes:
 // {name, label, kind: "linear" | "log" | "category", lo, hi, values (of a category), invert}.
@@ -374,8 +374,8 @@ export function parallel(box, axes, rows, options = {}) {
       "g",
       { class: "pc-axis", "data-axis": axis.name, "data-kind": axis.kind },
       s("line", { x1: x, x2: x, y1: PC.top, y2: PC.top + ih }),
-      s("text", { class: "axis-name", x, y: PC.top - 18, "text-anchor": anchor }, axis.label || axis.name),
-      s("text", { class: "tick", x, y: PC.top - 6, "text-anchor": anchor }, axis.kind === "log" ? "log scale" : axis.kind === "category" ? "" : axis.note || ""),
+      s("text", { class: "axis-name", x, y: PC.top - 26, "text-anchor": anchor }, axis.label || axis.name),
+      s("text", { class: "tick", x, y: PC.top - 13, "text-anchor": anchor }, axis.kind === "log" ? "log scale" : ""),
       axisTicks(axis).map(([v, label]) => {
         const t = place(axis, v);
         return t === null ? null : s("text", { class: "tick", x: x + tickSide, y: ay(t) + 4, "text-anchor": tickSide > 0 ? "start" : "end" }, label);

@@ -272,8 +272,10 @@ export async function searchPage(ctx, id) {
     );
   };
 
+  let fetched = 0; // when the last of the page's first reads answered, by the page's clock
   const load = async () => {
     const [fresh, listed] = await Promise.all([api(`/v1/searches/${enc(id)}`), api(`/v1/searches/${enc(id)}/trials`)]);
+    fetched = Math.max(fetched, performance.now());
     search = fresh;
     trials = listed.trials;
     ctx.title(search.name);
@@ -326,6 +328,7 @@ export async function searchPage(ctx, id) {
   };
   const loadCurves = async () => {
     curves = await allCurves(id);
+    fetched = Math.max(fetched, performance.now());
     drawCurves();
     showPicked();
   };
@@ -340,7 +343,8 @@ export async function searchPage(ctx, id) {
   ]);
   requestAnimationFrame(() =>
     setTimeout(() => {
-      rendered = { at_ms: performance.now(), since_route_ms: performance.now() - started, trials: trials.length, curves: curves?.trials.length ?? 0 };
+      const now = performance.now();
+      rendered = { at_ms: now, since_route_ms: now - started, fetched_ms: fetched - started, trials: trials.length, curves: curves?.trials.length ?? 0 };
     }),
   );
   if (!ok || search.state !== "running") return;
