@@ -710,3 +710,38 @@ ui_sessions = Table(
     Column("ended_at", DateTime(timezone=True)),
     Index("ui_sessions_expires", "expires_at"),
 )
+
+identity_sessions = Table(
+    "identity_sessions",
+    metadata,
+    Column("session_sha256", Text, primary_key=True),
+    Column("kind", Text, nullable=False),
+    Column("subject", Text, nullable=False),
+    Column("email", Text),
+    Column("tenant", Text),
+    Column("is_admin", Boolean, nullable=False),
+    Column("csrf", Text),
+    Column("refresh_token", Text),
+    Column("provider_expires_at", DateTime(timezone=True), nullable=False),
+    Column("checked_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    Column("expires_at", DateTime(timezone=True), nullable=False),
+    Column("ended_at", DateTime(timezone=True)),
+    Column("end_reason", Text),
+    Column("handoff_challenge", Text),
+    CheckConstraint("kind IN ('browser', 'cli')"),
+    CheckConstraint("(tenant IS NULL) = is_admin"),
+    Index("identity_sessions_expires", "expires_at"),
+)
+
+identity_logins = Table(
+    "identity_logins",
+    metadata,
+    Column("state", Text, primary_key=True),
+    Column("binding_sha256", Text, nullable=False),
+    Column("verifier", Text, nullable=False),
+    Column("nonce", Text, nullable=False),
+    Column("cli_redirect", Text),
+    Column("cli_challenge", Text),
+    Column("expires_at", DateTime(timezone=True), nullable=False),
+)

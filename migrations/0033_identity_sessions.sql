@@ -24,6 +24,10 @@ CREATE TABLE identity_sessions (
     expires_at     timestamptz NOT NULL,
     ended_at       timestamptz,
     end_reason     text,
+    -- A `trainyard login --sso` through the loopback redirect, not yet collected: the row's
+    -- hash is the one-time code's, and it becomes a session only for the CLI that proves the
+    -- PKCE verifier of this S256 challenge (within two minutes).
+    handoff_challenge text,
     CHECK ((tenant IS NULL) = is_admin)
 );
 CREATE INDEX identity_sessions_expires ON identity_sessions (expires_at);
@@ -36,6 +40,9 @@ CREATE TABLE identity_logins (
     binding_sha256 text NOT NULL,
     verifier       text NOT NULL,
     nonce          text NOT NULL,
+    -- For `trainyard login --sso` without a device flow: its loopback address and challenge.
+    cli_redirect   text,
+    cli_challenge  text,
     expires_at     timestamptz NOT NULL
 );
 

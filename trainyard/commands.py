@@ -29,7 +29,7 @@ from trainyard.config import (
     write_config,
 )
 from trainyard.manifest_file import read_manifest
-from trainyard.sso import device_sign_in
+from trainyard.sso import sso_sign_in
 
 EXIT_FAILED = 1
 FAILED_STATES = frozenset({JobStatus.FAILED.value, JobStatus.CANCELLED.value})
@@ -219,7 +219,7 @@ async def cmd_login(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def _login_sso(server: str, settings: Settings) -> int:
-    signed_in = await device_sign_in(server, lambda line: print(line, flush=True))
+    signed_in = await sso_sign_in(server, lambda line: print(line, flush=True))
     path = write_config(settings.home, Target(server, signed_in["token"]))
     who = "the admin" if signed_in["is_admin"] else f"tenant {signed_in['tenant']}"
     print(f"logged in to {server} as {who} until {signed_in['expires_at']}; saved to {path}")

@@ -25,6 +25,7 @@ SIGN_IN_PATHS = frozenset(
         "/ui/login/callback",
         "/v1/login/device",
         "/v1/login/device/token",
+        "/v1/login/loopback/token",
     }
 )
 """The sign-in through the identity provider (docs/sign-in.md): it proves who someone is."""

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from importlib.resources import files
 from typing import Any
+from urllib.parse import urlencode
 
 import aiohttp
 from aiohttp import hdrs, web
@@ -20,8 +21,9 @@ from controlplane.http.errors import error
 from controlplane.http.keys import POOL
 from controlplane.http.requests import json_body
 from controlplane.identity.config import IdentityConfig
+from controlplane.identity.loopback import challenge_ok, loopback_uri
 from controlplane.identity.provider import OidcProvider
-from controlplane.identity.service import LOGIN_TTL_S, Identity, SignInRefused
+from controlplane.identity.service import LOGIN_TTL_S, Identity, Loopback, Opened, SignInRefused
 from controlplane.ui.sessions import COOKIE, SESSION_TTL_S, end_session, open_session
 
 LOGIN_COOKIE = "trainyard_login"
@@ -99,6 +101,7 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get(CALLBACK, oidc_callback)
     app.router.add_post("/v1/login/device", device_start)
     app.router.add_post("/v1/login/device/token", device_token)
+    app.router.add_post("/v1/login/loopback/token", loopback_token)
     app.cleanup_ctx.append(_identity)
 
 
@@ -202,8 +205,19 @@ def _redirect_uri(request: web.Request, identity: Identity) -> str:
 async def oidc_start(request: web.Request) -> web.Response:
     """To the provider's sign-in page (authorization code flow with PKCE)."""
     identity = _identity_of(request)
+    cli = None
+    if "cli" in request.query:
+        # `trainyard login --sso` without a device flow: it waits on a loopback address.
+        challenge = request.query.get("cli_challenge", "")
+        try:
+            uri = loopback_uri(request.query["cli"])
+        except ValueError as exc:
+            raise error(400, str(exc), field="cli") from exc
+        if not challenge_ok(challenge):
+            raise error(400, "cli_challenge must be a PKCE S256 challenge", field="cli_challenge")
+        cli = Loopback(uri, challenge)
     try:
-        started = await identity.start_browser(_redirect_uri(request, identity))
+        started = await identity.start_browser(_redirect_uri(request, identity), cli)
     except SignInRefused as refused:
         return _refusal(refused.status, str(refused))
     response = web.Response(status=302, headers={hdrs.LOCATION: started.url})
@@ -241,7 +255,11 @@ async def oidc_callback(request: web.Request) -> web.Response:
             binding, state, code, _redirect_uri(request, identity)
         )
     except SignInRefused as refused:
+        if refused.loopback is not None:  # the waiting CLI shows why, too
+            return _to_loopback(refused.loopback, {"error": str(refused)})
         return _refusal(refused.status, str(refused))
+    if opened.loopback is not None:
+        return _to_loopback(opened.loopback, {"code": opened.credential})
     response = web.Response(status=302, headers={hdrs.LOCATION: "/ui/"})
     response.del_cookie(LOGIN_COOKIE, path="/ui/login")
     response.set_cookie(
@@ -254,6 +272,42 @@ async def oidc_callback(request: web.Request) -> web.Response:
         secure=_over_https(request),
     )
     return response
+
+
+def _to_loopback(uri: str, query: dict[str, str]) -> web.Response:
+    response = web.Response(status=302, headers={hdrs.LOCATION: f"{uri}?{urlencode(query)}"})
+    response.del_cookie(LOGIN_COOKIE, path="/ui/login")
+    return response
+
+
+async def loopback_token(request: web.Request) -> web.Response:
+    """`trainyard login --sso` (loopback): the one-time code the browser brought to the CLI and
+    the verifier of the CLI's challenge, for its bearer token."""
+    identity = _identity_of(request)
+    body = await json_body(request)
+    fields = {}
+    for name in ("code", "verifier"):
+        value = body.get(name) if isinstance(body, dict) else None
+        if not isinstance(value, str) or not value or len(value) > 200:
+            raise error(422, f"{name} is required (a string of at most 200)", field=name)
+        fields[name] = value
+    opened = await identity.finish_loopback(fields["code"], fields["verifier"])
+    if opened is None:
+        raise error(
+            401, "this code is unknown, used, expired or not yours: sign in again", field="code"
+        )
+    return _signed_in(opened)
+
+
+def _signed_in(opened: Opened) -> web.Response:
+    return web.json_response(
+        {
+            "token": opened.credential,
+            "tenant": opened.principal.tenant,
+            "is_admin": opened.principal.is_admin,
+            "expires_at": opened.expires_at.isoformat(),
+        }
+    )
 
 
 def _refusal(status: int, message: str) -> web.Response:
@@ -306,14 +360,7 @@ async def device_token(request: web.Request) -> web.Response:
         return _failure(refused, "device_code")
     if isinstance(opened, str):
         return web.json_response({"pending": opened}, status=202)
-    return web.json_response(
-        {
-            "token": opened.credential,
-            "tenant": opened.principal.tenant,
-            "is_admin": opened.principal.is_admin,
-            "expires_at": opened.expires_at.isoformat(),
-        }
-    )
+    return _signed_in(opened)
 
 
 def _failure(refused: SignInRefused, field: str | None = None) -> web.Response:
@@ -500,8 +547,28 @@ def _sign_in_paths(html: dict[str, Any], failure: dict[str, Any]) -> dict[str, o
                 "operationId": "signInWithProvider",
                 "summary": "To the provider's sign-in page (authorization code flow with PKCE; "
                 "a SameSite=Lax cookie ties the callback to this browser)",
+                "parameters": [
+                    {
+                        "name": "cli",
+                        "in": "query",
+                        "schema": {"type": "string"},
+                        "description": "`trainyard login --sso`'s loopback address "
+                        "(http://127.0.0.1:PORT/PATH): the browser is sent there with a "
+                        "one-time code (or the error) once signed in",
+                    },
+                    {
+                        "name": "cli_challenge",
+                        "in": "query",
+                        "schema": {"type": "string"},
+                        "description": "with cli: the CLI's PKCE S256 challenge",
+                    },
+                ],
                 "responses": {
                     "302": {"description": "to the provider"},
+                    "400": {
+                        "description": "a cli that is not a loopback address, or no challenge",
+                        "content": failure,
+                    },
                     "404": none,
                     "502": refused,
                 },
@@ -518,7 +585,10 @@ def _sign_in_paths(html: dict[str, Any], failure: dict[str, Any]) -> dict[str, o
                     for name in ("code", "state", "error", "error_description")
                 ],
                 "responses": {
-                    "302": {"description": "signed in: to the dashboard, with a session cookie"},
+                    "302": {
+                        "description": "signed in: to the dashboard, with a session cookie (or "
+                        "to the CLI's loopback address with its one-time code or the error)"
+                    },
                     **{
                         str(status): {**refused, "description": why}
                         for status, why in (
@@ -529,6 +599,44 @@ def _sign_in_paths(html: dict[str, Any], failure: dict[str, Any]) -> dict[str, o
                         )
                     },
                     "404": none,
+                },
+            }
+        },
+        "/v1/login/loopback/token": {
+            "post": {
+                "operationId": "loopbackSignInToken",
+                "summary": "`trainyard login --sso` without a device flow: the one-time code "
+                "the browser brought to the CLI's loopback address, and the verifier of the "
+                "challenge it sent to /ui/login/oidc, for a bearer token",
+                "requestBody": {
+                    "required": True,
+                    "content": {
+                        "application/json": {
+                            "schema": {
+                                "type": "object",
+                                "required": ["code", "verifier"],
+                                "properties": {
+                                    "code": {"type": "string"},
+                                    "verifier": {"type": "string"},
+                                },
+                            }
+                        }
+                    },
+                },
+                "responses": {
+                    "200": {
+                        "description": "signed in",
+                        "content": {"application/json": {"schema": tokens}},
+                    },
+                    **{
+                        str(status): {"description": why, "content": failure}
+                        for status, why in (
+                            (400, "malformed JSON"),
+                            (401, "a code unknown, used, expired or of another verifier"),
+                            (404, "no identity provider is configured"),
+                            (422, "no code or verifier"),
+                        )
+                    },
                 },
             }
         },

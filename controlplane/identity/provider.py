@@ -10,8 +10,6 @@ plane hammer the provider."""
 from __future__ import annotations
 
 import asyncio
-import base64
-import hashlib
 import json
 import secrets
 import time
@@ -27,6 +25,7 @@ from joserfc.errors import JoseError
 from joserfc.jwk import KeySet
 
 from controlplane.identity.config import IdentityConfig
+from controlplane.identity.loopback import s256
 
 ALGORITHMS = ["RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "EdDSA"]
 """Asymmetric signatures only: never `none`, never an HMAC keyed with something public."""
@@ -66,8 +65,7 @@ class Tokens:
 def pkce_pair() -> tuple[str, str]:
     """A PKCE verifier and its S256 challenge (RFC 7636)."""
     verifier = secrets.token_urlsafe(48)
-    digest = hashlib.sha256(verifier.encode()).digest()
-    return verifier, base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+    return verifier, s256(verifier)
 
 
 class OidcProvider:

@@ -6,15 +6,16 @@ SELECT EXISTS (SELECT 1 FROM tenants WHERE name = $1);
 -- name: identity_start_login
 -- A browser's sign-in on its way to the provider; those older than their expiry go meanwhile.
 WITH gone AS (DELETE FROM identity_logins WHERE expires_at < now())
-INSERT INTO identity_logins (state, binding_sha256, verifier, nonce, expires_at)
-VALUES ($1, $2, $3, $4, now() + make_interval(secs => $5));
+INSERT INTO identity_logins (state, binding_sha256, verifier, nonce, expires_at, cli_redirect,
+                             cli_challenge)
+VALUES ($1, $2, $3, $4, now() + make_interval(secs => $5), $6, $7);
 
 -- name: identity_take_login
 -- The sign-in a callback's state names, once (a replayed callback finds nothing), only for the
 -- browser that started it and before it expired.
 DELETE FROM identity_logins
 WHERE state = $1 AND binding_sha256 = $2 AND expires_at > now()
-RETURNING verifier, nonce;
+RETURNING verifier, nonce, cli_redirect, cli_challenge;
 
 -- name: identity_open_session
 -- Sessions that expired or ended a day ago go at the same time (no sweeper needed).
@@ -23,8 +24,8 @@ WITH gone AS (
     WHERE coalesce(ended_at, expires_at) < now() - interval '1 day'
 )
 INSERT INTO identity_sessions (session_sha256, kind, subject, email, tenant, is_admin, csrf,
-                               refresh_token, provider_expires_at, expires_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, now() + make_interval(secs => $10))
+                               refresh_token, provider_expires_at, expires_at, handoff_challenge)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, now() + make_interval(secs => $10), $11)
 RETURNING expires_at;
 
 -- name: identity_session
@@ -33,7 +34,8 @@ RETURNING expires_at;
 SELECT tenant, is_admin, csrf, expires_at,
        checked_at + make_interval(secs => $3) <= now() OR provider_expires_at <= now() AS due
 FROM identity_sessions
-WHERE session_sha256 = $1 AND kind = $2 AND ended_at IS NULL AND expires_at > now();
+WHERE session_sha256 = $1 AND kind = $2 AND ended_at IS NULL AND expires_at > now()
+  AND handoff_challenge IS NULL;
 
 -- name: identity_lock_session
 -- The session to check, locked: one replica, one request checks it at a time (a refresh token
@@ -42,6 +44,7 @@ SELECT tenant, is_admin, csrf, expires_at, refresh_token, provider_expires_at <=
        checked_at + make_interval(secs => $2) <= now() OR provider_expires_at <= now() AS due
 FROM identity_sessions
 WHERE session_sha256 = $1 AND ended_at IS NULL AND expires_at > now()
+  AND handoff_challenge IS NULL
 FOR UPDATE;
 
 -- name: identity_checked
@@ -57,3 +60,12 @@ UPDATE identity_sessions SET checked_at = now() WHERE session_sha256 = $1;
 -- name: identity_end_session
 UPDATE identity_sessions SET ended_at = now(), end_reason = $2
 WHERE session_sha256 = $1 AND ended_at IS NULL;
+
+-- name: identity_collect_handoff
+-- The loopback sign-in's one-time code $1 becomes the session $2 for the CLI whose verifier
+-- hashes to the challenge $3, within two minutes; a second try finds nothing.
+UPDATE identity_sessions
+SET session_sha256 = $2, handoff_challenge = NULL, expires_at = now() + make_interval(secs => $4)
+WHERE session_sha256 = $1 AND handoff_challenge = $3 AND ended_at IS NULL
+  AND created_at > now() - interval '2 minutes'
+RETURNING tenant, is_admin, expires_at;

@@ -21,6 +21,7 @@ import asyncpg
 
 from controlplane.database import Executor
 from controlplane.identity.config import IdentityConfig
+from controlplane.identity.loopback import s256
 from controlplane.identity.mapping import Unmapped, groups_of, principal_for
 from controlplane.identity.provider import (
     InvalidToken,
@@ -45,14 +46,26 @@ CLI_TTL_S = 7 * 24 * 3600.0
 """A week at most, whatever the provider says; it ends sooner when the provider stops vouching."""
 LOGIN_TTL_S = 600.0
 """How long a person may take at the provider's pages."""
+HANDOFF_TTL_S = 120.0
+"""How long a loopback sign-in's one-time code waits for its CLI (the query says so too)."""
 
 
 class SignInRefused(Exception):
-    """A sign-in that opens no session: the message is for the person, `status` for HTTP."""
+    """A sign-in that opens no session: the message is for the person, `status` for HTTP;
+    `loopback`, the CLI's address when a `trainyard login --sso` waits for the answer."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, loopback: str | None = None) -> None:
         super().__init__(message)
         self.status = status
+        self.loopback = loopback
+
+
+@dataclass(frozen=True, slots=True)
+class Loopback:
+    """A `trainyard login --sso` waiting on the loopback address `uri` (see `loopback`)."""
+
+    uri: str
+    challenge: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,10 +80,13 @@ class Started:
 @dataclass(frozen=True, slots=True)
 class Opened:
     credential: str
-    """The cookie's value, or the CLI's bearer token: never stored, only its sha256."""
+    """The cookie's value, or the CLI's bearer token (or one-time code, with `loopback`): never
+    stored, only its sha256."""
     principal: Principal
     csrf: str | None
     expires_at: datetime
+    loopback: str | None = None
+    """Where the browser takes the one-time code: the waiting CLI's address."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,14 +106,21 @@ class Identity:
         self.provider = provider
         self._pool = pool
 
-    async def start_browser(self, redirect_uri: str) -> Started:
+    async def start_browser(self, redirect_uri: str, cli: Loopback | None = None) -> Started:
         binding, state, nonce = (secrets.token_urlsafe(32) for _ in range(3))
         verifier, challenge = pkce_pair()
         url = await self._provider(
             self.provider.authorization_url(redirect_uri, state, nonce, challenge)
         )
         await self._pool.execute(
-            Q["identity_start_login"], state, digest(binding), verifier, nonce, LOGIN_TTL_S
+            Q["identity_start_login"],
+            state,
+            digest(binding),
+            verifier,
+            nonce,
+            LOGIN_TTL_S,
+            None if cli is None else cli.uri,
+            None if cli is None else cli.challenge,
         )
         return Started(binding, url)
 
@@ -109,10 +132,34 @@ class Identity:
             raise SignInRefused(
                 400, "this sign-in expired or was started in another browser: sign in again"
             )
-        tokens = await self._grant(
-            self.provider.exchange_code(code, row["verifier"], redirect_uri, row["nonce"])
+        cli = row["cli_redirect"]
+        try:
+            tokens = await self._grant(
+                self.provider.exchange_code(code, row["verifier"], redirect_uri, row["nonce"])
+            )
+            if cli is None:
+                return await self._open("browser", tokens, BROWSER_TTL_S)
+            opened = await self._open("cli", tokens, HANDOFF_TTL_S, row["cli_challenge"])
+        except SignInRefused as refused:
+            refused.loopback = cli
+            raise
+        return Opened(opened.credential, opened.principal, None, opened.expires_at, cli)
+
+    async def finish_loopback(self, code: str, verifier: str) -> Opened | None:
+        """The CLI's session for the one-time code the browser brought it, if `verifier` is the
+        one its challenge was made from; None otherwise (or a second time)."""
+        credential = CLI_PREFIX + secrets.token_urlsafe(32)
+        row = await self._pool.fetchrow(
+            Q["identity_collect_handoff"],
+            digest(code),
+            digest(credential),
+            s256(verifier),
+            CLI_TTL_S,
         )
-        return await self._open("browser", tokens, BROWSER_TTL_S)
+        if row is None:
+            return None
+        who = Principal(tenant=row["tenant"], is_admin=row["is_admin"])
+        return Opened(credential, who, None, row["expires_at"])
 
     async def start_device(self) -> dict[str, Any]:
         """The provider's device authorization (RFC 8628), for `trainyard login`."""
@@ -199,7 +246,9 @@ class Identity:
         groups = groups_of(claims, self.config.groups_claim)
         return principal_for(self.config.mapping, who or f"subject {claims['sub']!r}", groups)
 
-    async def _open(self, kind: str, tokens: Tokens, ttl_s: float) -> Opened:
+    async def _open(
+        self, kind: str, tokens: Tokens, ttl_s: float, handoff: str | None = None
+    ) -> Opened:
         mapped = self._map(tokens.claims)
         if isinstance(mapped, Unmapped):
             raise SignInRefused(403, mapped.message)
@@ -228,6 +277,7 @@ class Identity:
             tokens.refresh_token,
             tokens.expires_at,
             ttl_s,
+            handoff,
         )
         return Opened(credential, mapped, csrf, expires_at)
 

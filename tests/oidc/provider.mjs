@@ -2,7 +2,8 @@
 // package with its development login and consent pages (any password), the device flow,
 // revocation and refresh tokens. Everything the tests vary comes in $OIDC_CONFIG (JSON):
 //   port, issuer, keys (a private JWKS: the tests rotate keys by restarting with another),
-//   clients (client metadata), accounts ({login: {groups, email}}), ttl ({AccessToken: s, ...})
+//   clients (client metadata), accounts ({login: {groups, email}}), ttl ({AccessToken: s, ...}),
+//   device_flow (false: a provider without one, as some are)
 // It prints "listening" once it answers, and stops on SIGTERM.
 import Provider from "oidc-provider";
 
@@ -19,7 +20,7 @@ const provider = new Provider(config.issuer, {
   scopes: ["openid", "offline_access", "email", "groups"],
   features: {
     devInteractions: { enabled: true },
-    deviceFlow: { enabled: true },
+    deviceFlow: { enabled: config.device_flow !== false },
     revocation: { enabled: true },
     introspection: { enabled: true },
   },

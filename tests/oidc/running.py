@@ -68,6 +68,7 @@ class Provider:
     port: int = field(default_factory=free_port)
     key: RSAKey = field(default_factory=lambda: new_key("first"))
     client_secret: str = field(default_factory=lambda: secrets.token_urlsafe(24))
+    device_flow: bool = True
     process: asyncio.subprocess.Process | None = None
 
     @property
@@ -99,13 +100,14 @@ class Provider:
                     "grant_types": [
                         "authorization_code",
                         "refresh_token",
-                        "urn:ietf:params:oauth:grant-type:device_code",
+                        *(["urn:ietf:params:oauth:grant-type:device_code"] * self.device_flow),
                     ],
                     "response_types": ["code"],
                 }
             ],
             "accounts": self.accounts,
             "ttl": self.ttl,
+            "device_flow": self.device_flow,
         }
         node = shutil.which("node")
         assert node is not None
@@ -180,9 +182,9 @@ async def approve(http: aiohttp.ClientSession, url: str, login: str) -> str:
     """Go through the provider's pages from `url` as the person `login` (any password), as a
     browser would: submit each page's form until none is left or the provider has sent the
     browser elsewhere; the last page's text."""
-    provider = urlsplit(url).netloc
     async with http.get(url) as response:
         text, at = await response.text(), str(response.url)
+    provider = urlsplit(at).netloc  # where `url` led: the provider's pages
     for _ in range(6):
         parser = _Forms()
         parser.feed(text)

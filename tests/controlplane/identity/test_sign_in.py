@@ -16,15 +16,17 @@ from asyncio.subprocess import PIPE
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import aiohttp
 import pytest
+from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from controlplane.database import connect
 from controlplane.http.app import create_app
 from controlplane.identity.config import IdentityConfig
-from controlplane.identity.provider import InvalidToken, OidcProvider
+from controlplane.identity.provider import InvalidToken, OidcProvider, pkce_pair
 from controlplane.ui.sessions import COOKIE
 from harness.served import free_port
 from tests.oidc.running import Provider, approve, browser_session, new_key, require_provider
@@ -369,3 +371,88 @@ async def test_without_a_provider_the_sign_in_routes_say_so(db_url: str, tokens:
             async with http.request(method, base + path) as answer:
                 got = await answer.json()
                 assert answer.status == 404 and "no identity provider" in got["error"], got
+
+
+@pytest.fixture
+async def no_device_flow(
+    db_url: str, tokens: Tokens, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, port: int
+) -> AsyncIterator[str]:
+    """The app with a provider that offers no device flow; its base URL."""
+    callback = f"http://127.0.0.1:{port}/ui/login/callback"
+    provider = await Provider([callback], ACCOUNTS, device_flow=False).start()
+    try:
+        configure(monkeypatch, provider, tmp_path)
+        async with TestServer(create_app(db_url, poll_interval=0.1), port=port) as served:
+            yield str(served.make_url("")).rstrip("/")
+    finally:
+        await provider.stop()
+
+
+async def test_the_loopback_code_goes_only_to_the_cli_holding_the_verifier(
+    no_device_flow: str,
+) -> None:
+    server = no_device_flow
+    got: list[dict[str, str]] = []
+
+    async def cli(request: web.Request) -> web.Response:
+        got.append(dict(request.query))
+        return web.Response(text="ok")
+
+    app = web.Application()
+    app.router.add_get("/callback", cli)
+    async with TestServer(app, host="127.0.0.1") as loopback, browser_session() as http:
+        async with http.post(f"{server}/v1/login/device") as answer:
+            assert answer.status == 404 and "no device flow" in (await answer.json())["error"]
+        verifier, challenge = pkce_pair()
+        start = f"{server}/ui/login/oidc?" + urlencode(
+            {"cli": str(loopback.make_url("/callback")), "cli_challenge": challenge}
+        )
+        page = await approve(http, start, "alice")
+        assert page == "ok", page[-1500:]
+        code = got[0]["code"]
+        exchange = f"{server}/v1/login/loopback/token"
+        async with http.post(exchange, json={"code": code, "verifier": "x" * 64}) as answer:
+            assert answer.status == 401  # another's verifier
+        async with http.post(exchange, json={"code": code, "verifier": verifier}) as answer:
+            body = await answer.json()
+            assert answer.status == 200 and body["tenant"] == "acme", body
+        assert (await whoami(http, server, body["token"]))[0] == 200
+        async with http.post(exchange, json={"code": code, "verifier": verifier}) as answer:
+            assert answer.status == 401  # once only
+        # The unmapped person: the waiting CLI is told why.
+        async with browser_session() as mallory:
+            await approve(mallory, start, "mallory")
+        assert "no group that Trainyard maps" in got[-1]["error"]
+        for cli_uri in (
+            "http://evil.example:80/cb",
+            "https://127.0.0.1:9/cb",
+            "http://127.0.0.1/cb",
+        ):
+            query = urlencode({"cli": cli_uri, "cli_challenge": challenge})
+            async with http.get(f"{server}/ui/login/oidc?{query}", allow_redirects=False) as answer:
+                assert answer.status == 400 and (await answer.json())["field"] == "cli"
+
+
+async def test_trainyard_login_sso_falls_back_to_the_loopback_redirect(
+    no_device_flow: str, tmp_path: Path
+) -> None:
+    server = no_device_flow
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINYARD_")}
+    env["TRAINYARD_HOME"] = str(tmp_path / "home")
+    login = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "controlplane.cli", "login", "--server", server, "--sso"),
+        env=env,
+        stdout=PIPE,
+        stderr=PIPE,
+    )
+    assert login.stdout is not None
+    first = (await asyncio.wait_for(login.stdout.readline(), 30)).decode()
+    assert first.startswith(f"To sign in, open {server}/ui/login/oidc?cli="), first
+    async with browser_session() as person:
+        page = await approve(person, first.split("open ", 1)[1].strip(), "gina")
+    assert "you may close this tab" in page
+    out, err = await asyncio.wait_for(login.communicate(), 60)
+    printed = first + out.decode()
+    assert login.returncode == 0, (printed, err.decode())
+    assert "Waiting for you to sign in..." in printed
+    assert f"logged in to {server} as tenant globex until " in printed
