@@ -161,7 +161,7 @@ async def _follow(
             raise error(400, str(exc), field="pattern") from None
 
     if after is None:
-        after = await follow_start(app[POOL], settle_s=settle_s)
+        after = await follow_start(app[POOL])
     # The first page before the response is prepared: a bad pattern is still a 400.
     lines = await page(after)
     response = web.StreamResponse(headers=SSE_HEADERS)

@@ -142,5 +142,5 @@ LIMIT $10;
 
 -- name: log_follow_start
 -- Where a follow of the log search starts: the lines printed from now on (by the database's
--- clock, less the settle time that `follow_job_logs` waits).
-SELECT now() - make_interval(secs => $1);
+-- clock).
+SELECT now();

@@ -137,9 +137,9 @@ async def newer(
     )
 
 
-async def follow_start(pool: asyncpg.Pool, *, settle_s: float) -> Cursor:
+async def follow_start(pool: asyncpg.Pool) -> Cursor:
     """The cursor of a follow that starts now: it gets the lines printed from now on."""
-    at: datetime = await pool.fetchval(Q["log_follow_start"], settle_s)
+    at: datetime = await pool.fetchval(Q["log_follow_start"])
     return Cursor(at, UUID(int=0), 0)
 
 

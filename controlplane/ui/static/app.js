@@ -19,6 +19,7 @@ const ROUTES = [
   [/^searches$/, lazy("./searches.js", "searchesList")],
   [/^searches\/([^/]+)$/, lazy("./searches.js", "searchPage")],
   [/^compare$/, lazy("./compare.js", "comparePage")],
+  [/^logs$/, lazy("./logsearch.js", "logSearchPage")],
 ];
 
 const $ = (id) => document.getElementById(id);
