@@ -351,3 +351,15 @@ CREATE POLICY inference_queries_agent_run ON inference_queries FOR UPDATE TO tra
     WITH CHECK ((SELECT agent_unconfined())
                 OR (node = (SELECT agent_node())
                     AND job_id IN (SELECT agent_inference_jobs())));
+
+-- Job folders (0031): an agent records and forgets its own node's folders only. A record is
+-- what keeps a job's uid from being handed to another job while the folder exists, so another
+-- node's must not be forgotten. All stay readable (a checkpoint folder on a shared volume may
+-- still be another node's job's).
+ALTER TABLE job_folders ENABLE ROW LEVEL SECURITY;
+CREATE POLICY job_folders_app ON job_folders TO trainyard_app USING (true) WITH CHECK (true);
+CREATE POLICY job_folders_agent_read ON job_folders FOR SELECT TO trainyard_agent USING (true);
+CREATE POLICY job_folders_agent_record ON job_folders FOR INSERT TO trainyard_agent
+    WITH CHECK ((SELECT agent_unconfined()) OR node = (SELECT agent_node()));
+CREATE POLICY job_folders_agent_forget ON job_folders FOR DELETE TO trainyard_agent
+    USING ((SELECT agent_unconfined()) OR node = (SELECT agent_node()));

@@ -218,6 +218,14 @@ async def test_an_agent_moves_its_own_lease_and_frees_its_own_gpus_only(
     )
     assert await owner.fetchval("SELECT job_id FROM allocated_gpus WHERE gpu_uuid = 'GPU-node-b-0'")
     assert await owner.fetchval("SELECT healthy FROM node_gpus WHERE node = $1", b.node)
+    # Nor forget B's job folders (which would free the job's uid while its files exist).
+    await owner.execute(
+        "INSERT INTO job_folders (job_id, node, uid, checkpoints) VALUES ($1, $2, NULL, $1)",
+        b.job_id,
+        b.node,
+    )
+    await a.pool.execute("DELETE FROM job_folders WHERE node = $1", b.node)
+    assert await owner.fetchval("SELECT count(*) FROM job_folders WHERE node = $1", b.node) == 1
     refused: list[tuple[str, list[Any]]] = [
         # A node of B's name, or an allocation giving node A B's running job.
         (
@@ -235,6 +243,10 @@ async def test_an_agent_moves_its_own_lease_and_frees_its_own_gpus_only(
             "INSERT INTO allocated_gpus (gpu_uuid, job_id, attempt, learner)"
             " VALUES ('GPU-node-a-9', $1, 1, 7)",
             [b.job_id],
+        ),
+        (
+            "INSERT INTO job_folders (job_id, node, uid, checkpoints) VALUES ($1, 'node-b', 1, $1)",
+            [a.job_id],
         ),
     ]
     for statement, args in refused:
