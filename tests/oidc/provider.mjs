@@ -2,13 +2,16 @@
 // package with its development login and consent pages (any password), the device flow,
 // revocation and refresh tokens. Everything the tests vary comes in $OIDC_CONFIG (JSON):
 //   port, issuer, keys (a private JWKS: the tests rotate keys by restarting with another),
-//   clients (client metadata), accounts ({login: {groups, email}}), ttl ({AccessToken: s, ...}),
+//   clients (client metadata), accounts_file (a JSON file: {login: {groups, email}}),
+//   ttl ({AccessToken: s, ...}),
 //   device_flow (false: a provider without one, as some are)
 // It prints "listening" once it answers, and stops on SIGTERM.
+import { readFileSync } from "node:fs";
 import Provider from "oidc-provider";
 
 const config = JSON.parse(process.env.OIDC_CONFIG);
-const accounts = config.accounts;
+// Read at every sign-in and refresh: a test changes a person's groups in the file meanwhile.
+const accounts = () => JSON.parse(readFileSync(config.accounts_file, "utf8"));
 const ttl = config.ttl || {};
 
 const provider = new Provider(config.issuer, {
@@ -39,7 +42,7 @@ const provider = new Provider(config.issuer, {
   async findAccount(_ctx, id) {
     // Any login signs in (the development pages take any password); its claims come from
     // `accounts`, and an unknown login is a person in no group.
-    const known = accounts[id] || { groups: [] };
+    const known = accounts()[id] || { groups: [] };
     return {
       accountId: id,
       async claims() {

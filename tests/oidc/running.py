@@ -14,6 +14,7 @@ import json
 import os
 import secrets
 import shutil
+import tempfile
 import time
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
@@ -70,6 +71,19 @@ class Provider:
     client_secret: str = field(default_factory=lambda: secrets.token_urlsafe(24))
     device_flow: bool = True
     process: asyncio.subprocess.Process | None = None
+    folder: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="oidc-")))
+
+    def __post_init__(self) -> None:
+        self.accounts = json.loads(json.dumps(self.accounts))  # this provider's own copy
+
+    @property
+    def accounts_file(self) -> Path:
+        return self.folder / "accounts.json"
+
+    def set_groups(self, login: str, groups: list[str]) -> None:
+        """Change a person's groups at the provider (from its next sign-in or refresh on)."""
+        self.accounts[login] = {**self.accounts.get(login, {}), "groups": groups}
+        self.accounts_file.write_text(json.dumps(self.accounts))
 
     @property
     def issuer(self) -> str:
@@ -105,10 +119,12 @@ class Provider:
                     "response_types": ["code"],
                 }
             ],
-            "accounts": self.accounts,
+            "accounts_file": str(self.accounts_file),
             "ttl": self.ttl,
             "device_flow": self.device_flow,
         }
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.accounts_file.write_text(json.dumps(self.accounts))
         node = shutil.which("node")
         assert node is not None
         self.process = await asyncio.create_subprocess_exec(
@@ -130,6 +146,7 @@ class Provider:
             with contextlib.suppress(ProcessLookupError):
                 await asyncio.wait_for(self.process.wait(), 10)
         self.process = None
+        shutil.rmtree(self.folder, ignore_errors=True)
 
     async def rotate(self, kid: str) -> RSAKey:
         """Restart with a new signing key (and its grants forgotten: the provider keeps them in

@@ -456,3 +456,18 @@ async def test_trainyard_login_sso_falls_back_to_the_loopback_redirect(
     assert login.returncode == 0, (printed, err.decode())
     assert "Waiting for you to sign in..." in printed
     assert f"logged in to {server} as tenant globex until " in printed
+
+
+async def test_a_session_ends_when_the_persons_groups_no_longer_map(
+    server: str, http: aiohttp.ClientSession, provider: Provider, db_url: str
+) -> None:
+    alice = await device_login(http, server, "alice")
+    # Moved from ml-acme to ml-globex at the provider: the next check maps her to globex.
+    provider.set_groups("alice", ["ml-globex"])
+    await asyncio.sleep(1.1)
+    assert (await whoami(http, server, alice["token"]))[1]["tenant"] == "globex"
+    # Removed from every mapped group: the next check ends the session, saying why.
+    provider.set_groups("alice", ["interns"])
+    await asyncio.sleep(1.1)
+    assert (await whoami(http, server, alice["token"]))[0] == 401
+    assert "is in no group that Trainyard maps" in await _end_reason(db_url)
