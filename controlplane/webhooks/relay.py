@@ -43,6 +43,7 @@ from controlplane.webhooks.retries import Attempt, Result, RetryPolicy, interrup
 from controlplane.webhooks.signing import HEADER, sign
 from controlplane.webhooks.targets import CheckingResolver, TargetRefused, check_literal
 from controlplane.webhooks.tenant_secrets import GRACE, rotate, signing_secrets
+from controlplane.workers import isolated
 
 log = logging.getLogger(__name__)
 
@@ -167,8 +168,12 @@ class WebhookRelay:
         claimed = await self._claim(free)
         self.attempts_started += len(claimed)
         for delivery in claimed:
+            # Isolated: a delivery's failure (a bug its tenant's URL or event meets) is recorded,
+            # and never ends the group, which would stop the relay for every tenant.
+            step = self._deliver(session, delivery)
             task = group.create_task(
-                self._deliver(session, delivery), name=f"webhook-{delivery.delivery_id}"
+                isolated("webhook-relay", f"delivery {delivery.delivery_id}", step),
+                name=f"webhook-{delivery.delivery_id}",
             )
             self._in_flight.add(task)
             task.add_done_callback(self._in_flight.discard)
