@@ -54,7 +54,9 @@ def _any(_: object) -> bool:
 
 def counter(steps: int, step_s: float) -> dict[str, Any]:
     """A manifest of `runners.examples.counter`, which prints `step N` every `step_s` and
-    checkpoints every second; with no GPU and a tenth of a CPU, several fit on one node."""
+    checkpoints every second; with no GPU and one CPU, which its learner gets (cgroups hold a
+    learner to its manifest's CPUs in both runtimes): its launcher and its command take
+    seconds of CPU to start, which a tenth of a CPU made half a minute."""
     return {
         "name": "counter",
         "image": DEFAULT_IMAGES,
@@ -62,7 +64,7 @@ def counter(steps: int, step_s: float) -> dict[str, Any]:
             *(sys.executable, "-m", "runners.examples.counter"),
             *("--steps", str(steps), "--step-s", str(step_s)),
         ],
-        "cpus": 0.1,
+        "cpus": 1.0,
         "memory_mb": 1024,
         "checkpoint": {"interval_seconds": 1, "keep": 3},
     }
