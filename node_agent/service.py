@@ -24,6 +24,16 @@ from node_agent.serving import Serving
 log = logging.getLogger("node_agent")
 
 
+POOL_MIN = 1
+POOL_MAX = 1
+"""The agent's pool, one connection shared by heartbeats, claims, log lines and serving: each
+holds it for one short transaction (none waits on another while holding it), so a heartbeat
+waits behind one at most, while a fleet of a thousand agents needs a thousand connections
+less (docs/operations.md, "Connection budget")."""
+AGENT_CONNECTIONS = POOL_MAX + 1
+"""The most server connections an agent opens: its pool and its one LISTEN connection."""
+
+
 class LeaseLost(CommandFailed):
     """The agent's node was declared lost while it ran."""
 
@@ -56,21 +66,20 @@ async def _run(
 ) -> None:
     inventory = open_inventory(fake_gpus, config.name, log)
     # Whatever the login, the agent acts with the agent role's rights only.
-    pool = await create_pool(url, min_size=2, max_size=6, role=AGENT_ROLE)
-    # One connection for both of the agent's channels (see `node_agent.wakes`).
-    listener = LogListener(
+    pool = await create_pool(url, min_size=POOL_MIN, max_size=POOL_MAX, role=AGENT_ROLE)
+    # One LISTEN connection for all of the agent's channels: its claim and request hints (see
+    # `node_agent.wakes`) and its replicas' serving hints (counted by key, waking no claim).
+    listener = Wakeups(
         url,
-        channel=CLAIMABLE_CHANNEL,
-        also=(REQUESTS_CHANNEL,),
+        also=(CLAIMABLE_CHANNEL, REQUESTS_CHANNEL),
         poll_interval=config.poll_s,
         role=AGENT_ROLE,
     )
-    tasks = Wakeups(url, poll_interval=config.poll_s, role=AGENT_ROLE)
     # Models' requirements: fetched as wheels by the node, installed into a folder a process
     # replica puts on its path, or into the image a container replica runs.
     packages = Packages(config.work_dir / PACKAGES_DIR)
     site = packages.site if config.runtime == "process" else in_image
-    serving = Serving(pool, tasks, config.artifacts_dir, site, config.name)
+    serving = Serving(pool, listener, config.artifacts_dir, site, config.name)
     shipper = LogShipper(pool)
     try:
         async with open_runtime(
@@ -84,7 +93,7 @@ async def _run(
             agent = Agent(
                 config, pool, listener, inventory, runtime, sink, agent_id, serving=serving
             )
-            await _serve(agent, (listener, tasks), shipper, stop, registered)
+            await _serve(agent, listener, shipper, stop, registered)
     finally:
         await pool.close()
         inventory.close()
@@ -97,15 +106,14 @@ async def _run(
 
 async def _serve(
     agent: Agent,
-    listeners: tuple[LogListener, ...],
+    listener: LogListener,
     shipper: LogShipper,
     stop: asyncio.Event,
     registered: asyncio.Event | None,
 ) -> None:
     await agent.register()
     async with asyncio.TaskGroup() as group:
-        for listener in listeners:
-            group.create_task(listener.run(), name=f"listener-{listener.name}")
+        group.create_task(listener.run(), name=f"listener-{listener.name}")
         shipping = group.create_task(shipper.run(), name="log-shipper")
         # Before any claim: what an earlier agent of this node left is accounted for.
         await agent.reconcile()
@@ -122,5 +130,4 @@ async def _serve(
         await working
         shipper.stop()
         await shipping
-        for listener in listeners:
-            listener.stop()
+        listener.stop()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
+from collections.abc import Sequence
 
 from controlplane.database import APP_ROLE, Role
 from controlplane.events.subscription import LogListener
@@ -30,14 +31,26 @@ Seen = tuple[int, int]
 
 
 class Wakeups(LogListener):
-    def __init__(self, url: str, *, poll_interval: float, role: Role = APP_ROLE) -> None:
-        super().__init__(url, channel=CHANNEL, poll_interval=poll_interval, role=role)
+    """`also`: more channels on the same connection, each counted as LogListener counts them
+    (a node agent's claim and request hints: one LISTEN connection per agent, not two)."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        poll_interval: float,
+        role: Role = APP_ROLE,
+        also: Sequence[str] = (),
+    ) -> None:
+        super().__init__(url, channel=CHANNEL, also=also, poll_interval=poll_interval, role=role)
         self._counts: defaultdict[str, int] = defaultdict(int)
         self._events: dict[str, asyncio.Event] = {}
 
-    def _on_notify(self, *arguments: object) -> None:
-        # asyncpg calls it with (connection, pid, channel, payload).
-        key = str(arguments[-1]) if arguments else ""
+    def _on_notify(self, _conn: object, _pid: object, channel: str, _payload: object) -> None:
+        if channel != CHANNEL:
+            super()._on_notify(_conn, _pid, channel, _payload)
+            return
+        key = str(_payload)
         self._counts[key] += 1
         event = self._events.pop(key, None)
         if event is not None:
