@@ -28,7 +28,7 @@ from controlplane.http.app import create_app
 from controlplane.identity.config import IdentityConfig
 from controlplane.identity.provider import InvalidToken, OidcProvider, pkce_pair
 from controlplane.ui.sessions import COOKIE
-from harness.served import free_port
+from harness.served import ServedControlPlane, free_port
 from tests.oidc.running import Provider, approve, browser_session, new_key, require_provider
 from tests.tenancy import Tokens, auth
 
@@ -471,3 +471,9 @@ async def test_a_session_ends_when_the_persons_groups_no_longer_map(
     await asyncio.sleep(1.1)
     assert (await whoami(http, server, alice["token"]))[0] == 401
     assert "is in no group that Trainyard maps" in await _end_reason(db_url)
+
+
+async def test_a_wrong_setting_stops_the_control_planes_start(db_url: str, tmp_path: Path) -> None:
+    served = ServedControlPlane(db_url, tmp_path, env={"TRAINYARD_OIDC_ISSUER": "sso.example"})
+    with pytest.raises(RuntimeError, match="exited with 2"):  # the usage error's exit code
+        await served.start()
