@@ -1,9 +1,11 @@
 """Authentication of HTTP requests: the middleware that finds the request's principal (see
 `controlplane.tenants.principals`), and what the handlers ask of it.
 
-Every path but the public probes, documents and the dashboard's page needs `Authorization:
-Bearer <token>`, or the dashboard's session cookie (`controlplane.ui.sessions`): then a request
-that changes something must carry the session's CSRF token too (403 otherwise).
+Every path but the public probes, documents, the dashboard's page and the sign-in needs
+`Authorization: Bearer <token>`, or the dashboard's session cookie (`controlplane.ui.sessions`):
+then a request that changes something must carry the session's CSRF token too (403 otherwise).
+A sign-in through the identity provider (`controlplane.identity`, docs/sign-in.md) gives the
+same: a cookie with a CSRF token, or a bearer token (`ty_sso_...`) for `trainyard login --sso`.
 """
 
 from __future__ import annotations
