@@ -16,7 +16,11 @@ eight tenants, in databases kept between runs), with NODES simulated agents (`be
 - restart: the control plane killed (-9) and started again: until /readyz says ready;
 - reconcile: a restarted agent of a node holding NODE_GPUS live learners (`Agent.reconcile`);
 - rebuild: every projection's replay of the whole log, recorded by the fill;
-- size: the database's size per million events.
+- size: the database's size per million events;
+- connections: the server connections one real agent holds (`pg_stat_activity`, sampled over
+  CONNECTIONS_S of heartbeats and claim rounds), the most its code may open
+  (`node_agent.service`), and what `nodes` such agents need of the server's max_connections
+  (the simulated fleet itself shares one pool, so it is counted per real agent).
 
 `growth` is the worst ratio of a hot path's p99 at the largest size to its p99 at the smallest.
 Plots of every figure against the history's size go to `out` as PNG.
@@ -67,12 +71,14 @@ from controlplane.jobs.streams import job_stream
 from controlplane.queries import Q
 from controlplane.registry import EVENT_REGISTRY
 from controlplane.scheduling.claim import Claim
-from harness.served import ServedControlPlane
+from harness.agent_login import agent_login_name, agent_login_url
+from harness.served import ServedControlPlane, until_registered
 from node_agent.agent import Agent, AgentConfig
 from node_agent.inventory import open_inventory
 from node_agent.log_shipper import LogShipper
 from node_agent.log_sink import NumberedSink
 from node_agent.runtimes import open_runtime
+from node_agent.service import AGENT_CONNECTIONS, run_agent
 
 NODES = 1000
 QUEUED = 10_000
@@ -101,6 +107,9 @@ WARMUP_S = 15.0
 """The agents come up over this long and fill their nodes; claims are timed after it."""
 POOL = 16
 BEATS_POOL = 4
+CONNECTIONS_S = 6.0
+"""How long one agent's connections are sampled: three heartbeats and its claim rounds."""
+CONNECTIONS_PROBE_S = 0.05
 HOT_PATHS = ("claim", "submit", "status", "list", "sse")
 TARGETS = {
     "claim_p99_ms": 50,
@@ -133,8 +142,12 @@ async def run(
             print(what, file=sys.stderr)
 
     by_size: dict[str, dict[str, float]] = {}
+    connections: dict[str, float] = {}
     for label in sizes:
         history = await filled(url, label, say, prefix)
+        if not connections:
+            say(f"scale {label}: one agent's connections ...")
+            connections = await _connections(history.url, nodes)
         say(f"scale {label}: {history.events:,} events; measuring ...")
         # The control plane's home is kept with its database: the admin token it issues on
         # its first start there is read from it by every later run.
@@ -150,6 +163,7 @@ async def run(
         "events": int(largest["events"]),
         **{key: largest[key] for key in TARGETS if key in largest},
         "growth": round(growth, 2),
+        "connections": connections,
         "targets": TARGETS,
         "by_events": by_size,
         "plots": [str(path) for path in _plot(by_size, out)],
@@ -284,6 +298,52 @@ async def _reconcile(url: str, store: EventStore) -> float:
             inventory.close()
             await pool.close()
     return round(reconcile_s, 3)
+
+
+async def _connections(url: str, nodes: int) -> dict[str, float]:
+    """A real agent (`run_agent`, as `trainyard agent` runs it: its own login, fake GPUs,
+    the process runtime) registered and at work on an otherwise idle database: the most
+    server connections its login held at once over CONNECTIONS_S, against the most its code
+    may open, and both for `nodes` agents."""
+    name = "connections-0"
+    login = await agent_login_url(url, name)
+    owner = await connect(url, role=None)
+    stop, registered = asyncio.Event(), asyncio.Event()
+    with tempfile.TemporaryDirectory() as work:
+        config = AgentConfig(
+            name=name,
+            work_dir=Path(work),
+            cpus=64,
+            memory_mb=1 << 20,
+            launcher=(sys.executable, "-m", "runners.launch"),
+        )
+        agent = asyncio.create_task(
+            run_agent(login, config, fake_gpus=NODE_GPUS, stop=stop, registered=registered)
+        )
+        try:
+            await until_registered(agent, registered)
+            held = 0
+            until = time.perf_counter() + CONNECTIONS_S
+            while time.perf_counter() < until:
+                count = await owner.fetchval(
+                    "SELECT count(*) FROM pg_stat_activity WHERE usename = $1",
+                    agent_login_name(name),
+                )
+                held = max(held, count)
+                await asyncio.sleep(CONNECTIONS_PROBE_S)
+            max_connections = int(await owner.fetchval("SHOW max_connections"))
+        finally:
+            stop.set()
+            await asyncio.wait_for(agent, 30)
+            await owner.close()
+    return {
+        "per_agent_held": held,
+        "per_agent_bound": AGENT_CONNECTIONS,
+        "fleet_nodes": nodes,
+        "fleet_held": held * nodes,
+        "fleet_bound": AGENT_CONNECTIONS * nodes,
+        "server_max_connections": max_connections,
+    }
 
 
 async def _tenants(session: aiohttp.ClientSession) -> dict[str, str]:
