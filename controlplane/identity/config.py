@@ -7,9 +7,9 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from controlplane.failures import CommandFailed
 from controlplane.identity.mapping import GroupMapping, parse_admin_groups, parse_tenant_groups
 from controlplane.secret_arguments import read_secret_file
-from trainyard.api import UsageError
 
 ISSUER_ENV = "TRAINYARD_OIDC_ISSUER"
 CLIENT_ID_ENV = "TRAINYARD_OIDC_CLIENT_ID"
@@ -26,9 +26,9 @@ CHECK_INTERVAL_S = 300.0
 the provider ends the session within this time."""
 
 
-class ConfigError(UsageError):
+class ConfigError(CommandFailed):
     """A setting that is wrong: the control plane does not start with it (the command line
-    prints the message, which names the setting, and exits with its usage code)."""
+    prints the message, which names the setting, and exits with 1)."""
 
 
 @dataclass(frozen=True, slots=True)

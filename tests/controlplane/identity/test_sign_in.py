@@ -475,5 +475,5 @@ async def test_a_session_ends_when_the_persons_groups_no_longer_map(
 
 async def test_a_wrong_setting_stops_the_control_planes_start(db_url: str, tmp_path: Path) -> None:
     served = ServedControlPlane(db_url, tmp_path, env={"TRAINYARD_OIDC_ISSUER": "sso.example"})
-    with pytest.raises(RuntimeError, match="exited with 2"):  # the usage error's exit code
+    with pytest.raises(RuntimeError, match="exited with 1"):  # one line naming the setting
         await served.start()
