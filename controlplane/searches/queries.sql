@@ -145,30 +145,28 @@ LIMIT $4;
 -- response of a few megabytes, and only the kept lines leave the database. Each job's lines
 -- are read through the index, job by job (the lateral join, kept from being flattened into a
 -- join by its OFFSET 0), whatever the planner guesses of a log just written (with a stale
--- estimate of one line it otherwise scans the whole table once per job); they are numbered
--- without their text, which only the kept ones fetch again, so the
--- sort stays small. A trial's rungs come in rung order, each job's lines in its log's order,
--- so a step reported again (a restart, a promotion resuming from a checkpoint) comes after
--- the report it replaces. The caller parses each line (`runners.protocol.parse`): a look-alike
--- line the user printed is ordinary output there, never an error here; `total` is how many
--- lines the trial's learner has before thinning.
+-- estimate of one line it otherwise scans the whole table once per job). The lines are sorted
+-- with their text (a sort that may spill to disk): reading the kept ones again by their id
+-- instead took twice as long. A trial's rungs come in rung order, each job's lines in its
+-- log's order, so a step reported again (a restart, a promotion resuming from a checkpoint)
+-- comes after the report it replaces. The caller parses each line (`runners.protocol.parse`):
+-- a look-alike line the user printed is ordinary output there, never an error here; `total`
+-- is how many lines the trial's learner has before thinning.
 WITH jobs AS (
     SELECT * FROM unnest($1::uuid[], $2::integer[], $3::integer[]) AS j(job_id, number, rung)
 ), numbered AS (
-    SELECT j.job_id, j.number, j.rung, l.learner, l.id,
+    SELECT j.number, j.rung, l.learner, l.id, l.line,
            row_number() OVER w AS n,
            count(*) OVER (PARTITION BY j.number, l.learner) AS total
     FROM jobs j
     CROSS JOIN LATERAL (
-        SELECT learner, id FROM job_logs
+        SELECT learner, id, line FROM job_logs
         WHERE job_id = j.job_id AND stream = 'stdout'
           AND line LIKE '@@trainyard/1 {%"kind":"metric"%' AND strpos(line, $4) > 0
         OFFSET 0
     ) l
     WINDOW w AS (PARTITION BY j.number, l.learner ORDER BY j.rung, l.id)
 )
-SELECT k.number, k.learner, l.line, k.total
-FROM numbered k
-JOIN job_logs l ON l.job_id = k.job_id AND l.id = k.id
-WHERE k.n = 1 OR k.n = k.total OR (k.n * $5) / k.total <> ((k.n - 1) * $5) / k.total
-ORDER BY k.number, k.learner, k.rung, k.id;
+SELECT number, learner, line, total FROM numbered
+WHERE n = 1 OR n = total OR (n * $5) / total <> ((n - 1) * $5) / total
+ORDER BY number, learner, rung, id;

@@ -94,7 +94,7 @@ async function allCurves(id) {
 
 // The budgets of the searcher's rungs, as `searchers.Asha.rungs` computes them: where a trial's
 // curve crosses into its next rung.
-export function rungBudgets(spec) {
+function rungBudgets(spec) {
   const max = spec.budget?.max;
   const searcher = spec.searcher || {};
   if (!max) return [];
@@ -200,7 +200,7 @@ export async function searchPage(ctx, id) {
     const budgets = rungBudgets(search.spec || {});
     const rungsSeen = [...new Set(curves.trials.map((t) => t.rung))].sort((a, b) => a - b);
     const thinned = curves.trials.filter((t) => t.reported > t.points.length).length;
-    curvesNote.textContent = `${curves.trials.length} trial${curves.trials.length === 1 ? "" : "s"}${thinned ? `; ${thinned} curve(s) thinned to about 100 points` : ""}; colour: the rung each reached${best != null ? `; thick: the best (trial ${best})` : ""}.`;
+    curvesNote.textContent = `${curves.trials.length} trial${curves.trials.length === 1 ? "" : "s"}${thinned ? `; ${thinned} curve(s) thinned to an even sample of their reports` : ""}; colour: the rung each reached${best != null ? `; thick: the best (trial ${best})` : ""}.`;
     traces(curvesBox, series, {
       xLabel: "step",
       yLabel: curves.metric,
