@@ -165,7 +165,9 @@ class Identity:
         """The provider's device authorization (RFC 8628), for `trainyard login`."""
         if not await self._provider(self.provider.supports_device_flow()):
             raise SignInRefused(
-                404, "the identity provider offers no device flow: sign in in the dashboard"
+                404,
+                "the identity provider offers no device flow: `trainyard login --sso` signs in "
+                "through a browser on this machine instead",
             )
         return await self._provider(self.provider.device_authorization())
 
