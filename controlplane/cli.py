@@ -515,22 +515,20 @@ def parser(running: Sequence[str] | None = None) -> argparse.ArgumentParser:
     logs = bench_commands.add_parser(
         "logs",
         help="log search latency over 10 M lines, and ingestion with and without its index",
-        description="In a database kept on the configured server for later runs (PREFIX_LINES, "
-        "see --database-prefix; filled on first use), --lines stored log lines of many jobs of "
+        description="In a database kept on the configured server for later runs (PREFIX_SIZE, "
+        "see --database-prefix; filled on first use), --size stored log lines of many jobs of "
         "several tenants: search p50/p95 of the largest tenant's lines for a rare and a common "
         "substring and a regular expression, and log lines stored per second with the search "
         "index and without it (same run, same table; the ingested lines are rolled back). "
         "Prints JSON (definitions: bench/logs.py).",
     )
-    logs.add_argument(
-        "--lines", type=int, default=10_000_000, help="stored lines (at least 10,000)"
-    )
+    logs.add_argument("--size", type=int, default=10_000_000, help="stored lines (at least 10,000)")
     logs.add_argument("--searches", type=int, default=20, help="timed searches per pattern")
     logs.add_argument("--seconds", type=float, default=10.0, help="of ingestion, per variant")
     logs.add_argument(
         "--database-prefix",
         default="trainyard_logs",
-        help="the kept database is named PREFIX_LINES",
+        help="the kept database is named PREFIX_SIZE",
     )
     logs.add_argument("--json", action="store_true", help="print only the JSON object")
     logs.set_defaults(handler=cmd_bench_logs)
@@ -975,9 +973,9 @@ async def cmd_bench_scale(args: argparse.Namespace, settings: Settings) -> int:
 async def cmd_bench_logs(args: argparse.Namespace, settings: Settings) -> int:
     from bench.logs import run_search
 
-    if args.lines < 10_000 or args.searches < 1 or args.seconds <= 0:
+    if args.size < 10_000 or args.searches < 1 or args.seconds <= 0:
         print(
-            "trainyard: --lines must be at least 10000, --searches and --seconds positive",
+            "trainyard: --size must be at least 10000, --searches and --seconds positive",
             file=sys.stderr,
         )
         return EXIT_USAGE
@@ -991,10 +989,10 @@ async def cmd_bench_logs(args: argparse.Namespace, settings: Settings) -> int:
     url = await _database(settings)
     result = await run_search(
         url,
-        lines=args.lines,
+        lines=args.size,
         searches=args.searches,
         seconds=args.seconds,
-        database=f"{args.database_prefix}_{args.lines}",
+        database=f"{args.database_prefix}_{args.size}",
         progress=not args.json,
     )
     print(json.dumps(result, indent=None if args.json else 2))

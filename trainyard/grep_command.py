@@ -44,8 +44,8 @@ def add_grep_command(commands: Any) -> None:
         parents=[target, output_options()],
     )
     grep.add_argument("pattern", metavar="PATTERN", help="what to look for")
-    grep.add_argument("-E", "--regex", action="store_true", help="PATTERN is a regular expression")
-    grep.add_argument("-i", "--ignore-case", action="store_true", help="ignore case")
+    grep.add_argument("--regex", action="store_true", help="PATTERN is a regular expression")
+    grep.add_argument("--ignore-case", action="store_true", help="ignore case")
     grep.add_argument(
         "--job", action="append", default=[], metavar="JOB", help="only this job (repeatable)"
     )
@@ -64,7 +64,6 @@ def add_grep_command(commands: Any) -> None:
         "-f", "--follow", action="store_true", help="print new matching lines as they come"
     )
     grep.add_argument(
-        "-n",
         "--limit",
         type=int,
         default=DEFAULT_LIMIT,

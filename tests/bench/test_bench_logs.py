@@ -18,7 +18,7 @@ def test_the_logs_benchmark_keeps_its_log_and_reports_search_and_ingestion(
     pg_server: str, tmp_path: Path
 ) -> None:
     prefix = f"trainyard_logs_test_{os.getpid()}"
-    options = ["--lines", "20000", "--searches", "3", "--seconds", "0.5"]
+    options = ["--size", "20000", "--searches", "3", "--seconds", "0.5"]
     options += ["--database-prefix", prefix]
     try:
         first = bench(pg_server, tmp_path, "logs", *options)

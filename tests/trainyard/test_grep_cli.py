@@ -66,10 +66,12 @@ async def test_grep_prints_the_tenants_matching_lines_newest_first(
         f"2026-11-01T12:00:02.000000Z {first} [attempt 1 learner 0 stdout] CUDA out of memory",
         f"2026-11-01T12:00:01.000000Z {second} [attempt 1 learner 0 stdout] step 1: out of memory",
     ]
-    one = await cli("grep", "-E", "^[A-Z]+ out", "--job", first, "--output", "json")
+    one = await cli("grep", "--regex", "^[A-Z]+ out", "--job", first, "--output", "json")
     assert one.rc == 0, one.stderr
     assert [json.loads(x)["line"] for x in one.stdout.splitlines()] == ["CUDA out of memory"]
-    limited = await cli("grep", "-i", "OUT OF MEMORY", "--label", "team=vision", "-n", "1")
+    limited = await cli(
+        "grep", "--ignore-case", "OUT OF MEMORY", "--label", "team=vision", "--limit", "1"
+    )
     assert len(limited.stdout.splitlines()) == 1
 
     # Nothing matched: exit code 1, like grep; another tenant's lines never match.
@@ -79,7 +81,7 @@ async def test_grep_prints_the_tenants_matching_lines_newest_first(
     assert theirs.rc == 0 and "globex out of memory" in theirs.stdout
     assert "CUDA" not in theirs.stdout
 
-    refused = await cli("grep", "-E", "(unclosed")
+    refused = await cli("grep", "--regex", "(unclosed")
     assert refused.rc == 2
     assert "regular expression" in refused.stderr
     assert (await cli("grep", "x", "--since", "yesterday")).rc == 2
