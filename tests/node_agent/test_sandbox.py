@@ -126,6 +126,7 @@ async def test_a_stale_learner_is_killed_with_its_cgroup(tmp_path: Path) -> None
     try:
         assert (await anext(aiter(learner.lines()))).text == "up"
         [found] = await runtime.find(spec.node)
+        assert int(found.handle) in cgroup_of(spec).pids()
         await runtime.kill(found)  # its job moved on while its agent was down
         assert (await asyncio.wait_for(learner.wait(), 10)).signal == "SIGKILL"
         assert not cgroup_of(spec).exists()
