@@ -132,3 +132,40 @@ async def test_a_sweep_forgets_the_logs_of_jobs_that_ended_before_the_retention(
     # The default, 30 days: those that ended 40 days ago go.
     assert await LifecycleManager(db_url, pool, store).sweep() == []
     assert (await jobs_with_logs(owner))["job_logs"] == set(history.kept.values())
+
+
+async def test_a_node_whose_job_cannot_be_read_leaves_the_other_nodes_declared_lost(
+    pool: asyncpg.Pool,
+    store: EventStore,
+    db_url: str,
+    owner: asyncpg.Connection,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """One job's data stops one node's step, never the sweep (before, the error escaped the
+    manager and stopped every background worker): here its stream holds an event this version
+    cannot read (as a newer replica writes during a rolling upgrade)."""
+    cluster = Cluster(pool, store, db_url)
+    await cluster.tenant("acme")
+    jobs = {}
+    for node in ("n1", "n2"):
+        await cluster.node(node, 1)
+        jobs[node] = await cluster.submit("acme", manifest(1))
+        await cluster.project()
+        assert len(await claim(pool, store, node)) == 1
+    unreadable = f"job-{jobs['n1']}"
+    await owner.execute(
+        "INSERT INTO events (stream_id, stream_version, type, schema_version, data, metadata)"
+        " SELECT stream_id, stream_version + 1, type, 99, data, metadata FROM events"
+        " WHERE stream_id = $1 ORDER BY stream_version DESC LIMIT 1",
+        unreadable,
+    )
+    await owner.execute("UPDATE nodes SET lease_until = now() - interval '1 second'")
+
+    manager = LifecycleManager(db_url, pool, store)
+    assert await manager.sweep() == ["n2"]
+    job = [e.event for e in await store.read_stream(f"job-{jobs['n2']}")]
+    assert isinstance(job[-1], JobRestarted)
+    # n1's step rolled back whole (still READY, its job's allocation held), tried each sweep.
+    assert await owner.fetchval("SELECT state FROM nodes WHERE name = 'n1'") != "LOST"
+    assert "lifecycle-manager: its step for node n1 failed" in caplog.text
+    assert await manager.sweep() == []
