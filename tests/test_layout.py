@@ -36,6 +36,7 @@ FEATURES = (
     "controlplane.webhooks",
     "controlplane.artifacts",
     "controlplane.admission",
+    "controlplane.identity",
 )
 """The features: they never reach for the front ends (HTTP, the server) or the composition root
 that is built from them."""
