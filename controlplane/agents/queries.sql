@@ -108,7 +108,9 @@ WITH free AS MATERIALIZED (
                            CASE WHEN s.gpus_per_learner > 0
                                 THEN cardinality(n.gpus) / s.gpus_per_learner
                                 ELSE s.learners END,
-                           floor(n.cpus / s.cpus_per_learner),
+                           -- At least the manifest's floor (0.01): a row projected before
+                           -- the floor existed must not overflow the division for everyone.
+                           floor(n.cpus / greatest(s.cpus_per_learner, 0.01)),
                            -- Whole learners: the view's memory is numeric, whose division
                            -- keeps fractions, and half a learner's room on each of two nodes
                            -- holds no learner.
