@@ -299,6 +299,17 @@ def parser(running: Sequence[str] | None = None) -> argparse.ArgumentParser:
     recovery.add_argument("--trials", type=int, default=3, help="trials of each crash")
     recovery.add_argument("--json", action="store_true", help="print only the JSON object")
     recovery.set_defaults(handler=cmd_bench_recovery)
+    failover = bench_commands.add_parser(
+        "failover",
+        help="kill -9 the primary of a Patroni-run Postgres under load and time the failover",
+        description="Start etcd and two Patroni-run Postgres servers (a primary and a "
+        "synchronous standby) of its own, a control plane and a process-runtime agent on them, "
+        "jobs running, submitting and streaming logs; kill -9 the primary's postmaster and print "
+        "what was lost, repeated or restarted and how long the API and the claims stopped, as "
+        "JSON (definitions: bench/failover.py; needs patroni and etcd).",
+    )
+    failover.add_argument("--json", action="store_true", help="print only the JSON object")
+    failover.set_defaults(handler=cmd_bench_failover)
     registry = bench_commands.add_parser(
         "registry",
         help="model search latency and publications per second, against MLflow's registry",
@@ -806,6 +817,19 @@ async def cmd_bench_recovery(args: argparse.Namespace, settings: Settings) -> in
         return EXIT_USAGE
     url = await _database(settings)
     result = await run(url, trials=args.trials, progress=not args.json)
+    print(json.dumps(result, indent=None if args.json else 2))
+    return 0
+
+
+async def cmd_bench_failover(args: argparse.Namespace, settings: Settings) -> int:
+    from bench.failover import run
+    from harness.ha import HaUnavailable
+
+    try:
+        result = await run(progress=not args.json)
+    except HaUnavailable as exc:
+        print(f"trainyard: {exc}", file=sys.stderr)
+        return EXIT_FAILED
     print(json.dumps(result, indent=None if args.json else 2))
     return 0
 

@@ -135,6 +135,16 @@ class HaCluster:
         os.kill(old.postmaster_pid(), signal.SIGKILL)
         return old
 
+    async def until_new_leader(self, old: Member) -> Member:
+        """Another member than `old`, once Patroni has promoted it."""
+        async with asyncio.timeout(READY_S):
+            while True:
+                roles = await self.roles()
+                leader = [m for m in self.members if roles.get(m.name) == "leader"]
+                if leader and leader[0] is not old:
+                    return leader[0]
+                await asyncio.sleep(PROBE_S)
+
     async def until_failed_over(self, old: Member) -> Member:
         """The new primary, once another member than `old` leads and `old` has come back as
         its synchronous standby (so that the next failover loses nothing either)."""
