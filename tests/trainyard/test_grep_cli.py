@@ -4,8 +4,10 @@ exit code 1 when nothing matched, 2 for a pattern the server refuses."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from uuid import UUID
@@ -110,3 +112,24 @@ def test_since_takes_a_time_or_an_age() -> None:
     assert parse_since("2d", now) == now - timedelta(days=2)
     assert parse_since("2026-11-01T10:00:00+02:00", now) == datetime(2026, 11, 1, 8, tzinfo=UTC)
     assert parse_since(None, now) is None
+
+
+async def test_the_sdk_follows_new_matching_lines(
+    cli: Cli, pool: asyncpg.Pool, tokens: Tokens
+) -> None:
+    job_id = await job_with_lines(cli, pool, tokens.acme, ["before"], datetime.now(UTC))
+    async with AsyncClient(cli.env["TRAINYARD_SERVER"], tokens.acme) as client:
+        followed = client.grep("nan", follow=True)
+        async with aclosing(followed):
+            first = asyncio.create_task(anext(followed))
+            # A new line, printed (by its time) after the follow started, even on a slow machine.
+            await asyncio.sleep(1)
+            now = datetime.now(UTC) + timedelta(seconds=3)
+            lines = [
+                LogLine(UUID(job_id), 1, 0, Stream.STDOUT, 2, now, "loss nan at step 7"),
+                LogLine(UUID(job_id), 1, 0, Stream.STDOUT, 3, now, "loss 0.1"),
+            ]
+            await write_lines(pool, lines)
+            async with asyncio.timeout(30):
+                line = await first
+    assert (line["job_id"], line["seq"], line["line"]) == (job_id, 2, "loss nan at step 7")
