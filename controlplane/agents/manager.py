@@ -16,7 +16,7 @@ import asyncpg
 from controlplane.agents.events import NodeLost
 from controlplane.agents.nodes import Nodes
 from controlplane.clock import SYSTEM_CLOCK, Clock
-from controlplane.database import DATABASE_ERRORS, connect
+from controlplane.database import DATABASE_ERRORS, DatabaseUnavailable, connect
 from controlplane.deployments.errors import ServingError
 from controlplane.deployments.service import Deployments
 from controlplane.deployments.tasks import MAX_TRIES
@@ -82,7 +82,9 @@ class LifecycleManager:
         while not self._stopping.is_set():
             try:
                 await self._hold_lock_and_sweep()
-            except DATABASE_ERRORS as exc:
+            except (DatabaseUnavailable, *DATABASE_ERRORS) as exc:
+                # DatabaseUnavailable: no server took the connection (the primary is down, or
+                # a failover is under way); raised, it would end every background task.
                 log.warning("lifecycle manager: %s; retrying", exc)
             self.active = False
             await pause(self._stopping, self.interval_s)
