@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable
+from datetime import datetime
 from uuid import UUID
 
 import asyncpg
@@ -74,6 +75,11 @@ class LifecycleManager:
         self.interval_s = interval_s
         self.active = False
         self._stopping = asyncio.Event()
+        self._session_lost = False
+        self._leases_from: datetime | None = None
+        """When this manager last took the lock after losing its session to the database:
+        leases count their TTL from then too, so that a node whose agent could not heartbeat
+        while the database moved (a failover) is not declared LOST for it."""
 
     def stop(self) -> None:
         self._stopping.set()
@@ -86,6 +92,7 @@ class LifecycleManager:
                 # DatabaseUnavailable: no server took the connection (the primary is down, or
                 # a failover is under way); raised, it would end every background task.
                 log.warning("lifecycle manager: %s; retrying", exc)
+                self._session_lost = True
             self.active = False
             await pause(self._stopping, self.interval_s)
 
@@ -97,6 +104,9 @@ class LifecycleManager:
                     self.active = bool(await conn.fetchval(Q["manager_lock"]))
                     if self.active:
                         log.info("lifecycle manager: active")
+                        if self._session_lost:
+                            self._leases_from = await conn.fetchval(Q["database_now"])
+                            self._session_lost = False
                 # Sweep at once on taking over: a node may have expired while nobody swept.
                 if self.active:
                     # Still holding the lock only while this session lives: check it first.
@@ -113,7 +123,7 @@ class LifecycleManager:
         back deployments that did not start in time, and forget logs past their retention (and
         the folders and uids of the jobs past it)."""
         lost = []
-        for row in await self._pool.fetch(Q["expired_nodes"]):
+        for row in await self._pool.fetch(Q["expired_nodes"], self._leases_from):
             if await isolated(WORKER, f"node {row['name']}", self._declare_lost(row["name"])):
                 lost.append(row["name"])
         for row in await self._pool.fetch(Q["stalled_deployments"]):

@@ -223,7 +223,16 @@ WHERE s.state = 'DEPLOYING'
 ORDER BY s.job_id;
 
 -- name: expired_nodes
-SELECT name FROM nodes WHERE state = 'READY' AND lease_until < now() ORDER BY name;
+-- $1: NULL, or when this manager took over after losing its session to the database (a
+-- failover: the new primary saw no heartbeat while none could reach it); each lease's TTL
+-- (lease_until - heartbeat_at) then also counts from that instant.
+SELECT name FROM nodes
+WHERE state = 'READY' AND lease_until < now()
+  AND ($1::timestamptz IS NULL OR $1::timestamptz + (lease_until - heartbeat_at) < now())
+ORDER BY name;
+
+-- name: database_now
+SELECT now();
 
 -- name: mark_node_lost
 -- Nothing comes back if the agent renewed its lease meanwhile (or another manager was first).
