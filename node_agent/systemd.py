@@ -195,7 +195,10 @@ def check_database_url(url: str) -> None:
     """A Postgres URL, or InstallError (whose message never holds the password)."""
     try:
         parts = urlsplit(url)
-        parts.port  # noqa: B018 - parsing it is the check: a bad port raises here
+        # Each host of libpq's multi-host form (h1:5432,h2:5432, for a replicated database:
+        # docs/failover.md) on its own: parsing its port is the check, a bad one raises here.
+        for host in parts.netloc.rpartition("@")[2].split(","):
+            urlsplit(f"//{host}").port  # noqa: B018
     except ValueError as exc:
         raise InstallError(f"the database URL cannot be parsed ({exc})") from None
     if parts.scheme not in ("postgresql", "postgres"):
