@@ -28,8 +28,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Final
 
+import aiohttp
+
 from controlplane.database import connect
 from controlplane.migrate import migrate
+from harness.ha import HaCluster
 from harness.served import free_port
 
 PG_BIN: Final = Path("/usr/lib/postgresql/15/bin")
@@ -74,12 +77,11 @@ class Server:
 
 
 @dataclass
-class Archived:
-    """A Postgres whose WAL is archived into a pgBackRest repository, and the servers
-    restored from it."""
+class Repository:
+    """A pgBackRest repository and its stanza's configuration in a folder of its own, and the
+    servers restored from it."""
 
     root: Path
-    server: Server
     user: pwd.struct_passwd | None
     restored: list[Server] = field(default_factory=list)
 
@@ -91,9 +93,6 @@ class Archived:
     @property
     def repo(self) -> Path:
         return self.root / "repo"
-
-    def url(self, database: str = DATABASE) -> str:
-        return self.server.url(database)
 
     async def backup(self) -> None:
         """A full backup (`pgbackrest backup --type=full`), with a checkpoint at once."""
@@ -161,6 +160,16 @@ class Archived:
         )
 
 
+@dataclass
+class Archived(Repository):
+    """A Postgres whose WAL is archived into a pgBackRest repository."""
+
+    server: Server = field(kw_only=True)
+
+    def url(self, database: str = DATABASE) -> str:
+        return self.server.url(database)
+
+
 @asynccontextmanager
 async def archived_postgres(*, keep: bool = False) -> AsyncIterator[Archived]:
     """A fresh Postgres with archiving into a fresh pgBackRest repository, its stanza created
@@ -173,12 +182,12 @@ async def archived_postgres(*, keep: bool = False) -> AsyncIterator[Archived]:
     # Under /tmp (world-traversable), not a test's tmp_path: Postgres's user must reach it.
     root = Path(tempfile.mkdtemp(prefix="trainyard-backups-"))
     await asyncio.to_thread(_own, root, user, 0o755)
-    archived = Archived(root, Server(root / "data", free_port()), user)
+    archived = Archived(root, user, server=Server(root / "data", free_port()))
     try:
         await _initdb(archived)
         # Written as its user: pgBackRest makes the repository's folders with its owner's rights.
         await _run(["mkdir", "-p", str(archived.repo), str(root / "log")], user, root)
-        archived.config.write_text(_pgbackrest_config(archived))
+        archived.config.write_text(_pgbackrest_config(archived, [(archived.server, root)]))
         await archived._pg_ctl(archived.server, "start")
         await archived.pgbackrest("stanza-create")
         await archived.check()
@@ -186,17 +195,89 @@ async def archived_postgres(*, keep: bool = False) -> AsyncIterator[Archived]:
         yield archived
     finally:
         # Shielded: a cancelled test must still leave no server behind.
-        await asyncio.shield(_stop_all(archived))
+        await asyncio.shield(_stop_all(archived, [*archived.restored, archived.server]))
         if not keep:
             shutil.rmtree(root, ignore_errors=True)
 
 
-def _pgbackrest_config(archived: Archived) -> str:
-    root = archived.root
+@asynccontextmanager
+async def archived_cluster(cluster: HaCluster) -> AsyncIterator[Repository]:
+    """Continuous archiving for a Patroni cluster (`harness.ha`), set up as docs/operations.md
+    sets up a real one: one repository; a stanza that names every member (pgBackRest backs up
+    from whichever is the primary, and each member archives into it while it is); archive_mode
+    and archive_command in Patroni's dynamic configuration, and each member restarted by its
+    Patroni to take them (the standby first). The servers restored from it are stopped, and
+    its folder removed, when the block ends."""
+    problem = missing()
+    if problem is not None:
+        raise BackupsUnavailable(problem)
+    user = _runs_as()
+    root = Path(tempfile.mkdtemp(prefix="trainyard-backups-"))
+    await asyncio.to_thread(_own, root, user, 0o755)
+    repository = Repository(root, user)
+    try:
+        await _run(["mkdir", "-p", str(repository.repo), str(root / "log")], user, root)
+        servers = [(Server(m.data_dir, m.pg_port), m.folder) for m in cluster.members]
+        repository.config.write_text(_pgbackrest_config(repository, servers))
+        # Postgres runs archive_command through the shell in its data folder, and pgBackRest
+        # wants pg1-path to be the folder of the server that pushes: one command serves every
+        # member (on separate machines, each one's pgbackrest.conf names its own folder).
+        archive_command = (
+            f"pgbackrest --config={repository.config} --stanza={STANZA} "
+            '--pg1-path="$PWD" archive-push %p'
+        )
+        parameters = {"archive_mode": "on", "archive_command": archive_command}
+        timeout = aiohttp.ClientTimeout(total=COMMAND_S)
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            primary = await cluster.primary()
+            patch = {"postgresql": {"parameters": parameters}}
+            async with session.patch(primary.api + "/config", json=patch) as response:
+                response.raise_for_status()
+            standbys = [m for m in cluster.members if m is not primary]
+            for member in [*standbys, primary]:
+                await _restart(session, member.api)
+        await cluster.primary()
+        await repository.pgbackrest("stanza-create")
+        await repository.check()
+        yield repository
+    finally:
+        await asyncio.shield(_stop_all(repository, repository.restored))
+        shutil.rmtree(root, ignore_errors=True)
+
+
+async def _restart(session: aiohttp.ClientSession, api: str) -> None:
+    """Once a member's Patroni has taken the new configuration (it reports a restart
+    pending), have it restart its Postgres; return when it has."""
+    async with asyncio.timeout(COMMAND_S):
+        while True:
+            async with session.get(api + "/patroni") as response:
+                status = await response.json(content_type=None)
+            if status.get("pending_restart"):
+                break
+            await asyncio.sleep(PROBE_S)
+    async with session.post(api + "/restart", json={}) as response:
+        if response.status != 200:
+            raise BackupsUnavailable(f"Patroni at {api} did not restart: {await response.text()}")
+
+
+def _pgbackrest_config(repository: Repository, servers: list[tuple[Server, Path]]) -> str:
+    """The repository in `repository`'s folder; the stanza's servers (pg1, pg2, ...: a backup
+    is taken from whichever is the primary), each with its socket folder."""
+    root = repository.root
+    stanza = [
+        f"pg{i}-{key}={value}"
+        for i, (server, sockets) in enumerate(servers, start=1)
+        for key, value in (
+            ("path", server.data_dir),
+            ("port", server.port),
+            ("socket-path", sockets),
+            ("user", SUPERUSER),
+        )
+    ]
     return "\n".join(
         [
             "[global]",
-            f"repo1-path={archived.repo}",
+            f"repo1-path={repository.repo}",
             # Two full backups kept; the WAL that the oldest of them needs is kept with it.
             "repo1-retention-full=2",
             f"log-path={root / 'log'}",
@@ -210,10 +291,7 @@ def _pgbackrest_config(archived: Archived) -> str:
             "start-fast=y",
             "",
             f"[{STANZA}]",
-            f"pg1-path={archived.server.data_dir}",
-            f"pg1-port={archived.server.port}",
-            f"pg1-socket-path={root}",
-            f"pg1-user={SUPERUSER}",
+            *stanza,
             "",
         ]
     )
@@ -252,11 +330,11 @@ async def _create_database(server: Server) -> None:
     await migrate(server.url())
 
 
-async def _stop_all(archived: Archived) -> None:
-    for server in [*archived.restored, archived.server]:
+async def _stop_all(repository: Repository, servers: list[Server]) -> None:
+    for server in servers:
         if (server.data_dir / "postmaster.pid").exists():
             try:
-                await archived._pg_ctl(server, "stop")
+                await repository._pg_ctl(server, "stop")
             except BackupsUnavailable:
                 _kill(server)
 
