@@ -5,9 +5,10 @@ pgBackRest repository as it is written (`archive_command = pgbackrest archive-pu
 stanza created and checked; `Archived.backup()` takes a full backup, `Archived.restore()`
 restores it into a fresh data folder and replays the archived WAL up to an instant
 (`--type=time`), and `Archived.start_restored()` starts a server there, promoted once it has
-reached that instant. The restore drill (tests/backups/) and `python -m harness.backups` use
-it; docs/operations.md gives the same pgBackRest commands for a real deployment and says how
-they fit Patroni.
+reached that instant. `archived_cluster()` archives `harness.ha`'s Patroni cluster the same
+way. The restore drills (tests/backups/) and `python -m harness.backups` use them;
+docs/operations.md gives the same pgBackRest commands for a real deployment and says how they
+fit Patroni.
 """
 
 from __future__ import annotations
