@@ -52,7 +52,7 @@ from controlplane.database import CONNECTION_ERRORS, create_pool
 from controlplane.events.records import ORIGIN, LogPosition
 from controlplane.events.store import EventStore
 from controlplane.events.subscription import LogListener, follow
-from controlplane.jobs.events import JobDeploying, JobRestarted, JobSubmitted
+from controlplane.jobs.events import JobDeploying, JobSubmitted
 from controlplane.jobs.images import DEFAULT_IMAGES
 from controlplane.jobs.lifecycle import JobStatus
 from controlplane.projections.runner import ProjectionRunner
@@ -366,16 +366,12 @@ async def _in_log(
         JobDeploying.__name__,
         killed_at,
     )
-    restarts = await pool.fetchval(
-        "SELECT count(*) FROM events WHERE type = $1", JobRestarted.__name__
-    )
     return {
         "acknowledged_lost": lost,
         "duplicated_submissions": duplicated,
         "claims_resumed_s": round((first_claim - killed_at).total_seconds(), 3)
         if first_claim is not None
         else None,
-        "jobs_restarted_in_log": restarts,
         "lease_lost": await pool.fetchval(
             "SELECT count(*) FROM events WHERE type = $1", NodeLost.__name__
         ),
