@@ -260,7 +260,7 @@ async def _spawn(
             user=user.pw_uid if user is not None else None,
             group=user.pw_gid if user is not None else None,
             extra_groups=[] if user is not None else None,
-            env={**os.environ, "HOME": user.pw_dir if user is not None else os.environ["HOME"]},
+            env=os.environ if user is None else {**os.environ, "HOME": user.pw_dir},
         )
 
 
