@@ -49,6 +49,7 @@ from controlplane.http.keys import (
     WEBHOOKS,
 )
 from controlplane.http.openapi import document
+from controlplane.http.outage import outage_middleware
 from controlplane.http.streams import DEFAULT_MAX_STREAMS, STREAMS, LiveStreams
 from controlplane.http.tracing import tracing_middleware
 from controlplane.jobs.images import ImageAllowlist
@@ -77,7 +78,7 @@ def create_app(
     (default: from the environment); `projections`: those this replica runs (default: all);
     `artifacts`: the model repository's store (default: the directory `Settings` names);
     `log_retention_s`: how long after a job ended its log lines go (0: never)."""
-    app = web.Application(middlewares=[tracing_middleware, auth_middleware])
+    app = web.Application(middlewares=[tracing_middleware, outage_middleware, auth_middleware])
     app[DATABASE_URL] = database_url
     app[IMAGES] = ImageAllowlist.from_env(os.environ) if images is None else images
     app[SSE_HEARTBEAT_S] = sse_heartbeat_s

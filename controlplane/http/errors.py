@@ -63,4 +63,5 @@ _CLASSES: dict[int, type[web.HTTPException]] = {
     415: web.HTTPUnsupportedMediaType,
     422: web.HTTPUnprocessableEntity,
     429: web.HTTPTooManyRequests,
+    503: web.HTTPServiceUnavailable,
 }
