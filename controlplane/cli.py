@@ -31,9 +31,9 @@ from controlplane.settings import (
 from controlplane.tenants.cli import add_commands as add_tenant_commands
 from trainyard.api import ApiError, NotFound, ServerUnreachable, UsageError
 from trainyard.commands import add_client_commands
+from trainyard.grep_command import add_grep_command
 from trainyard.inference_commands import add_inference_commands
 from trainyard.models_commands import add_model_commands
-from trainyard.grep_command import add_grep_command
 from trainyard.search_commands import add_search_commands
 from trainyard.serving_commands import add_serving_commands
 
