@@ -14,7 +14,6 @@ import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from uuid import UUID
 
 import asyncpg
@@ -24,8 +23,6 @@ from controlplane.queries import Q
 
 log = logging.getLogger(__name__)
 
-NODE_PREFIX = b"TRAINYARD_NODE="
-"""How a learner's environment names its node (see `node_agent.runtime.NODE`)."""
 LEARNER_UIDS_ENV = "TRAINYARD_LEARNER_UIDS"
 DEFAULT_LEARNER_UIDS = "200000:65536"
 
@@ -107,23 +104,3 @@ class Users:
                 f"({self._uids.start}:{self._uids.count}): every node must have the same range"
             )
         return uid, uid
-
-
-def leftover_processes(uid: int, node: str | None = None, proc: str = "/proc") -> list[int]:
-    """The processes running as `uid` (a job's user: all of them are the job's), but those of
-    the job's learners that another agent on this machine runs for another `node` (a job
-    placed on several nodes that share a machine, as in tests and demos)."""
-    found = []
-    for name in os.listdir(proc):
-        if not name.isdigit():
-            continue
-        try:
-            if os.stat(f"{proc}/{name}").st_uid != uid:
-                continue
-            environ = Path(proc, name, "environ").read_bytes().split(b"\0")
-        except OSError:
-            continue  # ended meanwhile
-        named = [item[len(NODE_PREFIX) :] for item in environ if item.startswith(NODE_PREFIX)]
-        if node is None or not named or named[0].decode("utf-8", "replace") == node:
-            found.append(int(name))
-    return found

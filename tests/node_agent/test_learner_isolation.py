@@ -8,6 +8,7 @@ the sandbox itself."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
 import signal
@@ -24,7 +25,7 @@ from node_agent.folders import adopt_files, make_folder, prepare
 from node_agent.learners import job_dir, learner_dir
 from node_agent.process_runtime import ProcessRuntime, find_learners, process_env
 from node_agent.runtime import Folder, LearnerSpec, LearnerStartError, Shared
-from node_agent.users import UidRange, leftover_processes
+from node_agent.users import UidRange
 from tests.cluster import Plane, RunningAgent, learner_space
 from tests.node_agent.test_agent import wait_for_line
 from tests.polling import eventually
@@ -170,6 +171,16 @@ async def test_an_output_file_the_learner_replaced_is_not_read_for_it(
         assert [line.text async for line in adopted.lines()] == []
 
 
+def processes_of(uid: int) -> list[int]:
+    """The processes running as `uid` (a job's user: all of them are the job's)."""
+    found = []
+    for name in os.listdir("/proc"):
+        with contextlib.suppress(OSError):  # ended meanwhile
+            if name.isdigit() and os.stat(f"/proc/{name}").st_uid == uid:
+                found.append(int(name))
+    return found
+
+
 async def test_processes_a_learner_leaves_behind_end_with_it(work: Path) -> None:
     # A daemon the command detaches (its own session): it outlives the learner's group, not
     # its pid namespace, which ends with the learner (and remove() empties its cgroup).
@@ -183,7 +194,7 @@ async def test_processes_a_learner_leaves_behind_end_with_it(work: Path) -> None
     assert (await started.wait()).code == 0
 
     async def gone() -> bool:
-        return not leftover_processes(user[0])
+        return not processes_of(user[0])
 
     await eventually(gone)
     await started.remove()
