@@ -25,11 +25,12 @@ log = logging.getLogger("node_agent")
 
 
 POOL_MIN = 1
-POOL_MAX = 1
-"""The agent's pool, one connection shared by heartbeats, claims, log lines and serving: each
-holds it for one short transaction (none waits on another while holding it), so a heartbeat
-waits behind one at most, while a fleet of a thousand agents needs a thousand connections
-less (docs/operations.md, "Connection budget")."""
+POOL_MAX = 2
+"""The agent's pool, shared by heartbeats, claims, log lines and serving, each a short
+transaction. A second connection, opened when they meet, keeps a log write that the server
+holds up (a lock, a full disk) from holding up the job's reports and the node's heartbeats
+behind it; more would only raise what a fleet costs the server (docs/operations.md,
+"Connection budget")."""
 AGENT_CONNECTIONS = POOL_MAX + 1
 """The most server connections an agent opens: its pool and its one LISTEN connection."""
 
