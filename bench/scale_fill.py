@@ -151,7 +151,9 @@ CREATE TABLE IF NOT EXISTS bench_scale_fill (
 
 
 async def _fill(url: str, label: str, target: int, say: Say) -> None:
-    pool = await create_pool(url, min_size=3, max_size=3)
+    # As the owner: history is bulk-loaded with COPY, which row-level security (on allocations
+    # and the log's counters, for agents' logins) refuses to the application's role.
+    pool = await create_pool(url, min_size=3, max_size=3, role=None)
     store = EventStore(pool, EVENT_REGISTRY)
     listener = LogListener(url)
     runner = projection_runner(pool, store, listener)
@@ -328,7 +330,7 @@ async def _append_batch(
         await conn.copy_records_to_table(
             "job_logs",
             records=[
-                (j.job_id, 1, 0, "stdout", seq, seq, j.ended, line)
+                (j.job_id, 1, 0, "stdout", seq, seq, j.ended, line, j.tenant)
                 for j in kept
                 for seq, line in enumerate(LOG_LINES, start=1)
             ],
@@ -357,7 +359,7 @@ ALLOCATION_COLUMNS = (
     "allocated_at",
     "released_at",
 )
-LOG_COLUMNS = ("job_id", "attempt", "learner", "stream", "seq", "id", "at", "line")
+LOG_COLUMNS = ("job_id", "attempt", "learner", "stream", "seq", "id", "at", "line", "tenant")
 LOG_LINES = (
     "epoch 10/10 loss 0.0123 accuracy 0.9871 throughput 1834.2 samples/s",
     "saved the final model to /output/model.pt (52,428,800 bytes)",

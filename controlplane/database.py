@@ -132,9 +132,10 @@ async def connect(url: str, *, role: Role | None = APP_ROLE) -> asyncpg.Connecti
 
 
 async def create_pool(
-    url: str, *, min_size: int = 2, max_size: int = 10, role: Role = APP_ROLE
+    url: str, *, min_size: int = 2, max_size: int = 10, role: Role | None = APP_ROLE
 ) -> asyncpg.Pool:
-    """A pool of connections that all run as `role`: the control plane's, or an agent's."""
+    """A pool of connections that all run as `role`: the control plane's, or an agent's (None:
+    as the login itself, for a benchmark's bulk load of history)."""
     try:
         pool = await asyncpg.create_pool(
             url,
