@@ -22,8 +22,13 @@ TRAIN = [sys.executable, "-m", "runners.examples.classifier", "--seed", "11", "-
 
 
 async def final_loss(plane: Plane, job_id: UUID) -> float:
+    """The final loss the job's last attempt reported (an attempt killed just as it ended may
+    have reported one too, before the kill landed)."""
     points = await read_metrics(plane.pool, job_id)
-    finals = [p.values["final_loss"] for p in points if "final_loss" in p.values]
+    last = max(p.attempt for p in points)
+    finals = [
+        p.values["final_loss"] for p in points if p.attempt == last and "final_loss" in p.values
+    ]
     assert len(finals) == 1
     return finals[0]
 
