@@ -141,8 +141,11 @@ async def test_the_worst_values_allowed_never_stop_the_control_plane(
 
     # The ceilings, accepted while no node is known (a node then bounds a job tighter), once
     # the admin lets acme hold that much in all (the admission policy's totals, where the
-    # tenant's limits have them).
-    totals = {"cpus": MAX_LEARNERS * MAX_CPUS, "memory_mb": MAX_LEARNERS * MAX_MEMORY_MB}
+    # tenant's limits have them), beside the smallest job and a search's first trial.
+    totals = {
+        "cpus": MAX_LEARNERS * MAX_CPUS + 1,
+        "memory_mb": MAX_LEARNERS * MAX_MEMORY_MB + 2 * MIN_MEMORY_MB,
+    }
     raised = {name: value for name, value in totals.items() if name in TenantLimits.model_fields}
     if raised:
         response = await client.put(
