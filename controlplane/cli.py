@@ -969,13 +969,7 @@ async def cmd_bench_scale(args: argparse.Namespace, settings: Settings) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
-    # It names databases the benchmark creates and drops: a plain identifier only.
-    if not DATABASE_PREFIX.fullmatch(args.database_prefix):
-        print(
-            "trainyard: --database-prefix takes lowercase letters, digits and _ (at most 40, "
-            "a letter or _ first)",
-            file=sys.stderr,
-        )
+    if not _database_prefix_ok(args.database_prefix):
         return EXIT_USAGE
     url = await _database(settings)
     result = await run(
@@ -994,6 +988,19 @@ async def cmd_bench_scale(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _database_prefix_ok(prefix: str) -> bool:
+    """Whether a benchmark's --database-prefix is a plain identifier (it names databases the
+    benchmark creates and drops); says why not on stderr."""
+    if DATABASE_PREFIX.fullmatch(prefix):
+        return True
+    print(
+        "trainyard: --database-prefix takes lowercase letters, digits and _ (at most 40, "
+        "a letter or _ first)",
+        file=sys.stderr,
+    )
+    return False
+
+
 async def cmd_bench_logs(args: argparse.Namespace, settings: Settings) -> int:
     from bench.logs import run_search
 
@@ -1003,12 +1010,7 @@ async def cmd_bench_logs(args: argparse.Namespace, settings: Settings) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
-    if not DATABASE_PREFIX.fullmatch(args.database_prefix):
-        print(
-            "trainyard: --database-prefix takes lowercase letters, digits and _ (at most 40, "
-            "a letter or _ first)",
-            file=sys.stderr,
-        )
+    if not _database_prefix_ok(args.database_prefix):
         return EXIT_USAGE
     url = await _database(settings)
     result = await run_search(

@@ -34,7 +34,7 @@ import aiohttp
 from controlplane.database import connect
 from controlplane.migrate import migrate
 from harness.ha import HaCluster
-from harness.served import free_port
+from harness.served import free_port, until_interrupted
 
 PG_BIN: Final = Path("/usr/lib/postgresql/15/bin")
 STANZA: Final = "trainyard"
@@ -410,12 +410,7 @@ async def _serve(keep: bool) -> None:
         )
         if archived.user is not None:
             print(f"(as root, run them as {archived.user.pw_name}: runuser -u {SYSTEM_USER} --)")
-        print("press Ctrl-C to stop")
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(signum, stop.set)
-        await stop.wait()
+        await until_interrupted()
 
 
 def main() -> None:

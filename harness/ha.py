@@ -29,7 +29,7 @@ import asyncpg
 
 from controlplane.database import connect
 from controlplane.migrate import migrate
-from harness.served import free_port
+from harness.served import free_port, until_interrupted
 
 PG_BIN: Final = Path("/usr/lib/postgresql/15/bin")
 SCOPE: Final = "trainyard"
@@ -377,12 +377,7 @@ async def _serve(keep: bool) -> None:
         for member in cluster.members:
             print(f"  {member.name}: postgres 127.0.0.1:{member.pg_port}, patroni {member.api}")
         print(f"export TRAINYARD_DATABASE_URL='{cluster.url()}'")
-        print("press Ctrl-C to stop")
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(signum, stop.set)
-        await stop.wait()
+        await until_interrupted()
 
 
 def main() -> None:

@@ -20,6 +20,17 @@ READY_PROBE_S = 0.02
 recovery benchmark's readiness figures."""
 
 
+async def until_interrupted() -> None:
+    """Return on SIGINT or SIGTERM: what a harness run for a person (`python -m harness.ha`)
+    waits for before it stops what it started."""
+    print("press Ctrl-C to stop")
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    await stop.wait()
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
