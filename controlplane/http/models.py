@@ -20,6 +20,7 @@ from typing import Annotated, Any
 from uuid import UUID
 
 from aiohttp import BodyPartReader, web
+from aiohttp.http_exceptions import BadHttpMessage
 from pydantic import BaseModel, ConfigDict, Field, HttpUrl, StringConstraints
 
 from controlplane.admission.policy import Room
@@ -483,9 +484,10 @@ async def _chunks(part: BodyPartReader) -> AsyncIterator[bytes]:
         )
 
 
-MALFORMED = (ValueError, AssertionError, KeyError)
+MALFORMED = (ValueError, AssertionError, KeyError, BadHttpMessage)
 """What aiohttp's multipart reader raises on a body that breaks the framing (no boundary, one
-too long, a part that does not start with it): its asserts check the client's input."""
+too long, a part that does not start with it; its asserts check the client's input) or holds
+a part header its parser refuses (a control character: InvalidHeader)."""
 
 
 def _malformed(exc: Exception) -> web.HTTPException:

@@ -246,6 +246,9 @@ async def test_a_body_that_breaks_the_multipart_framing_is_refused_and_keeps_not
         ("multipart/form-data", cut),  # no boundary
         ("multipart/form-data; boundary=" + "X" * 71, cut),  # longer than RFC 2046 allows
         ("multipart/form-data; boundary=YY", cut),  # a body not framed by it
+        # A control character in a part's header: aiohttp's parser refuses it with an error of
+        # its own, not a ValueError (schemathesis found this one as a 500).
+        ("multipart/form-data; boundary=XX", cut.replace(b"form-data;", b"form-\x01data;", 1)),
     ]:
         refused = await client.post(
             "/v1/models/m/versions",
