@@ -311,7 +311,7 @@ async def stream_events(request: web.Request) -> web.StreamResponse:
     a comment heartbeat while idle; the stream ends once a terminal state has been sent."""
     who = principal(request)
     job = await visible_job(request, who)
-    after = _last_event_id(request)
+    after = params.resume_after(request.query, request.headers)
     response = web.StreamResponse(headers=SSE_HEADERS)
     with await live_stream(request):
         await response.prepare(request)
@@ -330,14 +330,6 @@ async def _stream(request: web.Request, response: web.StreamResponse, job: Job, 
     await follow(
         request, response, job_stream(job.job_id), lambda: jobs.history(job.job_id), sender
     )
-
-
-def _last_event_id(request: web.Request) -> int:
-    if "Last-Event-ID" in request.headers:
-        after = params.position(request.headers["Last-Event-ID"], "Last-Event-ID")
-    else:
-        after = params.position(request.query.get("after"), "after")
-    return after or 0
 
 
 class _Sender:

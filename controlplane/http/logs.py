@@ -98,15 +98,11 @@ class LogQuery:
 
 def parse_query(query: Mapping[str, str], headers: Mapping[str, str]) -> LogQuery:
     """The request's filters and cursor; a 400 naming the field for anything malformed."""
-    if "Last-Event-ID" in headers:
-        after = params.position(headers["Last-Event-ID"], "Last-Event-ID")
-    else:
-        after = params.position(query.get("after"), "after")
     return LogQuery(
         attempt=params.integer(query.get("attempt"), "attempt", minimum=1),
         learner=params.integer(query.get("learner"), "learner", minimum=0),
         follow=params.boolean(query.get("follow"), "follow", default=False),
-        after=after or 0,
+        after=params.resume_after(query, headers),
         protocol=params.boolean(query.get("protocol"), "protocol", default=False),
     )
 

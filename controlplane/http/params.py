@@ -9,7 +9,7 @@ and its headers were sent, so the client sees a broken response instead of an er
 from __future__ import annotations
 
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from datetime import UTC, datetime
 from typing import Any, overload
 from uuid import UUID
@@ -43,6 +43,16 @@ def integer(
 def position(raw: str | None, field: str) -> int | None:
     """A place in a log (an event position or a log line id, both bigint): resume after it."""
     return integer(raw, field, minimum=0, maximum=INT8_MAX)
+
+
+def resume_after(query: Mapping[str, str], headers: Mapping[str, str]) -> int:
+    """Where a stream resumes: after `Last-Event-ID` (a reconnecting EventSource sends it),
+    else after `?after=`, else from the start. Both are checked when both are sent, so that a
+    malformed `after` is refused whether or not a header happens to come with it."""
+    after = position(query.get("after"), "after")
+    if "Last-Event-ID" in headers:
+        after = position(headers["Last-Event-ID"], "Last-Event-ID")
+    return after or 0
 
 
 def boolean(raw: str | None, field: str, *, default: bool) -> bool:

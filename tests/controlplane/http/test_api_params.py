@@ -64,6 +64,16 @@ async def test_parameters_out_of_range_or_unstorable_are_400_naming_them(
             acme,
             "Last-Event-ID",
         ),
+        # A malformed `after` is refused also when a Last-Event-ID comes with it.
+        ("GET", f"/v1/jobs/{job}/logs", {"after": "false"}, {"Last-Event-ID": "1"}, acme, "after"),
+        (
+            "GET",
+            f"/v1/jobs/{job}/events",
+            {"after": "false"},
+            {"Last-Event-ID": "1"},
+            acme,
+            "after",
+        ),
         ("GET", f"/v1/jobs/{job}/events", {"after": PAST_INT8}, {}, acme, "after"),
         ("GET", f"/v1/jobs/{job}/events", {}, {"Last-Event-ID": "7_0"}, acme, "Last-Event-ID"),
         ("GET", f"/v1/jobs/{job}", {"as_of": "0001-01-01T00:00:00+01:00"}, {}, acme, "as_of"),
