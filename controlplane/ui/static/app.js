@@ -2,7 +2,7 @@
 // when it is left, so a tab never holds more than the page it shows).
 import { ApiError, session, signIn, signInProviders, signOut, Stream, whenSignedOut, whoAmI } from "./api.js";
 import { errorBox, fill, h, message, refreshAges } from "./dom.js";
-import { jobsList } from "./jobs.js";
+import { forgetPicks, jobsList } from "./jobs.js";
 
 // The jobs list comes with the page; every other page's module is fetched the first time it
 // is shown, so the first load stays small.
@@ -222,6 +222,8 @@ function signedIn() {
 whenSignedOut(() => showSignIn("Your session has ended: sign in again."));
 
 $("sign-out").addEventListener("click", async () => {
+  // Whoever signs in next in this tab starts without the jobs picked on the list.
+  forgetPicks();
   try {
     await signOut();
     showSignIn("Signed out.");

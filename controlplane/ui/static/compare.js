@@ -1,16 +1,13 @@
-// Jobs compared: their metric curves overlaid on one chart, picked from a search's trials (a
-// trial's rungs are jobs of their own, drawn as one curve) or added by id. The page's address
-// holds the jobs (`#/compare?jobs=A.B,C`: one curve per comma, its jobs joined by dots), so a
-// comparison is a link to share and Back returns to it.
+// Jobs compared: their metric curves overlaid on one chart, picked on the jobs list, from a
+// search's trials (a trial's rungs are jobs of their own, drawn as one curve) or added by id.
+// The page's address holds the jobs (`#/compare?jobs=A.B,C`: one curve per comma, its jobs
+// joined by dots; jobs.js writes it), so a comparison is a link to share and Back returns to it.
 import { api } from "./api.js";
 import { plot } from "./charts.js";
 import { badge, card, empty, enc, errorBox, fill, h, jobLink, num } from "./dom.js";
-import { TERMINAL } from "./jobs.js";
+import { MOST_COMPARED as MOST, TERMINAL } from "./jobs.js";
 
-const MOST = 16; // curves: past this a chart of overlaid lines is no longer read line by line
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
-
-export const compareHash = (groups) => `#/compare?${new URLSearchParams({ jobs: groups.map((g) => g.join(".")).join(",") })}`;
 
 function groupsOf(q) {
   return (q.get("jobs") || "")
@@ -49,11 +46,12 @@ export async function comparePage(ctx) {
   const chartBox = h("div", { class: "chartbox", "data-test": "compare-box" });
   const tableBox = h("div", { "data-test": "compare-jobs" });
   const note = h("div");
+  const missing = h("div");
   fill(
     ctx.root,
     h("div", { class: "head" }, h("h1", null, "Compare jobs"), h("span", { class: "muted" }, `${groups.length} curve${groups.length === 1 ? "" : "s"}`)),
     note,
-    card("Metric curves", h("div", { class: "toolbar" }, h("label", null, "metric ", metricPick), h("label", null, logScale, " log scale")), chartBox),
+    card("Metric curves", h("div", { class: "toolbar" }, h("label", null, "metric ", metricPick), h("label", null, logScale, " log scale")), missing, chartBox),
     card("Jobs", tableBox, addForm),
   );
   const go = (next) => ctx.set({ jobs: next.length ? next.map((g) => g.join(".")).join(",") : null });
@@ -70,7 +68,7 @@ export async function comparePage(ctx) {
     }
     go([...groups, [id]]);
   });
-  if (groups.length < 2) fill(note, empty("Pick two or more trials on a search's page, or add jobs by their ids below.", "compare-few"));
+  if (groups.length < 2) fill(note, empty("Pick two or more jobs on the jobs list or trials on a search's page, or add jobs by their ids below.", "compare-few"));
 
   let loaded = [];
   const draw = () => {
@@ -82,7 +80,23 @@ export async function comparePage(ctx) {
     if (chosen) metricPick.value = chosen;
     const curves = loaded.map((g, i) => ({ ...g, color: i, points: g.reports && chosen ? curveOf(g.reports, chosen) : [] }));
     const name = (g) => (g.jobs ? g.jobs[0].manifest.name : g.group[0].slice(0, 8));
-    if (!names.length) fill(chartBox, empty(shown.length ? "These jobs reported no metrics." : "No jobs to compare.", "compare-empty"));
+    // A job that reported nothing (still queued, or a job that never logs metrics), or not the
+    // chosen metric, has no line: said above the chart and in its row, so that a curve missing
+    // from the chart is never taken for one hidden under another.
+    const why = (c) => {
+      if (!c.reports || c.points.length) return null;
+      const still = c.jobs.some((j) => !TERMINAL.has(j.state));
+      if (!c.reports.some((r) => r.length)) return still ? "no metrics reported yet" : "reported no metrics";
+      return `reported no ${chosen}${still ? " yet" : ""}`;
+    };
+    const quiet = curves.filter(why);
+    fill(
+      missing,
+      quiet.length && names.length
+        ? h("p", { class: "muted", "data-test": "compare-no-metrics" }, `Not drawn: ${quiet.map((c) => `${name(c)} · ${c.group[c.group.length - 1].slice(0, 8)} (${why(c)})`).join("; ")}.`)
+        : null,
+    );
+    if (!names.length) fill(chartBox, empty(shown.length ? "These jobs have reported no metrics." : loaded.length ? "None of these jobs could be read: see each below." : "No jobs to compare.", "compare-empty"));
     else {
       plot(
         chartBox,
@@ -115,11 +129,11 @@ export async function comparePage(ctx) {
               return h(
                 "tr",
                 { "data-compare": c.group.join(".") },
-                h("td", null, h("span", { class: `key c${c.color % 8}` })),
+                h("td", null, c.points.length ? h("span", { class: `key c${c.color % 8}` }) : null),
                 h("td", null, c.jobs ? h("a", { href: `#/jobs/${enc(last.id)}`, class: "strong" }, name(c)) : errorBox(c.error, "compare-error")),
                 h("td", null, last ? badge(last.state) : ""),
                 h("td", null, c.group.map((id) => [jobLink(id), " "])),
-                h("td", null, c.points.length ? num(c.points[c.points.length - 1][1]) : "—"),
+                h("td", null, c.points.length ? num(c.points[c.points.length - 1][1]) : why(c) ? h("span", { class: "muted", "data-test": "compare-no-metric" }, why(c)) : "—"),
                 h("td", null, num(lowest)),
                 h("td", null, num(highest)),
                 h("td", null, String(c.points.length)),

@@ -5,7 +5,7 @@
 // trials are picked to be compared on a page of their own (compare.js).
 import { api, query } from "./api.js";
 import { markPicked, parallel, plot, traces } from "./charts.js";
-import { compareHash } from "./compare.js";
+import { compareHash } from "./jobs.js";
 import { badge, card, compactJson, empty, enc, fill, h, jobLink, kv, link, num, pager, table, when } from "./dom.js";
 
 const STATES = ["running", "completed", "failed", "cancelled"];
