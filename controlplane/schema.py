@@ -290,8 +290,7 @@ job_logs = Table(
     Column("at", DateTime(timezone=True), nullable=False),
     Column("line", Text, nullable=False),
     # Its job's tenant, for the search across a tenant's logs (migration 0034); NULL for a job
-    # job_status does not know. The trigram index beside it exists only where the server has
-    # pg_trgm and btree_gin, so it is not declared here.
+    # job_status does not know. The search's indexes are job_log_search's (migration 0035).
     Column("tenant", Text),
     CheckConstraint("attempt > 0"),
     CheckConstraint("learner >= 0"),
@@ -299,7 +298,36 @@ job_logs = Table(
     CheckConstraint("seq > 0"),
     CheckConstraint("id > 0"),
     UniqueConstraint("job_id", "id", name="job_logs_cursor_key"),
-    Index("job_logs_tenant_order", "tenant", "at", "job_id", "id"),
+)
+
+# The searchable copy of every line with a tenant, filled behind the writers by the indexer
+# (migration 0035). Its trigram index exists only where the server has pg_trgm and btree_gin,
+# so it is not declared here.
+job_log_search = Table(
+    "job_log_search",
+    metadata,
+    Column("job_id", Uuid, primary_key=True),
+    Column("id", BigInteger, primary_key=True, autoincrement=False),
+    Column("tenant", Text, nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("learner", Integer, nullable=False),
+    Column("stream", Text, nullable=False),
+    Column("seq", BigInteger, nullable=False),
+    Column("at", DateTime(timezone=True), nullable=False),
+    Column("line", Text, nullable=False),
+    Index("job_log_search_order", "tenant", "at", "job_id", "id"),
+)
+
+# The ranges of lines stored but not yet copied into job_log_search (migration 0035).
+job_log_search_queue = Table(
+    "job_log_search_queue",
+    metadata,
+    Column("entry", BigInteger, Identity(always=True), primary_key=True),
+    Column("tenant", Text, nullable=False),
+    Column("job_id", Uuid, nullable=False),
+    Column("first_id", BigInteger, nullable=False),
+    Column("last_id", BigInteger, nullable=False),
+    Index("job_log_search_queue_tenant", "tenant"),
 )
 
 job_log_heads = Table(

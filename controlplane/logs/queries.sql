@@ -102,12 +102,14 @@ SELECT '' ~ $1;
 -- arrives escaped as one; $3: ignoring case), newest first by (at, job_id, id), below the
 -- cursor ($4, $5, $6; none on the first page). Optionally of the jobs $7 only, of the jobs whose
 -- labels hold $8, stored at or after $9, and without the launcher's reports unless $11.
+-- Reads job_log_searched, the indexed copy of the lines and the few queued for it, in one
+-- snapshot (migrations/0035_log_search_indexer.sql): a line is found once its writer commits.
 -- Planned for each call's own values (the caller sets plan_cache_mode): the NULL filters fold
 -- away, and the pattern's estimated frequency chooses between reading the tenant's lines
--- newest first (job_logs_tenant_order: common terms) and the trigram index (job_logs_search:
--- rare terms), see migrations/0034_log_search.sql.
+-- newest first (job_log_search_order: common terms) and the trigram index
+-- (job_log_search_trigrams: rare terms); the queued lines are matched one by one.
 SELECT l.job_id, l.attempt, l.learner, l.stream, l.seq, l.id, l.at, l.line
-FROM job_logs l
+FROM job_log_searched l
 WHERE l.tenant = $1
   AND CASE WHEN $3::boolean THEN l.line ~* $2 ELSE l.line ~ $2 END
   AND ($4::timestamptz IS NULL OR (l.at, l.job_id, l.id) < ($4, $5::uuid, $6::bigint))
@@ -125,9 +127,9 @@ LIMIT $10;
 -- ago by the database's clock. A line is stored a moment after it is printed (an agent ships
 -- each learner's lines every fraction of a second), so a follower that waits that long sees
 -- every line of the moment before its cursor moves past it; one stored later still is found by
--- searching, not by following.
+-- searching, not by following. Like the search, it reads the indexed and the queued lines.
 SELECT l.job_id, l.attempt, l.learner, l.stream, l.seq, l.id, l.at, l.line
-FROM job_logs l
+FROM job_log_searched l
 WHERE l.tenant = $1
   AND CASE WHEN $3::boolean THEN l.line ~* $2 ELSE l.line ~ $2 END
   AND (l.at, l.job_id, l.id) > ($4::timestamptz, $5::uuid, $6::bigint)
@@ -144,3 +146,8 @@ LIMIT $10;
 -- Where a follow of the log search starts: the lines printed from now on (by the database's
 -- clock).
 SELECT now();
+
+-- name: index_job_log_lines
+-- Log search's indexer (the lifecycle manager, each sweep): copies about $1 queued lines into
+-- the search's indexed table; how many it copied (migrations/0035_log_search_indexer.sql).
+SELECT index_job_log_lines($1);
