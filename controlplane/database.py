@@ -16,7 +16,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
-from controlplane.failures import BackendUnreachable
+from controlplane.failures import BackendUnreachable, CommandFailed
 from controlplane.invariants import InvariantBroken
 from controlplane.queries import Q
 from controlplane.settings import Settings
@@ -24,6 +24,9 @@ from controlplane.settings import Settings
 APP_ROLE: Final = "trainyard_app"
 AGENT_ROLE: Final = "trainyard_agent"
 Role = Literal["trainyard_app", "trainyard_agent"]
+APPLICATION_NAME: Final = "trainyard"
+PLANNER_SETTINGS: Final = {"jit": "off", "plan_cache_mode": "force_generic_plan"}
+"""Every session's planner settings (why: `_settings`)."""
 """The role a session runs as (SET ROLE at connection start); None: the login's own rights."""
 
 
@@ -51,6 +54,11 @@ work later may succeed, however often it failed."""
 
 class DatabaseUnavailable(BackendUnreachable):
     """The database cannot be reached or started; the message is one line for the operator."""
+
+
+class LoginUnprepared(CommandFailed):
+    """Sessions through the pooler do not run as the agent role with the planner settings: the
+    login lacks the settings `trainyard agent-login create` and `bind` give it."""
 
 
 class Executor(Protocol):
@@ -136,12 +144,62 @@ async def create_pool(
 ) -> asyncpg.Pool:
     """A pool of connections that all run as `role`: the control plane's, or an agent's (None:
     as the login itself, for a benchmark's bulk load of history)."""
+    return await _pool(url, min_size, max_size, server_settings=_settings(role))
+
+
+async def create_pooled_pool(url: str, *, min_size: int, max_size: int) -> asyncpg.Pool:
+    """A pool whose connections go through pgBouncer in transaction mode (`url` is pgBouncer's),
+    for an agent login's queries: a fleet's agents then share pgBouncer's server connections
+    (docs/operations.md, "Connection budget").
+
+    Each transaction may run on another server connection, so nothing may outlive one: no
+    named prepared statements (asyncpg's statement cache; a statement is prepared unnamed and
+    run in the same exchange), and no startup settings but the application's name, which
+    pgBouncer 1.18 refuses. The login's own settings give the session its role, JIT and plan
+    cache mode instead (`agent_login_settings`, written by `trainyard agent-login create` and
+    `bind`); LoginUnprepared when they are not there, rather than an agent that would run as
+    the login with the planner's defaults."""
+    pool = await _pool(
+        url,
+        min_size,
+        max_size,
+        server_settings={"application_name": APPLICATION_NAME},
+        statement_cache_size=0,
+    )
+    try:
+        session = await pool.fetchrow(Q["session_settings"])
+    except BaseException:
+        await pool.close()
+        raise
+    if session is None:
+        raise InvariantBroken("session_settings returned no row")
+    wanted = login_settings()
+    found = {key: session[key] for key in wanted}
+    if found != wanted:
+        await pool.close()
+        raise LoginUnprepared(
+            f"sessions through the pooler at {describe(url)} run with {found}, not {wanted}: "
+            "give the agent login its settings (as the database's owner: trainyard "
+            "agent-login bind NAME --node NODE)"
+        )
+    return pool
+
+
+async def _pool(
+    url: str,
+    min_size: int,
+    max_size: int,
+    *,
+    server_settings: dict[str, str],
+    statement_cache_size: int = 100,
+) -> asyncpg.Pool:
     try:
         pool = await asyncpg.create_pool(
             url,
             min_size=min_size,
             max_size=max_size,
-            server_settings=_settings(role),
+            server_settings=server_settings,
+            statement_cache_size=statement_cache_size,
             reset=_keep_session,
             timeout=10,
         )
@@ -174,14 +232,17 @@ def _settings(role: Role | None) -> dict[str, str]:
     # array parameters make a generic plan look dearer than it is), and planning took as long
     # as running them (0.2 ms of 0.4 for an append, 0.65 of 1 for a claim). The one statement
     # whose best plan depends on its values plans per call (`plan_per_call`, listing jobs).
-    settings = {
-        "application_name": "trainyard",
-        "jit": "off",
-        "plan_cache_mode": "force_generic_plan",
-    }
+    settings = {"application_name": APPLICATION_NAME, **PLANNER_SETTINGS}
     if role is not None:
         settings["role"] = role
     return settings
+
+
+def login_settings() -> dict[str, str]:
+    """What an agent login's sessions must start with when they cannot be sent at connection
+    start (through pgBouncer): the agent role and the planner settings, set on the login
+    itself (ALTER ROLE ... SET) by `trainyard agent-login create` and `bind`."""
+    return {"role": AGENT_ROLE, **PLANNER_SETTINGS}
 
 
 async def ping(db: Executor) -> None:

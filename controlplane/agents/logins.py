@@ -13,7 +13,7 @@ import secrets
 
 import asyncpg
 
-from controlplane.database import AGENT_ROLE, connect
+from controlplane.database import AGENT_ROLE, connect, login_settings
 from controlplane.queries import Q
 
 LOGIN_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
@@ -81,8 +81,9 @@ def scram_verifier(password: str, *, salt: bytes | None = None) -> str:
 
 
 async def create_agent_login(url: str, name: str, password: str, node: str) -> None:
-    """Create the LOGIN role `name`, a member of trainyard_agent only, bound to `node`, as the
-    login of `url` (which needs CREATEROLE). LoginExists if the name is taken; InvalidLogin for
+    """Create the LOGIN role `name`, a member of trainyard_agent only, bound to `node`, with
+    its sessions' settings as its own (for sessions through pgBouncer), as the login of `url`
+    (which needs CREATEROLE). LoginExists if the name is taken; InvalidLogin for
     bad input. The role and its binding are made in one transaction: never one without the
     other."""
     check_login_name(name)
@@ -97,6 +98,7 @@ async def create_agent_login(url: str, name: str, password: str, node: str) -> N
         try:
             async with conn.transaction():
                 await conn.execute(statement)
+                await _give_settings(conn, name)
                 await conn.execute(Q["bind_agent_login"], name, node)
         except asyncpg.DuplicateObjectError as exc:  # created meanwhile by someone else
             raise LoginExists(
@@ -108,7 +110,8 @@ async def create_agent_login(url: str, name: str, password: str, node: str) -> N
 
 async def bind_agent_login(url: str, name: str, node: str) -> str | None:
     """Bind the existing agent login `name` to `node` in `url`'s database (a login made before
-    logins were bound, or one moved to another machine), as the login of `url` (the owner's).
+    logins were bound, or one moved to another machine), and give it its sessions' settings
+    (a login made before it had them), as the login of `url` (the owner's).
     Returns the node it was bound to before, if any. InvalidLogin when `name` is not a login
     of the agent role."""
     check_login_name(name)
@@ -123,10 +126,23 @@ async def bind_agent_login(url: str, name: str, node: str) -> str | None:
             )
         async with conn.transaction():
             before: str | None = await conn.fetchval(Q["agent_login_node"], name)
+            # A login created before logins carried their settings gets them here.
+            await _give_settings(conn, name)
             await conn.execute(Q["bind_agent_login"], name, node)
     finally:
         await conn.close()
     return before
+
+
+async def _give_settings(conn: asyncpg.Connection, name: str) -> None:
+    """Make `database.login_settings()` the login's own, so that its sessions through pgBouncer
+    run as the agent role with the planner settings (`database.create_pooled_pool`)."""
+    settings = login_settings()
+    statements = await conn.fetch(
+        Q["agent_login_settings_statements"], name, list(settings), list(settings.values())
+    )
+    for (statement,) in statements:
+        await conn.execute(statement)
 
 
 async def _require_agent_role(conn: asyncpg.Connection) -> None:

@@ -257,6 +257,15 @@ SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1);
 SELECT format('CREATE ROLE %I LOGIN PASSWORD %L NOSUPERUSER NOCREATEDB NOCREATEROLE '
               'NOREPLICATION NOBYPASSRLS IN ROLE trainyard_agent', $1::text, $2::text);
 
+-- name: agent_login_settings_statements
+-- The login's own settings (ALTER ROLE takes no parameters: the server quotes them), one
+-- statement for each of $2 = $3: what its sessions otherwise send at connection start (the
+-- agent role, the planner settings), which pgBouncer 1.18 refuses as startup parameters. A
+-- session through pgBouncer in transaction mode starts with them from the login, as every
+-- session of the login does (one it sends them for just sends the same).
+SELECT format('ALTER ROLE %I SET %I = %L', $1::text, s.key, s.value)
+FROM unnest($2::text[], $3::text[]) AS s(key, value);
+
 -- name: login_excess
 -- What the session's login may do beyond the agent role: its attributes, the tables of this
 -- database it owns (through any role it belongs to), and the roles it belongs to that the
