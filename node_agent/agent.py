@@ -74,6 +74,11 @@ class AgentConfig:
     ttl_s: float = 10.0
     grace_s: float = 10.0
     poll_s: float = 1.0
+    listen: bool = True
+    """Whether the agent holds a LISTEN connection for its wake-up hints (claimable jobs,
+    requests, its replicas' tasks); without one it does each every `poll_s`, and a fleet of
+    such agents behind pgBouncer needs no server connection each (docs/operations.md,
+    "Connection budget")."""
     runtime: str = "process"
     """How learners run: "process" (child processes) or "docker" (containers)."""
     request_gpus: bool = True

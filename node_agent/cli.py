@@ -52,6 +52,10 @@ log = logging.getLogger("node_agent")
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 
+WAKES = ("listen", "poll")
+POOLER_URL_ENV = "TRAINYARD_POOLER_URL"
+"""pgBouncer's URL (transaction mode) for the agent's queries, as the same login as
+$TRAINYARD_DATABASE_URL, which the agent still uses for LISTEN and its checks at start."""
 AGENT_URL_ENV = "TRAINYARD_AGENT_DATABASE_URL"
 """Where `agent install` also takes the agent login's URL (out of `ps` and the shell history)."""
 AGENT_LOGIN_HINT = (
@@ -215,6 +219,24 @@ def _agent_options(command: argparse.ArgumentParser, *, defaults: bool) -> None:
         help="seconds between SIGTERM and SIGKILL (default: 10)",
     )
     command.add_argument(
+        "--wake",
+        choices=WAKES,
+        default=default("listen"),
+        help="how the agent hears of claimable jobs, requests and its replicas' tasks: "
+        "listen holds a LISTEN connection to the server ($TRAINYARD_DATABASE_URL, never "
+        "pgBouncer's) and acts on a notification at once; poll holds none and acts every "
+        "--poll seconds, so that a fleet behind pgBouncer needs no server connection per "
+        "agent (default: listen; keep it on nodes that run serving replicas)",
+    )
+    command.add_argument(
+        "--poll",
+        type=float,
+        metavar="SECONDS",
+        default=default(1.0),
+        help="seconds between the agent's rounds of claims and requests that no notification "
+        "woke (default: 1); with --wake poll, the most a queued job waits for a free node",
+    )
+    command.add_argument(
         "--allow-privileged-login",
         action="store_true",
         default=default(False),
@@ -239,6 +261,8 @@ def option_problem(args: argparse.Namespace) -> str | None:
         return "--ttl must be longer than --heartbeat"
     if args.grace < 0:
         return "--grace must be >= 0"
+    if args.poll <= 0:
+        return "--poll must be > 0"
     return None
 
 
@@ -274,6 +298,8 @@ def config_from(args: argparse.Namespace, settings: Settings, runtime: str) -> A
         heartbeat_s=args.heartbeat,
         ttl_s=args.ttl,
         grace_s=args.grace,
+        poll_s=args.poll,
+        listen=args.wake == "listen",
         runtime=runtime,
         # Fake GPUs are not the engine's to hand out (see AgentConfig.request_gpus).
         request_gpus=args.fake_gpus is None,
@@ -323,6 +349,16 @@ def isolation_env(environ: Mapping[str, str]) -> dict[str, str]:
     except ValueError as exc:
         raise InstallError(str(exc)) from None
     return chosen
+
+
+def pooler_env(environ: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """The installing shell's pgBouncer URL, checked (InstallError), for the service's
+    environment file; and the same with its password masked, to print."""
+    url = environ.get(POOLER_URL_ENV)
+    if not url:
+        return {}, {}
+    check_database_url(url)
+    return {POOLER_URL_ENV: url}, {POOLER_URL_ENV: mask_password(url)}
 
 
 def runs_tenants_code(runtime: str | None, *, root: bool, uids: UidRange) -> str:
@@ -403,13 +439,22 @@ async def cmd_agent(args: argparse.Namespace, settings: Settings) -> int:
         if unbound is not None:
             print(f"trainyard agent: error: {unbound}", file=sys.stderr)
             return EXIT_FAILED
+    pooled_url = os.environ.get(POOLER_URL_ENV) or None
+    if pooled_url is not None and not settings.database_url:
+        print(
+            f"trainyard agent: error: ${POOLER_URL_ENV} is set, but $TRAINYARD_DATABASE_URL is "
+            "not: pgBouncer stands in front of a fleet's Postgres, not the embedded one",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    # A name held by a live agent (NodeNameTaken), or a work directory in use by another agent
-    # (WorkDirInUse), is reported by `main`, exit code 1.
-    await run_agent(url, config, fake_gpus=args.fake_gpus, stop=stop)
+    # A name held by a live agent (NodeNameTaken), a work directory in use by another agent
+    # (WorkDirInUse), or a login without its settings for pgBouncer (LoginUnprepared), is
+    # reported by `main`, exit code 1.
+    await run_agent(url, config, fake_gpus=args.fake_gpus, stop=stop, pooled_url=pooled_url)
     return 0
 
 
@@ -470,6 +515,8 @@ def install(args: argparse.Namespace, environ: Mapping[str, str], *, running_as_
         allow_network=tuple(args.allow_network),
         checkpoint_dir=args.checkpoint_dir,
         allow_privileged_login=args.allow_privileged_login,
+        wake=args.wake,
+        poll_s=args.poll,
     )
     unit_path: Path = args.unit_dir / UNIT_NAME
     try:
@@ -478,9 +525,12 @@ def install(args: argparse.Namespace, environ: Mapping[str, str], *, running_as_
             raise InstallError(f"--unit-dir must be an absolute path, not {str(args.unit_dir)!r}")
         unit = render_unit(options)
         chosen = {**images_env(environ), **isolation_env(environ)}
-        env = render_env(url, args.home, {**telemetry_env(environ), **chosen})
+        pooler, shown_pooler = pooler_env(environ)
+        env = render_env(url, args.home, {**telemetry_env(environ), **chosen, **pooler})
         shown_env = render_env(
-            mask_password(url), args.home, {**telemetry_env(environ, masked=True), **chosen}
+            mask_password(url),
+            args.home,
+            {**telemetry_env(environ, masked=True), **chosen, **shown_pooler},
         )
     except InstallError as exc:
         return _install_error(str(exc))

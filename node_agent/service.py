@@ -6,7 +6,7 @@ import asyncio
 import logging
 from uuid import UUID
 
-from controlplane.database import AGENT_ROLE, create_pool
+from controlplane.database import AGENT_ROLE, create_pool, create_pooled_pool
 from controlplane.deployments.wakeups import Wakeups
 from controlplane.events.subscription import LogListener
 from controlplane.failures import CommandFailed
@@ -32,7 +32,8 @@ holds up (a lock, a full disk) from holding up the job's reports and the node's 
 behind it; more would only raise what a fleet costs the server (docs/operations.md,
 "Connection budget")."""
 AGENT_CONNECTIONS = POOL_MAX + 1
-"""The most server connections an agent opens: its pool and its one LISTEN connection."""
+"""The most server connections an agent opens directly: its pool and its one LISTEN connection
+(through pgBouncer, its pool's are pgBouncer's, and a polling agent has no LISTEN one)."""
 
 
 class LeaseLost(CommandFailed):
@@ -46,14 +47,27 @@ async def run_agent(
     fake_gpus: int | None,
     stop: asyncio.Event,
     registered: asyncio.Event | None = None,
+    pooled_url: str | None = None,
 ) -> None:
     """Register the node (NodeNameTaken if its name is held; WorkDirInUse if another agent
     runs on the work directory), take back what an earlier agent of the node left running, work
-    until `stop` is set, then stop the learners, ship the last lines and deregister."""
+    until `stop` is set, then stop the learners, ship the last lines and deregister.
+
+    `url` is the server's, for LISTEN (and for the queries unless `pooled_url`); `pooled_url`
+    is pgBouncer's in transaction mode, as the same login, for every query (LoginUnprepared
+    when the login lacks its settings)."""
     with agent_identity(config.work_dir) as agent_id:
         make_base(config.work_dir)
         make_base(config.checkpoint_root)
-        await _run(url, config, agent_id, fake_gpus=fake_gpus, stop=stop, registered=registered)
+        await _run(
+            url,
+            config,
+            agent_id,
+            fake_gpus=fake_gpus,
+            stop=stop,
+            registered=registered,
+            pooled_url=pooled_url,
+        )
 
 
 async def _run(
@@ -64,17 +78,24 @@ async def _run(
     fake_gpus: int | None,
     stop: asyncio.Event,
     registered: asyncio.Event | None,
+    pooled_url: str | None,
 ) -> None:
     inventory = open_inventory(fake_gpus, config.name, log)
-    # Whatever the login, the agent acts with the agent role's rights only.
-    pool = await create_pool(url, min_size=POOL_MIN, max_size=POOL_MAX, role=AGENT_ROLE)
+    # Whatever the login, the agent acts with the agent role's rights only (through pgBouncer,
+    # by the login's own settings, which create_pooled_pool checks).
+    if pooled_url is None:
+        pool = await create_pool(url, min_size=POOL_MIN, max_size=POOL_MAX, role=AGENT_ROLE)
+    else:
+        pool = await create_pooled_pool(pooled_url, min_size=POOL_MIN, max_size=POOL_MAX)
     # One LISTEN connection for all of the agent's channels: its claim and request hints (see
-    # `node_agent.wakes`) and its replicas' serving hints (counted by key, waking no claim).
+    # `node_agent.wakes`) and its replicas' serving hints (counted by key, waking no claim);
+    # always direct, as LISTEN does not survive transaction pooling. None when the agent polls.
     listener = Wakeups(
         url,
         also=(CLAIMABLE_CHANNEL, REQUESTS_CHANNEL),
         poll_interval=config.poll_s,
         role=AGENT_ROLE,
+        listen=config.listen,
     )
     # Models' requirements: fetched as wheels by the node, installed into a folder a process
     # replica puts on its path, or into the image a container replica runs.

@@ -62,6 +62,9 @@ class ServiceOptions:
     checkpoint_dir: Path | None = None
     allow_privileged_login: bool = False
     """Whether the agent starts with a login that has more than the agent role."""
+    wake: str = "listen"
+    """How the agent is woken: "listen" (a LISTEN connection) or "poll"."""
+    poll_s: float = 1.0
 
 
 def agent_command(opts: ServiceOptions) -> list[str]:
@@ -83,6 +86,7 @@ def agent_command(opts: ServiceOptions) -> list[str]:
         words += ["--checkpoint-dir", str(opts.checkpoint_dir)]
     words += ["--heartbeat", _number(opts.heartbeat_s), "--ttl", _number(opts.ttl_s)]
     words += ["--grace", _number(opts.grace_s)]
+    words += ["--wake", opts.wake, "--poll", _number(opts.poll_s)]
     if opts.allow_privileged_login:
         words.append("--allow-privileged-login")
     return words

@@ -32,7 +32,11 @@ Seen = tuple[int, int]
 
 class Wakeups(LogListener):
     """`also`: more channels on the same connection, each counted as LogListener counts them
-    (a node agent's claim and request hints: one LISTEN connection per agent, not two)."""
+    (a node agent's claim and request hints: one LISTEN connection per agent, not two).
+
+    `listen` False: no LISTEN connection at all, so nothing is notified and every waiter wakes
+    after the poll interval (a node agent that polls, so that a fleet of them needs no server
+    connection each: docs/operations.md, "Connection budget")."""
 
     def __init__(
         self,
@@ -41,10 +45,19 @@ class Wakeups(LogListener):
         poll_interval: float,
         role: Role = APP_ROLE,
         also: Sequence[str] = (),
+        listen: bool = True,
     ) -> None:
         super().__init__(url, channel=CHANNEL, also=also, poll_interval=poll_interval, role=role)
+        self.listens = listen
         self._counts: defaultdict[str, int] = defaultdict(int)
         self._events: dict[str, asyncio.Event] = {}
+
+    async def run(self) -> None:
+        if self.listens:
+            await super().run()
+            return
+        # Nothing to hold: waiters poll. Until `stop()`, as a listener runs.
+        await self._stopping.wait()
 
     def _on_notify(self, _conn: object, _pid: object, channel: str, _payload: object) -> None:
         if channel != CHANNEL:
