@@ -20,7 +20,10 @@ eight tenants, in databases kept between runs), with NODES simulated agents (`be
 - connections: the server connections one real agent holds (`pg_stat_activity`, sampled over
   CONNECTIONS_S of heartbeats and claim rounds), the most its code may open
   (`node_agent.service`), and what `nodes` such agents need of the server's max_connections
-  (the simulated fleet itself shares one pool, so it is counted per real agent).
+  (the simulated fleet itself shares one pool, so it is counted per real agent);
+- pooler: real agents directly against through pgBouncer, listening or polling: their server
+  connections, their transactions a second, and the claim wake latency polling costs
+  (`bench.scale_pooler`).
 
 `growth` is the worst ratio of a hot path's p99 at the largest size to its p99 at the smallest.
 Plots of every figure against the history's size go to `out` as PNG.
@@ -56,6 +59,7 @@ from bench.scale_fill import (
     filled,
     finished_job_id,
 )
+from bench.scale_pooler import measure as measure_pooler
 from controlplane.agents.claims import Releases, claim
 from controlplane.agents.nodes import Nodes
 from controlplane.clock import SYSTEM_CLOCK
@@ -143,11 +147,14 @@ async def run(
 
     by_size: dict[str, dict[str, float]] = {}
     connections: dict[str, float] = {}
+    pooler: dict[str, Any] = {}
     for label in sizes:
         history = await filled(url, label, say, prefix)
         if not connections:
             say(f"scale {label}: one agent's connections ...")
             connections = await _connections(history.url, nodes)
+            say("scale: connections through pgBouncer ...")
+            pooler = await measure_pooler(url, prefix, say)
         say(f"scale {label}: {history.events:,} events; measuring ...")
         # The control plane's home is kept with its database: the admin token it issues on
         # its first start there is read from it by every later run.
@@ -164,6 +171,7 @@ async def run(
         **{key: largest[key] for key in TARGETS if key in largest},
         "growth": round(growth, 2),
         "connections": connections,
+        "pooler": pooler,
         "targets": TARGETS,
         "by_events": by_size,
         "plots": [str(path) for path in _plot(by_size, out)],
