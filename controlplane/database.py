@@ -9,6 +9,7 @@ The database is `TRAINYARD_DATABASE_URL` when set, otherwise an embedded Postgre
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import warnings
 from typing import Any, Final, Literal, Protocol
@@ -24,10 +25,10 @@ from controlplane.settings import Settings
 APP_ROLE: Final = "trainyard_app"
 AGENT_ROLE: Final = "trainyard_agent"
 Role = Literal["trainyard_app", "trainyard_agent"]
+"""The role a session runs as (SET ROLE at connection start); None: the login's own rights."""
 APPLICATION_NAME: Final = "trainyard"
 PLANNER_SETTINGS: Final = {"jit": "off", "plan_cache_mode": "force_generic_plan"}
 """Every session's planner settings (why: `_settings`)."""
-"""The role a session runs as (SET ROLE at connection start); None: the login's own rights."""
 
 
 DATABASE_ERRORS = (
@@ -156,7 +157,7 @@ async def create_pooled_pool(url: str, *, min_size: int, max_size: int) -> async
     named prepared statements (asyncpg's statement cache; a statement is prepared unnamed and
     run in the same exchange), and no startup settings but the application's name, which
     pgBouncer 1.18 refuses. The login's own settings give the session its role, JIT and plan
-    cache mode instead (`agent_login_settings`, written by `trainyard agent-login create` and
+    cache mode instead (`login_settings`, written by `trainyard agent-login create` and
     `bind`); LoginUnprepared when they are not there, rather than an agent that would run as
     the login with the planner's defaults."""
     pool = await _pool(
@@ -168,20 +169,20 @@ async def create_pooled_pool(url: str, *, min_size: int, max_size: int) -> async
     )
     try:
         session = await pool.fetchrow(Q["session_settings"])
+        if session is None:
+            raise InvariantBroken("session_settings returned no row")
+        wanted = login_settings()
+        found = {key: session[key] for key in wanted}
+        if found != wanted:
+            raise LoginUnprepared(
+                f"sessions through the pooler at {describe(url)} run with {found}, not "
+                f"{wanted}: give the agent login its settings (as the database's owner: "
+                "trainyard agent-login bind NAME --node NODE)"
+            )
     except BaseException:
-        await pool.close()
+        # Shielded: a cancelled start must still close what it opened.
+        await asyncio.shield(pool.close())
         raise
-    if session is None:
-        raise InvariantBroken("session_settings returned no row")
-    wanted = login_settings()
-    found = {key: session[key] for key in wanted}
-    if found != wanted:
-        await pool.close()
-        raise LoginUnprepared(
-            f"sessions through the pooler at {describe(url)} run with {found}, not {wanted}: "
-            "give the agent login its settings (as the database's owner: trainyard "
-            "agent-login bind NAME --node NODE)"
-        )
     return pool
 
 

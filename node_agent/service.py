@@ -89,7 +89,8 @@ async def _run(
         pool = await create_pooled_pool(pooled_url, min_size=POOL_MIN, max_size=POOL_MAX)
     # One LISTEN connection for all of the agent's channels: its claim and request hints (see
     # `node_agent.wakes`) and its replicas' serving hints (counted by key, waking no claim);
-    # always direct, as LISTEN does not survive transaction pooling. None when the agent polls.
+    # always direct, as LISTEN does not survive transaction pooling. No connection at all when
+    # the agent polls (`config.listen` False): every wait then ends at the poll interval.
     listener = Wakeups(
         url,
         also=(CLAIMABLE_CHANNEL, REQUESTS_CHANNEL),

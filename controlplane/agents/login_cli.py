@@ -52,8 +52,10 @@ def add_commands(commands: argparse._SubParsersAction[Any]) -> None:
         "create",
         help="create a login that is a member of trainyard_agent only, for one node",
         description="Create the LOGIN role NAME, a member of trainyard_agent and of nothing "
-        "else, bound to node NODE (the agent's --name). Its SCRAM-SHA-256 verifier is "
-        "computed here, so the password never reaches the server or its logs. The password "
+        "else, bound to node NODE (the agent's --name), with its sessions' settings as its "
+        "own (role, jit, plan_cache_mode: what an agent through pgBouncer cannot send). Its "
+        "SCRAM-SHA-256 verifier is computed here, so the password never reaches the server "
+        "or its logs. The password "
         f"(printable ASCII, at least {MIN_PASSWORD} characters) comes from --password-file "
         f"or ${PASSWORD_ENV}. Prints the URL to give `trainyard agent install "
         "--database-url` (password masked).",
@@ -73,7 +75,8 @@ def add_commands(commands: argparse._SubParsersAction[Any]) -> None:
         description="Bind the agent login NAME to node NODE in this database: from its next "
         "statement on it reaches that node's work and no other's. For logins created before "
         "logins were bound (they reach no node's work until bound), and for a login whose "
-        "machine took another node name.",
+        "machine took another node name. It also gives the login its sessions' settings, which "
+        "logins created before had not (an agent through pgBouncer needs them).",
     )
     bind.add_argument("name", metavar="NAME", help="an existing agent login")
     bind.add_argument("--node", required=True, metavar="NODE", help=NODE_HELP)
