@@ -104,10 +104,18 @@ class Serving:
         await replica.run(_work_dir(serve_dir, job_id), serve_dir)
 
     async def claim(
-        self, tenant: str, deployment: str, most_items: int, replica: UUID, claim: UUID
+        self,
+        tenant: str,
+        deployment: str,
+        most_items: int,
+        replica: UUID,
+        claim: UUID,
+        known: Sequence[UUID] = (),
     ) -> list[asyncpg.Record]:
+        """Tasks taken under `claim`: those it holds besides `known` (a try whose answer was
+        lost took them), else new ones."""
         rows: list[asyncpg.Record] = await self._pool.fetch(
-            Q["claim_tasks"], tenant, deployment, most_items, claim, replica
+            Q["claim_tasks"], tenant, deployment, most_items, claim, replica, list(known)
         )
         return rows
 
@@ -251,6 +259,7 @@ class _Replica:
                     most - sum(t.items for t in tasks),
                     self._job_id,
                     claim,
+                    [t.task_id for t in tasks],
                 )
             )
             if rows and not tasks:

@@ -98,11 +98,20 @@ SELECT * FROM serving_tasks WHERE task_id = ANY($1::uuid[]) AND state IN ('succe
 -- first task always, however many items it has: the agent splits it into calls of at most
 -- max_batch_size). A task tried before (its replica was lost, or hung) runs alone: were it
 -- what killed the replica, it kills no other task's try. SKIP LOCKED: replicas of the
--- deployment never wait for each other. A fresh claim token each time fences the results
--- (finish_tasks).
-WITH candidates AS (
+-- deployment never wait for each other. A fresh claim token each batch fences the results
+-- (finish_tasks). The tasks the batch holds under it besides $6 (those its replica knows of)
+-- come back instead of new ones: a claim whose answer was lost (it committed on a primary
+-- that died before answering; the standby promoted has it) and that is tried again gets
+-- them, rather than leaving them running under a replica that never runs them, until the
+-- replica is replaced for holding them past their timeout.
+WITH held AS (
+    SELECT task_id, items, input, submitted_at FROM serving_tasks
+    WHERE state = 'running' AND claim = $4 AND replica = $5 AND tenant = $1
+      AND deployment = $2 AND task_id <> ALL($6::uuid[])
+), candidates AS (
     SELECT task_id, items, submitted_at, tries FROM serving_tasks
     WHERE tenant = $1 AND deployment = $2 AND state = 'queued'
+      AND NOT EXISTS (SELECT 1 FROM held)
     ORDER BY submitted_at, task_id
     LIMIT $3
     FOR UPDATE SKIP LOCKED
@@ -111,14 +120,16 @@ WITH candidates AS (
            row_number() OVER (ORDER BY submitted_at, task_id) AS n,
            bool_or(tries > 0) OVER (ORDER BY submitted_at, task_id) AS after_a_retry
     FROM candidates
+), claimed AS (
+    UPDATE serving_tasks t
+    SET state = 'running', claim = $4, replica = $5, claimed_at = now(), tries = t.tries + 1
+    FROM counted c
+    WHERE t.task_id = c.task_id
+      AND (c.n = 1 OR (c.upto <= $3 AND NOT c.after_a_retry))
+    RETURNING t.task_id, t.items, t.input, t.submitted_at
 )
-UPDATE serving_tasks t
-SET state = 'running', claim = $4, replica = $5, claimed_at = now(), tries = t.tries + 1
-FROM counted c
-WHERE t.task_id = c.task_id
-  AND (c.n = 1 OR (c.upto <= $3 AND NOT c.after_a_retry))
-RETURNING t.task_id, t.items, t.input,
-          (extract(epoch FROM now() - t.submitted_at) * 1000)::float8 AS age_ms;
+SELECT task_id, items, input, (extract(epoch FROM now() - submitted_at) * 1000)::float8 AS age_ms
+FROM (SELECT * FROM claimed UNION ALL SELECT * FROM held) AS taken;
 
 -- name: finish_tasks
 -- A batch's outcome, fenced by its claim: each task's output (or error) recorded, a pipeline's

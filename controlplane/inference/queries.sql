@@ -48,7 +48,10 @@ UPDATE inference_jobs SET done = true WHERE job_id = $1;
 -- waits for the others to drain nor takes a burst to catch up. Every ask is recorded
 -- (inference_replicas): it keeps the job present, and says which replicas run which job, and
 -- where. The job's row is locked: its replicas take its queries one after another; other
--- jobs' replicas never wait for it.
+-- jobs' replicas never wait for it. A claim tried again with its token after its answer was
+-- lost (it committed on a primary that died before answering; the standby promoted has it)
+-- gets the query it took: another would leave that one running under a replica that never
+-- runs it, until the replica is replaced for holding it past the job's timeout.
 -- `outcome`: 'claimed' (index set), 'wait' (not its turn, nothing to take now, or no row yet)
 -- or 'done' (the job ended, or every query has finished).
 WITH job AS (
@@ -57,6 +60,9 @@ WITH job AS (
                AS present_at
     FROM inference_jobs j WHERE j.job_id = $1
     FOR UPDATE OF j
+), held AS (
+    SELECT q.index FROM inference_queries q
+    WHERE q.replica = $2 AND q.state = 'running' AND q.claim = $3 AND q.job_id = $1
 ), floor AS (
     SELECT min(o.vtime) AS vtime
     FROM inference_jobs o
@@ -78,7 +84,7 @@ WITH job AS (
     ON CONFLICT (job_id, replica) DO UPDATE SET node = excluded.node, seen_at = excluded.seen_at
 ), given_back AS (
     SELECT q.index FROM inference_queries q, fair
-    WHERE q.job_id = fair.job_id AND q.state = 'queued'
+    WHERE q.job_id = fair.job_id AND q.state = 'queued' AND NOT EXISTS (SELECT 1 FROM held)
     ORDER BY q.index
     LIMIT 1
     FOR UPDATE OF q SKIP LOCKED
@@ -93,7 +99,7 @@ WITH job AS (
     UPDATE inference_jobs j SET started = j.started + 1, vtime = f.vtime + 1 / j.weight
     FROM fair f
     WHERE j.job_id = f.job_id
-      AND NOT EXISTS (SELECT 1 FROM given_back)
+      AND NOT EXISTS (SELECT 1 FROM given_back) AND NOT EXISTS (SELECT 1 FROM held)
       AND (j.queries IS NULL OR j.started < j.queries)
       AND (f.floor IS NULL OR f.vtime <= f.floor)
     RETURNING j.started - 1 AS index
@@ -103,7 +109,7 @@ WITH job AS (
     SELECT $1, index, 'running', $3, $2, $4, 1, now(), now() FROM advanced
     RETURNING index
 ), claimed AS (
-    SELECT index FROM retried UNION ALL SELECT index FROM fresh
+    SELECT index FROM held UNION ALL SELECT index FROM retried UNION ALL SELECT index FROM fresh
 )
 SELECT (SELECT index FROM claimed) AS index,
        CASE WHEN EXISTS (SELECT 1 FROM claimed) THEN 'claimed'

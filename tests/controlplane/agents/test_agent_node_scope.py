@@ -323,9 +323,11 @@ async def test_an_agent_claims_and_finishes_its_deployments_tasks_only(
     task = await queue_task(plane, b.deployment)
     # Node A cannot see B's deployment's tasks, claim them, nor record their results.
     assert await a.pool.fetchval("SELECT count(*) FROM serving_tasks") == 0
-    assert await a.pool.fetch(Q["claim_tasks"], "acme", b.deployment, 8, uuid4(), a.job_id) == []
+    assert (
+        await a.pool.fetch(Q["claim_tasks"], "acme", b.deployment, 8, uuid4(), a.job_id, []) == []
+    )
     token = uuid4()
-    [claimed] = await b.pool.fetch(Q["claim_tasks"], "acme", b.deployment, 8, token, b.job_id)
+    [claimed] = await b.pool.fetch(Q["claim_tasks"], "acme", b.deployment, 8, token, b.job_id, [])
     assert claimed["task_id"] == task
     assert await finish(a, b.deployment, task, token) == 0  # even with B's claim token
     await a.pool.execute(Q["requeue_replica"], b.job_id, 3)
