@@ -156,12 +156,42 @@ class HaCluster:
                     return leader[0]
                 await asyncio.sleep(PROBE_S)
 
+    async def set_paused(self, paused: bool) -> None:
+        """Patroni's maintenance mode, on or off, once every member runs with it: while paused,
+        Patroni neither restarts a crashed Postgres nor fails over by itself, so an outage
+        lasts until `fail_over_to` (a test's outage of a chosen length)."""
+        await self._send("PATCH", self.members[0].api + "/config", {"pause": paused})
+        async with asyncio.timeout(READY_S):
+            while True:
+                states = [await self._get(m.api + "/patroni") for m in self.members]
+                if all(bool(state.get("pause")) == paused for state in states):
+                    return
+                await asyncio.sleep(PROBE_S)
+
+    async def fail_over_to(self, candidate: Member) -> Member:
+        """Promote `candidate` (the synchronous standby: in synchronous_mode no other may be),
+        as `patronictl failover` does, also while paused; once it leads."""
+        await self._send("POST", candidate.api + "/failover", {"candidate": candidate.name})
+        async with asyncio.timeout(READY_S):
+            while True:
+                if (await self.roles()).get(candidate.name) == "leader":
+                    return candidate
+                await asyncio.sleep(PROBE_S)
+
     async def _get(self, url: str) -> dict[str, Any]:
-        if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2))
-        async with self._session.get(url) as response:
+        async with self._client().get(url) as response:
             body: dict[str, Any] = await response.json(content_type=None)
             return body
+
+    async def _send(self, method: str, url: str, body: dict[str, Any]) -> None:
+        async with self._client().request(method, url, json=body) as response:
+            if response.status >= 300:
+                raise HaUnavailable(f"{method} {url}: {response.status} {await response.text()}")
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2))
+        return self._session
 
 
 def _patroni_config(cluster: HaCluster, member: Member) -> dict[str, Any]:
