@@ -1,5 +1,5 @@
-"""`trainyard login | submit | list | status | logs | cancel | checkpoint | nodes`: the user's
-commands, built on the SDK (`trainyard.client.AsyncClient`)."""
+"""`trainyard login | logout | submit | list | status | logs | cancel | checkpoint | nodes`: the
+user's commands, built on the SDK (`trainyard.client.AsyncClient`)."""
 
 from __future__ import annotations
 
@@ -17,12 +17,13 @@ from controlplane.jobs.lifecycle import JobStatus
 from controlplane.secret_arguments import RefusedSecret
 from controlplane.settings import Settings
 from trainyard import render
-from trainyard.api import UsageError
+from trainyard.api import ApiClient, ApiError, NotFound, UsageError
 from trainyard.client import AsyncClient
 from trainyard.config import (
     SERVER_ENV,
     TOKEN_ENV,
     Target,
+    forget_token,
     normalize_server,
     read_token_file,
     resolve,
@@ -93,6 +94,15 @@ def add_client_commands(commands: Any) -> None:
         action="store_true",
         help="sign in through the identity provider: open the address shown, approve, and "
         "the token the server gives back is saved",
+    )
+    add(
+        "logout",
+        "end this machine's sign-in and forget its token",
+        "For a token of `login --sso`, end its session at the server, which revokes the "
+        "identity provider's token too; then remove the token from "
+        "$TRAINYARD_HOME/client.json (the server stays). An issued token only stops being "
+        "saved here: an admin revokes it.",
+        cmd_logout,
     )
     submit = add(
         "submit",
@@ -223,6 +233,34 @@ async def _login_sso(server: str, settings: Settings) -> int:
     path = write_config(settings.home, Target(server, signed_in["token"]))
     who = "the admin" if signed_in["is_admin"] else f"tenant {signed_in['tenant']}"
     print(f"logged in to {server} as {who} until {signed_in['expires_at']}; saved to {path}")
+    return 0
+
+
+async def cmd_logout(args: argparse.Namespace, settings: Settings) -> int:
+    target = resolve(args.server, args.token_file, settings.home)
+    # The server knows which tokens are sign-in sessions: it ends those, and refuses the rest
+    # (an issued token, 400; a server with no identity provider, 404).
+    async with ApiClient(target.server, target.token) as api:
+        try:
+            answer = await api.request("DELETE", "/v1/login/session")
+        except NotFound:
+            print("an issued token stays valid until an admin revokes it")
+        except ApiError as refused:
+            if refused.status == 401:
+                print("the sign-in session had already ended")
+            elif refused.status == 400:
+                print("an issued token stays valid until an admin revokes it")
+            else:
+                raise
+        else:
+            revoked = isinstance(answer, dict) and answer.get("revoked_at_provider")
+            print(
+                f"ended the sign-in session at {target.server}"
+                + ("; the identity provider revoked its token" if revoked else "")
+            )
+    path = forget_token(settings.home, target.token)
+    if path is not None:
+        print(f"removed the token from {path}")
     return 0
 
 

@@ -41,6 +41,19 @@ def read_config(home: Path) -> dict[str, str]:
 
 
 def write_config(home: Path, target: Target) -> Path:
+    return _write(home, {"server": target.server, "token": target.token})
+
+
+def forget_token(home: Path, token: str) -> Path | None:
+    """Remove `token` from the saved config, keeping the server (a later `login` asks only for
+    a token); the file's path if it held that token, else None."""
+    saved = read_config(home)
+    if saved.get("token") != token:
+        return None
+    return _write(home, {key: value for key, value in saved.items() if key != "token"})
+
+
+def _write(home: Path, config: dict[str, str]) -> Path:
     """Write atomically, the token never readable by others, not even for a moment."""
     home.mkdir(parents=True, exist_ok=True, mode=0o700)
     path = config_path(home)
@@ -49,7 +62,7 @@ def write_config(home: Path, target: Target) -> Path:
     # A leftover partial file keeps its old mode through O_CREAT: set it explicitly.
     os.fchmod(fd, 0o600)
     with os.fdopen(fd, "w") as file:
-        json.dump({"server": target.server, "token": target.token}, file)
+        json.dump(config, file)
         file.write("\n")
     partial.replace(path)
     return path

@@ -23,7 +23,15 @@ from controlplane.http.requests import json_body
 from controlplane.identity.config import IdentityConfig
 from controlplane.identity.loopback import challenge_ok, loopback_uri
 from controlplane.identity.provider import OidcProvider
-from controlplane.identity.service import LOGIN_TTL_S, Identity, Loopback, Opened, SignInRefused
+from controlplane.identity.service import (
+    CLI_PREFIX,
+    LOGIN_TTL_S,
+    Ended,
+    Identity,
+    Loopback,
+    Opened,
+    SignInRefused,
+)
 from controlplane.ui.sessions import COOKIE, SESSION_TTL_S, end_session, open_session
 
 LOGIN_COOKIE = "trainyard_login"
@@ -102,6 +110,7 @@ def add_routes(app: web.Application) -> None:
     app.router.add_post("/v1/login/device", device_start)
     app.router.add_post("/v1/login/device/token", device_token)
     app.router.add_post("/v1/login/loopback/token", loopback_token)
+    app.router.add_delete("/v1/login/session", cli_sign_out)
     app.cleanup_ctx.append(_identity)
 
 
@@ -361,6 +370,22 @@ async def device_token(request: web.Request) -> web.Response:
     if isinstance(opened, str):
         return web.json_response({"pending": opened}, status=202)
     return _signed_in(opened)
+
+
+async def cli_sign_out(request: web.Request) -> web.Response:
+    """`trainyard logout`: end the sign-in session whose bearer token the request carries (it
+    passed authentication, so it is live), and revoke its refresh token at the provider."""
+    identity = _identity_of(request)
+    token = request.headers.get(hdrs.AUTHORIZATION, "").partition(" ")[2].strip()
+    if not token.startswith(CLI_PREFIX):
+        raise error(
+            400,
+            "only a session of `trainyard login --sso` is ended here; an admin revokes an "
+            "issued token",
+            field="Authorization",
+        )
+    ended = await identity.end(token, "signed out")
+    return web.json_response({"revoked_at_provider": ended is Ended.REVOKED})
 
 
 def _failure(refused: SignInRefused, field: str | None = None) -> web.Response:
@@ -651,6 +676,39 @@ def _sign_in_paths(html: dict[str, Any], failure: dict[str, Any]) -> dict[str, o
                     },
                     "404": none,
                     "502": provider_failed,
+                },
+            }
+        },
+        "/v1/login/session": {
+            "delete": {
+                "operationId": "endSignInSession",
+                "summary": "`trainyard logout`: end the sign-in session of the bearer token "
+                "sent (a `ty_sso_` token), and revoke its refresh token at the provider (RFC "
+                "7009) where the provider offers revocation",
+                "security": [{"bearer": []}],
+                "responses": {
+                    "200": {
+                        "description": "ended; whether the provider revoked its token too "
+                        "(false: it offers no revocation or could not be reached, and its "
+                        "token lapses at its expiry)",
+                        "content": {
+                            "application/json": {
+                                "schema": {
+                                    "type": "object",
+                                    "required": ["revoked_at_provider"],
+                                    "properties": {"revoked_at_provider": {"type": "boolean"}},
+                                }
+                            }
+                        },
+                    },
+                    **{
+                        str(status): {"description": why, "content": failure}
+                        for status, why in (
+                            (400, "a token not of a sign-in session (an issued token)"),
+                            (401, "missing, unknown or ended token"),
+                            (404, "no identity provider is configured"),
+                        )
+                    },
                 },
             }
         },

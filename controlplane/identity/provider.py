@@ -1,7 +1,7 @@
 """The control plane's side of the OpenID Connect provider: its discovery document, its
-published keys (JWKS), the token endpoint (authorization code with PKCE, device code, refresh)
-and the verification of the ID tokens it signs (joserfc: signature, issuer, audience, expiry,
-nonce).
+published keys (JWKS), the token endpoint (authorization code with PKCE, device code, refresh),
+the revocation endpoint (RFC 7009), and the verification of the ID tokens it signs (joserfc:
+signature, issuer, audience, expiry, nonce).
 
 Keys rotate: a token signed with a key id the cached JWKS lacks fetches the JWKS again, at most
 once per `refetch_s`, so that a stream of tokens with made-up key ids cannot make the control
@@ -155,6 +155,26 @@ class OidcProvider:
             return Tokens(tokens.claims, refresh_token, tokens.expires_at)
         return tokens
 
+    async def revoke(self, refresh_token: str) -> bool:
+        """Revoke the refresh token at the provider (RFC 7009), so that a copy of it grants
+        nothing more; False when the provider publishes no revocation endpoint."""
+        endpoint = (await self.metadata()).get("revocation_endpoint")
+        if not isinstance(endpoint, str):
+            return False
+        form = {"token": refresh_token, "token_type_hint": "refresh_token"}
+        try:
+            async with self._http.post(
+                endpoint, data=form, headers=self._client_auth(), timeout=TIMEOUT
+            ) as response:
+                # RFC 7009 2.2: 200 also for a token already invalid; the body is empty.
+                if response.status != 200:
+                    raise ProviderError(f"{endpoint} answered {response.status}")
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise ProviderError(
+                f"the identity provider cannot be reached ({endpoint}: {exc})"
+            ) from exc
+        return True
+
     async def verify(self, token: str, nonce: str | None = None) -> dict[str, Any]:
         """The claims of an ID token the provider signed for this client and that has not
         expired; InvalidToken saying what is wrong otherwise."""
@@ -250,15 +270,17 @@ class OidcProvider:
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise ProviderError(f"the identity provider cannot be reached ({url}: {exc})") from exc
 
-    async def _post(self, url: str, form: dict[str, str]) -> dict[str, Any]:
+    def _client_auth(self) -> dict[str, str]:
         # client_secret_basic (RFC 6749 2.3.1): each part form-encoded first.
         auth = aiohttp.encode_basic_auth(
             quote(self.config.client_id), quote(self.config.client_secret)
         )
-        headers = {"Authorization": auth}
+        return {"Authorization": auth}
+
+    async def _post(self, url: str, form: dict[str, str]) -> dict[str, Any]:
         try:
             async with self._http.post(
-                url, data=form, headers=headers, timeout=TIMEOUT
+                url, data=form, headers=self._client_auth(), timeout=TIMEOUT
             ) as response:
                 body = _object(await response.read(), url)
                 if response.status == 200:

@@ -58,8 +58,17 @@ WHERE session_sha256 = $1;
 UPDATE identity_sessions SET checked_at = now() WHERE session_sha256 = $1;
 
 -- name: identity_end_session
-UPDATE identity_sessions SET ended_at = now(), end_reason = $2
-WHERE session_sha256 = $1 AND ended_at IS NULL;
+-- The refresh token is forgotten with the session: only a sign-out revokes it at the provider
+-- (it is returned for that), and an ended session has no use for it.
+-- (RETURNING names the row as it was: an UPDATE's own RETURNING sees the NULL it wrote.)
+UPDATE identity_sessions s SET ended_at = now(), end_reason = $2, refresh_token = NULL
+FROM (
+    SELECT session_sha256, refresh_token FROM identity_sessions
+    WHERE session_sha256 = $1 AND ended_at IS NULL
+    FOR UPDATE
+) was
+WHERE s.session_sha256 = was.session_sha256
+RETURNING was.refresh_token;
 
 -- name: identity_collect_handoff
 -- The loopback sign-in's one-time code $1 becomes the session $2 for the CLI whose verifier

@@ -9,6 +9,7 @@ cannot be reached leaves the session until the provider's last token expires."""
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import logging
 import secrets
@@ -48,6 +49,14 @@ LOGIN_TTL_S = 600.0
 """How long a person may take at the provider's pages."""
 HANDOFF_TTL_S = 120.0
 """How long a loopback sign-in's one-time code waits for its CLI (the query says so too)."""
+
+
+class Ended(enum.Enum):
+    """What a sign-out ended."""
+
+    NOTHING = "no live session"
+    ENDED = "the session ended"
+    REVOKED = "the session ended and its token was revoked at the identity provider"
 
 
 class SignInRefused(Exception):
@@ -193,8 +202,22 @@ class Identity:
             return await self._check(sha)
         return _live(row)
 
-    async def end(self, credential: str, reason: str) -> None:
-        await self._pool.execute(Q["identity_end_session"], digest(credential), reason)
+    async def end(self, credential: str, reason: str) -> Ended:
+        """End the session a credential names (a sign-out), and revoke its refresh token at the
+        provider, so that the person's grant to Trainyard ends there too. The session ends here
+        whatever the provider says: one that cannot be reached leaves only its own token valid
+        until the provider expires it."""
+        row = await self._pool.fetchrow(Q["identity_end_session"], digest(credential), reason)
+        if row is None:
+            return Ended.NOTHING
+        if row["refresh_token"] is None:
+            return Ended.ENDED
+        try:
+            revoked = await self.provider.revoke(row["refresh_token"])
+        except ProviderError as exc:
+            log.warning("a signed-out session's refresh token was not revoked: %s", exc)
+            return Ended.ENDED
+        return Ended.REVOKED if revoked else Ended.ENDED
 
     async def _check(self, sha: str) -> Live | None:
         async with self._pool.acquire() as conn, conn.transaction():

@@ -8,6 +8,7 @@ and a session ends once the provider revokes or expires its token."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import sys
@@ -29,7 +30,14 @@ from controlplane.identity.config import IdentityConfig
 from controlplane.identity.provider import InvalidToken, OidcProvider, pkce_pair
 from controlplane.ui.sessions import COOKIE
 from harness.served import ServedControlPlane, free_port
-from tests.oidc.running import Provider, approve, browser_session, new_key, require_provider
+from tests.oidc.running import (
+    CLIENT_ID,
+    Provider,
+    approve,
+    browser_session,
+    new_key,
+    require_provider,
+)
 from tests.tenancy import Tokens, auth
 
 ACCOUNTS = {
@@ -296,11 +304,42 @@ async def _end_reason(db_url: str) -> str:
         await conn.close()
 
 
+async def _provider_refreshes(http: aiohttp.ClientSession, provider: Provider, token: str) -> int:
+    """The status of the provider's answer to a refresh with `token` (200: still good)."""
+    headers = {"Authorization": aiohttp.encode_basic_auth(CLIENT_ID, provider.client_secret)}
+    form = {"grant_type": "refresh_token", "refresh_token": token}
+    async with http.post(f"{provider.issuer}/token", data=form, headers=headers) as answer:
+        return answer.status
+
+
+async def test_signing_out_ends_the_session_and_revokes_its_token_at_the_provider(
+    server: str, http: aiohttp.ClientSession, provider: Provider, db_url: str, tokens: Tokens
+) -> None:
+    alice = await device_login(http, server, "alice")
+    refresh = await _refresh_token(db_url)
+    sign_out = f"{server}/v1/login/session"
+    # An issued token is not a sign-in session: an admin revokes it, not this.
+    async with http.delete(sign_out, headers=auth(tokens.acme)) as answer:
+        assert answer.status == 400 and (await answer.json())["field"] == "Authorization"
+    async with http.delete(sign_out, headers=auth(alice["token"])) as answer:
+        assert answer.status == 200, await answer.text()
+        assert await answer.json() == {"revoked_at_provider": True}
+    assert (await whoami(http, server, alice["token"]))[0] == 401
+    assert await _end_reason(db_url) == "signed out"
+    # Revoked where it was issued: a copy of the refresh token grants nothing more, and the
+    # control plane keeps none.
+    assert await _provider_refreshes(http, provider, refresh) == 400
+    assert await _refresh_token(db_url) == "None"
+    async with http.delete(sign_out, headers=auth(alice["token"])) as answer:
+        assert answer.status == 401
+
+
 async def test_trainyard_login_sso_saves_a_token_the_other_commands_use(
     server: str, tmp_path: Path
 ) -> None:
     """`trainyard login --sso` as a person types it: it shows where to approve, waits, saves
-    the token; `trainyard list` then works with it, as with a token from the admin."""
+    the token; `trainyard list` then works with it, as with a token from the admin, until
+    `trainyard logout` ends the session and forgets the token."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINYARD_")}
     env["TRAINYARD_HOME"] = str(tmp_path / "home")
     command = [sys.executable, "-m", "controlplane.cli"]
@@ -323,6 +362,24 @@ async def test_trainyard_login_sso_saves_a_token_the_other_commands_use(
     )
     out, err = await asyncio.wait_for(listing.communicate(), 60)
     assert listing.returncode == 0, err.decode()
+    saved = Path(env["TRAINYARD_HOME"]) / "client.json"
+    token = json.loads(saved.read_text())["token"]
+    logout = await asyncio.create_subprocess_exec(
+        *command, "logout", env=env, stdout=PIPE, stderr=PIPE
+    )
+    out, err = await asyncio.wait_for(logout.communicate(), 60)
+    assert logout.returncode == 0, err.decode()
+    assert f"ended the sign-in session at {server}; the identity provider revoked its token" in (
+        out.decode()
+    )
+    assert json.loads(saved.read_text()) == {"server": server}
+    async with browser_session() as http:
+        assert (await whoami(http, server, token))[0] == 401
+    listing = await asyncio.create_subprocess_exec(
+        *command, "list", env=env, stdout=PIPE, stderr=PIPE
+    )
+    out, err = await asyncio.wait_for(listing.communicate(), 60)
+    assert listing.returncode == 2 and "no token" in err.decode(), err.decode()
 
 
 async def test_hostile_or_broken_sign_in_requests_get_clear_errors(
