@@ -14,10 +14,19 @@ kept log, and what its index costs ingestion. Its figures:
   through `search`, the statement the API runs, and how many lines the page held: a rare and a
   common substring, a case-insensitive one, a substring found nowhere, and a regular expression.
 - ingest_lines_per_s_with_index / _without_index: lines stored per second by `write_lines` (one
-  writer, batches of BATCH lines, as one agent's shipper) into the kept table with every index,
-  and with the trigram index dropped, alternated for `seconds` each; each half runs in one
-  transaction that is rolled back, so the kept log does not grow and the index comes back.
+  writer, batches of BATCH lines, as one agent's shipper) into the kept table as migration 0035
+  leaves it (each statement's lines queued for the search's indexer by a trigger), and with
+  that trigger dropped (no search at all on the writer's path), alternated for `seconds` each;
+  each half runs in one transaction that is rolled back, so the kept log does not grow.
   ingest_ratio: the first over the second.
+- index_lines_per_s: lines per second the indexer (`index_job_log_lines`, what the lifecycle
+  manager runs) copies into the search's indexed table, over the lines each "with" half
+  queued, in the same transaction. Writers and the indexer run side by side on a server with
+  cores to spare; where they share one, ingest_and_index_lines_per_s is the rate of both in
+  turn (lines over writing plus indexing time), what one core sustains with no lag growing.
+- queued_search: the rare and the common substring searched (p50, p95) while TAIL_LINES of the
+  searched tenant's lines, committed, wait for the indexer (a second of 50,000 lines/s that the
+  indexer has not reached), and the seconds the indexer then took to copy them.
 
 `run` is the older measure `trainyard bench claims --only logs` reports:
 
@@ -38,7 +47,7 @@ import statistics
 import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -46,6 +55,7 @@ import asyncpg
 
 from bench.scratch import scratch_database
 from controlplane.database import connect
+from controlplane.logs.indexer import index_queued_lines
 from controlplane.logs.lines import LogLine, Stream
 from controlplane.logs.search import LogSearch, search
 from controlplane.logs.store import COLUMNS, write_lines
@@ -73,6 +83,17 @@ class _Learner:
     def __init__(self) -> None:
         self.job_id = uuid.uuid4()
         self.next_seq = 1
+
+    async def register(self, owner: asyncpg.Connection, tenant: str) -> None:
+        """Make the learner's job one of `tenant`'s (in job_status, where the writer reads a
+        job's tenant), so that its lines are filed, queued and searched as a tenant's are."""
+        await owner.execute(
+            "INSERT INTO job_status (job_id, tenant, name, state, attempt, restarts, priority,"
+            " labels, submitted_at, updated_at, version, doc)"
+            " VALUES ($1, $2, 'bench-ingest', 'PROCESSING', 1, 0, 0, '{}', now(), now(), 1, '{}')",
+            self.job_id,
+            tenant,
+        )
 
     def batch(self) -> list[LogLine]:
         at = datetime.now(UTC)
@@ -210,7 +231,7 @@ async def run_search(
     owner = await connect(kept, role=None)
     try:
         indexed = bool(
-            await owner.fetchval("SELECT 1 FROM pg_class WHERE relname = 'job_logs_search'")
+            await owner.fetchval("SELECT 1 FROM pg_class WHERE relname = 'job_log_search_trigrams'")
         )
         stored = await owner.fetchval("SELECT count(*) FROM job_logs")
         tenant_lines = await owner.fetchval("SELECT count(*) FROM job_logs WHERE tenant = 'acme'")
@@ -222,7 +243,9 @@ async def run_search(
         found = await _searches(pool, searches, progress)
     finally:
         await pool.close()
-    with_index, without_index = await _ingest(kept, seconds, indexed, progress)
+    ingested = await _ingest(kept, seconds, progress)
+    with_index, without_index = ingested["with"], ingested["without"]
+    queued = await _queued_search(kept, searches, progress)
     p95 = max(found[name]["p95_ms"] for name in ("rare_substring", "common_substring"))
     return {
         "lines": stored,
@@ -242,6 +265,9 @@ async def run_search(
         "ingest_ratio": round(with_index / without_index, 3),
         "target_lines_per_s": TARGET_LINES_PER_S,
         "meets_ingest_target": with_index >= TARGET_LINES_PER_S,
+        "index_lines_per_s": round(ingested["index"]),
+        "ingest_and_index_lines_per_s": round(1 / (1 / with_index + 1 / ingested["index"])),
+        "queued_search": queued,
     }
 
 
@@ -263,12 +289,15 @@ async def _fill(url: str, lines: int, progress: bool) -> float:
         if await owner.fetchval("SELECT lines FROM bench_logs_fill") == lines:
             return 0.0
         start = time.perf_counter()
-        await owner.execute("TRUNCATE job_logs, job_log_heads, job_log_series, bench_logs_fill")
-        # The indexes a fill would update line by line are built once afterwards (as the
-        # migration would over an existing log): much faster than the same work per row.
+        await owner.execute(
+            "TRUNCATE job_logs, job_log_heads, job_log_series, job_log_search,"
+            " job_log_search_queue, bench_logs_fill"
+        )
+        # The search's indexes are built once after the fill (as migration 0035 does over an
+        # existing log): much faster than the same work per row.
         definitions = await owner.fetch(
-            "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'job_logs'"
-            " AND indexname IN ('job_logs_search', 'job_logs_tenant_order')"
+            "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'job_log_search'"
+            " AND indexname IN ('job_log_search_trigrams', 'job_log_search_order')"
         )
         for index in definitions:
             await owner.execute(f'DROP INDEX "{index["indexname"]}"')
@@ -305,11 +334,17 @@ async def _fill(url: str, lines: int, progress: bool) -> float:
             "INSERT INTO job_log_heads (job_id, last_id, updated_at)"
             " SELECT job_id, max(id), max(at) FROM job_logs GROUP BY job_id"
         )
+        # What the indexer would do over the queued fill, at once.
+        await owner.execute(
+            "INSERT INTO job_log_search (job_id, id, tenant, attempt, learner, stream, seq, at,"
+            " line) SELECT job_id, id, tenant, attempt, learner, stream, seq, at, line"
+            " FROM job_logs; TRUNCATE job_log_search_queue"
+        )
         await owner.execute("SET maintenance_work_mem = '1GB'")
         for index in definitions:
             _say(progress, f"building {index['indexname']}")
             await owner.execute(index["indexdef"])
-        await owner.execute("VACUUM ANALYZE job_logs")
+        await owner.execute("VACUUM ANALYZE job_logs, job_log_search")
         fill_s = round(time.perf_counter() - start, 1)
         await owner.execute("INSERT INTO bench_logs_fill VALUES ($1, $2)", lines, fill_s)
         return fill_s
@@ -318,10 +353,11 @@ async def _fill(url: str, lines: int, progress: bool) -> float:
 
 
 async def _searches(
-    pool: asyncpg.Pool, searches: int, progress: bool
+    pool: asyncpg.Pool, searches: int, progress: bool, names: Sequence[str] = tuple(PATTERNS)
 ) -> dict[str, dict[str, float]]:
     found: dict[str, dict[str, float]] = {}
-    for name, (pattern, regex, ignore_case) in PATTERNS.items():
+    for name in names:
+        pattern, regex, ignore_case = PATTERNS[name]
         query = LogSearch(tenant="acme", pattern=pattern, regex=regex, ignore_case=ignore_case)
         await search(pool, query, limit=SEARCH_PAGE)  # warm the cache, as a user's second try
         durations = []
@@ -340,29 +376,86 @@ async def _searches(
     return found
 
 
-async def _ingest(url: str, seconds: float, indexed: bool, progress: bool) -> tuple[float, float]:
-    """Lines stored per second with every index of the kept log, and without the trigram index;
-    halves alternated, each in a transaction that is rolled back."""
+async def _ingest(url: str, seconds: float, progress: bool) -> dict[str, float]:
+    """Lines stored per second as migration 0035 leaves the kept log ("with") and with no
+    search on the writer's path ("without"), and lines indexed per second after each "with"
+    half ("index"); halves alternated, each in a transaction that is rolled back."""
     conn = await connect(url, role=None)
     learner = _Learner()
     try:
-        rates: dict[bool, list[float]] = {True: [], False: []}
+        rates: dict[str, list[float]] = {"with": [], "without": [], "index": []}
         for _ in range(2):
             for with_index in (True, False):
                 transaction = conn.transaction()
                 await transaction.start()
                 try:
-                    if not with_index and indexed:
-                        await conn.execute("DROP INDEX job_logs_search")
+                    # A tenant no search here reads: the rolled-back lines leave dead index
+                    # entries behind, which would sit at the newest end of acme's lines.
+                    await learner.register(conn, "ingest")
+                    if not with_index:
+                        await conn.execute("DROP TRIGGER job_logs_queue_for_search ON job_logs")
 
                     async def store_batch() -> None:
                         await write_lines(conn, learner.batch())
 
                     durations = await _batches(seconds / 2, store_batch)
+                    if with_index:
+                        start = time.perf_counter()
+                        indexed = await index_queued_lines(conn, budget_s=math.inf)
+                        index_s = time.perf_counter() - start
+                        if indexed != BATCH * len(durations):
+                            raise AssertionError(f"{indexed} lines indexed, not all written")
+                        rates["index"].append(indexed / index_s)
                 finally:
                     await transaction.rollback()
-                rates[with_index].append(BATCH * len(durations) / sum(durations))
-                _say(progress, f"ingest with_index={with_index}: {rates[with_index][-1]:.0f}/s")
-        return statistics.mean(rates[True]), statistics.mean(rates[False])
+                name = "with" if with_index else "without"
+                rates[name].append(BATCH * len(durations) / sum(durations))
+                _say(progress, f"ingest {name} index: {rates[name][-1]:.0f}/s")
+        _say(progress, f"indexer: {rates['index']} lines/s")
+        return {name: statistics.mean(values) for name, values in rates.items()}
     finally:
         await conn.close()
+
+
+TAIL_LINES = 50_000
+
+
+async def _queued_search(url: str, searches: int, progress: bool) -> dict[str, Any]:
+    """Searches while TAIL_LINES committed lines of the searched tenant wait for the indexer;
+    then the indexer's time to copy them. The lines are removed afterwards."""
+    from controlplane.database import create_pool
+
+    learner = _Learner()
+    owner = await connect(url, role=None)
+    pool = await create_pool(url, min_size=1, max_size=2)
+    try:
+        await learner.register(owner, "acme")
+        for _ in range(TAIL_LINES // BATCH):
+            await write_lines(owner, learner.batch())
+        queued = await owner.fetchval(
+            "SELECT sum(last_id - first_id + 1)::bigint FROM job_log_search_queue"
+            " WHERE job_id = $1",
+            learner.job_id,
+        )
+        found = await _searches(pool, searches, progress, ("rare_substring", "common_substring"))
+        start = time.perf_counter()
+        await index_queued_lines(owner, budget_s=math.inf)
+        index_s = time.perf_counter() - start
+    finally:
+        await pool.close()
+        try:
+            for table in (
+                "job_log_search_queue",
+                "job_log_search",
+                "job_logs",
+                "job_log_series",
+                "job_log_heads",
+                "job_status",
+            ):
+                await owner.execute(f"DELETE FROM {table} WHERE job_id = $1", learner.job_id)
+            # The removed lines' dead entries would slow the next run's first walk of acme's
+            # newest lines.
+            await owner.execute("VACUUM job_logs, job_log_search")
+        finally:
+            await owner.close()
+    return {"queued_lines": queued, "search": found, "index_s": round(index_s, 2)}
