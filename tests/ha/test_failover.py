@@ -1,7 +1,8 @@
 """A database failover under load, with real parts: Patroni and etcd (`harness.ha`), a control
-plane and a process-runtime agent on the multi-host URL, a learner running, jobs submitted and
-a log streamed while the primary's postmaster is killed with SIGKILL (`bench.failover`, one
-failover, short). Needs the Debian packages patroni and etcd-server (`./dev test` installs
+plane and a process-runtime agent on the multi-host URL, a learner running, jobs submitted, a
+log streamed, predictions sent to a deployed PyTorch model and an inference job's queries
+running while the primary's postmaster is killed with SIGKILL (`bench.failover`, one failover,
+short). Needs the Debian packages patroni and etcd-server (`./dev test` installs
 them as root); skipped without them, except under CI."""
 
 from __future__ import annotations
@@ -41,3 +42,15 @@ async def test_nothing_acknowledged_is_lost_or_repeated_across_a_failover() -> N
     # The learner ran on, and its node kept its lease.
     assert figures["running_jobs_restarted"] == 0, figures
     assert figures["lease_lost"] == 0, figures
+    # Every prediction answered 200 or accepted 202 has its result recorded, once, and those
+    # answered were answered with it (the run waits for one answered after the kill).
+    assert figures["predictions_answered"] > 0, figures
+    assert figures["predictions_acknowledged"] > figures["predictions_answered"], figures
+    assert figures["predictions_lost"] == 0, figures
+    assert figures["predictions_duplicated"] == 0, figures
+    # The inference job's queries ran on through the failover, none lost; neither its replica
+    # nor the deployment's was replaced, and the job was not interrupted.
+    assert figures["inference_queries_after_kill"] > 0, figures
+    assert figures["inference_queries_lost"] == 0, figures
+    assert figures["replicas_restarted"] == 0, figures
+    assert figures["inference_jobs_interrupted"] == 0, figures
