@@ -495,10 +495,11 @@ async def _start_serving(running: Cluster, server: str, say: Say) -> Serving:
         job = UUID((await client.request("POST", "/v1/inference", body=inference))["id"])
         # Once a synchronous prediction is answered, the replica has loaded the model (until
         # then, one is answered 202 after the server's wait, and its task runs later).
-        while "outputs" not in await client.request(
-            "POST", f"/v1/deployments/{MODEL}/predict", body={"inputs": [sample_input()]}
-        ):
-            pass
+        async with asyncio.timeout(WAIT_S):
+            while "outputs" not in await client.request(
+                "POST", f"/v1/deployments/{MODEL}/predict", body={"inputs": [sample_input()]}
+            ):
+                pass
 
         async def queried() -> bool | None:
             found = await running.pool.fetchval(
