@@ -65,12 +65,16 @@ DROP INDEX job_logs_tenant_order;
 DROP INDEX IF EXISTS job_logs_search;
 
 -- 0034 installed pg_trgm and btree_gin where the server has them; only there is there a
--- trigram index (docs/log-search.md says how to add it later).
+-- trigram index (docs/log-search.md says how to add it later). Its pending list holds a whole
+-- call of the indexer (10,000 lines of about 1.4 kB of entries each), which merges it into the
+-- tree once at its end (`index_job_log_lines`): one sorted merge a call instead of one each
+-- 4 MB (the default), 22 us a line copied against 30 over the benchmark's log; and searches,
+-- which read the pending list whole, never find more than one call's lines in it.
 DO $$
 BEGIN
     IF (SELECT count(*) FROM pg_extension WHERE extname IN ('pg_trgm', 'btree_gin')) = 2 THEN
         CREATE INDEX job_log_search_trigrams ON job_log_search
-            USING gin (tenant, line gin_trgm_ops);
+            USING gin (tenant, line gin_trgm_ops) WITH (gin_pending_list_limit = 32768);
     END IF;
 END
 $$;
@@ -99,6 +103,8 @@ CREATE TRIGGER job_logs_queue_for_search AFTER INSERT ON job_logs
 -- ranges), into job_log_search and takes the ranges off the queue, in one transaction; returns
 -- how many lines it copied. A queued range was committed with its lines, so every line of it
 -- is there to copy. SKIP LOCKED: two callers (two managers for a moment) take different ranges.
+-- Then the trigram index's pending list, which now holds these lines' entries, is merged into
+-- its tree (see the index above).
 -- PL/pgSQL for the loop that stops at `max_lines`: FOR UPDATE does not go with the window
 -- function that would say it in one statement.
 CREATE FUNCTION index_job_log_lines(max_lines integer) RETURNS integer
@@ -123,6 +129,9 @@ BEGIN
     WHERE q.entry = ANY (entries);
     GET DIAGNOSTICS copied = ROW_COUNT;
     DELETE FROM job_log_search_queue WHERE entry = ANY (entries);
+    IF copied > 0 AND to_regclass('job_log_search_trigrams') IS NOT NULL THEN
+        PERFORM gin_clean_pending_list('job_log_search_trigrams');
+    END IF;
     RETURN copied;
 END
 $$;

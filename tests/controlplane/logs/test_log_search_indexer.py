@@ -188,4 +188,6 @@ async def test_the_trigram_index_is_on_the_copy_where_the_server_has_pg_trgm(
                 )
             )
         assert "job_log_search_trigrams" in plan, plan
+        # The indexer merged its lines' entries into the tree: none left pending to clean.
+        assert await owner.fetchval("SELECT gin_clean_pending_list('job_log_search_trigrams')") == 0
     assert await found(pool, "acme", "out of memory") == [(job, i) for i in (2003, 2002, 2001)]
