@@ -5,11 +5,12 @@ kept log, and what its index costs ingestion. Its figures:
 
 - lines: the lines stored in the kept database (`jobs` jobs of `tenants` tenants); the searched
   tenant holds `tenant_lines` of them. Filled on first use by SQL from generated text (training
-  progress, data loader and checkpoint notes, warnings, tracebacks, ids, a rare CUDA error), with
-  the search indexes built after the fill, and kept for later runs (`fill_s` 0 then).
-- trigram_index: whether the server has pg_trgm and btree_gin, so that migration 0034 built the
-  trigram index (without it every search reads the tenant's lines in order: slow for rare
-  terms).
+  progress, data loader and checkpoint notes, warnings, tracebacks, ids, a rare CUDA error),
+  copied into the search's table (job_log_search) as the indexer would, with its indexes built
+  after the fill, and kept for later runs (`fill_s` 0 then).
+- trigram_index: whether the server has pg_trgm and btree_gin, so that migration 0035 built the
+  trigram index on job_log_search (without it every search reads the tenant's lines in order:
+  slow for rare terms).
 - search: for each pattern, p50 and p95 (ms) of `searches` first pages (100 lines, newest first)
   through `search`, the statement the API runs, and how many lines the page held: a rare and a
   common substring, a case-insensitive one, a substring found nowhere, and a regular expression.
