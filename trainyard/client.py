@@ -4,6 +4,15 @@ it serves (deployments, pipelines and their tasks), as method calls.
 `AsyncClient` is the SDK for asyncio code, and what the CLI's user commands are built on;
 `Client` is the same calls, blocking, for scripts and notebooks: it runs an `AsyncClient` on an
 event loop of its own, in a thread, so it works where a loop is already running (Jupyter) too.
+
+`Client` writes none of the calls again. Each of its methods is one line, `name =
+_blocking(AsyncClient.name)` (`_iterating` for a stream): a wrapper that runs the coroutine on
+the client's loop (or iterates the async generator there), given `AsyncClient`'s name,
+docstring and signature for `help()`, `inspect` and IDEs. The wrappers' ParamSpec carries each
+method's parameters to mypy, so strict checking sees `Client.deploy` as fully typed as
+`AsyncClient.deploy`: a generic `__getattr__` would lose the types, and a stub would be the
+second copy this avoids. The one line per method is a name, not a contract; a test checks that
+`Client` has every public method of `AsyncClient`, with its signature.
 Jobs, nodes, log lines, models and their versions are the API's JSON objects, as dicts. Errors
 are exceptions: `NotFound`, `ApiError` (with the HTTP status), `ServerUnreachable`,
 `UsageError`.
@@ -16,11 +25,14 @@ take `tenant=`, the tenant the admin acts for (a tenant's token acts as its own 
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
+import inspect
 import itertools
 import os
 import re
 import threading
+import typing
 import uuid
 from collections.abc import (
     AsyncGenerator,
@@ -34,8 +46,8 @@ from collections.abc import (
 from contextlib import aclosing
 from datetime import datetime
 from pathlib import Path
-from types import TracebackType
-from typing import Any, BinaryIO, Literal, TypeVar
+from types import GenericAlias, TracebackType
+from typing import Any, BinaryIO, Concatenate, Literal, ParamSpec, TypeVar
 
 import aiohttp
 
@@ -48,6 +60,8 @@ from controlplane.models.references import Reference, parse_reference
 from trainyard.api import ApiClient, ApiError, ServerUnreachable, UsageError, sse_messages
 
 T = TypeVar("T")
+P = ParamSpec("P")
+F = TypeVar("F", bound=Callable[..., Any])
 
 Visibility = Literal["private", "public"]
 """Who may see a model version: its tenant only, or every tenant."""
@@ -932,11 +946,64 @@ def _text_lines(text: str) -> list[dict[str, Any]]:
     return lines
 
 
+def _blocking(
+    method: Callable[Concatenate[AsyncClient, P], Coroutine[Any, Any, T]],
+) -> Callable[Concatenate[Client, P], T]:
+    """`AsyncClient`'s `method` as `Client`'s: the same call, run on the client's loop, its
+    result waited for."""
+
+    def call(self: Client, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return self._run(method(self._client, *args, **kwargs))
+
+    return _presented_as(call, method, _signature(method))
+
+
+def _iterating(
+    method: Callable[Concatenate[AsyncClient, P], AsyncGenerator[T, None]],
+) -> Callable[Concatenate[Client, P], Iterator[T]]:
+    """`AsyncClient`'s stream `method` as `Client`'s: a plain iterator over what it yields,
+    each item waited for as the iteration asks; closed (or dropped) early, it closes the
+    stream."""
+
+    def call(self: Client, /, *args: P.args, **kwargs: P.kwargs) -> Iterator[T]:
+        return self._iterate(method(self._client, *args, **kwargs))
+
+    signature = _signature(method)
+    item = typing.get_args(signature.return_annotation)[0]
+    return _presented_as(
+        call, method, signature.replace(return_annotation=GenericAlias(Iterator, (item,)))
+    )
+
+
+def _signature(method: Callable[..., Any]) -> inspect.Signature:
+    # Evaluated: `from __future__ import annotations` leaves them strings, and a stream's
+    # return type is rewritten from its item type.
+    return inspect.signature(method, eval_str=True)
+
+
+def _presented_as(call: F, method: Callable[..., Any], signature: inspect.Signature) -> F:
+    """`call` under `method`'s name and docstring, with `signature`: what `help()`,
+    `inspect` and IDEs show for `Client`'s method is `AsyncClient`'s, blocking."""
+    functools.update_wrapper(call, method)
+    call.__qualname__ = f"Client.{method.__name__}"
+    call.__signature__ = signature  # type: ignore[attr-defined]
+    call.__annotations__ = {
+        **{
+            name: parameter.annotation
+            for name, parameter in signature.parameters.items()
+            if parameter.annotation is not inspect.Parameter.empty
+        },
+        "return": signature.return_annotation,
+    }
+    return call
+
+
 class Client:
     """The SDK, blocking: `with Client(server, token) as client: client.submit(manifest)`.
 
     Every method is `AsyncClient`'s, run on the client's own event loop (in a thread of its
-    own); `logs` and `events` are plain iterators. Close it (or use `with`) when done."""
+    own); `logs`, `events` and the other streams are plain iterators. Close it (or use `with`)
+    when done."""
 
     def __init__(self, server: str, token: str) -> None:
         """`server` is the control plane's URL (`http://host:8080`), `token` a tenant's token."""
@@ -971,357 +1038,6 @@ class Client:
     def server(self) -> str:
         return self._client.server
 
-    def submit(self, manifest: Mapping[str, Any]) -> dict[str, Any]:
-        """See `AsyncClient.submit`."""
-        return self._run(self._client.submit(manifest))
-
-    def jobs(
-        self,
-        *,
-        states: Iterable[str] = (),
-        labels: Mapping[str, str] | None = None,
-        limit: int = 50,
-    ) -> list[dict[str, Any]]:
-        """See `AsyncClient.jobs`."""
-        return self._run(self._client.jobs(states=states, labels=labels, limit=limit))
-
-    def job(self, job_id: str) -> dict[str, Any]:
-        """See `AsyncClient.job`."""
-        return self._run(self._client.job(job_id))
-
-    def history(self, job_id: str) -> dict[str, Any]:
-        """See `AsyncClient.history`."""
-        return self._run(self._client.history(job_id))
-
-    def pending(
-        self, job_id: str, since: datetime | None = None, until: datetime | None = None
-    ) -> dict[str, Any]:
-        """See `AsyncClient.pending`."""
-        return self._run(self._client.pending(job_id, since, until))
-
-    def cancel(self, job_id: str, reason: str | None = None) -> dict[str, Any]:
-        """See `AsyncClient.cancel`."""
-        return self._run(self._client.cancel(job_id, reason))
-
-    def checkpoint(self, job_id: str) -> dict[str, Any]:
-        """See `AsyncClient.checkpoint`."""
-        return self._run(self._client.checkpoint(job_id))
-
-    def submit_search(
-        self,
-        spec: Mapping[str, Any],
-        *,
-        tenant: str | None = None,
-        idempotency_key: str | None = None,
-    ) -> dict[str, Any]:
-        """See `AsyncClient.submit_search`."""
-        return self._run(
-            self._client.submit_search(spec, tenant=tenant, idempotency_key=idempotency_key)
-        )
-
-    def searches(self, *, state: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
-        """See `AsyncClient.searches`."""
-        return self._run(self._client.searches(state=state, limit=limit))
-
-    def search(self, search_id: str) -> dict[str, Any]:
-        """See `AsyncClient.search`."""
-        return self._run(self._client.search(search_id))
-
-    def search_trials(self, search_id: str) -> list[dict[str, Any]]:
-        """See `AsyncClient.search_trials`."""
-        return self._run(self._client.search_trials(search_id))
-
-    def search_best(self, search_id: str) -> dict[str, Any]:
-        """See `AsyncClient.search_best`."""
-        return self._run(self._client.search_best(search_id))
-
-    def cancel_search(self, search_id: str, reason: str | None = None) -> dict[str, Any]:
-        """See `AsyncClient.cancel_search`."""
-        return self._run(self._client.cancel_search(search_id, reason))
-
-    def search_events(self, search_id: str) -> Iterator[dict[str, Any]]:
-        """See `AsyncClient.search_events`."""
-        return self._iterate(self._client.search_events(search_id))
-
-    def nodes(self) -> list[dict[str, Any]]:
-        """See `AsyncClient.nodes`."""
-        return self._run(self._client.nodes())
-
-    def events(self, job_id: str) -> Iterator[dict[str, Any]]:
-        """See `AsyncClient.events`."""
-        return self._iterate(self._client.events(job_id))
-
-    def wait(self, job_id: str) -> str:
-        """See `AsyncClient.wait`."""
-        return self._run(self._client.wait(job_id))
-
-    def logs(
-        self,
-        job_id: str,
-        *,
-        follow: bool = False,
-        attempt: int | None = None,
-        learner: int | None = None,
-        protocol: bool = False,
-    ) -> Iterator[dict[str, Any]]:
-        """See `AsyncClient.logs`."""
-        lines = self._client.logs(
-            job_id, follow=follow, attempt=attempt, learner=learner, protocol=protocol
-        )
-        return self._iterate(lines)
-
-    def grep(
-        self,
-        pattern: str,
-        *,
-        regex: bool = False,
-        ignore_case: bool = False,
-        jobs: Iterable[str] = (),
-        labels: Mapping[str, str] | None = None,
-        since: datetime | None = None,
-        follow: bool = False,
-        protocol: bool = False,
-        tenant: str | None = None,
-        page_size: int = 100,
-    ) -> Iterator[dict[str, Any]]:
-        """See `AsyncClient.grep`."""
-        lines = self._client.grep(
-            pattern,
-            regex=regex,
-            ignore_case=ignore_case,
-            jobs=jobs,
-            labels=labels,
-            since=since,
-            follow=follow,
-            protocol=protocol,
-            tenant=tenant,
-            page_size=page_size,
-        )
-        return self._iterate(lines)
-
-    def models(
-        self, query: str = "", *, limit: int = 50, cursor: str | None = None
-    ) -> dict[str, Any]:
-        """See `AsyncClient.models`."""
-        return self._run(self._client.models(query, limit=limit, cursor=cursor))
-
-    def model(self, reference: str) -> dict[str, Any]:
-        """See `AsyncClient.model`."""
-        return self._run(self._client.model(reference))
-
-    def model_version(self, reference: str) -> dict[str, Any]:
-        """See `AsyncClient.model_version`."""
-        return self._run(self._client.model_version(reference))
-
-    def publish_model(
-        self,
-        name: str,
-        artifact: str | os.PathLike[str],
-        metadata: Mapping[str, Any],
-        *,
-        visibility: Visibility = "private",
-    ) -> dict[str, Any]:
-        """See `AsyncClient.publish_model`."""
-        return self._run(
-            self._client.publish_model(name, artifact, metadata, visibility=visibility)
-        )
-
-    def publish_model_from_job(
-        self,
-        name: str,
-        job_id: str,
-        metadata: Mapping[str, Any],
-        *,
-        checkpoint_step: int | None = None,
-        results_file: str | None = None,
-        visibility: Visibility = "private",
-    ) -> dict[str, Any]:
-        """See `AsyncClient.publish_model_from_job`."""
-        published = self._client.publish_model_from_job(
-            name,
-            job_id,
-            metadata,
-            checkpoint_step=checkpoint_step,
-            results_file=results_file,
-            visibility=visibility,
-        )
-        return self._run(published)
-
-    def update_model(self, reference: str, update: Mapping[str, Any]) -> dict[str, Any]:
-        """See `AsyncClient.update_model`."""
-        return self._run(self._client.update_model(reference, update))
-
-    def set_model_alias(self, reference: str, alias: str) -> dict[str, Any]:
-        """See `AsyncClient.set_model_alias`."""
-        return self._run(self._client.set_model_alias(reference, alias))
-
-    def remove_model_alias(self, reference: str, alias: str) -> None:
-        """See `AsyncClient.remove_model_alias`."""
-        self._run(self._client.remove_model_alias(reference, alias))
-
-    def set_model_webhook(self, reference: str, url: str) -> None:
-        """See `AsyncClient.set_model_webhook`."""
-        self._run(self._client.set_model_webhook(reference, url))
-
-    def remove_model_webhook(self, reference: str) -> None:
-        """See `AsyncClient.remove_model_webhook`."""
-        self._run(self._client.remove_model_webhook(reference))
-
-    def deprecate_model(self, reference: str, reason: str) -> dict[str, Any]:
-        """See `AsyncClient.deprecate_model`."""
-        return self._run(self._client.deprecate_model(reference, reason))
-
-    def download_model(self, reference: str, path: str | os.PathLike[str]) -> dict[str, Any]:
-        """See `AsyncClient.download_model`."""
-        return self._run(self._client.download_model(reference, path))
-
-    def deploy(
-        self,
-        name: str,
-        model: str,
-        *,
-        replicas: int = 1,
-        gpus: int = 0,
-        cpus: float = 1.0,
-        memory_mb: int = 2048,
-        image: str | None = None,
-        max_batch_size: int = 8,
-        max_wait_ms: float = 5.0,
-        memo: bool = True,
-        memo_max_entries: int = 10_000,
-        task_timeout_s: float = 30.0,
-        tenant: str | None = None,
-    ) -> dict[str, Any]:
-        """See `AsyncClient.deploy`."""
-        deployed = self._client.deploy(
-            name,
-            model,
-            replicas=replicas,
-            gpus=gpus,
-            cpus=cpus,
-            memory_mb=memory_mb,
-            image=image,
-            max_batch_size=max_batch_size,
-            max_wait_ms=max_wait_ms,
-            memo=memo,
-            memo_max_entries=memo_max_entries,
-            task_timeout_s=task_timeout_s,
-            tenant=tenant,
-        )
-        return self._run(deployed)
-
-    def deployments(self, *, tenant: str | None = None) -> list[dict[str, Any]]:
-        """See `AsyncClient.deployments`."""
-        return self._run(self._client.deployments(tenant=tenant))
-
-    def deployment(self, name: str, *, tenant: str | None = None) -> dict[str, Any]:
-        """See `AsyncClient.deployment`."""
-        return self._run(self._client.deployment(name, tenant=tenant))
-
-    def scale(self, name: str, replicas: int, *, tenant: str | None = None) -> dict[str, Any]:
-        """See `AsyncClient.scale`."""
-        return self._run(self._client.scale(name, replicas, tenant=tenant))
-
-    def undeploy(self, name: str, *, tenant: str | None = None) -> dict[str, Any]:
-        """See `AsyncClient.undeploy`."""
-        return self._run(self._client.undeploy(name, tenant=tenant))
-
-    def deployment_metrics(self, name: str, *, tenant: str | None = None) -> dict[str, Any]:
-        """See `AsyncClient.deployment_metrics`."""
-        return self._run(self._client.deployment_metrics(name, tenant=tenant))
-
-    def predict(
-        self,
-        deployment: str,
-        inputs: Sequence[Any],
-        *,
-        asynchronous: bool = False,
-        no_cache: bool = False,
-        pipeline: bool = False,
-        tenant: str | None = None,
-    ) -> dict[str, Any]:
-        """See `AsyncClient.predict`."""
-        task = self._client.predict(
-            deployment,
-            inputs,
-            asynchronous=asynchronous,
-            no_cache=no_cache,
-            pipeline=pipeline,
-            tenant=tenant,
-        )
-        return self._run(task)
-
-    def task(self, task_id: str, *, tenant: str | None = None) -> dict[str, Any]:
-        """See `AsyncClient.task`."""
-        return self._run(self._client.task(task_id, tenant=tenant))
-
-    def wait_task(
-        self, task_id: str, timeout_s: float | None = None, *, tenant: str | None = None
-    ) -> dict[str, Any]:
-        """See `AsyncClient.wait_task`."""
-        return self._run(self._client.wait_task(task_id, timeout_s, tenant=tenant))
-
-    def define_pipeline(
-        self, name: str, steps: Sequence[str], *, tenant: str | None = None
-    ) -> dict[str, Any]:
-        """See `AsyncClient.define_pipeline`."""
-        return self._run(self._client.define_pipeline(name, steps, tenant=tenant))
-
-    def pipeline(self, name: str, *, tenant: str | None = None) -> dict[str, Any]:
-        """See `AsyncClient.pipeline`."""
-        return self._run(self._client.pipeline(name, tenant=tenant))
-
-    def remove_pipeline(self, name: str, *, tenant: str | None = None) -> None:
-        """See `AsyncClient.remove_pipeline`."""
-        self._run(self._client.remove_pipeline(name, tenant=tenant))
-
-    def infer(
-        self,
-        name: str,
-        model: str,
-        *,
-        input: Mapping[str, Any],
-        batch_size: int = 16,
-        queries: int | None = None,
-        weight: float = 1.0,
-        replicas: int = 1,
-        resources: Mapping[str, Any] | None = None,
-        query_timeout_s: float | None = None,
-        labels: Mapping[str, str] | None = None,
-        tenant: str | None = None,
-        idempotency_key: str | None = None,
-    ) -> dict[str, Any]:
-        """See `AsyncClient.infer`."""
-        submitted = self._client.infer(
-            name,
-            model,
-            input=input,
-            batch_size=batch_size,
-            queries=queries,
-            weight=weight,
-            replicas=replicas,
-            resources=resources,
-            query_timeout_s=query_timeout_s,
-            labels=labels,
-            tenant=tenant,
-            idempotency_key=idempotency_key,
-        )
-        return self._run(submitted)
-
-    def inference_stats(self, job_id: str) -> dict[str, Any]:
-        """See `AsyncClient.inference_stats`."""
-        return self._run(self._client.inference_stats(job_id))
-
-    def follow_inference_stats(self, job_id: str) -> Iterator[dict[str, Any]]:
-        """See `AsyncClient.follow_inference_stats`."""
-        return self._iterate(self._client.follow_inference_stats(job_id))
-
-    def inference_queries(
-        self, job_id: str, *, after: int | None = None, limit: int | None = None
-    ) -> dict[str, Any]:
-        """See `AsyncClient.inference_queries`."""
-        return self._run(self._client.inference_queries(job_id, after=after, limit=limit))
-
     def _run(self, call: Coroutine[Any, Any, T]) -> T:
         future = asyncio.run_coroutine_threadsafe(call, self._loop)
         try:
@@ -1340,6 +1056,56 @@ class Client:
                     return
         finally:
             self._run(_close(items))
+
+    # AsyncClient's public methods, in its order; tests/trainyard/test_sdk.py checks that none
+    # is missing and that each has its signature.
+    submit = _blocking(AsyncClient.submit)
+    jobs = _blocking(AsyncClient.jobs)
+    job = _blocking(AsyncClient.job)
+    history = _blocking(AsyncClient.history)
+    pending = _blocking(AsyncClient.pending)
+    cancel = _blocking(AsyncClient.cancel)
+    checkpoint = _blocking(AsyncClient.checkpoint)
+    nodes = _blocking(AsyncClient.nodes)
+    events = _iterating(AsyncClient.events)
+    wait = _blocking(AsyncClient.wait)
+    logs = _iterating(AsyncClient.logs)
+    grep = _iterating(AsyncClient.grep)
+    models = _blocking(AsyncClient.models)
+    model = _blocking(AsyncClient.model)
+    model_version = _blocking(AsyncClient.model_version)
+    publish_model = _blocking(AsyncClient.publish_model)
+    publish_model_from_job = _blocking(AsyncClient.publish_model_from_job)
+    update_model = _blocking(AsyncClient.update_model)
+    set_model_alias = _blocking(AsyncClient.set_model_alias)
+    remove_model_alias = _blocking(AsyncClient.remove_model_alias)
+    set_model_webhook = _blocking(AsyncClient.set_model_webhook)
+    remove_model_webhook = _blocking(AsyncClient.remove_model_webhook)
+    deprecate_model = _blocking(AsyncClient.deprecate_model)
+    download_model = _blocking(AsyncClient.download_model)
+    deploy = _blocking(AsyncClient.deploy)
+    deployments = _blocking(AsyncClient.deployments)
+    deployment = _blocking(AsyncClient.deployment)
+    scale = _blocking(AsyncClient.scale)
+    undeploy = _blocking(AsyncClient.undeploy)
+    deployment_metrics = _blocking(AsyncClient.deployment_metrics)
+    predict = _blocking(AsyncClient.predict)
+    task = _blocking(AsyncClient.task)
+    wait_task = _blocking(AsyncClient.wait_task)
+    define_pipeline = _blocking(AsyncClient.define_pipeline)
+    pipeline = _blocking(AsyncClient.pipeline)
+    remove_pipeline = _blocking(AsyncClient.remove_pipeline)
+    infer = _blocking(AsyncClient.infer)
+    inference_stats = _blocking(AsyncClient.inference_stats)
+    follow_inference_stats = _iterating(AsyncClient.follow_inference_stats)
+    inference_queries = _blocking(AsyncClient.inference_queries)
+    submit_search = _blocking(AsyncClient.submit_search)
+    searches = _blocking(AsyncClient.searches)
+    search = _blocking(AsyncClient.search)
+    search_trials = _blocking(AsyncClient.search_trials)
+    search_best = _blocking(AsyncClient.search_best)
+    cancel_search = _blocking(AsyncClient.cancel_search)
+    search_events = _iterating(AsyncClient.search_events)
 
 
 async def _next(items: AsyncGenerator[T, None]) -> T:

@@ -4,9 +4,11 @@ blocking `Client`, and the `AsyncClient` it runs on."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import sys
+import typing
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -86,3 +88,31 @@ async def test_a_job_cancelled_ends_its_events_and_errors_are_exceptions(
         with pytest.raises(NotFound, match=f"no job {missing}"):
             await client.job(missing)
         assert [node["name"] for node in await client.nodes()] == ["n1"]
+
+
+def test_the_blocking_client_offers_every_call_of_the_async_one_with_its_signature() -> None:
+    def public(cls: type) -> set[str]:
+        return {name for name in vars(cls) if not name.startswith("_")}
+
+    calls = {
+        name
+        for name in public(AsyncClient)
+        if inspect.iscoroutinefunction(getattr(AsyncClient, name))
+        or inspect.isasyncgenfunction(getattr(AsyncClient, name))
+    }
+    assert len(calls) > 40 and calls <= public(Client)
+    for name in calls:
+        asynchronous = getattr(AsyncClient, name)
+        blocking = inspect.signature(getattr(Client, name), eval_str=True)
+        expected = inspect.signature(asynchronous, eval_str=True)
+        assert blocking.parameters == expected.parameters, name
+        returned = blocking.return_annotation
+        if inspect.isasyncgenfunction(asynchronous):
+            # A stream is a plain iterator of the same items.
+            item = typing.get_args(expected.return_annotation)[0]
+            assert (typing.get_origin(returned), typing.get_args(returned)) == (Iterator, (item,))
+        else:
+            assert returned == expected.return_annotation, name
+        assert getattr(Client, name).__doc__ == asynchronous.__doc__, name
+    # What the blocking client has beyond the calls: its own life (close, with) and `server`.
+    assert public(Client) - calls == {"close", "server"}
