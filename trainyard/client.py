@@ -469,41 +469,37 @@ class AsyncClient:
         name: str,
         model: str,
         *,
-        replicas: int = 1,
-        gpus: int = 0,
-        cpus: float = 1.0,
-        memory_mb: int = 2048,
+        replicas: int | None = None,
+        gpus: int | None = None,
+        cpus: float | None = None,
+        memory_mb: int | None = None,
         image: str | None = None,
-        max_batch_size: int = 8,
-        max_wait_ms: float = 5.0,
-        memo: bool = True,
-        memo_max_entries: int = 10_000,
-        task_timeout_s: float = 30.0,
+        max_batch_size: int | None = None,
+        max_wait_ms: float | None = None,
+        memo: bool | None = None,
+        memo_max_entries: int | None = None,
+        task_timeout_s: float | None = None,
         tenant: str | None = None,
     ) -> dict[str, Any]:
         """Serve the model version `model` names (`[tenant/]name[:N|@alias]`, resolved once,
         now) as deployment `name`, on `replicas` replicas, each holding `gpus`, `cpus` and
-        `memory_mb` (in `image`, the Docker runtime's; None: the server's default); the new
-        deployment, its replica jobs asked for. A call of the entry point gets up to
-        `max_batch_size` items, its batch waiting up to `max_wait_ms` for more after the first;
-        `memo` answers an input seen before from the `memo_max_entries` results kept; a replica
-        holding a task longer than `task_timeout_s` is replaced, and the task retried."""
-        resources: dict[str, Any] = {"gpus": gpus, "cpus": cpus, "memory_mb": memory_mb}
-        if image is not None:
-            resources["image"] = image
-        body = {
-            "name": name,
-            "model": model,
-            "replicas": replicas,
-            "resources": resources,
-            "serving": {
-                "max_batch_size": max_batch_size,
-                "max_wait_ms": max_wait_ms,
-                "memo": memo,
-                "memo_max_entries": memo_max_entries,
-                "task_timeout_s": task_timeout_s,
-            },
-        }
+        `memory_mb` (in `image`, the Docker runtime's); the new deployment, its replica jobs
+        asked for. A call of the entry point gets up to `max_batch_size` items, its batch
+        waiting up to `max_wait_ms` for more after the first; `memo` answers an input seen
+        before from the `memo_max_entries` results kept; a replica holding a task longer than
+        `task_timeout_s` is replaced, and the task retried. Each setting left None is not sent:
+        the server decides it, and the deployment returned shows what it chose."""
+        resources = _given(gpus=gpus, cpus=cpus, memory_mb=memory_mb, image=image)
+        serving = _given(
+            max_batch_size=max_batch_size,
+            max_wait_ms=max_wait_ms,
+            memo=memo,
+            memo_max_entries=memo_max_entries,
+            task_timeout_s=task_timeout_s,
+        )
+        body = _given(
+            name=name, model=model, replicas=replicas, resources=resources, serving=serving
+        )
         deployment: dict[str, Any] = await self.api.request(
             "POST", "/v1/deployments", params=_acting(tenant), body=body
         )
@@ -860,6 +856,12 @@ def _owner(ref: Reference) -> list[tuple[str, str]]:
 def _acting(tenant: str | None) -> list[tuple[str, str]]:
     """The query naming the tenant the admin acts for; none: the token's own tenant."""
     return [("tenant", tenant)] if tenant else []
+
+
+def _given(**settings: Any) -> dict[str, Any]:
+    """The settings the caller gave: one left None is the server's to decide, so it is not
+    sent."""
+    return {name: value for name, value in settings.items() if value is not None}
 
 
 def _serving_name(name: str) -> str:

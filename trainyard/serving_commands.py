@@ -16,6 +16,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
+
+from controlplane.deployments.spec import DeploymentRequest, Resources, Serving
 from controlplane.settings import Settings
 from trainyard import render
 from trainyard.api import UsageError
@@ -33,6 +36,12 @@ INPUT_HELP = (
     "the items, a JSON array (one input each): inline ('[1, 2]'), @FILE to read it from FILE, "
     "or - for standard input"
 )
+
+
+def _server_default(model: type[BaseModel], field: str) -> str:
+    """What --help says of a flag left out: the command sends nothing, and the server's
+    request model (the one place the default is decided) fills it in."""
+    return f"default: the server's, {model.model_fields[field].default:g}"
 
 
 def add_serving_commands(commands: Any) -> None:
@@ -75,20 +84,28 @@ def add_serving_commands(commands: Any) -> None:
         help="the version: [TENANT/]NAME (its latest), NAME:N or NAME@ALIAS",
     )
     deploy.add_argument(
-        "--replicas", type=int, default=1, metavar="N", help="replicas (0 to 64; default 1)"
+        "--replicas",
+        type=int,
+        metavar="N",
+        help=f"replicas (0 to 64; {_server_default(DeploymentRequest, 'replicas')})",
     )
     deploy.add_argument(
-        "--gpus", type=int, default=0, metavar="N", help="GPUs per replica (default 0)"
+        "--gpus",
+        type=int,
+        metavar="N",
+        help=f"GPUs per replica ({_server_default(Resources, 'gpus')})",
     )
     deploy.add_argument(
-        "--cpus", type=float, default=1.0, metavar="X", help="CPUs per replica (default 1)"
+        "--cpus",
+        type=float,
+        metavar="X",
+        help=f"CPUs per replica ({_server_default(Resources, 'cpus')})",
     )
     deploy.add_argument(
         "--memory-mb",
         type=int,
-        default=2048,
         metavar="N",
-        help="memory per replica, MiB (default 2048)",
+        help=f"memory per replica, MiB ({_server_default(Resources, 'memory_mb')})",
     )
     deploy.add_argument(
         "--image",
@@ -99,17 +116,16 @@ def add_serving_commands(commands: Any) -> None:
     deploy.add_argument(
         "--max-batch-size",
         type=int,
-        default=8,
         metavar="N",
         help="most items one call of the entry point gets; a task of more items runs in "
-        "several calls (default 8)",
+        f"several calls ({_server_default(Serving, 'max_batch_size')})",
     )
     deploy.add_argument(
         "--max-wait-ms",
         type=float,
-        default=5.0,
         metavar="X",
-        help="how long a batch that is not full waits for more items (default 5)",
+        help="how long a batch that is not full waits for more items "
+        f"({_server_default(Serving, 'max_wait_ms')})",
     )
     deploy.add_argument(
         "--no-memo",
@@ -119,10 +135,9 @@ def add_serving_commands(commands: Any) -> None:
     deploy.add_argument(
         "--task-timeout",
         type=float,
-        default=30.0,
         metavar="S",
         help="seconds a replica may hold a task before it is replaced and the task retried "
-        "(default 30)",
+        f"({_server_default(Serving, 'task_timeout_s')})",
     )
     undeploy = add(
         commands,
@@ -408,7 +423,8 @@ async def cmd_deploy(args: argparse.Namespace, settings: Settings) -> int:
             image=args.image,
             max_batch_size=args.max_batch_size,
             max_wait_ms=args.max_wait_ms,
-            memo=not args.no_memo,
+            # Only turning the memo off is a choice; otherwise the server's default stands.
+            memo=False if args.no_memo else None,
             task_timeout_s=args.task_timeout,
             tenant=args.tenant,
         )

@@ -6,7 +6,6 @@ a task when the task's stream is refused or breaks off, against stub servers."""
 from __future__ import annotations
 
 import asyncio
-import inspect
 import json
 import sys
 import uuid
@@ -18,7 +17,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from controlplane.deployments.spec import Resources, Serving
+from controlplane.deployments.spec import DeploymentRequest
 from tests.controlplane.deployments.serving import publish, serving_cluster
 from tests.tenancy import Tokens
 from tests.trainyard.test_client_cli import Cli, Result
@@ -177,16 +176,68 @@ async def test_names_and_task_ids_are_checked_before_anything_is_sent() -> None:
             await client.wait_task("42")
 
 
-def test_the_sdk_s_deploy_defaults_are_the_server_s() -> None:
-    defaults = {
-        name: parameter.default
-        for name, parameter in inspect.signature(AsyncClient.deploy).parameters.items()
-    }
-    server = {**Resources().model_dump(), **Serving().model_dump()}
-    for name, value in server.items():
-        if name != "image":  # the SDK leaves it to the server: the operator's setting
-            assert defaults[name] == value, name
-    assert defaults["replicas"] == 1 and defaults["image"] is None
+async def test_a_deploy_without_settings_gets_the_server_s_defaults(
+    db_url: str, tmp_path: Path, tokens: Tokens
+) -> None:
+    # No agent: what the deployment asks for is stored, and shown, before any replica runs.
+    async with serving_cluster(db_url, tmp_path, agents=0) as (cluster, _):
+        await publish(cluster, tokens.acme, "double", DOUBLE, "double:predict")
+        server = str(cluster.make_url(""))
+        request = DeploymentRequest(name="dbl", model="double")
+        async with AsyncClient(server, tokens.acme) as acme:
+            plain = await acme.deploy("dbl", "double")
+            assert plain["replicas"] == request.replicas
+            assert plain["resources"] == request.resources.model_dump()
+            assert plain["serving"] == request.serving.model_dump()
+            # What is given is the caller's, and the rest still the server's; through the
+            # blocking client too (in a thread: this loop runs the server).
+            with Client(server, tokens.acme) as blocking:
+                tuned = await asyncio.to_thread(
+                    blocking.deploy, "tuned", "double", cpus=0.5, max_batch_size=4, memo=False
+                )
+            assert tuned["resources"] == {**request.resources.model_dump(), "cpus": 0.5}
+            changed = {"max_batch_size": 4, "memo": False}
+            assert tuned["serving"] == {**request.serving.model_dump(), **changed}
+            assert (await acme.deployment("tuned"))["serving"] == tuned["serving"]
+
+
+@pytest.mark.processes
+async def test_the_sdk_and_the_cli_send_only_the_settings_given(tmp_path: Path) -> None:
+    sent: list[dict[str, Any]] = []
+
+    async def deploy(request: web.Request) -> web.Response:
+        body = await request.json()
+        sent.append(body)
+        view = {"name": body["name"], "model": "acme/double:1", "replicas": 1}
+        return web.json_response(view, status=201)
+
+    async with await _stub([web.post("/v1/deployments", deploy)]) as server:
+        url = str(server.make_url(""))
+        async with AsyncClient(url, "t") as client:
+            await client.deploy("plain", "double")
+            await client.deploy("some", "double", replicas=0, gpus=1, max_wait_ms=0, memo=True)
+        cli = user(tmp_path, url, "t")
+        assert (await cli("deploy", "cli", "--model", "double")).rc == 0
+        flags = ("--memory-mb", "4096", "--task-timeout", "5", "--no-memo")
+        assert (await cli("deploy", "flags", "--model", "double", *flags)).rc == 0
+    nothing: dict[str, Any] = {"resources": {}, "serving": {}}
+    assert sent == [
+        {"name": "plain", "model": "double", **nothing},
+        {
+            "name": "some",
+            "model": "double",
+            "replicas": 0,
+            "resources": {"gpus": 1},
+            "serving": {"max_wait_ms": 0, "memo": True},
+        },
+        {"name": "cli", "model": "double", **nothing},
+        {
+            "name": "flags",
+            "model": "double",
+            "resources": {"memory_mb": 4096},
+            "serving": {"task_timeout_s": 5.0, "memo": False},
+        },
+    ]
 
 
 def _task(status: str, **extra: Any) -> dict[str, Any]:
