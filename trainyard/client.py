@@ -645,10 +645,10 @@ class AsyncClient:
         model: str,
         *,
         input: Mapping[str, Any],
-        batch_size: int = 16,
+        batch_size: int | None = None,
         queries: int | None = None,
-        weight: float = 1.0,
-        replicas: int = 1,
+        weight: float | None = None,
+        replicas: int | None = None,
         resources: Mapping[str, Any] | None = None,
         query_timeout_s: float | None = None,
         labels: Mapping[str, str] | None = None,
@@ -662,26 +662,22 @@ class AsyncClient:
         items, endless unless `queries` says how many) or `{"items": [...]}` (the items
         themselves, covered once unless `queries` says fewer). `weight` is its share against
         the other inference jobs running (query throughputs go as the weights); `replicas` run
-        it, each holding `resources` (`gpus`, `cpus`, `memory_mb`, `image`; None: the server's
-        defaults); a replica holding a query past `query_timeout_s` (None: the server's, 60) is
-        replaced and the query retried. A retry with the same `idempotency_key` gets the job
-        the first call made, never a second."""
-        body: dict[str, Any] = {
-            "name": name,
-            "model": model,
-            "input": dict(input),
-            "batch_size": batch_size,
-            "weight": weight,
-            "replicas": replicas,
-        }
-        if queries is not None:
-            body["queries"] = queries
-        if resources is not None:
-            body["resources"] = dict(resources)
-        if query_timeout_s is not None:
-            body["query_timeout_s"] = query_timeout_s
-        if labels:
-            body["labels"] = dict(labels)
+        it, each holding `resources` (`gpus`, `cpus`, `memory_mb`, `image`); a replica holding a
+        query past `query_timeout_s` is replaced and the query retried. Each setting left None
+        is not sent: the server decides it. A retry with the same `idempotency_key` gets the
+        job the first call made, never a second."""
+        body = _given(
+            name=name,
+            model=model,
+            input=dict(input),
+            batch_size=batch_size,
+            queries=queries,
+            weight=weight,
+            replicas=replicas,
+            resources=None if resources is None else dict(resources),
+            query_timeout_s=query_timeout_s,
+            labels=dict(labels) if labels else None,
+        )
         headers = None if idempotency_key is None else {"Idempotency-Key": idempotency_key}
         job: dict[str, Any] = await self.api.request(
             "POST", "/v1/inference", params=_acting(tenant), body=body, headers=headers

@@ -23,7 +23,8 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
-from controlplane.inference.spec import MAX_DIMENSIONS, MAX_ITEM_ELEMENTS
+from controlplane.deployments.spec import Resources
+from controlplane.inference.spec import MAX_DIMENSIONS, MAX_ITEM_ELEMENTS, InferenceRequest
 from controlplane.settings import Settings
 from trainyard import render
 from trainyard.api import UsageError
@@ -39,6 +40,7 @@ from trainyard.commands import (
 )
 from trainyard.config import TOKEN_ENV
 from trainyard.serving_commands import read_items as serving_items
+from trainyard.serving_commands import server_default
 
 ITEMS_HELP = (
     "the items, a JSON array (one input each): inline ('[[1, 2], [3, 4]]'), @FILE to read it "
@@ -110,7 +112,10 @@ def add_inference_commands(commands: Any) -> None:
         help="with --generate: the generator's seed (default 0)",
     )
     infer.add_argument(
-        "--batch-size", type=int, default=16, metavar="N", help="items per query (default 16)"
+        "--batch-size",
+        type=int,
+        metavar="N",
+        help=f"items per query ({server_default(InferenceRequest, 'batch_size')})",
     )
     infer.add_argument(
         "--queries",
@@ -122,26 +127,33 @@ def add_inference_commands(commands: Any) -> None:
     infer.add_argument(
         "--weight",
         type=float,
-        default=1.0,
         metavar="W",
         help="its share against the other inference jobs running: their query throughputs go "
-        "as their weights (0.01 to 100; default 1)",
+        f"as their weights (0.01 to 100; {server_default(InferenceRequest, 'weight')})",
     )
     infer.add_argument(
-        "--replicas", type=int, default=1, metavar="N", help="replicas running it (default 1)"
+        "--replicas",
+        type=int,
+        metavar="N",
+        help=f"replicas running it ({server_default(InferenceRequest, 'replicas')})",
     )
     infer.add_argument(
-        "--gpus", type=int, default=0, metavar="N", help="GPUs per replica (default 0)"
+        "--gpus",
+        type=int,
+        metavar="N",
+        help=f"GPUs per replica ({server_default(Resources, 'gpus')})",
     )
     infer.add_argument(
-        "--cpus", type=float, default=1.0, metavar="X", help="CPUs per replica (default 1)"
+        "--cpus",
+        type=float,
+        metavar="X",
+        help=f"CPUs per replica ({server_default(Resources, 'cpus')})",
     )
     infer.add_argument(
         "--memory-mb",
         type=int,
-        default=2048,
         metavar="N",
-        help="memory per replica, MiB (default 2048)",
+        help=f"memory per replica, MiB ({server_default(Resources, 'memory_mb')})",
     )
     infer.add_argument(
         "--image",
@@ -152,10 +164,9 @@ def add_inference_commands(commands: Any) -> None:
     infer.add_argument(
         "--query-timeout",
         type=float,
-        default=60.0,
         metavar="S",
         help="seconds a replica may hold a query before it is replaced and the query retried "
-        "(default 60)",
+        f"({server_default(InferenceRequest, 'query_timeout_s')})",
     )
     infer.add_argument(
         "--label", action="append", metavar="K=V", help="a label of the job (repeatable)"
@@ -426,9 +437,9 @@ async def cmd_infer(args: argparse.Namespace, settings: Settings) -> int:
         source = {"generate": generate}
     else:
         source = {"items": await asyncio.to_thread(read_items, args.items)}
-    resources: dict[str, Any] = {"gpus": args.gpus, "cpus": args.cpus, "memory_mb": args.memory_mb}
-    if args.image is not None:
-        resources["image"] = args.image
+    given = {"gpus": args.gpus, "cpus": args.cpus, "memory_mb": args.memory_mb, "image": args.image}
+    # Only what the user set: the server decides the rest.
+    resources = {name: value for name, value in given.items() if value is not None}
     async with client_for(args, settings) as client:
         job = await client.infer(
             args.name,

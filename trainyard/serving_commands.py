@@ -38,7 +38,7 @@ INPUT_HELP = (
 )
 
 
-def _server_default(model: type[BaseModel], field: str) -> str:
+def server_default(model: type[BaseModel], field: str) -> str:
     """What --help says of a flag left out: the command sends nothing, and the server's
     request model (the one place the default is decided) fills it in."""
     return f"default: the server's, {model.model_fields[field].default:g}"
@@ -87,25 +87,25 @@ def add_serving_commands(commands: Any) -> None:
         "--replicas",
         type=int,
         metavar="N",
-        help=f"replicas (0 to 64; {_server_default(DeploymentRequest, 'replicas')})",
+        help=f"replicas (0 to 64; {server_default(DeploymentRequest, 'replicas')})",
     )
     deploy.add_argument(
         "--gpus",
         type=int,
         metavar="N",
-        help=f"GPUs per replica ({_server_default(Resources, 'gpus')})",
+        help=f"GPUs per replica ({server_default(Resources, 'gpus')})",
     )
     deploy.add_argument(
         "--cpus",
         type=float,
         metavar="X",
-        help=f"CPUs per replica ({_server_default(Resources, 'cpus')})",
+        help=f"CPUs per replica ({server_default(Resources, 'cpus')})",
     )
     deploy.add_argument(
         "--memory-mb",
         type=int,
         metavar="N",
-        help=f"memory per replica, MiB ({_server_default(Resources, 'memory_mb')})",
+        help=f"memory per replica, MiB ({server_default(Resources, 'memory_mb')})",
     )
     deploy.add_argument(
         "--image",
@@ -118,14 +118,14 @@ def add_serving_commands(commands: Any) -> None:
         type=int,
         metavar="N",
         help="most items one call of the entry point gets; a task of more items runs in "
-        f"several calls ({_server_default(Serving, 'max_batch_size')})",
+        f"several calls ({server_default(Serving, 'max_batch_size')})",
     )
     deploy.add_argument(
         "--max-wait-ms",
         type=float,
         metavar="X",
         help="how long a batch that is not full waits for more items "
-        f"({_server_default(Serving, 'max_wait_ms')})",
+        f"({server_default(Serving, 'max_wait_ms')})",
     )
     deploy.add_argument(
         "--no-memo",
@@ -137,7 +137,7 @@ def add_serving_commands(commands: Any) -> None:
         type=float,
         metavar="S",
         help="seconds a replica may hold a task before it is replaced and the task retried "
-        f"({_server_default(Serving, 'task_timeout_s')})",
+        f"({server_default(Serving, 'task_timeout_s')})",
     )
     undeploy = add(
         commands,

@@ -19,7 +19,6 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from controlplane.cli import main, parser
-from controlplane.deployments.spec import Resources
 from controlplane.inference.spec import InferenceRequest
 from tests.controlplane.deployments.serving import publish, serving_cluster
 from tests.controlplane.inference.test_inference import SUMS
@@ -295,6 +294,8 @@ async def test_the_sdk_submits_follows_and_reads_an_inference_job(
                 assert len(page["queries"]) == 3
                 figures = await asyncio.to_thread(blocking.inference_stats, job["id"])
                 assert figures["total_queries"] == 3
+                # Not given, so not sent: the server's.
+                assert figures["weight"] == InferenceRequest.model_fields["weight"].default
 
 
 async def test_job_ids_are_checked_before_anything_is_sent() -> None:
@@ -308,23 +309,14 @@ async def test_job_ids_are_checked_before_anything_is_sent() -> None:
             await anext(client.follow_inference_stats("x"))
 
 
-def test_the_defaults_of_the_sdk_and_the_command_are_the_server_s() -> None:
-    sdk = {
-        name: parameter.default
-        for name, parameter in inspect.signature(AsyncClient.infer).parameters.items()
-    }
-    server = {name: field.default for name, field in InferenceRequest.model_fields.items()}
-    for name in ("batch_size", "queries", "weight", "replicas"):
-        assert sdk[name] == server[name], name
+def test_the_sdk_and_the_command_leave_unset_settings_to_the_server() -> None:
+    sdk = inspect.signature(AsyncClient.infer).parameters
+    settings = ("batch_size", "queries", "weight", "replicas", "resources", "query_timeout_s")
+    assert {name: sdk[name].default for name in settings} == dict.fromkeys(settings)
     args = parser().parse_args(["infer", "x", "--model", "m", "--generate", "4"])
-    assert (args.batch_size, args.queries, args.weight, args.replicas) == (16, None, 1.0, 1)
-    assert args.query_timeout == server["query_timeout_s"]
-    resources = Resources()
-    assert (args.gpus, args.cpus, args.memory_mb) == (
-        resources.gpus,
-        resources.cpus,
-        resources.memory_mb,
-    )
+    flags = ["batch_size", "queries", "weight", "replicas", "query_timeout"]
+    flags += ["gpus", "cpus", "memory_mb", "image"]
+    assert {name: getattr(args, name) for name in flags} == dict.fromkeys(flags)
 
 
 def _figures(**extra: Any) -> dict[str, Any]:
@@ -414,15 +406,14 @@ async def test_the_request_infer_sends() -> None:
             tenant="acme",
             idempotency_key="key",
         )
-    base = {"batch_size": 16, "weight": 1.0, "replicas": 1}
+    # What is not given is not sent: the server decides it.
     assert sent == [
-        ({"name": "a", "model": "m", "input": {"items": [1]}, **base}, None, ""),
+        ({"name": "a", "model": "m", "input": {"items": [1]}}, None, ""),
         (
             {
                 "name": "b",
                 "model": "m",
                 "input": {"generate": {"shape": [2]}},
-                **base,
                 "queries": 3,
                 "resources": {"gpus": 1},
                 "query_timeout_s": 5,
