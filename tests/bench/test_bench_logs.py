@@ -1,6 +1,7 @@
 """`trainyard bench logs` end to end, small: it fills its kept log once (a second run refills
-nothing), searches it and measures ingestion with and without the search index; the JSON's
-shape (its figures are for docs/log-search.md, not for this test)."""
+nothing), searches it (also while lines wait for the indexer), and measures ingestion with and
+without the search on the writer's path, and the indexer; the JSON's shape (its figures are for
+docs/log-search.md, not for this test)."""
 
 from __future__ import annotations
 
@@ -39,6 +40,13 @@ def test_the_logs_benchmark_keeps_its_log_and_reports_search_and_ingestion(
     assert first["ingest_ratio"] > 0
     assert isinstance(first["meets_search_target"], bool)
     assert isinstance(first["meets_ingest_target"], bool)
+    assert 0 < first["ingest_and_index_lines_per_s"] < first["index_lines_per_s"]
+    queued = first["queued_search"]
+    assert queued["queued_lines"] == 50_000 and queued["index_s"] > 0
+    assert queued["search"]["common_substring"]["lines"] == first["search_page"]
+    # The queued lines hold no rare term: they change no answer, only its time.
+    rare = queued["search"]["rare_substring"]["lines"]
+    assert rare == first["search"]["rare_substring"]["lines"]
 
 
 async def _drop(server: str, name: str) -> None:
