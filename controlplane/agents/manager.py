@@ -27,7 +27,6 @@ from controlplane.inference.service import Inference
 from controlplane.jobs.lifecycle import Refused, Restart, RollBack
 from controlplane.jobs.service import Jobs
 from controlplane.jobs.streams import job_stream
-from controlplane.logs.indexer import index_queued_lines
 from controlplane.queries import Q
 from controlplane.settings import LOG_RETENTION_S
 from controlplane.workers import isolated, pause
@@ -44,9 +43,6 @@ LOG_RETENTION_JOBS = 100
 short while a first run works through years of history: 100 jobs of 1,000 lines each go in
 0.13 s on a developer's machine (1,000 jobs: 0.9 s), and at one sweep a second that still
 clears some 300,000 jobs an hour."""
-LOG_INDEX_BUDGET_S = 0.5
-"""How long one sweep copies stored log lines into the search's index (controlplane.logs.
-indexer): the sweep stays short, and at one sweep a second the indexer gets a third of it."""
 
 
 class LifecycleManager:
@@ -124,8 +120,8 @@ class LifecycleManager:
 
     async def sweep(self) -> list[str]:
         """Declare every node whose lease has expired LOST (returns their names), then roll
-        back deployments that did not start in time, index stored log lines for search, and
-        forget logs past their retention (and the folders and uids of the jobs past it)."""
+        back deployments that did not start in time, and forget logs past their retention (and
+        the folders and uids of the jobs past it)."""
         lost = []
         for row in await self._pool.fetch(Q["expired_nodes"], self._leases_from):
             if await isolated(WORKER, f"node {row['name']}", self._declare_lost(row["name"])):
@@ -138,7 +134,6 @@ class LifecycleManager:
         if self._inference is not None:
             # Each inference job's step is isolated inside (see `Inference.sweep`).
             await self._inference.sweep()
-        await index_queued_lines(self._pool, budget_s=LOG_INDEX_BUDGET_S)
         if self._log_retention_s:
             forgotten = await self._pool.fetchval(
                 Q["forget_job_logs"], self._log_retention_s, LOG_RETENTION_JOBS
