@@ -32,6 +32,7 @@ from controlplane.inference.service import Inference
 from controlplane.jobs.locations import Roots
 from controlplane.jobs.projection import JobsProjection
 from controlplane.jobs.service import Jobs
+from controlplane.logs.indexer import DEFAULT_LOG_INDEXERS, LogIndexers
 from controlplane.models.projection import ModelsProjection
 from controlplane.models.service import Models
 from controlplane.pending.projection import PendingProjection
@@ -97,8 +98,8 @@ class Readiness:
 class ControlPlane:
     """The control plane's parts on one pool: the store, the job service, and the background
     workers (log listener, projection runner, SSE hub, lifecycle manager, cluster gauges,
-    pending-reasons recorder, search driver, webhook relay), all on one clock (the system's,
-    but for tests of time)."""
+    pending-reasons recorder, search driver, webhook relay, log search's indexers), all on one
+    clock (the system's, but for tests of time)."""
 
     def __init__(
         self,
@@ -111,6 +112,7 @@ class ControlPlane:
         artifacts: ArtifactStore,
         roots: Roots,
         log_retention_s: float,
+        log_indexers: int = DEFAULT_LOG_INDEXERS,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.url = url
@@ -139,6 +141,7 @@ class ControlPlane:
         self.searches = Searches(self.store, self.jobs, clock)
         self.driver = SearchDriver(pool, self.searches, self.listener)
         self.webhooks = WebhookRelay(url, pool, self.store, relay, clock=clock)
+        self.log_indexers = LogIndexers(pool, count=log_indexers)
 
     async def readiness(self, background: asyncio.Task[None]) -> Readiness:
         """What `/readyz` reports, with `background` the task that `running` started."""
@@ -166,11 +169,13 @@ async def opened(
     artifacts: ArtifactStore,
     roots: Roots,
     log_retention_s: float,
+    log_indexers: int = DEFAULT_LOG_INDEXERS,
 ) -> AsyncIterator[ControlPlane]:
     """The control plane's parts on a fresh pool, closed (relay, store, pool) when the block
     ends; nothing runs until `running`. `only`: the projections to run (default: every one);
     `artifacts`: the model repository's store; `roots`: where `file://` results may be read;
-    `log_retention_s`: how long after a job ended its log lines go (0: never)."""
+    `log_retention_s`: how long after a job ended its log lines go (0: never); `log_indexers`:
+    how many of log search's indexers this replica runs."""
     pool = await create_pool(url)
     try:
         plane = ControlPlane(
@@ -182,6 +187,7 @@ async def opened(
             artifacts=artifacts,
             roots=roots,
             log_retention_s=log_retention_s,
+            log_indexers=log_indexers,
         )
         try:
             yield plane
@@ -210,6 +216,7 @@ async def running(plane: ControlPlane) -> AsyncIterator[asyncio.Task[None]]:
                 group.create_task(plane.driver.run(), name="search-driver")
                 group.create_task(plane.webhooks.run(), name="webhook-relay")
                 group.create_task(plane.tasks.run(), name="serving-tasks")
+                group.create_task(plane.log_indexers.run(), name="log-indexers")
         except Exception:
             # The server keeps answering, but /readyz now says "not ready", so a load
             # balancer or supervisor takes this replica out of service.
@@ -227,6 +234,7 @@ async def running(plane: ControlPlane) -> AsyncIterator[asyncio.Task[None]]:
         plane.driver.stop()
         plane.webhooks.stop()
         plane.tasks.stop()
+        plane.log_indexers.stop()
         plane.listener.stop()
         plane.projections.stop()
         plane.listener.wake()  # the runner and the hub wait on the listener: let them see it

@@ -18,6 +18,7 @@ from controlplane.http.keys import PROJECTIONS, STORE
 from controlplane.http.streams import max_streams_from_env
 from controlplane.jobs.images import ImageAllowlist
 from controlplane.jobs.locations import Roots
+from controlplane.logs.indexer import log_indexers_from_env
 from controlplane.settings import (
     ADMIN_TOKEN_FILE,
     DAY_S,
@@ -83,6 +84,7 @@ async def listening(
         allowed = parse_networks(os.environ.get(ALLOW_NETWORKS_ENV, ""))
         max_streams = max_streams_from_env()
         roots = Roots.from_env()
+        log_indexers = log_indexers_from_env()
     except ValueError as exc:
         raise ServeError(str(exc)) from None
     app = create_app(
@@ -92,6 +94,7 @@ async def listening(
         relay=RelayConfig(allow_networks=allowed),
         max_streams=max_streams,
         log_retention_s=log_retention_s,
+        log_indexers=log_indexers,
     )
     runner = web.AppRunner(app, handle_signals=False, max_line_size=MAX_REQUEST_LINE)
     await runner.setup()

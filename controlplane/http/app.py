@@ -54,6 +54,7 @@ from controlplane.http.streams import DEFAULT_MAX_STREAMS, STREAMS, LiveStreams
 from controlplane.http.tracing import tracing_middleware
 from controlplane.jobs.images import ImageAllowlist
 from controlplane.jobs.locations import Roots
+from controlplane.logs.indexer import DEFAULT_LOG_INDEXERS
 from controlplane.projections.base import Projection
 from controlplane.settings import LOG_RETENTION_S, Settings
 from controlplane.tenants.submissions import SubmissionRates
@@ -72,12 +73,14 @@ def create_app(
     projections: Sequence[Projection] | None = None,
     artifacts: ArtifactStore | None = None,
     log_retention_s: float = LOG_RETENTION_S,
+    log_indexers: int = DEFAULT_LOG_INDEXERS,
 ) -> web.Application:
     """The application; `images` None: the allowlist `TRAINYARD_IMAGES` sets (ValueError when
     it is malformed), or the default; `roots`: where `file://` data and results may be
     (default: from the environment); `projections`: those this replica runs (default: all);
     `artifacts`: the model repository's store (default: the directory `Settings` names);
-    `log_retention_s`: how long after a job ended its log lines go (0: never)."""
+    `log_retention_s`: how long after a job ended its log lines go (0: never); `log_indexers`:
+    how many of log search's indexers this replica runs."""
     app = web.Application(middlewares=[tracing_middleware, outage_middleware, auth_middleware])
     app[DATABASE_URL] = database_url
     app[IMAGES] = ImageAllowlist.from_env(os.environ) if images is None else images
@@ -93,6 +96,7 @@ def create_app(
             only=projections,
             artifacts=artifacts or FileArtifactStore(default_root(Settings.from_env())),
             log_retention_s=log_retention_s,
+            log_indexers=log_indexers,
         )
     )
     app.cleanup_ctx.append(_background)
@@ -132,6 +136,7 @@ async def _database(
     only: Sequence[Projection] | None,
     artifacts: ArtifactStore,
     log_retention_s: float,
+    log_indexers: int,
 ) -> AsyncIterator[None]:
     """The composition root's parts, under the keys the handlers read them by."""
     async with opened(
@@ -142,6 +147,7 @@ async def _database(
         artifacts=artifacts,
         roots=app[LOCATION_ROOTS],
         log_retention_s=log_retention_s,
+        log_indexers=log_indexers,
     ) as plane:
         app[PLANE] = plane
         app[POOL] = plane.pool

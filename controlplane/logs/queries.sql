@@ -148,6 +148,7 @@ LIMIT $10;
 SELECT now();
 
 -- name: index_job_log_lines
--- Log search's indexer (the lifecycle manager, each sweep): copies about $1 queued lines into
--- the search's indexed table; how many it copied (migrations/0035_log_search_indexer.sql).
+-- Log search's indexer (controlplane.logs.indexer, a worker of each replica; several at once
+-- take different queued ranges): copies about $1 queued lines into the search's indexed table;
+-- how many it copied (migrations/0035_log_search_indexer.sql).
 SELECT index_job_log_lines($1);
