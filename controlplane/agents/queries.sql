@@ -213,15 +213,6 @@ WHERE n.state = 'READY';
 -- that dies hands the role on without anyone having to notice first.
 SELECT pg_try_advisory_lock(hashtextextended('trainyard.lifecycle-manager', 0));
 
--- name: stalled_deployments
--- Attempts still DEPLOYING after their job's deploy timeout: some learner never started.
-SELECT s.job_id, s.attempt, (s.doc -> 'manifest' ->> 'deploy_timeout_s')::float AS timeout_s
-FROM job_status s
-JOIN job_history h ON h.job_id = s.job_id AND h.attempt = s.attempt AND h.event = 'JobDeploying'
-WHERE s.state = 'DEPLOYING'
-  AND h.at < now() - make_interval(secs => (s.doc -> 'manifest' ->> 'deploy_timeout_s')::float)
-ORDER BY s.job_id;
-
 -- name: expired_nodes
 -- $1: NULL, or when this manager took over after losing its session to the database (a
 -- failover: the new primary saw no heartbeat while none could reach it); each lease's TTL

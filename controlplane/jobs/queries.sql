@@ -110,3 +110,12 @@ SELECT pg_notify('trainyard_claimable', '');
 -- full node skips, and a request wakes the reads of running jobs' streams and of the node's
 -- allocations, which a claimable job does not need; neither pays for the other.
 SELECT pg_notify('trainyard_requests', '');
+
+-- name: stalled_deployments
+-- Attempts still DEPLOYING after their job's deploy timeout: some learner never started.
+SELECT s.job_id, s.attempt, (s.doc -> 'manifest' ->> 'deploy_timeout_s')::float AS timeout_s
+FROM job_status s
+JOIN job_history h ON h.job_id = s.job_id AND h.attempt = s.attempt AND h.event = 'JobDeploying'
+WHERE s.state = 'DEPLOYING'
+  AND h.at < now() - make_interval(secs => (s.doc -> 'manifest' ->> 'deploy_timeout_s')::float)
+ORDER BY s.job_id;
