@@ -17,20 +17,26 @@ from dataclasses import dataclass
 
 import asyncpg
 
+from controlplane.agents.lost_nodes import LostNodes
 from controlplane.agents.manager import LifecycleManager
 from controlplane.artifacts.store import ArtifactStore
 from controlplane.clock import SYSTEM_CLOCK, Clock
 from controlplane.cluster_gauges import ClusterGauges
 from controlplane.database import DATABASE_ERRORS, create_pool, ping
+from controlplane.deployments.controller import DeploymentController
 from controlplane.deployments.projection import DeploymentsProjection
+from controlplane.deployments.retention import MemoEviction, TaskRetention
 from controlplane.deployments.service import Deployments
 from controlplane.deployments.tasks import Tasks
 from controlplane.events.hub import StreamHub
 from controlplane.events.store import EventStore
 from controlplane.events.subscription import LogListener
 from controlplane.inference.service import Inference
+from controlplane.inference.sweep import InferenceSweep
+from controlplane.jobs.deploy_timeouts import DeployTimeouts
 from controlplane.jobs.locations import Roots
 from controlplane.jobs.projection import JobsProjection
+from controlplane.jobs.retention import JobRetention
 from controlplane.jobs.service import Jobs
 from controlplane.logs.indexer import DEFAULT_LOG_INDEXERS, LogIndexers
 from controlplane.models.projection import ModelsProjection
@@ -44,6 +50,7 @@ from controlplane.registry import EVENT_REGISTRY
 from controlplane.searches.driver import SearchDriver
 from controlplane.searches.projection import SearchesProjection
 from controlplane.searches.service import Searches
+from controlplane.sweeps import Sweep
 from controlplane.tenants.projection import TenantsProjection
 from controlplane.webhooks.outbox import WebhookOutbox
 from controlplane.webhooks.relay import RelayConfig, WebhookRelay
@@ -73,6 +80,30 @@ def projection_runner(
 ) -> ProjectionRunner:
     """A runner of every projection."""
     return ProjectionRunner(pool, store, listener, projections())
+
+
+def sweeps(
+    pool: asyncpg.Pool,
+    store: EventStore,
+    deployments: Deployments,
+    inference: Inference,
+    *,
+    clock: Clock,
+    log_retention_s: float,
+) -> list[Sweep]:
+    """Every step of the lifecycle manager's sweep, in the order it runs them: nodes first (a
+    job on a lost node goes back to the queue before anything else looks at it), retention
+    last (what it lets go is what nothing else needs any more). `log_retention_s`: how long
+    after a job ended its log lines, folders and uid go (0: never)."""
+    return [
+        LostNodes(pool, store, clock),
+        DeployTimeouts(pool, store, clock),
+        DeploymentController(pool, deployments),
+        MemoEviction(pool),
+        TaskRetention(pool),
+        InferenceSweep(inference),
+        JobRetention(pool, log_retention_s),
+    ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,12 +160,14 @@ class ControlPlane:
         self.inference = Inference(pool, self.jobs, self.models, self.deployments, clock)
         self.manager = LifecycleManager(
             url,
-            pool,
-            self.store,
-            deployments=self.deployments,
-            inference=self.inference,
-            clock=clock,
-            log_retention_s=log_retention_s,
+            sweeps(
+                pool,
+                self.store,
+                self.deployments,
+                self.inference,
+                clock=clock,
+                log_retention_s=log_retention_s,
+            ),
         )
         self.gauges = ClusterGauges(pool)
         self.pending = PendingRecorder(pool, self.store, clock=clock)

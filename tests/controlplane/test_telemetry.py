@@ -24,7 +24,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from controlplane import telemetry
 from controlplane.agents.claims import claim
-from controlplane.agents.manager import LifecycleManager
+from controlplane.agents.lost_nodes import LostNodes
 from controlplane.events.store import EventStore
 from controlplane.http.app import create_app
 from controlplane.jobs.lifecycle import JobStatus
@@ -209,7 +209,7 @@ async def test_a_lost_nodes_restart_and_the_next_claim_are_spans_of_the_jobs_tra
     await owner.execute(
         "UPDATE nodes SET lease_until = now() + interval '1 hour' WHERE name = 'n2'"
     )
-    assert await LifecycleManager(db_url, pool, store).sweep() == ["n1"]
+    assert await LostNodes(pool, store).declare_expired() == ["n1"]
 
     async def requeued() -> bool:
         # The restart may not be readable at once (an older transaction open elsewhere on the

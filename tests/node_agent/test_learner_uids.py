@@ -17,7 +17,6 @@ from uuid import UUID, uuid4
 import asyncpg
 import pytest
 
-from controlplane.agents.manager import LifecycleManager
 from controlplane.database import AGENT_ROLE, create_pool
 from controlplane.events.metadata import Metadata
 from controlplane.jobs.lifecycle import JobStatus
@@ -31,6 +30,7 @@ from node_agent.learners import job_dir
 from node_agent.users import UidRange
 from runners.config import CHECKPOINT_DIR
 from tests.cluster import Plane, RunningAgent, agent_config, learner_space
+from tests.managers import lifecycle_manager
 from tests.node_agent.test_agent import wait_for_line
 from tests.polling import eventually
 
@@ -176,7 +176,7 @@ async def test_a_job_s_folders_go_at_its_retention_s_end_and_then_its_uid_to_a_w
 ) -> None:
     one = UidRange(290000, 1)  # a range of one uid: the second job waits for it
     config = node(tmp_path, "n1", learner_space() / "checkpoints", one)
-    manager = LifecycleManager(plane.url, plane.pool, plane.store, log_retention_s=1.0)
+    manager = lifecycle_manager(plane.url, plane.pool, plane.store, log_retention_s=1.0)
     agent = await RunningAgent(plane.url, config, 2).started()
     try:
         first = await submit(plane, "acme", "first", "print('done', flush=True)")
@@ -219,7 +219,7 @@ async def test_folders_of_an_unended_job_and_their_uid_stay_past_the_retention(
         "UPDATE job_folders SET made_at = now() - interval '1 day';"
         "UPDATE learner_uids SET allocated_at = now() - interval '1 day'"
     )
-    manager = LifecycleManager(plane.url, plane.pool, plane.store, log_retention_s=1.0)
+    manager = lifecycle_manager(plane.url, plane.pool, plane.store, log_retention_s=1.0)
     await manager.sweep()
     assert await owner.fetch(Q["expired_job_folders"], "n1") == []
     assert await owner.fetchval("SELECT uid FROM learner_uids WHERE job_id = $1", job_id) == uid

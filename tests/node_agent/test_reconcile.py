@@ -13,7 +13,7 @@ from uuid import UUID, uuid4
 import asyncpg
 import pytest
 
-from controlplane.agents.manager import LifecycleManager
+from controlplane.agents.lost_nodes import LostNodes
 from controlplane.clock import SYSTEM_CLOCK
 from controlplane.jobs.lifecycle import Job, JobStatus, Submit, decide, replay
 from controlplane.jobs.manifest import JobManifest
@@ -126,8 +126,7 @@ async def test_a_returning_agent_kills_learners_whose_job_moved_on(
         await agent.kill()
         # Down for longer than its lease: the node is declared lost, the job restarted.
         await asyncio.sleep(1.5)
-        manager = LifecycleManager(plane.url, plane.pool, plane.store)
-        assert await manager.sweep() == ["n1"]
+        assert await LostNodes(plane.pool, plane.store).declare_expired() == ["n1"]
         job = await plane.state(job_id, JobStatus.QUEUED)
         assert job.attempt == 2
         os.kill(int(stale.handle), 0)  # still running: nobody told it

@@ -35,6 +35,7 @@ from controlplane.jobs.lifecycle import (
 from controlplane.jobs.manifest import JobManifest
 from node_agent.process_runtime import find_learners
 from tests.cluster import A_WHOLE_RUN, Plane, RunningAgent, agent_config
+from tests.managers import lifecycle_manager
 from tests.polling import eventually
 
 SHOW_GPU = [
@@ -59,7 +60,7 @@ async def two_nodes(plane: Plane, tmp_path: Path) -> AsyncIterator[list[RunningA
 
 @pytest.fixture
 async def manager(plane: Plane) -> AsyncIterator[LifecycleManager]:
-    running = LifecycleManager(plane.url, plane.pool, plane.store, interval_s=0.2)
+    running = lifecycle_manager(plane.url, plane.pool, plane.store, interval_s=0.2)
     task = asyncio.create_task(running.run())
     yield running
     running.stop()

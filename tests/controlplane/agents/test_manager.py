@@ -1,4 +1,5 @@
-"""The lifecycle manager: one active replica, failover, node loss restarts jobs elsewhere, a
+"""The lifecycle manager: one active replica, which alone runs every registered sweep, in order,
+one failing step stopping none of the others; failover, node loss restarts jobs elsewhere, a
 hiccup shorter than the lease restarts nothing, a returning node kills its stale learners, and
 logs past their retention are forgotten."""
 
@@ -6,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import asyncpg
@@ -13,14 +15,17 @@ import pytest
 
 from controlplane.agents.claims import claim
 from controlplane.agents.events import NodeLost
+from controlplane.agents.lost_nodes import LostNodes
 from controlplane.agents.manager import LifecycleManager
 from controlplane.events.store import EventStore
 from controlplane.jobs.events import JobEvent, JobRestarted
 from controlplane.jobs.lifecycle import JobStatus
+from controlplane.sweeps import Tenure
 from node_agent.service import LeaseLost
 from tests.cluster import Plane, RunningAgent, agent_config
 from tests.controlplane.agents.test_claims import Cluster, manifest
 from tests.controlplane.logs.test_log_retention import jobs_with_logs, make_history
+from tests.managers import lifecycle_manager
 from tests.node_agent.test_agent import SLEEPER, wait_for_line
 from tests.polling import eventually
 
@@ -30,7 +35,7 @@ async def managers(
     pool: asyncpg.Pool, store: EventStore, db_url: str
 ) -> AsyncIterator[list[LifecycleManager]]:
     """Two replicas' managers, running."""
-    running = [LifecycleManager(db_url, pool, store, interval_s=0.1) for _ in range(2)]
+    running = [lifecycle_manager(db_url, pool, store, interval_s=0.1) for _ in range(2)]
     tasks = [asyncio.create_task(m.run()) for m in running]
     yield running
     for manager in running:
@@ -62,6 +67,87 @@ async def test_exactly_one_manager_is_active_and_another_takes_over(
     await eventually(other_took_over, seconds=5)
 
 
+MANAGER_LOCKS = """
+SELECT count(*) FROM pg_locks
+WHERE locktype = 'advisory' AND granted AND objsubid = 1
+  AND ((classid::bigint << 32) | objid::bigint)
+      = hashtextextended('trainyard.lifecycle-manager', 0)
+"""
+"""Sessions holding the manager lock (the key of `manager_lock` in agents/queries.sql, as
+pg_locks splits a bigint key)."""
+
+
+@dataclass(frozen=True)
+class Run:
+    step: str
+    manager: int
+    locks: int
+
+
+class Recording:
+    """A sweep that records each run: which manager ran it, and how many sessions then held
+    the manager lock."""
+
+    def __init__(self, name: str, manager: int, pool: asyncpg.Pool, runs: list[Run]) -> None:
+        self.name = name
+        self._manager = manager
+        self._pool = pool
+        self._runs = runs
+
+    async def step(self, tenure: Tenure) -> None:
+        locks = await self._pool.fetchval(MANAGER_LOCKS)
+        self._runs.append(Run(self.name, self._manager, locks))
+
+
+class Broken:
+    """A sweep with a bug."""
+
+    name = "broken"
+
+    async def step(self, tenure: Tenure) -> None:
+        raise RuntimeError("a bug in one feature's step")
+
+
+async def test_the_active_manager_alone_runs_every_sweep_in_order_past_a_failing_one(
+    pool: asyncpg.Pool, db_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    runs: list[Run] = []
+    managers = [
+        LifecycleManager(
+            db_url,
+            [
+                Recording("first", n, pool, runs),
+                Broken(),
+                Recording("last", n, pool, runs),
+            ],
+            interval_s=0.1,
+        )
+        for n in range(2)
+    ]
+    async with asyncio.TaskGroup() as group:
+        for manager in managers:
+            group.create_task(manager.run())
+
+        async def swept_thrice() -> bool:
+            return sum(run.step == "last" for run in runs) >= 3
+
+        await eventually(swept_thrice, seconds=10)
+        active = [manager.active for manager in managers]
+        for manager in managers:
+            manager.stop()
+    # The active manager swept, never the other.
+    assert {run.manager for run in runs} == {active.index(True)}
+    assert active.count(True) == 1
+    # Every step ran under the lock (held by the one session), in the registry's order, and
+    # the broken step, logged each sweep, stopped neither the step after it nor later sweeps.
+    assert {run.locks for run in runs} == {1}
+    steps = [run.step for run in runs]
+    assert steps[: len(steps) // 2 * 2] == ["first", "last"] * (len(steps) // 2)
+    failures = caplog.text.count("lifecycle-manager: its step for the broken step failed")
+    assert failures >= 3
+    assert "a bug in one feature's step" in caplog.text
+
+
 async def test_an_expired_lease_marks_the_node_lost_and_restarts_its_jobs_elsewhere(
     pool: asyncpg.Pool, store: EventStore, db_url: str, owner: asyncpg.Connection
 ) -> None:
@@ -71,12 +157,12 @@ async def test_an_expired_lease_marks_the_node_lost_and_restarts_its_jobs_elsewh
     job_id = await cluster.submit("acme", manifest(1))
     await cluster.project()
     assert len(await claim(pool, store, "n1")) == 1
-    manager = LifecycleManager(db_url, pool, store)
-    assert await manager.sweep() == []  # the lease is live: nothing happens
+    lost = LostNodes(pool, store)
+    assert await lost.declare_expired() == []  # the lease is live: nothing happens
 
     await owner.execute("UPDATE nodes SET lease_until = now() - interval '1 second'")
-    assert await manager.sweep() == ["n1"]
-    assert await manager.sweep() == []  # once
+    assert await lost.declare_expired() == ["n1"]
+    assert await lost.declare_expired() == []  # once
 
     assert await owner.fetchval("SELECT state FROM nodes WHERE name = 'n1'") == "LOST"
     node_events = [e.event for e in await store.read_stream("node-n1")]
@@ -108,8 +194,7 @@ async def test_a_returning_node_kills_its_stale_learners_and_reports_nothing(
     # The node misses its heartbeats for longer than its lease (simulated), and a manager
     # declares it lost; the agent finds out at its next heartbeat.
     await owner.execute("UPDATE nodes SET lease_until = now() - interval '1 second'")
-    manager = LifecycleManager(plane.url, plane.pool, plane.store)
-    assert await manager.sweep() == ["n1"]
+    assert await LostNodes(plane.pool, plane.store).declare_expired() == ["n1"]
     with pytest.raises(LeaseLost, match="lost its lease"):
         await asyncio.wait_for(agent.task, 20)
     await wait_for_line(plane, job_id, "terminating")  # the stale learner was stopped
@@ -127,10 +212,10 @@ async def test_a_sweep_forgets_the_logs_of_jobs_that_ended_before_the_retention(
     history = await make_history(pool, store, db_url, owner)
     every = {*history.old.values(), *history.kept.values()}
     # 0: kept forever.
-    assert await LifecycleManager(db_url, pool, store, log_retention_s=0).sweep() == []
+    await lifecycle_manager(db_url, pool, store, log_retention_s=0).sweep()
     assert (await jobs_with_logs(owner))["job_logs"] == every
     # The default, 30 days: those that ended 40 days ago go.
-    assert await LifecycleManager(db_url, pool, store).sweep() == []
+    await lifecycle_manager(db_url, pool, store).sweep()
     assert (await jobs_with_logs(owner))["job_logs"] == set(history.kept.values())
 
 
@@ -161,11 +246,11 @@ async def test_a_node_whose_job_cannot_be_read_leaves_the_other_nodes_declared_l
     )
     await owner.execute("UPDATE nodes SET lease_until = now() - interval '1 second'")
 
-    manager = LifecycleManager(db_url, pool, store)
-    assert await manager.sweep() == ["n2"]
+    lost = LostNodes(pool, store)
+    assert await lost.declare_expired() == ["n2"]
     job = [e.event for e in await store.read_stream(f"job-{jobs['n2']}")]
     assert isinstance(job[-1], JobRestarted)
     # n1's step rolled back whole (still READY, its job's allocation held), tried each sweep.
     assert await owner.fetchval("SELECT state FROM nodes WHERE name = 'n1'") != "LOST"
     assert "lifecycle-manager: its step for node n1 failed" in caplog.text
-    assert await manager.sweep() == []
+    assert await lost.declare_expired() == []
