@@ -10,7 +10,7 @@ The replica runs the tenant's code; the agent never runs it. What it answers is 
 output per item) and stored as JSON; a failure in the tenant's code fails the batch's tasks
 with its traceback. A replica that dies gives its tasks back to the queue at once; one that
 hangs holds them until the lifecycle manager sees its task timeout pass, replaces it, and
-gives them back (controlplane/agents/manager.py).
+gives them back (controlplane/deployments/controller.py, a step of the lifecycle manager).
 """
 
 from __future__ import annotations
