@@ -121,9 +121,9 @@ def test_an_unexpected_error_is_one_line_that_offers_the_traceback() -> None:
     assert failure(ApiError(409, "exists")) == (1, "exists")
 
 
-def test_the_readmes_configuration_table_names_every_flag() -> None:
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    table = readme.split("## Configuration", 1)[1].split("\n## ", 1)[0]
+def test_the_configuration_table_names_every_flag() -> None:
+    page = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text()
+    table = page.split("## Configuration", 1)[1].split("\n## ", 1)[0]
     flags = {
         option
         for command in COMMANDS
