@@ -20,11 +20,20 @@ kept log, and what its index costs ingestion. Its figures:
   that trigger dropped (no search at all on the writer's path), alternated for `seconds` each;
   each half runs in one transaction that is rolled back, so the kept log does not grow.
   ingest_ratio: the first over the second.
-- index_lines_per_s: lines per second the indexer (`index_job_log_lines`, what the lifecycle
-  manager runs) copies into the search's indexed table, over the lines each "with" half
-  queued, in the same transaction. Writers and the indexer run side by side on a server with
-  cores to spare; where they share one, ingest_and_index_lines_per_s is the rate of both in
-  turn (lines over writing plus indexing time), what one core sustains with no lag growing.
+- index_lines_per_s: lines per second one indexer (`index_job_log_lines`, what each of the
+  control plane's indexers runs) copies into the search's indexed table, over the lines each
+  "with" half queued, in the same transaction. ingest_and_index_lines_per_s is the rate of
+  both in turn (lines over writing plus indexing time), what one core sustains with no lag.
+- sustained: the writer and the control plane's indexers (`LogIndexers`, 1 and then 2 of
+  them) running at once for `seconds` each, the lines committed: the writer flat out, and
+  paced at the target (TARGET_LINES_PER_S). For each: lines stored and lines indexed per
+  second, the queue's lines at the end and how fast it grew, and keeps_up (the indexers
+  copied at least 95 % of what was stored: the queue stays bounded at that rate), and
+  drain_s, the seconds the indexers then took to empty the queue (every line stored is copied
+  once, or the benchmark fails); stored_ratio_vs_without_index is the stored rate over
+  ingest_lines_per_s_without_index.
+  sustained_meets_ingest_target: some run stored at least the target and kept up. The lines
+  are removed afterwards.
 - queued_search: the rare and the common substring searched (p50, p95) while TAIL_LINES of the
   searched tenant's lines, committed, wait for the indexer (a second of 50,000 lines/s that the
   indexer has not reached), and the seconds the indexer then took to copy them.
@@ -43,7 +52,9 @@ scratch database on the configured server, dropped at the end.
 
 from __future__ import annotations
 
+import asyncio
 import math
+import os
 import statistics
 import sys
 import time
@@ -56,7 +67,7 @@ import asyncpg
 
 from bench.scratch import scratch_database
 from controlplane.database import connect
-from controlplane.logs.indexer import index_queued_lines
+from controlplane.logs.indexer import LogIndexers, index_queued_lines
 from controlplane.logs.lines import LogLine, Stream
 from controlplane.logs.search import LogSearch, search
 from controlplane.logs.store import COLUMNS, write_lines
@@ -246,7 +257,8 @@ async def run_search(
         await pool.close()
     ingested = await _ingest(kept, seconds, progress)
     with_index, without_index = ingested["with"], ingested["without"]
-    queued = await _queued_search(kept, searches, progress)
+    runs, written = await _sustained(kept, seconds, without_index, progress)
+    queued = await _queued_search(kept, searches, progress, written)
     p95 = max(found[name]["p95_ms"] for name in ("rare_substring", "common_substring"))
     return {
         "lines": stored,
@@ -268,6 +280,12 @@ async def run_search(
         "meets_ingest_target": with_index >= TARGET_LINES_PER_S,
         "index_lines_per_s": round(ingested["index"]),
         "ingest_and_index_lines_per_s": round(1 / (1 / with_index + 1 / ingested["index"])),
+        "cores": os.cpu_count(),
+        "sustained_seconds": seconds,
+        "sustained": runs,
+        "sustained_meets_ingest_target": any(
+            run["keeps_up"] and run["stored_lines_per_s"] >= TARGET_LINES_PER_S for run in runs
+        ),
         "queued_search": queued,
     }
 
@@ -418,12 +436,104 @@ async def _ingest(url: str, seconds: float, progress: bool) -> dict[str, float]:
         await conn.close()
 
 
+SUSTAINED_INDEXERS = (1, 2)
+KEEPS_UP = 0.95
+"""The share of the stored lines the indexers must copy for the queue to count as bounded."""
+DRAIN_LIMIT_S = 600
+"""How long the indexers may take to empty the queue after a run before the benchmark fails."""
+
+
+async def _sustained(
+    url: str, seconds: float, without_index: float, progress: bool
+) -> tuple[list[dict[str, Any]], list[uuid.UUID]]:
+    """One writer and the control plane's indexers at once, for `seconds` each run (see the
+    module's docstring); the runs' figures, and the jobs whose lines they committed."""
+    from controlplane.database import create_pool
+
+    owner = await connect(url, role=None)
+    runs: list[dict[str, Any]] = []
+    written: list[uuid.UUID] = []
+    try:
+        for count in SUSTAINED_INDEXERS:
+            for rate in (None, TARGET_LINES_PER_S):
+                learner = _Learner()
+                await learner.register(owner, "ingest")
+                written.append(learner.job_id)
+                # Each run starts from an empty queue: what is left at its end is its own.
+                await index_queued_lines(owner, budget_s=math.inf)
+                pool = await create_pool(url, min_size=count, max_size=count)
+                indexers = LogIndexers(pool, count=count)
+                indexing = asyncio.create_task(indexers.run())
+                try:
+                    stored, elapsed = await _write(owner, learner, seconds, rate)
+                    indexed = indexers.copied
+                    queued = await _queued_lines(owner)
+                    start = time.perf_counter()
+                    async with asyncio.timeout(DRAIN_LIMIT_S):
+                        await _drained(owner)
+                    drain_s = time.perf_counter() - start
+                    if indexers.copied != stored:
+                        raise AssertionError(f"{stored} lines stored, {indexers.copied} indexed")
+                finally:
+                    indexers.stop()
+                    await indexing
+                    await pool.close()
+                run = {
+                    "indexers": count,
+                    "writer": "flat_out" if rate is None else "at_target",
+                    "stored_lines_per_s": round(stored / elapsed),
+                    "indexed_lines_per_s": round(indexed / elapsed),
+                    "queued_lines_end": queued,
+                    "queue_growth_lines_per_s": round(queued / elapsed),
+                    "keeps_up": indexed >= KEEPS_UP * stored,
+                    "drain_s": round(drain_s, 2),
+                    "stored_ratio_vs_without_index": round(stored / elapsed / without_index, 3),
+                }
+                runs.append(run)
+                _say(progress, f"sustained: {run}")
+    finally:
+        await owner.close()
+    return runs, written
+
+
+async def _write(
+    conn: asyncpg.Connection, learner: _Learner, seconds: float, rate: float | None
+) -> tuple[int, float]:
+    """Lines stored by `learner`'s batches for `seconds`, at most `rate` a second (None: as
+    fast as it can), each committed; and the seconds it took."""
+    stored = 0
+    start = time.perf_counter()
+    while (now := time.perf_counter()) - start < seconds:
+        if rate is not None and (ahead := start + stored / rate - now) > 0:
+            await asyncio.sleep(ahead)
+        stored += await write_lines(conn, learner.batch())
+    return stored, time.perf_counter() - start
+
+
+async def _drained(conn: asyncpg.Connection) -> None:
+    """Return once the queue is empty (polled)."""
+    while True:
+        if not await _queued_lines(conn):
+            return
+        await asyncio.sleep(0.05)
+
+
+async def _queued_lines(conn: asyncpg.Connection) -> int:
+    lines: int = await conn.fetchval(
+        "SELECT coalesce(sum(last_id - first_id + 1), 0)::bigint FROM job_log_search_queue"
+    )
+    return lines
+
+
 TAIL_LINES = 50_000
 
 
-async def _queued_search(url: str, searches: int, progress: bool) -> dict[str, Any]:
+async def _queued_search(
+    url: str, searches: int, progress: bool, written: Sequence[uuid.UUID]
+) -> dict[str, Any]:
     """Searches while TAIL_LINES committed lines of the searched tenant wait for the indexer;
-    then the indexer's time to copy them. The lines are removed afterwards."""
+    then the indexer's time to copy them. The lines are removed afterwards, with those of the
+    jobs `written` (the sustained runs')."""
     from controlplane.database import create_pool
 
     learner = _Learner()
@@ -453,7 +563,9 @@ async def _queued_search(url: str, searches: int, progress: bool) -> dict[str, A
                 "job_log_heads",
                 "job_status",
             ):
-                await owner.execute(f"DELETE FROM {table} WHERE job_id = $1", learner.job_id)
+                await owner.execute(
+                    f"DELETE FROM {table} WHERE job_id = ANY ($1)", [learner.job_id, *written]
+                )
             # The removed lines' dead entries would slow the next run's first walk of acme's
             # newest lines.
             await owner.execute("VACUUM job_logs, job_log_search")

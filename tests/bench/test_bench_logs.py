@@ -1,6 +1,7 @@
 """`trainyard bench logs` end to end, small: it fills its kept log once (a second run refills
 nothing), searches it (also while lines wait for the indexer), and measures ingestion with and
-without the search on the writer's path, and the indexer; the JSON's shape (its figures are for
+without the search on the writer's path, the indexer, and the writer and the indexers at once
+(their committed lines removed afterwards); the JSON's shape (its figures are for
 docs/log-search.md, not for this test)."""
 
 from __future__ import annotations
@@ -41,6 +42,21 @@ def test_the_logs_benchmark_keeps_its_log_and_reports_search_and_ingestion(
     assert isinstance(first["meets_search_target"], bool)
     assert isinstance(first["meets_ingest_target"], bool)
     assert 0 < first["ingest_and_index_lines_per_s"] < first["index_lines_per_s"]
+    # The writer and 1, then 2, of the control plane's indexers at once, flat out and paced.
+    runs = first["sustained"]
+    assert [(r["indexers"], r["writer"]) for r in runs] == [
+        (1, "flat_out"),
+        (1, "at_target"),
+        (2, "flat_out"),
+        (2, "at_target"),
+    ]
+    for run in runs:
+        # Half a second is about one batch of the indexers: they may not have committed one.
+        assert run["stored_lines_per_s"] > 0 and run["indexed_lines_per_s"] >= 0
+        assert run["queued_lines_end"] >= 0 and run["drain_s"] >= 0
+        assert isinstance(run["keeps_up"], bool)
+        assert run["stored_ratio_vs_without_index"] > 0
+    assert isinstance(first["sustained_meets_ingest_target"], bool)
     queued = first["queued_search"]
     assert queued["queued_lines"] == 50_000 and queued["index_s"] > 0
     assert queued["search"]["common_substring"]["lines"] == first["search_page"]
