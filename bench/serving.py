@@ -298,7 +298,7 @@ class _Agent:
         }
         with self.log.open("ab") as log:
             self.process = await asyncio.create_subprocess_exec(
-                *(sys.executable, "-m", "controlplane.cli", "agent", *options),
+                *(sys.executable, "-m", "cli", "agent", *options),
                 env=env,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=log,

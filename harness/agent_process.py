@@ -80,7 +80,7 @@ class AgentProcess:
                 else asyncio.subprocess.DEVNULL
             )
             self.process = await asyncio.create_subprocess_exec(
-                *(sys.executable, "-m", "controlplane.cli", "agent", *options),
+                *(sys.executable, "-m", "cli", "agent", *options),
                 env={**os.environ, "TRAINYARD_DATABASE_URL": self.login_url, **self._artifacts()},
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=output,

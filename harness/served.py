@@ -70,7 +70,7 @@ class ServedControlPlane:
         }
         self.spawned_at = time.perf_counter()
         self._process = await asyncio.create_subprocess_exec(
-            *(sys.executable, "-m", "controlplane.cli", "serve", "--port", str(self.port)),
+            *(sys.executable, "-m", "cli", "serve", "--port", str(self.port)),
             env=env,
             stdout=asyncio.subprocess.DEVNULL,
         )

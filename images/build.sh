@@ -111,8 +111,8 @@ if stale "$LEARNER" "$hash"; then
     timed "$LEARNER" docker_build "$LEARNER" images/learner/Dockerfile "$hash"
 fi
 
-hash=$(echo "$base $(tree_hash Dockerfile pyproject.toml README.md controlplane node_agent runners \
-    migrations bench images/build.sh .dockerignore)" | sha256sum | cut -c1-16)
+hash=$(echo "$base $(tree_hash Dockerfile pyproject.toml README.md cli controlplane trainyard \
+    node_agent runners migrations sim images/build.sh .dockerignore)" | sha256sum | cut -c1-16)
 if stale "$PROJECT" "$hash"; then
     # This project's own wheel is rebuilt from the tree each time; its dependencies are kept.
     rm -f "$WHEELS"/trainyard/trainyard-*.whl

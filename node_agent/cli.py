@@ -18,6 +18,7 @@ from controlplane import telemetry
 from controlplane.agents.logins import login_excess, login_node
 from controlplane.artifacts.filesystem import default_root
 from controlplane.database import AGENT_ROLE, resolve_database
+from controlplane.failures import EXIT_FAILED, EXIT_USAGE
 from controlplane.jobs.images import ImageAllowlist
 from controlplane.jobs.locations import DATA_ROOTS_ENV, RESULTS_ROOTS_ENV, Roots
 from controlplane.migrate import require_migrated
@@ -47,10 +48,6 @@ from node_agent.systemd import (
 from node_agent.users import LEARNER_UIDS_ENV, UidRange
 
 log = logging.getLogger("node_agent")
-
-# controlplane.cli's exit codes (importing it from here would be circular).
-EXIT_FAILED = 1
-EXIT_USAGE = 2
 
 WAKES = ("listen", "poll")
 POOLER_URL_ENV = "TRAINYARD_POOLER_URL"

@@ -69,7 +69,7 @@ class ServiceOptions:
 
 def agent_command(opts: ServiceOptions) -> list[str]:
     """The agent's command line, with the same flags `trainyard agent` takes."""
-    words = [opts.python, "-m", "controlplane.cli", "agent", "--name", opts.name]
+    words = [opts.python, "-m", "cli", "agent", "--name", opts.name]
     if opts.runtime is not None:
         words += ["--runtime", opts.runtime]
     if opts.fake_gpus is not None:

@@ -39,7 +39,7 @@ class Cli:
 
     async def __call__(self, *args: str) -> tuple[int, str, str]:
         process = await asyncio.create_subprocess_exec(
-            *(sys.executable, "-m", "controlplane.cli", "tenants", *args),
+            *(sys.executable, "-m", "cli", "tenants", *args),
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             env=self.env,

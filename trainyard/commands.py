@@ -13,6 +13,7 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from contextlib import aclosing
 from typing import Any
 
+from controlplane.failures import EXIT_FAILED
 from controlplane.jobs.lifecycle import JobStatus
 from controlplane.secret_arguments import RefusedSecret
 from controlplane.settings import Settings
@@ -32,7 +33,6 @@ from trainyard.config import (
 from trainyard.manifest_file import read_manifest
 from trainyard.sso import sso_sign_in
 
-EXIT_FAILED = 1
 FAILED_STATES = frozenset({JobStatus.FAILED.value, JobStatus.CANCELLED.value})
 
 RAW_HELP = "show the launcher's protocol lines (@@trainyard/1 ...) as stored, for debugging"
@@ -67,7 +67,7 @@ def output_options() -> argparse.ArgumentParser:
 
 def add_client_commands(commands: Any) -> None:
     """Add the user commands to the top-level subparsers (`add_subparsers()`'s result). Their
-    errors (UsageError, ApiError, NotFound, ServerUnreachable) reach `controlplane.cli.main`,
+    errors (UsageError, ApiError, NotFound, ServerUnreachable) reach the front door (`cli.main`),
     which prints one line and exits with the documented code."""
     target = target_options(
         f"a file holding the bearer token, - for standard input (else ${TOKEN_ENV}, else login's)"

@@ -12,10 +12,10 @@ from contextlib import aclosing
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from controlplane.failures import EXIT_FAILED
 from controlplane.settings import Settings
 from trainyard.api import UsageError
 from trainyard.commands import (
-    EXIT_FAILED,
     client_for,
     output_options,
     parse_labels,
@@ -29,7 +29,7 @@ DEFAULT_LIMIT = 100
 
 
 def add_grep_command(commands: Any) -> None:
-    """Add `grep` to the top-level subparsers. Its errors reach `controlplane.cli.main`, which
+    """Add `grep` to the top-level subparsers. Its errors reach the front door (`cli.main`), which
     prints one line and exits with the documented code."""
     target = target_options(
         f"a file holding the bearer token, - for standard input (else ${TOKEN_ENV}, else login's)"

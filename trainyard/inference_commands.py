@@ -24,12 +24,12 @@ from rich.live import Live
 from rich.text import Text
 
 from controlplane.deployments.spec import Resources
+from controlplane.failures import EXIT_FAILED
 from controlplane.inference.spec import MAX_DIMENSIONS, MAX_ITEM_ELEMENTS, InferenceRequest
 from controlplane.settings import Settings
 from trainyard import render
 from trainyard.api import UsageError
 from trainyard.commands import (
-    EXIT_FAILED,
     FAILED_STATES,
     Handler,
     client_for,
@@ -59,7 +59,7 @@ _SHAPE = re.compile(r"[0-9]+(?:x[0-9]+)*", re.ASCII)
 
 def add_inference_commands(commands: Any) -> None:
     """Add `infer`, `stats` and `queries` to the top-level subparsers (`add_subparsers()`'s
-    result). Their errors reach `controlplane.cli.main`, which prints one line and exits with
+    result). Their errors reach the front door (`cli.main`), which prints one line and exits with
     the documented code."""
     target = target_options(
         f"a file holding the bearer token, - for standard input (else ${TOKEN_ENV}, else login's)"

@@ -40,7 +40,7 @@ MAX_LIMIT = 200
 
 def add_model_commands(commands: Any) -> None:
     """Add `models` and its subcommands to the top-level subparsers (`add_subparsers()`'s
-    result). Their errors reach `controlplane.cli.main`, which prints one line and exits with
+    result). Their errors reach the front door (`cli.main`), which prints one line and exits with
     the documented code."""
     target = target_options(
         f"a file holding the bearer token, - for standard input (else ${TOKEN_ENV}, else login's)"

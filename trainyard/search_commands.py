@@ -15,13 +15,13 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
+from controlplane.failures import EXIT_FAILED
 from controlplane.searches.spec import SearchSpec, searcher_for
 from controlplane.settings import Settings
 from trainyard import render
 from trainyard.api import UsageError
 from trainyard.client import AsyncClient
 from trainyard.commands import (
-    EXIT_FAILED,
     Handler,
     client_for,
     output_options,
@@ -38,7 +38,7 @@ HPARAMS_CHARS = 60
 
 def add_search_commands(commands: Any) -> None:
     """Add `search` and its commands to the top-level subparsers. Their errors reach
-    `controlplane.cli.main`, which prints one line and exits with the documented code."""
+    the front door (`cli.main`), which prints one line and exits with the documented code."""
     target = target_options(
         f"a file holding the bearer token, - for standard input (else ${TOKEN_ENV}, else login's)"
     )

@@ -19,11 +19,11 @@ from typing import Any
 from pydantic import BaseModel
 
 from controlplane.deployments.spec import DeploymentRequest, Resources, Serving
+from controlplane.failures import EXIT_FAILED
 from controlplane.settings import Settings
 from trainyard import render
 from trainyard.api import UsageError
 from trainyard.commands import (
-    EXIT_FAILED,
     Handler,
     client_for,
     output_options,
@@ -47,7 +47,7 @@ def server_default(model: type[BaseModel], field: str) -> str:
 def add_serving_commands(commands: Any) -> None:
     """Add `deploy`, `undeploy`, `deployments`, `predict`, `task` and `pipelines` to the
     top-level subparsers (`add_subparsers()`'s result). Their errors reach
-    `controlplane.cli.main`, which prints one line and exits with the documented code."""
+    the front door (`cli.main`), which prints one line and exits with the documented code."""
     target = target_options(
         f"a file holding the bearer token, - for standard input (else ${TOKEN_ENV}, else login's)"
     )

@@ -1,7 +1,7 @@
 """`trainyard agent-login create NAME --node NODE`: a database login for one node's agent, and
 `agent-login bind NAME --node NODE` for a login made before logins were bound (or a machine
-renamed); run by an operator with the owner's database URL. Exit codes as
-`controlplane.cli.main`'s: 2 for bad input, 1 when the login cannot be created or bound, 3 when
+renamed); run by an operator with the owner's database URL. Exit codes as every command's
+(`controlplane.failures`): 2 for bad input, 1 when the login cannot be created or bound, 3 when
 the database cannot be reached; nothing changes on error."""
 
 from __future__ import annotations
@@ -25,13 +25,12 @@ from controlplane.agents.logins import (
     create_agent_login,
 )
 from controlplane.database import hosts, resolve_database
+from controlplane.failures import EXIT_FAILED, EXIT_USAGE
 from controlplane.migrate import require_migrated
 from controlplane.settings import Settings
 
 PASSWORD_ENV = "TRAINYARD_AGENT_PASSWORD"
 NODE_HELP = "the node whose work it may reach: the agent's --name (default: its host name)"
-EXIT_FAILED = 1
-EXIT_USAGE = 2
 
 
 def add_commands(commands: argparse._SubParsersAction[Any]) -> None:

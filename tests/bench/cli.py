@@ -16,7 +16,7 @@ TIMEOUT_S = 240
 def bench(server: str, home: Path, name: str, *options: str) -> dict[str, Any]:
     """The JSON object the benchmark printed; what it said on stderr when it failed."""
     done = subprocess.run(
-        [sys.executable, "-m", "controlplane.cli", "bench", name, "--json", *options],
+        [sys.executable, "-m", "cli", "bench", name, "--json", *options],
         capture_output=True,
         text=True,
         env={**os.environ, "TRAINYARD_DATABASE_URL": server, "TRAINYARD_HOME": str(home)},

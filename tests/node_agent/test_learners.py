@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from uuid import UUID, uuid4
 
-from controlplane.cli import parser
+from cli.main import parser
 from controlplane.clock import SYSTEM_CLOCK
 from controlplane.jobs.lifecycle import Checkpoint, Job, JobStatus, Submit, decide, replay
 from controlplane.jobs.locations import Roots

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from controlplane.cli import parser
-from node_agent.cli import EXIT_USAGE, POOLER_URL_ENV, install
+from cli.main import parser
+from controlplane.failures import EXIT_USAGE
+from node_agent.cli import POOLER_URL_ENV, install
 from node_agent.systemd import UNIT_NAME
 
 PASSWORD = "s3cr3t-Pa55"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from controlplane.cli import parser
+from cli.main import parser
 from controlplane.settings import Settings
 from node_agent.cli import NoEngine, choose_runtime, cmd_agent, runs_tenants_code
 from node_agent.users import UidRange

@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from controlplane.cli import parser
-from node_agent.cli import EXIT_USAGE, cmd_agent, cmd_install, install
+from cli.main import parser
+from controlplane.failures import EXIT_USAGE
+from node_agent.cli import cmd_agent, cmd_install, install
 from node_agent.systemd import (
     UNIT_NAME,
     ServiceOptions,
@@ -76,7 +77,7 @@ def trainyard(
     if user is not None:
         prefix = ["setpriv", f"--reuid={user}", f"--regid={user_gid(user)}", "--clear-groups"]
     return subprocess.run(
-        [*prefix, sys.executable, "-m", "controlplane.cli", *args],
+        [*prefix, sys.executable, "-m", "cli", *args],
         capture_output=True,
         text=True,
         env={**base, **(env or {})},
@@ -128,7 +129,7 @@ def test_the_unit_has_every_setting_a_dependable_agent_needs() -> None:
     assert shlex.split(service["ExecStart"])[:4] == [
         sys.executable,
         "-m",
-        "controlplane.cli",
+        "cli",
         "agent",
     ]
     assert unit["Install"]["WantedBy"] == "multi-user.target"

@@ -16,7 +16,7 @@ def test_up_runs_the_demo_job_to_completion_and_streams_it(db_url: str) -> None:
     env = {**os.environ, "TRAINYARD_DATABASE_URL": db_url, "TRAINYARD_HOME": str(home)}
     command = ["up", "--port", str(free_port()), "--exit-after-demo"]
     result = subprocess.run(
-        [sys.executable, "-m", "controlplane.cli", *command],
+        [sys.executable, "-m", "cli", *command],
         env=env,
         capture_output=True,
         text=True,

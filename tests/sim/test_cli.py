@@ -20,7 +20,7 @@ pytestmark = pytest.mark.processes
 def simulate(*args: str, url: str | None = None) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, **({"TRAINYARD_DATABASE_URL": url} if url else {})}
     return subprocess.run(
-        [sys.executable, "-m", "controlplane.cli", "simulate", *args],
+        [sys.executable, "-m", "cli", "simulate", *args],
         capture_output=True,
         text=True,
         env=env,

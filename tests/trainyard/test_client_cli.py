@@ -59,7 +59,7 @@ class Cli:
     async def __call__(self, *args: str, **env: str) -> Result:
         # Asynchronously: the agent runs in this test's event loop and must keep working.
         process = await asyncio.create_subprocess_exec(
-            *(sys.executable, "-m", "controlplane.cli", *args),
+            *(sys.executable, "-m", "cli", *args),
             env={**self.env, **env},
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
@@ -221,7 +221,7 @@ async def test_login_saves_a_private_config_that_the_commands_use(cli: Cli, tmp_
 
 def _run(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "controlplane.cli", *args],
+        [sys.executable, "-m", "cli", *args],
         env={**_base_env(tmp_path), **env},
         capture_output=True,
         text=True,

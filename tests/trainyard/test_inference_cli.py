@@ -18,7 +18,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from controlplane.cli import main, parser
+from cli.main import main, parser
 from controlplane.inference.spec import InferenceRequest
 from tests.controlplane.deployments.serving import publish, serving_cluster
 from tests.controlplane.inference.test_inference import SUMS

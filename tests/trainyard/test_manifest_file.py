@@ -104,7 +104,7 @@ def test_submit_refuses_a_bad_manifest_with_one_line_and_exit_code_2(tmp_path: P
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINYARD_")}
     # No server is needed: the manifest is checked before anything is sent.
     result = subprocess.run(
-        [sys.executable, "-m", "controlplane.cli", "submit", file],
+        [sys.executable, "-m", "cli", "submit", file],
         capture_output=True,
         text=True,
         env={**env, "TRAINYARD_HOME": str(tmp_path), "TRAINYARD_SERVER": "http://127.0.0.1:9"},

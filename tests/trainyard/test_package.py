@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from controlplane.cli import parser
+from cli.main import parser
 
 # Each test imports the package in a fresh interpreter.
 pytestmark = pytest.mark.processes
@@ -66,7 +66,7 @@ def test_the_sdk_imports_without_the_server_s_dependencies() -> None:
 def test_user_commands_run_without_the_server_s_dependencies(tmp_path: Path) -> None:
     result = _python(
         """
-        from controlplane.cli import main
+        from cli.main import main
 
         sys.exit(main(["list", "--server", "http://127.0.0.1:9"]))
         """,
@@ -82,7 +82,7 @@ def test_user_commands_load_no_server_benchmark_or_agent_code() -> None:
     code = textwrap.dedent(
         """
         import json, sys
-        from controlplane.cli import parser
+        from cli.main import parser
 
         parser(running=["submit", "job.yaml"]).parse_args(["submit", "job.yaml"])
         print(json.dumps(sorted({name.split(".")[0] for name in sys.modules})))
@@ -93,7 +93,7 @@ def test_user_commands_load_no_server_benchmark_or_agent_code() -> None:
     )
     assert result.returncode == 0, result.stderr
     loaded = set(json.loads(result.stdout))
-    assert loaded.isdisjoint({"bench", "node_agent", *SERVER_ONLY, "opentelemetry"})
+    assert loaded.isdisjoint({"bench", "node_agent", "sim", *SERVER_ONLY, "opentelemetry"})
 
 
 def test_the_lazy_command_line_lists_every_command_as_the_full_one_does() -> None:

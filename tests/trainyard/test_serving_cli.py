@@ -43,7 +43,7 @@ async def cluster(db_url: str, tmp_path: Path, tokens: Tokens) -> AsyncIterator[
 async def piped(cli: Cli, stdin: str, *args: str) -> Result:
     """`trainyard ARGS` with `stdin` on its standard input."""
     process = await asyncio.create_subprocess_exec(
-        *(sys.executable, "-m", "controlplane.cli", *args),
+        *(sys.executable, "-m", "cli", *args),
         env=cli.env,
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,

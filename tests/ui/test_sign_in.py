@@ -153,7 +153,7 @@ def test_trainyard_login_sso_is_approved_in_the_browser(
 ) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINYARD_")}
     env["TRAINYARD_HOME"] = str(tmp_path)
-    command = [sys.executable, "-m", "controlplane.cli", "login", "--server", cluster.url, "--sso"]
+    command = [sys.executable, "-m", "cli", "login", "--server", cluster.url, "--sso"]
     with subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True) as login:
         assert login.stdout is not None
         first = login.stdout.readline()
@@ -179,7 +179,7 @@ def test_trainyard_login_sso_is_approved_in_the_browser(
     (tmp_path / "login-output.txt").write_text(printed)
     # The other commands use the token it saved.
     listed = subprocess.run(
-        [sys.executable, "-m", "controlplane.cli", "tenants", "list"],
+        [sys.executable, "-m", "cli", "tenants", "list"],
         env=env,
         capture_output=True,
         text=True,

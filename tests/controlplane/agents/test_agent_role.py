@@ -299,7 +299,7 @@ async def roles(owner: asyncpg.Connection) -> AsyncIterator[list[str]]:
 
 def trainyard(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "controlplane.cli", *args],
+        [sys.executable, "-m", "cli", *args],
         capture_output=True,
         text=True,
         env={**os.environ, **env},

@@ -342,7 +342,7 @@ async def test_trainyard_login_sso_saves_a_token_the_other_commands_use(
     `trainyard logout` ends the session and forgets the token."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINYARD_")}
     env["TRAINYARD_HOME"] = str(tmp_path / "home")
-    command = [sys.executable, "-m", "controlplane.cli"]
+    command = [sys.executable, "-m", "cli"]
     login = await asyncio.create_subprocess_exec(
         *command, "login", "--server", server, "--sso", env=env, stdout=PIPE, stderr=PIPE
     )
@@ -497,7 +497,7 @@ async def test_trainyard_login_sso_falls_back_to_the_loopback_redirect(
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINYARD_")}
     env["TRAINYARD_HOME"] = str(tmp_path / "home")
     login = await asyncio.create_subprocess_exec(
-        *(sys.executable, "-m", "controlplane.cli", "login", "--server", server, "--sso"),
+        *(sys.executable, "-m", "cli", "login", "--server", server, "--sso"),
         env=env,
         stdout=PIPE,
         stderr=PIPE,

@@ -140,7 +140,7 @@ def test_a_control_plane_or_agent_with_a_malformed_setting_does_not_start(
     tmp_path: Path, command: list[str]
 ) -> None:
     started = subprocess.run(
-        [sys.executable, "-m", "controlplane.cli", *command],
+        [sys.executable, "-m", "cli", *command],
         env={"TRAINYARD_HOME": str(tmp_path), IMAGES_ENV: "x@sha256:1", "PATH": "/usr/bin:/bin"},
         capture_output=True,
         text=True,

@@ -136,7 +136,7 @@ def test_a_control_plane_with_a_relative_root_does_not_start(
     db_url: str, tmp_path: Path, setting: str
 ) -> None:
     started = subprocess.run(
-        [sys.executable, "-m", "controlplane.cli", "serve", "--port", str(free_port())],
+        [sys.executable, "-m", "cli", "serve", "--port", str(free_port())],
         env={
             **os.environ,
             "TRAINYARD_DATABASE_URL": db_url,

@@ -12,7 +12,7 @@ from uuid import UUID
 import asyncpg
 import pytest
 
-from controlplane.cli import parser
+from cli.main import parser
 from controlplane.clock import ManualClock
 from controlplane.database import AGENT_ROLE, connect
 from controlplane.events.store import EventStore
@@ -36,8 +36,8 @@ from controlplane.projections.runner import ProjectionRunner
 from controlplane.queries import Q
 from controlplane.server import ServeError, log_retention_s
 from controlplane.settings import DAY_S, LOG_RETENTION_ENV, LOG_RETENTION_S
+from tests.cli.test_cli import trainyard
 from tests.cluster import USER
-from tests.controlplane.test_cli import trainyard
 from tests.polling import eventually
 
 MANIFEST = JobManifest.model_validate(

@@ -185,7 +185,7 @@ async def test_the_cli_rotates_a_secret(cli: Cli, pool: asyncpg.Pool) -> None:
 
 async def test_the_outbox_is_never_rebuilt(db_url: str) -> None:
     process = await asyncio.create_subprocess_exec(
-        *(sys.executable, "-m", "controlplane.cli", "projections", "rebuild", "webhook_outbox"),
+        *(sys.executable, "-m", "cli", "projections", "rebuild", "webhook_outbox"),
         stderr=asyncio.subprocess.PIPE,
         env={**os.environ, "TRAINYARD_DATABASE_URL": db_url},
     )

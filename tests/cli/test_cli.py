@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from controlplane.cli import failure, parser
+from cli.main import failure, parser
 from controlplane.composition import projections
 from trainyard.api import ApiError
 
@@ -33,7 +33,7 @@ COMMANDS = all_commands(parser(), [])
 
 def trainyard(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "controlplane.cli", *args],
+        [sys.executable, "-m", "cli", *args],
         capture_output=True,
         text=True,
         env={**os.environ, **(env or {})},
@@ -177,3 +177,18 @@ def test_a_scale_database_prefix_that_is_not_an_identifier_is_refused_before_con
         result = trainyard("bench", "scale", "--database-prefix", prefix, env=unreachable)
         assert result.returncode == 2, prefix  # a usage error, not the database's exit 3
         assert "--database-prefix takes lowercase letters" in result.stderr
+
+
+def test_without_the_benchmarks_bench_says_where_they_are() -> None:
+    # An installed wheel has no bench/ (pyproject.toml): None in sys.modules hides the checkout's.
+    code = "import sys; sys.modules['bench'] = None; from cli.main import main; sys.exit(main())"
+    for words in (["bench", "api", "--json"], ["bench", "--help"]):
+        result = subprocess.run(
+            [sys.executable, "-c", code, *words], capture_output=True, text=True, timeout=60
+        )
+        assert result.returncode == 2
+        assert result.stderr == (
+            "trainyard: the benchmarks run from a checkout of Trainyard's source, which the "
+            "installed package leaves out: there, `pip install -e '.[bench]'`, then "
+            "`trainyard bench NAME`\n"
+        )

@@ -5,7 +5,7 @@ The server comes from --server, $TRAINYARD_SERVER or `trainyard login`; the toke
 named by --token-file, $TRAINYARD_TOKEN, the admin token file the control plane writes on its
 first start ($TRAINYARD_HOME/admin-token, on its machine) or `trainyard login`. A new token is
 printed once, alone on stdout (so `TOKEN=$(trainyard tenants create acme)` works); what happened
-is said on stderr. Errors reach `controlplane.cli.main`: 2 for a usage error or a refused value,
+is said on stderr. Errors reach the front door (`cli.main`): 2 for a usage error or a refused value,
 3 for a server that cannot be reached, 4 for an unknown tenant or token, 1 for other refusals.
 """
 

@@ -1,204 +1,23 @@
-"""The `trainyard` command line.
-
-The server's and the agent's modules are imported only by the commands that run them, so that
-a user's `trainyard submit` (the `trainyard` package's commands) loads neither them nor their
-dependencies: a command group defined in a module of its own is listed by name and summary
-unless the command line names it (`_GROUPS`), and handlers import what they run."""
+"""`trainyard bench …`: the benchmarks' commands, which the front door (`cli.main`) defines only
+when the benchmarks are there: they run from a checkout of the source, not from the installed
+package. Each handler imports its benchmark, which prints JSON."""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import importlib
 import json
-import logging
 import re
 import sys
-import traceback
-from collections.abc import Callable, Coroutine, Sequence
-from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any
 
-from controlplane.failures import BackendUnreachable, CommandFailed
-from controlplane.settings import (
-    DAY_S,
-    LOG_RETENTION_ENV,
-    LOG_RETENTION_S,
-    Settings,
-    log_retention_days,
-)
-from controlplane.tenants.cli import add_commands as add_tenant_commands
-from trainyard.api import ApiError, NotFound, ServerUnreachable, UsageError
-from trainyard.commands import add_client_commands
-from trainyard.grep_command import add_grep_command
-from trainyard.inference_commands import add_inference_commands
-from trainyard.models_commands import add_model_commands
-from trainyard.search_commands import add_search_commands
-from trainyard.serving_commands import add_serving_commands
-
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-EXIT_UNREACHABLE = 3
-EXIT_NOT_FOUND = 4
-
-Handler = Callable[[argparse.Namespace, Settings], Coroutine[Any, Any, int]]
-
-_GROUPS = {
-    "agent": (
-        "node_agent.cli",
-        "run a node agent: register this machine's GPUs and run the jobs it claims",
-    ),
-    "agent-login": (
-        "controlplane.agents.login_cli",
-        "create database logins for node agents (operator)",
-    ),
-}
-"""Command groups whose module (with its `add_commands`) is imported only when the command line
-names them, and their summaries for `trainyard --help` (as their modules give them)."""
-
-if TYPE_CHECKING:
-    from controlplane.projections.runner import ProjectionRunner
+from controlplane.database import resolve_database
+from controlplane.failures import EXIT_FAILED, EXIT_USAGE
+from controlplane.settings import Settings
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    words = sys.argv[1:] if argv is None else argv
-    args = parser(running=words).parse_args(words)
-    logging.basicConfig(
-        level=logging.INFO if args.verbose else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    handler: Handler = args.handler
-    try:
-        return asyncio.run(handler(args, Settings.from_env()))
-    except KeyboardInterrupt:
-        return 130
-    except Exception as exc:
-        code, message = failure(exc)
-        print(f"trainyard: {message}", file=sys.stderr)
-        if args.debug:
-            traceback.print_exception(exc)
-        return code
-
-
-def failure(exc: Exception) -> tuple[int, str]:
-    """The exit code and the one line that say why a command failed."""
-    match exc:
-        case BackendUnreachable() | ServerUnreachable():
-            return EXIT_UNREACHABLE, str(exc)
-        case NotFound():
-            return EXIT_NOT_FOUND, str(exc)
-        case UsageError():
-            return EXIT_USAGE, str(exc)
-        case ApiError(status=400 | 422):
-            # A manifest or argument the server found invalid is the user's input to fix.
-            return EXIT_USAGE, str(exc)
-        case ApiError() | CommandFailed():
-            return EXIT_FAILED, str(exc)
-    # A bug, or a failure nobody foresaw: still one line, the traceback only when asked.
-    detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-    return EXIT_FAILED, f"unexpected error ({detail}); run with --debug for the traceback"
-
-
-class _Parser(argparse.ArgumentParser):
-    """Usage errors as one line (exit code 2), pointing at the command's --help."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
-
-
-def parser(running: Sequence[str] | None = None) -> argparse.ArgumentParser:
-    """The command line's parser. With `running` (the words about to be parsed), only the command
-    group they name among `_GROUPS` is defined in full, the others by name and summary; without
-    it, every one (for tests, and for documentation)."""
-    top = _Parser(
-        prog="trainyard",
-        description="Trainyard: a dependable deep-learning-training service. The database is "
-        "$TRAINYARD_DATABASE_URL, or else an embedded Postgres under $TRAINYARD_HOME "
-        "(default ~/.local/share/trainyard).",
-    )
-    top.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
-    top.add_argument(
-        "--debug",
-        action="store_true",
-        help="on an error, print its traceback after the one-line message",
-    )
-    commands = top.add_subparsers(title="commands", required=True, metavar="COMMAND")
-
-    local = commands.add_parser(
-        "up",
-        help="run everything on this machine, with a demo job",
-        description="Start the embedded Postgres (unless TRAINYARD_DATABASE_URL is set), apply "
-        "migrations, run the control plane and one local agent (process runtime), submit a "
-        "small PyTorch demo job as tenant 'demo' and stream its status and logs; then keep "
-        "running until interrupted.",
-    )
-    _listen_args(local)
-    _log_retention_arg(local)
-    local.add_argument(
-        "--fake-gpus", type=int, metavar="N", help="the local agent offers N fake GPUs"
-    )
-    local.add_argument("--no-demo", action="store_true", help="do not submit the demo job")
-    local.add_argument(
-        "--exit-after-demo",
-        action="store_true",
-        help="stop once the demo job has ended (exit code 1 if it did not complete)",
-    )
-    local.set_defaults(handler=cmd_up)
-
-    serve = commands.add_parser(
-        "serve",
-        help="run the control plane (HTTP API and projections)",
-        description="Run the control plane against an already migrated database until "
-        "SIGINT or SIGTERM; several replicas may run against one database. Jobs may name the "
-        "learner images TRAINYARD_IMAGES allows (comma-separated names or patterns, "
-        "optionally NAME@sha256:DIGEST; default trainyard-learner:latest).",
-    )
-    _listen_args(serve)
-    _log_retention_arg(serve)
-    serve.set_defaults(handler=cmd_serve)
-
-    mig = commands.add_parser(
-        "migrate",
-        help="apply pending database migrations",
-        description="Apply the numbered SQL migrations not yet applied, in order, under an "
-        "advisory lock (concurrent runs are safe). A changed applied migration is an error.",
-    )
-    mig.set_defaults(handler=cmd_migrate)
-
-    proj = commands.add_parser(
-        "projections", help="inspect or rebuild read models", description="Read models."
-    )
-    proj_commands = proj.add_subparsers(title="commands", required=True, metavar="COMMAND")
-    listing = proj_commands.add_parser(
-        "list",
-        help="list projections and whether each has caught up",
-        description="List every projection and whether it has applied every readable event.",
-    )
-    listing.set_defaults(handler=cmd_projections_list)
-    rebuild = proj_commands.add_parser(
-        "rebuild",
-        help="empty a projection and replay the whole log into it",
-        description="Empty a projection's tables and replay the event log from position zero.",
-    )
-    rebuild.add_argument("name", help="the projection's name (see `projections list`)")
-    rebuild.set_defaults(handler=cmd_projections_rebuild)
-
-    _simulate_command(commands)
-    add_tenant_commands(commands)
-    named = next((word for word in running if not word.startswith("-")), None) if running else None
-    for name, (module, summary) in _GROUPS.items():
-        if running is None or name == named:
-            importlib.import_module(module).add_commands(commands)
-        else:
-            commands.add_parser(name, help=summary)
-    add_client_commands(commands)
-    add_model_commands(commands)
-    add_serving_commands(commands)
-    add_inference_commands(commands)
-    add_search_commands(commands)
-    add_grep_command(commands)
-
+def add_commands(commands: argparse._SubParsersAction[Any]) -> None:
+    """Add the `bench` command group to the top-level subcommands."""
     bench = commands.add_parser(
         "bench", help="run a benchmark", description="Benchmarks that print JSON."
     )
@@ -543,210 +362,12 @@ def parser(running: Sequence[str] | None = None) -> argparse.ArgumentParser:
     )
     logs.add_argument("--json", action="store_true", help="print only the JSON object")
     logs.set_defaults(handler=cmd_bench_logs)
-    return top
-
-
-def _simulate_command(commands: argparse._SubParsersAction[Any]) -> None:
-    simulation = commands.add_parser(
-        "simulate",
-        help="replay the recorded past under a scheduling policy (operator)",
-        description="Replay the jobs submitted in a time range (their submissions, "
-        "cancellations and recorded run times, with the nodes joining and leaving as they "
-        "did) through a scheduling policy in virtual time, and compare it with what really "
-        "happened: each tenant's wait p50/p95, GPU utilization, Jain's fairness index, "
-        "makespan, start order agreement and start time error. Reads the event log in a READ "
-        "ONLY transaction; writes nothing. The same log and policy give the same output.",
-    )
-    simulation.add_argument(
-        "--since",
-        type=_instant,
-        metavar="TIME",
-        help="the jobs submitted from this instant (ISO 8601 with an offset; default: the first)",
-    )
-    simulation.add_argument(
-        "--until",
-        type=_instant,
-        metavar="TIME",
-        help="... until this instant, not included (default: the log's end)",
-    )
-    policies = simulation.add_mutually_exclusive_group()
-    policies.add_argument(
-        "--policy",
-        default="current",
-        metavar="NAME",
-        help="current (the claims' own: fair share, priority, submission order, quotas), "
-        "fifo, priority (priority, then submission order; no fair share) or fair_share "
-        "(default: current)",
-    )
-    policies.add_argument(
-        "--policy-file",
-        type=Path,
-        metavar="FILE",
-        help='a policy in JSON or YAML: {"order": "fair_share|priority|fifo", "weights": '
-        '{"TENANT": W}, "quotas": true|false}',
-    )
-    simulation.add_argument(
-        "--weight",
-        action="append",
-        default=[],
-        metavar="TENANT=W",
-        help="replay fair share with this tenant's weight instead of its recorded one (repeatable)",
-    )
-    simulation.add_argument("--json", action="store_true", help="print the report as JSON")
-    simulation.set_defaults(handler=cmd_simulate)
-
-
-def _instant(text: str) -> datetime:
-    try:
-        instant = datetime.fromisoformat(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an ISO 8601 instant") from None
-    if instant.tzinfo is None:
-        raise argparse.ArgumentTypeError(f"{text!r} has no UTC offset (add Z or +HH:MM)")
-    return instant
-
-
-def _listen_args(command: argparse.ArgumentParser) -> None:
-    command.add_argument("--host", default="127.0.0.1", help="address to listen on")
-    command.add_argument("--port", type=int, default=8080, help="port to listen on")
-
-
-def _log_retention_arg(command: argparse.ArgumentParser) -> None:
-    command.add_argument(
-        "--log-retention-days",
-        type=_log_retention_days,
-        metavar="DAYS",
-        help="delete a job's log lines this many days after it ended; 0 keeps them forever "
-        f"(default: ${LOG_RETENTION_ENV}, else {LOG_RETENTION_S / DAY_S:g})",
-    )
-
-
-def _log_retention_days(text: str) -> float:
-    try:
-        return log_retention_days(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-async def _database(settings: Settings) -> str:
-    """The database's URL: the external one, or the embedded one, started if need be."""
-    from controlplane.database import resolve_database
-
-    return await resolve_database(settings)
-
-
-async def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
-    from controlplane import telemetry
-    from controlplane.server import log_retention_s
-    from controlplane.up import up
-
-    telemetry.setup("trainyard")
-    # Before the database: a malformed setting is reported at once, whatever else is wrong.
-    retention_s = log_retention_s(args.log_retention_days)
-    url = await _database(settings)
-    state = await up(
-        url,
-        settings.home,
-        host=args.host,
-        port=args.port,
-        fake_gpus=args.fake_gpus,
-        demo=not args.no_demo,
-        stay=not args.exit_after_demo,
-        log_retention_s=retention_s,
-    )
-    return EXIT_FAILED if state in ("FAILED", "CANCELLED") else 0
-
-
-async def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
-    from controlplane import telemetry
-    from controlplane.migrate import require_migrated
-    from controlplane.server import allowed_images, listening, log_retention_s, signalled
-
-    telemetry.setup("trainyard-controlplane")
-    # Before the database: a malformed setting is reported at once, whatever else is wrong.
-    images = allowed_images()
-    retention_s = log_retention_s(args.log_retention_days)
-    url = await _database(settings)
-    await require_migrated(url)
-    async with listening(url, args.host, args.port, settings.home, images, retention_s):
-        await signalled().wait()
-    return 0
-
-
-async def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
-    from controlplane.database import describe
-    from controlplane.migrate import available, migrate
-
-    url = await _database(settings)
-    applied = await migrate(url)
-    for migration in applied:
-        print(f"applied {migration.version:04d}_{migration.name}")
-    if not applied:
-        print(f"database {describe(url)} is up to date ({len(available())} migrations)")
-    return 0
-
-
-async def cmd_projections_list(args: argparse.Namespace, settings: Settings) -> int:
-    async with _runner(settings) as runner:
-        for name in runner.projections:
-            status = "caught up" if await runner.is_caught_up(name) else "behind"
-            print(f"{name}\t{status}")
-    return 0
-
-
-async def cmd_projections_rebuild(args: argparse.Namespace, settings: Settings) -> int:
-    async with _runner(settings) as runner:
-        if args.name not in runner.projections:
-            known = ", ".join(runner.projections)
-            print(f"trainyard: no projection named {args.name!r} (known: {known})", file=sys.stderr)
-            return EXIT_USAGE
-        try:
-            count = await runner.rebuild(args.name)
-        except ValueError as exc:
-            print(f"trainyard: {exc}", file=sys.stderr)
-            return EXIT_USAGE
-    print(f"rebuilt {args.name} from {count} events")
-    return 0
-
-
-async def cmd_simulate(args: argparse.Namespace, settings: Settings) -> int:
-    from controlplane.database import create_pool
-    from controlplane.migrate import require_migrated
-    from sim.engine import simulate
-    from sim.log import read_workload
-    from sim.policy import PolicyError, named, parse_weight, read_policy_file
-    from sim.report import as_table, dumps, report
-
-    try:
-        weights = dict(parse_weight(text) for text in args.weight)
-        if args.policy_file is None:
-            policy = named(args.policy, weights)
-        elif weights:
-            raise PolicyError("--weight: give the weights in the policy file")
-        else:
-            policy = read_policy_file(args.policy_file)
-    except PolicyError as exc:
-        print(f"trainyard: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    if args.since is not None and args.until is not None and args.until <= args.since:
-        print("trainyard: --until must come after --since", file=sys.stderr)
-        return EXIT_USAGE
-    url = await _database(settings)
-    await require_migrated(url)
-    pool = await create_pool(url, min_size=1, max_size=1)
-    try:
-        workload = await read_workload(pool, args.since, args.until)
-    finally:
-        await pool.close()
-    replayed = report(workload, policy, simulate(workload, policy))
-    print(dumps(replayed) if args.json else as_table(replayed))
-    return 0
 
 
 async def cmd_bench_eventstore(args: argparse.Namespace, settings: Settings) -> int:
     from bench.eventstore import run
 
-    url = await _database(settings)
+    url = await resolve_database(settings)
     result = await run(url, seconds=args.seconds, progress=not args.json)
     print(json.dumps(result, indent=None if args.json else 2))
     return 0
@@ -755,7 +376,7 @@ async def cmd_bench_eventstore(args: argparse.Namespace, settings: Settings) -> 
 async def cmd_bench_api(args: argparse.Namespace, settings: Settings) -> int:
     from bench.api import run
 
-    url = await _database(settings)
+    url = await resolve_database(settings)
     result = await run(
         url,
         seconds=args.seconds,
@@ -772,7 +393,7 @@ async def cmd_bench_api(args: argparse.Namespace, settings: Settings) -> int:
 async def cmd_bench_claims(args: argparse.Namespace, settings: Settings) -> int:
     from bench.claims import PARTS, run
 
-    url = await _database(settings)
+    url = await resolve_database(settings)
     result = await run(url, seconds=args.seconds, parts=args.only or PARTS, progress=not args.json)
     print(json.dumps(result, indent=None if args.json else 2))
     return 0
@@ -785,7 +406,7 @@ async def cmd_bench_overhead(args: argparse.Namespace, settings: Settings) -> in
     if args.steps < 50 or args.rounds < 1:
         print("trainyard: --steps must be at least 50 and --rounds at least 1", file=sys.stderr)
         return EXIT_USAGE
-    url = await _database(settings)
+    url = await resolve_database(settings)
     result = await run(
         url, steps=args.steps, rounds=args.rounds, device=args.device, progress=not args.json
     )
@@ -799,7 +420,7 @@ async def cmd_bench_docker(args: argparse.Namespace, settings: Settings) -> int:
     if args.rounds < 2:
         print("trainyard: --rounds must be at least 2", file=sys.stderr)
         return EXIT_USAGE
-    url = await _database(settings)
+    url = await resolve_database(settings)
     try:
         result = await run(url, rounds=args.rounds, progress=not args.json)
     except EngineMissing as exc:
@@ -815,7 +436,7 @@ async def cmd_bench_recovery(args: argparse.Namespace, settings: Settings) -> in
     if args.trials < 1:
         print("trainyard: --trials must be at least 1", file=sys.stderr)
         return EXIT_USAGE
-    url = await _database(settings)
+    url = await resolve_database(settings)
     result = await run(url, trials=args.trials, progress=not args.json)
     print(json.dumps(result, indent=None if args.json else 2))
     return 0
@@ -840,7 +461,7 @@ async def cmd_bench_registry(args: argparse.Namespace, settings: Settings) -> in
     if min(args.models, args.versions, args.repeats) < 1:
         print("trainyard: --models, --versions and --repeats must be at least 1", file=sys.stderr)
         return EXIT_USAGE
-    url = await _database(settings)
+    url = await resolve_database(settings)
     result = await run(
         url,
         models=args.models,
@@ -858,7 +479,7 @@ async def cmd_bench_serving(args: argparse.Namespace, settings: Settings) -> int
     if args.duration <= 0 or args.tasks < 1:
         print("trainyard: --duration must be > 0 and --tasks at least 1", file=sys.stderr)
         return EXIT_USAGE
-    url = await _database(settings)
+    url = await resolve_database(settings)
     result = await run(
         url,
         duration_s=args.duration,
@@ -876,7 +497,7 @@ async def cmd_bench_inference(args: argparse.Namespace, settings: Settings) -> i
     if args.window <= 0 or not 32 <= args.size <= 1024:
         print("trainyard: --window must be > 0 and --size 32 to 1024", file=sys.stderr)
         return EXIT_USAGE
-    url = await _database(settings)
+    url = await resolve_database(settings)
     result = await run(url, window_s=args.window, size=args.size, progress=not args.json)
     print(json.dumps(result, indent=None if args.json else 2, default=str))
     return 0
@@ -892,7 +513,7 @@ async def cmd_bench_simulate(args: argparse.Namespace, settings: Settings) -> in
             file=sys.stderr,
         )
         return EXIT_USAGE
-    url = await _database(settings)
+    url = await resolve_database(settings)
     result = await run(
         url,
         jobs=args.jobs,
@@ -917,7 +538,7 @@ async def cmd_bench_search(args: argparse.Namespace, settings: Settings) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
-    url = await _database(settings)
+    url = await resolve_database(settings)
     result = await run(
         url,
         trials=args.trials,
@@ -940,7 +561,7 @@ async def cmd_bench_ui(args: argparse.Namespace, settings: Settings) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
-    url = await _database(settings)
+    url = await resolve_database(settings)
     result = await run(
         url,
         jobs=args.jobs,
@@ -971,7 +592,7 @@ async def cmd_bench_scale(args: argparse.Namespace, settings: Settings) -> int:
         return EXIT_USAGE
     if not _database_prefix_ok(args.database_prefix):
         return EXIT_USAGE
-    url = await _database(settings)
+    url = await resolve_database(settings)
     result = await run(
         url,
         sizes=sizes,
@@ -1012,7 +633,7 @@ async def cmd_bench_logs(args: argparse.Namespace, settings: Settings) -> int:
         return EXIT_USAGE
     if not _database_prefix_ok(args.database_prefix):
         return EXIT_USAGE
-    url = await _database(settings)
+    url = await resolve_database(settings)
     result = await run_search(
         url,
         lines=args.size,
@@ -1023,31 +644,3 @@ async def cmd_bench_logs(args: argparse.Namespace, settings: Settings) -> int:
     )
     print(json.dumps(result, indent=None if args.json else 2))
     return 0
-
-
-class _runner:
-    """A projection runner on a fresh pool, for one-off commands."""
-
-    def __init__(self, settings: Settings) -> None:
-        self._settings = settings
-
-    async def __aenter__(self) -> ProjectionRunner:
-        from controlplane.composition import projection_runner
-        from controlplane.database import create_pool
-        from controlplane.events.store import EventStore
-        from controlplane.events.subscription import LogListener
-        from controlplane.migrate import require_migrated
-        from controlplane.registry import EVENT_REGISTRY
-
-        url = await _database(self._settings)
-        await require_migrated(url)
-        self._pool = pool = await create_pool(url, min_size=1, max_size=2)
-        store = EventStore(pool, EVENT_REGISTRY)
-        return projection_runner(pool, store, LogListener(url))
-
-    async def __aexit__(self, *_: object) -> None:
-        await self._pool.close()
-
-
-if __name__ == "__main__":
-    sys.exit(main())

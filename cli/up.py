@@ -3,17 +3,22 @@ agent with the process runtime — and a demo job whose status and logs stream t
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
+from cli.demo import demo_token, run_demo
+from controlplane import telemetry
 from controlplane.artifacts.filesystem import default_root
-from controlplane.demo import demo_token, run_demo
+from controlplane.commands import database, listen_args, log_retention_arg
+from controlplane.failures import EXIT_FAILED
 from controlplane.http.keys import PROJECTIONS, STORE
 from controlplane.jobs.locations import Roots
 from controlplane.migrate import migrate
-from controlplane.server import allowed_images, listening, signalled
+from controlplane.server import allowed_images, listening, log_retention_s, signalled
 from controlplane.settings import Settings
 from node_agent.agent import AgentConfig
 from node_agent.cli import reach_problem, runs_tenants_code
@@ -21,6 +26,48 @@ from node_agent.service import run_agent
 from node_agent.users import UidRange
 
 AGENT_NAME = "local"
+
+
+def add_commands(commands: argparse._SubParsersAction[Any]) -> None:
+    """Add `up` to the top-level subcommands."""
+    local = commands.add_parser(
+        "up",
+        help="run everything on this machine, with a demo job",
+        description="Start the embedded Postgres (unless TRAINYARD_DATABASE_URL is set), apply "
+        "migrations, run the control plane and one local agent (process runtime), submit a "
+        "small PyTorch demo job as tenant 'demo' and stream its status and logs; then keep "
+        "running until interrupted.",
+    )
+    listen_args(local)
+    log_retention_arg(local)
+    local.add_argument(
+        "--fake-gpus", type=int, metavar="N", help="the local agent offers N fake GPUs"
+    )
+    local.add_argument("--no-demo", action="store_true", help="do not submit the demo job")
+    local.add_argument(
+        "--exit-after-demo",
+        action="store_true",
+        help="stop once the demo job has ended (exit code 1 if it did not complete)",
+    )
+    local.set_defaults(handler=cmd_up)
+
+
+async def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
+    telemetry.setup("trainyard")
+    # Before the database: a malformed setting is reported at once, whatever else is wrong.
+    retention_s = log_retention_s(args.log_retention_days)
+    url = await database(settings)
+    state = await up(
+        url,
+        settings.home,
+        host=args.host,
+        port=args.port,
+        fake_gpus=args.fake_gpus,
+        demo=not args.no_demo,
+        stay=not args.exit_after_demo,
+        log_retention_s=retention_s,
+    )
+    return EXIT_FAILED if state in ("FAILED", "CANCELLED") else 0
 
 
 def local_agent(home: Path) -> AgentConfig:
