@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable
 
 import aiohttp
 
-from bench.registry import ms, percentile
+from bench.model_repository import ms, percentile
 
 REQUEST_TIMEOUT_S = 30.0
 """Longer than any answer of a working server; a server that stops answering fails the run's

@@ -137,7 +137,8 @@ def add_commands(commands: argparse._SubParsersAction[Any]) -> None:
         "(free text, partial names, metric ranges, facets) REPEATS times each, checked "
         "against the reference evaluation; the same versions and searches through MLflow's "
         "model registry on the same Postgres when the `bench` extra is installed "
-        "(ratio_vs_mlflow: its median over ours). Prints JSON (definitions: bench/registry.py).",
+        "(ratio_vs_mlflow: its median over ours). Prints JSON (definitions: "
+        "bench/model_repository.py).",
     )
     registry.add_argument("--models", type=int, default=1000, help="models to publish")
     registry.add_argument("--versions", type=int, default=10, help="versions of each model")
@@ -456,7 +457,7 @@ async def cmd_bench_failover(args: argparse.Namespace, settings: Settings) -> in
 
 
 async def cmd_bench_registry(args: argparse.Namespace, settings: Settings) -> int:
-    from bench.registry import run
+    from bench.model_repository import run
 
     if min(args.models, args.versions, args.repeats) < 1:
         print("trainyard: --models, --versions and --repeats must be at least 1", file=sys.stderr)

@@ -82,7 +82,7 @@ import aiohttp
 import asyncpg
 
 from bench.closed_loop import REQUEST_TIMEOUT_S, closed_loop
-from bench.registry import ms
+from bench.model_repository import ms
 from bench.scratch import scratch_database
 from bench.serving_model import (
     MLP_ENTRY_POINT,

@@ -1,7 +1,7 @@
 """MLflow's half of `trainyard bench registry`: the same model versions in MLflow's model
 registry, on a scratch database of the same Postgres server, and the same searches asked the way
 MLflow's API lets a user ask them (the `bench` extra installs MLflow; without it, importing this
-module fails and `bench.registry` leaves this half out).
+module fails and `bench.model_repository` leaves this half out).
 
 The store. `MlflowClient` with its tracking and registry URIs both on the scratch database,
 through SQLAlchemy and psycopg 3 (`postgresql+psycopg://`), in a schema of its own (`mlflow`:
@@ -59,7 +59,7 @@ the user would have to, inside the timed part: each version rebuilt from its tag
 the total counted, the facet counts computed (`facet_counts`: framework, domain, tenant,
 license), and the first page of 50 ordered much as Trainyard orders it (by how often the
 query's words occur in the text, a stand-in for Postgres's `ts_rank`, then newest first).
-Outside the timed part, each answer's set of versions must be `registry_data.expected`'s and
+Outside the timed part, each answer's set of versions must be `model_repository_data.expected`'s and
 its facets the reference's, or the benchmark fails: both halves answer the same questions.
 `search_registered_models` is not used: every term of the cases is about a version.
 
@@ -94,8 +94,8 @@ import sqlalchemy
 from mlflow import MlflowClient
 from mlflow.entities.model_registry import ModelVersion
 
-from bench.registry import CONCURRENCY, ms, percentile
-from bench.registry_data import SearchCase, VersionSpec, expected, record
+from bench.model_repository import CONCURRENCY, ms, percentile
+from bench.model_repository_data import SearchCase, VersionSpec, expected, record
 from controlplane.search.nodes import (
     And,
     Created,

@@ -1,15 +1,15 @@
 """`trainyard bench registry`: the model repository's search against MLflow's model registry.
 
-On a scratch database of the configured Postgres: `bench.registry_data` makes `models` models of
-`versions` versions each with realistic metadata (over three tenants, every version public, so
-that every tenant finds the same versions MLflow, which has no tenants, finds). Trainyard's
-half publishes each through the Models service (artifact into a file store, event appended:
-`publish_per_s`), waits for the `models` projection, then runs each search of `CASES`
+On a scratch database of the configured Postgres: `bench.model_repository_data` makes `models`
+models of `versions` versions each with realistic metadata (over three tenants, every version
+public, so that every tenant finds the same versions MLflow, which has no tenants, finds).
+Trainyard's half publishes each through the Models service (artifact into a file store, event
+appended: `publish_per_s`), waits for the `models` projection, then runs each search of `CASES`
 `repeats` times as a tenant's `GET /v1/models?q=` does (`catalog.search`: the first page of 50,
 the total and the facet counts), checking the total and the facets against the reference
-evaluation every time. MLflow's half (`bench.registry_mlflow`, the `bench` extra) loads the same
-versions into its registry on a scratch database of the same server and answers the same
-questions the way its API lets a user; `ratio_vs_mlflow` is MLflow's p50 over ours. Without
+evaluation every time. MLflow's half (`bench.model_repository_mlflow`, the `bench` extra) loads
+the same versions into its registry on a scratch database of the same server and answers the
+same questions the way its API lets a user; `ratio_vs_mlflow` is MLflow's p50 over ours. Without
 MLflow installed, its half is left out and says so (`mlflow`: null).
 """
 
@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.registry_data import CASES, SearchCase, VersionSpec, expected, generate, record
+from bench.model_repository_data import CASES, SearchCase, VersionSpec, expected, generate, record
 from bench.scratch import scratch_database
 from controlplane.artifacts.filesystem import FileArtifactStore
 from controlplane.database import create_pool
@@ -60,7 +60,7 @@ async def run(
     ours = await _trainyard(url, specs, CASES, repeats, say)
     result: dict[str, Any] = {"versions": len(specs), "models": models, **ours}
     try:
-        from bench.registry_mlflow import run_mlflow
+        from bench.model_repository_mlflow import run_mlflow
     except ImportError as missing:
         say(f"registry: MLflow's half left out ({missing}; install the `bench` extra)")
         return {**result, "mlflow": None, "ratio_vs_mlflow": None}
