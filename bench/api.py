@@ -25,12 +25,12 @@ import aiohttp
 from bench.scratch import scratch_database
 from controlplane.clock import SYSTEM_CLOCK
 from controlplane.database import create_pool
+from controlplane.event_registry import EVENT_REGISTRY
 from controlplane.events.metadata import Metadata
 from controlplane.events.store import EventStore
 from controlplane.jobs.images import DEFAULT_IMAGES
 from controlplane.jobs.lifecycle import Deploy, EnterPhase, JobStatus, SaveCheckpoint
 from controlplane.jobs.service import Jobs
-from controlplane.registry import EVENT_REGISTRY
 from harness.served import ServedControlPlane
 
 MANIFEST = {"name": "bench", "image": DEFAULT_IMAGES, "command": ["python", "train.py"]}

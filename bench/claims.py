@@ -59,6 +59,7 @@ from controlplane.agents.nodes import Nodes, NodeSpec
 from controlplane.clock import SYSTEM_CLOCK
 from controlplane.composition import projections
 from controlplane.database import create_pool
+from controlplane.event_registry import EVENT_REGISTRY
 from controlplane.events.metadata import Metadata
 from controlplane.events.records import ORIGIN, LogPosition
 from controlplane.events.store import EventStore
@@ -71,7 +72,6 @@ from controlplane.jobs.service import Jobs
 from controlplane.jobs.streams import job_stream
 from controlplane.projections.base import Projection
 from controlplane.projections.runner import ProjectionRunner
-from controlplane.registry import EVENT_REGISTRY
 from controlplane.scheduling.claim import Claim
 from controlplane.tenants.projection import TenantsProjection
 from controlplane.tenants.service import create_tenant

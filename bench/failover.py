@@ -69,6 +69,7 @@ from bench.serving_model import MLP_ENTRY_POINT, mlp_artifact, sample_input
 from controlplane.agents.events import NodeLost
 from controlplane.composition import projection_runner
 from controlplane.database import CONNECTION_ERRORS, create_pool
+from controlplane.event_registry import EVENT_REGISTRY
 from controlplane.events.records import ORIGIN, LogPosition
 from controlplane.events.store import EventStore
 from controlplane.events.subscription import LogListener, follow
@@ -77,7 +78,6 @@ from controlplane.jobs.events import JobDeploying, JobSubmitted
 from controlplane.jobs.images import DEFAULT_IMAGES
 from controlplane.jobs.lifecycle import JobStatus
 from controlplane.projections.runner import ProjectionRunner
-from controlplane.registry import EVENT_REGISTRY
 from harness.ha import HaCluster, ha_cluster
 from harness.processes import Cluster, cluster, counter, replica_process, until
 from trainyard.api import ApiClient, sse_messages

@@ -63,10 +63,10 @@ import asyncpg
 
 from bench.scratch import scratch_database
 from controlplane.database import connect, create_pool
+from controlplane.event_registry import EVENT_REGISTRY
 from controlplane.events.store import EventStore
 from controlplane.events.subscription import LogListener
 from controlplane.projections.runner import ProjectionRunner
-from controlplane.registry import EVENT_REGISTRY
 from controlplane.settings import ARTIFACTS_DIR_ENV
 from controlplane.tenants.projection import TenantsProjection
 from controlplane.tenants.service import create_tenant

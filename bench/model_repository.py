@@ -28,6 +28,7 @@ from bench.model_repository_data import CASES, SearchCase, VersionSpec, expected
 from bench.scratch import scratch_database
 from controlplane.artifacts.filesystem import FileArtifactStore
 from controlplane.database import create_pool
+from controlplane.event_registry import EVENT_REGISTRY
 from controlplane.events.metadata import Metadata
 from controlplane.events.store import EventStore
 from controlplane.events.subscription import LogListener
@@ -39,7 +40,6 @@ from controlplane.models.metadata import validate_metadata
 from controlplane.models.projection import ModelsProjection
 from controlplane.models.service import Models
 from controlplane.projections.runner import ProjectionRunner
-from controlplane.registry import EVENT_REGISTRY
 from controlplane.search.query import parse
 from controlplane.search.reference import facet_counts, search
 

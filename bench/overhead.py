@@ -54,6 +54,7 @@ from bench.docker import learner_image_missing
 from bench.scratch import scratch_database
 from controlplane.composition import projection_runner
 from controlplane.database import create_pool
+from controlplane.event_registry import EVENT_REGISTRY
 from controlplane.events.metadata import Metadata
 from controlplane.events.store import EventStore
 from controlplane.events.subscription import LogListener
@@ -63,7 +64,6 @@ from controlplane.jobs.manifest import JobManifest
 from controlplane.jobs.service import Jobs
 from controlplane.jobs.streams import job_stream
 from controlplane.logs.metrics import MetricPoint, read_metrics
-from controlplane.registry import EVENT_REGISTRY
 from controlplane.tenants.service import create_tenant
 from harness.served import until_registered
 from node_agent.agent import AgentConfig

@@ -12,12 +12,12 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from controlplane.database import create_pool
+from controlplane.event_registry import EVENT_REGISTRY
 from controlplane.events.store import EventStore
 from controlplane.events.subscription import LogListener
 from controlplane.jobs.projection import JobsProjection
 from controlplane.pending.recorder import PendingRecorder
 from controlplane.projections.runner import ProjectionRunner
-from controlplane.registry import EVENT_REGISTRY
 from controlplane.tenants.projection import TenantsProjection
 
 READY = b"ready\n"

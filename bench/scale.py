@@ -64,6 +64,7 @@ from controlplane.agents.claims import Releases, claim
 from controlplane.agents.nodes import Nodes
 from controlplane.clock import SYSTEM_CLOCK
 from controlplane.database import AGENT_ROLE, connect, create_pool
+from controlplane.event_registry import EVENT_REGISTRY
 from controlplane.events.metadata import Metadata
 from controlplane.events.records import LogPosition, StreamAppend
 from controlplane.events.store import EventStore
@@ -73,7 +74,6 @@ from controlplane.jobs.projection import CLAIMABLE_CHANNEL, JobsProjection
 from controlplane.jobs.service import Jobs
 from controlplane.jobs.streams import job_stream
 from controlplane.queries import Q
-from controlplane.registry import EVENT_REGISTRY
 from controlplane.scheduling.claim import Claim
 from harness.agent_login import agent_login_name, agent_login_url
 from harness.served import ServedControlPlane, until_registered

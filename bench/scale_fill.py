@@ -25,6 +25,7 @@ import asyncpg
 
 from controlplane.composition import projection_runner
 from controlplane.database import connect, create_pool, with_database
+from controlplane.event_registry import EVENT_REGISTRY
 from controlplane.events.metadata import Metadata
 from controlplane.events.records import StreamAppend
 from controlplane.events.store import EventStore
@@ -46,7 +47,6 @@ from controlplane.jobs.manifest import JobManifest
 from controlplane.jobs.streams import job_stream
 from controlplane.migrate import migrate
 from controlplane.projections.runner import ProjectionRunner
-from controlplane.registry import EVENT_REGISTRY
 from controlplane.tenants.errors import TenantExists
 from controlplane.tenants.service import create_tenant
 

@@ -38,6 +38,7 @@ import asyncpg
 from bench.fleet import NODE_GPUS
 from controlplane.composition import projection_runner
 from controlplane.database import connect, create_pool, with_database
+from controlplane.event_registry import EVENT_REGISTRY
 from controlplane.events.metadata import Metadata
 from controlplane.events.store import EventStore
 from controlplane.events.subscription import LogListener
@@ -46,7 +47,6 @@ from controlplane.jobs.lifecycle import JobStatus
 from controlplane.jobs.manifest import JobManifest
 from controlplane.jobs.service import Jobs
 from controlplane.migrate import migrate
-from controlplane.registry import EVENT_REGISTRY
 from controlplane.tenants.service import create_tenant
 from harness.agent_login import agent_login_name, agent_login_url
 from harness.pgbouncer import PgBouncer, missing, pgbouncer, server_connections

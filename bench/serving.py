@@ -96,10 +96,10 @@ from bench.serving_peers import REPLICAS, WARMUP_S, run_bentoml, run_ray_serve
 from controlplane.agents.events import NodeRegistered
 from controlplane.agents.nodes import node_stream
 from controlplane.database import create_pool
+from controlplane.event_registry import EVENT_REGISTRY
 from controlplane.events.store import EventStore
 from controlplane.events.subscription import LogListener
 from controlplane.projections.runner import ProjectionRunner
-from controlplane.registry import EVENT_REGISTRY
 from controlplane.settings import ARTIFACTS_DIR_ENV
 from controlplane.tenants.projection import TenantsProjection
 from controlplane.tenants.service import create_tenant

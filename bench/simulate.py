@@ -62,6 +62,7 @@ import asyncpg
 from bench.pending import QUEUE, SECONDS, ReasonWatch, claim_slowdown
 from bench.scratch import scratch_database
 from controlplane.database import create_pool
+from controlplane.event_registry import EVENT_REGISTRY
 from controlplane.events.metadata import Metadata
 from controlplane.events.store import EventStore
 from controlplane.events.subscription import LogListener
@@ -70,7 +71,6 @@ from controlplane.jobs.images import DEFAULT_IMAGES
 from controlplane.jobs.manifest import JobManifest
 from controlplane.jobs.service import Jobs
 from controlplane.projections.runner import ProjectionRunner
-from controlplane.registry import EVENT_REGISTRY
 from controlplane.tenants.projection import TenantsProjection
 from controlplane.tenants.service import create_tenant
 from harness.agent_process import AgentProcess

@@ -58,6 +58,7 @@ import asyncpg
 from bench.scratch import scratch_database
 from controlplane.clock import SYSTEM_CLOCK
 from controlplane.database import connect, create_pool
+from controlplane.event_registry import EVENT_REGISTRY
 from controlplane.events.metadata import Metadata
 from controlplane.events.store import EventStore
 from controlplane.jobs.events import JobEvent
@@ -76,7 +77,6 @@ from controlplane.jobs.manifest import JobManifest
 from controlplane.jobs.streams import job_stream
 from controlplane.logs.lines import LogLine, Stream
 from controlplane.logs.store import write_lines
-from controlplane.registry import EVENT_REGISTRY
 from controlplane.searches.events import (
     BestUpdated,
     SearchEnded,

@@ -153,10 +153,10 @@ class _runner:
     async def __aenter__(self) -> ProjectionRunner:
         from controlplane.composition import projection_runner
         from controlplane.database import create_pool
+        from controlplane.event_registry import EVENT_REGISTRY
         from controlplane.events.store import EventStore
         from controlplane.events.subscription import LogListener
         from controlplane.migrate import require_migrated
-        from controlplane.registry import EVENT_REGISTRY
 
         url = await database(self._settings)
         await require_migrated(url)

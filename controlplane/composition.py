@@ -3,8 +3,8 @@
 Every program that runs the control plane's parts builds them here: `trainyard serve` and
 `trainyard up` (through `controlplane.http.app`), the CLI's projection commands, the tests'
 cluster and the benchmarks. Front ends (HTTP today, a dashboard tomorrow) get the parts from
-here and never assemble them themselves. Its stores read and write with `registry.EVENT_REGISTRY`,
-as the node agent's does.
+here and never assemble them themselves. Its stores read and write with
+`event_registry.EVENT_REGISTRY`, as the node agent's does.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from controlplane.deployments.projection import DeploymentsProjection
 from controlplane.deployments.retention import MemoEviction, TaskRetention
 from controlplane.deployments.service import Deployments
 from controlplane.deployments.tasks import Tasks
+from controlplane.event_registry import EVENT_REGISTRY
 from controlplane.events.hub import StreamHub
 from controlplane.events.store import EventStore
 from controlplane.events.subscription import LogListener
@@ -46,7 +47,6 @@ from controlplane.pending.recorder import PendingRecorder
 from controlplane.projections.base import Projection
 from controlplane.projections.runner import ProjectionRunner
 from controlplane.projections.streams import StreamsProjection
-from controlplane.registry import EVENT_REGISTRY
 from controlplane.searches.driver import SearchDriver
 from controlplane.searches.projection import SearchesProjection
 from controlplane.searches.service import Searches

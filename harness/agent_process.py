@@ -15,8 +15,8 @@ import asyncpg
 
 from controlplane.agents.events import NodeRegistered
 from controlplane.agents.nodes import node_stream
+from controlplane.event_registry import EVENT_REGISTRY
 from controlplane.events.store import EventStore
-from controlplane.registry import EVENT_REGISTRY
 from controlplane.settings import ARTIFACTS_DIR_ENV
 from harness.agent_login import agent_login_url
 

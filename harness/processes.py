@@ -18,6 +18,7 @@ from uuid import UUID, uuid4
 
 import asyncpg
 
+from controlplane.event_registry import EVENT_REGISTRY
 from controlplane.events.store import EventStore
 from controlplane.events.subscription import LogListener
 from controlplane.jobs.images import DEFAULT_IMAGES
@@ -27,7 +28,6 @@ from controlplane.jobs.streams import job_stream
 from controlplane.logs.lines import LogLine
 from controlplane.logs.store import read_lines
 from controlplane.projections.runner import ProjectionRunner
-from controlplane.registry import EVENT_REGISTRY
 from controlplane.settings import ARTIFACTS_DIR_ENV
 from controlplane.tenants.projection import TenantsProjection
 from controlplane.tenants.service import create_tenant

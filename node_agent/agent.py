@@ -21,6 +21,7 @@ from controlplane.agents.events import GpuInfo
 from controlplane.agents.nodes import Nodes, NodeSpec
 from controlplane.clock import SYSTEM_CLOCK, Clock
 from controlplane.database import DATABASE_ERRORS
+from controlplane.event_registry import EVENT_REGISTRY
 from controlplane.events.metadata import Metadata
 from controlplane.events.store import EventStore
 from controlplane.events.subscription import LogListener
@@ -42,7 +43,6 @@ from controlplane.jobs.streams import job_stream
 from controlplane.logs.lines import Stream
 from controlplane.logs.store import last_seqs
 from controlplane.queries import Q
-from controlplane.registry import EVENT_REGISTRY
 from controlplane.scheduling.claim import Claim
 from node_agent.attempt import Attempt, LogSink
 from node_agent.folders import JobFolders

@@ -12,9 +12,9 @@ from typing import Protocol
 import asyncpg
 
 from controlplane.database import Executor
+from controlplane.event_registry import EVENT_REGISTRY
 from controlplane.events.records import ORIGIN, LogBatch, LogPosition, RecordedEvent
 from controlplane.events.store import EventStore
-from controlplane.registry import EVENT_REGISTRY
 from sim.recording import CATEGORIES, workload_of
 from sim.workload import Workload
 

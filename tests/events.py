@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from controlplane.event_registry import EVENT_TYPES
 from controlplane.events.types import Event, EventRegistry, event_type
-from controlplane.registry import EVENT_TYPES
 
 
 def _split_name(data: dict[str, Any]) -> dict[str, Any]:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from controlplane.event_registry import EVENT_REGISTRY
 from controlplane.events.errors import UnknownEventType
 from controlplane.events.types import Event, EventRegistry, event_type
 from controlplane.jobs.events import JobSubmitted
-from controlplane.registry import EVENT_REGISTRY
 from tests.events import Pinged, Renamed, Unregistered
 
 

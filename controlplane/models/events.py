@@ -113,4 +113,4 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     ModelWebhookSet,
     ModelWebhookRemoved,
 )
-"""This feature's event types, for the registry (controlplane/registry.py)."""
+"""This feature's event types, for the registry (controlplane/event_registry.py)."""

@@ -30,4 +30,4 @@ class PendingReasonsChanged(Event):
 
 
 EVENT_TYPES: tuple[type[Event], ...] = (PendingReasonsChanged,)
-"""This feature's event types, for the registry (see `controlplane.registry`)."""
+"""This feature's event types, for the registry (see `controlplane.event_registry`)."""

@@ -98,4 +98,4 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     BestUpdated,
     SearchEnded,
 )
-"""This feature's event types, for the registry (see `controlplane.registry`)."""
+"""This feature's event types, for the registry (see `controlplane.event_registry`)."""

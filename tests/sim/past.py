@@ -9,6 +9,7 @@ from typing import Protocol
 from uuid import UUID
 
 from controlplane.agents.events import GpuInfo, NodeGpuUnhealthy, NodeLost, NodeRegistered
+from controlplane.event_registry import EVENT_REGISTRY
 from controlplane.events.memory import InMemoryEventStore
 from controlplane.events.metadata import Metadata
 from controlplane.events.records import Appended
@@ -21,7 +22,6 @@ from controlplane.jobs.events import (
     JobSubmitted,
 )
 from controlplane.jobs.manifest import JobManifest
-from controlplane.registry import EVENT_REGISTRY
 from controlplane.tenants.events import TenantCreated, TenantUpdated
 from sim.log import recorded_events
 from sim.recording import workload_of

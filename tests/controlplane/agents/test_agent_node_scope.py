@@ -20,6 +20,7 @@ from controlplane.agents.events import GpuInfo, NodeDeregistered
 from controlplane.agents.nodes import Nodes, NodeSpec, node_stream
 from controlplane.clock import SYSTEM_CLOCK
 from controlplane.database import AGENT_ROLE, create_pool
+from controlplane.event_registry import EVENT_REGISTRY
 from controlplane.events.metadata import Metadata
 from controlplane.events.store import EventStore
 from controlplane.jobs.events import CheckpointSaved, JobCompleted, JobDownloading
@@ -29,7 +30,6 @@ from controlplane.logs.lines import LogLine, Stream
 from controlplane.logs.store import COLUMNS as LOG_COLUMNS
 from controlplane.logs.store import write_lines
 from controlplane.queries import Q
-from controlplane.registry import EVENT_REGISTRY
 from harness.agent_login import agent_login_url
 from tests.cluster import USER, Plane
 from tests.controlplane.agents.test_agent_role import queued_row

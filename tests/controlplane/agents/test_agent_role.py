@@ -20,12 +20,12 @@ from controlplane.agents.login_cli import agent_url
 from controlplane.agents.logins import login_excess, scram_verifier
 from controlplane.clock import SYSTEM_CLOCK
 from controlplane.database import AGENT_ROLE, Role, connect, create_pool
+from controlplane.event_registry import EVENT_REGISTRY
 from controlplane.events.metadata import Metadata
 from controlplane.events.store import EventStore
 from controlplane.jobs.events import JobCancelled
 from controlplane.jobs.lifecycle import JobStatus
 from controlplane.jobs.streams import job_stream
-from controlplane.registry import EVENT_REGISTRY
 from controlplane.tenants.events import TokenIssued
 from harness.agent_login import AGENT_PASSWORD, agent_login_name, agent_login_url
 from tests.cluster import A_WHOLE_RUN, USER, Plane, RunningAgent, learner_space

@@ -17,6 +17,7 @@ from controlplane.agents.events import GpuInfo
 from controlplane.agents.nodes import Nodes, NodeSpec
 from controlplane.clock import SYSTEM_CLOCK
 from controlplane.database import AGENT_ROLE, create_pool
+from controlplane.event_registry import EVENT_REGISTRY
 from controlplane.events.metadata import Metadata
 from controlplane.events.store import EventStore
 from controlplane.events.subscription import LogListener
@@ -27,7 +28,6 @@ from controlplane.jobs.projection import JobsProjection
 from controlplane.jobs.service import Jobs
 from controlplane.jobs.streams import job_stream
 from controlplane.projections.runner import ProjectionRunner
-from controlplane.registry import EVENT_REGISTRY
 from controlplane.scheduling.claim import Claim
 from controlplane.tenants.projection import TenantsProjection
 from controlplane.tenants.service import create_tenant

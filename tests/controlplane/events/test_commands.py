@@ -10,6 +10,7 @@ from uuid import UUID, uuid4
 import pytest
 
 from controlplane.clock import ManualClock
+from controlplane.event_registry import EVENT_REGISTRY
 from controlplane.events.commands import CONFLICT_RETRIES, ForeignEvent
 from controlplane.events.memory import InMemoryEventStore
 from controlplane.events.metadata import Metadata
@@ -28,7 +29,6 @@ from controlplane.jobs.lifecycle import (
 )
 from controlplane.jobs.manifest import JobManifest
 from controlplane.jobs.streams import job_stream
-from controlplane.registry import EVENT_REGISTRY
 from controlplane.tenants.errors import TenantBusy, TenantExists, UnknownTenant
 from controlplane.tenants.events import TenantCreated, TokenIssued
 from controlplane.tenants.state import TENANT, Change, Create, TenantState

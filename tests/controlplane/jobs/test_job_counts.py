@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from controlplane.clock import SYSTEM_CLOCK
 from controlplane.database import create_pool
+from controlplane.event_registry import EVENT_REGISTRY
 from controlplane.events.metadata import Metadata
 from controlplane.events.store import EventStore
 from controlplane.events.subscription import LogListener
@@ -41,7 +42,6 @@ from controlplane.jobs.service import Jobs
 from controlplane.jobs.views import list_jobs
 from controlplane.migrate import available
 from controlplane.projections.runner import ProjectionRunner
-from controlplane.registry import EVENT_REGISTRY
 from tests.conftest import fresh_database
 from tests.polling import eventually
 

@@ -15,6 +15,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from controlplane.event_registry import EVENT_REGISTRY
 from controlplane.jobs.events import (
     CheckpointRequested,
     CheckpointSaved,
@@ -47,7 +48,6 @@ from controlplane.jobs.lifecycle import (
     replay,
 )
 from controlplane.jobs.manifest import JobManifest
-from controlplane.registry import EVENT_REGISTRY
 
 S = JobStatus
 JOB_ID = UUID(int=0x7A1)

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from controlplane.event_registry import EVENT_REGISTRY
 from controlplane.events.errors import MalformedEvent
 from controlplane.jobs.events import JobSubmitted
 from controlplane.jobs.lifecycle import Job, evolve
@@ -38,7 +39,6 @@ from controlplane.jobs.manifest import (
     check_env_name,
     reserved_env,
 )
-from controlplane.registry import EVENT_REGISTRY
 
 DIGEST = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
 MINIMAL: dict[str, Any] = {"name": "mnist", "image": "trainyard/pytorch:2", "command": ["train"]}

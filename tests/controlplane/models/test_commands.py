@@ -10,6 +10,7 @@ from datetime import timedelta
 import pytest
 
 from controlplane.clock import ManualClock
+from controlplane.event_registry import EVENT_REGISTRY
 from controlplane.events.memory import InMemoryEventStore
 from controlplane.events.metadata import Metadata
 from controlplane.events.records import Appended, RecordedEvent
@@ -25,7 +26,6 @@ from controlplane.models.lifecycle import MODEL, Deprecate, Publish, SetAlias, U
 from controlplane.models.references import parse_reference, resolve
 from controlplane.models.streams import model_stream
 from controlplane.models.updates import validate_update
-from controlplane.registry import EVENT_REGISTRY
 from tests.controlplane.models.samples import SHA_A, SHA_B, T0, metadata
 
 META = Metadata(actor="user:alice", tenant="acme")

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from controlplane.event_registry import EVENT_REGISTRY
 from controlplane.events.types import Event
 from controlplane.models.errors import (
     DuplicatePublish,
@@ -52,7 +53,6 @@ from controlplane.models.lifecycle import (
 from controlplane.models.metadata import MAX_METRICS, SCHEMA_VERSION
 from controlplane.models.state import ModelState
 from controlplane.models.updates import validate_update
-from controlplane.registry import EVENT_REGISTRY
 from tests.controlplane.models.samples import SHA_A, SHA_B, T0, metadata
 
 

@@ -17,6 +17,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from controlplane.agents.nodes import Nodes, NodeSpec
 from controlplane.clock import SYSTEM_CLOCK
+from controlplane.event_registry import EVENT_REGISTRY
 from controlplane.events.metadata import Metadata
 from controlplane.events.store import EventStore
 from controlplane.http.app import create_app
@@ -24,7 +25,6 @@ from controlplane.http.keys import JOBS
 from controlplane.http.streams import MAX_STREAMS_ENV, max_streams_from_env
 from controlplane.jobs.lifecycle import Deploy, EnterPhase, JobStatus, SaveCheckpoint
 from controlplane.jobs.limits import DEFAULT_LOG_LINES
-from controlplane.registry import EVENT_REGISTRY
 from controlplane.tenants.limits import DEFAULT_STREAMS, TenantLimits
 from tests.polling import eventually
 from tests.tenancy import Cli, Tokens, auth, event_count
