@@ -38,10 +38,10 @@ from controlplane.models import catalog
 from controlplane.models.events import Visibility
 from controlplane.models.metadata import validate_metadata
 from controlplane.models.projection import ModelsProjection
+from controlplane.models.query.query import parse
+from controlplane.models.query.reference import facet_counts, search
 from controlplane.models.service import Models
 from controlplane.projections.runner import ProjectionRunner
-from controlplane.search.query import parse
-from controlplane.search.reference import facet_counts, search
 
 CONCURRENCY = 16
 """Publications in flight at once, as many clients would publish."""

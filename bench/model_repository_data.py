@@ -1,7 +1,7 @@
 """The registry benchmark's data, shared by its Trainyard and MLflow halves: `generate` makes
 model versions with realistic metadata (deterministic for a seed), `CASES` are the searches both
 halves run, and `expected` is what each must find, by the reference evaluation of the query
-language (`controlplane.search.reference`).
+language (`controlplane.models.query.reference`).
 
 Free text agrees between the reference and Postgres's English text search only within the
 limits `reference` states, so the words the cases search for are ones Postgres neither drops
@@ -23,8 +23,8 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 from uuid import UUID
 
-from controlplane.search.query import parse
-from controlplane.search.reference import Record, search
+from controlplane.models.query.query import parse
+from controlplane.models.query.reference import Record, search
 
 
 @dataclass(frozen=True, slots=True)

@@ -52,15 +52,15 @@ default size), the versions of several filters merged. A term becomes:
   MAX_FILTERS conjunctions and the query is asked with no filter at all;
 - `NOT`: nothing (`!=` on a tag misses the versions without the tag).
 
-What MLflow returns is a superset of the answer; the benchmark finishes each case in Python as
-the user would have to, inside the timed part: each version rebuilt from its tags
-(`controlplane.search.reference.Record`), the query evaluated on it
-(`controlplane.search.reference.matches`: the exact words and phrases, the metric ranges, ...),
-the total counted, the facet counts computed (`facet_counts`: framework, domain, tenant,
-license), and the first page of 50 ordered much as Trainyard orders it (by how often the
-query's words occur in the text, a stand-in for Postgres's `ts_rank`, then newest first).
-Outside the timed part, each answer's set of versions must be `model_repository_data.expected`'s and
-its facets the reference's, or the benchmark fails: both halves answer the same questions.
+What MLflow returns is a superset of the answer; the benchmark finishes each case in Python as the
+user would have to, inside the timed part: each version rebuilt from its tags
+(`controlplane.models.query.reference.Record`), the query evaluated on it
+(`controlplane.models.query.reference.matches`: the exact words and phrases, the metric ranges,
+...), the total counted, the facet counts computed (`facet_counts`: framework, domain, tenant,
+license), and the first page of 50 ordered much as Trainyard orders it (by how often the query's
+words occur in the text, a stand-in for Postgres's `ts_rank`, then newest first). Outside the timed
+part, each answer's set of versions must be `model_repository_data.expected`'s and its facets the
+reference's, or the benchmark fails: both halves answer the same questions.
 `search_registered_models` is not used: every term of the cases is about a version.
 
 `per_case` gives, besides the latencies, the part of the median spent in MLflow's calls
@@ -96,7 +96,7 @@ from mlflow.entities.model_registry import ModelVersion
 
 from bench.model_repository import CONCURRENCY, ms, percentile
 from bench.model_repository_data import SearchCase, VersionSpec, expected, record
-from controlplane.search.nodes import (
+from controlplane.models.query.nodes import (
     And,
     Created,
     Exact,
@@ -109,8 +109,8 @@ from controlplane.search.nodes import (
     Version,
     Word,
 )
-from controlplane.search.query import parse
-from controlplane.search.reference import (
+from controlplane.models.query.query import parse
+from controlplane.models.query.reference import (
     Record,
     facet_counts,
     matches,

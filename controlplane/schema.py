@@ -448,11 +448,11 @@ model_versions = Table(
     Index("model_versions_artifact", "artifact_sha256"),
     Index("model_versions_job", "job_id", postgresql_where=text("job_id IS NOT NULL")),
 )
-"""One row per model version: what the model search (`controlplane.search`) runs over.
+"""One row per model version: what the model search (`controlplane.models.query`) runs over.
 
 What the search's compiler relies on, beyond the columns' types: `search` is the English
 tsvector of title, description and tags in that order (the reference's text, see
-`controlplane.search.reference`); `metrics` is a JSON object whose values are numbers (the
+`controlplane.models.query.reference`); `metrics` is a JSON object whose values are numbers (the
 metadata schema's rule: a string there would make the cast in a metric comparison fail);
 `name_trigrams` holds every trigram of the lower-cased name (`search.sql.trigrams`)."""
 

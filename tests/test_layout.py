@@ -24,7 +24,6 @@ FEATURES = (
     "controlplane.pending",
     "controlplane.deployments",
     "controlplane.scheduling",
-    "controlplane.search",
     "controlplane.searches",
     "controlplane.tenants",
     "controlplane.webhooks",

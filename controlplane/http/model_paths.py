@@ -19,8 +19,8 @@ from controlplane.http.models import (
 )
 from controlplane.models.catalog import MAX_PAGE
 from controlplane.models.events import NOTIFIED
+from controlplane.models.query.nodes import FACETS
 from controlplane.models.updates import MetadataUpdate
-from controlplane.search.nodes import FACETS
 
 REF = "#/components/schemas/"
 SCHEMAS: tuple[type[BaseModel], ...] = (

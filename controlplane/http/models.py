@@ -71,14 +71,14 @@ from controlplane.models.lifecycle import (
 )
 from controlplane.models.metadata import INT4_MAX, INT8_MAX, ModelMetadata, json_schema
 from controlplane.models.names import LATEST, MODEL_NAME, check_model_name
+from controlplane.models.query.errors import QueryError
+from controlplane.models.query.query import parse
 from controlplane.models.references import Reference, parse_reference, resolve
 from controlplane.models.service import RESULTS_FILE, Published
 from controlplane.models.state import ModelState, ModelVersion, latest
 from controlplane.models.streams import model_stream
 from controlplane.models.updates import MetadataUpdate, validate_update
 from controlplane.models.visibility import visible_versions
-from controlplane.search.errors import QueryError
-from controlplane.search.query import parse
 from controlplane.tenants.principals import Principal
 from controlplane.tenants.validation import NAME as TENANT_NAME
 from controlplane.tenants.views import tenant_limits

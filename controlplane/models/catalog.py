@@ -1,6 +1,6 @@
-"""Reading the model repository's read model: search (a query of `controlplane.search`, ranked,
-faceted, a page at a time behind a cursor) and a model's versions and aliases, each as the
-asking tenant may see them (its own versions and every tenant's public ones; None: the admin,
+"""Reading the model repository's read model: search (a query of `controlplane.models.query`,
+ranked, faceted, a page at a time behind a cursor) and a model's versions and aliases, each as
+the asking tenant may see them (its own versions and every tenant's public ones; None: the admin,
 everything)."""
 
 from __future__ import annotations
@@ -34,10 +34,10 @@ from controlplane.database import Executor
 from controlplane.models.errors import InvalidModel
 from controlplane.models.metadata import INT4_MAX
 from controlplane.models.names import MODEL_NAME
+from controlplane.models.query.nodes import FACETS, And, Node, Or, Phrase, Word
+from controlplane.models.query.sql import TEXT_SEARCH_CONFIG, where
 from controlplane.queries import Q
 from controlplane.schema import model_versions
-from controlplane.search.nodes import FACETS, And, Node, Or, Phrase, Word
-from controlplane.search.sql import TEXT_SEARCH_CONFIG, where
 from controlplane.statements import asyncpg_args
 from controlplane.tenants.validation import NAME as TENANT_NAME
 

@@ -1,11 +1,11 @@
 -- The model repository's statements: the `models` projection and the reads of its read model
--- (the search itself is composed with SQLAlchemy Core, controlplane/search/sql.py).
+-- (the search itself is composed with SQLAlchemy Core, controlplane/models/query/sql.py).
 -- Loaded by `controlplane.queries` with every other .sql file of the package.
 
 -- name: insert_model_versions
 -- The `models` projection: the versions a batch published, in one statement. `search` is the
 -- English tsvector of title, description and tags, in that order: the text the search's
--- reference reads (controlplane/search/reference.py).
+-- reference reads (controlplane/models/query/reference.py).
 INSERT INTO model_versions (tenant, name, version, artifact_sha256, size_bytes, title,
                             description, tags, domains, framework, license, metrics, job_id,
                             metadata, metadata_schema, visibility, created, published_by,

@@ -25,10 +25,10 @@ from controlplane.models.errors import InvalidModel, SourceUnavailable, Unchange
 from controlplane.models.events import ModelAliasSet, Visibility
 from controlplane.models.lifecycle import Deprecate, SetAlias, UpdateMetadata
 from controlplane.models.projection import ModelsProjection
+from controlplane.models.query.query import parse
 from controlplane.models.service import Models
 from controlplane.models.updates import validate_update
 from controlplane.projections.runner import ProjectionRunner
-from controlplane.search.query import parse
 from tests.controlplane.artifacts.swapping import swapping
 from tests.controlplane.models.samples import metadata
 

@@ -1,6 +1,7 @@
-"""The model search on Postgres means what its reference says (controlplane/search/reference.py),
-held over random versions and random queries: the matches, their total, the facet counts, and
-every match exactly once across the pages of a cursor, as each tenant may see them."""
+"""The model search on Postgres means what its reference says
+(controlplane/models/query/reference.py), held over random versions and random queries: the
+matches, their total, the facet counts, and every match exactly once across the pages of a
+cursor, as each tenant may see them."""
 
 from __future__ import annotations
 
@@ -13,8 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from controlplane.models import catalog
-from controlplane.queries import Q
-from controlplane.search.nodes import (
+from controlplane.models.query.nodes import (
     And,
     Created,
     Exact,
@@ -29,8 +29,9 @@ from controlplane.search.nodes import (
     Version,
     Word,
 )
-from controlplane.search.query import joined
-from controlplane.search.reference import Record, facet_counts, search
+from controlplane.models.query.query import joined
+from controlplane.models.query.reference import Record, facet_counts, search
+from controlplane.queries import Q
 
 pytestmark = pytest.mark.postgres
 

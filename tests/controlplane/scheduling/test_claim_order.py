@@ -341,7 +341,7 @@ def test_the_scheduling_modules_import_no_database_driver() -> None:
     modules = ", ".join(
         [
             *(f"controlplane.scheduling.{name}" for name in scheduling),
-            *(f"controlplane.search.{name}" for name in search),
+            *(f"controlplane.models.query.{name}" for name in search),
             "controlplane.clock",
             "controlplane.events.commands",
             "controlplane.events.memory",

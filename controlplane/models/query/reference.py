@@ -30,7 +30,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from controlplane.search.nodes import (
+from controlplane.models.query.nodes import (
     COMPARE,
     FACETS,
     And,

@@ -7,9 +7,9 @@ import re
 from dataclasses import dataclass
 from enum import StrEnum
 
-from controlplane.search.errors import QueryError
-from controlplane.search.nodes import Leaf, Phrase, Word
-from controlplane.search.terms import term
+from controlplane.models.query.errors import QueryError
+from controlplane.models.query.nodes import Leaf, Phrase, Word
+from controlplane.models.query.terms import term
 
 
 class Kind(StrEnum):

@@ -38,8 +38,8 @@ from __future__ import annotations
 
 import re
 
-from controlplane.search.errors import QueryError
-from controlplane.search.nodes import (
+from controlplane.models.query.errors import QueryError
+from controlplane.models.query.nodes import (
     And,
     Created,
     Exact,
@@ -52,7 +52,7 @@ from controlplane.search.nodes import (
     Version,
     Word,
 )
-from controlplane.search.tokens import Kind, Symbol, Term, Token, tokenize
+from controlplane.models.query.tokens import Kind, Symbol, Term, Token, tokenize
 
 MAX_LENGTH = 1000
 MAX_TERMS = 32

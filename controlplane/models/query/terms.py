@@ -7,8 +7,8 @@ import math
 import re
 from datetime import UTC, date, datetime
 
-from controlplane.search.errors import QueryError
-from controlplane.search.nodes import (
+from controlplane.models.query.errors import QueryError
+from controlplane.models.query.nodes import (
     EXACT_FIELDS,
     Created,
     Exact,

@@ -8,8 +8,8 @@ from datetime import UTC, date, datetime, timedelta, timezone
 import pytest
 from hypothesis import given
 
-from controlplane.search.errors import QueryError
-from controlplane.search.nodes import (
+from controlplane.models.query.errors import QueryError
+from controlplane.models.query.nodes import (
     And,
     Created,
     Exact,
@@ -23,8 +23,8 @@ from controlplane.search.nodes import (
     Version,
     Word,
 )
-from controlplane.search.query import MAX_DEPTH, MAX_LENGTH, MAX_TERMS, canonical, parse
-from tests.controlplane.search.trees import canonical_leaves, trees
+from controlplane.models.query.query import MAX_DEPTH, MAX_LENGTH, MAX_TERMS, canonical, parse
+from tests.controlplane.models.query.trees import canonical_leaves, trees
 
 a, b, c = Word("a"), Word("b"), Word("c")
 

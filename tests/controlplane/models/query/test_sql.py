@@ -10,7 +10,7 @@ from hypothesis import given
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.sql.compiler import SQLCompiler
 
-from controlplane.search.nodes import (
+from controlplane.models.query.nodes import (
     And,
     Created,
     Exact,
@@ -24,9 +24,9 @@ from controlplane.search.nodes import (
     Version,
     Word,
 )
-from controlplane.search.query import parse
-from controlplane.search.sql import where
-from tests.controlplane.search.trees import hostile_leaves, trees
+from controlplane.models.query.query import parse
+from controlplane.models.query.sql import where
+from tests.controlplane.models.query.trees import hostile_leaves, trees
 
 HOSTILE = [
     "O'Brien",

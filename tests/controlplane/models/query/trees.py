@@ -7,8 +7,8 @@ from datetime import UTC, date, datetime
 
 from hypothesis import strategies as st
 
-from controlplane.search.errors import QueryError
-from controlplane.search.nodes import (
+from controlplane.models.query.errors import QueryError
+from controlplane.models.query.nodes import (
     EXACT_FIELDS,
     And,
     Created,
@@ -24,8 +24,8 @@ from controlplane.search.nodes import (
     Version,
     Word,
 )
-from controlplane.search.query import MAX_DEPTH, MAX_TERMS, joined, parse
-from controlplane.search.terms import MAX_VERSION, METRIC_NAME
+from controlplane.models.query.query import MAX_DEPTH, MAX_TERMS, joined, parse
+from controlplane.models.query.terms import MAX_VERSION, METRIC_NAME
 
 _PRINTABLE = st.characters(blacklist_categories=("Cc", "Cs"))
 

@@ -6,8 +6,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from controlplane.search.query import parse
-from controlplane.search.reference import Record, facet_counts, search, tokens
+from controlplane.models.query.query import parse
+from controlplane.models.query.reference import Record, facet_counts, search, tokens
 
 RESNET = Record(
     name="ResNet50",

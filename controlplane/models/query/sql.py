@@ -11,8 +11,7 @@ from typing import Any, cast
 from sqlalchemy import ColumnElement, Double, Table, and_, false, func, literal, or_, true
 from sqlalchemy.dialects.postgresql import REGCONFIG
 
-from controlplane.schema import model_versions
-from controlplane.search.nodes import (
+from controlplane.models.query.nodes import (
     COMPARE,
     And,
     Created,
@@ -27,6 +26,7 @@ from controlplane.search.nodes import (
     Version,
     Word,
 )
+from controlplane.schema import model_versions
 
 TEXT_SEARCH_CONFIG = "english"
 """The configuration the `search` column's tsvector is built with; queries must use the same."""
