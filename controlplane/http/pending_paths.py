@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from controlplane.http.model_paths import REF, answer, path_param
-from controlplane.scheduling.pending import Blocking, Reason
+from controlplane.pending.reasons import Blocking, Reason
 
 _REASONS = {
     400: "malformed request: a parameter (the field names which)",

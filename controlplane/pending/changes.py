@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from uuid import UUID
 
 from controlplane.pending.events import PendingReason, PendingReasonsChanged
-from controlplane.scheduling.pending import Pending
+from controlplane.pending.reasons import Pending
 
 DETAILS = timedelta(seconds=2)
 """How often a queued job's position, details and estimate are written at most, while its set

@@ -7,7 +7,7 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict
 
 from controlplane.events.types import Event, event_type
-from controlplane.scheduling.pending import Blocking, Reason
+from controlplane.pending.reasons import Blocking, Reason
 
 
 class PendingReason(BaseModel):

@@ -1,7 +1,7 @@
 """The pending-reasons recorder: every round, it reads the queue and the cluster, judges each
-queued job (`scheduling.pending.assess`), and writes what changed: the reasons' rows, and an
-event in the job's pending stream where the set of its reasons changed. Every control plane
-replica runs one; a round takes an advisory lock, so one replica writes at a time.
+queued job (`reasons.assess`), and writes what changed: the reasons' rows, and an event in the
+job's pending stream where the set of its reasons changed. Every control plane replica runs
+one; a round takes an advisory lock, so one replica writes at a time.
 
 It reads only, with plain SELECTs, what claims lock: a claim never waits for it."""
 
@@ -23,11 +23,8 @@ from controlplane.events.metadata import Metadata
 from controlplane.events.records import StreamAppend
 from controlplane.events.store import EventStore
 from controlplane.pending.changes import Change, Queued, Recorded, changes
-from controlplane.pending.streams import pending_stream
-from controlplane.queries import Q
-from controlplane.scheduling.claim_order import QueuedJob, TenantShare
-from controlplane.scheduling.estimates import Holding, estimated_starts
-from controlplane.scheduling.pending import (
+from controlplane.pending.estimates import Holding, estimated_starts
+from controlplane.pending.reasons import (
     Assessment,
     Blocking,
     NodeRoom,
@@ -35,6 +32,9 @@ from controlplane.scheduling.pending import (
     Reason,
     assess,
 )
+from controlplane.pending.streams import pending_stream
+from controlplane.queries import Q
+from controlplane.scheduling.claim_order import QueuedJob, TenantShare
 from controlplane.scheduling.placement import Capacity, Demand
 from controlplane.scheduling.unschedulable import out_of_bounds
 from controlplane.workers import item_failed, pause

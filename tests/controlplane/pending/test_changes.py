@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from uuid import UUID
 
 from controlplane.pending.changes import Queued, Recorded, changes
-from controlplane.scheduling.pending import Blocking, Pending, Reason
+from controlplane.pending.reasons import Blocking, Pending, Reason
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 T1 = T0 + timedelta(seconds=1)

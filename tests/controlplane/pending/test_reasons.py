@@ -9,8 +9,7 @@ from uuid import UUID
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controlplane.scheduling.claim_order import QueuedJob, TenantShare, fits
-from controlplane.scheduling.pending import (
+from controlplane.pending.reasons import (
     Assessment,
     Blocking,
     NodeRoom,
@@ -19,6 +18,7 @@ from controlplane.scheduling.pending import (
     assess,
     queue_order,
 )
+from controlplane.scheduling.claim_order import QueuedJob, TenantShare, fits
 from controlplane.scheduling.placement import Capacity, Demand, LearnerAllocation, place
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)

@@ -6,9 +6,9 @@ from __future__ import annotations
 from datetime import timedelta
 from uuid import UUID
 
+from controlplane.pending.estimates import Holding, estimated_starts
 from controlplane.scheduling.claim_order import TenantShare
-from controlplane.scheduling.estimates import Holding, estimated_starts
-from tests.controlplane.scheduling.test_pending import NOW, job, node
+from tests.controlplane.pending.test_reasons import NOW, job, node
 
 MINUTE = timedelta(minutes=1)
 

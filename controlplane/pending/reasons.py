@@ -1,6 +1,6 @@
 """Why each queued job waits: every reason that applies, each with its detail, and its place in
-the queue. Pure, over a snapshot of the cluster, so that the recorder (controlplane/pending/)
-and the tests judge the same way.
+the queue. Pure, over a snapshot of the cluster, so that the recorder (`recorder`) and the
+tests judge the same way.
 
 The queue's order is the claim's policy over the whole cluster (`claim_order` states it for one
 claiming node): fair share first, then priority, then submission time. Walking that order, each

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from uuid import UUID
 
+from controlplane.pending.reasons import NodeRoom, Room, queue_order
 from controlplane.scheduling.claim_order import QueuedJob, TenantShare, total_gpus
-from controlplane.scheduling.pending import NodeRoom, Room, queue_order
 
 ESTIMATED = 100
 """Only the first jobs of the queue get an estimate: further back, it would say little and
