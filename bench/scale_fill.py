@@ -185,7 +185,7 @@ async def _fill(url: str, label: str, target: int, say: Say) -> None:
         whole = not await pool.fetchval("SELECT EXISTS (SELECT 1 FROM job_status)")
         started = time.perf_counter()
         # A round stops early where a transaction elsewhere on the server holds the readable
-        # bound back (see README, "The event store"): rounds until nothing is left.
+        # bound back (see docs/architecture.md, "The event store"): rounds until nothing is left.
         while sum([await runner.catch_up(p) for p in runner.projections.values()]):
             pass
         replayed_s = time.perf_counter() - started

@@ -1,7 +1,8 @@
 """Trainyard's metrics: every instrument, by the name it is exported under.
 
 The instruments are OpenTelemetry's, created on the global meter; until `telemetry.setup()`
-installs a provider they record nothing. The README's "Metrics" lists their Prometheus names.
+installs a provider they record nothing. docs/operations.md's "Traces and metrics" lists their
+Prometheus names.
 """
 
 from __future__ import annotations

@@ -35,7 +35,8 @@ class Received:
         return int(self.headers["Trainyard-Attempt"])
 
     def signed_with(self, secret: str) -> bool:
-        """Checked here from first principles, as a receiver written from the README would."""
+        """Checked here from first principles, as a receiver written from docs/user-guide.md's
+        Webhooks would."""
         parts = [p.split("=", 1) for p in self.headers["Trainyard-Signature"].split(",")]
         timestamp = next(v for k, v in parts if k == "t")
         mac = hmac.new(secret.encode(), f"{timestamp}.".encode() + self.body, hashlib.sha256)

@@ -1,5 +1,6 @@
-"""The import rules the README's Layout states, read from the source (every import statement,
-also those inside functions): a new module that breaks one fails here, naming the import."""
+"""The import rules docs/architecture.md's Layout states, read from the source (every import
+statement, also those inside functions): a new module that breaks one fails here, naming the
+import."""
 
 from __future__ import annotations
 

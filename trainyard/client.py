@@ -275,7 +275,7 @@ class AsyncClient:
     async def models(
         self, query: str = "", *, limit: int = 50, cursor: str | None = None
     ) -> dict[str, Any]:
-        """One page of the model versions that `query` matches (README, "Model search
+        """One page of the model versions that `query` matches (docs/user-guide.md, "Model search
         queries"; "" matches every one the caller may see), best first: `versions`, `total` (of
         all the matches), `facets` (their counts by framework, domain, tenant and license) and
         `next_cursor` (None on the last page), to pass as `cursor`. `limit` is 1 to 200. A

@@ -157,7 +157,8 @@ def add_model_commands(commands: Any) -> None:
         "search",
         "search model versions",
         "Find the versions QUERY matches among yours and other tenants' public ones, best "
-        "first (README, 'Model search queries': free text, name~part, framework:pytorch, "
+        "first (docs/user-guide.md, 'Model search queries': free text, name~part, "
+        "framework:pytorch, "
         "metrics.accuracy>=0.9, created>=2026-01-01, AND, OR, NOT, parentheses; '' matches "
         "every one); then how many match, their counts by framework, domain, tenant and "
         "license, and the command for the next page. A bad query is exit code 2, with what "

@@ -63,7 +63,8 @@ def add_search_commands(commands: Any) -> None:
         "submit",
         "submit a search from a spec file",
         "Submit the search FILE describes (YAML, or JSON for .json: name, trial, space, "
-        "searcher, metric, budget, max_trials, ...; see the README) and print its id. With "
+        "searcher, metric, budget, max_trials, ...; see docs/user-guide.md, Searches) and print "
+        "its id. With "
         "--follow, show its trials as a table, live, until it ends; the exit code is then 1 "
         "if it failed or was cancelled. A file that cannot be read is exit code 2, and nothing "
         "is submitted.",

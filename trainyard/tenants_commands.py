@@ -86,7 +86,7 @@ def add_commands(commands: argparse._SubParsersAction[Any]) -> None:
         "show or change a tenant's limits",
         "Show a tenant's limits; with options, change those named (the others stay). "
         "Submissions and streams use them at once; a job keeps the log and report limits it "
-        "was submitted with. The defaults are in the README, section Limits.",
+        "was submitted with. The defaults are in docs/user-guide.md, section Limits.",
         output_options(),
     )
     limits.add_argument("name", type=_name, metavar="NAME", help="the tenant")

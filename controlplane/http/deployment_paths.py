@@ -28,7 +28,7 @@ _REASONS = {
     "message says which)",
     422: "invalid fields, each listed",
     429: "a tenant limit reached (deployments, replicas, CPUs, memory, queued predictions: the "
-    "field names which; see README, Limits), or too many live streams; nothing written",
+    "field names which; see docs/user-guide.md, Limits), or too many live streams; nothing written",
     503: "busy: the deployment kept changing under concurrent commands; retry",
 }
 

@@ -41,7 +41,8 @@ _REASONS = {
     409: "refused in the model's current state (the message says why)",
     413: "the artifact (or its publication part) is over the size limit; nothing kept",
     422: "invalid fields, each listed (metadata fields as metadata.<path>)",
-    429: "a tenant limit reached (the field names which; see README, Limits); nothing kept",
+    429: "a tenant limit reached (the field names which; see docs/user-guide.md, Limits); "
+    "nothing kept",
 }
 
 
@@ -213,8 +214,8 @@ def openapi_paths() -> dict[str, Any]:
         "/v1/models": {
             "get": {
                 "operationId": "searchModels",
-                "summary": "Search the model versions the caller may see (README: Model "
-                "search queries): ranked, with the total, facet counts and a cursor",
+                "summary": "Search the model versions the caller may see (docs/user-guide.md: "
+                "Model search queries): ranked, with the total, facet counts and a cursor",
                 "security": secured,
                 "parameters": [
                     {

@@ -243,7 +243,8 @@ _REASONS = {
     404: "no such job (or another tenant's)",
     409: "illegal in the job's current state",
     422: "invalid fields, each listed",
-    429: "a limit reached (see README, Limits); nothing written; Retry-After where waiting helps",
+    429: "a limit reached (see docs/user-guide.md, Limits); nothing written; Retry-After where "
+    "waiting helps",
 }
 
 

@@ -36,7 +36,8 @@ def openapi_paths() -> dict[str, Any]:
                 "summary": "Metrics in the Prometheus text format (admin token only)",
                 "description": "Queue depth, claim latency, events appended, SSE clients, log "
                 "lines stored, GPUs offered and allocated, and GPU utilization per job; the "
-                "README lists every name. Agents running in this process report here too; "
+                "docs/operations.md (Traces and metrics) lists every name. Agents running in "
+                "this process report here too; "
                 "separate agents export with OTLP.",
                 "security": [{"bearer": []}],
                 "responses": {

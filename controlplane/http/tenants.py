@@ -357,7 +357,7 @@ def openapi_paths() -> dict[str, Any]:
                 "summary": "Set some of a tenant's limits (admin); those left out stay",
                 "description": "Submissions and streams use the new limits at once; jobs "
                 "submitted earlier keep the log and report limits they were accepted with. "
-                "Limits and their defaults: README, section Limits.",
+                "Limits and their defaults: docs/user-guide.md, section Limits.",
                 "security": secured,
                 "parameters": [name],
                 "requestBody": body("TenantLimits"),

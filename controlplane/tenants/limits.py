@@ -1,8 +1,8 @@
 """What one tenant may use of what all share: its limits, their defaults, and the part of them
 that each job it submits carries (`JobLimits`).
 
-A tenant that the admin never gave limits has the defaults below (the README's "Limits" lists
-them); `TenantLimitsSet` on its stream records every change, with all the limits as they are
+A tenant that the admin never gave limits has the defaults below (docs/user-guide.md's "Limits"
+lists them); `TenantLimitsSet` on its stream records every change, with all the limits as they are
 from then on.
 """
 

@@ -128,7 +128,7 @@ export async function tenantsPage(ctx) {
         tenants,
         { test: "tenants-table", rowProps: (t) => ({ "data-tenant": t.name }) },
       ),
-      h("p", { class: "muted small" }, prose("Change them with `trainyard tenants set` and `trainyard tenants limits` (see the README's Limits).")),
+      h("p", { class: "muted small" }, prose("Change them with `trainyard tenants set` and `trainyard tenants limits` (see docs/user-guide.md, Limits).")),
     );
   };
   await ctx.guard(body, load);
