@@ -341,6 +341,11 @@ def add_commands(commands: argparse._SubParsersAction[Any]) -> None:
         default="trainyard_scale",
         help="the kept databases are named PREFIX_10k, PREFIX_1m and PREFIX_10m",
     )
+    scale.add_argument(
+        "--no-pooler",
+        action="store_true",
+        help="leave out the fleet through pgBouncer (twenty real agents, about 80 s)",
+    )
     scale.add_argument("--json", action="store_true", help="print only the JSON object")
     scale.set_defaults(handler=cmd_bench_scale)
     logs = bench_commands.add_parser(
@@ -604,6 +609,7 @@ async def cmd_bench_scale(args: argparse.Namespace, settings: Settings) -> int:
         out=args.out,
         homes=settings.home / "bench-scale",
         prefix=args.database_prefix,
+        pooler=not args.no_pooler,
         progress=not args.json,
     )
     print(json.dumps(result, indent=None if args.json else 2))

@@ -23,7 +23,7 @@ eight tenants, in databases kept between runs), with NODES simulated agents (`be
   (the simulated fleet itself shares one pool, so it is counted per real agent);
 - pooler: real agents directly against through pgBouncer, listening or polling: their server
   connections, their transactions a second, and the claim wake latency polling costs
-  (`bench.scale_pooler`).
+  (`bench.scale_pooler`); left out with `pooler=False` (`--no-pooler`).
 
 `growth` is the worst ratio of a hot path's p99 at the largest size to its p99 at the smallest.
 Plots of every figure against the history's size go to `out` as PNG.
@@ -139,6 +139,7 @@ async def run(
     out: Path,
     homes: Path,
     prefix: str = PREFIX,
+    pooler: bool = True,
     progress: bool = False,
 ) -> dict[str, Any]:
     def say(what: str) -> None:
@@ -147,14 +148,15 @@ async def run(
 
     by_size: dict[str, dict[str, float]] = {}
     connections: dict[str, float] = {}
-    pooler: dict[str, Any] = {}
+    fleet: dict[str, Any] = {"skipped": "--no-pooler"}
     for label in sizes:
         history = await filled(url, label, say, prefix)
         if not connections:
             say(f"scale {label}: one agent's connections ...")
             connections = await _connections(history.url, nodes)
-            say("scale: connections through pgBouncer ...")
-            pooler = await measure_pooler(url, prefix, say)
+            if pooler:
+                say("scale: connections through pgBouncer ...")
+                fleet = await measure_pooler(url, prefix, say)
         say(f"scale {label}: {history.events:,} events; measuring ...")
         # The control plane's home is kept with its database: the admin token it issues on
         # its first start there is read from it by every later run.
@@ -171,7 +173,7 @@ async def run(
         **{key: largest[key] for key in TARGETS if key in largest},
         "growth": round(growth, 2),
         "connections": connections,
-        "pooler": pooler,
+        "pooler": fleet,
         "targets": TARGETS,
         "by_events": by_size,
         "plots": [str(path) for path in _plot(by_size, out)],

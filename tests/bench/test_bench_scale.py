@@ -20,7 +20,8 @@ def test_the_scale_benchmark_keeps_its_history_and_measures_every_path(
     # so that the timed window holds claims (learners run for half a minute at least).
     options = ["--sizes", "10k", "--nodes", "40", "--queued", "60", "--seconds", "3"]
     options += ["--subscribers", "20", "--out", str(tmp_path / "plots")]
-    options += ["--database-prefix", prefix]
+    # The fleet through pgBouncer has tests of its own (tests/ha/test_pooler.py).
+    options += ["--database-prefix", prefix, "--no-pooler"]
     try:
         first = bench(pg_server, tmp_path, "scale", *options)
         second = bench(pg_server, tmp_path, "scale", *options)
@@ -38,6 +39,7 @@ def test_the_scale_benchmark_keeps_its_history_and_measures_every_path(
     assert first["restart_ready_s"] > 0 and filled["reconcile_s"] > 0
     assert filled["rebuild_s"] > 0 and filled["mb_per_million_events"] > 0
     assert first["growth"] == 1.0  # one size: its own reference
+    assert first["pooler"] == {"skipped": "--no-pooler"}
     assert first["plots"] and all(Path(plot).stat().st_size > 0 for plot in first["plots"])
 
 
