@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import sys
 from contextlib import aclosing
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -125,4 +126,12 @@ async def cmd_grep(args: argparse.Namespace, settings: Settings) -> int:
                 printed += 1
                 if not args.follow and printed == args.limit:
                     break
+    if not printed and not args.raw:
+        # The metrics and phases `trainyard logs` shows as `report` lines are the launcher's
+        # protocol lines, which a search leaves out unless asked: say so, or a person who just
+        # saw "loss 0.45" in the logs is told it is nowhere.
+        print(
+            "no line matched (the launcher's reports, metrics and phases, are searched with --raw)",
+            file=sys.stderr,
+        )
     return 0 if printed else EXIT_FAILED

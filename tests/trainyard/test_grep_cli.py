@@ -77,7 +77,10 @@ async def test_grep_prints_the_tenants_matching_lines_newest_first(
     assert len(limited.stdout.splitlines()) == 1
 
     # Nothing matched: exit code 1, like grep; another tenant's lines never match.
-    assert (await cli("grep", "globex")).rc == 1
+    nothing = await cli("grep", "globex")
+    assert nothing.rc == 1 and nothing.stdout == ""
+    # Where the reports a person saw in `trainyard logs` went: --raw searches them.
+    assert "searched with --raw" in nothing.stderr
     assert (await cli("grep", "memory", "--since", "2026-11-02T00:00:00Z")).rc == 1
     theirs = await cli("grep", "memory", TRAINYARD_TOKEN=tokens.globex)
     assert theirs.rc == 0 and "globex out of memory" in theirs.stdout
