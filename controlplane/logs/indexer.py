@@ -7,9 +7,11 @@ lag costs them only time (queued lines are matched one by one).
 
 `LogIndexers` is the control plane's background worker: `count` indexers per replica, each
 copying batches while the queue has lines. Each batch takes its queued ranges FOR UPDATE SKIP
-LOCKED, so any number of indexers, in one replica or in several, take different ranges and
-never wait for one another's: indexing scales with the database's cores (the trigram index's
-pending-list merge at each batch's end is the one step they take in turn).
+LOCKED, one at a time (migration 0036), so any number of indexers, in one replica or in
+several, take different ranges and never wait for one another's. What they do take in turn is
+the trigram index's pending list (each appends its lines' entries under the index's metapage
+lock, and merges the list at the end of its batch), so with that index several indexers copy
+about as fast as one; without it two copied 1.6 times as fast on 2 cores (docs/log-search.md).
 
 An idle indexer polls the queue every POLL_S rather than waiting for a NOTIFY from the queue's
 trigger: NOTIFY takes a database-wide lock at commit, and one per writer's statement halved the
@@ -45,9 +47,9 @@ RETRY_S: Final = 1.0
 """How long an indexer waits after the database failed it (down, failing over) to try again."""
 LOG_INDEXERS_ENV: Final = "TRAINYARD_LOG_INDEXERS"
 DEFAULT_LOG_INDEXERS: Final = 2
-"""Indexers per control plane replica: one copies about 40,000 lines/s over the benchmark's log
-(docs/log-search.md), below the 50,000 lines/s one writer may store; two keep up with it where
-the database has the cores."""
+"""Indexers per control plane replica: one copies some 50,000 lines/s over the benchmark's log
+(docs/log-search.md); a second copied no slower with the trigram index and 1.6 times as fast
+without it, and takes over while the first waits on its batch."""
 MAX_LOG_INDEXERS: Final = 64
 
 
