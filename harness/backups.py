@@ -35,15 +35,12 @@ from controlplane.database import connect
 from controlplane.migrate import migrate
 from harness.ha import HaCluster
 from harness.served import free_port, until_interrupted
+from harness.system_user import SYSTEM_USER, runs_as
 
 PG_BIN: Final = Path("/usr/lib/postgresql/15/bin")
 STANZA: Final = "trainyard"
 DATABASE: Final = "trainyard"
 SUPERUSER: Final = "postgres"
-SYSTEM_USER: Final = "pgserver"
-"""Postgres refuses to run as root, and pgBackRest must run as the user that owns the data
-folder: as root, both run as the system user the embedded Postgres (pgserver) already runs as,
-created the same way."""
 COMMAND_S: Final = 120.0
 """A bound on one pgBackRest or pg_ctl command on a loaded machine, never an expectation."""
 PROBE_S: Final = 0.1
@@ -179,7 +176,7 @@ async def archived_postgres(*, keep: bool = False) -> AsyncIterator[Archived]:
     problem = missing()
     if problem is not None:
         raise BackupsUnavailable(problem)
-    user = _runs_as()
+    user = runs_as()
     # Under /tmp (world-traversable), not a test's tmp_path: Postgres's user must reach it.
     root = Path(tempfile.mkdtemp(prefix="trainyard-backups-"))
     await asyncio.to_thread(_own, root, user, 0o755)
@@ -212,7 +209,7 @@ async def archived_cluster(cluster: HaCluster) -> AsyncIterator[Repository]:
     problem = missing()
     if problem is not None:
         raise BackupsUnavailable(problem)
-    user = _runs_as()
+    user = runs_as()
     root = Path(tempfile.mkdtemp(prefix="trainyard-backups-"))
     await asyncio.to_thread(_own, root, user, 0o755)
     repository = Repository(root, user)
@@ -345,22 +342,6 @@ def _kill(server: Server) -> None:
     pid = int((server.data_dir / "postmaster.pid").read_text().split("\n", 1)[0])
     with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
         os.kill(pid, signal.SIGQUIT)
-
-
-def _runs_as() -> pwd.struct_passwd | None:
-    """The system user that Postgres and pgBackRest run as when this process is root, created
-    if missing (as pgserver creates its own); None: as this process's user."""
-    if os.geteuid() != 0:
-        return None
-    try:
-        return pwd.getpwnam(SYSTEM_USER)
-    except KeyError:
-        from pgserver.utils import ensure_user_exists
-
-        entry: pwd.struct_passwd | None = ensure_user_exists(SYSTEM_USER)
-        if entry is None:
-            raise BackupsUnavailable(f"cannot create the system user {SYSTEM_USER!r}") from None
-        return entry
 
 
 def _own(path: Path, user: pwd.struct_passwd | None, mode: int) -> None:

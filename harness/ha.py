@@ -30,6 +30,7 @@ import asyncpg
 from controlplane.database import connect
 from controlplane.migrate import migrate
 from harness.served import free_port, until_interrupted
+from harness.system_user import give, runs_as
 
 PG_BIN: Final = Path("/usr/lib/postgresql/15/bin")
 SCOPE: Final = "trainyard"
@@ -38,9 +39,6 @@ SUPERUSER: Final = "postgres"
 SUPERUSER_PASSWORD: Final = "ha-superuser-password"
 REPLICATION_USER: Final = "replicator"
 REPLICATION_PASSWORD: Final = "ha-replication-password"
-SYSTEM_USER: Final = "pgserver"
-"""Postgres refuses to run as root: as root, Patroni (and the Postgres it starts) run as the
-system user the embedded Postgres (pgserver) already runs as, created the same way."""
 TTL_S: Final = 10
 """The leader key's TTL in etcd: how long a primary whose Patroni died (a lost machine) keeps
 the lock. A crashed Postgres under a live Patroni fails over within LOOP_WAIT_S
@@ -256,25 +254,6 @@ def _patroni_config(cluster: HaCluster, member: Member) -> dict[str, Any]:
     }
 
 
-def _runs_as() -> pwd.struct_passwd | None:
-    """The system user that Patroni runs as when this process is root, created if missing (as
-    pgserver creates its own); None: as this process's user."""
-    if os.geteuid() != 0:
-        return None
-    try:
-        return pwd.getpwnam(SYSTEM_USER)
-    except KeyError:
-        from pgserver.utils import ensure_user_exists
-
-        ensure_user_exists(SYSTEM_USER)
-        return pwd.getpwnam(SYSTEM_USER)
-
-
-def _give(path: Path, user: pwd.struct_passwd | None) -> None:
-    if user is not None:
-        os.chown(path, user.pw_uid, user.pw_gid)
-
-
 async def _spawn(
     argv: list[str], log: Path, user: pwd.struct_passwd | None
 ) -> asyncio.subprocess.Process:
@@ -314,7 +293,7 @@ async def ha_cluster(*, keep: bool = False) -> AsyncIterator[HaCluster]:
     problem = missing()
     if problem is not None:
         raise HaUnavailable(problem)
-    user = _runs_as()
+    user = runs_as()
     # Under /tmp (world-traversable), not a test's tmp_path: Postgres's user must reach it.
     root = Path(tempfile.mkdtemp(prefix="trainyard-ha-"))
     os.chmod(root, 0o755)
@@ -337,14 +316,14 @@ async def ha_cluster(*, keep: bool = False) -> AsyncIterator[HaCluster]:
         )
         for member in members:
             member.folder.mkdir()
-            _give(member.folder, user)
+            give(member.folder, user)
             config = member.folder / "patroni.yml"
             # JSON is YAML: Patroni reads it as its configuration file.
             config.write_text(json.dumps(_patroni_config(cluster, member), indent=2))
-            _give(config, user)
+            give(config, user)
             log = member.folder / "patroni.log"
             log.touch()
-            _give(log, user)
+            give(log, user)
             member.process = await _spawn(["patroni", str(config)], log, user)
         try:
             await cluster.primary()

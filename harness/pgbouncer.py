@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import pwd
 import shutil
 import signal
 import tempfile
@@ -27,10 +26,8 @@ from urllib.parse import parse_qsl, quote, urlsplit
 import asyncpg
 
 from harness.served import free_port
+from harness.system_user import give, runs_as
 
-SYSTEM_USER: Final = "pgserver"
-"""pgBouncer refuses to run as root: as root, it runs as the system user the embedded Postgres
-(pgserver) runs as, which also reaches that server's socket."""
 BINARY_DIRS: Final = ("/usr/sbin", "/usr/bin")
 """Debian puts pgbouncer in /usr/sbin, which a user's PATH may lack."""
 READY_S: Final = 30.0
@@ -90,7 +87,7 @@ async def pgbouncer(server_url: str, *, pool_size: int = 5) -> AsyncIterator[PgB
     program = binary()
     if program is None:
         raise PgBouncerUnavailable("pgbouncer is not installed (apt-get install pgbouncer)")
-    user = _runs_as()
+    user = runs_as()
     # Under /tmp (world-traversable), not a test's tmp_path: pgBouncer's user must reach it.
     folder = Path(tempfile.mkdtemp(prefix="trainyard-pgbouncer-"))
     os.chmod(folder, 0o755)
@@ -107,10 +104,10 @@ async def pgbouncer(server_url: str, *, pool_size: int = 5) -> AsyncIterator[PgB
             _config(bouncer, server_url, auth_user=auth_user, auth_file=auth_file), "utf-8"
         )
         for path in (folder, config, auth_file):
-            _give(path, user)
+            give(path, user)
         os.chmod(auth_file, 0o600)
         with bouncer.log.open("ab") as output:
-            _give(bouncer.log, user)
+            give(bouncer.log, user)
             process = await asyncio.create_subprocess_exec(
                 program,
                 str(config),
@@ -160,25 +157,6 @@ auth_type = scram-sha-256
 auth_user = {auth_user}
 auth_file = {auth_file}
 """
-
-
-def _runs_as() -> pwd.struct_passwd | None:
-    """The system user pgBouncer runs as when this process is root, created if missing (as
-    pgserver creates its own); None: as this process's user."""
-    if os.geteuid() != 0:
-        return None
-    try:
-        return pwd.getpwnam(SYSTEM_USER)
-    except KeyError:
-        from pgserver.utils import ensure_user_exists
-
-        ensure_user_exists(SYSTEM_USER)
-        return pwd.getpwnam(SYSTEM_USER)
-
-
-def _give(path: Path, user: pwd.struct_passwd | None) -> None:
-    if user is not None:
-        os.chown(path, user.pw_uid, user.pw_gid)
 
 
 async def _until_listening(bouncer: PgBouncer, process: asyncio.subprocess.Process) -> None:
