@@ -97,7 +97,8 @@ def refused(exc: ServingError) -> web.HTTPException:
 
 
 def _tenant(request: web.Request, action: str) -> str:
-    return acting_tenant(principal(request), request.query.get("tenant"), action)
+    requested = params.text(request.query.get("tenant"), "tenant")
+    return acting_tenant(principal(request), requested, action)
 
 
 def _name(request: web.Request) -> str:

@@ -21,7 +21,7 @@ from uuid import UUID
 
 from aiohttp import BodyPartReader, web
 from aiohttp.http_exceptions import BadHttpMessage
-from pydantic import BaseModel, ConfigDict, Field, HttpUrl, StringConstraints
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, HttpUrl, StringConstraints
 
 from controlplane.admission.policy import Room
 from controlplane.artifacts.errors import (
@@ -168,10 +168,16 @@ class Publication(BaseModel):
     )
 
 
+def _integral(value: object) -> object:
+    """2.0 as 2: JSON has one number type, and the schema's `integer` admits 2.0 (strict, so
+    that "2" and true stay refused)."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
 class AliasRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    version: Annotated[int, Field(strict=True, ge=1, le=INT4_MAX)]
+    version: Annotated[int, Field(strict=True, ge=1, le=INT4_MAX), BeforeValidator(_integral)]
 
 
 class WebhookRequest(BaseModel):

@@ -55,9 +55,13 @@ def idempotency_key(request: web.Request) -> str | None:
 
 
 async def json_body(request: web.Request) -> Any:
-    """The body as parsed JSON ({} when there is none); 400 when it is not JSON."""
+    """The body as parsed JSON ({} when there is none); 400 when it is not JSON, 413 (an Error,
+    as every other refusal) when it is over the server's limit."""
     try:
         return await request.json(loads=_loads) if request.can_read_body else {}
+    except web.HTTPRequestEntityTooLarge:
+        most = request.client_max_size
+        raise error(413, f"the body is over {most} bytes, the most this server reads") from None
     except ValueError as exc:
         # JSONDecodeError and UnicodeDecodeError, and a number past Python's limit on digits.
         raise error(400, f"malformed JSON: {exc}") from exc

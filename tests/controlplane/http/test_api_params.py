@@ -87,6 +87,7 @@ async def test_parameters_out_of_range_or_unstorable_are_400_naming_them(
         ("POST", "/v1/jobs", {}, {"Idempotency-Key": "k" * 256}, acme, "Idempotency-Key"),
         ("GET", "/v1/webhook-secret", {"tenant": "\0"}, {}, admin, "tenant"),
         ("POST", "/v1/webhook-secret", {"tenant": "\0"}, {}, admin, "tenant"),
+        ("GET", "/v1/deployments", {"tenant": "ac\0me"}, {}, admin, "tenant"),
         ("DELETE", "/v1/tenants/acme/tokens/%00", {}, {}, admin, "token_id"),
     ]
     for method, path, query, headers, token, field in cases:
@@ -166,4 +167,12 @@ async def test_bodies_the_database_would_refuse_are_refused_and_write_nothing(
             )
             assert response.status == 400, await response.text()
             assert json.loads(await response.text())["error"].startswith("malformed JSON")
+    # Over the server's limit: a 413 that is an Error as every other refusal (the document
+    # says so), not aiohttp's text.
+    for path in ("/v1/jobs", f"/v1/jobs/{job}/cancel"):
+        huge = {**MANIFEST, "command": ["train", "x" * 2**20]}
+        response = await client.post(path, json=huge, headers=auth(tokens.acme))
+        assert response.status == 413, await response.text()
+        assert response.content_type == "application/json"
+        assert (await response.json())["status"] == 413
     assert await event_count(owner) == before

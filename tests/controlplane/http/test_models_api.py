@@ -321,6 +321,16 @@ async def test_aliases_updates_and_deprecation(client: Client, tokens: Tokens) -
     assert await moved.json() == {"alias": "production", "version": 2, "previous": 1}
     same = await client.put("/v1/models/m/aliases/production", json={"version": 2}, headers=acme)
     assert (same.status, (await same.json())["previous"]) == (200, 2)
+    # JSON has one number type: 2.0 is the schema's integer 2; "2" and true are not.
+    integral = await client.put(
+        "/v1/models/m/aliases/production", json={"version": 2.0}, headers=acme
+    )
+    assert (integral.status, (await integral.json())["version"]) == (200, 2)
+    for version in ("2", True, 1.5):
+        refused = await client.put(
+            "/v1/models/m/aliases/production", json={"version": version}, headers=acme
+        )
+        assert refused.status == 422, version
     by_alias = await client.get("/v1/models/m/versions/production", headers=acme)
     assert (await by_alias.json())["version"] == 2
     reserved = await client.put("/v1/models/m/aliases/latest", json={"version": 1}, headers=acme)
