@@ -4,8 +4,10 @@ full before anything is written; unknown fields are refused, so a typo never goe
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic.config import JsonDict
 
-from controlplane.jobs.images import DEFAULT_IMAGES
+from controlplane.deployments.names import NAME
+from controlplane.jobs.images import DEFAULT_IMAGES, IMAGE_PATTERN
 from controlplane.jobs.manifest import (
     MAX_CPUS,
     MAX_GPUS_PER_LEARNER,
@@ -17,11 +19,15 @@ from controlplane.jobs.manifest import (
     WAIT_RESOLUTION_MS,
     WaitMs,
 )
+from controlplane.models.references import MAX_REFERENCE_CHARS, REFERENCE_PATTERN
 
 MAX_BATCH_SIZE = 1024
 MAX_WAIT_MS = 10_000.0
 MAX_MEMO_ENTRIES = 1_000_000
 MAX_TASK_TIMEOUT_S = 3600.0
+_NAME_SCHEMA: JsonDict = {"pattern": f"^{NAME.pattern}$"}
+"""What `check_name` takes, stated in the document (the check stays the service's: its 422
+names the field and says the rule)."""
 
 
 class Resources(BaseModel):
@@ -40,6 +46,7 @@ class Resources(BaseModel):
         max_length=512,
         description="the learner image replicas run in (Docker runtime), from the operator's "
         "allowlist",
+        json_schema_extra={"pattern": IMAGE_PATTERN},
     )
 
 
@@ -81,9 +88,13 @@ class DeploymentRequest(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    name: str = Field(description="the deployment's name, unique in the tenant")
+    name: str = Field(
+        description="the deployment's name, unique in the tenant",
+        json_schema_extra=_NAME_SCHEMA,
+    )
     model: str = Field(
-        max_length=200,
+        max_length=MAX_REFERENCE_CHARS,
+        json_schema_extra={"pattern": REFERENCE_PATTERN},
         description="the model version: name, name:3, name@alias, or tenant/name... for "
         "another tenant's public model; resolved once, when deployed",
     )
@@ -105,5 +116,10 @@ class PipelineRequest(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    name: str
-    steps: list[str] = Field(min_length=1, max_length=16, description="deployment names")
+    name: str = Field(json_schema_extra=_NAME_SCHEMA)
+    steps: list[str] = Field(
+        min_length=1,
+        max_length=16,
+        description="deployment names",
+        json_schema_extra={"items": {"type": "string", **_NAME_SCHEMA}},
+    )

@@ -8,8 +8,10 @@ from typing import Any
 from pydantic import BaseModel
 
 from controlplane.deployments.spec import DeploymentRequest, PipelineRequest, ScaleRequest
+from controlplane.http import params
 from controlplane.http.deployments import PredictRequest
 from controlplane.http.model_paths import REF, answer, path_param, request_body
+from controlplane.http.streams import SSE_EVENT
 
 SCHEMAS: tuple[type[BaseModel], ...] = (
     DeploymentRequest,
@@ -43,14 +45,14 @@ ACTING = {
     "name": "tenant",
     "in": "query",
     "description": "admins only: the tenant acted for",
-    "schema": {"type": "string"},
+    "schema": params.text_schema(),
 }
 _IDEMPOTENCY_KEY = {
     "name": "Idempotency-Key",
     "in": "header",
     "description": "a retry with the same key gets the task the first try made, never a second "
     "(409 if that one went to another deployment or pipeline)",
-    "schema": {"type": "string", "maxLength": 255},
+    "schema": params.text_schema(max_length=255),
 }
 _NUMBER = {"type": ["number", "null"]}
 _QUANTILES = {
@@ -328,7 +330,7 @@ def openapi_paths() -> dict[str, Any]:
                 "responses": {
                     "200": {
                         "description": "the stream",
-                        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+                        "content": {"text/event-stream": SSE_EVENT},
                     },
                     **_errors(400, 401, 403, 404, 429),
                 },

@@ -7,8 +7,10 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from controlplane.http import params
 from controlplane.http.deployment_paths import ACTING
-from controlplane.http.model_paths import REF, answer, path_param, request_body
+from controlplane.http.model_paths import REF, answer, links, path_param, request_body
+from controlplane.http.streams import SSE_EVENT
 from controlplane.inference.spec import InferenceRequest
 
 SCHEMAS: tuple[type[BaseModel], ...] = (InferenceRequest,)
@@ -34,7 +36,7 @@ _IDEMPOTENCY_KEY = {
     "name": "Idempotency-Key",
     "in": "header",
     "description": "a retry with the same key gets the job the first try made, never a second",
-    "schema": {"type": "string", "maxLength": 255},
+    "schema": params.text_schema(min_length=1, max_length=255),
 }
 _NUMBER = {"type": ["number", "null"]}
 _JOB_VIEW = {"$ref": REF + "JobView"}
@@ -140,9 +142,21 @@ def openapi_paths() -> dict[str, Any]:
                 "parameters": [ACTING, _IDEMPOTENCY_KEY],
                 "requestBody": request_body("InferenceRequest"),
                 "responses": {
-                    "201": answer(
-                        "the job (read, stream and cancel it as a job)", {"$ref": REF + "JobView"}
-                    ),
+                    "201": {
+                        **answer(
+                            "the job (read, stream and cancel it as a job)",
+                            {"$ref": REF + "JobView"},
+                        ),
+                        "links": links(
+                            "job_id",
+                            "getJob",
+                            "getJobHistory",
+                            "getJobLogs",
+                            "cancelJob",
+                            "getInferenceStats",
+                            "listInferenceQueries",
+                        ),
+                    },
                     **_errors(400, 401, 403, 409, 422, 429),
                 },
             },
@@ -169,7 +183,7 @@ def openapi_paths() -> dict[str, Any]:
                 "responses": {
                     "200": {
                         "description": "text/event-stream of `stats` events",
-                        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+                        "content": {"text/event-stream": SSE_EVENT},
                     },
                     **_errors(400, 401, 404, 429),
                 },

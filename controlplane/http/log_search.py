@@ -29,7 +29,7 @@ from controlplane.http.auth import acting_tenant, principal
 from controlplane.http.errors import error
 from controlplane.http.keys import POOL, SSE_HEARTBEAT_S
 from controlplane.http.requests import MAX_KEY
-from controlplane.http.streams import SSE_HEADERS, live_stream
+from controlplane.http.streams import SSE_EVENT, SSE_HEADERS, live_stream
 from controlplane.instruments import sse_client
 from controlplane.logs.lines import StoredLine
 from controlplane.logs.search import (
@@ -232,7 +232,10 @@ def openapi_paths() -> dict[str, Any]:
                         **param(
                             "pattern",
                             f"what to look for (1 to {MAX_PATTERN} characters, one line)",
-                            {"type": "string", "minLength": 1, "maxLength": MAX_PATTERN},
+                            {
+                                **params.text_schema(min_length=1, max_length=MAX_PATTERN),
+                                "pattern": "^[^\\u0000\\n\\r]*$",
+                            },
                         ),
                         "required": True,
                     },
@@ -250,7 +253,7 @@ def openapi_paths() -> dict[str, Any]:
                     param(
                         "label",
                         "only jobs with this label, as KEY=VALUE (repeatable: all must hold)",
-                        {"type": "string"},
+                        params.label_filter_schema(MAX_KEY * 2),
                     ),
                     param(
                         "since",
@@ -267,7 +270,7 @@ def openapi_paths() -> dict[str, Any]:
                         f"lines per page (default {DEFAULT_PAGE})",
                         params.schema(minimum=1, maximum=MAX_PAGE),
                     ),
-                    param("cursor", "the previous page's next_cursor", {"type": "string"}),
+                    param("cursor", "the previous page's next_cursor", params.CURSOR_SCHEMA),
                     param(
                         "follow",
                         "stream new matching lines as SSE, oldest first, from now on (default "
@@ -278,9 +281,9 @@ def openapi_paths() -> dict[str, Any]:
                         "name": "Last-Event-ID",
                         "in": "header",
                         "description": "follow=true: resume after this line (its SSE id)",
-                        "schema": {"type": "string"},
+                        "schema": params.CURSOR_SCHEMA,
                     },
-                    param("tenant", "the tenant searched (admin only)", {"type": "string"}),
+                    param("tenant", "the tenant searched (admin only)", params.text_schema()),
                 ],
                 "responses": {
                     "200": {
@@ -289,7 +292,7 @@ def openapi_paths() -> dict[str, Any]:
                         "as in the page and whose `id` resumes after it, comment heartbeats while "
                         "idle, and `event: error` (data: an Error) if a later poll fails",
                         "content": {
-                            "text/event-stream": {"schema": {"type": "string"}},
+                            "text/event-stream": SSE_EVENT,
                             "application/json": {
                                 "schema": {
                                     "type": "object",

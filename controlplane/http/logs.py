@@ -40,7 +40,7 @@ from controlplane.http import log_search, params
 from controlplane.http.auth import principal
 from controlplane.http.jobs import visible_job
 from controlplane.http.keys import HUB, JOBS, POOL, SSE_HEARTBEAT_S
-from controlplane.http.streams import SSE_HEADERS, live_stream
+from controlplane.http.streams import SSE_EVENT, SSE_HEADERS, live_stream
 from controlplane.instruments import sse_client
 from controlplane.logs.feeds import FOLLOWER_LINES, LAGGED, End, Follower, Lines, LogFeeds
 from controlplane.logs.lines import StoredLine, Stream
@@ -321,7 +321,7 @@ def openapi_paths() -> dict[str, Any]:
                         "description": "the lines",
                         "content": {
                             "text/plain": {"schema": {"type": "string"}},
-                            "text/event-stream": {"schema": {"type": "string"}},
+                            "text/event-stream": SSE_EVENT,
                         },
                     },
                     "400": failure("malformed query parameter or Last-Event-ID"),

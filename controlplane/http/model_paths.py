@@ -19,7 +19,9 @@ from controlplane.http.models import (
 )
 from controlplane.models.catalog import MAX_PAGE
 from controlplane.models.events import NOTIFIED
+from controlplane.models.names import ALIAS, LATEST, MODEL_NAME
 from controlplane.models.query.nodes import FACETS
+from controlplane.models.query.tokens import ADMITTED
 from controlplane.models.updates import MetadataUpdate
 
 REF = "#/components/schemas/"
@@ -50,6 +52,18 @@ def answer(description: str, schema: dict[str, Any]) -> dict[str, Any]:
     return {"description": description, "content": {"application/json": {"schema": schema}}}
 
 
+def links(parameter: str, *operations: str) -> dict[str, Any]:
+    """The OpenAPI links of a response whose body's `id` is `parameter` of each operation:
+    what clients (and generated tests) may do next with what it made, and nothing else."""
+    return {
+        operation[0].upper() + operation[1:]: {
+            "operationId": operation,
+            "parameters": {parameter: "$response.body#/id"},
+        }
+        for operation in operations
+    }
+
+
 def _errors(*statuses: int, **reasons: str) -> dict[str, Any]:
     """Error responses; `e409="..."` says what a status means for one operation."""
     return {
@@ -71,20 +85,26 @@ def path_param(name: str, description: str) -> dict[str, Any]:
     }
 
 
-_NAME = path_param("name", "the model's name")
+_NAME = {
+    **path_param("name", "the model's name"),
+    "schema": {"type": "string", "pattern": f"^{MODEL_NAME.pattern}$"},
+}
 _VERSION = path_param("version", "a version number, an alias, or latest")
-_ALIAS = path_param("alias", "the alias")
+_ALIAS = {
+    **path_param("alias", f"the alias (not {LATEST}, which is derived)"),
+    "schema": {"type": "string", "pattern": f"^(?!{LATEST}$){ALIAS.pattern}$"},
+}
 _OWNER = {
     "name": "tenant",
     "in": "query",
     "description": "the model's tenant (default: the caller's own; the admin must name it)",
-    "schema": {"type": "string"},
+    "schema": params.text_schema(),
 }
 _ACTING = {
     "name": "tenant",
     "in": "query",
     "description": "admins only: the tenant whose model it is",
-    "schema": {"type": "string"},
+    "schema": params.text_schema(),
 }
 _VIEW = {"$ref": REF + "VersionView"}
 _MODEL = {
@@ -164,6 +184,9 @@ _UPLOAD = {
         ARTIFACT_PART: {"type": "string", "format": "binary"},
     },
     "required": [PUBLICATION_PART, ARTIFACT_PART],
+    "additionalProperties": False,
+    "description": f"exactly two parts, in this order: `{PUBLICATION_PART}`, then "
+    f"`{ARTIFACT_PART}`",
 }
 
 
@@ -222,7 +245,7 @@ def openapi_paths() -> dict[str, Any]:
                         "name": "q",
                         "in": "query",
                         "description": "the query; empty: every version",
-                        "schema": {"type": "string", "maxLength": 1000},
+                        "schema": {**params.text_schema(), "pattern": ADMITTED},
                     },
                     {
                         "name": "limit",
@@ -234,7 +257,7 @@ def openapi_paths() -> dict[str, Any]:
                         "name": "cursor",
                         "in": "query",
                         "description": "next_cursor of the previous page",
-                        "schema": {"type": "string"},
+                        "schema": params.CURSOR_SCHEMA,
                     },
                 ],
                 "responses": {"200": answer("a page", _PAGE), **_errors(400, 401)},
@@ -274,7 +297,10 @@ def openapi_paths() -> dict[str, Any]:
                 "requestBody": {
                     "required": True,
                     "content": {
-                        "multipart/form-data": {"schema": _UPLOAD},
+                        "multipart/form-data": {
+                            "schema": _UPLOAD,
+                            "encoding": {PUBLICATION_PART: {"contentType": "application/json"}},
+                        },
                         "application/json": {"schema": {"$ref": REF + "Publication"}},
                     },
                 },

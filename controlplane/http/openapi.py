@@ -24,6 +24,7 @@ from controlplane.http import (
 )
 from controlplane.http.jobs import MAX_PAGE, CancelRequest
 from controlplane.http.requests import MAX_KEY
+from controlplane.http.streams import SSE_EVENT
 from controlplane.jobs.lifecycle import Job, JobStatus
 from controlplane.jobs.manifest import JobManifest, JobSubmission
 from controlplane.tenants.limits import TenantLimits
@@ -262,14 +263,10 @@ tests, follow them from a submission to the job's reads, cancellation and checkp
 
 def _job(description: str) -> dict[str, Any]:
     """A response with the job's view, linked to the operations on that job."""
-    links = {
-        operation[0].upper() + operation[1:]: {
-            "operationId": operation,
-            "parameters": {"job_id": "$response.body#/id"},
-        }
-        for operation in _JOB_OPERATIONS
+    return {
+        **_json(description, _ref("JobView")),
+        "links": model_paths.links("job_id", *_JOB_OPERATIONS),
     }
-    return {**_json(description, _ref("JobView")), "links": links}
 
 
 def _errors(*statuses: int, **reasons: str) -> dict[str, Any]:
@@ -304,7 +301,7 @@ def _param(name: str, where: str, description: str, schema: dict[str, Any]) -> d
 
 _JOB_ID = {**_param("job_id", "path", "the job's id", {"type": "string"}), "required": True}
 _STRING = {"type": "string"}
-_TENANT = _param("tenant", "query", "admins only: the tenant", _STRING)
+_TENANT = _param("tenant", "query", "admins only: the tenant", params.text_schema())
 _NOTIFICATION_HEADERS = [
     _param("Trainyard-Signature", "header", "the signature", _STRING),
     _param("Trainyard-Delivery-Id", "header", "dedupe on it", _STRING),
@@ -319,12 +316,32 @@ def _schemas(*models: type[BaseModel]) -> dict[str, Any]:
         schema = model.model_json_schema(ref_template=REF + "{model}")
         schemas.update(schema.pop("$defs", {}))
         schemas[model.__name__] = schema
-    return schemas
+    return {name: _storable(schema) for name, schema in schemas.items()}
+
+
+def _storable(schema: Any) -> Any:
+    """The schema with what every request model checks stated: `check_storable` (text without
+    NUL, which Postgres cannot hold) on each string and each map's keys that say nothing
+    stricter (a pattern, a format, an enum or a constant), and a map's key rule."""
+    if isinstance(schema, list):
+        return [_storable(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    stated = {key: _storable(value) for key, value in schema.items()}
+    free = not {"pattern", "format", "enum", "const"} & stated.keys()
+    if schema.get("type") == "string" and free:
+        stated["pattern"] = params.NO_NUL
+    if isinstance(schema.get("additionalProperties"), dict) and "propertyNames" not in schema:
+        stated["propertyNames"] = {"pattern": params.NO_NUL}
+    # pydantic states a map's key rule as patternProperties alone: other keys are refused too.
+    if "patternProperties" in schema and "additionalProperties" not in schema:
+        stated["additionalProperties"] = False
+    return stated
 
 
 def document() -> dict[str, Any]:
     secured: list[dict[str, list[str]]] = [{"bearer": []}]
-    return {
+    described: dict[str, Any] = {
         "openapi": "3.1.0",
         "info": {"title": "Trainyard", "version": __version__},
         "components": {
@@ -381,7 +398,10 @@ def document() -> dict[str, Any]:
                 "get": {
                     "operationId": "readyz",
                     "summary": "Readiness: the database answers and projections have caught up",
-                    "responses": {"200": _json("ready", _READY), "503": _json("not ready", _READY)},
+                    "responses": {
+                        "200": _json("ready", _READY),
+                        "503": _json("not ready", _READY),
+                    },
                 }
             },
             "/openapi.json": {
@@ -401,13 +421,13 @@ def document() -> dict[str, Any]:
                             "Idempotency-Key",
                             "header",
                             "retries with the same key return the same job",
-                            {"type": "string", "minLength": 1, "maxLength": 255},
+                            params.text_schema(min_length=1, max_length=MAX_KEY),
                         ),
                         _param(
                             "tenant",
                             "query",
                             "admins only: the tenant to submit as",
-                            {"type": "string"},
+                            params.text_schema(),
                         ),
                     ],
                     "requestBody": {
@@ -451,7 +471,7 @@ def document() -> dict[str, Any]:
                             "label",
                             "query",
                             "repeatable KEY=VALUE: only jobs with these labels",
-                            {"type": "string", "pattern": "^[^=]+=", "maxLength": 2 * MAX_KEY},
+                            params.label_filter_schema(2 * MAX_KEY),
                         ),
                         _param(
                             "limit",
@@ -463,7 +483,7 @@ def document() -> dict[str, Any]:
                             "cursor",
                             "query",
                             "next_cursor of the previous page",
-                            {"type": "string"},
+                            params.CURSOR_SCHEMA,
                         ),
                     ],
                     "responses": {"200": _json("a page of jobs", _JOB_LIST), **_errors(400, 401)},
@@ -520,7 +540,7 @@ def document() -> dict[str, Any]:
                     "responses": {
                         "200": {
                             "description": "the event stream",
-                            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+                            "content": {"text/event-stream": SSE_EVENT},
                         },
                         **_errors(
                             400,
@@ -620,3 +640,16 @@ def document() -> dict[str, Any]:
             },
         },
     }
+    _with_body_limit(described["paths"])
+    return described
+
+
+def _with_body_limit(paths: dict[str, Any]) -> None:
+    """Each operation that reads a JSON body with its 413: `json_body` refuses one over the
+    server's limit (aiohttp's client_max_size), whatever the schema says of its parts."""
+    for operations in paths.values():
+        for operation in operations.values():
+            if "application/json" in operation.get("requestBody", {}).get("content", {}):
+                operation["responses"].setdefault(
+                    "413", _json("the body is over the server's limit (1 MiB)", _ref("Error"))
+                )

@@ -128,3 +128,28 @@ def schema(*, minimum: int = 0, maximum: int = INT4_MAX) -> dict[str, Any]:
 
 
 POSITION_SCHEMA = schema(maximum=INT8_MAX)
+
+NO_NUL = "^[^\\u0000]*$"
+"""The JSON Schema pattern of text that `storable` admits (valid UTF-8 is the transport's)."""
+
+
+CURSOR_SCHEMA = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": 1000,
+    "pattern": "^[A-Za-z0-9_=-]+$",
+}
+"""A page's `next_cursor` sent back: URL-safe base64 of what the server wrote (only one it
+gave is taken: one made up is a 400)."""
+
+
+def text_schema(*, max_length: int = 1000, min_length: int = 0) -> dict[str, Any]:
+    """The OpenAPI schema of a parameter read with `text`: what it refuses, the document
+    states, so that a request the document allows is not refused."""
+    bounds = {"minLength": min_length} if min_length else {}
+    return {"type": "string", **bounds, "maxLength": max_length, "pattern": NO_NUL}
+
+
+def label_filter_schema(max_length: int) -> dict[str, Any]:
+    """A `?label=KEY=VALUE` filter read with `text`: a key, then `=`."""
+    return {**text_schema(max_length=max_length), "pattern": "^[^=\\u0000]+=[^\\u0000]*$"}

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from controlplane.http.model_paths import REF, answer, path_param
+from controlplane.http.streams import SSE_EVENT
 from controlplane.pending.reasons import Blocking, Reason
 
 _REASONS = {
@@ -131,7 +132,7 @@ def openapi_paths() -> dict[str, Any]:
                 "responses": {
                     "200": {
                         "description": "text/event-stream of `pending` events",
-                        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+                        "content": {"text/event-stream": SSE_EVENT},
                     },
                     **_errors(400, 401, 404, 429),
                 },

@@ -6,8 +6,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from controlplane.http.model_paths import REF, answer, path_param
-from controlplane.http.params import schema
+from controlplane.http.model_paths import REF, answer, links, path_param
+from controlplane.http.params import CURSOR_SCHEMA, schema, text_schema
+from controlplane.http.streams import SSE_EVENT
 from controlplane.searches.spec import SearchSpec
 from controlplane.searches.views import CURVE_POINTS, MAX_CURVE_POINTS, MAX_CURVE_TRIALS
 
@@ -113,6 +114,8 @@ _CURVE = {
             "items": {
                 "type": "array",
                 "prefixItems": [{"type": "integer"}, {"type": ["number", "string"]}],
+                "items": False,
+                "minItems": 2,
             },
         },
     },
@@ -167,13 +170,13 @@ def openapi_paths() -> dict[str, Any]:
                         "name": "tenant",
                         "in": "query",
                         "description": "the tenant it is for (the admin's token only)",
-                        "schema": {"type": "string"},
+                        "schema": text_schema(),
                     },
                     {
                         "name": "Idempotency-Key",
                         "in": "header",
                         "description": "a retry with the same key finds the same search",
-                        "schema": {"type": "string", "minLength": 1, "maxLength": 255},
+                        "schema": text_schema(min_length=1, max_length=255),
                     },
                 ],
                 "requestBody": {
@@ -181,7 +184,17 @@ def openapi_paths() -> dict[str, Any]:
                     "content": {"application/json": {"schema": {"$ref": REF + "SearchSpec"}}},
                 },
                 "responses": {
-                    "201": answer("the search", _SEARCH),
+                    "201": {
+                        **answer("the search", _SEARCH),
+                        "links": links(
+                            "search_id",
+                            "getSearch",
+                            "getSearchTrials",
+                            "getSearchCurves",
+                            "getSearchBest",
+                            "cancelSearch",
+                        ),
+                    },
                     **_errors(400, 401, 403, 409, 422, 429),
                 },
             },
@@ -200,7 +213,7 @@ def openapi_paths() -> dict[str, Any]:
                         "name": "cursor",
                         "in": "query",
                         "description": "the next_cursor of the page before",
-                        "schema": {"type": "string"},
+                        "schema": CURSOR_SCHEMA,
                     },
                 ],
                 "responses": {
@@ -353,7 +366,7 @@ def openapi_paths() -> dict[str, Any]:
                 "responses": {
                     "200": {
                         "description": "text/event-stream of the search's events",
-                        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+                        "content": {"text/event-stream": SSE_EVENT},
                     },
                     **_errors(400, 401, 404, 429),
                 },

@@ -13,6 +13,7 @@ import os
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
+from typing import Any
 
 from aiohttp import web
 
@@ -91,6 +92,21 @@ SSE_HEADERS = {
     "X-Accel-Buffering": "no",
 }
 """What every SSE response says of itself."""
+SSE_EVENT: dict[str, Any] = {
+    "schema": {
+        "type": "object",
+        "description": "one event: its type, its data (JSON), and, where it resumes, its id",
+        "properties": {
+            "event": {"type": "string"},
+            "data": {"type": "string", "contentMediaType": "application/json"},
+            "id": {"type": "string"},
+        },
+        "required": ["event", "data"],
+    }
+}
+"""The OpenAPI media type object of an SSE response: its schema describes each event, as
+OpenAPI 3.2's `itemSchema` does and tools read a 3.1 document (a string would say the events
+are text, and their JSON data a disagreement)."""
 
 
 def max_streams_from_env() -> int:

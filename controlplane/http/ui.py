@@ -459,7 +459,7 @@ def openapi_paths() -> dict[str, object]:
                             "schema": {
                                 "type": "object",
                                 "required": ["token"],
-                                "properties": {"token": {"type": "string"}},
+                                "properties": {"token": {"type": "string", "minLength": 1}},
                             }
                         }
                     },

@@ -24,6 +24,7 @@ from controlplane.jobs.manifest import (
     MIN_WEIGHT,
     check_storable,
 )
+from controlplane.models.references import MAX_REFERENCE_CHARS, REFERENCE_PATTERN
 
 MAX_DIMENSIONS = 4
 MAX_ITEM_ELEMENTS = 1 << 24
@@ -40,7 +41,13 @@ class Generate(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     shape: list[int] = Field(
-        min_length=1, max_length=MAX_DIMENSIONS, description="an item's shape, e.g. [3, 224, 224]"
+        min_length=1,
+        max_length=MAX_DIMENSIONS,
+        description=f"an item's shape, e.g. [3, 224, 224] (at most {MAX_ITEM_ELEMENTS} numbers)",
+        # What `_size` checks of each dimension (their product is left to the description).
+        json_schema_extra={
+            "items": {"type": "integer", "minimum": 1, "maximum": MAX_ITEM_ELEMENTS}
+        },
     )
     seed: int = Field(default=0, ge=0, le=2**63 - 1)
 
@@ -54,10 +61,30 @@ class Generate(BaseModel):
         return value
 
 
+def _one_of_schema(schema: dict[str, Any]) -> None:
+    """`_one_source`, stated in the schema: an input set is either one (the other null)."""
+    properties = schema.pop("properties")
+    # Unknown fields are refused in each branch: beside no `properties`, it would refuse all.
+    closed = {"additionalProperties": schema.pop("additionalProperties")}
+    generated, given = properties["generate"], properties["items"]
+    schema["anyOf"] = [
+        {
+            "properties": {"generate": generated["anyOf"][0], "items": {"type": "null"}},
+            "required": ["generate"],
+            **closed,
+        },
+        {
+            "properties": {"items": given["anyOf"][0], "generate": {"type": "null"}},
+            "required": ["items"],
+            **closed,
+        },
+    ]
+
+
 class InputSet(BaseModel):
     """Where the queries' items come from: `generate` or `items`, exactly one."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", json_schema_extra=_one_of_schema)
 
     generate: Generate | None = None
     items: list[Any] | None = Field(
@@ -96,7 +123,8 @@ class InferenceRequest(BaseModel):
         description="the job's name",
     )
     model: str = Field(
-        max_length=200,
+        max_length=MAX_REFERENCE_CHARS,
+        json_schema_extra={"pattern": REFERENCE_PATTERN},
         description="the model version: name, name:3, name@alias, or tenant/name... for another "
         "tenant's public model; resolved once, when submitted",
     )

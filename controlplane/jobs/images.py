@@ -21,6 +21,10 @@ DEFAULT_IMAGES = "trainyard-learner:latest"
 """The learner image images/build.sh builds (node_agent/images.py: LEARNER_IMAGE)."""
 
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+IMAGE_PATTERN = r"^(?!:[^/@]*(?:@|$))[^@\u0000]*[^@:\u0000](?:@sha256:[0-9a-f]{64})?$"
+"""What `ImageRef.parse` takes, for JSON Schema: a name with no empty repository or tag, and
+an optional digest. Which images run is the operator's allowlist, which the schema leaves to
+the description."""
 
 
 class ImageRefused(ValueError):

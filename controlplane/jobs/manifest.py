@@ -18,7 +18,7 @@ from pydantic import (
     field_validator,
 )
 
-from controlplane.jobs.images import DEFAULT_IMAGES, IMAGES_ENV
+from controlplane.jobs.images import DEFAULT_IMAGES, IMAGE_PATTERN, IMAGES_ENV
 
 Framework = Literal["pytorch", "tensorflow", "jax", "horovod", "custom"]
 RestartOn = Literal["any_failure", "infrastructure"]
@@ -142,6 +142,22 @@ def check_env_name(name: str) -> str:
             f"(reserved: {', '.join(RESERVED_ENV)})"
         )
     return name
+
+
+def _env_schema() -> dict[str, Any]:
+    """What `check_env_name` and `_env_size` take, for JSON Schema (the reserved names' only
+    wildcard is a trailing `*`, which matches line breaks too)."""
+    anything = "[\\s\\S]*"
+    reserved = ["^" + pattern.replace("*", anything) + "$" for pattern in RESERVED_ENV]
+    return {
+        "propertyNames": {
+            "minLength": 1,
+            "maxLength": MAX_ENV_NAME_CHARS,
+            "pattern": "^[^=\\u0000]+$",
+            "not": {"anyOf": [{"pattern": pattern} for pattern in reserved]},
+        },
+        "additionalProperties": {"type": "string", "maxLength": MAX_ENV_VALUE_CHARS},
+    }
 
 
 def without_reserved_env(manifest: dict[str, Any]) -> dict[str, Any]:
@@ -347,12 +363,18 @@ class JobManifest(_Strict):
         description="learner image (Docker runtime): one the operator's allowlist "
         f"{IMAGES_ENV} admits (default {DEFAULT_IMAGES}; names or patterns, optionally pinned "
         "by digest), else 422 naming `image`",
+        json_schema_extra={"pattern": IMAGE_PATTERN},
     )
     command: list[str] = Field(
         min_length=1,
         max_length=MAX_COMMAND_ARGS,
         description=f"the training command, argv style (at most {MAX_COMMAND_ARGS} words of "
         f"{MAX_ARG_CHARS} characters)",
+        # What the validators below check, stated in the schema: a program, then words.
+        json_schema_extra={
+            "prefixItems": [{"type": "string", "minLength": 1}],
+            "items": {"type": "string", "maxLength": MAX_ARG_CHARS},
+        },
     )
     framework: Framework = "custom"
     learners: int = Field(default=1, ge=1, le=MAX_LEARNERS)
@@ -372,6 +394,7 @@ class JobManifest(_Strict):
         description=f"at most {MAX_ENV_VARS} variables, names of {MAX_ENV_NAME_CHARS} and values "
         f"of {MAX_ENV_VALUE_CHARS} characters; names Trainyard reserves are refused "
         f"({', '.join(RESERVED_ENV)})",
+        json_schema_extra=_env_schema(),
     )
     data: DataSpec | None = None
     results: ResultsSpec | None = None
@@ -402,6 +425,10 @@ class JobManifest(_Strict):
         max_length=MAX_LABELS,
         description=f"at most {MAX_LABELS} labels, keys of {MAX_LABEL_KEY_CHARS} and values of "
         f"{MAX_LABEL_VALUE_CHARS} characters",
+        json_schema_extra={
+            "propertyNames": {"maxLength": MAX_LABEL_KEY_CHARS},
+            "additionalProperties": {"type": "string", "maxLength": MAX_LABEL_VALUE_CHARS},
+        },
     )
     webhook_url: HttpUrl | None = None
     servable: ServableSpec | None = Field(
@@ -461,10 +488,29 @@ class JobManifest(_Strict):
         return self.learners * self.gpus_per_learner
 
 
+def _submission_schema(schema: dict[str, Any]) -> None:
+    """What JobSubmission's validators refuse, stated in its schema: the parts other routes
+    set (null here), and the rule of a secret's name (`env`'s)."""
+    properties = schema["properties"]
+    for name in ("servable", "inference", "trial"):
+        properties[name] = {
+            "type": "null",
+            "default": None,
+            "description": properties[name].get("description", ""),
+        }
+    secrets = properties["secret_env"]
+    secrets["maxProperties"] = MAX_SECRET_ENV
+    # The secrets' size is bounded together (bytes), not a name's length.
+    names = {k: v for k, v in _env_schema()["propertyNames"].items() if k != "maxLength"}
+    secrets["propertyNames"] = names
+
+
 class JobSubmission(JobManifest):
     """A manifest as submitted: with `secret_env`, which `split` takes apart from it. The
     manifest goes into the JobSubmitted event, kept forever and read by auditors; the secrets
     only to the job's learners (stored apart, deleted when the job ends)."""
+
+    model_config = ConfigDict(json_schema_extra=_submission_schema)
 
     secret_env: dict[str, str] = Field(
         default_factory=dict,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
@@ -20,10 +21,14 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    GetJsonSchemaHandler,
+    JsonValue,
     StringConstraints,
     ValidationError,
     model_validator,
 )
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema
 
 from controlplane.models.errors import FieldError, InvalidMetadata
 
@@ -63,6 +68,21 @@ _ORCID = re.compile(r"[0-9]{4}-[0-9]{4}-[0-9]{4}-[0-9]{3}[0-9X]")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
+@dataclass(frozen=True, slots=True)
+class _Stated(AfterValidator):
+    """A check that the JSON Schema states too, as `pattern` (ECMA-262, as JSON Schema reads
+    it): the OpenAPI document then admits only what the check does."""
+
+    pattern: str = ""
+
+    def __get_pydantic_json_schema__(
+        self, schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        stated = handler(schema)
+        stated["pattern"] = self.pattern
+        return stated
+
+
 def _one_line(value: str) -> str:
     if _CONTROL.search(value):
         raise ValueError("control characters (line breaks included) are not allowed here")
@@ -83,7 +103,13 @@ def _matching(pattern: re.Pattern[str], what: str) -> AfterValidator:
             raise ValueError(f"not {what}")
         return value
 
-    return AfterValidator(check)
+    return _Stated(check, pattern=f"^(?:{pattern.pattern})$")
+
+
+_ONE_LINE = _Stated(_one_line, pattern="^[^\\u0000-\\u001f\\u007f-\\u009f]*$")
+_PROSE = _Stated(
+    _prose, pattern="^[^\\u0000-\\u0008\\u000b\\u000c\\u000e-\\u001f\\u007f-\\u009f]*$"
+)
 
 
 def _unique(values: list[str]) -> list[str]:
@@ -106,35 +132,34 @@ def _orcid_checksum(value: str) -> str:
 
 # Each text's bound comes before its character check, so that the check only ever reads a
 # bounded string.
-Title = Annotated[str, StringConstraints(min_length=1, max_length=200), AfterValidator(_one_line)]
+Title = Annotated[str, StringConstraints(min_length=1, max_length=200), _ONE_LINE]
 Description = Annotated[
     str,
     StringConstraints(max_length=MAX_DESCRIPTION_CHARS),
-    AfterValidator(_prose),
+    _PROSE,
     Field(description="what the model does, for people"),
 ]
-PersonName = Annotated[
-    str, StringConstraints(min_length=1, max_length=200), AfterValidator(_one_line)
-]
-Affiliation = Annotated[
-    str, StringConstraints(min_length=1, max_length=300), AfterValidator(_one_line)
-]
-CitationText = Annotated[
-    str, StringConstraints(min_length=1, max_length=2000), AfterValidator(_prose)
-]
-TypeDescription = Annotated[str, StringConstraints(max_length=1000), AfterValidator(_one_line)]
-Tag = Annotated[str, StringConstraints(min_length=1, max_length=64), AfterValidator(_one_line)]
+PersonName = Annotated[str, StringConstraints(min_length=1, max_length=200), _ONE_LINE]
+Affiliation = Annotated[str, StringConstraints(min_length=1, max_length=300), _ONE_LINE]
+CitationText = Annotated[str, StringConstraints(min_length=1, max_length=2000), _PROSE]
+TypeDescription = Annotated[str, StringConstraints(max_length=1000), _ONE_LINE]
+Tag = Annotated[str, StringConstraints(min_length=1, max_length=64), _ONE_LINE]
 Domains = Annotated[
     list[Tag],
     Field(
         max_length=MAX_DOMAINS,
         description="the scientific or application domains, e.g. 'materials science' (facets)",
+        json_schema_extra={"uniqueItems": True},
     ),
     AfterValidator(_unique),
 ]
 Tags = Annotated[
     list[Tag],
-    Field(max_length=MAX_TAGS, description="free keywords for search"),
+    Field(
+        max_length=MAX_TAGS,
+        description="free keywords for search",
+        json_schema_extra={"uniqueItems": True},
+    ),
     AfterValidator(_unique),
 ]
 MetricName = Annotated[
@@ -179,6 +204,16 @@ class Creator(StrictModel):
 class Citation(StrictModel):
     """How to cite the model: a DOI, a citation text, or both."""
 
+    # `_something_to_cite`, stated in the schema.
+    model_config = ConfigDict(
+        json_schema_extra={
+            "anyOf": [
+                {"required": [key], "properties": {key: {"type": "string"}}}
+                for key in ("doi", "text")
+            ]
+        }
+    )
+
     doi: (
         Annotated[
             str,
@@ -208,6 +243,16 @@ DType = Literal[
 
 class DataType(StrictModel):
     """What a servable takes or returns (DLHub's input and output types)."""
+
+    # `_arrays_have_shapes`, stated in the schema.
+    model_config = ConfigDict(
+        json_schema_extra={
+            "anyOf": [
+                {"properties": {"type": {"enum": list[JsonValue](sorted(ARRAY_KINDS))}}},
+                {"properties": {"dtype": {"type": "null"}, "shape": {"type": "null"}}},
+            ]
+        }
+    )
 
     type: DataKind = Field(description="the kind of value")
     dtype: DType | None = Field(default=None, description="arrays only: the element type")

@@ -16,6 +16,10 @@ from controlplane.tenants.validation import NAME as TENANT_NAME
 MAX_REFERENCE_CHARS = 200
 _REFERENCE = re.compile(r"(?:([^/:@]*)/)?([^/:@]*)(?::([^/:@]*)|@([^/:@]*))?")
 _VERSION = re.compile(r"[1-9][0-9]{0,9}")
+REFERENCE_PATTERN = (
+    f"^(?:{TENANT_NAME.pattern}/)?{MODEL_NAME.pattern}(?::{_VERSION.pattern}|@{ALIAS.pattern})?$"
+)
+"""What `parse_reference` takes, for JSON Schema (`latest` is one of the aliases it admits)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,6 +42,8 @@ _FIELD = re.compile(r"([A-Za-z_][A-Za-z0-9_.]*)(>=|<=|!=|=|<|>|:|~)")
 # Postgres text cannot hold NUL and UTF-8 no lone surrogate; the other control characters
 # (tabs and newlines aside) are refused with them, since no query needs one.
 _REFUSED = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff]")
+ADMITTED = "^[^\\u0000-\\u0008\\u000b\\u000c\\u000e-\\u001f\\u007f-\\u009f]*$"
+"""A query without what `_REFUSED` finds, for JSON Schema (surrogates are the transport's)."""
 
 
 def tokenize(query: str) -> list[Token]:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 
 import asyncpg
 import pytest
@@ -152,3 +154,63 @@ async def test_every_openapi_link_leads_to_an_operation_and_fills_its_path(
         assert set(link["parameters"]) == {
             name.strip("{}") for name in path.split("/") if "{" in name
         }
+
+
+_READ_AS_TEXT = re.compile(r'params\.text\(\s*(?:request\.)?(query|headers)\.get\("([^"]+)"\)')
+"""A parameter a handler reads with `params.text`: `params.text(request.query.get("tenant")`."""
+
+
+async def test_every_parameter_read_as_text_has_its_rules_in_the_document(
+    client: TestClient[object, object],
+) -> None:
+    """`params.text` refuses a NUL and text past its bound: the document must say so wherever
+    the parameter is described, or a request it allows is refused (schemathesis found a NUL
+    in ?tenant= so, issue 33)."""
+    sources = (Path(__file__).parents[3] / "controlplane" / "http").glob("*.py")
+    read = {
+        ("query" if where == "query" else "header", name)
+        for source in sources
+        for where, name in _READ_AS_TEXT.findall(source.read_text())
+    }
+    assert ("query", "tenant") in read and ("header", "Idempotency-Key") in read
+    document = await (await client.get("/openapi.json")).json()
+    described = [
+        (f"{method.upper()} {path}", parameter)
+        for path, operations in document["paths"].items()
+        for method, operation in operations.items()
+        for parameter in operation.get("parameters", [])
+        if (parameter["in"], parameter["name"]) in read
+    ]
+    assert len(described) > 10
+    for operation, parameter in described:
+        schema = parameter["schema"]
+        where = (operation, parameter["name"])
+        assert "maxLength" in schema, where
+        assert not re.search(schema["pattern"], "a\0"), where
+
+
+async def test_the_document_uses_json_schema_keywords_not_pydantic_arguments(
+    client: TestClient[object, object],
+) -> None:
+    """`ge=` and friends in a Field that pydantic could not turn into `minimum` (a validator
+    before them) would reach the document as keywords no client reads."""
+    text = await (await client.get("/openapi.json")).text()
+    for argument in ("ge", "gt", "le", "lt", "min_length", "max_length"):
+        assert f'"{argument}":' not in text, argument
+
+
+async def test_every_event_stream_describes_each_event(client: TestClient[object, object]) -> None:
+    """Each SSE response's schema is one event's (its type and JSON data), as tools read it:
+    `{"type": "string"}` said every event was text, and each JSON `data` a disagreement."""
+    document = await (await client.get("/openapi.json")).json()
+    streams = [
+        response["content"]["text/event-stream"]["schema"]
+        for operations in document["paths"].values()
+        for operation in operations.values()
+        for response in operation["responses"].values()
+        if "text/event-stream" in response.get("content", {})
+    ]
+    assert len(streams) >= 7
+    for schema in streams:
+        assert schema["type"] == "object"
+        assert {"event", "data"} <= set(schema["required"])
