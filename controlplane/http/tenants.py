@@ -14,6 +14,7 @@ from controlplane.http import params
 from controlplane.http.auth import principal
 from controlplane.http.errors import error
 from controlplane.http.keys import PLANE, POOL, PROJECTIONS, STORE
+from controlplane.http.model_paths import links
 from controlplane.http.requests import json_body, validated
 from controlplane.tenants.errors import (
     InvalidTenant,
@@ -61,7 +62,8 @@ class TenantCreate(BaseModel):
 class TenantUpdate(BaseModel):
     """The settings to change; a `gpu_quota` of null removes the quota."""
 
-    model_config = ConfigDict(extra="forbid")
+    # An empty body changes nothing, and `update` refuses it: the schema says so.
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"minProperties": 1})
 
     weight: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     gpu_quota: int | None = Field(default=None, ge=0, le=params.INT4_MAX)
@@ -311,10 +313,21 @@ def openapi_paths() -> dict[str, Any]:
                 "security": secured,
                 "requestBody": body("TenantCreate"),
                 "responses": {
-                    "201": answer(
-                        "the tenant and its token, shown only this once",
-                        {**_TOKEN, "properties": {**_TOKEN["properties"], "tenant": _TENANT}},
-                    ),
+                    "201": {
+                        **answer(
+                            "the tenant and its token, shown only this once",
+                            {**_TOKEN, "properties": {**_TOKEN["properties"], "tenant": _TENANT}},
+                        ),
+                        "links": links(
+                            "name",
+                            "getTenant",
+                            "updateTenant",
+                            "getTenantLimits",
+                            "setTenantLimits",
+                            "issueToken",
+                            at="/tenant/name",
+                        ),
+                    },
                     **failures(400, 401, 403, 409, 422),
                 },
             },

@@ -33,7 +33,9 @@ DEFAULT_ARTIFACT_BYTES = 256 * 1024**3
 
 
 class TenantLimits(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # As a body (PUT .../limits) an empty one changes nothing and is refused: the schema says
+    # so (as an answer it names every limit).
+    model_config = ConfigDict(frozen=True, extra="forbid", json_schema_extra={"minProperties": 1})
 
     streams: int = Field(
         default=DEFAULT_STREAMS,
