@@ -46,6 +46,21 @@ def add_commands(commands: argparse._SubParsersAction[Any]) -> None:
     api.add_argument("--event-rate", type=float, default=50.0, help="events appended per second")
     api.add_argument("--json", action="store_true", help="print only the JSON object")
     api.set_defaults(handler=cmd_bench_api)
+    contract = bench_commands.add_parser(
+        "contract",
+        help="schemathesis against a served control plane: does the server keep its OpenAPI?",
+        description="Start `trainyard serve` on a scratch database with a tenant, and run "
+        "schemathesis against its /openapi.json: valid and invalid data, every phase (stateful "
+        "too, following the document's links), every check, every route but the streams that "
+        "last until a job ends. Prints JSON: cases, failures by check, errors, the seed "
+        "(definitions: bench/api_contract.py). Needs schemathesis (the bench extra).",
+    )
+    contract.add_argument("--seed", type=int, default=20261128, help="schemathesis's seed")
+    contract.add_argument(
+        "--examples", type=int, default=100, help="generated cases per operation and phase"
+    )
+    contract.add_argument("--json", action="store_true", help="print only the JSON object")
+    contract.set_defaults(handler=cmd_bench_contract)
     claims = bench_commands.add_parser(
         "claims",
         help="claim throughput, submit-to-running latency and log lines, against procrastinate",
@@ -394,6 +409,18 @@ async def cmd_bench_api(args: argparse.Namespace, settings: Settings) -> int:
     )
     print(json.dumps(result, indent=None if args.json else 2))
     return 0
+
+
+async def cmd_bench_contract(args: argparse.Namespace, settings: Settings) -> int:
+    from bench.api_contract import run
+
+    if args.examples < 1:
+        print("trainyard: --examples must be at least 1", file=sys.stderr)
+        return EXIT_USAGE
+    url = await resolve_database(settings)
+    result = await run(url, seed=args.seed, max_examples=args.examples, progress=not args.json)
+    print(json.dumps(result, indent=None if args.json else 2))
+    return 0 if not result["failures"] and not result["errors"] else EXIT_FAILED
 
 
 async def cmd_bench_claims(args: argparse.Namespace, settings: Settings) -> int:
