@@ -200,7 +200,7 @@ async def put_limits(request: web.Request) -> web.Response:
             422, f"no limit to change: give one or more of {', '.join(TenantLimits.model_fields)}"
         )
     changes = body.model_dump(include=body.model_fields_set)
-    name = request.match_info["name"]
+    name = _name(request)
     app = request.app
     try:
         await set_limits(app[STORE], app[PROJECTIONS], name, changes, actor=ACTOR)

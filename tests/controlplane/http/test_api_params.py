@@ -134,6 +134,10 @@ async def test_a_path_name_no_tenant_could_have_is_not_found(
         assert response.status == 404, await response.text()
     response = await client.post("/v1/tenants/%00/tokens", headers=auth(tokens.admin), json={})
     assert response.status == 404, await response.text()
+    response = await client.put(
+        "/v1/tenants/ac%00me/limits", headers=auth(tokens.admin), json={"streams": 5}
+    )
+    assert response.status == 404, await response.text()
 
 
 async def test_bodies_the_database_would_refuse_are_refused_and_write_nothing(
