@@ -281,7 +281,7 @@ def openapi_paths() -> dict[str, Any]:
                         "name": "Last-Event-ID",
                         "in": "header",
                         "description": "follow=true: resume after this line (its SSE id)",
-                        "schema": params.CURSOR_SCHEMA,
+                        "schema": {"type": "string"},
                     },
                     param("tenant", "the tenant searched (admin only)", params.text_schema()),
                 ],
