@@ -70,11 +70,13 @@ async def test_exactly_one_manager_is_active_and_another_takes_over(
 MANAGER_LOCKS = """
 SELECT count(*) FROM pg_locks
 WHERE locktype = 'advisory' AND granted AND objsubid = 1
+  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
   AND ((classid::bigint << 32) | objid::bigint)
       = hashtextextended('trainyard.lifecycle-manager', 0)
 """
-"""Sessions holding the manager lock (the key of `manager_lock` in agents/queries.sql, as
-pg_locks splits a bigint key)."""
+"""Sessions holding this database's manager lock (the key of `manager_lock` in
+agents/queries.sql, as pg_locks splits a bigint key; pg_locks lists every database's, and the
+server is shared with other tests' control planes)."""
 
 
 @dataclass(frozen=True)
