@@ -302,7 +302,7 @@ job_logs = Table(
 
 # The searchable copy of every line with a tenant, filled behind the writers by the indexer
 # (migration 0035). Its trigram index exists only where the server has pg_trgm and btree_gin,
-# so it is not declared here.
+# so it is not declared here but named in SERVER_DEPENDENT_INDEXES.
 job_log_search = Table(
     "job_log_search",
     metadata,
@@ -778,3 +778,8 @@ identity_logins = Table(
     Column("cli_challenge", Text),
     Column("expires_at", DateTime(timezone=True), nullable=False),
 )
+
+
+SERVER_DEPENDENT_INDEXES = frozenset({"job_log_search_trigrams"})
+"""Indexes the migrations make only where the server has the extensions they need (0035's
+trigram index: pg_trgm and btree_gin); a catalog compared with this declaration leaves them out."""

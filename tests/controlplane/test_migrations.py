@@ -48,6 +48,7 @@ async def catalog(url: str) -> dict[str, Any]:
             "indexes": [
                 (r["tablename"], r["indexdef"].replace(r["indexname"], "<name>"))
                 for r in await conn.fetch(INDEXES)
+                if r["indexname"] not in schema.SERVER_DEPENDENT_INDEXES
             ],
         }
     finally:
