@@ -31,7 +31,7 @@ from controlplane.http.streams import SSE_HEADERS, live_stream
 from controlplane.instruments import sse_client
 from controlplane.jobs.images import ImageRefused
 from controlplane.searches.events import SearchEnded
-from controlplane.searches.lifecycle import SEARCH, SearchBusy, SearchRefused
+from controlplane.searches.lifecycle import SEARCH, Search, SearchBusy, SearchRefused
 from controlplane.searches.service import SearchMismatch, new_search_id
 from controlplane.searches.spec import SearchSpec
 from controlplane.searches.streams import search_stream
@@ -144,6 +144,16 @@ async def _visible(request: web.Request) -> Any:
     return row
 
 
+async def _loaded(request: web.Request) -> Search:
+    """The search from its stream, if the caller may see it; else 404. From the stream itself,
+    not the read model, which may not show a search just submitted: a command on it, or its
+    events, right after the submission must find it."""
+    search = await request.app[PLANE].searches.load(_search_id(request))
+    if search is None or not principal(request).may_see(search.tenant):
+        raise error(404, "no such search")
+    return search
+
+
 def _search_id(request: web.Request) -> UUID:
     raw = request.match_info["search_id"]
     return params.uuid(raw, "search_id", status=404, message="no such search")
@@ -225,13 +235,13 @@ async def get_best(request: web.Request) -> web.Response:
 
 async def cancel(request: web.Request) -> web.Response:
     who = principal(request)
-    row = await _visible(request)
+    found = await _loaded(request)
     body = await json_body(request)
     raw = body.get("reason") if isinstance(body, dict) else None
     reason = params.text(raw if isinstance(raw, str) else None, "reason") or "cancelled by user"
-    metadata = event_metadata(request, who, row["tenant"])
+    metadata = event_metadata(request, who, found.tenant)
     try:
-        search = await request.app[PLANE].searches.cancel(row["search_id"], reason, metadata)
+        search = await request.app[PLANE].searches.cancel(found.search_id, reason, metadata)
     except SearchRefused as exc:
         raise error(404 if exc.not_found else 409, str(exc)) from exc
     except SearchBusy as exc:
@@ -242,10 +252,7 @@ async def cancel(request: web.Request) -> web.Response:
 async def stream_events(request: web.Request) -> web.StreamResponse:
     """SSE of the search's events, each once, in order (`id`: the global position;
     `Last-Event-ID` resumes after it); a heartbeat while idle; it ends after SearchEnded."""
-    # From the stream itself, not the read model, which may not show a search just submitted.
-    search = await request.app[PLANE].searches.load(_search_id(request))
-    if search is None or not principal(request).may_see(search.tenant):
-        raise error(404, "no such search")
+    search = await _loaded(request)
     header = request.headers.get("Last-Event-ID") or request.query.get("after")
     after = params.position(header, "Last-Event-ID") or 0
     stream = search_stream(search.search_id)
