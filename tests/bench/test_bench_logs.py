@@ -41,7 +41,8 @@ def test_the_logs_benchmark_keeps_its_log_and_reports_search_and_ingestion(
     assert first["ingest_ratio"] > 0
     assert isinstance(first["meets_search_target"], bool)
     assert isinstance(first["meets_ingest_target"], bool)
-    assert 0 < first["ingest_and_index_lines_per_s"] < first["index_lines_per_s"]
+    # Rates only: which is faster is the benchmark's figure, not this test's.
+    assert first["ingest_and_index_lines_per_s"] > 0 and first["index_lines_per_s"] > 0
     # The writer and 1, then 2, of the control plane's indexers at once, flat out and paced.
     runs = first["sustained"]
     assert [(r["indexers"], r["writer"]) for r in runs] == [
