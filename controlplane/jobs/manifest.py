@@ -122,6 +122,20 @@ RESERVED_ENV = (
     "USER",
     "LOGNAME",
     "LANG",
+    # torch's `env://` rendezvous, as torchrun and Ray Train set it: the agent gives every learner
+    # of a job its place in the process group (runners/distributed.py reads them). A tenant's
+    # RANK or MASTER_PORT would put two learners in one rank or at another job's rendezvous.
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "NODE_RANK",
+    "GROUP_RANK",
+    "ROLE_RANK",
+    "ROLE_WORLD_SIZE",
+    "TORCHELASTIC_*",
 )
 """Environment names a manifest may not set (fnmatch patterns, case-sensitive as the
 environment is): the agent sets them, or they change what runs before the user's command."""

@@ -24,7 +24,9 @@ def _within_bounds(data: dict[str, Any]) -> dict[str, Any]:
     return {**data, "spec": stored_spec(spec)} if isinstance(spec, dict) else data
 
 
-@event_type("SearchSubmitted", version=2, upcasters={1: _within_bounds})
+# Version 3: the trial's `env` holds no torch rendezvous names (reserved since, see
+# `jobs.manifest.RESERVED_ENV`); stored_spec leaves them out.
+@event_type("SearchSubmitted", version=3, upcasters={1: _within_bounds, 2: _within_bounds})
 class SearchSubmitted(SearchEvent):
     search_id: UUID
     tenant: str

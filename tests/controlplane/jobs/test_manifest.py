@@ -275,6 +275,18 @@ def test_environment_variable_names_are_checked(name: str) -> None:
         "PATH",
         "HOME",
         "LANG",
+        # torch's env:// rendezvous, which the agent sets for every learner
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "RANK",
+        "WORLD_SIZE",
+        "LOCAL_RANK",
+        "LOCAL_WORLD_SIZE",
+        "NODE_RANK",
+        "GROUP_RANK",
+        "ROLE_RANK",
+        "ROLE_WORLD_SIZE",
+        "TORCHELASTIC_RESTART_COUNT",
     ],
 )
 def test_reserved_environment_names_are_refused_by_name(name: str) -> None:
@@ -295,12 +307,29 @@ def test_a_jobsubmitted_event_of_version_1_reads_without_its_reserved_names() ->
         "tenant": "acme",
         "manifest": manifest(env=env),
     }
-    assert JobSubmitted.schema_version == 3
+    assert JobSubmitted.schema_version == 4
     with pytest.raises(MalformedEvent):
-        EVENT_REGISTRY.decode("JobSubmitted", 2, json.dumps(data))
+        EVENT_REGISTRY.decode("JobSubmitted", 4, json.dumps(data))
     decoded = EVENT_REGISTRY.decode("JobSubmitted", 1, json.dumps(data))
     assert isinstance(decoded, JobSubmitted)
     assert decoded.manifest.env == {"NCCL_DEBUG": "INFO"}
+
+
+def test_a_jobsubmitted_event_of_version_3_reads_without_the_rendezvous_names() -> None:
+    """Jobs submitted before torch's rendezvous names were reserved: they still read, and the
+    agent's values for them are the ones the learner gets."""
+    env = {"NCCL_DEBUG": "INFO", "RANK": "3", "MASTER_PORT": "29500", "TORCHELASTIC_RUN_ID": "x"}
+    data = {
+        "at": "2026-01-01T00:00:00Z",
+        "job_id": str(UUID(int=7)),
+        "tenant": "acme",
+        "manifest": manifest(env=env),
+    }
+    decoded = EVENT_REGISTRY.decode("JobSubmitted", 3, json.dumps(data))
+    assert isinstance(decoded, JobSubmitted)
+    assert decoded.manifest.env == {"NCCL_DEBUG": "INFO"}
+    with pytest.raises(MalformedEvent, match=r"RANK is reserved"):
+        EVENT_REGISTRY.decode("JobSubmitted", 4, json.dumps(data))
 
 
 def test_a_stored_job_state_reads_without_its_reserved_names() -> None:
