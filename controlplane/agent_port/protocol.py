@@ -89,8 +89,8 @@ class LogWriter(Protocol):
         ...
 
     async def log_usage(self, job_id: UUID) -> tuple[int, int]:
-        """The lines and UTF-8 bytes the job's log holds over all its attempts, markers
-        (lines starting '[trainyard]') left out."""
+        """The lines and UTF-8 bytes the job's log holds over all its attempts (markers
+        included)."""
         ...
 
     async def last_seqs(self, job_id: UUID, attempt: int) -> dict[tuple[int, Stream], int]:

@@ -1,0 +1,308 @@
+"""The contract of every agent port (`AgentPort`): Postgres and the in-memory twin pass the same
+tests. What only the claim's SQL does beyond them (fair share across tenants by weight, quotas,
+concurrent agents) is tested in tests/controlplane/agents/test_claims.py."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from uuid import UUID, uuid4
+
+import pytest
+
+from controlplane.agent_port.protocol import AgentPort
+from controlplane.agent_port.vocabulary import (
+    GpuInfo,
+    JobCancelled,
+    LogLine,
+    NodeNameTaken,
+    NodeSpec,
+    Stream,
+    TaskResults,
+)
+from controlplane.clock import SYSTEM_CLOCK
+from controlplane.jobs.lifecycle import Cancel, Complete, EnterPhase, JobStatus, Refused
+from controlplane.jobs.manifest import JobManifest
+from tests.controlplane.agent_port.conftest import Control
+
+AGENT = "agent:n1"
+
+
+def manifest(gpus: int = 1, learners: int = 1) -> JobManifest:
+    return JobManifest.model_validate(
+        {
+            "name": "job",
+            "image": "img",
+            "command": ["train"],
+            "gpus_per_learner": gpus,
+            "learners": learners,
+            "cpus": 1,
+            "memory_mb": 1024,
+        }
+    )
+
+
+def node(name: str, gpus: int, agent_id: UUID | None = None) -> NodeSpec:
+    inventory = [
+        GpuInfo(index=i, uuid=f"GPU-{name}-{i}", model="fake", memory_mb=80_000, healthy=True)
+        for i in range(gpus)
+    ]
+    return NodeSpec(name, agent_id or uuid4(), "process", 64, 1 << 20, inventory)
+
+
+def line(job_id: UUID, seq: int, text: str = "x", attempt: int = 1) -> LogLine:
+    return LogLine(job_id, attempt, 0, Stream.STDOUT, seq, datetime.now(UTC), text)
+
+
+async def test_a_live_lease_is_held_by_one_agent(port: AgentPort) -> None:
+    first = node("n1", 1)
+    lease = await port.register(first, ttl_s=60)
+    assert lease > SYSTEM_CLOCK.now()
+    with pytest.raises(NodeNameTaken):
+        await port.register(node("n1", 1), ttl_s=60)
+    assert await port.register(first, ttl_s=60) >= lease  # its own agent again: renewed
+    assert await port.renew("n1", first.agent_id, ttl_s=60) is not None
+    assert await port.renew("n1", uuid4(), ttl_s=60) is None
+    await port.deregister("n1", first.agent_id)
+    assert await port.renew("n1", first.agent_id, ttl_s=60) is None
+    second = node("n1", 1)
+    assert await port.register(second, ttl_s=60) > SYSTEM_CLOCK.now()  # free again
+
+
+async def test_a_claim_deploys_jobs_on_free_gpus_and_never_twice(
+    port: AgentPort, control: Control
+) -> None:
+    await port.register(node("n1", 2), ttl_s=60)
+    jobs = [await control.submit(manifest()) for _ in range(3)]
+    won = await port.claim("n1", uids=None)
+    assert len(won) == 2  # two GPUs, one job each
+    assert {c.job.job_id for c in won} < set(jobs)
+    assert all(c.job.state is JobStatus.DEPLOYING and c.job.nodes == ["n1"] for c in won)
+    gpus = [gpu for c in won for learner in c.learners for gpu in learner.gpus]
+    assert sorted(gpus) == ["GPU-n1-0", "GPU-n1-1"]
+    assert len({c.epoch for c in won}) == 2
+    assert all(c.job.epoch == c.epoch for c in won)
+    assert await port.claim("n1", uids=None) == []  # no GPU left, and no job claimed twice
+    held = await port.allocations("n1")
+    assert sorted((a.job_id, a.learner) for a in held) == sorted((c.job.job_id, 0) for c in won)
+    for c in won:
+        _, version = await port.current(c.job.job_id)
+        assert version == c.version
+
+    first = won[0]
+    await control.cancel(first.job.job_id)
+    await port.release("n1", first.job.job_id, first.attempt)
+    assert [a.job_id for a in await port.allocations("n1")] == [won[1].job.job_id]
+    (last,) = await port.claim("n1", uids=None)
+    assert last.job.job_id not in {c.job.job_id for c in won}
+    assert last.learners[0].gpus == first.learners[0].gpus
+    assert last.epoch > max(c.epoch for c in won)
+
+
+async def test_a_job_of_several_learners_is_placed_on_other_nodes_too(
+    port: AgentPort, control: Control
+) -> None:
+    await port.register(node("n1", 1), ttl_s=60)
+    await port.register(node("n2", 1), ttl_s=60)
+    job_id = await control.submit(manifest(learners=2))
+    (won,) = await port.claim("n1", uids=None)
+    assert won.job.job_id == job_id
+    assert [(learner.node, learner.gpus) for learner in won.learners] == [
+        ("n1", ["GPU-n1-0"]),
+        ("n2", ["GPU-n2-0"]),
+    ]
+    assert [a.learner for a in await port.allocations("n2")] == [1]
+    await port.release("n1", job_id, won.attempt)
+    assert await port.allocations("n1") == []
+    assert [a.learner for a in await port.allocations("n2")] == [1]  # n2 gives back its own
+
+
+async def test_an_unhealthy_gpu_is_not_claimed(port: AgentPort, control: Control) -> None:
+    spec = node("n1", 2)
+    await port.register(spec, ttl_s=60)
+    sick = spec.gpus[0].model_copy(update={"healthy": False, "health_reason": "XID 79"})
+    await port.mark_unhealthy("n1", sick)
+    await control.submit(manifest())
+    await control.submit(manifest())
+    (won,) = await port.claim("n1", uids=None)
+    assert won.learners[0].gpus == ["GPU-n1-1"]
+
+
+async def test_a_job_waits_for_a_learner_uid_and_holds_the_same_one(
+    port: AgentPort, control: Control
+) -> None:
+    await port.register(node("n1", 2), ttl_s=60)
+    uids = range(5000, 5001)
+    first = await control.submit(manifest())
+    second = await control.submit(manifest())
+    (won,) = await port.claim("n1", uids=uids)
+    assert await port.allocate_uid(won.job.job_id, uids) == 5000
+    assert await port.allocate_uid(won.job.job_id, range(6000, 6010)) == 5000  # its own
+    waiting = second if won.job.job_id == first else first
+    assert await port.allocate_uid(waiting, uids) is None  # every uid held
+    assert (await control.job(waiting)) is not None
+    assert (await port.current(waiting))[0].state is JobStatus.QUEUED  # type: ignore[union-attr]
+
+
+async def test_commands_follow_the_lifecycle_and_their_news_is_read_in_order(
+    port: AgentPort, control: Control
+) -> None:
+    await port.register(node("n1", 1), ttl_s=60)
+    job_id = await control.submit(manifest())
+    (won,) = await port.claim("n1", uids=None)
+    now = SYSTEM_CLOCK.now()
+    running = await port.execute(job_id, EnterPhase(JobStatus.PROCESSING, now), AGENT)
+    assert running.state is JobStatus.PROCESSING
+    await control.cancel(job_id)
+    news = await port.news(job_id, won.version)
+    assert [n.version for n in news] == list(range(won.version + 1, won.version + 1 + len(news)))
+    assert isinstance(news[-1].event, JobCancelled)
+    assert await port.news(job_id, news[-1].version) == []
+    with pytest.raises(Refused):
+        await port.execute(job_id, Complete([0], now), AGENT)
+    job, version = await port.current(job_id)
+    assert job is not None and job.state is JobStatus.CANCELLED
+    assert version == news[-1].version
+    assert await port.current(uuid4()) == (None, 0)
+    with pytest.raises(Refused):
+        await port.execute(uuid4(), Cancel(reason="no such job", at=now), AGENT)
+
+
+async def test_a_job_s_secret_env_is_its_own(port: AgentPort, control: Control) -> None:
+    secret = await control.submit(manifest(), secret_env={"TOKEN": "s3cr3t"})
+    plain = await control.submit(manifest())
+    assert await port.secret_env(secret) == {"TOKEN": "s3cr3t"}
+    assert await port.secret_env(plain) == {}
+
+
+async def test_lines_are_stored_once_per_seq_and_counted(port: AgentPort, control: Control) -> None:
+    job_id = await control.submit(manifest())
+    assert await port.log_usage(job_id) == (0, 0)
+    assert await port.write_lines([line(job_id, 1, "a"), line(job_id, 2, "bé")]) == 2
+    assert await port.write_lines([line(job_id, 1, "a", attempt=2)]) == 1
+    assert await port.log_usage(job_id) == (3, 1 + 3 + 1)
+    # A batch written again (its commit went unacknowledged), and one line more: only that
+    # one is stored (the lines' count is of ids reserved, a line sent again takes one more).
+    batch = [line(job_id, 1, "a"), line(job_id, 2, "bé"), line(job_id, 3, "c")]
+    assert await port.write_lines(batch) == 1
+    assert (await port.log_usage(job_id))[1] == 1 + 3 + 1 + 1
+    assert await port.last_seqs(job_id, 1) == {(0, Stream.STDOUT): 3}
+    assert await port.last_seqs(job_id, 3) == {}
+    with pytest.raises(ValueError, match="must increase"):
+        await port.write_lines([line(job_id, 5), line(job_id, 4)])
+
+
+async def test_uids_are_one_per_job_until_none_is_free(port: AgentPort) -> None:
+    uids = range(7000, 7002)
+    a, b, c = uuid4(), uuid4(), uuid4()
+    first = await port.allocate_uid(a, uids)
+    second = await port.allocate_uid(b, uids)
+    assert {first, second} == {7000, 7001}
+    assert await port.allocate_uid(a, uids) == first
+    assert await port.allocate_uid(c, uids) is None
+
+
+async def test_folders_expire_and_are_forgotten_node_by_node(
+    port: AgentPort, control: Control
+) -> None:
+    old, later = await control.submit(manifest()), await control.submit(manifest())
+    await port.record_folders(old, "n1", 7000, old)
+    await port.record_folders(old, "n2", 7000, old)
+    await port.record_folders(later, "n1", None, old)  # a later rung resumes from its folder
+    assert await port.expired_folders("n1") == []
+    await control.expire_folders(old)
+    (expired,) = await port.expired_folders("n1")
+    assert (expired.job_id, expired.uid, expired.checkpoints) == (old, 7000, old)
+    assert expired.checkpoints_used  # by `later`, which has not expired
+    await port.forget_folders(old, "n1")
+    assert await port.expired_folders("n1") == []
+    assert [f.job_id for f in await port.expired_folders("n2")] == [old]
+
+
+async def test_tasks_are_claimed_in_batches_fenced_by_their_claim(
+    port: AgentPort, control: Control
+) -> None:
+    tasks = [await control.queue_task("dep", [n, n]) for n in range(3)]
+    replica, claim = uuid4(), uuid4()
+    taken = await port.claim_tasks("acme", "dep", 4, claim, replica, [])
+    assert [t.task_id for t in taken] == tasks[:2]  # four items at most
+    # The same claim asked again (its answer lost) gets what it holds, nothing new.
+    again = await port.claim_tasks("acme", "dep", 4, claim, replica, [])
+    assert [t.task_id for t in again] == tasks[:2]
+    assert await port.claim_tasks("acme", "dep", 4, claim, replica, tasks[:2]) != []
+    results = TaskResults(
+        claim=claim,
+        task_ids=tasks[:2],
+        outputs=['["a", "a"]', None],
+        errors=[None, "it broke"],
+        tenant="acme",
+        deployment="dep",
+        replica=replica,
+        items=4,
+        reason="full",
+        invocation_ms=1.0,
+        inference_ms=0.5,
+    )
+    assert await port.finish_tasks(results) == 2
+    assert (await control.task(tasks[0]))[:3] == ("succeeded", '["a", "a"]', None)
+    assert (await control.task(tasks[1]))[0] == "failed"
+    assert await port.finish_tasks(results) == 0  # recorded once
+
+
+async def test_a_lost_replica_gives_its_tasks_back_and_they_then_run_alone(
+    port: AgentPort, control: Control
+) -> None:
+    first = await control.queue_task("dep", [1])
+    second = await control.queue_task("dep", [2])
+    replica, claim = uuid4(), uuid4()
+    assert len(await port.claim_tasks("acme", "dep", 8, claim, replica, [])) == 2
+    await port.requeue_replica(replica)
+    assert (await control.task(first))[0] == "queued"
+    assert (await control.task(first))[3] == 1  # its try counted
+    late = TaskResults(claim, [first], ["[1]"], [None], "acme", "dep", replica, 1, "full", 1, None)
+    assert await port.finish_tasks(late) == 0  # its claim is gone
+    retry = await port.claim_tasks("acme", "dep", 8, uuid4(), uuid4(), [])
+    assert [t.task_id for t in retry] == [first]  # tried before: alone
+    assert (await control.task(second))[0] == "queued"
+
+
+async def test_an_inference_job_s_queries_are_claimed_one_by_one_and_finish(
+    port: AgentPort, control: Control
+) -> None:
+    job_id = uuid4()
+    assert await port.inference_job(job_id) is None
+    await control.start_inference(job_id, [1, 2, 3, 4], batch_size=2, queries=2)
+    row = await port.inference_job(job_id)
+    assert row is not None and row.batch_size == 2
+    replica = uuid4()
+    claims = [uuid4(), uuid4(), uuid4()]
+    first = await port.claim_query(job_id, replica, claims[0], "n1", 3.0)
+    assert first is not None and (first.index, first.outcome) == (0, "claimed")
+    # Its answer lost: the same claim gets the same query.
+    again = await port.claim_query(job_id, replica, claims[0], "n1", 3.0)
+    assert again is not None and again.index == 0
+    await port.replica_present(job_id, replica)
+    second = await port.claim_query(job_id, uuid4(), claims[1], "n1", 3.0)
+    assert second is not None and second.index == 1
+    assert await port.finish_query(job_id, 0, "[1, 2]", None, 1.0, claims[0]) == 1
+    assert await port.finish_query(job_id, 0, "[1, 2]", None, 1.0, claims[0]) == 0
+    waiting = await port.claim_query(job_id, replica, claims[2], "n1", 3.0)
+    assert waiting is not None and waiting.outcome == "wait"  # query 1 still runs
+    assert await port.finish_query(job_id, 1, None, "boom", None, claims[1]) == 1
+    done = await port.claim_query(job_id, replica, uuid4(), "n1", 3.0)
+    assert done is not None and done.outcome == "done"
+    await port.record_load_error(job_id, "no model")
+
+
+async def test_a_query_given_back_is_taken_first_and_its_tries_counted(
+    port: AgentPort, control: Control
+) -> None:
+    job_id = uuid4()
+    await control.start_inference(job_id, [1, 2], batch_size=1, queries=2)
+    lost = uuid4()
+    taken = await port.claim_query(job_id, lost, uuid4(), "n1", 3.0)
+    assert taken is not None and taken.index == 0
+    await port.requeue_replica(lost)
+    claim = uuid4()
+    retried = await port.claim_query(job_id, uuid4(), claim, "n2", 3.0)
+    assert retried is not None and (retried.index, retried.outcome) == (0, "claimed")
+    assert await port.finish_query(job_id, 0, "[1]", None, 1.0, claim) == 1
