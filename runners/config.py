@@ -46,11 +46,26 @@ BUDGET_UNIT = "TRAINYARD_BUDGET_UNIT"
 TRIAL = "TRAINYARD_TRIAL"
 """The trial's number within its search: informative only (logs, result files)."""
 
+# A learner's place in its job's process group: twins of torch's `env://` names (MASTER_ADDR,
+# RANK, ...), which win when both are set. The agent sets both; a script that reads only one
+# family still finds its place (see `runners.distributed`).
+MASTER_ADDR = "TRAINYARD_MASTER_ADDR"
+MASTER_PORT = "TRAINYARD_MASTER_PORT"
+RANK = "TRAINYARD_RANK"
+WORLD_SIZE = "TRAINYARD_WORLD_SIZE"
+LOCAL_RANK = "TRAINYARD_LOCAL_RANK"
+LOCAL_WORLD_SIZE = "TRAINYARD_LOCAL_WORLD_SIZE"
+NODE_RANK = "TRAINYARD_NODE_RANK"
+RENDEZVOUS_TIMEOUT_S = "TRAINYARD_RENDEZVOUS_TIMEOUT_S"
+"""Seconds a learner waits for its peers at the rendezvous, and for any collective after it
+(the manifest's rendezvous timeout): past it, the learner fails saying so rather than hanging."""
+
 DATA_SCHEMES = frozenset({"file", "http", "https"})
 RESULTS_SCHEMES = frozenset({"file"})
 
 DEFAULT_CHECKPOINT_INTERVAL_S = 300.0
 DEFAULT_CHECKPOINT_KEEP = 3
+DEFAULT_RENDEZVOUS_TIMEOUT_S = 60.0
 
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 _DIGITS = re.compile(r"[0-9]+")
