@@ -60,6 +60,7 @@ from bench.scale_fill import (
     finished_job_id,
 )
 from bench.scale_pooler import measure as measure_pooler
+from controlplane.agent_port.postgres import PostgresPort
 from controlplane.agents.claims import Releases, claim
 from controlplane.agents.nodes import Nodes
 from controlplane.clock import SYSTEM_CLOCK
@@ -288,9 +289,10 @@ async def _reconcile(url: str, store: EventStore) -> float:
             async with open_runtime(
                 "process", work_dir=config.work_dir, request_gpus=False, images=config.images
             ) as runtime:
-                logs = NumberedSink(LogShipper(pool))
+                port = PostgresPort(pool)
+                logs = NumberedSink(LogShipper(port))
                 agent = Agent(
-                    config, pool, LogListener(url), inventory, runtime, logs, agent_id(name)
+                    config, port, LogListener(url), inventory, runtime, logs, agent_id(name)
                 )
                 await agent.register()
                 won: list[Claim] = []

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 from collections.abc import Awaitable, Callable, Mapping
@@ -14,41 +13,33 @@ from pathlib import Path
 from typing import TypeVar
 from uuid import UUID
 
-import asyncpg
-
-from controlplane.agents.claims import Releases, claim
-from controlplane.agents.events import GpuInfo
-from controlplane.agents.nodes import Nodes, NodeSpec
-from controlplane.clock import SYSTEM_CLOCK, Clock
-from controlplane.database import DATABASE_ERRORS
-from controlplane.event_registry import EVENT_REGISTRY
-from controlplane.events.metadata import Metadata
-from controlplane.events.store import EventStore
-from controlplane.events.subscription import LogListener
-from controlplane.instruments import GPU_UTILIZATION, Reading
-from controlplane.jobs.events import (
+from controlplane.agent_port.protocol import AgentPort
+from controlplane.agent_port.support import GPU_UTILIZATION, Reading
+from controlplane.agent_port.vocabulary import (
+    DEFAULT_ALLOWLIST,
+    SYSTEM_CLOCK,
+    UNAVAILABLE,
     CheckpointRequested,
+    Claim,
+    Clock,
     DeploymentRolledBack,
+    GpuInfo,
+    ImageAllowlist,
     JobCancelled,
     JobFailed,
     JobRestarted,
+    NodeSpec,
+    Roots,
+    ServableSpec,
+    Stream,
 )
-from controlplane.jobs.images import DEFAULT_ALLOWLIST, ImageAllowlist
+from controlplane.agent_port.wakes import CLAIMABLE_CHANNEL, REQUESTS_CHANNEL, LogListener
 from controlplane.jobs.lifecycle import Command, Job, Refused, RollBack
-from controlplane.jobs.locations import Roots
-from controlplane.jobs.manifest import ServableSpec
-from controlplane.jobs.projection import CLAIMABLE_CHANNEL, REQUESTS_CHANNEL
-from controlplane.jobs.service import Jobs
-from controlplane.jobs.streams import job_stream
-from controlplane.logs.lines import Stream
-from controlplane.logs.store import last_seqs
-from controlplane.queries import Q
-from controlplane.scheduling.claim import Claim
 from node_agent.attempt import Attempt, LogSink
 from node_agent.folders import JobFolders
 from node_agent.inventory import Gpu, GpuInventory
 from node_agent.learners import checkpoints_of, learner_specs
-from node_agent.reconcile import Allocation, Resumed, VersionedJob, plan
+from node_agent.reconcile import Resumed, VersionedJob, plan
 from node_agent.runtime import FoundLearner, Learner, LearnerRuntime, LearnerSpec
 from node_agent.serving import Serving
 from node_agent.users import DEFAULT_LEARNER_UIDS, NoUid, UidRange, Users
@@ -119,7 +110,7 @@ class Agent:
     def __init__(
         self,
         config: AgentConfig,
-        pool: asyncpg.Pool,
+        port: AgentPort,
         listener: LogListener,
         inventory: GpuInventory,
         runtime: LearnerRuntime,
@@ -134,12 +125,8 @@ class Agent:
         """Feeds deployments' replicas with tasks; None: replicas are not fed here."""
         self.agent_id = agent_id
         """Kept across restarts (see `node_agent.identity`)."""
-        self._pool = pool
-        self._store = EventStore(pool, EVENT_REGISTRY)
+        self._port = port
         self._clock = clock
-        self._jobs = Jobs(self._store, clock)
-        self._releases = Releases(pool, config.name)
-        self._nodes = Nodes(pool, self._store, clock)
         self._listener = listener
         """Notified on CLAIMABLE_CHANNEL and REQUESTS_CHANNEL (see `node_agent.wakes`)."""
         self._inventory = inventory
@@ -148,8 +135,8 @@ class Agent:
         self._running: dict[UUID, _Running] = {}
         self._attempts: asyncio.TaskGroup | None = None
         """Where attempts run, while `run()` runs; those `reconcile()` resumes wait for it."""
-        self._users = Users(pool, config.learner_uids, root=os.geteuid() == 0)
-        self._folders = JobFolders(pool, config.name, config.work_dir, config.checkpoint_root)
+        self._users = Users(port, config.learner_uids, root=os.geteuid() == 0)
+        self._folders = JobFolders(port, config.name, config.work_dir, config.checkpoint_root)
         self._stopping = asyncio.Event()
         self._changed = asyncio.Event()
         self._gpus: list[str] = []
@@ -177,7 +164,7 @@ class Agent:
             memory_mb=self.config.memory_mb,
             gpus=gpus,
         )
-        await self._nodes.register(spec, self.config.ttl_s)
+        await self._port.register(spec, self.config.ttl_s)
         log.info("node %s registered with %d GPU(s)", self.config.name, len(gpus))
 
     async def reconcile(self) -> None:
@@ -190,19 +177,16 @@ class Agent:
         """Act on `plan` for this node's allocations that no attempt here runs: after a
         restart, all of them; later, learners that another node's claim placed here (a job on
         several nodes), and allocations whose attempt ended without this node."""
-        rows = await self._pool.fetch(Q["node_allocations"], self.config.name)
         allocations = [
-            Allocation(
-                r["job_id"], r["attempt"], r["learner"], r["node"], r["epoch"], list(r["gpus"])
-            )
-            for r in rows
-            if r["job_id"] not in self._running
+            held
+            for held in await self._port.allocations(self.config.name)
+            if held.job_id not in self._running
         ]
         if not allocations and not found:
             return
         jobs: dict[UUID, VersionedJob] = {}
         for job_id in {a.job_id for a in allocations}:
-            job, version = await self._jobs.current(job_id)
+            job, version = await self._port.current(job_id)
             if job is not None:
                 jobs[job_id] = VersionedJob(job, version)
         todo = plan(allocations, jobs, found)
@@ -218,13 +202,13 @@ class Agent:
             )
             await self._runtime.kill(stale)
         for job_id, attempt in todo.release:
-            await self._releases.release(job_id, attempt)
+            await self._port.release(self.config.name, job_id, attempt)
         for resumed in todo.resume:
             await self._resume(resumed)
 
     async def _resume(self, resumed: Resumed) -> None:
         won = resumed.claim
-        stored = await last_seqs(self._pool, won.job.job_id, won.attempt)
+        stored = await self._port.last_seqs(won.job.job_id, won.attempt)
         adopted: dict[int, Learner] = {}
         specs = await self._specs_or_roll_back(won)
         if specs is None:
@@ -274,8 +258,8 @@ class Agent:
         finally:
             self._attempts = None
             # Shielded: a cancelled shutdown must still give the node's name back.
-            with contextlib.suppress(*DATABASE_ERRORS):
-                await asyncio.shield(self._nodes.deregister(self.config.name, self.agent_id))
+            with contextlib.suppress(*UNAVAILABLE):
+                await asyncio.shield(self._port.deregister(self.config.name, self.agent_id))
         if cancelled is not None:
             raise cancelled
 
@@ -306,7 +290,7 @@ class Agent:
     async def _heartbeats(self) -> None:
         while True:
             try:
-                lease = await self._nodes.renew(self.config.name, self.agent_id, self.config.ttl_s)
+                lease = await self._port.renew(self.config.name, self.agent_id, self.config.ttl_s)
                 if lease is None:
                     # The node was declared LOST and its jobs restarted elsewhere: its learners
                     # are stale (fenced) and must die without reporting anything.
@@ -315,7 +299,7 @@ class Agent:
                     self.stop()
                     return
                 await self._check_gpus()
-            except DATABASE_ERRORS as exc:
+            except UNAVAILABLE as exc:
                 # Learners keep running; the lease survives hiccups shorter than its TTL.
                 log.warning("heartbeat failed (%s); retrying", exc)
             await asyncio.sleep(self.config.heartbeat_s)
@@ -324,7 +308,7 @@ class Agent:
         while True:
             try:
                 await self._folders.sweep()
-            except DATABASE_ERRORS as exc:
+            except UNAVAILABLE as exc:
                 # Kept, with their uids, until a later sweep removes them.
                 log.warning("removing expired job folders failed (%s); retrying", exc)
             await asyncio.sleep(self.config.folder_sweep_s)
@@ -333,7 +317,7 @@ class Agent:
         for gpu in self._inventory.gpus():
             if not gpu.healthy and gpu.uuid not in self._unhealthy:
                 log.warning("GPU %s is unhealthy: %s", gpu.uuid, gpu.health_reason)
-                await self._nodes.mark_unhealthy(self.config.name, _info(gpu))
+                await self._port.mark_unhealthy(self.config.name, _info(gpu))
                 self._unhealthy.add(gpu.uuid)
 
     async def _work(self) -> None:
@@ -353,7 +337,7 @@ class Agent:
             self._changed.clear()
             try:
                 await self._round(todo)
-            except DATABASE_ERRORS as exc:
+            except UNAVAILABLE as exc:
                 log.warning("claiming failed (%s); retrying", exc)
             waiting = {
                 asyncio.ensure_future(self._listener.wait(heard.wakes)),
@@ -415,9 +399,7 @@ class Agent:
                 running.attempt.stop()
 
     async def _claim(self) -> list[Claim]:
-        return await claim(
-            self._pool, self._store, self.config.name, clock=self._clock, uids=self._users.claimed
-        )
+        return await self._port.claim(self.config.name, uids=self._users.claimed)
 
     async def _specs_or_roll_back(self, won: Claim) -> list[LearnerSpec] | None:
         """The specs of this node's learners of the claim; None when they cannot run here for
@@ -432,7 +414,7 @@ class Agent:
             await self._execute(
                 job_id, RollBack(reason=reason, at=self._clock.now(), attempt=won.attempt)
             )
-            await self._retry(lambda: self._releases.release(job_id, won.attempt))
+            await self._retry(lambda: self._port.release(self.config.name, job_id, won.attempt))
             return None
 
     async def _specs(self, won: Claim) -> list[LearnerSpec]:
@@ -444,10 +426,10 @@ class Agent:
         await self._folders.record(job_id, uid, checkpoints_of(won))
         # The job's secrets are read as each attempt starts, never kept: the table is their
         # only copy, and the job's end deletes them.
-        secrets = await self._pool.fetchval(Q["job_secret_env"], job_id)
+        secret_env = await self._port.secret_env(job_id)
         return learner_specs(
             won,
-            secret_env=json.loads(secrets) if secrets is not None else {},
+            secret_env=secret_env,
             node=self.config.name,
             work_dir=self.config.work_dir,
             checkpoint_root=self.config.checkpoint_root,
@@ -515,7 +497,7 @@ class Agent:
             self._logs.close(job_id)
             await attempt.remove_learners()
             number = attempt.claim.attempt
-            await self._retry(lambda: self._releases.release(job_id, number))
+            await self._retry(lambda: self._port.release(self.config.name, job_id, number))
             # Once its GPUs are back, the job's next attempt may already have been claimed
             # here (a rollback, a restart): that one is running now, under the same job id,
             # and keeps its entry.
@@ -544,9 +526,9 @@ class Agent:
             await asyncio.shield(self._retry(lambda: serving.requeue(job.job_id)))
 
     async def _execute(self, job_id: UUID, command: Command) -> Job | None:
-        metadata = Metadata.capture(f"agent:{self.config.name}")
+        actor = f"agent:{self.config.name}"
         try:
-            return await self._retry(lambda: self._jobs.execute(job_id, command, metadata))
+            return await self._retry(lambda: self._port.execute(job_id, command, actor))
         except Refused as exc:
             log.info("job %s: %s refused: %s", job_id, type(command).__name__, exc)
             return None
@@ -554,12 +536,9 @@ class Agent:
     async def _carry_requests(self) -> None:
         """Cancel and checkpoint requests (and restarts decided elsewhere) for running jobs."""
         for job_id, running in list(self._running.items()):
-            events = await self._store.read_stream(
-                job_stream(job_id), from_version=running.version + 1
-            )
-            for recorded in events:
-                running.version = recorded.stream_version
-                match recorded.event:
+            for news in await self._port.news(job_id, running.version):
+                running.version = news.version
+                match news.event:
                     case JobCancelled():
                         running.attempt.cancel()
                     case JobRestarted() | DeploymentRolledBack() | JobFailed():
@@ -576,7 +555,7 @@ class Agent:
         while True:
             try:
                 return await operation()
-            except DATABASE_ERRORS as exc:
+            except UNAVAILABLE as exc:
                 log.warning("database unavailable (%s); retrying in %.1fs", exc, delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, RETRY_MAX_S)

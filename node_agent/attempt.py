@@ -19,9 +19,18 @@ from uuid import UUID
 from opentelemetry import propagate
 from opentelemetry.util.types import Attributes
 
-from controlplane.clock import SYSTEM_CLOCK, Clock
-from controlplane.database import DATABASE_ERRORS
-from controlplane.invariants import InvariantBroken
+from controlplane.agent_port.support import TokenBucket, tracer
+from controlplane.agent_port.vocabulary import (
+    REPORT_BURST_S,
+    SYSTEM_CLOCK,
+    UNAVAILABLE,
+    Claim,
+    Clock,
+    InvariantBroken,
+    JobLimits,
+    LearnerFailure,
+    after_failure,
+)
 from controlplane.jobs.lifecycle import (
     Command,
     Complete,
@@ -32,11 +41,6 @@ from controlplane.jobs.lifecycle import (
     RollBack,
     SaveCheckpoint,
 )
-from controlplane.jobs.limits import REPORT_BURST_S, JobLimits
-from controlplane.jobs.restarts import LearnerFailure, after_failure
-from controlplane.jobs.tracing import tracer
-from controlplane.rates import TokenBucket
-from controlplane.scheduling.claim import Claim
 from node_agent.runtime import (
     ExitStatus,
     Learner,
@@ -329,7 +333,7 @@ class Attempt:
                     try:
                         await self._logs.seal(job_id)
                         return
-                    except DATABASE_ERRORS as exc:
+                    except UNAVAILABLE as exc:
                         log.warning("job %s: storing its last lines failed (%s)", job_id, exc)
                         await asyncio.sleep(LOGS_RETRY_S)
         except TimeoutError:

@@ -14,16 +14,26 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from controlplane import telemetry
-from controlplane.agents.logins import login_excess, login_node
-from controlplane.artifacts.filesystem import default_root
-from controlplane.database import AGENT_ROLE, resolve_database
-from controlplane.failures import EXIT_FAILED, EXIT_USAGE
-from controlplane.jobs.images import ImageAllowlist
-from controlplane.jobs.locations import DATA_ROOTS_ENV, RESULTS_ROOTS_ENV, Roots
-from controlplane.migrate import require_migrated
-from controlplane.secret_arguments import RefusedSecret, read_secret_file
-from controlplane.settings import Settings
+from controlplane.agent_port.startup import (
+    AGENT_ROLE,
+    RefusedSecret,
+    Settings,
+    default_root,
+    login_excess,
+    login_node,
+    read_secret_file,
+    require_migrated,
+    resolve_database,
+    setup_telemetry,
+)
+from controlplane.agent_port.vocabulary import (
+    DATA_ROOTS_ENV,
+    EXIT_FAILED,
+    EXIT_USAGE,
+    RESULTS_ROOTS_ENV,
+    ImageAllowlist,
+    Roots,
+)
 from node_agent.agent import AgentConfig
 from node_agent.folders import unreachable_for_learners
 from node_agent.runtimes import RUNTIMES, docker_answers
@@ -413,7 +423,7 @@ async def cmd_agent(args: argparse.Namespace, settings: Settings) -> int:
     if problem is not None:
         print(f"trainyard agent: error: {problem}", file=sys.stderr)
         return EXIT_FAILED
-    telemetry.setup("trainyard-agent")
+    setup_telemetry("trainyard-agent")
     url = await resolve_database(settings)
     await require_migrated(url)
     excess = await login_excess(url)

@@ -28,7 +28,7 @@ import aiodocker
 import aiohttp
 from aiodocker.exceptions import DockerError
 
-from controlplane.jobs.images import DEFAULT_ALLOWLIST, ImageAllowlist
+from controlplane.agent_port.vocabulary import DEFAULT_ALLOWLIST, ImageAllowlist
 from node_agent.containers import LearnerLabels, container_config, container_name
 from node_agent.docker_logs import log_lines
 from node_agent.folders import prepare

@@ -27,10 +27,8 @@ from enum import Enum
 from pathlib import Path
 from uuid import UUID
 
-import asyncpg
-
-from controlplane.jobs.locations import root_of, tenant_roots
-from controlplane.queries import Q
+from controlplane.agent_port.protocol import FolderRecords
+from controlplane.agent_port.vocabulary import root_of, tenant_roots
 from node_agent.runtime import LearnerSpec, LearnerStartError, Mount
 from runners.config import RESULTS_ROOT
 
@@ -221,9 +219,9 @@ class JobFolders:
     them), after which the job's uid goes back to the range."""
 
     def __init__(
-        self, pool: asyncpg.Pool, node: str, work_dir: Path, checkpoint_root: Path
+        self, port: FolderRecords, node: str, work_dir: Path, checkpoint_root: Path
     ) -> None:
-        self._pool = pool
+        self._port = port
         self._node = node
         self._work_dir = work_dir
         self._checkpoint_root = checkpoint_root
@@ -231,27 +229,27 @@ class JobFolders:
     async def record(self, job_id: UUID, uid: int | None, checkpoints: UUID) -> None:
         """Before the job's folders are made here: they are not forgotten, nor its uid given
         to another job, until they are removed."""
-        await self._pool.execute(Q["record_job_folders"], job_id, self._node, uid, checkpoints)
+        await self._port.record_folders(job_id, self._node, uid, checkpoints)
 
     async def sweep(self) -> None:
         """Remove (or hand back) the folders of the jobs whose retention has ended. A job's
         that cannot be (a file system error) keeps its record, and its uid, until a later
         sweep; the other jobs' go on."""
-        for row in await self._pool.fetch(Q["expired_job_folders"], self._node):
-            job_id: UUID = row["job_id"]
+        for expired in await self._port.expired_folders(self._node):
+            job_id = expired.job_id
             places = expired_folders(
                 self._work_dir,
                 self._checkpoint_root,
                 job_id,
-                row["checkpoints"],
-                row["checkpoints_used"],
+                expired.checkpoints,
+                expired.checkpoints_used,
             )
             try:
                 for (base, name), used in places.items():
                     # Blocking file system work, off the event loop: folders may be large.
-                    done = await asyncio.to_thread(dispose, base, name, row["uid"], used)
+                    done = await asyncio.to_thread(dispose, base, name, expired.uid, used)
                     log.info("job %s: retention over: %s (%s)", job_id, base / name, done.value)
             except OSError as exc:
                 log.warning("job %s: its folders could not be removed (%s); retrying", job_id, exc)
                 continue
-            await self._pool.execute(Q["forget_job_folders"], job_id, self._node)
+            await self._port.forget_folders(job_id, self._node)

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from controlplane.failures import CommandFailed
+from controlplane.agent_port.vocabulary import CommandFailed
 
 IDENTITY_FILE = "agent-id"
 LOCK_FILE = "agent.lock"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from controlplane.jobs.images import IMAGES_ENV, ImageAllowlist, ImageRefused
+from controlplane.agent_port.vocabulary import IMAGES_ENV, ImageAllowlist, ImageRefused
 from node_agent.runtime import LearnerStartError
 
 LEARNER_IMAGE = "trainyard-learner:latest"

@@ -16,15 +16,12 @@ import functools
 import json
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any, TypeVar
 from uuid import UUID
 
-import asyncpg
-
-from controlplane.database import DATABASE_ERRORS
-from controlplane.deployments.wakeups import INFERENCE, Wakeups
-from controlplane.queries import Q
+from controlplane.agent_port.protocol import QueryQueue
+from controlplane.agent_port.vocabulary import UNAVAILABLE, InferenceJob, QueryClaim
+from controlplane.agent_port.wakes import INFERENCE, Wakeups
 from node_agent.replica_client import ReplicaClient, ReplicaError
 
 POLL_S = 0.5
@@ -37,19 +34,12 @@ T = TypeVar("T")
 Retry = Callable[[Callable[[], Awaitable[T]]], Awaitable[T]]
 
 
-@dataclass(frozen=True, slots=True)
-class Claimed:
-    index: int | None
-    outcome: str
-    """'claimed', 'wait' or 'done' (queries.sql)."""
-
-
 class QueryFeed:
     """One replica's queries: one at a time, each a batch of the job's items."""
 
     def __init__(
         self,
-        pool: asyncpg.Pool,
+        port: QueryQueue,
         listener: Wakeups,
         *,
         job_id: UUID,
@@ -57,7 +47,7 @@ class QueryFeed:
         node: str,
         note: Callable[[str], None],
     ) -> None:
-        self._pool = pool
+        self._port = port
         self._listener = listener
         self._job_id = job_id
         self._replica = replica
@@ -69,12 +59,10 @@ class QueryFeed:
         replica). A model that could not be loaded is reported instead: the job fails."""
         job = await self._job(retry)
         if load_error is not None:
-            await retry(
-                lambda: self._pool.execute(Q["record_load_error"], self._job_id, load_error)
-            )
+            await retry(lambda: self._port.record_load_error(self._job_id, load_error))
             await asyncio.Future()  # until the job's end stops the replica
-        source: dict[str, Any] = json.loads(job["input"])
-        batch_size: int = job["batch_size"]
+        source: dict[str, Any] = json.loads(job.input)
+        batch_size = job.batch_size
         said_done = False
         while True:
             seen = self._listener.seen(INFERENCE)
@@ -92,24 +80,20 @@ class QueryFeed:
             except TimeoutError:
                 pass
 
-    async def _job(self, retry: Retry[Any]) -> asyncpg.Record:
+    async def _job(self, retry: Retry[Any]) -> InferenceJob:
         """The job's row (written right after the job, which this replica's deployment
         follows; waited for, should the two race)."""
         while True:
-            row: asyncpg.Record | None = await retry(
-                lambda: self._pool.fetchrow(Q["inference_job"], self._job_id)
-            )
+            row: InferenceJob | None = await retry(lambda: self._port.inference_job(self._job_id))
             if row is not None:
                 return row
             await asyncio.sleep(POLL_S)
 
-    async def _claim(self, claim: UUID) -> Claimed:
-        row = await self._pool.fetchrow(
-            Q["claim_query"], self._job_id, self._replica, claim, self._node, PRESENT_S
+    async def _claim(self, claim: UUID) -> QueryClaim:
+        claimed = await self._port.claim_query(
+            self._job_id, self._replica, claim, self._node, PRESENT_S
         )
-        if row is None:
-            return Claimed(None, "wait")
-        return Claimed(row["index"], row["outcome"])
+        return QueryClaim(None, "wait") if claimed is None else claimed
 
     async def _run(
         self,
@@ -139,9 +123,7 @@ class QueryFeed:
         except* ReplicaError as failed:
             error = str(failed.exceptions[0])
         await retry(
-            lambda: self._pool.fetchval(
-                Q["finish_query"], self._job_id, index, output, error, inference_ms, claim
-            )
+            lambda: self._port.finish_query(self._job_id, index, output, error, inference_ms, claim)
         )
 
     async def _present(self) -> None:
@@ -149,8 +131,8 @@ class QueryFeed:
         one; the claim's own ask and the result count too)."""
         while True:
             await asyncio.sleep(PRESENT_S / 3)
-            with contextlib.suppress(*DATABASE_ERRORS):
-                await self._pool.execute(Q["replica_present"], self._job_id, self._replica)
+            with contextlib.suppress(*UNAVAILABLE):
+                await self._port.replica_present(self._job_id, self._replica)
 
 
 def stored(outputs: list[Any]) -> tuple[str | None, str | None]:

@@ -14,8 +14,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 from uuid import UUID
 
-from controlplane.jobs.locations import DATA_ROOTS_ENV, RESULTS_ROOTS_ENV, Roots
-from controlplane.scheduling.claim import Claim
+from controlplane.agent_port.vocabulary import DATA_ROOTS_ENV, RESULTS_ROOTS_ENV, Claim, Roots
 from node_agent.runtime import Folder, LearnerSpec, Mount, Shared
 from runners import config as runner_env
 from runners.uri import file_path

@@ -35,15 +35,15 @@ from dataclasses import dataclass, field, replace
 from itertools import islice
 from uuid import UUID
 
-import asyncpg
-
-from controlplane.database import DATABASE_ERRORS
-from controlplane.instruments import LOG_LINES
-from controlplane.invariants import InvariantBroken
-from controlplane.jobs.limits import JobLimits
-from controlplane.logs.lines import LogLine, Series
-from controlplane.logs.store import log_usage, write_lines
-from controlplane.workers import pause
+from controlplane.agent_port.protocol import LogWriter
+from controlplane.agent_port.support import LOG_LINES, pause
+from controlplane.agent_port.vocabulary import (
+    UNAVAILABLE,
+    InvariantBroken,
+    JobLimits,
+    LogLine,
+    Series,
+)
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +131,7 @@ class _JobLog:
 class LogShipper:
     def __init__(
         self,
-        pool: asyncpg.Pool,
+        port: LogWriter,
         *,
         batch_lines: int = 5000,
         flush_interval_s: float = 0.2,
@@ -139,7 +139,7 @@ class LogShipper:
         retry_s: float = 1.0,
         stop_timeout_s: float = 10.0,
     ) -> None:
-        self._pool = pool
+        self._port = port
         self._batch_lines = batch_lines
         self._flush_interval_s = flush_interval_s
         self._capacity = job_buffer_chars
@@ -169,7 +169,7 @@ class LogShipper:
     async def open(self, job_id: UUID, limits: JobLimits) -> None:
         """An attempt of the job starts (or is adopted) here: enforce `limits`, counting from
         what the job's log holds already. The database's error when it cannot read that."""
-        lines, size = await log_usage(self._pool, job_id)
+        lines, size = await self._port.log_usage(job_id)
         job = self._job(job_id)
         job.limits, job.lines, job.bytes = limits, lines, size
         job.limited = job.noted = job.closed = False
@@ -274,7 +274,7 @@ class LogShipper:
         while targets:
             for job, target in targets:
                 batch = list(islice(job.buffer, min(self._batch_lines, target - job.stored)))
-                LOG_LINES.add(await write_lines(self._pool, batch))
+                LOG_LINES.add(await self._port.write_lines(batch))
                 for _ in batch:
                     job.chars -= len(job.buffer.popleft().text) + LINE_OVERHEAD
                 job.stored += len(batch)
@@ -292,7 +292,7 @@ class LogShipper:
             self._wake.clear()  # before flushing: a batch filled meanwhile wakes the next round
             try:
                 await self.flush()
-            except DATABASE_ERRORS as exc:
+            except UNAVAILABLE as exc:
                 log.warning(
                     "log shipper: %s; %d lines wait, retrying in %.1fs",
                     exc,
@@ -309,7 +309,7 @@ class LogShipper:
                     try:
                         await self.flush()
                         return
-                    except DATABASE_ERRORS as exc:
+                    except UNAVAILABLE as exc:
                         log.warning("log shipper stopping: %s; retrying", exc)
                         await asyncio.sleep(self._retry_s)
         except TimeoutError:

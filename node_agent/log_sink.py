@@ -6,8 +6,14 @@ from collections import defaultdict
 from datetime import UTC, datetime
 from uuid import UUID
 
-from controlplane.jobs.limits import JobLimits
-from controlplane.logs.lines import LogLine, Series, Stream, split_long_line, storable
+from controlplane.agent_port.vocabulary import (
+    JobLimits,
+    LogLine,
+    Series,
+    Stream,
+    split_long_line,
+    storable,
+)
 from node_agent.log_shipper import LogShipper
 from node_agent.runtime import LearnerSpec
 

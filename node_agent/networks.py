@@ -34,7 +34,7 @@ import aiodocker
 import aiohttp
 from aiodocker.exceptions import DockerError
 
-from controlplane.invariants import InvariantBroken
+from controlplane.agent_port.vocabulary import InvariantBroken
 from node_agent.runtime import LearnerSpec, LearnerStartError
 
 log = logging.getLogger(__name__)

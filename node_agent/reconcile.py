@@ -17,22 +17,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from uuid import UUID
 
+from controlplane.agent_port.vocabulary import Allocation, Claim, LearnerAllocation
 from controlplane.jobs.lifecycle import Job
-from controlplane.scheduling.claim import Claim
-from controlplane.scheduling.placement import LearnerAllocation
 from node_agent.runtime import FoundLearner
-
-
-@dataclass(frozen=True, slots=True)
-class Allocation:
-    """One learner's live allocation on this node."""
-
-    job_id: UUID
-    attempt: int
-    learner: int
-    node: str
-    epoch: int
-    gpus: list[str]
 
 
 @dataclass(frozen=True, slots=True)

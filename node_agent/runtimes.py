@@ -10,7 +10,7 @@ from pathlib import Path
 
 import aiodocker
 
-from controlplane.jobs.images import ImageAllowlist
+from controlplane.agent_port.vocabulary import ImageAllowlist
 from node_agent.docker_runtime import ENGINE_ERRORS, DockerRuntime
 from node_agent.packages import Packages
 from node_agent.process_runtime import ProcessRuntime

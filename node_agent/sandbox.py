@@ -37,7 +37,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import runners
-from controlplane.failures import CommandFailed
+from controlplane.agent_port.vocabulary import CommandFailed
 from node_agent.cgroups import Cgroup, Hierarchies, find_hierarchies
 from node_agent.runtime import ExitStatus, LearnerSpec
 

@@ -6,11 +6,10 @@ import asyncio
 import logging
 from uuid import UUID
 
-from controlplane.database import AGENT_ROLE, create_pool, create_pooled_pool
-from controlplane.deployments.wakeups import Wakeups
-from controlplane.events.subscription import LogListener
-from controlplane.failures import CommandFailed
-from controlplane.jobs.projection import CLAIMABLE_CHANNEL, REQUESTS_CHANNEL
+from controlplane.agent_port.protocol import AgentPort
+from controlplane.agent_port.startup import connect
+from controlplane.agent_port.vocabulary import CommandFailed
+from controlplane.agent_port.wakes import LogListener, Wakeups, agent_wakeups
 from node_agent.agent import Agent, AgentConfig
 from node_agent.folders import make_base
 from node_agent.identity import agent_identity
@@ -59,51 +58,63 @@ async def run_agent(
     with agent_identity(config.work_dir) as agent_id:
         make_base(config.work_dir)
         make_base(config.checkpoint_root)
+        # One LISTEN connection for all of the agent's channels: its claim and request hints
+        # (see `node_agent.wakes`) and its replicas' serving hints. None at all when the agent
+        # polls (`config.listen` False): every wait then ends at the poll interval.
+        listener = agent_wakeups(url, poll_s=config.poll_s, listen=config.listen)
+        async with connect(
+            url, pooled_url=pooled_url, min_size=POOL_MIN, max_size=POOL_MAX
+        ) as port:
+            await _run(
+                port,
+                listener,
+                config,
+                agent_id,
+                fake_gpus=fake_gpus,
+                stop=stop,
+                registered=registered,
+            )
+
+
+async def run_agent_on(
+    port: AgentPort,
+    listener: Wakeups,
+    config: AgentConfig,
+    *,
+    fake_gpus: int | None,
+    stop: asyncio.Event,
+    registered: asyncio.Event | None = None,
+) -> None:
+    """`run_agent` on a port of the caller's (the in-memory twin, say), woken by `listener`."""
+    with agent_identity(config.work_dir) as agent_id:
+        make_base(config.work_dir)
+        make_base(config.checkpoint_root)
         await _run(
-            url,
+            port,
+            listener,
             config,
             agent_id,
             fake_gpus=fake_gpus,
             stop=stop,
             registered=registered,
-            pooled_url=pooled_url,
         )
 
 
 async def _run(
-    url: str,
+    port: AgentPort,
+    listener: Wakeups,
     config: AgentConfig,
     agent_id: UUID,
     *,
     fake_gpus: int | None,
     stop: asyncio.Event,
     registered: asyncio.Event | None,
-    pooled_url: str | None,
 ) -> None:
     inventory = open_inventory(fake_gpus, config.name, log)
-    # Whatever the login, the agent acts with the agent role's rights only (through pgBouncer,
-    # by the login's own settings, which create_pooled_pool checks).
-    if pooled_url is None:
-        pool = await create_pool(url, min_size=POOL_MIN, max_size=POOL_MAX, role=AGENT_ROLE)
-    else:
-        pool = await create_pooled_pool(pooled_url, min_size=POOL_MIN, max_size=POOL_MAX)
-    # One LISTEN connection for all of the agent's channels: its claim and request hints (see
-    # `node_agent.wakes`) and its replicas' serving hints (counted by key, waking no claim);
-    # always direct, as LISTEN does not survive transaction pooling. No connection at all when
-    # the agent polls (`config.listen` False): every wait then ends at the poll interval.
-    listener = Wakeups(
-        url,
-        also=(CLAIMABLE_CHANNEL, REQUESTS_CHANNEL),
-        poll_interval=config.poll_s,
-        role=AGENT_ROLE,
-        listen=config.listen,
-    )
     # Models' requirements: fetched as wheels by the node, installed into a folder a process
     # replica puts on its path, or into the image a container replica runs.
     packages = Packages(config.work_dir / PACKAGES_DIR)
     site = packages.site if config.runtime == "process" else in_image
-    serving = Serving(pool, listener, config.artifacts_dir, site, config.name)
-    shipper = LogShipper(pool)
     try:
         async with open_runtime(
             config.runtime,
@@ -112,13 +123,14 @@ async def _run(
             images=config.images,
             packages=packages,
         ) as runtime:
+            serving = Serving(port, listener, config.artifacts_dir, site, config.name)
+            shipper = LogShipper(port)
             sink = NumberedSink(shipper)
             agent = Agent(
-                config, pool, listener, inventory, runtime, sink, agent_id, serving=serving
+                config, port, listener, inventory, runtime, sink, agent_id, serving=serving
             )
             await _serve(agent, listener, shipper, stop, registered)
     finally:
-        await pool.close()
         inventory.close()
     if agent.fenced:
         raise LeaseLost(

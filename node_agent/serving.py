@@ -19,21 +19,15 @@ import asyncio
 import json
 import logging
 import time
-import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
-from uuid import UUID
+from typing import Any, Protocol, TypeVar
+from uuid import UUID, uuid4
 
-import asyncpg
-
-from controlplane.database import DATABASE_ERRORS
-from controlplane.deployments.tasks import MAX_TRIES as MAX_TASK_TRIES
-from controlplane.deployments.wakeups import Wakeups, queue_key
-from controlplane.inference.progress import MAX_TRIES as MAX_QUERY_TRIES
-from controlplane.jobs.manifest import ServableSpec
-from controlplane.queries import Q
+from controlplane.agent_port.protocol import QueryQueue, ServingQueue
+from controlplane.agent_port.vocabulary import UNAVAILABLE, ClaimedTask, ServableSpec, TaskResults
+from controlplane.agent_port.wakes import Wakeups, queue_key
 from node_agent.inference import QueryFeed, stored
 from node_agent.packages import PackagesError, Site
 from node_agent.replica_client import ReplicaClient, ReplicaError, ReplicaGone, ReplicaRefused
@@ -65,18 +59,23 @@ class Batch:
         return sum(task.items for task in self.tasks)
 
 
+class Feeds(ServingQueue, QueryQueue, Protocol):
+    """What feeding replicas asks of the control plane: deployments' tasks, inference jobs'
+    queries."""
+
+
 class Serving:
     """The agent's side of serving: one per agent, shared by its replicas."""
 
     def __init__(
         self,
-        pool: asyncpg.Pool,
+        port: Feeds,
         listener: Wakeups,
         artifacts_dir: Path | None,
         site: Site,
         node: str,
     ) -> None:
-        self._pool = pool
+        self._port = port
         self.node = node
         self.listener = listener
         """Woken by the `serving` channel: each deployment's feeds by tasks queued for it."""
@@ -111,13 +110,10 @@ class Serving:
         replica: UUID,
         claim: UUID,
         known: Sequence[UUID] = (),
-    ) -> list[asyncpg.Record]:
+    ) -> list[ClaimedTask]:
         """Tasks taken under `claim`: those it holds besides `known` (a try whose answer was
         lost took them), else new ones."""
-        rows: list[asyncpg.Record] = await self._pool.fetch(
-            Q["claim_tasks"], tenant, deployment, most_items, claim, replica, list(known)
-        )
-        return rows
+        return await self._port.claim_tasks(tenant, deployment, most_items, claim, replica, known)
 
     async def finish(
         self,
@@ -132,34 +128,30 @@ class Serving:
         inference_ms: float | None,
     ) -> int:
         outputs, errors = outcome
-        recorded: int = await self._pool.fetchval(
-            Q["finish_tasks"],
-            [task.task_id for task in batch.tasks],
-            outputs,
-            errors,
-            batch.claim,
-            uuid.uuid4(),
-            tenant,
-            deployment,
-            invocation_ms,
-            inference_ms,
-            replica,
-            batch.items,
-            reason,
-            "failed" if any(errors) else "succeeded",
+        return await self._port.finish_tasks(
+            TaskResults(
+                claim=batch.claim,
+                task_ids=[task.task_id for task in batch.tasks],
+                outputs=outputs,
+                errors=errors,
+                tenant=tenant,
+                deployment=deployment,
+                replica=replica,
+                items=batch.items,
+                reason=reason,
+                invocation_ms=invocation_ms,
+                inference_ms=inference_ms,
+            )
         )
-        return recorded
 
     async def requeue(self, replica: UUID) -> None:
         """Give back what the replica held: its deployment's tasks, or its job's queries."""
-        async with self._pool.acquire() as conn, conn.transaction():
-            await conn.execute(Q["requeue_replica"], replica, MAX_TASK_TRIES)
-            await conn.execute(Q["give_back_queries"], replica, MAX_QUERY_TRIES)
+        await self._port.requeue_replica(replica)
 
     def queries(self, job_id: UUID, replica: UUID, note: Callable[[str], None]) -> QueryFeed:
         """The feed of an inference job's queries for one of its replicas."""
         return QueryFeed(
-            self._pool, self.listener, job_id=job_id, replica=replica, node=self.node, note=note
+            self._port, self.listener, job_id=job_id, replica=replica, node=self.node, note=note
         )
 
 
@@ -244,7 +236,7 @@ class _Replica:
         """Claimed tasks up to max_batch_size items: once one is queued, more are taken as
         they come until the batch is full or its oldest task has waited max_wait_ms."""
         most = self._spec.max_batch_size
-        claim = uuid.uuid4()
+        claim = uuid4()
         listener = self._serving.listener
         key = queue_key(self._tenant, self._spec.deployment)
         tasks: list[Claimed] = []
@@ -263,11 +255,9 @@ class _Replica:
                 )
             )
             if rows and not tasks:
-                waited_ms = max(row["age_ms"] for row in rows)
+                waited_ms = max(row.age_ms for row in rows)
                 deadline = time.monotonic() + max(0.0, self._spec.max_wait_ms - waited_ms) / 1000
-            tasks.extend(
-                Claimed(row["task_id"], row["items"], json.loads(row["input"])) for row in rows
-            )
+            tasks.extend(Claimed(row.task_id, row.items, json.loads(row.input)) for row in rows)
             if not tasks:
                 await listener.wait_for(key, seen)
                 continue
@@ -320,7 +310,7 @@ class _Replica:
         while True:
             try:
                 return await operation()
-            except DATABASE_ERRORS as exc:
+            except UNAVAILABLE as exc:
                 log.warning("replica %s: database unavailable (%s); retrying", self._job_id, exc)
                 await asyncio.sleep(RETRY_S)
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
-from controlplane.jobs.images import IMAGES_ENV, ImageAllowlist
+from controlplane.agent_port.vocabulary import IMAGES_ENV, ImageAllowlist
 
 UNIT_NAME = "trainyard-agent.service"
 DEFAULT_UNIT_DIR = Path("/etc/systemd/system")

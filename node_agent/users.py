@@ -16,10 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from uuid import UUID
 
-import asyncpg
-
-from controlplane.agents.claims import uids_exhausted
-from controlplane.queries import Q
+from controlplane.agent_port.protocol import FolderRecords
+from controlplane.agent_port.vocabulary import uids_exhausted
 
 log = logging.getLogger(__name__)
 
@@ -74,8 +72,8 @@ class Users:
     removed the job's folders (`node_agent.folders.JobFolders`). No two jobs share a uid while
     a file of either may exist: not on two nodes at once, and not one after the other."""
 
-    def __init__(self, pool: asyncpg.Pool, uids: UidRange, *, root: bool) -> None:
-        self._pool = pool
+    def __init__(self, port: FolderRecords, uids: UidRange, *, root: bool) -> None:
+        self._port = port
         self._uids = uids
         self._root = root
 
@@ -93,9 +91,7 @@ class Users:
         holds one outside this node's range (the fleet's nodes disagree on the range)."""
         if not self._root:
             return None
-        uid = await self._pool.fetchval(
-            Q["allocate_learner_uid"], job_id, self._uids.start, self._uids.count
-        )
+        uid = await self._port.allocate_uid(job_id, self._uids.uids)
         if uid is None:
             raise NoUid(uids_exhausted(self._uids.uids))
         if uid not in self._uids:

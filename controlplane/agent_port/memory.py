@@ -135,6 +135,8 @@ class MemoryPort:
         self._held: dict[tuple[UUID, int, int], _Held] = {}
         self._lines: dict[Series, dict[int, LogLine]] = {}
         self._last_id: defaultdict[UUID, int] = defaultdict(int)
+        self._stored: defaultdict[UUID, list[LogLine]] = defaultdict(list)
+        """Each job's lines in the order they were stored (the order of their ids)."""
         self._uids: dict[UUID, int] = {}
         self._folders: dict[tuple[UUID, str], _Folders] = {}
         self._expired: set[UUID] = set()
@@ -299,6 +301,7 @@ class MemoryPort:
             if line.seq <= max(series, default=0):
                 continue
             series[line.seq] = line
+            self._stored[line.job_id].append(line)
             stored += 1
         return stored
 
@@ -534,13 +537,8 @@ class MemoryPort:
         return self._job(job_id)
 
     def lines(self, job_id: UUID) -> list[LogLine]:
-        """The job's stored lines, series by series in seq order."""
-        return [
-            line
-            for series, lines in sorted(self._lines.items(), key=lambda kv: str(kv[0]))
-            if series[0] == job_id
-            for _, line in sorted(lines.items())
-        ]
+        """The job's stored lines, in the order they were stored."""
+        return list(self._stored[job_id])
 
     def lose(self, node: str) -> None:
         """The lifecycle manager declared the node lost: its lease is no one's."""

@@ -1,4 +1,5 @@
-"""The node agent end to end: real Postgres, real child processes, fake GPUs."""
+"""The node agent: real child processes, fake GPUs, on the port's in-memory twin; end to end on
+real Postgres for a job's whole run, a cancelled agent's shutdown and a lost database."""
 
 from __future__ import annotations
 
@@ -18,8 +19,10 @@ from controlplane.jobs.events import CheckpointSaved
 from controlplane.jobs.lifecycle import Cancel, JobStatus, RequestCheckpoint
 from controlplane.jobs.limits import JobLimits
 from controlplane.jobs.manifest import JobManifest
+from node_agent.service import LeaseLost
 from runners import protocol
 from tests.cluster import A_WHOLE_RUN, USER, Plane, RunningAgent, agent_config
+from tests.node_agent.twin import Twin, TwinAgent
 from tests.polling import eventually
 
 PRINT_GPUS = [
@@ -47,10 +50,26 @@ async def test_a_job_runs_to_completion_on_its_own_gpu_with_its_logs(
     await eventually(released, seconds=10)
 
 
-async def test_two_jobs_never_share_the_node_s_gpus(plane: Plane, agent: RunningAgent) -> None:
+async def test_on_the_twin_a_job_runs_to_completion_and_its_gpu_goes_back(
+    twin: Twin, twin_agent: TwinAgent
+) -> None:
+    job_id = await twin.submit(PRINT_GPUS)
+    job = await twin.state(job_id, JobStatus.COMPLETED)
+    assert job.exit_codes == [0]
+    assert [t.state for t in job.transitions] == A_WHOLE_RUN
+    assert len(job.gpus) == 1 and job.nodes == ["n1"]
+    await wait_for_line(twin, job_id, f"gpus={job.gpus[0]}")
+
+    async def released() -> bool:
+        return await twin.port.allocations("n1") == []
+
+    await eventually(released, seconds=10)
+
+
+async def test_two_jobs_never_share_the_node_s_gpus(twin: Twin, twin_agent: TwinAgent) -> None:
     sleeper = [sys.executable, "-c", "import time; time.sleep(1)"]
-    jobs = [await plane.submit(sleeper) for _ in range(3)]
-    finished = [await plane.state(j, JobStatus.COMPLETED) for j in jobs]
+    jobs = [await twin.submit(sleeper) for _ in range(3)]
+    finished = [await twin.state(j, JobStatus.COMPLETED) for j in jobs]
     assert all(len(job.gpus) == 1 for job in finished)
     # Two GPUs, three jobs: the third waited for a free GPU; the two that overlapped differed.
     starts = sorted(finished, key=lambda job: job.transitions[1].at)
@@ -58,24 +77,24 @@ async def test_two_jobs_never_share_the_node_s_gpus(plane: Plane, agent: Running
 
 
 async def test_a_failing_command_fails_the_job_with_its_exit_code(
-    plane: Plane, agent: RunningAgent
+    twin: Twin, twin_agent: TwinAgent
 ) -> None:
-    job_id = await plane.submit(
+    job_id = await twin.submit(
         [sys.executable, "-c", "print('about to fail'); raise SystemExit(3)"]
     )
-    job = await plane.state(job_id, JobStatus.FAILED)
+    job = await twin.state(job_id, JobStatus.FAILED)
     assert job.exit_codes == [3]
     assert job.failure_reason is not None and "exited with code 3" in job.failure_reason
-    await wait_for_line(plane, job_id, "about to fail")
+    await wait_for_line(twin, job_id, "about to fail")
 
 
 async def test_a_command_that_cannot_start_fails_with_the_error(
-    plane: Plane, agent: RunningAgent
+    twin: Twin, twin_agent: TwinAgent
 ) -> None:
-    job_id = await plane.submit(["no-such-program-anywhere", "--flag"])
-    job = await plane.state(job_id, JobStatus.FAILED)
+    job_id = await twin.submit(["no-such-program-anywhere", "--flag"])
+    job = await twin.state(job_id, JobStatus.FAILED)
     assert job.failure_reason is not None and "no-such-program-anywhere" in job.failure_reason
-    await wait_for_line(plane, job_id, "no-such-program-anywhere")
+    await wait_for_line(twin, job_id, "no-such-program-anywhere")
 
 
 SIGNALLED = (
@@ -89,7 +108,7 @@ SIGNALLED = (
 SLEEPER = [sys.executable, "-c", SIGNALLED]
 
 
-async def wait_for_line(plane: Plane, job_id: UUID, text: str) -> None:
+async def wait_for_line(plane: Plane | Twin, job_id: UUID, text: str) -> None:
     async def logged() -> bool:
         with contextlib.suppress(*DATABASE_ERRORS):
             return any(text in line for line in await plane.log_text(job_id))
@@ -99,45 +118,43 @@ async def wait_for_line(plane: Plane, job_id: UUID, text: str) -> None:
 
 
 async def test_checkpoint_requests_and_cancel_reach_the_learner(
-    plane: Plane, agent: RunningAgent, owner: asyncpg.Connection
+    twin: Twin, twin_agent: TwinAgent
 ) -> None:
-    job_id = await plane.submit(SLEEPER)
-    await plane.state(job_id, JobStatus.PROCESSING)
-    await wait_for_line(plane, job_id, "ready")
-    await plane.jobs.execute(job_id, RequestCheckpoint(at=SYSTEM_CLOCK.now()), USER)
-    await wait_for_line(plane, job_id, "checkpoint requested")
-    await plane.jobs.execute(job_id, Cancel(reason="enough", at=SYSTEM_CLOCK.now()), USER)
-    await wait_for_line(plane, job_id, "terminating")  # SIGTERM, within the grace period
+    job_id = await twin.submit(SLEEPER)
+    await twin.state(job_id, JobStatus.PROCESSING)
+    await wait_for_line(twin, job_id, "ready")
+    await twin.jobs.execute(job_id, RequestCheckpoint(at=SYSTEM_CLOCK.now()), USER)
+    await wait_for_line(twin, job_id, "checkpoint requested")
+    await twin.jobs.execute(job_id, Cancel(reason="enough", at=SYSTEM_CLOCK.now()), USER)
+    await wait_for_line(twin, job_id, "terminating")  # SIGTERM, within the grace period
 
     async def released() -> bool:
-        return not await owner.fetchval("SELECT count(*) FROM allocated_gpus")
+        return await twin.port.allocations("n1") == []
 
     await eventually(released)
-    assert (await plane.state(job_id, JobStatus.CANCELLED)).failure_reason is None
+    assert (await twin.state(job_id, JobStatus.CANCELLED)).failure_reason is None
 
 
 async def test_a_name_held_by_a_live_agent_is_refused(
-    plane: Plane, agent: RunningAgent, tmp_path: Path
+    twin: Twin, twin_agent: TwinAgent, tmp_path: Path
 ) -> None:
     elsewhere = agent_config(tmp_path / "another-machine")
     with pytest.raises(NodeNameTaken, match="held by a live agent"):
-        await RunningAgent(plane.url, elsewhere, fake_gpus=1).started()
+        await TwinAgent(twin, elsewhere, fake_gpus=1).started()
 
 
 async def test_stopping_the_agent_sends_running_jobs_back_to_the_queue(
-    plane: Plane, tmp_path: Path
+    twin: Twin, tmp_path: Path
 ) -> None:
-    running = await RunningAgent(
-        plane.url, agent_config(tmp_path, grace_s=5), fake_gpus=1
-    ).started()
-    job_id = await plane.submit(SLEEPER)
-    await plane.state(job_id, JobStatus.PROCESSING)
-    await wait_for_line(plane, job_id, "ready")
+    running = await TwinAgent(twin, agent_config(tmp_path, grace_s=5), fake_gpus=1).started()
+    job_id = await twin.submit(SLEEPER)
+    await twin.state(job_id, JobStatus.PROCESSING)
+    await wait_for_line(twin, job_id, "ready")
     await running.finish()
-    job = await plane.state(job_id, JobStatus.QUEUED)
+    job = await twin.state(job_id, JobStatus.QUEUED)
     assert job.attempt == 2 and job.restarts == 1
     assert job.transitions[-1].reason == "node agent stopped"
-    await wait_for_line(plane, job_id, "terminating")
+    await wait_for_line(twin, job_id, "terminating")
 
 
 async def test_a_cancelled_agent_stops_as_a_stopped_one_does_before_the_cancellation_goes_on(
@@ -187,20 +204,20 @@ async def test_losing_the_database_keeps_learners_running_and_catches_up(
 
 
 async def test_data_that_cannot_be_fetched_fails_the_job_in_downloading(
-    plane: Plane, agent: RunningAgent, tmp_path: Path
+    twin: Twin, twin_agent: TwinAgent, tmp_path: Path
 ) -> None:
     missing = f"file://{tmp_path}/no-such-data.bin"
-    job_id = await plane.submit(
+    job_id = await twin.submit(
         [sys.executable, "-c", "print('never runs')"], data={"source": missing}
     )
-    job = await plane.state(job_id, JobStatus.FAILED)
+    job = await twin.state(job_id, JobStatus.FAILED)
     assert [t.state for t in job.transitions][-2:] == [JobStatus.DOWNLOADING, JobStatus.FAILED]
     assert job.failure_reason is not None and missing in job.failure_reason
-    assert "never runs" not in await plane.log_text(job_id)
+    assert "never runs" not in await twin.log_text(job_id)
 
 
 async def test_checkpoint_reports_past_the_jobs_rate_are_not_recorded_and_say_so(
-    plane: Plane, agent: RunningAgent
+    twin: Twin, twin_agent: TwinAgent
 ) -> None:
     report = protocol.CheckpointSaved(
         at=SYSTEM_CLOCK.now(), step=0, path="/forged", size_bytes=1, sha256="0" * 64, duration_s=0.0
@@ -217,13 +234,11 @@ async def test_checkpoint_reports_past_the_jobs_rate_are_not_recorded_and_say_so
     )
     manifest = JobManifest(name="t", image="i", command=[sys.executable, "-c", script])
     # Burst 10 reports, then one a second: at most a few more while it runs.
-    job, _ = await plane.jobs.submit("acme", manifest, USER, None, JobLimits(reports_per_s=1))
-    await plane.state(job.job_id, JobStatus.COMPLETED)
-    saved = [
-        r for r in await plane.jobs.history(job.job_id) if isinstance(r.event, CheckpointSaved)
-    ]
+    job, _ = await twin.jobs.submit("acme", manifest, USER, None, JobLimits(reports_per_s=1))
+    await twin.state(job.job_id, JobStatus.COMPLETED)
+    saved = [r for r in await twin.jobs.history(job.job_id) if isinstance(r.event, CheckpointSaved)]
     assert 10 <= len(saved) <= 14
-    await wait_for_line(plane, job.job_id, "not recorded: this job's learners may report 1 per")
+    await wait_for_line(twin, job.job_id, "not recorded: this job's learners may report 1 per")
 
 
 def _report_then_exit_1(path: str) -> list[str]:
@@ -248,30 +263,46 @@ def _checkpoint_then_exit_1() -> list[str]:
 
 
 async def test_a_checkpoint_reported_outside_the_learners_folder_is_not_recorded(
-    plane: Plane, agent: RunningAgent
+    twin: Twin, twin_agent: TwinAgent
 ) -> None:
     # The path is the learner's word; the control plane reads it back to resume from it and to
     # publish it as a model: one outside the learner's folder would name another's file.
     for forged in ("/etc/shadow", "{folder}/../../../other-job/checkpoints/learner-0/5"):
-        job_id = await plane.submit(_report_then_exit_1(forged), max_restarts=0)
-        job = await plane.state(job_id, JobStatus.FAILED)
+        job_id = await twin.submit(_report_then_exit_1(forged), max_restarts=0)
+        job = await twin.state(job_id, JobStatus.FAILED)
         assert job.last_checkpoint is None
-        await wait_for_line(plane, job_id, "not in the learner's checkpoint folder")
+        await wait_for_line(twin, job_id, "not in the learner's checkpoint folder")
 
 
 async def test_restart_on_infrastructure_fails_a_non_zero_exit_and_says_how_to_change_that(
-    plane: Plane, agent: RunningAgent
+    twin: Twin, twin_agent: TwinAgent
 ) -> None:
-    job_id = await plane.submit(_checkpoint_then_exit_1(), restart_on="infrastructure")
-    job = await plane.state(job_id, JobStatus.FAILED)
+    job_id = await twin.submit(_checkpoint_then_exit_1(), restart_on="infrastructure")
+    job = await twin.state(job_id, JobStatus.FAILED)
     assert job.last_checkpoint is not None and job.attempt == 1
     assert job.failure_reason is not None
     assert "exited with code 1 (restart_on is infrastructure: not retried" in job.failure_reason
     assert "set restart_on: any_failure" in job.failure_reason
 
     # The default retries it (from its checkpoint), here up to a limit of none.
-    job_id = await plane.submit(_checkpoint_then_exit_1(), max_restarts=0)
-    job = await plane.state(job_id, JobStatus.FAILED)
+    job_id = await twin.submit(_checkpoint_then_exit_1(), max_restarts=0)
+    job = await twin.state(job_id, JobStatus.FAILED)
     assert job.failure_reason is not None
     assert job.failure_reason.startswith("restart limit (0) reached")
     assert job.failure_reason.endswith("(max_restarts sets the limit)")
+
+
+async def test_an_agent_whose_node_is_declared_lost_kills_its_learners_and_stops(
+    twin: Twin, tmp_path: Path
+) -> None:
+    running = await TwinAgent(twin, agent_config(tmp_path), fake_gpus=1).started()
+    job_id = await twin.submit(SLEEPER)
+    await twin.state(job_id, JobStatus.PROCESSING)
+    await wait_for_line(twin, job_id, "ready")
+    twin.port.lose("n1")
+    with pytest.raises(LeaseLost, match="lost its lease"):
+        await asyncio.wait_for(running.task, 30)
+    # Fenced: its learner stopped without a report (no exit, no requeue): the job is left for
+    # the control plane, which restarts a lost node's jobs elsewhere.
+    job = await twin.state(job_id, JobStatus.PROCESSING)
+    assert job.attempt == 1 and job.nodes == ["n1"] and job.exit_codes == []

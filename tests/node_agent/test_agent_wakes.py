@@ -10,16 +10,13 @@ from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 from uuid import UUID
 
 import asyncpg
 import pytest
 
-import node_agent.agent
-from controlplane.agents.claims import claim
+from controlplane.agent_port.postgres import PostgresPort
 from controlplane.clock import SYSTEM_CLOCK
-from controlplane.events.store import EventStore
 from controlplane.jobs.lifecycle import Cancel, Job, JobStatus, RequestCheckpoint, SaveCheckpoint
 from controlplane.scheduling.claim import Claim
 from tests.cluster import USER, Plane, RunningAgent, agent_config
@@ -56,13 +53,13 @@ def claims(monkeypatch: pytest.MonkeyPatch) -> Iterator[Counter[str]]:
     """How many claims each node's agent has run (the real claim, counted)."""
     counted: Counter[str] = Counter()
 
-    async def counting(
-        pool: asyncpg.Pool, store: EventStore, node: str, **options: Any
-    ) -> list[Claim]:
-        counted[node] += 1
-        return await claim(pool, store, node, **options)
+    original = PostgresPort.claim
 
-    monkeypatch.setattr(node_agent.agent, "claim", counting)
+    async def counting(port: PostgresPort, node: str, *, uids: range | None) -> list[Claim]:
+        counted[node] += 1
+        return await original(port, node, uids=uids)
+
+    monkeypatch.setattr(PostgresPort, "claim", counting)
     yield counted
 
 

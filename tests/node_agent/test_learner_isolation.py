@@ -26,8 +26,9 @@ from node_agent.learners import job_dir, learner_dir
 from node_agent.process_runtime import ProcessRuntime, find_learners, process_env
 from node_agent.runtime import Folder, LearnerSpec, LearnerStartError, Shared
 from node_agent.users import UidRange
-from tests.cluster import Plane, RunningAgent, learner_space
+from tests.cluster import learner_space
 from tests.node_agent.test_agent import wait_for_line
+from tests.node_agent.twin import Twin, TwinAgent
 from tests.polling import eventually
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the agent must be root to do this")
@@ -57,7 +58,7 @@ names in its environment."""
 
 
 async def test_a_learner_runs_as_its_job_s_own_user_and_reads_nothing_of_the_agent_s(
-    plane: Plane, agent: RunningAgent, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    twin: Twin, twin_agent: TwinAgent, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     home = tmp_path / "home"
     home.mkdir()
@@ -67,11 +68,11 @@ async def test_a_learner_runs_as_its_job_s_own_user_and_reads_nothing_of_the_age
     # What the agent's environment holds (the database URL with its password, say).
     monkeypatch.setenv("TRAINYARD_DATABASE_URL", "postgresql://agent:secret@db/trainyard")
     agent_environ = f"/proc/{os.getpid()}/environ"
-    job_id = await plane.submit([sys.executable, "-c", PROBE, str(token), agent_environ])
-    await plane.state(job_id, JobStatus.COMPLETED)
+    job_id = await twin.submit([sys.executable, "-c", PROBE, str(token), agent_environ])
+    await twin.state(job_id, JobStatus.COMPLETED)
     # Neither is in its sandbox: the agent is not in its pid namespace, its home not mounted.
-    await wait_for_line(plane, job_id, f"refused {agent_environ} FileNotFoundError")
-    lines = await plane.log_text(job_id)
+    await wait_for_line(twin, job_id, f"refused {agent_environ} FileNotFoundError")
+    lines = await twin.log_text(job_id)
     assert f"refused {token} FileNotFoundError" in lines
     [ids] = [line.split(" ", 1)[1] for line in lines if line.startswith("ids ")]
     uid, gid, groups = ids.split(" ", 2)
@@ -80,23 +81,23 @@ async def test_a_learner_runs_as_its_job_s_own_user_and_reads_nothing_of_the_age
     assert "TRAINYARD_DATABASE_URL" not in env
     assert not [name for name in env if "TOKEN" in name]
     # Its folders are its user's alone.
-    info = job_dir(agent.config.work_dir, job_id).stat()
+    info = job_dir(twin_agent.config.work_dir, job_id).stat()
     assert (info.st_uid, info.st_mode & 0o777) == (int(uid), 0o700)
-    assert agent.config.work_dir.stat().st_mode & 0o777 == 0o711
+    assert twin_agent.config.work_dir.stat().st_mode & 0o777 == 0o711
 
 
 async def test_two_jobs_run_as_two_users_and_cannot_read_each_other_s_folders(
-    plane: Plane, agent: RunningAgent, tmp_path: Path
+    twin: Twin, twin_agent: TwinAgent, tmp_path: Path
 ) -> None:
     sleeper = [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(30)"]
-    first = await plane.submit(sleeper)
-    await wait_for_line(plane, first, "up")
-    other = job_dir(agent.config.work_dir, first)
-    second = await plane.submit([sys.executable, "-c", PROBE, str(other / "attempt-1")])
-    await plane.state(second, JobStatus.COMPLETED)
+    first = await twin.submit(sleeper)
+    await wait_for_line(twin, first, "up")
+    other = job_dir(twin_agent.config.work_dir, first)
+    second = await twin.submit([sys.executable, "-c", PROBE, str(other / "attempt-1")])
+    await twin.state(second, JobStatus.COMPLETED)
     # Not in its sandbox, which has its own job's folder alone.
-    await wait_for_line(plane, second, f"refused {other / 'attempt-1'} FileNotFoundError")
-    owners = {job_dir(agent.config.work_dir, j).stat().st_uid for j in (first, second)}
+    await wait_for_line(twin, second, f"refused {other / 'attempt-1'} FileNotFoundError")
+    owners = {job_dir(twin_agent.config.work_dir, j).stat().st_uid for j in (first, second)}
     assert len(owners) == 2 and all(uid in UIDS for uid in owners)
 
 
@@ -246,21 +247,21 @@ def test_a_results_location_that_leaves_its_root_is_refused_on_the_node(tmp_path
 
 
 async def test_a_location_the_node_does_not_allow_fails_the_job_with_the_reason(
-    plane: Plane, agent: RunningAgent
+    twin: Twin, twin_agent: TwinAgent
 ) -> None:
     # Accepted by a control plane with other roots (or before the operator changed them): the
     # node checks again, and the attempt ends at once with the reason, never hangs.
-    job_id = await plane.submit(
+    job_id = await twin.submit(
         [sys.executable, "-c", "print('never runs')"],
         results={"location": "file:///etc/trainyard-results"},
         deploy_retries=0,
         deploy_timeout_s=3600,
     )
-    job = await plane.state(job_id, JobStatus.FAILED)
+    job = await twin.state(job_id, JobStatus.FAILED)
     assert job.failure_reason is not None
     assert "results.location '/etc/trainyard-results' is not under a root" in job.failure_reason
-    await wait_for_line(plane, job_id, "learner 0 failed to start: results.location")
-    assert "never runs" not in await plane.log_text(job_id)
+    await wait_for_line(twin, job_id, "learner 0 failed to start: results.location")
+    assert "never runs" not in await twin.log_text(job_id)
 
 
 def test_a_promoted_trial_takes_over_its_earlier_rung_s_files_and_nothing_else(

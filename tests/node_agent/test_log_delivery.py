@@ -14,6 +14,8 @@ import asyncpg
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
+from controlplane.agent_port.memory import MemoryPort
+from controlplane.agent_port.postgres import PostgresPort
 from controlplane.clock import SYSTEM_CLOCK
 from controlplane.events.metadata import Metadata
 from controlplane.http.app import create_app
@@ -22,7 +24,7 @@ from controlplane.jobs.limits import JobLimits
 from controlplane.jobs.manifest import JobManifest
 from controlplane.jobs.streams import job_stream
 from controlplane.logs.lines import Stream
-from controlplane.logs.store import read_lines, write_lines
+from controlplane.logs.store import read_lines
 from controlplane.tenants.service import create_tenant
 from node_agent import attempt as attempt_module
 from node_agent.learners import learner_dir
@@ -101,7 +103,9 @@ async def test_one_job_s_flood_never_drops_another_job_s_lines(
 ) -> None:
     chatty, quiet = uuid4(), uuid4()
     size = len(line(quiet, 1).text) + LINE_OVERHEAD
-    shipper = LogShipper(pool, batch_lines=100, flush_interval_s=0.02, job_buffer_chars=50 * size)
+    shipper = LogShipper(
+        PostgresPort(pool), batch_lines=100, flush_interval_s=0.02, job_buffer_chars=50 * size
+    )
     running = asyncio.create_task(shipper.run())
     shipper.add(line(chatty, 1))
     await shipper.flush()
@@ -125,13 +129,12 @@ async def test_one_job_s_flood_never_drops_another_job_s_lines(
     assert flooded[-1].startswith("[trainyard] ") and "lines dropped" in flooded[-1]
 
 
-async def test_a_job_s_limits_count_what_is_stored_then_one_marker_and_a_count(
-    pool: asyncpg.Pool,
-) -> None:
+async def test_a_job_s_limits_count_what_is_stored_then_one_marker_and_a_count() -> None:
     job = uuid4()
+    port = MemoryPort()
     # An earlier attempt (or agent) stored 3 lines already.
-    await write_lines(pool, [line(job, seq, attempt=1) for seq in range(1, 4)])
-    shipper = LogShipper(pool)
+    await port.write_lines([line(job, seq, attempt=1) for seq in range(1, 4)])
+    shipper = LogShipper(port)
     await shipper.open(job, JobLimits(log_lines=10, log_bytes=10_000))
     for seq in range(1, 21):
         shipper.add(line(job, seq, attempt=2))
@@ -140,7 +143,7 @@ async def test_a_job_s_limits_count_what_is_stored_then_one_marker_and_a_count(
     await shipper.seal(job)
     assert shipper.pending == 0 and shipper.dropped == 18
 
-    stored = [s.line for s in await read_lines(pool, job, attempt=2)]
+    stored = [x for x in port.lines(job) if x.attempt == 2]
     assert [(x.stream, x.seq) for x in stored] == [
         *((Stream.STDOUT, seq) for seq in range(1, 9)),
         (Stream.STDOUT, 20),
@@ -156,15 +159,16 @@ async def test_a_job_s_limits_count_what_is_stored_then_one_marker_and_a_count(
     )
 
 
-async def test_a_job_s_byte_limit_counts_utf8_bytes(pool: asyncpg.Pool) -> None:
+async def test_a_job_s_byte_limit_counts_utf8_bytes() -> None:
     job = uuid4()
-    shipper = LogShipper(pool)
+    port = MemoryPort()
+    shipper = LogShipper(port)
     await shipper.open(job, JobLimits(log_lines=1000, log_bytes=10))
     shipper.add(line(job, 1, text="☃☃☃"))  # 9 bytes
     shipper.add(line(job, 2, text="ab"))  # 11 in all: past the limit
     shipper.add(line(job, 3, text="a"))  # would fit, but the limit is reached for good
     await shipper.seal(job)
-    texts = [s.line.text for s in await read_lines(pool, job)]
+    texts = [x.text for x in port.lines(job)]
     assert texts[0] == "☃☃☃" and "log limit is reached" in texts[1]
     assert texts[2] == "[trainyard] 1 line dropped (seq 3): the job's log limit was reached"
 

@@ -13,6 +13,7 @@ from uuid import UUID, uuid4
 import asyncpg
 import pytest
 
+from controlplane.agent_port.vocabulary import Allocation
 from controlplane.agents.lost_nodes import LostNodes
 from controlplane.clock import SYSTEM_CLOCK
 from controlplane.jobs.lifecycle import Job, JobStatus, Submit, decide, replay
@@ -20,9 +21,10 @@ from controlplane.jobs.manifest import JobManifest
 from harness.agent_process import AgentProcess
 from node_agent.identity import WorkDirInUse, agent_identity
 from node_agent.process_runtime import find_learners
-from node_agent.reconcile import Allocation, VersionedJob, plan
+from node_agent.reconcile import VersionedJob, plan
 from node_agent.runtime import FoundLearner
-from tests.cluster import Plane, RunningAgent, learner_space
+from tests.cluster import Plane, learner_space
+from tests.node_agent.twin import Twin, TwinAgent
 from tests.polling import eventually
 
 LINES = 300
@@ -141,11 +143,11 @@ async def test_a_returning_agent_kills_learners_whose_job_moved_on(
 
 
 async def test_a_second_agent_on_the_same_work_directory_is_refused(
-    plane: Plane, agent: RunningAgent, tmp_path: Path
+    twin: Twin, twin_agent: TwinAgent
 ) -> None:
-    same_dir = replace(agent.config, name="other")
+    same_dir = replace(twin_agent.config, name="other")
     with pytest.raises(WorkDirInUse, match="another agent is running on work directory"):
-        await RunningAgent(plane.url, same_dir, fake_gpus=1).started()
+        await TwinAgent(twin, same_dir, fake_gpus=1).started()
 
 
 def test_the_agent_identity_survives_a_restart(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from hypothesis import given
 from hypothesis import strategies as st
 
+from controlplane.agent_port.postgres import PostgresPort
 from controlplane.clock import SYSTEM_CLOCK
 from controlplane.events.metadata import Metadata
 from controlplane.events.store import EventStore
@@ -267,7 +268,7 @@ async def test_the_shipper_stores_every_line_in_order_and_ships_the_rest_on_stop
     pool: asyncpg.Pool,
 ) -> None:
     job = uuid4()
-    shipper = LogShipper(pool, batch_lines=7, flush_interval_s=0.05)
+    shipper = LogShipper(PostgresPort(pool), batch_lines=7, flush_interval_s=0.05)
     running = asyncio.create_task(shipper.run())
     lines = [
         line(job, seq, learner=seq % 3, stream=Stream.STDOUT if seq % 2 else Stream.STDERR)
@@ -289,7 +290,9 @@ async def test_a_slow_database_never_blocks_the_shipper_and_dropped_lines_leave_
 ) -> None:
     job = uuid4()
     size = len(line(job, 1).text) + LINE_OVERHEAD
-    shipper = LogShipper(pool, batch_lines=100, flush_interval_s=0.02, job_buffer_chars=5 * size)
+    shipper = LogShipper(
+        PostgresPort(pool), batch_lines=100, flush_interval_s=0.02, job_buffer_chars=5 * size
+    )
     running = asyncio.create_task(shipper.run())
     shipper.add(line(job, 1))
     await shipper.flush()
@@ -320,7 +323,9 @@ async def test_the_shipper_retries_while_the_database_refuses_and_gives_up_only_
     pool: asyncpg.Pool, owner: asyncpg.Connection, caplog: pytest.LogCaptureFixture
 ) -> None:
     job = uuid4()
-    shipper = LogShipper(pool, flush_interval_s=0.02, retry_s=0.05, stop_timeout_s=0.3)
+    shipper = LogShipper(
+        PostgresPort(pool), flush_interval_s=0.02, retry_s=0.05, stop_timeout_s=0.3
+    )
     running = asyncio.create_task(shipper.run())
     await owner.execute("REVOKE INSERT ON job_logs FROM trainyard_app")
     shipper.add(line(job, 1))
