@@ -72,6 +72,18 @@ RULES: list[tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = [
 ]
 
 
+ONLY: list[tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = [
+    # (modules under, may import of these, only what is under these)
+    # The agent speaks to the control plane through its port alone (controlplane.agent_port),
+    # driving jobs by the pure lifecycle's commands: never its services, tables or SQL.
+    (
+        ("node_agent",),
+        ("controlplane",),
+        ("controlplane.agent_port", "controlplane.jobs.lifecycle"),
+    ),
+]
+
+
 def _modules() -> Iterator[tuple[str, Path]]:
     for package in (FRONT_DOOR, *PACKAGES):
         for path in sorted((ROOT / package).rglob("*.py")):
@@ -101,8 +113,28 @@ def broken(rules: list[tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]]
     return found
 
 
+def beyond(only: list[tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]]) -> list[str]:
+    """The imports of `within` that are not of `allowed`, by modules under `under`."""
+    found = []
+    for module, path in _modules():
+        for under, within, allowed in only:
+            if _under(module, under):
+                found += [
+                    f"{module} imports {n}"
+                    for n in _imports(path)
+                    if _under(n, within) and not _under(n, allowed)
+                ]
+    return found
+
+
 def test_every_package_imports_only_what_the_layout_allows() -> None:
     assert broken(RULES) == []
+    assert beyond(ONLY) == []
+
+
+def test_an_allow_list_that_the_code_goes_beyond_is_reported() -> None:
+    # The agent drives jobs by the lifecycle's commands: the port alone is not enough.
+    assert beyond([(("node_agent",), ("controlplane",), ("controlplane.agent_port",))]) != []
 
 
 @pytest.mark.parametrize(
