@@ -14,17 +14,23 @@ Run where a GPU is (it proves nothing elsewhere):
   per second and each call's p50 at the same batch sizes: what serving adds on the replica's
   side (the queue in Postgres comes on top, see `trainyard bench serving`);
 - vision: inference jobs' queries (16 generated 3x224x224 images each) of ResNet18 and AlexNet
-  on the GPU, run directly and by a replica pinned to it: queries per second, and the load.
+  on the GPU, run directly and by a replica pinned to it: queries per second, and the load;
+- distributed: the DDP digits example (`runners.examples.digits_ddp`) as a one-rank NCCL process
+  group on the GPU (env:// on 127.0.0.1) against the same run on the CPU with gloo (the weights'
+  max abs difference, reported against a stated tolerance, not asserted), NCCL's version, and two
+  ranks with gloo on CUDA tensors on the one GPU. Skipped, saying why, where there is no GPU.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import importlib.util
 import json
 import logging
 import os
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
@@ -218,6 +224,107 @@ async def vision(
     return {"batch": BATCH, "image": [3, 224, 224], **results}
 
 
+DDP_STEPS = 20
+DDP_TOLERANCE = 1e-4
+"""What the GPU's weights may differ by from the CPU's after DDP_STEPS steps: float32 either way,
+but cuBLAS and the CPU's BLAS sum in other orders, and Adam carries the differences forward."""
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def _ddp_run(
+    work: Path, name: str, world: int, *args: str, timeout_s: float = 300
+) -> dict[str, Any]:
+    """The DDP digits example run as `world` ranks on 127.0.0.1 (env://); rank 0's result file,
+    with the weights it wrote (`name`.pt) beside it."""
+    port = _free_port()
+    command = [
+        *(sys.executable, "-m", "runners.examples.digits_ddp", "--steps", str(DDP_STEPS)),
+        *("--result", str(work / f"{name}.json"), "--weights", str(work / f"{name}.pt"), *args),
+    ]
+    contract = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": str(world)}
+    ranks = [
+        subprocess.Popen(
+            command,
+            env={
+                **os.environ,
+                **contract,
+                "RANK": str(rank),
+                "TRAINYARD_RENDEZVOUS_TIMEOUT_S": "60",
+            },
+            # Its own lines to stderr: stdout is the JSON object's alone.
+            stdout=sys.stderr,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank in range(world)
+    ]
+    failures = []
+    for rank, process in enumerate(ranks):
+        _, stderr = process.communicate(timeout=timeout_s)
+        if process.returncode != 0:
+            failures.append(f"rank {rank} exited {process.returncode}: {stderr[-2000:]}")
+    if failures:
+        raise RuntimeError("; ".join(failures))
+    done: dict[str, Any] = json.loads((work / f"{name}.json").read_text())
+    return done
+
+
+def distributed(gpus: list[dict[str, Any]]) -> dict[str, Any]:
+    """The DDP digits example on the GPU (NCCL, one rank) against the CPU (gloo), and two ranks
+    with gloo on CUDA tensors; {"skipped": why} where there is no GPU."""
+    import torch
+
+    if not gpus or not torch.cuda.is_available():
+        return {"skipped": "no GPU here (NVML lists none, or CUDA is not available to torch)"}
+    if importlib.util.find_spec("pydantic") is None:
+        # runners.distributed runs without it, but the example's model is digits.py's, whose
+        # hyperparameters are a pydantic model.
+        return {"skipped": "pydantic is not installed: runners.examples.digits imports it"}
+    nccl = torch.cuda.nccl.version()  # type: ignore[no-untyped-call]  # torch leaves it bare
+    result: dict[str, Any] = {
+        "nccl_version": ".".join(map(str, nccl)),
+        "steps": DDP_STEPS,
+        "tolerance": DDP_TOLERANCE,
+        "nccl_two_ranks": "not run: NCCL refuses two ranks on one GPU (duplicate GPU); "
+        "two ranks run with gloo on CUDA tensors instead",
+    }
+    with tempfile.TemporaryDirectory(prefix="trainyard-gpu-check-") as work:
+        folder = Path(work)
+        try:
+            started = time.perf_counter()
+            gpu = _ddp_run(folder, "nccl", 1, "--backend", "nccl", "--device", "cuda")
+            result["nccl_one_rank_s"] = round(time.perf_counter() - started, 1)
+            cpu = _ddp_run(folder, "cpu", 1, "--backend", "gloo", "--device", "cpu")
+            pair = _ddp_run(folder, "gloo_cuda", 2, "--backend", "gloo", "--device", "cuda")
+        except (RuntimeError, subprocess.TimeoutExpired, OSError, ValueError) as error:
+            # Reported, not raised: the other sections' results still come out.
+            return {**result, "error": str(error)[-4000:]}
+        weights = {
+            name: torch.load(folder / f"{name}.pt", weights_only=True)
+            for name in ("nccl", "cpu", "gloo_cuda")
+        }
+
+        def difference(a: str, b: str) -> float:
+            return max(float((weights[a][key] - weights[b][key]).abs().max()) for key in weights[a])
+
+        gpu_vs_cpu = difference("nccl", "cpu")
+    return {
+        **result,
+        "nccl_one_rank_accuracy": gpu["accuracy"],
+        "gloo_cpu_one_rank_accuracy": cpu["accuracy"],
+        "nccl_vs_gloo_cpu_max_abs_diff": gpu_vs_cpu,
+        "within_tolerance": gpu_vs_cpu <= DDP_TOLERANCE,
+        "gloo_cuda_two_ranks_agree": pair["ranks_agree"],
+        "gloo_cuda_two_ranks_vs_nccl_one_rank_max_abs_diff": difference("gloo_cuda", "nccl"),
+    }
+
+
 def main() -> int:
     gpus = inventory()
     result: dict[str, Any] = {
@@ -227,6 +334,7 @@ def main() -> int:
         "inference": inference() if gpus else None,
         "replica": asyncio.run(replica(gpus[0]["uuid"])) if gpus else None,
         "vision": asyncio.run(vision(gpus[0]["uuid"])) if gpus else None,
+        "distributed": distributed(gpus),
     }
     print(json.dumps(result, indent=2))
     return 0

@@ -34,15 +34,19 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from types import FrameType, TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
 
 from runners import config
 from runners.channel import STDOUT, Channel
-from runners.checkpoint import Checkpointer, CheckpointInfo, Stateful
 from runners.config import ConfigError
+
+if TYPE_CHECKING:
+    # Imported where a checkpointer is made: runners.checkpoint needs pydantic (its manifests),
+    # and a learner that forms a group without checkpoints runs without it.
+    from runners.checkpoint import Checkpointer, CheckpointInfo, Stateful
 
 TORCH_NAMES = {
     "MASTER_ADDR": config.MASTER_ADDR,
@@ -315,6 +319,8 @@ class ChiefCheckpointer:
         environ: Mapping[str, str] = os.environ,
     ) -> ChiefCheckpointer:
         """Configured by TRAINYARD_CHECKPOINT_* and TRAINYARD_RESUME_FROM, as `Checkpointer`."""
+        from runners.checkpoint import Checkpointer
+
         settings = config.load_checkpoint_config(environ)
         # Only rank 0 reports: the agent reads one learner's restore, not world_size of them.
         channel = STDOUT if group.is_chief else Channel(open(os.devnull, "w"))  # noqa: SIM115
