@@ -2,9 +2,10 @@
 now, plus what the command asks for, against the tenant's limits. Pure: the usage comes from
 the database (`admission.usage`), the limits from the tenant's stream.
 
-A command is refused when any quantity it asks for would pass its limit: 422 when the ask alone
-is more than the limit (it could never be admitted as it is), 429 when what the tenant holds
-now leaves no room for it (it may be once some of that ends). Nothing is written either way.
+A command is refused when any quantity it asks for would pass its limit: INVALID (422) when the
+ask alone is more than the limit (it could never be admitted as it is), LIMITED (429) when what
+the tenant holds now leaves no room for it (it may be once some of that ends). Nothing is
+written either way.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from controlplane.jobs.manifest import JobManifest
+from controlplane.refusals import Refusal, Refused
 from controlplane.tenants.limits import TenantLimits
 
 
@@ -69,15 +71,6 @@ WHAT = {
 """How a message names each quantity."""
 
 
-@dataclass(frozen=True, slots=True)
-class Refusal:
-    """Why a command is not admitted: the limit (`field`), the HTTP status, the message."""
-
-    field: str
-    status: int
-    message: str
-
-
 def refusal(tenant: str, limits: TenantLimits, held: Room, asked: Room) -> Refusal | None:
     """The first limit `asked` on top of `held` would pass, if any (only quantities asked for
     are checked: a tenant over a limit the admin lowered may still do what takes none of it)."""
@@ -89,15 +82,15 @@ def refusal(tenant: str, limits: TenantLimits, held: Room, asked: Room) -> Refus
         what = WHAT[name]
         if ask > limit:
             return Refusal(
-                name,
-                422,
+                Refused.INVALID,
                 f"this asks for {ask:g} {what}, more than tenant {tenant!r} may hold at all "
                 f"({name} limit {limit:g})",
+                field=name,
             )
         return Refusal(
-            name,
-            429,
+            Refused.LIMITED,
             f"tenant {tenant!r} holds {have:g} {what} and this asks for {ask:g} more: its "
             f"{name} limit is {limit:g}; try again once some of them have ended",
+            field=name,
         )
     return None

@@ -28,6 +28,7 @@ from controlplane.http import (
     webhooks,
 )
 from controlplane.http.auth import auth_middleware
+from controlplane.http.errors import refusal_middleware
 from controlplane.http.keys import (
     BACKGROUND,
     DATABASE_URL,
@@ -37,6 +38,7 @@ from controlplane.http.keys import (
     IMAGES,
     INFERENCE,
     JOBS,
+    JOBS_APPLICATION,
     LOCATION_ROOTS,
     MODELS,
     PLANE,
@@ -52,6 +54,7 @@ from controlplane.http.openapi import document
 from controlplane.http.outage import outage_middleware
 from controlplane.http.streams import DEFAULT_MAX_STREAMS, STREAMS, LiveStreams
 from controlplane.http.tracing import tracing_middleware
+from controlplane.jobs.application import JobsApplication
 from controlplane.jobs.images import ImageAllowlist
 from controlplane.jobs.locations import Roots
 from controlplane.logs.indexer import DEFAULT_LOG_INDEXERS
@@ -81,7 +84,9 @@ def create_app(
     `artifacts`: the model repository's store (default: the directory `Settings` names);
     `log_retention_s`: how long after a job ended its log lines go (0: never); `log_indexers`:
     how many of log search's indexers this replica runs."""
-    app = web.Application(middlewares=[tracing_middleware, outage_middleware, auth_middleware])
+    app = web.Application(
+        middlewares=[tracing_middleware, outage_middleware, refusal_middleware, auth_middleware]
+    )
     app[DATABASE_URL] = database_url
     app[IMAGES] = ImageAllowlist.from_env(os.environ) if images is None else images
     app[SSE_HEARTBEAT_S] = sse_heartbeat_s
@@ -161,6 +166,15 @@ async def _database(
         app[TASKS] = plane.tasks
         app[GAUGES] = plane.gauges
         app[WEBHOOKS] = plane.webhooks
+        app[JOBS_APPLICATION] = JobsApplication(
+            plane.jobs,
+            plane.pool,
+            plane.store,
+            images=app[IMAGES],
+            roots=app[LOCATION_ROOTS],
+            submissions=app[SUBMISSIONS],
+            webhook_targets=plane.webhooks.targets,
+        )
         yield
 
 

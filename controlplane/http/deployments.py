@@ -18,6 +18,7 @@ import asyncpg
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
+from controlplane.admission import gate
 from controlplane.admission.policy import replica_room
 from controlplane.deployments.errors import Conflict, InvalidRequest, NotFound, ServingError
 from controlplane.deployments.lifecycle import Busy, Deployment, Pipeline
@@ -35,7 +36,6 @@ from controlplane.deployments.views import figures as deployment_figures
 from controlplane.deployments.views import list_deployments as listed
 from controlplane.deployments.views import replica_states
 from controlplane.http import params
-from controlplane.http.admission import admit_predictions, admit_room
 from controlplane.http.auth import acting_tenant, principal
 from controlplane.http.errors import error
 from controlplane.http.keys import DEPLOYMENTS, IMAGES, POOL, SSE_HEARTBEAT_S, TASKS
@@ -165,7 +165,7 @@ async def deploy(request: web.Request) -> web.Response:
     except ImageRefused as exc:
         raise error(422, str(exc), field="resources.image") from exc
     asked = replica_room(body.replicas, body.resources.cpus, body.resources.memory_mb)
-    await admit_room(request, tenant, replace(asked, deployments=1))
+    await gate.admit(request.app[POOL], tenant, replace(asked, deployments=1))
     try:
         deployment = await request.app[DEPLOYMENTS].deploy(tenant, body, actor(principal(request)))
     except ServingError as exc:
@@ -205,8 +205,8 @@ async def scale(request: web.Request) -> web.Response:
     more = body.replicas - current.replicas
     if more > 0:
         resources = current.resources
-        await admit_room(
-            request, tenant, replica_room(more, resources["cpus"], resources["memory_mb"])
+        await gate.admit(
+            request.app[POOL], tenant, replica_room(more, resources["cpus"], resources["memory_mb"])
         )
     try:
         deployment = await request.app[DEPLOYMENTS].scale(
@@ -262,7 +262,7 @@ async def predict_pipeline(request: web.Request) -> web.Response:
 
 async def _run(request: web.Request, target: Target, body: PredictRequest) -> web.Response:
     arrived = time.perf_counter()
-    await admit_predictions(request, target.tenant, len(body.inputs))
+    await gate.admit_predictions(request.app[POOL], target.tenant, len(body.inputs))
     tasks = request.app[TASKS]
     labels = {"tenant": target.tenant, "deployment": target.pipeline or target.steps[0]}
     key = params.text(request.headers.get("Idempotency-Key"), "Idempotency-Key", max_length=MAX_KEY)

@@ -7,7 +7,10 @@ import math
 from typing import Any
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 from pydantic import ValidationError
+
+from controlplane.refusals import Refusal, Refused
 
 
 def error(
@@ -22,6 +25,36 @@ def error(
     if retry_after_s is not None:
         headers = {"Retry-After": str(max(1, math.ceil(retry_after_s)))}
     return _CLASSES[status](text=json.dumps(body), content_type="application/json", headers=headers)
+
+
+STATUS: dict[Refused, int] = {
+    Refused.MALFORMED: 400,
+    Refused.FORBIDDEN: 403,
+    Refused.NOT_FOUND: 404,
+    Refused.CONFLICT: 409,
+    Refused.INVALID: 422,
+    Refused.LIMITED: 429,
+}
+"""The HTTP status of each kind of refusal a facade raises."""
+
+
+def refused(refusal: Refusal) -> web.HTTPException:
+    """The error response that says `refusal`."""
+    return error(
+        STATUS[refusal.kind],
+        refusal.message,
+        field=refusal.field,
+        retry_after_s=refusal.retry_after_s,
+    )
+
+
+@web.middleware
+async def refusal_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """A facade's refusal as its error response: handlers route, the facades decide."""
+    try:
+        return await handler(request)
+    except Refusal as exc:
+        raise refused(exc) from exc
 
 
 def validation_error(exc: ValidationError) -> web.HTTPException:

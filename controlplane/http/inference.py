@@ -15,8 +15,8 @@ from controlplane.http import params
 from controlplane.http.auth import acting_tenant, principal
 from controlplane.http.deployments import refused
 from controlplane.http.errors import error, validation_error
-from controlplane.http.jobs import admit, job_view, visible_job
-from controlplane.http.keys import IMAGES, INFERENCE, JOBS, POOL, TASKS
+from controlplane.http.jobs import visible_job
+from controlplane.http.keys import IMAGES, INFERENCE, JOBS, JOBS_APPLICATION, POOL, TASKS
 from controlplane.http.requests import event_metadata, idempotency_key, json_body, validated
 from controlplane.http.streams import SSE_HEADERS, live_stream
 from controlplane.inference.spec import InferenceRequest
@@ -54,7 +54,7 @@ async def submit(request: web.Request) -> web.Response:
         limits = None
         # A retry finds its job whatever the limits say now; only a new job is held to them.
         if key is None or await request.app[JOBS].load(job_id) is None:
-            limits = (await admit(request, tenant, manifest)).for_job()
+            limits = (await request.app[JOBS_APPLICATION].admit(tenant, manifest)).for_job()
         job, created = await inference.submit(
             tenant, job_id, manifest, event_metadata(request, who, tenant), key, limits
         )
@@ -67,7 +67,10 @@ async def submit(request: web.Request) -> web.Response:
     headers = {"Location": f"/v1/jobs/{job.job_id}"}
     if not created:
         headers["Idempotent-Replayed"] = "true"
-    return web.json_response(job_view(job), status=201, headers=headers)
+    view = await request.app[JOBS_APPLICATION].view(job, now=False)
+    return web.json_response(
+        view.model_dump(mode="json", by_alias=True), status=201, headers=headers
+    )
 
 
 async def _inference_job(request: web.Request) -> Job:

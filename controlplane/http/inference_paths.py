@@ -9,7 +9,8 @@ from pydantic import BaseModel
 
 from controlplane.http import params
 from controlplane.http.deployment_paths import ACTING
-from controlplane.http.model_paths import REF, answer, links, path_param, request_body
+from controlplane.http.model_paths import REF, answer, path_param, request_body
+from controlplane.http.operations import links
 from controlplane.http.streams import SSE_EVENT
 from controlplane.inference.spec import InferenceRequest
 

@@ -1,60 +1,38 @@
 """`/v1/jobs`: submit, list, read (also as of a past instant), history, cancel, checkpoint, and
-the SSE stream of a job's events."""
+the SSE stream of a job's events. The handlers route and authenticate; the jobs feature's facade
+(`controlplane.jobs.application`) decides."""
 
 from __future__ import annotations
 
-import base64
 import json
-import time
-from datetime import UTC, datetime
-from typing import Any
-from uuid import UUID
+from datetime import datetime
+from typing import Annotated
 
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from controlplane.admission.policy import NOTHING, Room, job_room
-from controlplane.agents.views import live_nodes
 from controlplane.events.records import RecordedEvent
-from controlplane.http import params
-from controlplane.http.admission import hold, usage_of
+from controlplane.http import params, query
 from controlplane.http.auth import acting_tenant, principal
-from controlplane.http.errors import error, validation_error
-from controlplane.http.keys import (
-    IMAGES,
-    JOBS,
-    LOCATION_ROOTS,
-    POOL,
-    STORE,
-    SUBMISSIONS,
+from controlplane.http.keys import JOBS, JOBS_APPLICATION
+from controlplane.http.operations import Answer, Operation, Param, add_operations, links
+from controlplane.http.requests import (
+    MAX_KEY,
+    event_metadata,
+    idempotency_key,
+    json_body,
+    validated,
 )
-from controlplane.http.requests import MAX_KEY, event_metadata, idempotency_key, json_body
 from controlplane.http.stream_events import follow
-from controlplane.http.streams import SSE_HEADERS, live_stream
-from controlplane.http.webhooks import check_webhook_url, delivery_history
-from controlplane.instruments import LIMIT_REFUSALS, sse_client
+from controlplane.http.streams import SSE_EVENT, SSE_HEADERS, live_stream
+from controlplane.instruments import sse_client
+from controlplane.jobs.application import MAX_PAGE
 from controlplane.jobs.events import JobEvent
-from controlplane.jobs.images import ImageRefused
-from controlplane.jobs.lifecycle import (
-    JOB,
-    Cancel,
-    Job,
-    JobStatus,
-    Refused,
-    RequestCheckpoint,
-    evolve,
-)
-from controlplane.jobs.locations import LocationRefused, check_manifest_locations
-from controlplane.jobs.manifest import JobManifest, JobSubmission
-from controlplane.jobs.projection import reason
-from controlplane.jobs.service import IdempotencyMismatch, idempotent_id
+from controlplane.jobs.lifecycle import JOB, Job, JobStatus, evolve
+from controlplane.jobs.manifest import JobSubmission
 from controlplane.jobs.streams import job_stream
-from controlplane.jobs.views import list_jobs as listed_jobs
-from controlplane.scheduling.unschedulable import LiveNodes, demand_of, unschedulable_reason
-from controlplane.tenants.limits import TenantLimits
+from controlplane.jobs.views import JobHistory, JobPage, JobView
 from controlplane.tenants.principals import Principal
-
-MAX_PAGE = 500
 
 
 class CancelRequest(BaseModel):
@@ -72,238 +50,110 @@ class CancelRequest(BaseModel):
         return value
 
 
-def add_routes(app: web.Application) -> None:
-    app.router.add_post("/v1/jobs", submit)
-    app.router.add_get("/v1/jobs", list_jobs)
-    app.router.add_get("/v1/jobs/{job_id}", get_job)
-    app.router.add_get("/v1/jobs/{job_id}/history", get_history)
-    app.router.add_get("/v1/jobs/{job_id}/events", stream_events)
-    app.router.add_post("/v1/jobs/{job_id}/cancel", cancel)
-    app.router.add_post("/v1/jobs/{job_id}/checkpoint", checkpoint)
+class SubmitQuery(query.Query):
+    tenant: Annotated[str | None, query.text()] = Field(
+        default=None, description="admins only: the tenant it is submitted for"
+    )
 
 
-def job_view(job: Job, live: LiveNodes | None = None) -> dict[str, Any]:
-    """The job as the API shows it; a queued job that can never fit says why (`live` is
-    the cluster now, None for views of the past or of jobs that left the queue)."""
-    reason = None
-    if live is not None and job.state is JobStatus.QUEUED:
-        reason = unschedulable_reason(demand_of(job.manifest), live)
-    return {
-        "id": str(job.job_id),
-        **job.model_dump(mode="json", exclude={"job_id"}),
-        "unschedulable_reason": reason,
-    }
+class ListQuery(query.Query):
+    state: list[Annotated[JobStatus, query.choice(JobStatus.__members__)]] = Field(
+        default=[], description="only jobs in one of these states (repeat it for several)"
+    )
+    label: list[
+        Annotated[str, query.text(MAX_KEY * 2, params.label_filter_schema(MAX_KEY * 2))]
+    ] = Field(default=[], description="only jobs carrying this label, KEY=VALUE (repeat it: all)")
+    cursor: Annotated[str | None, query.CURSOR] = Field(
+        default=None, description="the next_cursor of the page before"
+    )
+    limit: Annotated[int, query.integer(1, MAX_PAGE)] = Field(
+        default=50, description="jobs per page"
+    )
+
+    @field_validator("label")
+    @classmethod
+    def _pairs(cls, labels: list[str]) -> list[str]:
+        for label in labels:
+            key, sep, _ = label.partition("=")
+            if not sep or not key:
+                raise query.refuse(f"label filter must be KEY=VALUE, not {label!r}")
+        return labels
+
+    def labels(self) -> dict[str, str]:
+        return dict(label.partition("=")[::2] for label in self.label)
 
 
-async def _live_nodes(request: web.Request) -> LiveNodes:
-    return await live_nodes(request.app[POOL])
+class AsOfQuery(query.Query):
+    as_of: Annotated[datetime | None, query.INSTANT] = Field(
+        default=None,
+        description="the job as it stood at this instant (RFC 3339, with its offset): "
+        "its events up to then, folded",
+    )
 
 
 async def submit(request: web.Request) -> web.Response:
     who = principal(request)
-    body = await json_body(request)
-    try:
-        manifest, secret_env = JobSubmission.model_validate(body).split()
-    except ValidationError as exc:
-        raise validation_error(exc) from exc
-    try:
-        request.app[IMAGES].admit(manifest.image)
-    except ImageRefused as exc:
-        raise error(422, str(exc), field="image") from exc
-    tenant = acting_tenant(who, params.text(request.query.get("tenant"), "tenant"), "submits")
+    submission = validated(JobSubmission, await json_body(request))
+    asked = query.parsed(request, SubmitQuery)
+    tenant = acting_tenant(who, asked.tenant, "submits")
     key = idempotency_key(request)
-    metadata = event_metadata(request, who, tenant)
-    await check_manifest(request, manifest, tenant)
-    jobs = request.app[JOBS]
-    # A retry of a submission that was accepted finds its job whatever the limits say now
-    # (its first try passed them); only a new job is held to them.
-    limits = None
-    if key is None or await jobs.load(idempotent_id(tenant, key)) is None:
-        limits = (await admit(request, tenant, manifest)).for_job()
-    try:
-        job, created = await jobs.submit(
-            tenant, manifest, metadata, key, limits, secret_env=secret_env
-        )
-    except IdempotencyMismatch as exc:
-        raise error(409, str(exc)) from exc
-    headers = {"Location": f"/v1/jobs/{job.job_id}"}
+    view, created = await request.app[JOBS_APPLICATION].submit(
+        tenant, submission, event_metadata(request, who, tenant), key
+    )
+    headers = {"Location": f"/v1/jobs/{view.job_id}"}
     if not created:
         headers["Idempotent-Replayed"] = "true"
-    return web.json_response(job_view(job, await _live_nodes(request)), status=201, headers=headers)
-
-
-async def check_manifest(
-    request: web.Request, manifest: JobManifest, tenant: str, *, field_prefix: str = ""
-) -> None:
-    """What a manifest must pass beyond its schema for `tenant` (a job's, or a search's trial
-    template, whose fields are named under `field_prefix`): `file://` locations under the
-    tenant's roots and a webhook URL that reaches a public address; 422 naming the field."""
-    try:
-        check_manifest_locations(
-            manifest.data.source if manifest.data else None,
-            manifest.results.location if manifest.results else None,
-            request.app[LOCATION_ROOTS],
-            tenant,
-        )
-    except LocationRefused as exc:
-        raise error(422, exc.message, field=field_prefix + exc.field) from exc
-    if manifest.webhook_url is not None:
-        await check_webhook_url(request, str(manifest.webhook_url), field_prefix + "webhook_url")
-
-
-async def admit(
-    request: web.Request, tenant: str, manifest: JobManifest, *, also: Room = NOTHING
-) -> TenantLimits:
-    """The tenant's limits, once the submission passes them (its rate, then the room its job
-    takes and `also`: see controlplane/admission) and the cluster could ever hold the job;
-    else the error
-    (nothing written). One query reads the limits, what the tenant holds and the largest
-    node's memory; the rate is checked first, so that a refused flood costs nothing more."""
-    usage = await usage_of(request, tenant)
-    limits = usage.limits
-    wait_s = request.app[SUBMISSIONS].take(tenant, limits, time.monotonic())
-    if wait_s:
-        LIMIT_REFUSALS.add(1, {"limit": "submissions_per_s", "tenant": tenant})
-        raise error(
-            429,
-            f"tenant {tenant!r} submits at most {limits.submissions_per_s:g} jobs per second "
-            f"(burst {limits.submission_burst}); retry after the Retry-After seconds",
-            field="submissions_per_s",
-            retry_after_s=wait_s,
-        )
-    hold(tenant, usage, job_room(manifest) + also)
-    largest = usage.largest_memory_mb
-    if largest is not None and manifest.memory_mb > largest:
-        raise error(
-            422,
-            f"memory_mb {manifest.memory_mb} is more than any node has (the largest has "
-            f"{largest} MiB): no node could ever run it",
-            field="memory_mb",
-        )
-    return limits
+    return _answer(view, status=201, headers=headers)
 
 
 async def list_jobs(request: web.Request) -> web.Response:
     who = principal(request)
-    query = request.query
-    states = [
-        JobStatus(params.choice(s, "state", JobStatus.__members__))
-        for s in query.getall("state", [])
-    ]
-    labels: dict[str, str] = {}
-    for label in query.getall("label", []):
-        key, sep, value = params.text(label, "label", max_length=MAX_KEY * 2).partition("=")
-        if not sep or not key:
-            raise error(400, f"label filter must be KEY=VALUE, not {label!r}", field="label")
-        labels[key] = value
-    limit = params.integer(query.get("limit"), "limit", minimum=1, maximum=MAX_PAGE) or 50
-    found, total = await listed_jobs(
-        request.app[POOL],
-        tenant=None if who.is_admin else who.tenant,
-        states=states,
-        labels=labels,
-        after=decode_cursor(query.get("cursor")),
-        limit=limit + 1,
+    asked = query.parsed(request, ListQuery)
+    page = await request.app[JOBS_APPLICATION].page(
+        who, states=asked.state, labels=asked.labels(), cursor=asked.cursor, limit=asked.limit
     )
-    page = found[:limit]
-    cursor = encode_cursor(page[-1].submitted_at, page[-1].job_id) if len(found) > limit else None
-    live = await _live_nodes(request)
-    return web.json_response(
-        {"jobs": [job_view(job, live) for job in page], "next_cursor": cursor, "total": total}
-    )
-
-
-def encode_cursor(submitted_at: datetime, job_id: UUID) -> str:
-    return base64.urlsafe_b64encode(f"{submitted_at.isoformat()}|{job_id}".encode()).decode()
-
-
-def decode_cursor(cursor: str | None) -> tuple[datetime, UUID] | None:
-    if cursor is None:
-        return None
-    try:
-        when, _, job_id = base64.urlsafe_b64decode(cursor.encode()).decode().partition("|")
-        submitted_at = datetime.fromisoformat(when)
-        if submitted_at.tzinfo is None:
-            raise ValueError("no offset")
-        return submitted_at.astimezone(UTC), UUID(job_id)
-    except (ValueError, OverflowError):
-        # What encode_cursor wrote, or nothing: a cursor is not for clients to make up.
-        raise error(400, "invalid cursor", field="cursor") from None
-
-
-def _job_id(request: web.Request) -> UUID:
-    return params.uuid(request.match_info["job_id"], "job_id", status=404, message="no such job")
+    return _answer(page)
 
 
 async def visible_job(request: web.Request, who: Principal, as_of: datetime | None = None) -> Job:
-    job = await request.app[JOBS].load(_job_id(request), as_of=as_of)
-    # Another tenant's job is "not found", never "forbidden": its existence is not disclosed.
-    if job is None or not who.may_see(job.tenant):
-        raise error(404, "no such job")
-    return job
+    """The job the path names, when `who` may see it (404 otherwise)."""
+    return await request.app[JOBS_APPLICATION].visible(who, request.match_info["job_id"], as_of)
 
 
 async def get_job(request: web.Request) -> web.Response:
     who = principal(request)
-    as_of = params.timestamp(request.query.get("as_of"), "as_of")
+    as_of = query.parsed(request, AsOfQuery).as_of
     job = await visible_job(request, who, as_of)
-    return web.json_response(job_view(job, None if as_of else await _live_nodes(request)))
+    return _answer(await request.app[JOBS_APPLICATION].view(job, now=as_of is None))
 
 
 async def get_history(request: web.Request) -> web.Response:
-    who = principal(request)
-    job = await visible_job(request, who)
-    entries = []
-    state: Job | None = None
-    for recorded in await request.app[JOBS].history(job.job_id):
-        state = evolve(state, JOB.event_of(recorded))
-        entries.append(_history_entry(recorded, state))
-    # The notifications of the job's events, from a stream of their own (see webhooks.streams).
-    deliveries = await delivery_history(request.app[STORE], job_stream(job.job_id))
-    return web.json_response({"id": str(job.job_id), "history": entries, "webhooks": deliveries})
-
-
-def _history_entry(recorded: RecordedEvent, job: Job) -> dict[str, Any]:
-    event = JOB.event_of(recorded)
-    return {
-        "version": recorded.stream_version,
-        "position": recorded.position,
-        "event": event.type_name,
-        "state": job.state.value,
-        "attempt": job.attempt,
-        "at": event.at.isoformat(),
-        "actor": recorded.metadata.actor,
-        "reason": reason(event),
-    }
+    job = await visible_job(request, principal(request))
+    return _answer(await request.app[JOBS_APPLICATION].history(job))
 
 
 async def cancel(request: web.Request) -> web.Response:
     who = principal(request)
     job = await visible_job(request, who)
-    try:
-        body = CancelRequest.model_validate(await json_body(request))
-    except ValidationError as exc:
-        raise validation_error(exc) from exc
-    command = Cancel(reason=body.reason, at=request.app[JOBS].clock.now())
-    return web.json_response(job_view(await _execute(request, who, job, command)))
+    body = validated(CancelRequest, await json_body(request))
+    metadata = event_metadata(request, who, job.tenant)
+    return _answer(await request.app[JOBS_APPLICATION].cancel(job, body.reason, metadata))
 
 
 async def checkpoint(request: web.Request) -> web.Response:
     who = principal(request)
     job = await visible_job(request, who)
-    job = await _execute(request, who, job, RequestCheckpoint(at=request.app[JOBS].clock.now()))
-    return web.json_response(job_view(job), status=202)
+    metadata = event_metadata(request, who, job.tenant)
+    view = await request.app[JOBS_APPLICATION].checkpoint(job, metadata)
+    return _answer(view, status=202)
 
 
-async def _execute(
-    request: web.Request, who: Principal, job: Job, command: Cancel | RequestCheckpoint
-) -> Job:
-    try:
-        return await request.app[JOBS].execute(
-            job.job_id, command, event_metadata(request, who, job.tenant)
-        )
-    except Refused as exc:
-        raise error(404 if exc.not_found else 409, str(exc)) from exc
+def _answer(
+    body: BaseModel, *, status: int = 200, headers: dict[str, str] | None = None
+) -> web.Response:
+    return web.json_response(
+        body.model_dump(mode="json", by_alias=True), status=status, headers=headers
+    )
 
 
 async def stream_events(request: web.Request) -> web.StreamResponse:
@@ -367,3 +217,152 @@ class _Sender:
             f"id: {recorded.position}\nevent: {event.type_name}\n"
             f"data: {json.dumps(payload)}\n\n".encode()
         )
+
+
+JOB_OPERATIONS = (
+    "getJob",
+    "getJobHistory",
+    "getJobLogs",
+    "getJobMetrics",
+    "cancelJob",
+    "checkpointJob",
+)
+"""What can be done with a job a response names: its OpenAPI links (clients, and generated
+tests, follow them from a submission to the job's reads, cancellation and checkpoint)."""
+JOB_ID = Param("job_id", "path", "the job's id", {"type": "string"})
+
+
+def _job(description: str) -> Answer:
+    """An answer with the job's view, linked to the operations on that job."""
+    return Answer(description, JobView, links=links("job_id", *JOB_OPERATIONS))
+
+
+NOT_FOUND = "no such job (or another tenant's)"
+OPERATIONS = (
+    Operation(
+        "post",
+        "/v1/jobs",
+        submit,
+        "submitJob",
+        "Submit a job (committed before the 201)",
+        {201: _job("the job (also for an idempotent retry)")},
+        {
+            400: "malformed request",
+            401: "missing or wrong token",
+            403: "a tenant's token submitting for another tenant",
+            409: "the Idempotency-Key was used for a different manifest",
+            422: "invalid manifest fields, each listed (a reserved environment name as "
+            "`env.NAME`; memory_mb also past the largest node's); an image the service does not "
+            "allow (`image`); a file:// data.source or results.location outside the operator's "
+            "roots for the tenant (the field names it); an unknown tenant; or a webhook_url whose "
+            "host is or resolves to a non-public address (not in "
+            "TRAINYARD_WEBHOOK_ALLOW_NETWORKS) or does not resolve",
+            429: "the tenant's submissions_per_s (with Retry-After) or queued_jobs limit reached "
+            "(field names which)",
+        },
+        query=SubmitQuery,
+        params=(
+            Param(
+                "Idempotency-Key",
+                "header",
+                "retries with the same key return the same job",
+                params.text_schema(min_length=1, max_length=MAX_KEY),
+            ),
+        ),
+        body=JobSubmission,
+        body_required=True,
+    ),
+    Operation(
+        "get",
+        "/v1/jobs",
+        list_jobs,
+        "listJobs",
+        "List jobs, newest first",
+        {200: Answer("a page of jobs", JobPage)},
+        {
+            400: "malformed request: a parameter (the field names which)",
+            401: "missing or wrong token",
+        },
+        query=ListQuery,
+    ),
+    Operation(
+        "get",
+        "/v1/jobs/{job_id}",
+        get_job,
+        "getJob",
+        "A job's status, now or as of a past instant",
+        {200: _job("the job")},
+        {400: "malformed as_of", 401: "missing or wrong token", 404: NOT_FOUND},
+        query=AsOfQuery,
+        params=(JOB_ID,),
+    ),
+    Operation(
+        "get",
+        "/v1/jobs/{job_id}/history",
+        get_history,
+        "getJobHistory",
+        "Every event of the job with its time, actor and reason, and every attempt to deliver "
+        "its webhook notifications",
+        {200: Answer("the history", JobHistory)},
+        {401: "missing or wrong token", 404: NOT_FOUND},
+        params=(JOB_ID,),
+    ),
+    Operation(
+        "get",
+        "/v1/jobs/{job_id}/events",
+        stream_events,
+        "streamJobEvents",
+        "Server-sent events of the job; ends after a terminal state",
+        {200: Answer("the event stream", SSE_EVENT["schema"], media="text/event-stream")},
+        {
+            400: "malformed after or Last-Event-ID",
+            401: "missing or wrong token",
+            404: NOT_FOUND,
+            429: "the tenant's live streams limit, or the server's, reached; Retry-After",
+        },
+        description="Each SSE `id` is the event's global position; send it back as "
+        "`Last-Event-ID` to resume exactly after it. A comment heartbeat is sent while idle.",
+        query=query.ResumeQuery,
+        params=(
+            JOB_ID,
+            Param("Last-Event-ID", "header", "resume after this position", params.POSITION_SCHEMA),
+        ),
+    ),
+    Operation(
+        "post",
+        "/v1/jobs/{job_id}/cancel",
+        cancel,
+        "cancelJob",
+        "Cancel the job",
+        {200: _job("the cancelled job")},
+        {
+            400: "malformed request",
+            401: "missing or wrong token",
+            404: NOT_FOUND,
+            409: "illegal in the job's current state",
+            422: "invalid fields, each listed",
+        },
+        params=(JOB_ID,),
+        body=CancelRequest,
+    ),
+    Operation(
+        "post",
+        "/v1/jobs/{job_id}/checkpoint",
+        checkpoint,
+        "checkpointJob",
+        "Ask the job's learners for a checkpoint now (PROCESSING jobs)",
+        {202: _job("the request is recorded")},
+        {
+            401: "missing or wrong token",
+            404: NOT_FOUND,
+            409: "not PROCESSING, or a checkpoint request is pending already",
+        },
+        description="One request is pending at a time: until the learners have saved the "
+        "checkpoint (or the attempt ends), another is a 409.",
+        params=(JOB_ID,),
+    ),
+)
+
+
+def add_routes(app: web.Application) -> None:
+    add_operations(app, OPERATIONS)

@@ -52,19 +52,6 @@ def answer(description: str, schema: dict[str, Any]) -> dict[str, Any]:
     return {"description": description, "content": {"application/json": {"schema": schema}}}
 
 
-def links(parameter: str, *operations: str, at: str = "/id") -> dict[str, Any]:
-    """The OpenAPI links of a response whose body holds `parameter` of each operation at `at`
-    (a JSON pointer): what clients (and generated tests) may do next with what it made, and
-    nothing else."""
-    return {
-        operation[0].upper() + operation[1:]: {
-            "operationId": operation,
-            "parameters": {parameter: f"$response.body#{at}"},
-        }
-        for operation in operations
-    }
-
-
 def _errors(*statuses: int, **reasons: str) -> dict[str, Any]:
     """Error responses; `e409="..."` says what a status means for one operation."""
     return {

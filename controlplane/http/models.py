@@ -23,6 +23,7 @@ from aiohttp import BodyPartReader, web
 from aiohttp.http_exceptions import BadHttpMessage
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, HttpUrl, StringConstraints
 
+from controlplane.admission import gate
 from controlplane.admission.policy import Room
 from controlplane.artifacts.errors import (
     ArtifactCorrupted,
@@ -32,12 +33,10 @@ from controlplane.artifacts.errors import (
 )
 from controlplane.artifacts.store import CHUNK_SIZE
 from controlplane.http import params
-from controlplane.http.admission import admit_room
 from controlplane.http.auth import acting_tenant, principal
 from controlplane.http.errors import error, invalid_fields
-from controlplane.http.keys import MODELS, POOL, STORE
+from controlplane.http.keys import MODELS, POOL, STORE, WEBHOOKS
 from controlplane.http.requests import event_metadata, json_body, validated
-from controlplane.http.webhooks import check_webhook_url, delivery_history
 from controlplane.models import catalog
 from controlplane.models.catalog import VersionRow
 from controlplane.models.errors import (
@@ -82,6 +81,7 @@ from controlplane.models.visibility import visible_versions
 from controlplane.tenants.principals import Principal
 from controlplane.tenants.validation import NAME as TENANT_NAME
 from controlplane.tenants.views import tenant_limits
+from controlplane.webhooks.deliveries import delivery_history
 
 MAX_PUBLICATION_BYTES = 1024 * 1024
 """The largest `publication` part of an upload: a metadata document is a few hundred KiB."""
@@ -312,7 +312,12 @@ async def get_history(request: web.Request) -> web.Response:
     # The deliveries of its notifications, from a stream of their own (see webhooks.streams).
     deliveries = await delivery_history(request.app[STORE], model_stream(model.tenant, model.name))
     return web.json_response(
-        {"tenant": model.tenant, "name": model.name, "history": entries, "webhooks": deliveries}
+        {
+            "tenant": model.tenant,
+            "name": model.name,
+            "history": entries,
+            "webhooks": [d.model_dump(mode="json") for d in deliveries],
+        }
     )
 
 
@@ -368,7 +373,7 @@ async def publish(request: web.Request) -> web.Response:
     name = request.match_info["name"]
     models = request.app[MODELS]
     # Room for a byte at least now; the store then stops the artifact at the room left.
-    usage = await admit_room(request, tenant, Room(artifact_bytes=1))
+    usage = await gate.admit(request.app[POOL], tenant, Room(artifact_bytes=1))
     room = usage.limits.artifact_bytes - usage.held.artifact_bytes
     try:
         check_model_name(name)
@@ -542,7 +547,7 @@ async def set_webhook(request: web.Request) -> web.Response:
     body = validated(WebhookRequest, await json_body(request))
     model = await _owned_model(request)
     url = str(body.url)
-    await check_webhook_url(request, url, "url")
+    await request.app[WEBHOOKS].targets.admit(url, "url")
     await _change(request, model, SetWebhook(url, request.app[MODELS].clock.now()))
     return web.json_response({"url": url})
 

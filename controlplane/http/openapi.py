@@ -11,10 +11,12 @@ from controlplane import __version__
 from controlplane.http import (
     deployment_paths,
     inference_paths,
+    jobs,
     log_search,
     logs,
     metrics,
     model_paths,
+    operations,
     params,
     pending_paths,
     scrape,
@@ -22,10 +24,7 @@ from controlplane.http import (
     tenants,
     ui,
 )
-from controlplane.http.jobs import MAX_PAGE, CancelRequest
-from controlplane.http.requests import MAX_KEY
-from controlplane.http.streams import SSE_EVENT
-from controlplane.jobs.lifecycle import Job, JobStatus
+from controlplane.jobs.lifecycle import Job
 from controlplane.jobs.manifest import JobManifest, JobSubmission
 from controlplane.tenants.limits import TenantLimits
 
@@ -69,67 +68,6 @@ _ERROR = {
         },
     },
     "required": ["error", "status"],
-}
-_JOB_LIST = {
-    "type": "object",
-    "properties": {
-        "jobs": {"type": "array", "items": {"$ref": REF + "JobView"}},
-        "next_cursor": {"type": ["string", "null"]},
-        "total": {
-            "type": "integer",
-            "description": "how many jobs the filters match in all (every page says it)",
-        },
-    },
-    "required": ["jobs", "next_cursor", "total"],
-}
-_HISTORY = {
-    "type": "object",
-    "properties": {
-        "id": {"type": "string"},
-        "history": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "properties": {
-                    "version": {"type": "integer"},
-                    "position": {"type": "integer"},
-                    "event": {"type": "string"},
-                    "state": {"type": "string"},
-                    "attempt": {"type": "integer"},
-                    "at": {"type": "string", "format": "date-time"},
-                    "actor": {"type": "string"},
-                    "reason": {"type": ["string", "null"]},
-                },
-            },
-        },
-        "webhooks": {
-            "type": "array",
-            "description": "every attempt to deliver the job's notifications, in the order "
-            "they ended (from the stream webhook-<job_id>)",
-            "items": {
-                "type": "object",
-                "properties": {
-                    "version": {"type": "integer"},
-                    "position": {"type": "integer"},
-                    "event": {
-                        "type": "string",
-                        "enum": ["WebhookDelivered", "WebhookAttemptFailed", "WebhookFailed"],
-                        "description": "delivered (2xx); failed and retried at retry_at; "
-                        "failed on the last attempt (given up)",
-                    },
-                    "delivery_id": {"type": "string", "format": "uuid"},
-                    "job_event": {"type": "string"},
-                    "job_event_position": {"type": "integer"},
-                    "attempt": {"type": "integer"},
-                    "started_at": {"type": "string", "format": "date-time"},
-                    "at": {"type": "string", "format": "date-time"},
-                    "status": {"type": ["integer", "null"]},
-                    "error": {"type": "string"},
-                    "retry_at": {"type": "string", "format": "date-time"},
-                },
-            },
-        },
-    },
 }
 _SECRETS = {
     "type": "object",
@@ -249,57 +187,15 @@ _REASONS = {
 }
 
 
-_JOB_OPERATIONS = (
-    "getJob",
-    "getJobHistory",
-    "getJobLogs",
-    "getJobMetrics",
-    "cancelJob",
-    "checkpointJob",
-)
-"""What can be done with a job a response names: its OpenAPI links (clients, and generated
-tests, follow them from a submission to the job's reads, cancellation and checkpoint)."""
-
-
-def _job(description: str) -> dict[str, Any]:
-    """A response with the job's view, linked to the operations on that job."""
-    return {
-        **_json(description, _ref("JobView")),
-        "links": model_paths.links("job_id", *_JOB_OPERATIONS),
-    }
-
-
 def _errors(*statuses: int, **reasons: str) -> dict[str, Any]:
     """Error responses; a keyword `e409="..."` overrides the default reason of a status."""
     return {str(s): _json(reasons.get(f"e{s}", _REASONS[s]), _ref("Error")) for s in statuses}
-
-
-def _job_view_schema() -> dict[str, Any]:
-    """What `job_view` sends: the Job with its `job_id` as `id`."""
-    schema = Job.model_json_schema(ref_template=REF + "{model}")
-    schema.pop("$defs", None)
-    properties = {
-        "id": {"type": "string", "format": "uuid"},
-        **schema["properties"],
-        "unschedulable_reason": {
-            "type": ["string", "null"],
-            "description": "why a queued job can never fit on any live node as they stand",
-        },
-    }
-    del properties["job_id"]
-    required = [
-        "id",
-        *(name for name in schema["required"] if name != "job_id"),
-        "unschedulable_reason",
-    ]
-    return {**schema, "title": "JobView", "properties": properties, "required": required}
 
 
 def _param(name: str, where: str, description: str, schema: dict[str, Any]) -> dict[str, Any]:
     return {"name": name, "in": where, "description": description, "schema": schema}
 
 
-_JOB_ID = {**_param("job_id", "path", "the job's id", {"type": "string"}), "required": True}
 _STRING = {"type": "string"}
 _TENANT = _param("tenant", "query", "admins only: the tenant", params.text_schema())
 _NOTIFICATION_HEADERS = [
@@ -351,7 +247,6 @@ def document() -> dict[str, Any]:
                     JobManifest,
                     JobSubmission,
                     Job,
-                    CancelRequest,
                     tenants.TenantCreate,
                     tenants.TenantUpdate,
                     TenantLimits,
@@ -360,8 +255,8 @@ def document() -> dict[str, Any]:
                     *deployment_paths.SCHEMAS,
                     *inference_paths.SCHEMAS,
                     *search_paths.SCHEMAS,
+                    *operations.models_of(jobs.OPERATIONS),
                 ),
-                "JobView": _job_view_schema(),
                 "Error": _ERROR,
             },
         },
@@ -411,163 +306,7 @@ def document() -> dict[str, Any]:
                     "responses": {"200": _json("the OpenAPI document", {"type": "object"})},
                 }
             },
-            "/v1/jobs": {
-                "post": {
-                    "operationId": "submitJob",
-                    "summary": "Submit a job (committed before the 201)",
-                    "security": secured,
-                    "parameters": [
-                        _param(
-                            "Idempotency-Key",
-                            "header",
-                            "retries with the same key return the same job",
-                            params.text_schema(min_length=1, max_length=MAX_KEY),
-                        ),
-                        _param(
-                            "tenant",
-                            "query",
-                            "admins only: the tenant to submit as",
-                            params.text_schema(),
-                        ),
-                    ],
-                    "requestBody": {
-                        "required": True,
-                        "content": {"application/json": {"schema": _ref("JobSubmission")}},
-                    },
-                    "responses": {
-                        "201": _job("the job (also for an idempotent retry)"),
-                        **_errors(
-                            400,
-                            401,
-                            403,
-                            409,
-                            422,
-                            429,
-                            e409="the Idempotency-Key was used for a different manifest",
-                            e422="invalid manifest fields, each listed (a reserved environment "
-                            "name as `env.NAME`; memory_mb also past the largest node's); an "
-                            "image the service does not allow (`image`); a file:// data.source "
-                            "or results.location outside the operator's roots for the tenant "
-                            "(the field names it); an unknown tenant; or a webhook_url whose "
-                            "host is or resolves to a non-public address (not in "
-                            "TRAINYARD_WEBHOOK_ALLOW_NETWORKS) or does not resolve",
-                            e429="the tenant's submissions_per_s (with Retry-After) or "
-                            "queued_jobs limit reached (field names which)",
-                        ),
-                    },
-                },
-                "get": {
-                    "operationId": "listJobs",
-                    "summary": "List jobs, newest first",
-                    "security": secured,
-                    "parameters": [
-                        _param(
-                            "state",
-                            "query",
-                            "repeatable: only jobs in these states",
-                            {"type": "string", "enum": list(JobStatus.__members__)},
-                        ),
-                        _param(
-                            "label",
-                            "query",
-                            "repeatable KEY=VALUE: only jobs with these labels",
-                            params.label_filter_schema(2 * MAX_KEY),
-                        ),
-                        _param(
-                            "limit",
-                            "query",
-                            "page size (default 50)",
-                            params.schema(minimum=1, maximum=MAX_PAGE),
-                        ),
-                        _param(
-                            "cursor",
-                            "query",
-                            "next_cursor of the previous page",
-                            params.CURSOR_SCHEMA,
-                        ),
-                    ],
-                    "responses": {"200": _json("a page of jobs", _JOB_LIST), **_errors(400, 401)},
-                },
-            },
-            "/v1/jobs/{job_id}": {
-                "get": {
-                    "operationId": "getJob",
-                    "summary": "A job's status, now or as of a past instant",
-                    "security": secured,
-                    "parameters": [
-                        _JOB_ID,
-                        _param(
-                            "as_of",
-                            "query",
-                            "RFC 3339 instant",
-                            {"type": "string", "format": "date-time"},
-                        ),
-                    ],
-                    "responses": {
-                        "200": _job("the job"),
-                        **_errors(400, 401, 404),
-                    },
-                }
-            },
-            "/v1/jobs/{job_id}/history": {
-                "get": {
-                    "operationId": "getJobHistory",
-                    "summary": "Every event of the job with its time, actor and reason, and "
-                    "every attempt to deliver its webhook notifications",
-                    "security": secured,
-                    "parameters": [_JOB_ID],
-                    "responses": {"200": _json("the history", _HISTORY), **_errors(401, 404)},
-                }
-            },
-            "/v1/jobs/{job_id}/events": {
-                "get": {
-                    "operationId": "streamJobEvents",
-                    "summary": "Server-sent events of the job; ends after a terminal state",
-                    "description": "Each SSE `id` is the event's global position; send it back as "
-                    "`Last-Event-ID` to resume exactly after it. A comment heartbeat is sent "
-                    "while idle.",
-                    "security": secured,
-                    "parameters": [
-                        _JOB_ID,
-                        _param(
-                            "Last-Event-ID",
-                            "header",
-                            "resume after this position",
-                            params.POSITION_SCHEMA,
-                        ),
-                        _param("after", "query", "same as Last-Event-ID", params.POSITION_SCHEMA),
-                    ],
-                    "responses": {
-                        "200": {
-                            "description": "the event stream",
-                            "content": {"text/event-stream": SSE_EVENT},
-                        },
-                        **_errors(
-                            400,
-                            401,
-                            404,
-                            429,
-                            e429="the tenant's live streams limit, or the server's, reached; "
-                            "Retry-After",
-                        ),
-                    },
-                }
-            },
-            "/v1/jobs/{job_id}/cancel": {
-                "post": {
-                    "operationId": "cancelJob",
-                    "summary": "Cancel the job",
-                    "security": secured,
-                    "parameters": [_JOB_ID],
-                    "requestBody": {
-                        "content": {"application/json": {"schema": _ref("CancelRequest")}}
-                    },
-                    "responses": {
-                        "200": _job("the cancelled job"),
-                        **_errors(400, 401, 404, 409, 422),
-                    },
-                }
-            },
+            **operations.described(jobs.OPERATIONS, _ref("Error")),
             **deployment_paths.openapi_paths(),
             **inference_paths.openapi_paths(),
             **logs.openapi_paths(),
@@ -619,25 +358,6 @@ def document() -> dict[str, Any]:
                     },
                 },
             },
-            "/v1/jobs/{job_id}/checkpoint": {
-                "post": {
-                    "operationId": "checkpointJob",
-                    "summary": "Ask the job's learners for a checkpoint now (PROCESSING jobs)",
-                    "description": "One request is pending at a time: until the learners have "
-                    "saved the checkpoint (or the attempt ends), another is a 409.",
-                    "security": secured,
-                    "parameters": [_JOB_ID],
-                    "responses": {
-                        "202": _job("the request is recorded"),
-                        **_errors(
-                            401,
-                            404,
-                            409,
-                            e409="not PROCESSING, or a checkpoint request is pending already",
-                        ),
-                    },
-                }
-            },
         },
     }
     _with_body_limit(described["paths"])
@@ -647,8 +367,8 @@ def document() -> dict[str, Any]:
 def _with_body_limit(paths: dict[str, Any]) -> None:
     """Each operation that reads a JSON body with its 413: `json_body` refuses one over the
     server's limit (aiohttp's client_max_size), whatever the schema says of its parts."""
-    for operations in paths.values():
-        for operation in operations.values():
+    for by_method in paths.values():
+        for operation in by_method.values():
             if "application/json" in operation.get("requestBody", {}).get("content", {}):
                 operation["responses"].setdefault(
                     "413", _json("the body is over the server's limit (1 MiB)", _ref("Error"))

@@ -21,7 +21,7 @@ INT4_MAX = 2**31 - 1
 INT8_MAX = 2**63 - 1
 """The largest `bigint`: event positions and log line ids."""
 
-_INTEGER = re.compile(r"-?[0-9]{1,20}")
+ASCII_INTEGER = re.compile(r"-?[0-9]{1,20}")
 """Plain ASCII digits: `int()` also takes "1_000", " 7 " and digits of other scripts."""
 _TRUE, _FALSE = frozenset({"true", "1"}), frozenset({"false", "0"})
 
@@ -32,7 +32,7 @@ def integer(
     """An integer within [minimum, maximum], or None when the parameter is absent."""
     if raw is None:
         return None
-    if not _INTEGER.fullmatch(raw):
+    if not ASCII_INTEGER.fullmatch(raw):
         raise error(400, f"{field} must be an integer", field=field)
     value = int(raw)
     if not minimum <= value <= maximum:
@@ -133,6 +133,7 @@ NO_NUL = "^[^\\u0000]*$"
 """The JSON Schema pattern of text that `storable` admits (valid UTF-8 is the transport's)."""
 
 
+CURSOR = re.compile("[A-Za-z0-9_=-]{1,1000}")
 CURSOR_SCHEMA = {
     "type": "string",
     "minLength": 1,

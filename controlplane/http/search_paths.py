@@ -6,7 +6,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from controlplane.http.model_paths import REF, answer, links, path_param
+from controlplane.http.model_paths import REF, answer, path_param
+from controlplane.http.operations import links
 from controlplane.http.params import CURSOR_SCHEMA, schema, text_schema
 from controlplane.http.streams import SSE_EVENT
 from controlplane.searches.spec import SearchSpec

@@ -19,9 +19,9 @@ from controlplane.events.records import RecordedEvent
 from controlplane.http import params
 from controlplane.http.auth import acting_tenant, principal
 from controlplane.http.errors import error, validation_error
-from controlplane.http.jobs import MAX_PAGE, admit, check_manifest, decode_cursor, encode_cursor
 from controlplane.http.keys import (
     IMAGES,
+    JOBS_APPLICATION,
     PLANE,
     POOL,
 )
@@ -29,6 +29,7 @@ from controlplane.http.requests import event_metadata, idempotency_key, json_bod
 from controlplane.http.stream_events import follow
 from controlplane.http.streams import SSE_HEADERS, live_stream
 from controlplane.instruments import sse_client
+from controlplane.jobs.application import MAX_PAGE, decode_cursor, encode_cursor
 from controlplane.jobs.images import ImageRefused
 from controlplane.searches.events import SearchEnded
 from controlplane.searches.lifecycle import SEARCH, Search, SearchBusy, SearchRefused
@@ -77,13 +78,13 @@ async def submit(request: web.Request) -> web.Response:
         raise error(422, str(exc), field="trial.image") from exc
     tenant = acting_tenant(who, params.text(request.query.get("tenant"), "tenant"), "submits")
     key = idempotency_key(request)
-    await check_manifest(request, template, tenant, field_prefix="trial.")
+    await request.app[JOBS_APPLICATION].check_manifest(template, tenant, field_prefix="trial.")
     searches = request.app[PLANE].searches
     # A retry of a submission that was accepted finds its search whatever the limits say now;
     # a new one is held to the tenant's rate, queue and largest node, as a job is (its trials
     # are jobs), and runs at most as many trials at once as the tenant may queue jobs.
     if key is None or await searches.load(new_search_id(tenant, key)) is None:
-        limits = await admit(request, tenant, template, also=Room(searches=1))
+        limits = await request.app[JOBS_APPLICATION].admit(tenant, template, also=Room(searches=1))
         if spec.max_concurrent_trials > limits.queued_jobs:
             raise error(
                 422,

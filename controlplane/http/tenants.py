@@ -14,7 +14,7 @@ from controlplane.http import params
 from controlplane.http.auth import principal
 from controlplane.http.errors import error
 from controlplane.http.keys import PLANE, POOL, PROJECTIONS, STORE
-from controlplane.http.model_paths import links
+from controlplane.http.operations import links
 from controlplane.http.requests import json_body, validated
 from controlplane.tenants.errors import (
     InvalidTenant,

@@ -1,28 +1,18 @@
-"""`/v1/webhook-secret`: a tenant's webhook signing secrets, read and rotated; and the webhook
-deliveries of a job or a model, as its history shows them."""
+"""`/v1/webhook-secret`: a tenant's webhook signing secrets, read and rotated."""
 
 from __future__ import annotations
 
-import asyncio
-from typing import Any
-
 from aiohttp import web
 
-from controlplane.events.store import EventStore
 from controlplane.http import params
 from controlplane.http.auth import acting_tenant, principal
 from controlplane.http.errors import error
-from controlplane.http.keys import PLANE, POOL, STORE, WEBHOOKS
+from controlplane.http.keys import PLANE, POOL, STORE
 from controlplane.invariants import InvariantBroken
 from controlplane.tenants.errors import TenantBusy, UnknownTenant
-from controlplane.webhooks.events import WebhookAttempt
-from controlplane.webhooks.streams import webhook_stream
-from controlplane.webhooks.targets import TargetRefused
 from controlplane.webhooks.tenant_secrets import rotate, signing_secrets
 
 ACTION = "manages webhook secrets"
-WEBHOOK_LOOKUP_S = 5.0
-"""How long a request waits for its webhook's host to resolve before it is refused."""
 
 
 def add_routes(app: web.Application) -> None:
@@ -88,37 +78,3 @@ async def rotate_secret(request: web.Request) -> web.Response:
         },
         status=201,
     )
-
-
-async def check_webhook_url(request: web.Request, url: str, field: str) -> None:
-    """Refuse (422 naming `field`) a webhook URL the relay would refuse to deliver to: a host
-    that is, or resolves to, an address not public (the relay checks again as it delivers)."""
-    try:
-        async with asyncio.timeout(WEBHOOK_LOOKUP_S):
-            await request.app[WEBHOOKS].targets.check_url(url)
-    except TargetRefused as exc:
-        raise error(422, str(exc), field=field) from exc
-    except TimeoutError:
-        raise error(
-            422, f"the webhook's host did not resolve within {WEBHOOK_LOOKUP_S:g}s", field=field
-        ) from None
-
-
-async def delivery_history(store: EventStore, notified: str) -> list[dict[str, Any]]:
-    """Every delivery attempt of the notifications of the stream `notified` (a job's, a
-    model's), in the order they ended."""
-    entries = []
-    for recorded in await store.read_stream(webhook_stream(notified)):
-        if not isinstance(recorded.event, WebhookAttempt):
-            raise InvariantBroken(
-                f"{recorded.stream_id} holds {recorded.event.type_name}, not a delivery attempt"
-            )
-        entries.append(
-            {
-                "version": recorded.stream_version,
-                "position": recorded.position,
-                "event": recorded.event.type_name,
-                **recorded.event.model_dump(mode="json"),
-            }
-        )
-    return entries

@@ -1,4 +1,5 @@
-"""Read-model queries over the jobs' status view: what the API, a dashboard or the CLI lists."""
+"""Read-model queries over the jobs' status view, and the views of a job its readers get (the
+API, the dashboard, the CLI)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ from datetime import datetime
 from uuid import UUID
 
 import asyncpg
+from pydantic import BaseModel, ConfigDict, Field
 
 from controlplane.jobs.lifecycle import Job, JobStatus
 from controlplane.queries import Q
+from controlplane.webhooks.deliveries import Delivery
 
 
 async def list_jobs(
@@ -36,3 +39,45 @@ async def list_jobs(
         rows = await conn.fetch(Q["list_jobs"], *filters, after_time, after_id, limit)
         total: int = await conn.fetchval(count, *filters)
     return [Job.model_validate_json(row["doc"]) for row in rows], total
+
+
+class JobView(Job):
+    """A job as its readers see it: the job, its id as `id`, and why a queued job can never fit
+    on any live node as they stand (None for views of the past, and for jobs not QUEUED)."""
+
+    model_config = ConfigDict(frozen=True, populate_by_name=True)
+
+    job_id: UUID = Field(alias="id")
+    unschedulable_reason: str | None = Field(
+        description="why a queued job can never fit on any live node as they stand"
+    )
+
+
+class JobPage(BaseModel):
+    jobs: list[JobView]
+    next_cursor: str | None = Field(
+        description="where the next page starts (send it as ?cursor=); null on the last page"
+    )
+    total: int = Field(description="how many jobs the filters match in all (every page says it)")
+
+
+class HistoryEntry(BaseModel):
+    """One event of a job, with the state it left the job in."""
+
+    version: int
+    position: int
+    event: str
+    state: JobStatus
+    attempt: int
+    at: datetime
+    actor: str
+    reason: str | None
+
+
+class JobHistory(BaseModel):
+    id: UUID
+    history: list[HistoryEntry]
+    webhooks: list[Delivery] = Field(
+        description="every attempt to deliver the job's notifications, in the order they ended "
+        "(from the stream webhook-<job_id>)"
+    )

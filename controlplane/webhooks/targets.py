@@ -10,6 +10,7 @@ skip aiohttp's resolver, so `check_literal` covers them.
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import socket
 from collections.abc import Iterable, Sequence
@@ -17,7 +18,11 @@ from urllib.parse import urlsplit
 
 from aiohttp.abc import AbstractResolver, ResolveResult
 
+from controlplane.refusals import Refusal, Refused
 from controlplane.webhooks.addresses import Address, Network, refusal
+
+LOOKUP_S = 5.0
+"""How long a submission waits for its webhook's host to resolve before it is refused."""
 
 
 class TargetRefused(OSError):
@@ -86,6 +91,21 @@ class CheckingResolver(AbstractResolver):
             await self.resolve(host)
         except socket.gaierror as exc:
             raise TargetRefused(f"cannot resolve host {host!r}: {exc.strerror}") from exc
+
+    async def admit(self, url: str, field: str) -> None:
+        """`check_url` for a submission: refused (INVALID, naming `field`) as the relay would
+        refuse to deliver there, or when the host does not resolve within `LOOKUP_S`."""
+        try:
+            async with asyncio.timeout(LOOKUP_S):
+                await self.check_url(url)
+        except TargetRefused as exc:
+            raise Refusal(Refused.INVALID, str(exc), field=field) from exc
+        except TimeoutError:
+            raise Refusal(
+                Refused.INVALID,
+                f"the webhook's host did not resolve within {LOOKUP_S:g}s",
+                field=field,
+            ) from None
 
     async def close(self) -> None:
         await self._inner.close()
