@@ -38,7 +38,6 @@ from controlplane.http.keys import (
     IMAGES,
     INFERENCE,
     JOBS,
-    JOBS_APPLICATION,
     LOCATION_ROOTS,
     MODELS,
     PLANE,
@@ -54,7 +53,6 @@ from controlplane.http.openapi import document
 from controlplane.http.outage import outage_middleware
 from controlplane.http.streams import DEFAULT_MAX_STREAMS, STREAMS, LiveStreams
 from controlplane.http.tracing import tracing_middleware
-from controlplane.jobs.application import JobsApplication
 from controlplane.jobs.images import ImageAllowlist
 from controlplane.jobs.locations import Roots
 from controlplane.logs.indexer import DEFAULT_LOG_INDEXERS
@@ -166,15 +164,6 @@ async def _database(
         app[TASKS] = plane.tasks
         app[GAUGES] = plane.gauges
         app[WEBHOOKS] = plane.webhooks
-        app[JOBS_APPLICATION] = JobsApplication(
-            plane.jobs,
-            plane.pool,
-            plane.store,
-            images=app[IMAGES],
-            roots=app[LOCATION_ROOTS],
-            submissions=app[SUBMISSIONS],
-            webhook_targets=plane.webhooks.targets,
-        )
         yield
 
 

@@ -15,8 +15,8 @@ from controlplane.http import params
 from controlplane.http.auth import acting_tenant, principal
 from controlplane.http.deployments import refused
 from controlplane.http.errors import error, validation_error
-from controlplane.http.jobs import visible_job
-from controlplane.http.keys import IMAGES, INFERENCE, JOBS, JOBS_APPLICATION, POOL, TASKS
+from controlplane.http.jobs import JOBS_APPLICATION, visible_job
+from controlplane.http.keys import IMAGES, INFERENCE, JOBS, POOL, TASKS
 from controlplane.http.requests import event_metadata, idempotency_key, json_body, validated
 from controlplane.http.streams import SSE_HEADERS, live_stream
 from controlplane.inference.spec import InferenceRequest

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from controlplane.events.records import RecordedEvent
 from controlplane.http import params, query
 from controlplane.http.auth import acting_tenant, principal
-from controlplane.http.keys import JOBS, JOBS_APPLICATION
+from controlplane.http.keys import IMAGES, JOBS, LOCATION_ROOTS, PLANE, SUBMISSIONS
 from controlplane.http.operations import Answer, Operation, Param, add_operations, links
 from controlplane.http.requests import (
     MAX_KEY,
@@ -26,13 +26,15 @@ from controlplane.http.requests import (
 from controlplane.http.stream_events import follow
 from controlplane.http.streams import SSE_EVENT, SSE_HEADERS, live_stream
 from controlplane.instruments import sse_client
-from controlplane.jobs.application import MAX_PAGE
+from controlplane.jobs.application import MAX_PAGE, JobsApplication
 from controlplane.jobs.events import JobEvent
 from controlplane.jobs.lifecycle import JOB, Job, JobStatus, evolve
 from controlplane.jobs.manifest import JobSubmission
 from controlplane.jobs.streams import job_stream
 from controlplane.jobs.views import JobHistory, JobPage, JobView
 from controlplane.tenants.principals import Principal
+
+JOBS_APPLICATION = web.AppKey("jobs_application", JobsApplication)
 
 
 class CancelRequest(BaseModel):
@@ -366,3 +368,18 @@ OPERATIONS = (
 
 def add_routes(app: web.Application) -> None:
     add_operations(app, OPERATIONS)
+    app.on_startup.append(_open)
+
+
+async def _open(app: web.Application) -> None:
+    # After the composition root's parts are open (cleanup contexts start first).
+    plane = app[PLANE]
+    app[JOBS_APPLICATION] = JobsApplication(
+        plane.jobs,
+        plane.pool,
+        plane.store,
+        images=app[IMAGES],
+        roots=app[LOCATION_ROOTS],
+        submissions=app[SUBMISSIONS],
+        webhook_targets=plane.webhooks.targets,
+    )

@@ -14,7 +14,6 @@ from controlplane.deployments.tasks import Tasks
 from controlplane.events.hub import StreamHub
 from controlplane.events.store import EventStore
 from controlplane.inference.service import Inference
-from controlplane.jobs.application import JobsApplication
 from controlplane.jobs.images import ImageAllowlist
 from controlplane.jobs.locations import Roots
 from controlplane.jobs.service import Jobs
@@ -31,7 +30,6 @@ STORE = web.AppKey("store", EventStore)
 PROJECTIONS = web.AppKey("projections", ProjectionRunner)
 HUB = web.AppKey("hub", StreamHub)
 JOBS = web.AppKey("jobs", Jobs)
-JOBS_APPLICATION = web.AppKey("jobs_application", JobsApplication)
 MODELS = web.AppKey("models", Models)
 DEPLOYMENTS = web.AppKey("deployments", Deployments)
 INFERENCE = web.AppKey("inference", Inference)

@@ -19,9 +19,9 @@ from controlplane.events.records import RecordedEvent
 from controlplane.http import params
 from controlplane.http.auth import acting_tenant, principal
 from controlplane.http.errors import error, validation_error
+from controlplane.http.jobs import JOBS_APPLICATION
 from controlplane.http.keys import (
     IMAGES,
-    JOBS_APPLICATION,
     PLANE,
     POOL,
 )
