@@ -62,6 +62,8 @@ class Operation:
     params: tuple[Param, ...] = ()
     body: type[BaseModel] | None = None
     body_required: bool = False
+    raw_body: Mapping[str, Any] | None = None
+    """A request body no model states (a multipart upload): its OpenAPI object as is."""
 
 
 def add_operations(app: web.Application, operations: Iterable[Operation]) -> None:
@@ -106,6 +108,8 @@ def _operation(operation: Operation, error_schema: Mapping[str, Any]) -> dict[st
             "required": operation.body_required,
             "content": {"application/json": {"schema": {"$ref": REF + operation.body.__name__}}},
         }
+    elif operation.raw_body is not None:
+        described["requestBody"] = dict(operation.raw_body)
     responses = {str(s): _answer(a) for s, a in operation.answers.items()}
     for status, meaning in operation.errors.items():
         responses[str(status)] = _answer(Answer(meaning, error_schema))
