@@ -15,7 +15,14 @@ from controlplane.events.records import RecordedEvent
 from controlplane.http import params, query
 from controlplane.http.auth import acting_tenant, principal
 from controlplane.http.keys import IMAGES, JOBS, LOCATION_ROOTS, PLANE, SUBMISSIONS
-from controlplane.http.operations import Answer, Operation, Param, add_operations, links
+from controlplane.http.operations import (
+    Answer,
+    Operation,
+    Param,
+    add_operations,
+    answer,
+    links,
+)
 from controlplane.http.requests import (
     MAX_KEY,
     event_metadata,
@@ -105,7 +112,7 @@ async def submit(request: web.Request) -> web.Response:
     headers = {"Location": f"/v1/jobs/{view.job_id}"}
     if not created:
         headers["Idempotent-Replayed"] = "true"
-    return _answer(view, status=201, headers=headers)
+    return answer(view, status=201, headers=headers)
 
 
 async def list_jobs(request: web.Request) -> web.Response:
@@ -114,7 +121,7 @@ async def list_jobs(request: web.Request) -> web.Response:
     page = await request.app[JOBS_APPLICATION].page(
         who, states=asked.state, labels=asked.labels(), cursor=asked.cursor, limit=asked.limit
     )
-    return _answer(page)
+    return answer(page)
 
 
 async def visible_job(request: web.Request, who: Principal, as_of: datetime | None = None) -> Job:
@@ -126,12 +133,12 @@ async def get_job(request: web.Request) -> web.Response:
     who = principal(request)
     as_of = query.parsed(request, AsOfQuery).as_of
     job = await visible_job(request, who, as_of)
-    return _answer(await request.app[JOBS_APPLICATION].view(job, now=as_of is None))
+    return answer(await request.app[JOBS_APPLICATION].view(job, now=as_of is None))
 
 
 async def get_history(request: web.Request) -> web.Response:
     job = await visible_job(request, principal(request))
-    return _answer(await request.app[JOBS_APPLICATION].history(job))
+    return answer(await request.app[JOBS_APPLICATION].history(job))
 
 
 async def cancel(request: web.Request) -> web.Response:
@@ -139,7 +146,7 @@ async def cancel(request: web.Request) -> web.Response:
     job = await visible_job(request, who)
     body = validated(CancelRequest, await json_body(request))
     metadata = event_metadata(request, who, job.tenant)
-    return _answer(await request.app[JOBS_APPLICATION].cancel(job, body.reason, metadata))
+    return answer(await request.app[JOBS_APPLICATION].cancel(job, body.reason, metadata))
 
 
 async def checkpoint(request: web.Request) -> web.Response:
@@ -147,15 +154,7 @@ async def checkpoint(request: web.Request) -> web.Response:
     job = await visible_job(request, who)
     metadata = event_metadata(request, who, job.tenant)
     view = await request.app[JOBS_APPLICATION].checkpoint(job, metadata)
-    return _answer(view, status=202)
-
-
-def _answer(
-    body: BaseModel, *, status: int = 200, headers: dict[str, str] | None = None
-) -> web.Response:
-    return web.json_response(
-        body.model_dump(mode="json", by_alias=True), status=status, headers=headers
-    )
+    return answer(view, status=202)
 
 
 async def stream_events(request: web.Request) -> web.StreamResponse:
