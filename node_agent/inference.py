@@ -90,10 +90,9 @@ class QueryFeed:
             await asyncio.sleep(POLL_S)
 
     async def _claim(self, claim: UUID) -> QueryClaim:
-        claimed = await self._port.claim_query(
+        return await self._port.claim_query(
             self._job_id, self._replica, claim, self._node, PRESENT_S
         )
-        return QueryClaim(None, "wait") if claimed is None else claimed
 
     async def _run(
         self,

@@ -434,10 +434,10 @@ class MemoryPort:
 
     async def claim_query(
         self, job_id: UUID, replica: UUID, claim: UUID, node: str, present_s: float
-    ) -> QueryClaim | None:
+    ) -> QueryClaim:
         job = self._inference.get(job_id)
         if job is None:
-            return None
+            return QueryClaim(None, "wait")
         now = self._clock.now()
         present = timedelta(seconds=present_s)
         before = max(job.seen.values(), default=None)
@@ -550,12 +550,6 @@ class MemoryPort:
         """The job's retention ended: every node removes its folders."""
         self._expired.add(job_id)
 
-    def release_uid(self, job_id: UUID) -> bool:
-        """The lifecycle manager gives the job's uid back, once no node keeps its folders."""
-        if any(job == job_id for job, _ in self._folders):
-            return False
-        return self._uids.pop(job_id, None) is not None
-
     def queue_task(self, tenant: str, deployment: str, inputs: list[object]) -> UUID:
         task_id = uuid4()
         self._tasks[task_id] = _Task(
@@ -580,11 +574,6 @@ class MemoryPort:
         """An inference job's row, as its service writes it."""
         row = InferenceJob(json.dumps(source), batch_size)
         self._inference[job_id] = _InferenceJob(row, weight, queries)
-
-    def query(self, job_id: UUID, index: int) -> tuple[str, str | None, str | None, int]:
-        """A query's state, output, error and tries."""
-        query = self._inference[job_id].runs[index]
-        return query.state, query.output, query.error, query.tries
 
     def load_error(self, job_id: UUID) -> str | None:
         return self._inference[job_id].load_error

@@ -187,9 +187,9 @@ class PostgresPort:
 
     async def claim_query(
         self, job_id: UUID, replica: UUID, claim: UUID, node: str, present_s: float
-    ) -> QueryClaim | None:
+    ) -> QueryClaim:
         row = await self.pool.fetchrow(Q["claim_query"], job_id, replica, claim, node, present_s)
-        return None if row is None else QueryClaim(row["index"], row["outcome"])
+        return QueryClaim(None, "wait") if row is None else QueryClaim(row["index"], row["outcome"])
 
     async def finish_query(
         self,

@@ -149,7 +149,10 @@ class QueryQueue(Protocol):
 
     async def claim_query(
         self, job_id: UUID, replica: UUID, claim: UUID, node: str, present_s: float
-    ) -> QueryClaim | None: ...
+    ) -> QueryClaim:
+        """The job's next query for `replica` under `claim` (see `claim_query` in
+        controlplane/inference/queries.sql); 'wait' while the job has no row yet."""
+        ...
 
     async def finish_query(
         self,

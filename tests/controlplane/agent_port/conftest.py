@@ -55,6 +55,10 @@ class Control(Protocol):
         """An inference job's row, as its service writes it."""
         ...
 
+    async def load_error(self, job_id: UUID) -> str | None:
+        """Why the inference job's model could not be loaded, as its replicas said."""
+        ...
+
 
 class MemoryControl:
     def __init__(self, port: MemoryPort) -> None:
@@ -82,6 +86,9 @@ class MemoryControl:
         self, job_id: UUID, items: list[object], batch_size: int, queries: int
     ) -> None:
         self._port.start_inference(job_id, {"items": items}, batch_size, queries=queries)
+
+    async def load_error(self, job_id: UUID) -> str | None:
+        return self._port.load_error(job_id)
 
 
 class PostgresControl:
@@ -149,6 +156,12 @@ class PostgresControl:
             queries,
             json.dumps({"items": items}),
         )
+
+    async def load_error(self, job_id: UUID) -> str | None:
+        error: str | None = await self._owner.fetchval(
+            "SELECT load_error FROM inference_jobs WHERE job_id = $1", job_id
+        )
+        return error
 
 
 @pytest.fixture

@@ -270,6 +270,8 @@ async def test_an_inference_job_s_queries_are_claimed_one_by_one_and_finish(
 ) -> None:
     job_id = uuid4()
     assert await port.inference_job(job_id) is None
+    early = await port.claim_query(job_id, uuid4(), uuid4(), "n1", 3.0)
+    assert (early.index, early.outcome) == (None, "wait")  # no row yet
     await control.start_inference(job_id, [1, 2, 3, 4], batch_size=2, queries=2)
     row = await port.inference_job(job_id)
     assert row is not None and row.batch_size == 2
@@ -291,6 +293,8 @@ async def test_an_inference_job_s_queries_are_claimed_one_by_one_and_finish(
     done = await port.claim_query(job_id, replica, uuid4(), "n1", 3.0)
     assert done is not None and done.outcome == "done"
     await port.record_load_error(job_id, "no model")
+    await port.record_load_error(job_id, "the second word")
+    assert await control.load_error(job_id) == "no model"  # the first is kept
 
 
 async def test_a_query_given_back_is_taken_first_and_its_tries_counted(
