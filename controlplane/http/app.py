@@ -20,7 +20,9 @@ from controlplane.http import (
     metrics,
     models,
     nodes,
+    openapi,
     pending,
+    probes,
     scrape,
     searches,
     tenants,
@@ -49,7 +51,6 @@ from controlplane.http.keys import (
     TASKS,
     WEBHOOKS,
 )
-from controlplane.http.openapi import document
 from controlplane.http.outage import outage_middleware
 from controlplane.http.streams import DEFAULT_MAX_STREAMS, STREAMS, LiveStreams
 from controlplane.http.tracing import tracing_middleware
@@ -106,9 +107,8 @@ def create_app(
     # Open SSE streams end first, so that shutdown does not wait for their clients.
     app.on_shutdown.append(_close_streams)
     app.on_response_prepare.append(_nosniff)
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/readyz", readyz)
-    app.router.add_get("/openapi.json", openapi)
+    probes.add_routes(app)
+    openapi.add_routes(app)
     deployments.add_routes(app)
     inference.add_routes(app)
     jobs.add_routes(app)
@@ -177,26 +177,3 @@ async def _background(app: web.Application) -> AsyncIterator[None]:
 async def _close_streams(app: web.Application) -> None:
     app[HUB].stop()
     app[TASKS].stop()
-
-
-async def healthz(request: web.Request) -> web.Response:
-    """Alive unless the background tasks have died: then a supervisor should restart us."""
-    if request.app[BACKGROUND].done():
-        return web.json_response({"status": "background tasks stopped"}, status=503)
-    return web.json_response({"status": "ok"})
-
-
-async def readyz(request: web.Request) -> web.Response:
-    readiness = await request.app[PLANE].readiness(request.app[BACKGROUND])
-    body = {
-        "status": "ready" if readiness.ready else "not ready",
-        "database": readiness.database,
-        "projections_caught_up": readiness.projections_caught_up,
-        "background_tasks": readiness.background_tasks,
-        "stopped_projections": readiness.stopped_projections,
-    }
-    return web.json_response(body, status=200 if readiness.ready else 503)
-
-
-async def openapi(request: web.Request) -> web.Response:
-    return web.json_response(document())
