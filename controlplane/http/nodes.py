@@ -1,31 +1,51 @@
-"""`GET /v1/nodes`: nodes, their GPUs (and what runs on them), capacity and leases."""
+"""`GET /v1/nodes`: nodes, their GPUs (and, to admins, what runs on them), capacity and
+leases."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from aiohttp import web
+from pydantic import BaseModel
 
-from controlplane.agents.views import list_nodes as all_nodes
+from controlplane.agents.answers import NodeList, nodes_seen
 from controlplane.http.auth import principal
 from controlplane.http.keys import POOL
-
-
-def add_routes(app: web.Application) -> None:
-    app.router.add_get("/v1/nodes", list_nodes)
+from controlplane.http.operations import (
+    REF,
+    Answer,
+    Operation,
+    add_operations,
+    answer,
+    described,
+    models_of,
+)
 
 
 async def list_nodes(request: web.Request) -> web.Response:
     who = principal(request)
-    nodes = await all_nodes(request.app[POOL])
-    if not who.is_admin:
-        for node in nodes:
-            _hide_holders(node)
-    return web.json_response({"nodes": nodes})
+    nodes = await nodes_seen(request.app[POOL], holders=who.is_admin)
+    return answer(nodes)
 
 
-def _hide_holders(node: dict[str, Any]) -> None:
-    # Which job holds a GPU is another tenant's business; that it is taken is not.
-    for gpu in node["gpus"]:
-        for key in ("job_id", "attempt", "learner"):
-            gpu.pop(key)
+OPERATIONS = (
+    Operation(
+        "get",
+        "/v1/nodes",
+        list_nodes,
+        "listNodes",
+        "Nodes: state, lease, capacity, GPUs and their health",
+        {200: Answer("the nodes", NodeList)},
+        {401: "missing or wrong token"},
+    ),
+)
+SCHEMAS: tuple[type[BaseModel], ...] = tuple(models_of(OPERATIONS))
+"""The component schemas these routes name."""
+
+
+def add_routes(app: web.Application) -> None:
+    add_operations(app, OPERATIONS)
+
+
+def openapi_paths() -> dict[str, Any]:
+    return described(OPERATIONS, {"$ref": REF + "Error"})

@@ -6,6 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from controlplane.http import metrics, pending_paths
 from controlplane.http.model_paths import REF, answer, path_param
 from controlplane.http.operations import links
 from controlplane.http.params import CURSOR_SCHEMA, schema, text_schema
@@ -13,8 +14,9 @@ from controlplane.http.streams import SSE_EVENT
 from controlplane.searches.spec import SearchSpec
 from controlplane.searches.views import CURVE_POINTS, MAX_CURVE_POINTS, MAX_CURVE_TRIALS
 
-SCHEMAS: tuple[type[BaseModel], ...] = (SearchSpec,)
-"""The component schemas these routes name."""
+SCHEMAS: tuple[type[BaseModel], ...] = (SearchSpec, *pending_paths.SCHEMAS, *metrics.SCHEMAS)
+"""The component schemas these routes name; and, until controlplane.http.openapi names them
+itself, those of the pending reasons' and the metrics' routes."""
 
 _REASONS = {
     400: "malformed request: a parameter or JSON body (the field names which)",

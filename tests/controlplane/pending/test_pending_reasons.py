@@ -31,7 +31,7 @@ from controlplane.jobs.service import Jobs
 from controlplane.pending.projection import PendingProjection
 from controlplane.pending.recorder import PendingRecorder
 from controlplane.pending.streams import pending_stream
-from controlplane.pending.views import pending_view
+from controlplane.pending.views import PendingView, pending_view
 from controlplane.projections.runner import ProjectionRunner
 from controlplane.scheduling.claim import Claim
 from tests.polling import eventually
@@ -72,6 +72,11 @@ async def pending(client: Client, token: str, job: str, **query: str) -> dict[st
     assert response.status == 200, await response.text()
     body: dict[str, Any] = await response.json()
     return body
+
+
+def _json(view: PendingView) -> dict[str, Any]:
+    """The view as the API sends it."""
+    return view.model_dump(mode="json", by_alias=True)
 
 
 def kinds(view: dict[str, Any]) -> set[str]:
@@ -251,11 +256,11 @@ async def test_time_per_reason_answers_why_it_was_pending_from_ten_to_ten_forty(
 
     async def spans_applied() -> bool:
         await runner.catch_up(PendingProjection())
-        view = await pending_view(pool, loaded, clock.now(), since=ten, until=ten_forty)
+        view = _json(await pending_view(pool, loaded, clock.now(), since=ten, until=ten_forty))
         return len(view["history"]) == 2
 
     await eventually(spans_applied)
-    view = await pending_view(pool, loaded, clock.now(), since=ten, until=ten_forty)
+    view = _json(await pending_view(pool, loaded, clock.now(), since=ten, until=ten_forty))
     assert view["seconds"] == {"resources": 1800.0, "starting": 600.0}
     assert [(s["reason"], s["from"], s["until"]) for s in view["history"]] == [
         ("resources", ten.isoformat(), (start + timedelta(minutes=40)).isoformat()),
@@ -317,7 +322,7 @@ async def test_a_queued_job_is_estimated_to_start_when_the_running_one_should_en
 
     loaded = await jobs.load(waiting.job_id)
     assert loaded is not None
-    view = await pending_view(pool, loaded, datetime.now(UTC))
+    view = _json(await pending_view(pool, loaded, datetime.now(UTC)))
     assert [r["reason"] for r in view["reasons"]] == ["resources"]
     async with pool.acquire() as conn:
         took = await conn.fetchval(
