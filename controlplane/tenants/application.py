@@ -62,6 +62,7 @@ class TenantsApplication:
         return TenantList(tenants=[TenantView.of(t) for t in await list_tenants(self._pool)])
 
     async def get(self, name: str) -> TenantView:
+        _check_name(name)
         found = await list_tenants(self._pool, name)
         if not found:
             raise _unknown(name)
