@@ -1,80 +1,95 @@
-"""`/v1/webhook-secret`: a tenant's webhook signing secrets, read and rotated."""
+"""`/v1/webhook-secret`: a tenant's webhook signing secrets, read and rotated. The handlers route
+and authenticate; the facade (`controlplane.webhooks.application`) decides."""
 
 from __future__ import annotations
 
-from aiohttp import web
+from typing import Annotated, Any
 
-from controlplane.http import params
+from aiohttp import web
+from pydantic import Field
+
+from controlplane.http import operations, query
 from controlplane.http.auth import acting_tenant, principal
-from controlplane.http.errors import error
-from controlplane.http.keys import PLANE, POOL, STORE
-from controlplane.invariants import InvariantBroken
-from controlplane.tenants.errors import TenantBusy, UnknownTenant
-from controlplane.webhooks.tenant_secrets import rotate, signing_secrets
+from controlplane.http.keys import PLANE
+from controlplane.http.operations import REF, Answer, Operation, add_operations, answer
+from controlplane.webhooks.application import WebhookSecretsApplication
+from controlplane.webhooks.views import IssuedSecretView, SigningSecrets
 
 ACTION = "manages webhook secrets"
+WEBHOOK_SECRETS = web.AppKey("webhook_secrets_application", WebhookSecretsApplication)
 
 
-def add_routes(app: web.Application) -> None:
-    app.router.add_get("/v1/webhook-secret", get_secrets)
-    app.router.add_post("/v1/webhook-secret", rotate_secret)
+class TenantQuery(query.Query):
+    tenant: Annotated[str | None, query.text()] = Field(
+        default=None, description="admins only: the tenant"
+    )
+
+
+def _tenant(request: web.Request) -> tuple[str, str]:
+    """The tenant the request acts for, and who acts (the actor its events name)."""
+    who = principal(request)
+    tenant = acting_tenant(who, query.parsed(request, TenantQuery).tenant, ACTION)
+    return tenant, "admin" if who.is_admin else f"tenant:{tenant}"
 
 
 async def get_secrets(request: web.Request) -> web.Response:
-    """The secrets deliveries are signed with now, the current one first (a tenant's token
-    already holds every right over its jobs, so it may read what signs their notifications)."""
-    who = principal(request)
-    tenant = acting_tenant(who, params.text(request.query.get("tenant"), "tenant"), ACTION)
-    secrets = await signing_secrets(request.app[POOL], tenant)
-    if not secrets:
-        raise error(
-            404,
-            f"tenant {tenant!r} has no webhook secret yet: POST /v1/webhook-secret issues one "
-            "(the first delivery also does)",
-        )
-    return web.json_response(
-        {
-            "tenant": tenant,
-            "secrets": [
-                {
-                    "id": s.secret_id,
-                    "secret": s.secret,
-                    "created_at": s.created_at.isoformat(),
-                    "valid_until": None if s.valid_until is None else s.valid_until.isoformat(),
-                }
-                for s in secrets
-            ],
-        }
-    )
+    tenant, _ = _tenant(request)
+    return answer(await request.app[WEBHOOK_SECRETS].secrets(tenant))
 
 
 async def rotate_secret(request: web.Request) -> web.Response:
-    """Issue a new secret; the one it replaces keeps signing deliveries for a grace period."""
-    who = principal(request)
-    tenant = acting_tenant(who, params.text(request.query.get("tenant"), "tenant"), ACTION)
-    actor = "admin" if who.is_admin else f"tenant:{tenant}"
-    try:
-        issued = await rotate(
-            request.app[POOL],
-            request.app[STORE],
-            tenant,
-            actor=actor,
-            clock=request.app[PLANE].clock,
-        )
-    except UnknownTenant as exc:
-        raise error(404, str(exc), field="tenant") from exc
-    except TenantBusy as exc:
-        raise error(409, str(exc)) from exc
-    if issued is None:  # only `unless_present` rotations may issue nothing
-        raise InvariantBroken(f"tenant {tenant}: a rotation issued no secret")
-    until = issued.previous_valid_until
-    return web.json_response(
+    tenant, actor = _tenant(request)
+    return answer(await request.app[WEBHOOK_SECRETS].rotate(tenant, actor=actor), status=201)
+
+
+OPERATIONS = (
+    Operation(
+        "get",
+        "/v1/webhook-secret",
+        get_secrets,
+        "getWebhookSecrets",
+        "The tenant's webhook signing secrets",
+        {200: Answer("the secrets", SigningSecrets)},
         {
-            "tenant": tenant,
-            "id": issued.secret_id,
-            "secret": issued.secret,
-            "created_at": issued.created_at.isoformat(),
-            "previous_valid_until": None if until is None else until.isoformat(),
+            400: "malformed request: a malformed tenant, or an admin without tenant",
+            401: "missing or wrong token",
+            403: "a tenant's token naming another tenant",
+            404: "no secret issued yet",
         },
-        status=201,
-    )
+        query=TenantQuery,
+    ),
+    Operation(
+        "post",
+        "/v1/webhook-secret",
+        rotate_secret,
+        "rotateWebhookSecret",
+        "Issue a new webhook signing secret (rotate)",
+        {201: Answer("the new secret", IssuedSecretView)},
+        {
+            400: "malformed request: a malformed tenant, or an admin without tenant",
+            401: "missing or wrong token",
+            403: "a tenant's token naming another tenant",
+            404: "no such tenant",
+            409: "the tenant kept changing; retry",
+        },
+        description="The secret it replaces keeps signing deliveries too for 24 hours (one v1 "
+        "per secret in Trainyard-Signature).",
+        query=TenantQuery,
+    ),
+)
+SCHEMAS = tuple(operations.models_of(OPERATIONS))
+
+
+def openapi_paths() -> dict[str, Any]:
+    return operations.described(OPERATIONS, {"$ref": REF + "Error"})
+
+
+def add_routes(app: web.Application) -> None:
+    add_operations(app, OPERATIONS)
+    app.on_startup.append(_open)
+
+
+async def _open(app: web.Application) -> None:
+    # After the composition root's parts are open (cleanup contexts start first).
+    plane = app[PLANE]
+    app[WEBHOOK_SECRETS] = WebhookSecretsApplication(plane.pool, plane.store, plane.clock)
