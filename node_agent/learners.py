@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 from uuid import UUID
 
 from controlplane.agent_port.vocabulary import DATA_ROOTS_ENV, RESULTS_ROOTS_ENV, Claim, Roots
+from node_agent.rendezvous import places
 from node_agent.runtime import Folder, LearnerSpec, Mount, Shared
 from runners import config as runner_env
 from runners.uri import file_path
@@ -67,6 +68,11 @@ def learner_specs(
     job = claim.job
     manifest = job.manifest
     specs = []
+    place = places(claim, node, container=container)
+    # Rank 0 saves the checkpoints of a job whose learners train together, and every rank
+    # restores the one rank 0 chose (`runners.distributed.ChiefCheckpointer`): the others read
+    # its folder (on this node; across nodes, a shared checkpoint root).
+    chief = checkpoint_dir(checkpoint_root, claim, 0)
     # This node's learners only: a job placed on several nodes runs the others there.
     for allocation in claim.on(node):
         workdir = learner_dir(work_dir, job.job_id, claim.attempt, allocation.index)
@@ -77,6 +83,9 @@ def learner_specs(
         adopt = trial is not None and trial.checkpoints_of != job.job_id
         folders = [Folder(work_dir, data), Folder(checkpoint_root, checkpoints, adopt=adopt)]
         mounts = [Mount.same(checkpoints, writable=True)]
+        if allocation.index != 0:
+            folders.append(Folder(checkpoint_root, chief))
+            mounts.append(Mount.same(chief, writable=False))
         shared = []
         env = {
             **manifest.env,
@@ -157,6 +166,7 @@ def learner_specs(
                 folders=folders,
                 shared=shared,
                 packages=packages,
+                place=None if manifest.servable is not None else place[allocation.index],
             )
         )
     return specs

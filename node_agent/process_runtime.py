@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import errno
 import fcntl
+import functools
 import json
 import logging
 import os
@@ -44,6 +45,7 @@ from uuid import UUID
 from node_agent.cgroups import Cgroup, CgroupError, Limits
 from node_agent.containers import PIDS_LIMIT
 from node_agent.folders import prepare
+from node_agent.job_netns import JobNamespaces
 from node_agent.learners import learner_dir
 from node_agent.runtime import (
     ATTEMPT,
@@ -60,7 +62,7 @@ from node_agent.runtime import (
     Stream,
     learner_env,
 )
-from node_agent.sandbox import READY_WORD, Sandbox, exit_status
+from node_agent.sandbox import READY_WORD, Sandbox, SandboxMissing, exit_status
 from runners.config import EXIT_FILE
 
 log = logging.getLogger(__name__)
@@ -197,11 +199,14 @@ class ProcessLearner:
         files: LearnerFiles,
         status: Awaitable[ExitStatus],
         cgroup: Cgroup | None = None,
+        release: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self._pid = pid
         self._files = files
         self._status = asyncio.ensure_future(status)
         self._cgroup = cgroup
+        self._release = release
+        """Gives back its job's network namespace, once (the last learner's takes it)."""
 
     async def lines(self) -> AsyncIterator[LearnerLine]:
         with contextlib.ExitStack() as stack:
@@ -238,9 +243,13 @@ class ProcessLearner:
     async def remove(self) -> None:
         """Remove its cgroup, killing what is left in it first (nothing of the learner
         outlives its pid namespace, whose end kills the rest; the group is emptied anyway).
-        Its files stay. Nothing to do for learners of an agent that is not root."""
+        Its files stay; its job's network namespace goes with the job's last learner here.
+        Nothing to do for learners of an agent that is not root."""
         if self._cgroup is not None:
             await clear(self._cgroup)
+        release, self._release = self._release, None
+        if release is not None:
+            await release()
 
     def signal(self, sig: signal.Signals) -> None:
         if self._pid is None or self._status.done():
@@ -422,6 +431,14 @@ class ProcessRuntime:
         if sandbox is None and os.geteuid() == 0:
             sandbox = Sandbox.open()
         self._sandbox = sandbox
+        self._namespaces: JobNamespaces | None = None
+        """The jobs' network namespaces (sandboxed learners only: the others share the
+        node's network, as their agent's user)."""
+        if sandbox is not None:
+            namespaces = JobNamespaces.open(work_dir)
+            if isinstance(namespaces, str):
+                raise SandboxMissing(f"{namespaces} (a job's learners share a network of its own)")
+            self._namespaces = namespaces
 
     async def start(self, spec: LearnerSpec) -> Learner:
         if spec.user is None and os.geteuid() == 0:
@@ -455,16 +472,22 @@ class ProcessRuntime:
             raise LearnerStartError(f"cannot start {spec.command[0]!r}: no such program")
         limits = Limits(cpus=spec.cpus, memory_mb=spec.memory_mb, pids=PIDS_LIMIT)
         name = cgroup_name(spec.job_id, spec.attempt, spec.learner, spec.epoch)
+        release = self._release(spec)
+        netns = None
+        if release is not None and self._namespaces is not None:
+            netns = await self._namespaces.acquire(spec.job_id)
         try:
             cgroup = sandbox.cgroups.create(name, limits)
         except CgroupError as exc:
+            if release is not None:
+                await release()
             raise LearnerStartError(str(exc)) from exc
         try:
             info, write = os.pipe()
             ready, ready_write = os.pipe()
             try:
                 process = await asyncio.create_subprocess_exec(
-                    *sandbox.argv(spec, cgroup, write),
+                    *sandbox.argv(spec, cgroup, write, netns),
                     cwd="/",
                     env=env,
                     stdin=ready_write,
@@ -494,11 +517,19 @@ class ProcessRuntime:
             # Whatever joined the group is killed; what has not joined yet cannot any more
             # (the group is gone), and runs nothing.
             await clear(cgroup)
+            if release is not None:
+                await release()
             raise
         init = int(json.loads(report)["child-pid"])
         pid = _child_of(init)
         ended = _exit_of_sandbox(process, cgroup, init, pid)
-        return ProcessLearner(pid, files, ended, cgroup)
+        return ProcessLearner(pid, files, ended, cgroup, release)
+
+    def _release(self, spec: LearnerSpec) -> Callable[[], Awaitable[None]] | None:
+        """How a sandboxed learner without the network gives back its job's namespace."""
+        if self._namespaces is None or spec.network:
+            return None
+        return functools.partial(self._namespaces.release, spec.job_id)
 
     @staticmethod
     async def _spawn(
@@ -523,7 +554,12 @@ class ProcessRuntime:
             raise LearnerStartError(f"cannot start {spec.command[0]!r}: {exc}") from exc
 
     async def find(self, node: str) -> list[FoundLearner]:
-        return find_learners(node, self._work_dir)
+        """This node's running learners; first, the network namespaces an earlier agent left
+        of jobs that have none running here any more."""
+        found = find_learners(node, self._work_dir)
+        if self._namespaces is not None:
+            await self._namespaces.sweep({learner.job_id for learner in found})
+        return found
 
     async def adopt(self, spec: LearnerSpec, found: FoundLearner | None) -> Learner | None:
         files = LearnerFiles(self._work_dir, spec)
@@ -531,7 +567,11 @@ class ProcessRuntime:
             return None  # its output files are made before it starts: it never started
         pid = int(found.handle) if found is not None else None
         cgroup = self._cgroup(spec.job_id, spec.attempt, spec.learner, spec.epoch)
-        return ProcessLearner(pid, files, _exit_of_adopted(pid, files, cgroup), cgroup)
+        release = self._release(spec)
+        if release is not None and self._namespaces is not None:
+            self._namespaces.adopt(spec.job_id)
+        ended = _exit_of_adopted(pid, files, cgroup)
+        return ProcessLearner(pid, files, ended, cgroup, release)
 
     async def kill(self, found: FoundLearner) -> None:
         cgroup = self._cgroup(found.job_id, found.attempt, found.learner, found.epoch)
@@ -542,6 +582,8 @@ class ProcessRuntime:
                 os.kill(int(found.handle), signal.SIGKILL)  # its namespace ends with it
         if cgroup is not None:
             await clear(cgroup)
+        if self._namespaces is not None:
+            await self._namespaces.discard(found.job_id)
 
     def _cgroup(self, job_id: UUID, attempt: int, learner: int, epoch: int) -> Cgroup | None:
         if self._sandbox is None:

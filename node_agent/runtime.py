@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Literal, NamedTuple, Protocol
 from uuid import UUID
 
+from runners import config as runner_env
+
 Stream = Literal["stdout", "stderr"]
 
 # Every learner's environment names its node, job, attempt, learner and fencing epoch.
@@ -19,6 +21,17 @@ JOB_ID = "TRAINYARD_JOB_ID"
 ATTEMPT = "TRAINYARD_ATTEMPT"
 LEARNER = "TRAINYARD_LEARNER"
 EPOCH = "TRAINYARD_EPOCH"
+
+TORCH_NAMES = {
+    "MASTER_ADDR": runner_env.MASTER_ADDR,
+    "MASTER_PORT": runner_env.MASTER_PORT,
+    "RANK": runner_env.RANK,
+    "WORLD_SIZE": runner_env.WORLD_SIZE,
+    "LOCAL_RANK": runner_env.LOCAL_RANK,
+    "LOCAL_WORLD_SIZE": runner_env.LOCAL_WORLD_SIZE,
+    "NODE_RANK": runner_env.NODE_RANK,
+}
+"""torch's `env://` names (as torchrun sets them) and their Trainyard twins: a learner gets both."""
 
 
 class LearnerLine(NamedTuple):
@@ -76,6 +89,40 @@ class Shared:
 
 
 @dataclass(frozen=True, slots=True)
+class Place:
+    """A learner's place in its job's process group: torch's `env://` contract, which
+    `runners.distributed` reads (see `node_agent.rendezvous` for how the agent chooses it)."""
+
+    rank: int
+    """The learner's index in its job."""
+    world_size: int
+    """The job's learners."""
+    local_rank: int
+    """Its index among its job's learners on this node."""
+    local_world_size: int
+    node_rank: int
+    """Its node's index among the job's nodes (ordered by the first learner on each)."""
+    master_addr: str
+    """Where rank 0 keeps the rendezvous: an address every learner of the job can reach."""
+    master_port: int
+    timeout_s: float
+    """How long the rendezvous (and every collective) may wait for a peer."""
+
+    def env(self) -> dict[str, str]:
+        values = {
+            "MASTER_ADDR": self.master_addr,
+            "MASTER_PORT": str(self.master_port),
+            "RANK": str(self.rank),
+            "WORLD_SIZE": str(self.world_size),
+            "LOCAL_RANK": str(self.local_rank),
+            "LOCAL_WORLD_SIZE": str(self.local_world_size),
+            "NODE_RANK": str(self.node_rank),
+        }
+        twins = {TORCH_NAMES[name]: value for name, value in values.items()}
+        return {**values, **twins, runner_env.RENDEZVOUS_TIMEOUT_S: f"{self.timeout_s:g}"}
+
+
+@dataclass(frozen=True, slots=True)
 class LearnerSpec:
     """One learner of one job attempt, as the agent wants it run."""
 
@@ -104,6 +151,8 @@ class LearnerSpec:
     packages: tuple[str, ...] = ()
     """A deployment's replica: the requirements its model lists (a container runs an image
     with them installed; a process is given them by its agent as it loads the model)."""
+    place: Place | None = None
+    """Its place in its job's process group; None: a deployment's replica, which has none."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +215,7 @@ def learner_env(spec: LearnerSpec, *, path: str | None) -> dict[str, str]:
         ATTEMPT: str(spec.attempt),
         LEARNER: str(spec.learner),
         EPOCH: str(spec.epoch),
+        **(spec.place.env() if spec.place is not None else {}),
     }
 
 

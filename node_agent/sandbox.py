@@ -4,10 +4,14 @@ job's user without capabilities. See docs/sandbox.md for why bubblewrap and what
 
 A learner is started as
 
-    sh -c JOIN <its cgroup's cgroup.procs files> -- bwrap OPTIONS -- setpriv OPTIONS -- COMMAND
+    sh -c JOIN <its cgroup's cgroup.procs files> -- [nsenter --net=NETNS --] bwrap OPTIONS --
+        setpriv OPTIONS -- COMMAND
 
 `sh`, as root, joins the learner's cgroup (in every hierarchy) and sets no core dumps, then
-becomes bwrap, so that nothing of the learner ever runs outside its cgroup. bwrap, as root, makes
+becomes bwrap, so that nothing of the learner ever runs outside its cgroup. A learner whose
+tenant has no network becomes bwrap inside its job's network namespace on the node
+(`node_agent.job_netns`: loopback alone, shared with the job's other learners there, so that
+its ranks meet), through nsenter, which enters it and becomes bwrap. bwrap, as root, makes
 its namespaces and its filesystem; `setpriv` then drops to the job's uid and gid, with no
 supplementary groups, an empty capability bounding set and no_new_privs (bwrap's own --uid needs
 a user namespace, which would map the job's uid back to root outside), and a last `sh` says the
@@ -114,6 +118,7 @@ class Sandbox:
     bwrap: str
     setpriv: str
     setsid: str
+    nsenter: str
     cgroups: Hierarchies
     gpus: GpuDevices = GpuDevices()
     readable: tuple[Path, ...] = field(default_factory=agent_python)
@@ -131,8 +136,9 @@ class Sandbox:
                 "tenants' code in the process runtime only in its sandbox)"
             )
         setpriv, setsid = shutil.which("setpriv"), shutil.which("setsid")
-        if setpriv is None or setsid is None:
-            raise SandboxMissing("setpriv or setsid not found: apt-get install util-linux")
+        nsenter = shutil.which("nsenter")
+        if setpriv is None or setsid is None or nsenter is None:
+            raise SandboxMissing("setpriv, setsid or nsenter not found: apt-get install util-linux")
         hierarchies = find_hierarchies()
         if isinstance(hierarchies, str):
             raise SandboxMissing(f"{hierarchies}: learners' limits cannot be set")
@@ -140,16 +146,20 @@ class Sandbox:
             bwrap=bwrap,
             setpriv=setpriv,
             setsid=setsid,
+            nsenter=nsenter,
             cgroups=hierarchies,
             gpus=gpus or GpuDevices(),
             readable=(*agent_python(), *readable),
         )
 
-    def argv(self, spec: LearnerSpec, cgroup: Cgroup, info_fd: int) -> list[str]:
+    def argv(
+        self, spec: LearnerSpec, cgroup: Cgroup, info_fd: int, netns: Path | None = None
+    ) -> list[str]:
         """The command that runs `spec` (as its user, which it must have) in the sandbox, in
-        `cgroup`; bwrap writes its init's pid (outside its namespace; the command is the init's
-        child) to `info_fd`, and READY_WORD comes on its standard input (a pipe) once the
-        sandbox is made, just before the command runs."""
+        `cgroup`, and in the network namespace `netns` (its job's) unless its tenant may use
+        the network (then in the node's); bwrap writes its init's pid (outside its
+        namespace; the command is the init's child) to `info_fd`, and READY_WORD comes on its
+        standard input (a pipe) once the sandbox is made, just before the command runs."""
         if spec.user is None:
             raise ValueError("no user to run it as: tenants' code never runs as root")
         uid, gid = spec.user
@@ -161,6 +171,7 @@ class Sandbox:
             "sh",
             *joins,
             "--",
+            *self._network(spec, netns),
             self.bwrap,
             *self._options(spec),
             "--info-fd",
@@ -182,6 +193,14 @@ class Sandbox:
             *spec.command,
         ]
 
+    def _network(self, spec: LearnerSpec, netns: Path | None) -> list[str]:
+        """What runs bwrap in its job's network namespace (nothing: in the node's network)."""
+        if spec.network:
+            return []
+        if netns is None:
+            raise ValueError("a learner without the network runs in its job's namespace")
+        return [self.nsenter, f"--net={netns}", "--"]
+
     def _options(self, spec: LearnerSpec) -> Iterator[str]:
         yield from ("--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try")
         if spec.network:
@@ -189,8 +208,7 @@ class Sandbox:
             # no network of its job's own, as a container does); and the resolver's folder,
             # where /etc/resolv.conf often points.
             yield from ("--ro-bind-try", "/run/systemd/resolve", "/run/systemd/resolve")
-        else:
-            yield "--unshare-net"  # loopback only
+        # Otherwise its job's network namespace, which nsenter entered (see `_network`).
         # Its own session: no terminal of the agent's to push input into (TIOCSTI).
         yield "--new-session"
         for path in SYSTEM:

@@ -427,6 +427,14 @@ class JobManifest(_Strict):
         description="every learner must have started within this many seconds of DEPLOYING, "
         "or the deployment is rolled back",
     )
+    rendezvous_timeout_s: float = Field(
+        default=60.0,
+        ge=MIN_TIMEOUT_S,
+        le=MAX_TIMEOUT_S,
+        description="how long a learner waits for its peers: to meet them as the process "
+        "group forms, and in every collective after (TRAINYARD_RENDEZVOUS_TIMEOUT_S); past it "
+        "the learner fails with the reason instead of hanging",
+    )
     deploy_retries: int = Field(
         default=2,
         ge=0,

@@ -17,7 +17,8 @@ from controlplane.scheduling.placement import LearnerAllocation
 from controlplane.settings import Settings
 from node_agent.cli import config_from
 from node_agent.learners import learner_specs
-from node_agent.runtime import LearnerSpec
+from node_agent.runtime import LearnerSpec, learner_env
+from runners import config as runner_env
 from runners.config import (
     BUDGET,
     BUDGET_UNIT,
@@ -179,3 +180,68 @@ def test_a_search_trial_s_rungs_share_its_checkpoints_and_get_their_hyperparamet
     assert json.loads(one.env[HPARAMS]) == {"lr": 0.1}
     assert (one.env[BUDGET], one.env[BUDGET_UNIT], one.env[TRIAL]) == ("3", "epochs", "7")
     assert HPARAMS not in spec("a", tmp_path, tmp_path, None).env
+
+
+def test_each_learner_gets_its_place_in_the_job_s_process_group(tmp_path: Path) -> None:
+    manifest = MANIFEST.model_copy(update={"learners": 3, "rendezvous_timeout_s": 7.5})
+    job = JOB.model_copy(update={"state": JobStatus.DEPLOYING, "manifest": manifest})
+    placed = [
+        LearnerAllocation(0, "a", []),
+        LearnerAllocation(1, "b", []),
+        LearnerAllocation(2, "a", []),
+    ]
+    claim = Claim(job, 1, epoch=1, learners=placed, version=3)
+
+    def env_on(node: str, *, container: bool = False) -> list[dict[str, str]]:
+        specs = learner_specs(
+            claim,
+            node=node,
+            work_dir=tmp_path,
+            checkpoint_root=tmp_path / "ckpt",
+            launcher=["run"],
+            container=container,
+        )
+        return [learner_env(each, path=None) for each in specs]
+
+    first, third = env_on("a")
+    [second] = env_on("b")
+    port = first["MASTER_PORT"]
+    assert 29500 <= int(port) < 31500
+    assert {k: first[k] for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")} == {
+        "RANK": "0",
+        "WORLD_SIZE": "3",
+        "LOCAL_RANK": "0",
+        "LOCAL_WORLD_SIZE": "2",
+    }
+    assert (third["RANK"], third["LOCAL_RANK"], third["NODE_RANK"]) == ("2", "1", "0")
+    assert (second["RANK"], second["LOCAL_RANK"], second["NODE_RANK"]) == ("1", "0", "1")
+    for env in (first, second, third):
+        # Every rank meets at one address and port, under torch's names and their twins.
+        assert (env["MASTER_ADDR"], env["MASTER_PORT"]) == ("127.0.0.1", port)
+        assert env[runner_env.MASTER_PORT] == port and env[runner_env.RANK] == env["RANK"]
+        assert env[runner_env.RENDEZVOUS_TIMEOUT_S] == "7.5"
+    # Containers meet rank 0's container on their job's network, by its attempt's alias.
+    assert env_on("b", container=True)[0]["MASTER_ADDR"] == "learner-0-attempt-1"
+    # The next attempt meets at a port of its own.
+    later = Claim(job.model_copy(update={"attempt": 2}), 2, epoch=2, learners=placed, version=4)
+    specs = learner_specs(
+        later, node="a", work_dir=tmp_path, checkpoint_root=tmp_path / "ckpt", launcher=["run"]
+    )
+    assert learner_env(specs[0], path=None)["MASTER_PORT"] != port
+
+
+def test_every_rank_reads_the_checkpoints_of_rank_0_which_alone_writes_them(
+    tmp_path: Path,
+) -> None:
+    manifest = MANIFEST.model_copy(update={"learners": 2})
+    job = JOB.model_copy(update={"state": JobStatus.DEPLOYING, "manifest": manifest})
+    placed = [LearnerAllocation(0, "a", []), LearnerAllocation(1, "a", [])]
+    claim = Claim(job, 1, epoch=1, learners=placed, version=3)
+    root = tmp_path / "ckpt"
+    chief, other = learner_specs(
+        claim, node="a", work_dir=tmp_path, checkpoint_root=root, launcher=["run"]
+    )
+    chief_dir = Path(chief.env[CHECKPOINT_DIR])
+    assert [(m.source, m.writable) for m in chief.mounts] == [(chief_dir, True)]
+    assert (chief_dir, False) in [(m.source, m.writable) for m in other.mounts]
+    assert chief_dir in [folder.path for folder in other.folders]

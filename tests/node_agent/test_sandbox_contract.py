@@ -374,3 +374,50 @@ async def test_the_learner_runs_as_its_user_without_any_privilege(box: Box) -> N
         "CapAmb": none,
         "NoNewPrivs": "1",
     }
+
+
+RENDEZVOUS_PORT = 29_501
+LISTENER = """
+import json, socket
+with socket.create_server(("127.0.0.1", int(__import__("sys").argv[1]))) as server:
+    server.settimeout(30)
+    print("listening", flush=True)
+    conn, _ = server.accept()
+    conn.close()
+print(json.dumps({"accepted": True}))
+"""
+
+
+async def test_a_job_s_learners_reach_each_other_on_127_0_0_1_and_another_job_s_do_not(
+    box: Box,
+) -> None:
+    if box.kind != "process":
+        pytest.skip("containers meet on their job's Docker network (test_docker_runtime)")
+    port = str(RENDEZVOUS_PORT)
+    # Rank 0 of job A, keeping its rendezvous on 127.0.0.1 (MASTER_ADDR, see node_agent.rendezvous).
+    first = box.spec(LISTENER, port)
+    chief = await box.runtime.start(first)
+    lines = aiter(chief.lines())
+    async with asyncio.timeout(30):
+        while (await anext(lines)).text != "listening":
+            pass
+    # A learner of job B, on the same node, at the same address and port: refused, its
+    # 127.0.0.1 is its own job's.
+    stranger, status = await box.probe(NETWORK_PROBE, f"tcp:127.0.0.1:{port}")
+    assert status == ExitStatus(code=0)
+    assert stranger == {f"tcp:127.0.0.1:{port}": "ConnectionRefusedError"}
+    # Rank 1 of job A reaches it.
+    workdir = learner_dir(box.work_dir, first.job_id, 1, 1)
+    peer, status = await box.probe(
+        NETWORK_PROBE,
+        f"tcp:127.0.0.1:{port}",
+        job_id=first.job_id,
+        learner=1,
+        workdir=workdir,
+        folders=[Folder(box.work_dir, workdir)],
+    )
+    assert peer == {f"tcp:127.0.0.1:{port}": "connected"}
+    rest = [line.text async for line in lines]
+    assert await chief.wait() == ExitStatus(code=0), rest
+    assert json.loads(rest[-1]) == {"accepted": True}
+    await chief.remove()

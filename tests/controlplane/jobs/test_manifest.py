@@ -62,6 +62,7 @@ FULL: dict[str, Any] = {
     "max_restarts": 10,
     "restart_on": "infrastructure",
     "deploy_timeout_s": 300.0,
+    "rendezvous_timeout_s": 30.0,
     "deploy_retries": 1,
     "priority": -20,
     "labels": {"team": "vision", "cost-centre": "4711"},
@@ -105,6 +106,7 @@ def test_a_minimal_manifest_gets_the_documented_defaults() -> None:
     assert job.checkpoint == CheckpointSpec(interval_seconds=600, keep=3)
     assert (job.max_restarts, job.priority) == (3, 0)
     assert job.restart_on == "any_failure"
+    assert job.rendezvous_timeout_s == 60.0  # runners.config's default, alone or in a group
 
 
 def test_a_full_manifest_keeps_every_field() -> None:
@@ -198,6 +200,8 @@ def test_unknown_fields_are_rejected_where_they_are(
         ("deploy_timeout_s", 5e-324),
         ("deploy_timeout_s", 0.5),
         ("deploy_timeout_s", MAX_TIMEOUT_S + 1),
+        ("rendezvous_timeout_s", 0.5),
+        ("rendezvous_timeout_s", MAX_TIMEOUT_S + 1),
         ("deploy_retries", 101),
         ("cpus", float("nan")),
         ("cpus", float("inf")),

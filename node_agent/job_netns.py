@@ -1,0 +1,150 @@
+"""A network of its own for each job's sandboxed learners on this node (the process runtime).
+
+Each learner's bubblewrap used to make a network namespace of its own, holding only loopback:
+safe, but two learners of one job could not reach each other. Now the agent makes one network
+namespace per job on the node (`ip netns add`, loopback up, nothing else: no interface, no
+route), and every learner of the job whose tenant has no network starts its bubblewrap inside
+it (`nsenter --net=`), without a namespace of its own. Ranks of one job meet at 127.0.0.1
+(`node_agent.rendezvous`); nothing else is reachable from there: not other jobs (each has its
+own namespace, its own loopback), not the node, not the control plane.
+
+A namespace made with `ip netns` is a file under /run/netns, which outlives the agent, as its
+learners do: a restarted agent's learners are still in it. Its name holds the agent (a hash of
+its work directory: two agents on one machine never share or sweep each other's) and the job.
+The job's last learner here takes it as it is removed; a (re)starting agent sweeps its
+namespaces of jobs that have no learner running here any more.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import shutil
+from collections import Counter
+from collections.abc import Set
+from pathlib import Path
+from uuid import UUID
+
+from controlplane.agent_port.vocabulary import InvariantBroken
+from node_agent.runtime import LearnerStartError
+
+log = logging.getLogger(__name__)
+
+NETNS_DIR = Path("/run/netns")
+"""Where `ip netns` keeps a namespace's file (and nsenter finds it)."""
+
+
+class NamespaceError(Exception):
+    """`ip` refused to make or remove a namespace."""
+
+
+class JobNamespaces:
+    """The network namespaces of one agent's jobs, with how many of each job's learners here
+    use it."""
+
+    def __init__(self, work_dir: Path, ip: str) -> None:
+        owner = hashlib.sha256(str(work_dir.resolve()).encode()).hexdigest()[:8]
+        self._prefix = f"trainyard-{owner}-"
+        self._ip = ip
+        self._users: Counter[UUID] = Counter()
+        # One change at a time: a new attempt's first learner must not make the namespace
+        # while the last attempt's last learner removes it.
+        self._lock = asyncio.Lock()
+
+    @classmethod
+    def open(cls, work_dir: Path) -> JobNamespaces | str:
+        """This node's, or why there are none (what the node lacks)."""
+        ip = shutil.which("ip")
+        if ip is None:
+            return "ip not found: apt-get install iproute2"
+        return cls(work_dir, ip)
+
+    def name(self, job_id: UUID) -> str:
+        return f"{self._prefix}{job_id}"
+
+    def path(self, job_id: UUID) -> Path:
+        return NETNS_DIR / self.name(job_id)
+
+    async def acquire(self, job_id: UUID) -> Path:
+        """The job's namespace, made for its first learner here; LearnerStartError when it
+        cannot be (no learner of the job runs without one)."""
+        async with self._lock:
+            path = self.path(job_id)
+            if not path.exists():
+                try:
+                    await _ip(self._ip, "netns", "add", self.name(job_id))
+                    await _ip(self._ip, "-n", self.name(job_id), "link", "set", "lo", "up")
+                except NamespaceError as exc:
+                    await self._delete(job_id)
+                    raise LearnerStartError(
+                        f"cannot give the job a network of its own: {exc}"
+                    ) from exc
+            self._users[job_id] += 1
+            return path
+
+    def adopt(self, job_id: UUID) -> None:
+        """A learner an earlier agent started in the job's namespace is this agent's now."""
+        self._users[job_id] += 1
+
+    async def release(self, job_id: UUID) -> None:
+        """One learner of the job here has been removed: the last one takes the namespace."""
+        async with self._lock:
+            self._users[job_id] -= 1
+            if self._users[job_id] > 0:
+                return
+            del self._users[job_id]
+            await self._delete(job_id)
+
+    async def discard(self, job_id: UUID) -> None:
+        """Remove the job's namespace if no learner here uses it (a stale learner, killed)."""
+        async with self._lock:
+            if job_id not in self._users:
+                await self._delete(job_id)
+
+    async def sweep(self, keep: Set[UUID]) -> None:
+        """Remove this agent's namespaces of jobs other than `keep` (those with a learner
+        running here): left by an agent that stopped or died before its learners were removed."""
+        async with self._lock:
+            for job_id in self._listed():
+                if job_id not in keep and job_id not in self._users:
+                    await self._delete(job_id)
+
+    def _listed(self) -> list[UUID]:
+        """The jobs whose namespaces of this agent's are on the node (a short local listing)."""
+        if not NETNS_DIR.is_dir():
+            return []
+        jobs = []
+        for entry in NETNS_DIR.iterdir():
+            if entry.name.startswith(self._prefix):
+                try:
+                    jobs.append(UUID(entry.name.removeprefix(self._prefix)))
+                except ValueError:
+                    continue  # not a name this agent gives
+        return jobs
+
+    async def _delete(self, job_id: UUID) -> None:
+        # Logged, not raised: a namespace left behind holds no process (its learners ended)
+        # and the next sweep takes it.
+        if not self.path(job_id).exists():
+            return
+        try:
+            await _ip(self._ip, "netns", "delete", self.name(job_id))
+        except NamespaceError as exc:
+            log.warning("cannot remove the network namespace of job %s: %s", job_id, exc)
+
+
+async def _ip(program: str, *args: str) -> None:
+    process = await asyncio.create_subprocess_exec(
+        program,
+        *args,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    _, err = await process.communicate()
+    if process.returncode is None:  # communicate() returns once the process has exited
+        raise InvariantBroken(f"ip {' '.join(args)}: no exit status after it ended")
+    if process.returncode != 0:
+        command = " ".join(["ip", *args])
+        raise NamespaceError(f"`{command}` failed (exit {process.returncode}): {err.decode()}")
