@@ -236,6 +236,7 @@ def document() -> dict[str, Any]:
                     *deployment_paths.SCHEMAS,
                     *inference_paths.SCHEMAS,
                     *search_paths.SCHEMAS,
+                    *ui.SCHEMAS,
                     *operations.models_of(OPERATIONS),
                 ),
                 "Error": _ERROR,

@@ -1,42 +1,65 @@
 """The web dashboard, served by the control plane itself: its page and assets (inside the
-package, no CDN: it works offline), and its sessions (`controlplane.ui.sessions`). The page
-holds no data; once signed in it reads the same API a token does, with the session's cookie,
-so a tenant sees exactly what the API shows it."""
+package, no CDN: it works offline), and its sign-in: a bearer token traded for a session
+(`controlplane.ui.application`), or the identity provider's flows
+(`controlplane.identity.application`). The page holds no data; once signed in it reads the same
+API a token does, with the session's cookie, so a tenant sees exactly what the API shows it.
+
+The handlers route and authenticate, and set and clear the cookies (their flags are the
+transport's: HttpOnly, SameSite, Secure over HTTPS); the facades decide."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import html
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from importlib.resources import files
-from typing import Any
+from typing import Annotated, Any, ClassVar, TypeVar
 from urllib.parse import urlencode
 
 import aiohttp
 from aiohttp import hdrs, web
+from aiohttp.typedefs import Handler
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    ValidationError,
+    ValidationInfo,
+    WithJsonSchema,
+    field_validator,
+)
 
-from controlplane.http.auth import IDENTITY, PRINCIPAL, SESSION, principal
+from controlplane.http import operations, query
+from controlplane.http.auth import IDENTITY, SESSION, principal
 from controlplane.http.errors import error
 from controlplane.http.keys import POOL
+from controlplane.http.operations import Answer, Operation, Param, add_operations, answer
 from controlplane.http.requests import json_body
+from controlplane.identity.application import MAX_CODE, MAX_STATE, SignIn
 from controlplane.identity.config import IdentityConfig
-from controlplane.identity.loopback import challenge_ok, loopback_uri
-from controlplane.identity.provider import OidcProvider
-from controlplane.identity.service import (
-    CLI_PREFIX,
-    LOGIN_TTL_S,
-    Ended,
-    Identity,
-    Loopback,
-    Opened,
-    SignInRefused,
+from controlplane.identity.loopback import (
+    CHALLENGE_PATTERN,
+    LOOPBACK_PATTERN,
+    MAX_LOOPBACK,
+    challenge_ok,
+    loopback_uri,
 )
-from controlplane.ui.sessions import COOKIE, SESSION_TTL_S, end_session, open_session
+from controlplane.identity.provider import OidcProvider
+from controlplane.identity.service import LOGIN_TTL_S, Identity, Loopback, SignInRefused
+from controlplane.identity.views import DeviceAuthorization, DevicePending, SsoSignOut, SsoToken
+from controlplane.ui.application import Dashboard
+from controlplane.ui.sessions import COOKIE, SESSION_TTL_S
+from controlplane.ui.views import DashboardSession, SignInProviders, WhoAmI
+
+DASHBOARD = web.AppKey("dashboard", Dashboard)
 
 LOGIN_COOKIE = "trainyard_login"
 """Ties a provider's callback to the browser that started the sign-in. SameSite=Lax, not
 Strict: the browser comes back from the provider's site, and a Strict cookie would stay home."""
+START = "/ui/login/oidc"
 CALLBACK = "/ui/login/callback"
 
 ASSETS = files("controlplane.ui") / "static"
@@ -56,6 +79,8 @@ SECURITY_HEADERS = {
     "X-Frame-Options": "DENY",
 }
 
+M = TypeVar("M", bound="_Body")
+
 
 @dataclass(frozen=True, slots=True)
 class Asset:
@@ -64,7 +89,8 @@ class Asset:
     etag: str
 
 
-def _load() -> dict[str, Asset]:
+@functools.cache
+def _assets() -> dict[str, Asset]:
     """Every asset, read once: the package's files, by name (no path from a request is ever
     opened)."""
     assets = {}
@@ -77,82 +103,185 @@ def _load() -> dict[str, Asset]:
     return assets
 
 
-def add_routes(app: web.Application) -> None:
-    assets = _load()
+class _Body(BaseModel):
+    """A sign-in request's JSON body. What it refuses, it refuses naming the first bad field
+    (in the fields' order; the first when the body is no object) in the sign-in's own words,
+    `refused`, not as a list of pydantic's."""
 
-    async def asset(request: web.Request, name: str) -> web.Response:
-        found = assets.get(name)
-        if found is None:
-            raise error(404, "no such file")
-        headers = {**SECURITY_HEADERS, hdrs.ETAG: found.etag, hdrs.CACHE_CONTROL: "no-cache"}
-        if request.headers.get(hdrs.IF_NONE_MATCH) == found.etag:
-            return web.Response(status=304, headers=headers)
-        response = web.Response(body=found.body, content_type=found.content_type, headers=headers)
-        response.enable_compression()
-        return response
+    model_config = ConfigDict(extra="ignore", frozen=True)
 
-    async def page(request: web.Request) -> web.Response:
-        return await asset(request, "index.html")
-
-    async def static(request: web.Request) -> web.Response:
-        return await asset(request, request.match_info["name"])
-
-    app.router.add_get("/", home)
-    app.router.add_get("/ui", page)
-    app.router.add_get("/ui/", page)
-    app.router.add_get("/ui/static/{name}", static)
-    app.router.add_post("/ui/session", sign_in)
-    app.router.add_get("/ui/session", whoami)
-    app.router.add_delete("/ui/session", sign_out)
-    app.router.add_get("/ui/login", providers)
-    app.router.add_get("/ui/login/oidc", oidc_start)
-    app.router.add_get(CALLBACK, oidc_callback)
-    app.router.add_post("/v1/login/device", device_start)
-    app.router.add_post("/v1/login/device/token", device_token)
-    app.router.add_post("/v1/login/loopback/token", loopback_token)
-    app.router.add_delete("/v1/login/session", cli_sign_out)
-    app.cleanup_ctx.append(_identity)
+    refused: ClassVar[str]
+    """The 422's message; `{name}` is the field's name."""
 
 
-async def _identity(app: web.Application) -> AsyncIterator[None]:
-    """The identity provider's sign-in, when the environment configures one (a wrong setting
-    stops the start, naming it)."""
-    config = IdentityConfig.from_env()
-    if config is None:
-        yield
-        return
-    async with aiohttp.ClientSession() as http:
-        app[IDENTITY] = Identity(config, OidcProvider(config, http), app[POOL])
-        yield
+def _token(value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise ValueError("token is required")
+    return value
+
+
+class TokenSignIn(_Body):
+    refused = "token is required"
+
+    # Taken as Python holds it, lone surrogates too (pydantic's str refuses them): a token
+    # that is not text is an unknown token, a 401 as any other.
+    token: Annotated[
+        str, PlainValidator(_token), WithJsonSchema({"type": "string", "minLength": 1})
+    ] = Field(description="a bearer token (ty_...)")
+
+
+class LoopbackSignIn(_Body):
+    refused = "{name} is required (a string of at most 200)"
+
+    code: str = Field(
+        min_length=1,
+        max_length=200,
+        description="the one-time code the browser brought to the CLI's loopback address",
+    )
+    verifier: str = Field(
+        min_length=1,
+        max_length=200,
+        description="the PKCE verifier of the cli_challenge sent to /ui/login/oidc",
+    )
+
+
+class DeviceSignIn(_Body):
+    refused = "device_code is required, as POST /v1/login/device gave it"
+
+    device_code: str = Field(
+        min_length=1, max_length=MAX_CODE, description="as POST /v1/login/device gave it"
+    )
+
+
+def _body(model: type[M], document: Any) -> M:
+    try:
+        return model.model_validate(document)
+    except ValidationError as exc:
+        loc = exc.errors()[0]["loc"]
+        name = str(loc[0]) if loc else next(iter(model.model_fields))
+        raise error(422, model.refused.format(name=name), field=name) from None
+
+
+def _loopback(value: Any, name: str) -> str:
+    try:
+        return loopback_uri(value)
+    except ValueError as exc:
+        raise query.refuse(str(exc)) from None
+
+
+class StartQuery(query.Query):
+    cli: Annotated[
+        str | None,
+        query.Parameter(_loopback, {"maxLength": MAX_LOOPBACK, "pattern": LOOPBACK_PATTERN}),
+    ] = Field(
+        default=None,
+        description="`trainyard login --sso`'s loopback address (http://127.0.0.1:PORT/PATH or "
+        "http://[::1]:PORT/PATH): the browser is sent there with a one-time code (or the error) "
+        "once signed in",
+    )
+    cli_challenge: str | None = Field(
+        default=None,
+        validate_default=True,
+        description="with cli (required then): the CLI's PKCE S256 challenge",
+        json_schema_extra={"pattern": CHALLENGE_PATTERN},
+    )
+
+    @field_validator("cli_challenge")
+    @classmethod
+    def _with_cli(cls, challenge: str | None, info: ValidationInfo) -> str | None:
+        # Only a loopback sign-in takes a challenge; a cli refused above is said already.
+        if info.data.get("cli") is not None and not challenge_ok(challenge or ""):
+            raise query.refuse("cli_challenge must be a PKCE S256 challenge")
+        return challenge
+
+    def loopback(self) -> Loopback | None:
+        if self.cli is None or self.cli_challenge is None:
+            return None
+        return Loopback(self.cli, self.cli_challenge)
+
+
+class CallbackQuery(query.Query):
+    """The provider's answer, as it sends it: whatever it holds, a refusal is a page (the
+    facade checks it), not a JSON error."""
+
+    code: str | None = Field(
+        default=None,
+        description="the authorization code",
+        json_schema_extra={"maxLength": MAX_CODE},
+    )
+    state: str | None = Field(
+        default=None,
+        description="the sign-in's state, as sent to the provider",
+        json_schema_extra={"maxLength": MAX_STATE},
+    )
+    error: str | None = Field(default=None, description="why the provider did not sign in")
+    error_description: str | None = Field(default=None, description="the error, for a person")
 
 
 async def home(_: web.Request) -> web.Response:
     raise web.HTTPFound("/ui/")
 
 
+async def page(request: web.Request) -> web.Response:
+    return _asset(request, "index.html")
+
+
+async def static(request: web.Request) -> web.Response:
+    return _asset(request, request.match_info["name"])
+
+
+def _asset(request: web.Request, name: str) -> web.Response:
+    found = _assets().get(name)
+    if found is None:
+        raise error(404, "no such file")
+    headers = {**SECURITY_HEADERS, hdrs.ETAG: found.etag, hdrs.CACHE_CONTROL: "no-cache"}
+    if request.headers.get(hdrs.IF_NONE_MATCH) == found.etag:
+        return web.Response(status=304, headers=headers)
+    response = web.Response(body=found.body, content_type=found.content_type, headers=headers)
+    response.enable_compression()
+    return response
+
+
+def _json_refusals(handler: Handler) -> Handler:
+    """The handler with a refused sign-in answered as an `Error` (also when the provider
+    failed: a 502, which `controlplane.http.errors.error` does not send)."""
+
+    @functools.wraps(handler)
+    async def answering(request: web.Request) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except SignInRefused as refused:
+            body: dict[str, Any] = {"error": str(refused), "status": refused.status}
+            if refused.field is not None:
+                body["field"] = refused.field
+            return web.json_response(body, status=refused.status)
+
+    return answering
+
+
+@_json_refusals
 async def sign_in(request: web.Request) -> web.Response:
     """`{"token": "ty_..."}` (JSON only: a form another site posts is refused, so it cannot sign
     a browser in as someone else); 200 with the session's CSRF token and a cookie."""
     if request.content_type != "application/json":
         raise error(415, 'send the token as JSON: {"token": "ty_..."}')
-    body = await json_body(request)
-    token = body.get("token") if isinstance(body, dict) else None
-    if not isinstance(token, str) or not token:
-        raise error(422, "token is required", field="token")
-    opened = await open_session(request.app[POOL], token)
-    if opened is None:
-        raise error(401, "invalid or revoked token", field="token")
-    response = web.json_response({"csrf": opened.csrf, "expires_at": opened.expires_at.isoformat()})
+    body = _body(TokenSignIn, await json_body(request))
+    opened = await request.app[DASHBOARD].sign_in(body.token)
+    response = answer(opened.view)
+    _set_session(request, response, opened.cookie)
+    return response
+
+
+def _set_session(request: web.Request, response: web.StreamResponse, cookie: str) -> None:
     response.set_cookie(
         COOKIE,
-        opened.cookie,
+        cookie,
         max_age=int(SESSION_TTL_S),
         path="/",
         httponly=True,
         samesite="Strict",
         secure=_over_https(request),
     )
-    return response
 
 
 def _over_https(request: web.Request) -> bool:
@@ -162,73 +291,38 @@ def _over_https(request: web.Request) -> bool:
     return request.secure or forwarded == "https"
 
 
+def _origin(request: web.Request) -> str:
+    """The scheme and host the browser reached us at."""
+    return f"{'https' if _over_https(request) else 'http'}://{request.host}"
+
+
 async def whoami(request: web.Request) -> web.Response:
     """Who is signed in, and the session's CSRF token (null with a bearer token): the page
     reads it after a reload, as no script can read the cookie."""
-    who = principal(request)
-    found = request.get(SESSION)
-    return web.json_response(
-        {
-            "tenant": who.tenant,
-            "is_admin": who.is_admin,
-            "csrf": None if found is None else found.csrf,
-            "expires_at": None if found is None else found.expires_at.isoformat(),
-        }
-    )
+    return answer(request.app[DASHBOARD].whoami(principal(request), request.get(SESSION)))
 
 
 async def sign_out(request: web.Request) -> web.Response:
     """End the session (its cookie stops working at once, also copied elsewhere)."""
-    if PRINCIPAL in request and COOKIE in request.cookies:
-        await end_session(request.app[POOL], request.cookies[COOKIE])
-        if IDENTITY in request.app:
-            await request.app[IDENTITY].end(request.cookies[COOKIE], "signed out")
+    principal(request)  # signed in: a sign-out changes something, with the CSRF token
+    await request.app[DASHBOARD].sign_out(request.cookies.get(COOKIE))
     response = web.Response(status=204)
     response.del_cookie(COOKIE, path="/")
     return response
 
 
 async def providers(request: web.Request) -> web.Response:
-    """The identity provider the sign-in page offers, if any."""
-    found = request.app.get(IDENTITY)
-    return web.json_response(
-        {"oidc": None if found is None else {"name": found.config.name, "url": "/ui/login/oidc"}}
-    )
-
-
-def _identity_of(request: web.Request) -> Identity:
-    found = request.app.get(IDENTITY)
-    if found is None:
-        raise error(404, "no identity provider is configured: sign in with a token")
-    return found
-
-
-def _redirect_uri(request: web.Request, identity: Identity) -> str:
-    base = (
-        identity.config.public_url
-        or f"{'https' if _over_https(request) else 'http'}://{request.host}"
-    )
-    return base + CALLBACK
+    return answer(request.app[DASHBOARD].providers())
 
 
 async def oidc_start(request: web.Request) -> web.Response:
     """To the provider's sign-in page (authorization code flow with PKCE)."""
-    identity = _identity_of(request)
-    cli = None
-    if "cli" in request.query:
-        # `trainyard login --sso` without a device flow: it waits on a loopback address.
-        challenge = request.query.get("cli_challenge", "")
-        try:
-            uri = loopback_uri(request.query["cli"])
-        except ValueError as exc:
-            raise error(400, str(exc), field="cli") from exc
-        if not challenge_ok(challenge):
-            raise error(400, "cli_challenge must be a PKCE S256 challenge", field="cli_challenge")
-        cli = Loopback(uri, challenge)
+    flow = request.app[DASHBOARD].signing_in()
+    asked = query.parsed(request, StartQuery)
     try:
-        started = await identity.start_browser(_redirect_uri(request, identity), cli)
+        started = await flow.start_browser(_origin(request), asked.loopback())
     except SignInRefused as refused:
-        return _refusal(refused.status, str(refused))
+        return _browser_refusal(refused)
     response = web.Response(status=302, headers={hdrs.LOCATION: started.url})
     response.set_cookie(
         LOGIN_COOKIE,
@@ -246,77 +340,39 @@ async def oidc_callback(request: web.Request) -> web.Response:
     """The provider sends the browser back here: the code is traded for tokens (with the
     PKCE verifier), the ID token verified and the person's groups mapped; a session cookie as
     with a token, or a page saying why not."""
-    identity = _identity_of(request)
-    query = request.query
-    if "error" in query:
-        why = query.get("error_description") or query["error"]
-        return _refusal(401, f"the identity provider did not sign you in: {why}")
-    code, state = query.get("code"), query.get("state")
-    binding = request.cookies.get(LOGIN_COOKIE)
-    if not code or not state:
-        return _refusal(400, "the identity provider's answer lacks its code or state")
-    if not binding or len(binding) > 100 or len(state) > 100 or len(code) > 2000:
-        return _refusal(
-            400, "this sign-in was started in another browser or has expired: sign in again"
-        )
+    flow = request.app[DASHBOARD].signing_in()
+    asked = query.parsed(request, CallbackQuery)
     try:
-        opened = await identity.finish_browser(
-            binding, state, code, _redirect_uri(request, identity)
+        opened = await flow.finish_browser(
+            _origin(request),
+            request.cookies.get(LOGIN_COOKIE),
+            code=asked.code,
+            state=asked.state,
+            error=asked.error,
+            error_description=asked.error_description,
         )
     except SignInRefused as refused:
-        if refused.loopback is not None:  # the waiting CLI shows why, too
-            return _to_loopback(refused.loopback, {"error": str(refused)})
-        return _refusal(refused.status, str(refused))
+        return _browser_refusal(refused)
     if opened.loopback is not None:
         return _to_loopback(opened.loopback, {"code": opened.credential})
     response = web.Response(status=302, headers={hdrs.LOCATION: "/ui/"})
     response.del_cookie(LOGIN_COOKIE, path="/ui/login")
-    response.set_cookie(
-        COOKIE,
-        opened.credential,
-        max_age=int(SESSION_TTL_S),
-        path="/",
-        httponly=True,
-        samesite="Strict",
-        secure=_over_https(request),
-    )
+    _set_session(request, response, opened.credential)
     return response
+
+
+def _browser_refusal(refused: SignInRefused) -> web.Response:
+    """A refused sign-in told where the browser goes: to the waiting CLI (which shows why
+    too), or a page saying why."""
+    if refused.loopback is not None:
+        return _to_loopback(refused.loopback, {"error": str(refused)})
+    return _refusal(refused.status, str(refused))
 
 
 def _to_loopback(uri: str, query: dict[str, str]) -> web.Response:
     response = web.Response(status=302, headers={hdrs.LOCATION: f"{uri}?{urlencode(query)}"})
     response.del_cookie(LOGIN_COOKIE, path="/ui/login")
     return response
-
-
-async def loopback_token(request: web.Request) -> web.Response:
-    """`trainyard login --sso` (loopback): the one-time code the browser brought to the CLI and
-    the verifier of the CLI's challenge, for its bearer token."""
-    identity = _identity_of(request)
-    body = await json_body(request)
-    fields = {}
-    for name in ("code", "verifier"):
-        value = body.get(name) if isinstance(body, dict) else None
-        if not isinstance(value, str) or not value or len(value) > 200:
-            raise error(422, f"{name} is required (a string of at most 200)", field=name)
-        fields[name] = value
-    opened = await identity.finish_loopback(fields["code"], fields["verifier"])
-    if opened is None:
-        raise error(
-            401, "this code is unknown, used, expired or not yours: sign in again", field="code"
-        )
-    return _signed_in(opened)
-
-
-def _signed_in(opened: Opened) -> web.Response:
-    return web.json_response(
-        {
-            "token": opened.credential,
-            "tenant": opened.principal.tenant,
-            "is_admin": opened.principal.is_admin,
-            "expires_at": opened.expires_at.isoformat(),
-        }
-    )
 
 
 def _refusal(status: int, message: str) -> web.Response:
@@ -339,424 +395,273 @@ def _refusal(status: int, message: str) -> web.Response:
     return response
 
 
+@_json_refusals
+async def loopback_token(request: web.Request) -> web.Response:
+    """`trainyard login --sso` (loopback): the one-time code the browser brought to the CLI and
+    the verifier of the CLI's challenge, for its bearer token."""
+    flow = request.app[DASHBOARD].signing_in()
+    body = _body(LoopbackSignIn, await json_body(request))
+    return answer(await flow.finish_loopback(body.code, body.verifier))
+
+
+@_json_refusals
 async def device_start(request: web.Request) -> web.Response:
     """`trainyard login`'s device flow (RFC 8628): the code the person enters at the provider,
     and the device code the CLI polls with."""
-    identity = _identity_of(request)
-    try:
-        answer = await identity.start_device()
-    except SignInRefused as refused:
-        return _failure(refused)
-    keys = ("device_code", "user_code", "verification_uri", "verification_uri_complete")
-    shown: dict[str, Any] = {key: answer.get(key) for key in keys}
-    shown["interval"] = answer.get("interval", 5)
-    shown["expires_in"] = answer.get("expires_in")
-    return web.json_response(shown)
+    return answer(await request.app[DASHBOARD].signing_in().start_device())
 
 
+@_json_refusals
 async def device_token(request: web.Request) -> web.Response:
     """Poll: 202 while the person has not approved; 200 with the bearer token once they have."""
-    identity = _identity_of(request)
-    body = await json_body(request)
-    code = body.get("device_code") if isinstance(body, dict) else None
-    if not isinstance(code, str) or not code or len(code) > 2000:
-        raise error(
-            422, "device_code is required, as POST /v1/login/device gave it", field="device_code"
-        )
-    try:
-        opened = await identity.finish_device(code)
-    except SignInRefused as refused:
-        return _failure(refused, "device_code")
-    if isinstance(opened, str):
-        return web.json_response({"pending": opened}, status=202)
-    return _signed_in(opened)
+    flow = request.app[DASHBOARD].signing_in()
+    body = _body(DeviceSignIn, await json_body(request))
+    found = await flow.finish_device(body.device_code)
+    return answer(found, status=202 if isinstance(found, DevicePending) else 200)
 
 
+@_json_refusals
 async def cli_sign_out(request: web.Request) -> web.Response:
     """`trainyard logout`: end the sign-in session whose bearer token the request carries (it
     passed authentication, so it is live), and revoke its refresh token at the provider."""
-    identity = _identity_of(request)
-    token = request.headers.get(hdrs.AUTHORIZATION, "").partition(" ")[2].strip()
-    if not token.startswith(CLI_PREFIX):
-        raise error(
-            400,
-            "only a session of `trainyard login --sso` is ended here; an admin revokes an "
-            "issued token",
-            field="Authorization",
-        )
-    ended = await identity.end(token, "signed out")
-    return web.json_response({"revoked_at_provider": ended is Ended.REVOKED})
+    flow = request.app[DASHBOARD].signing_in()
+    bearer = request.headers.get(hdrs.AUTHORIZATION, "").partition(" ")[2].strip()
+    return answer(await flow.end(bearer))
 
 
-def _failure(refused: SignInRefused, field: str | None = None) -> web.Response:
-    """The JSON error for a refused sign-in (502 when the provider failed, which
-    `controlplane.http.errors.error` does not send)."""
-    body: dict[str, Any] = {"error": str(refused), "status": refused.status}
-    if field is not None and refused.status < 500:
-        body["field"] = field
-    return web.json_response(body, status=refused.status)
+HTML: Mapping[str, Any] = {"type": "string"}
+NOT_CONFIGURED = "no identity provider is configured"
 
 
-def openapi_paths() -> dict[str, object]:
-    html = {"text/html": {"schema": {"type": "string"}}}
-    session = {
-        "type": "object",
-        "properties": {
-            "tenant": {"type": ["string", "null"]},
-            "is_admin": {"type": "boolean"},
-            "csrf": {
-                "type": ["string", "null"],
-                "description": "send it as X-CSRF-Token with every request that changes "
-                "something (null when authenticated by a bearer token)",
-            },
-            "expires_at": {"type": ["string", "null"], "format": "date-time"},
-        },
-    }
-    failure = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
-    return {
-        "/": {
-            "get": {
-                "operationId": "home",
-                "summary": "Redirects to the dashboard",
-                "responses": {"302": {"description": "to /ui/"}},
-            }
-        },
-        **{
-            path: {
-                "get": {
-                    "operationId": operation,
-                    "summary": "The web dashboard's page (no data: it reads the API once "
-                    "signed in)",
-                    "responses": {"200": {"description": "the page", "content": html}},
-                }
-            }
-            for path, operation in (("/ui", "dashboard"), ("/ui/", "dashboardSlash"))
-        },
-        "/ui/static/{name}": {
-            "get": {
-                "operationId": "dashboardAsset",
-                "summary": "One of the dashboard's scripts and styles (ETag, no-cache)",
-                "parameters": [
-                    {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
-                ],
-                "responses": {
-                    "200": {"description": "the file"},
-                    "304": {"description": "unchanged since the ETag sent"},
-                    "404": {"description": "no such file", "content": failure},
-                },
-            }
-        },
-        **_sign_in_paths(html, failure),
-        "/ui/session": {
-            "post": {
-                "operationId": "signIn",
-                "summary": "Sign in with a bearer token: an HttpOnly, SameSite=Strict session "
-                "cookie (8 hours; Secure over HTTPS) and the session's CSRF token",
-                "requestBody": {
-                    "required": True,
-                    "content": {
-                        "application/json": {
-                            "schema": {
-                                "type": "object",
-                                "required": ["token"],
-                                "properties": {"token": {"type": "string", "minLength": 1}},
-                            }
-                        }
-                    },
-                },
-                "responses": {
-                    "200": {
-                        "description": "signed in",
-                        "content": {"application/json": {"schema": session}},
-                    },
-                    **{
-                        str(status): {"description": why, "content": failure}
-                        for status, why in (
-                            (400, "malformed JSON"),
-                            (401, "an invalid or revoked token"),
-                            (415, "not JSON"),
-                            (422, "no token"),
-                        )
-                    },
-                },
-            },
-            "get": {
-                "operationId": "whoAmI",
-                "summary": "Who is signed in, and the session's CSRF token",
-                "security": [{"bearer": []}],
-                "responses": {
-                    "200": {
-                        "description": "the principal",
-                        "content": {"application/json": {"schema": session}},
-                    },
-                    "401": {"description": "not signed in", "content": failure},
-                },
-            },
-            "delete": {
-                "operationId": "signOut",
-                "summary": "Sign out: the session ends at once",
-                "security": [{"bearer": []}],
-                "responses": {
-                    "204": {"description": "signed out"},
-                    "401": {"description": "not signed in", "content": failure},
-                    "403": {"description": "no X-CSRF-Token", "content": failure},
-                },
-            },
-        },
-    }
+def _page(description: str) -> Answer:
+    """A page saying why a browser's sign-in failed."""
+    return Answer(description, HTML, media="text/html")
 
 
-def _sign_in_paths(html: dict[str, Any], failure: dict[str, Any]) -> dict[str, object]:
-    """The sign-in through the identity provider (docs/sign-in.md); 404 on every one of them
-    when the operator configured none."""
-    none = {"description": "no identity provider is configured", "content": failure}
-    page = {"text/html": html["text/html"]}
-    refused = {"description": "the sign-in failed: a page saying why", "content": page}
-    tokens = {
-        "type": "object",
-        "required": ["token", "tenant", "is_admin", "expires_at"],
-        "properties": {
-            "token": {
-                "type": "string",
-                "description": "a bearer token (ty_sso_...) good while the provider vouches "
-                "for the person",
-            },
-            "tenant": {"type": ["string", "null"]},
-            "is_admin": {"type": "boolean"},
-            "expires_at": {"type": "string", "format": "date-time"},
+def _dashboard(operation_id: str, path: str) -> Operation:
+    return Operation(
+        "get",
+        path,
+        page,
+        operation_id,
+        "The web dashboard's page (no data: it reads the API once signed in)",
+        {
+            200: Answer("the page", HTML, media="text/html"),
+            304: Answer("unchanged since the ETag sent (If-None-Match)"),
         },
-    }
-    device = {
-        "type": "object",
-        "properties": {
-            "device_code": {"type": "string"},
-            "user_code": {"type": "string"},
-            "verification_uri": {"type": "string"},
-            "verification_uri_complete": {"type": ["string", "null"]},
-            "interval": {"type": "integer"},
-            "expires_in": {"type": ["integer", "null"]},
+        public=True,
+    )
+
+
+OPERATIONS: tuple[Operation, ...] = (
+    Operation(
+        "get",
+        "/",
+        home,
+        "home",
+        "Redirects to the dashboard",
+        {302: Answer("to /ui/")},
+        public=True,
+    ),
+    _dashboard("dashboard", "/ui"),
+    _dashboard("dashboardSlash", "/ui/"),
+    Operation(
+        "get",
+        "/ui/static/{name}",
+        static,
+        "dashboardAsset",
+        "One of the dashboard's scripts and styles (ETag, no-cache)",
+        {
+            200: Answer("the file"),
+            304: Answer("unchanged since the ETag sent (If-None-Match)"),
         },
-    }
-    provider_failed = {"description": "the identity provider failed", "content": failure}
-    return {
-        "/ui/login": {
-            "get": {
-                "operationId": "signInProviders",
-                "summary": "The identity provider the sign-in page offers (null: tokens only)",
-                "responses": {
-                    "200": {
-                        "description": "the provider's name and where its sign-in starts",
-                        "content": {
-                            "application/json": {
-                                "schema": {
-                                    "type": "object",
-                                    "required": ["oidc"],
-                                    "properties": {
-                                        "oidc": {
-                                            "type": ["object", "null"],
-                                            "properties": {
-                                                "name": {"type": "string"},
-                                                "url": {"type": "string"},
-                                            },
-                                        }
-                                    },
-                                }
-                            }
-                        },
-                    }
-                },
-            }
+        {404: "no such file"},
+        public=True,
+        params=(Param("name", "path", "the file's name", {"type": "string"}),),
+    ),
+    Operation(
+        "post",
+        "/ui/session",
+        sign_in,
+        "signIn",
+        "Sign in with a bearer token: an HttpOnly, SameSite=Strict session cookie (8 hours; "
+        "Secure over HTTPS) and the session's CSRF token",
+        {200: Answer("signed in", DashboardSession)},
+        {
+            400: "malformed JSON",
+            401: "an invalid or revoked token",
+            415: "not JSON",
+            422: "no token",
         },
-        "/ui/login/oidc": {
-            "get": {
-                "operationId": "signInWithProvider",
-                "summary": "To the provider's sign-in page (authorization code flow with PKCE; "
-                "a SameSite=Lax cookie ties the callback to this browser)",
-                "parameters": [
-                    {
-                        "name": "cli",
-                        "in": "query",
-                        "schema": {"type": "string"},
-                        "description": "`trainyard login --sso`'s loopback address "
-                        "(http://127.0.0.1:PORT/PATH): the browser is sent there with a "
-                        "one-time code (or the error) once signed in",
-                    },
-                    {
-                        "name": "cli_challenge",
-                        "in": "query",
-                        "schema": {"type": "string"},
-                        "description": "with cli: the CLI's PKCE S256 challenge",
-                    },
-                ],
-                "responses": {
-                    "302": {"description": "to the provider"},
-                    "400": {
-                        "description": "a cli that is not a loopback address, or no challenge",
-                        "content": failure,
-                    },
-                    "404": none,
-                    "502": refused,
-                },
-            }
+        public=True,
+        body=TokenSignIn,
+        body_required=True,
+    ),
+    Operation(
+        "get",
+        "/ui/session",
+        whoami,
+        "whoAmI",
+        "Who is signed in, and the session's CSRF token",
+        {200: Answer("the principal", WhoAmI)},
+        {401: "not signed in"},
+    ),
+    Operation(
+        "delete",
+        "/ui/session",
+        sign_out,
+        "signOut",
+        "Sign out: the session ends at once",
+        {204: Answer("signed out")},
+        {401: "not signed in", 403: "no X-CSRF-Token"},
+    ),
+    Operation(
+        "get",
+        "/ui/login",
+        providers,
+        "signInProviders",
+        "The identity provider the sign-in page offers (null: tokens only)",
+        {200: Answer("the provider's name and where its sign-in starts", SignInProviders)},
+        public=True,
+    ),
+    Operation(
+        "get",
+        START,
+        oidc_start,
+        "signInWithProvider",
+        "To the provider's sign-in page (authorization code flow with PKCE; a SameSite=Lax "
+        "cookie ties the callback to this browser)",
+        {302: Answer("to the provider"), 502: _page("the identity provider failed: a page")},
+        {
+            400: "a cli that is not a loopback address, or no challenge",
+            404: NOT_CONFIGURED,
         },
-        CALLBACK: {
-            "get": {
-                "operationId": "signInCallback",
-                "summary": "Where the provider sends the browser back: the code is traded for "
-                "tokens, the ID token verified, the groups mapped; a session cookie and the "
-                "dashboard, or a page saying why not",
-                "parameters": [
-                    {"name": name, "in": "query", "schema": {"type": "string"}}
-                    for name in ("code", "state", "error", "error_description")
-                ],
-                "responses": {
-                    "302": {
-                        "description": "signed in: to the dashboard, with a session cookie (or "
-                        "to the CLI's loopback address with its one-time code or the error)"
-                    },
-                    **{
-                        str(status): {**refused, "description": why}
-                        for status, why in (
-                            (400, "no code or state, or a sign-in of another browser or expired"),
-                            (401, "the provider refused the sign-in, or its ID token is invalid"),
-                            (403, "the person's groups map to no tenant nor to the admin"),
-                            (502, "the identity provider failed"),
-                        )
-                    },
-                    "404": none,
-                },
-            }
+        public=True,
+        query=StartQuery,
+    ),
+    Operation(
+        "get",
+        CALLBACK,
+        oidc_callback,
+        "signInCallback",
+        "Where the provider sends the browser back: the code is traded for tokens, the ID "
+        "token verified, the groups mapped; a session cookie and the dashboard, or a page "
+        "saying why not",
+        {
+            302: Answer(
+                "signed in: to the dashboard, with a session cookie (or to the CLI's loopback "
+                "address with its one-time code or the error)"
+            ),
+            400: _page("no code or state, or a sign-in of another browser or expired"),
+            401: _page("the provider refused the sign-in, or its ID token is invalid"),
+            403: _page("the person's groups map to no tenant nor to the admin"),
+            502: _page("the identity provider failed"),
         },
-        "/v1/login/loopback/token": {
-            "post": {
-                "operationId": "loopbackSignInToken",
-                "summary": "`trainyard login --sso` without a device flow: the one-time code "
-                "the browser brought to the CLI's loopback address, and the verifier of the "
-                "challenge it sent to /ui/login/oidc, for a bearer token",
-                "requestBody": {
-                    "required": True,
-                    "content": {
-                        "application/json": {
-                            "schema": {
-                                "type": "object",
-                                "required": ["code", "verifier"],
-                                "properties": {
-                                    "code": {"type": "string"},
-                                    "verifier": {"type": "string"},
-                                },
-                            }
-                        }
-                    },
-                },
-                "responses": {
-                    "200": {
-                        "description": "signed in",
-                        "content": {"application/json": {"schema": tokens}},
-                    },
-                    **{
-                        str(status): {"description": why, "content": failure}
-                        for status, why in (
-                            (400, "malformed JSON"),
-                            (401, "a code unknown, used, expired or of another verifier"),
-                            (404, "no identity provider is configured"),
-                            (422, "no code or verifier"),
-                        )
-                    },
-                },
-            }
+        {404: NOT_CONFIGURED},
+        public=True,
+        query=CallbackQuery,
+    ),
+    Operation(
+        "post",
+        "/v1/login/loopback/token",
+        loopback_token,
+        "loopbackSignInToken",
+        "`trainyard login --sso` without a device flow: the one-time code the browser brought "
+        "to the CLI's loopback address, and the verifier of the challenge it sent to "
+        "/ui/login/oidc, for a bearer token",
+        {200: Answer("signed in", SsoToken)},
+        {
+            400: "malformed JSON",
+            401: "a code unknown, used, expired or of another verifier",
+            404: NOT_CONFIGURED,
+            422: "no code or verifier",
         },
-        "/v1/login/device": {
-            "post": {
-                "operationId": "deviceSignIn",
-                "summary": "`trainyard login`: start the provider's device flow (RFC 8628)",
-                "responses": {
-                    "200": {
-                        "description": "the code to enter at the provider, and the device code",
-                        "content": {"application/json": {"schema": device}},
-                    },
-                    "404": none,
-                    "502": provider_failed,
-                },
-            }
+        public=True,
+        body=LoopbackSignIn,
+        body_required=True,
+    ),
+    Operation(
+        "post",
+        "/v1/login/device",
+        device_start,
+        "deviceSignIn",
+        "`trainyard login`: start the provider's device flow (RFC 8628)",
+        {
+            200: Answer(
+                "the code to enter at the provider, and the device code", DeviceAuthorization
+            )
         },
-        "/v1/login/session": {
-            "delete": {
-                "operationId": "endSignInSession",
-                "summary": "`trainyard logout`: end the sign-in session of the bearer token "
-                "sent (a `ty_sso_` token), and revoke its refresh token at the provider (RFC "
-                "7009) where the provider offers revocation",
-                "security": [{"bearer": []}],
-                "responses": {
-                    "200": {
-                        "description": "ended; whether the provider revoked its token too "
-                        "(false: it offers no revocation or could not be reached, and its "
-                        "token lapses at its expiry)",
-                        "content": {
-                            "application/json": {
-                                "schema": {
-                                    "type": "object",
-                                    "required": ["revoked_at_provider"],
-                                    "properties": {"revoked_at_provider": {"type": "boolean"}},
-                                }
-                            }
-                        },
-                    },
-                    **{
-                        str(status): {"description": why, "content": failure}
-                        for status, why in (
-                            (400, "a token not of a sign-in session (an issued token)"),
-                            (401, "missing, unknown or ended token"),
-                            (404, "no identity provider is configured"),
-                        )
-                    },
-                },
-            }
+        {
+            404: NOT_CONFIGURED + ", or it offers no device flow",
+            502: "the identity provider failed",
         },
-        "/v1/login/device/token": {
-            "post": {
-                "operationId": "deviceSignInToken",
-                "summary": "Poll (at the interval given): 202 until the person approved, then "
-                "a bearer token",
-                "requestBody": {
-                    "required": True,
-                    "content": {
-                        "application/json": {
-                            "schema": {
-                                "type": "object",
-                                "required": ["device_code"],
-                                "properties": {"device_code": {"type": "string"}},
-                            }
-                        }
-                    },
-                },
-                "responses": {
-                    "200": {
-                        "description": "signed in",
-                        "content": {"application/json": {"schema": tokens}},
-                    },
-                    "202": {
-                        "description": "not yet approved (authorization_pending or slow_down)",
-                        "content": {
-                            "application/json": {
-                                "schema": {
-                                    "type": "object",
-                                    "properties": {"pending": {"type": "string"}},
-                                }
-                            }
-                        },
-                    },
-                    **{
-                        str(status): {"description": why, "content": failure}
-                        for status, why in (
-                            (400, "malformed JSON"),
-                            (401, "the provider refused (expired or denied device code)"),
-                            (403, "the person's groups map to no tenant nor to the admin"),
-                            (404, "no identity provider is configured"),
-                            (422, "no device_code"),
-                            (502, "the identity provider failed"),
-                        )
-                    },
-                },
-            }
+        public=True,
+    ),
+    Operation(
+        "post",
+        "/v1/login/device/token",
+        device_token,
+        "deviceSignInToken",
+        "Poll (at the interval given): 202 until the person approved, then a bearer token",
+        {
+            200: Answer("signed in", SsoToken),
+            202: Answer("not yet approved (authorization_pending or slow_down)", DevicePending),
         },
-    }
+        {
+            400: "malformed JSON",
+            401: "the provider refused (expired or denied device code)",
+            403: "the person's groups map to no tenant nor to the admin",
+            404: NOT_CONFIGURED,
+            422: "no device_code",
+            502: "the identity provider failed",
+        },
+        public=True,
+        body=DeviceSignIn,
+        body_required=True,
+    ),
+    Operation(
+        "delete",
+        "/v1/login/session",
+        cli_sign_out,
+        "endSignInSession",
+        "`trainyard logout`: end the sign-in session of the bearer token sent (a `ty_sso_` "
+        "token), and revoke its refresh token at the provider (RFC 7009) where the provider "
+        "offers revocation",
+        {200: Answer("ended; whether the provider revoked its token too", SsoSignOut)},
+        {
+            400: "a token not of a sign-in session (an issued token)",
+            401: "missing, unknown or ended token",
+            404: NOT_CONFIGURED,
+        },
+    ),
+)
+SCHEMAS = tuple(operations.models_of(OPERATIONS))
+
+
+def openapi_paths() -> dict[str, dict[str, Any]]:
+    return operations.described(OPERATIONS, {"$ref": operations.REF + "Error"})
+
+
+def add_routes(app: web.Application) -> None:
+    add_operations(app, OPERATIONS)
+    app.cleanup_ctx.append(_identity)
+    app.on_startup.append(_open)
+
+
+async def _identity(app: web.Application) -> AsyncIterator[None]:
+    """The identity provider's sign-in, when the environment configures one (a wrong setting
+    stops the start, naming it)."""
+    config = IdentityConfig.from_env()
+    if config is None:
+        yield
+        return
+    async with aiohttp.ClientSession() as http:
+        app[IDENTITY] = Identity(config, OidcProvider(config, http), app[POOL])
+        yield
+
+
+async def _open(app: web.Application) -> None:
+    # After the cleanup contexts (the pool's, the identity provider's) have started.
+    identity = app.get(IDENTITY)
+    flow = None if identity is None else SignIn(identity, start=START, callback=CALLBACK)
+    app[DASHBOARD] = Dashboard(app[POOL], flow)

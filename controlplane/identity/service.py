@@ -61,12 +61,21 @@ class Ended(enum.Enum):
 
 class SignInRefused(Exception):
     """A sign-in that opens no session: the message is for the person, `status` for HTTP;
-    `loopback`, the CLI's address when a `trainyard login --sso` waits for the answer."""
+    `loopback`, the CLI's address when a `trainyard login --sso` waits for the answer; `field`,
+    what of the request it refuses, where one is to blame."""
 
-    def __init__(self, status: int, message: str, loopback: str | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        loopback: str | None = None,
+        *,
+        field: str | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.loopback = loopback
+        self.field = field
 
 
 @dataclass(frozen=True, slots=True)
