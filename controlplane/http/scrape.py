@@ -9,14 +9,12 @@ from typing import Any
 from aiohttp import web
 
 from controlplane import telemetry
+from controlplane.http import operations
 from controlplane.http.auth import principal
 from controlplane.http.errors import error
 from controlplane.http.keys import GAUGES
+from controlplane.http.operations import REF, Answer, Operation, add_operations
 from controlplane.prometheus import CONTENT_TYPE
-
-
-def add_routes(app: web.Application) -> None:
-    app.router.add_get("/metrics", scrape)
 
 
 async def scrape(request: web.Request) -> web.Response:
@@ -28,26 +26,27 @@ async def scrape(request: web.Request) -> web.Response:
     return web.Response(body=text.encode(), headers={"Content-Type": CONTENT_TYPE})
 
 
+OPERATIONS = (
+    Operation(
+        "get",
+        "/metrics",
+        scrape,
+        "scrapeMetrics",
+        "Metrics in the Prometheus text format (admin token only)",
+        {200: Answer("Prometheus text format 0.0.4", {"type": "string"}, media="text/plain")},
+        {401: "missing or wrong token", 403: "not the admin token"},
+        description="Queue depth, claim latency, events appended, SSE clients, log lines "
+        "stored, GPUs offered and allocated, and GPU utilization per job; the "
+        "docs/operations.md (Traces and metrics) lists every name. Agents running in this "
+        "process report here too; separate agents export with OTLP.",
+    ),
+)
+
+
+def add_routes(app: web.Application) -> None:
+    add_operations(app, OPERATIONS)
+
+
 def openapi_paths() -> dict[str, Any]:
-    return {
-        "/metrics": {
-            "get": {
-                "operationId": "scrapeMetrics",
-                "summary": "Metrics in the Prometheus text format (admin token only)",
-                "description": "Queue depth, claim latency, events appended, SSE clients, log "
-                "lines stored, GPUs offered and allocated, and GPU utilization per job; the "
-                "docs/operations.md (Traces and metrics) lists every name. Agents running in "
-                "this process report here too; "
-                "separate agents export with OTLP.",
-                "security": [{"bearer": []}],
-                "responses": {
-                    "200": {
-                        "description": "Prometheus text format 0.0.4",
-                        "content": {"text/plain": {"schema": {"type": "string"}}},
-                    },
-                    "401": {"description": "missing or wrong token"},
-                    "403": {"description": "not the admin token"},
-                },
-            }
-        }
-    }
+    # 401 and 403 answer with an Error body, as on every route.
+    return operations.described(OPERATIONS, {"$ref": REF + "Error"})
