@@ -3,10 +3,13 @@ full before anything is written; unknown fields are refused, so a typo never goe
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.config import JsonDict
 
 from controlplane.deployments.names import NAME
+from controlplane.deployments.tasks import MAX_ITEMS
 from controlplane.jobs.images import DEFAULT_IMAGES, IMAGE_PATTERN
 from controlplane.jobs.manifest import (
     MAX_CPUS,
@@ -122,4 +125,22 @@ class PipelineRequest(BaseModel):
         max_length=16,
         description="deployment names",
         json_schema_extra={"items": {"type": "string", **_NAME_SCHEMA}},
+    )
+
+
+class PredictRequest(BaseModel):
+    """POST .../predict: the items for the entry point (one call takes a list of them)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+    inputs: list[Any] = Field(
+        min_length=1, max_length=MAX_ITEMS, description="the items, each one input"
+    )
+    asynchronous: bool = Field(
+        default=False,
+        alias="async",
+        description="answer 202 with the task at once, instead of waiting for the result",
+    )
+    no_cache: bool = Field(
+        default=False, description="run the model even if the memo has this input's result"
     )

@@ -12,7 +12,6 @@ import json
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 from uuid import UUID
 
@@ -60,42 +59,6 @@ def new_task_id(tenant: str, idempotency_key: str | None) -> UUID:
     if idempotency_key is None:
         return uuid.uuid4()
     return uuid.uuid5(IDEMPOTENCY_NAMESPACE, f"{tenant}\n{idempotency_key}")
-
-
-def task_view(row: asyncpg.Record) -> dict[str, Any]:
-    """A task as the API shows it: its state, result, and DLHub's three times."""
-    steps = (
-        json.loads(row["step_times"]) if isinstance(row["step_times"], str) else row["step_times"]
-    )
-    finished: datetime | None = row["finished_at"]
-    submitted: datetime = row["submitted_at"]
-    view: dict[str, Any] = {
-        "task_id": str(row["task_id"]),
-        "status": row["state"],
-        "items": row["items"],
-        "memo": row["memo"],
-        "tries": row["tries"],
-        "submitted_at": submitted.isoformat(),
-        "finished_at": None if finished is None else finished.isoformat(),
-        "times": {
-            "request_ms": None
-            if finished is None
-            else (finished - submitted).total_seconds() * 1000,
-            "invocation_ms": sum(s["invocation_ms"] for s in steps) if steps else None,
-            "inference_ms": sum(s["inference_ms"] or 0.0 for s in steps) if steps else None,
-            "steps": steps,
-        },
-    }
-    if row["pipeline"] is None:
-        view["deployment"] = row["steps"][0]
-    else:
-        view["pipeline"] = row["pipeline"]
-        view["step"] = row["step"]
-    if row["state"] == "succeeded":
-        view["outputs"] = json.loads(row["output"])
-    if row["error"] is not None:
-        view["error"] = row["error"]
-    return view
 
 
 class Tasks:

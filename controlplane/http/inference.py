@@ -1,140 +1,224 @@
 """`/v1/inference` and an inference job's reads: submit one (it is a job: read, stream and
 cancel it under `/v1/jobs/{job_id}`), its statistics (exact; also as an SSE stream), and its
-queries' results in order."""
+queries' results in order. The handlers route and authenticate; the inference facade
+(`controlplane.inference.application`) decides."""
 
 from __future__ import annotations
 
+import contextlib
 import json
-from typing import Any
+from typing import Annotated
 
 from aiohttp import web
-from pydantic import ValidationError
+from pydantic import Field, ValidationError
 
-from controlplane.deployments.errors import ServingError
-from controlplane.http import params
-from controlplane.http.auth import acting_tenant, principal
-from controlplane.http.deployments import refused
-from controlplane.http.errors import error, validation_error
-from controlplane.http.jobs import JOBS_APPLICATION, visible_job
-from controlplane.http.keys import IMAGES, INFERENCE, JOBS, POOL, TASKS
-from controlplane.http.requests import event_metadata, idempotency_key, json_body, validated
-from controlplane.http.streams import SSE_HEADERS, live_stream
+from controlplane.http import params, query
+from controlplane.http.auth import principal
+from controlplane.http.deployments import (
+    ActingQuery,
+    acting,
+    answer,
+    retried_when_busy,
+)
+from controlplane.http.errors import validation_error
+from controlplane.http.jobs import JOB_ID
+from controlplane.http.keys import IMAGES, LOCATION_ROOTS, PLANE, SUBMISSIONS
+from controlplane.http.operations import Answer, Operation, Param, add_operations, links
+from controlplane.http.requests import (
+    MAX_KEY,
+    event_metadata,
+    idempotency_key,
+    json_body,
+    validated,
+)
+from controlplane.http.streams import SSE_EVENT, SSE_HEADERS, live_stream
+from controlplane.inference.application import InferenceApplication
 from controlplane.inference.spec import InferenceRequest
-from controlplane.inference.views import queries, stats
+from controlplane.inference.views import InferenceStats, QueryPage
 from controlplane.instruments import sse_client
-from controlplane.jobs.images import ImageRefused
-from controlplane.jobs.lifecycle import Job
-from controlplane.jobs.service import IdempotencyMismatch, new_job_id
+from controlplane.jobs.application import JobsApplication
+from controlplane.jobs.views import JobView
 
-STATS_INTERVAL_S = 1.0
-"""How often a stats stream looks again (it sends only what changed)."""
+INFERENCE_APPLICATION = web.AppKey("inference_application", InferenceApplication)
 MAX_QUERIES_PAGE = 1000
 
 
-def add_routes(app: web.Application) -> None:
-    app.router.add_post("/v1/inference", submit)
-    app.router.add_get("/v1/jobs/{job_id}/stats", get_stats)
-    app.router.add_get("/v1/jobs/{job_id}/stats/events", stream_stats)
-    app.router.add_get("/v1/jobs/{job_id}/queries", list_queries)
+class QueriesQuery(query.Query):
+    after: Annotated[int | None, query.integer(0, 2**62)] = Field(
+        default=None, description="queries with a greater index (default: from the first)"
+    )
+    limit: Annotated[int, query.integer(1, MAX_QUERIES_PAGE)] = Field(
+        default=100, description="at most this many (default 100, at most 1000)"
+    )
 
 
 async def submit(request: web.Request) -> web.Response:
     who = principal(request)
     body = validated(InferenceRequest, await json_body(request))
-    try:
-        request.app[IMAGES].admit(body.resources.image)
-    except ImageRefused as exc:
-        raise error(422, str(exc), field="resources.image") from exc
-    tenant = acting_tenant(who, params.text(request.query.get("tenant"), "tenant"), "submits")
+    tenant = acting(request, "submits")
     key = idempotency_key(request)
-    inference = request.app[INFERENCE]
-    job_id = new_job_id(tenant, key)
+    metadata = event_metadata(request, who, tenant)
     try:
-        manifest = await inference.manifest(tenant, body, job_id)
-        limits = None
-        # A retry finds its job whatever the limits say now; only a new job is held to them.
-        if key is None or await request.app[JOBS].load(job_id) is None:
-            limits = (await request.app[JOBS_APPLICATION].admit(tenant, manifest)).for_job()
-        job, created = await inference.submit(
-            tenant, job_id, manifest, event_metadata(request, who, tenant), key, limits
-        )
-    except ValidationError as exc:
+        view, created = await request.app[INFERENCE_APPLICATION].submit(tenant, body, metadata, key)
+    except ValidationError as exc:  # the model version's metadata: each field listed
         raise validation_error(exc) from exc
-    except ServingError as exc:
-        raise refused(exc) from exc
-    except IdempotencyMismatch as exc:
-        raise error(409, str(exc)) from exc
-    headers = {"Location": f"/v1/jobs/{job.job_id}"}
+    headers = {"Location": f"/v1/jobs/{view.job_id}"}
     if not created:
         headers["Idempotent-Replayed"] = "true"
-    view = await request.app[JOBS_APPLICATION].view(job, now=False)
-    return web.json_response(
-        view.model_dump(mode="json", by_alias=True), status=201, headers=headers
-    )
-
-
-async def _inference_job(request: web.Request) -> Job:
-    job = await visible_job(request, principal(request))
-    if job.manifest.inference is None:
-        raise error(404, f"job {job.job_id} is not an inference job: it has no queries")
-    return job
-
-
-async def _view(request: web.Request, job: Job) -> dict[str, Any]:
-    spec = job.manifest.inference
-    figures = await stats(request.app[POOL], job.job_id)
-    return {
-        "job_id": str(job.job_id),
-        "state": job.state.value,
-        "model": None if spec is None else f"{spec.model_tenant}/{spec.model_name}:{spec.version}",
-        "weight": None if spec is None else spec.weight,
-        "batch_size": None if spec is None else spec.batch_size,
-        "total_queries": None if spec is None else spec.queries,
-        **figures,
-    }
+    return answer(view, status=201, headers=headers)
 
 
 async def get_stats(request: web.Request) -> web.Response:
-    job = await _inference_job(request)
-    return web.json_response(await _view(request, job))
+    inference = request.app[INFERENCE_APPLICATION]
+    job = await inference.job(principal(request), request.match_info["job_id"])
+    return answer(await inference.stats(job))
 
 
 async def stream_stats(request: web.Request) -> web.StreamResponse:
     """SSE of the job's statistics: a `stats` event now and whenever they change (looked at
     each second); the stream ends after the job has ended (its final figures sent)."""
-    job = await _inference_job(request)
+    inference = request.app[INFERENCE_APPLICATION]
+    job = await inference.job(principal(request), request.match_info["job_id"])
+    changes = inference.changes(job)
     response = web.StreamResponse(headers=SSE_HEADERS)
-    jobs, tasks = request.app[JOBS], request.app[TASKS]
     with await live_stream(request):
         await response.prepare(request)
         try:
             with sse_client("stats"):
-                sent = None
-                while True:
-                    view = await _view(request, job)
-                    # The window's rate moves while nothing happens: the counts say what did.
-                    changed = (view["state"], view["queries"], len(view["replicas"]))
-                    if changed != sent:
-                        sent = changed
-                        await response.write(f"event: stats\ndata: {json.dumps(view)}\n\n".encode())
-                    else:
-                        await response.write(b": heartbeat\n\n")
-                    if job.state.terminal or await tasks.pause(STATS_INTERVAL_S):
-                        break
-                    job = await jobs.load(job.job_id) or job
+                async with contextlib.aclosing(changes):
+                    async for change in changes:
+                        await response.write(_event(change))
             await response.write_eof()
         except ConnectionResetError:
             pass  # the client went away; nothing is lost (the figures are recomputed)
     return response
 
 
+def _event(stats: InferenceStats | None) -> bytes:
+    if stats is None:
+        return b": heartbeat\n\n"
+    data = json.dumps(stats.model_dump(mode="json", by_alias=True))
+    return f"event: stats\ndata: {data}\n\n".encode()
+
+
 async def list_queries(request: web.Request) -> web.Response:
-    job = await _inference_job(request)
-    after = params.integer(request.query.get("after"), "after", maximum=2**62)
-    limit = params.integer(request.query.get("limit"), "limit", minimum=1, maximum=MAX_QUERIES_PAGE)
-    page = await queries(
-        request.app[POOL], job.job_id, after=-1 if after is None else after, limit=limit or 100
+    inference = request.app[INFERENCE_APPLICATION]
+    job = await inference.job(principal(request), request.match_info["job_id"])
+    asked = query.parsed(request, QueriesQuery)
+    return answer(await inference.queries(job, after=asked.after, limit=asked.limit))
+
+
+MALFORMED = "malformed request: a parameter or JSON body (the field names which)"
+UNAUTHORIZED = "missing or wrong token"
+NOT_FOUND = "no such job (or none of the caller's), or not an inference job"
+INFERENCE_JOB = Param("job_id", "path", "the inference job's id", JOB_ID.schema)
+OPERATIONS = (
+    Operation(
+        "post",
+        "/v1/inference",
+        retried_when_busy(submit),
+        "submitInference",
+        "Submit an inference job: a model version over an input set, a query per batch, "
+        "sharing replicas' time with other jobs by weight",
+        {
+            201: Answer(
+                "the job (read, stream and cancel it as a job)",
+                JobView,
+                links=links(
+                    "job_id",
+                    "getJob",
+                    "getJobHistory",
+                    "getJobLogs",
+                    "cancelJob",
+                    "getInferenceStats",
+                    "listInferenceQueries",
+                ),
+            )
+        },
+        {
+            400: MALFORMED,
+            401: UNAUTHORIZED,
+            403: "a tenant's token acting for another tenant",
+            409: "an Idempotency-Key used for another job",
+            422: "invalid fields, each listed (the model reference, the input set, the image)",
+            429: "over a tenant limit (queued jobs, submissions per second, live streams)",
+        },
+        query=ActingQuery,
+        params=(
+            Param(
+                "Idempotency-Key",
+                "header",
+                "a retry with the same key gets the job the first try made, never a second",
+                params.text_schema(min_length=1, max_length=MAX_KEY),
+            ),
+        ),
+        body=InferenceRequest,
+        body_required=True,
+    ),
+    Operation(
+        "get",
+        "/v1/jobs/{job_id}/stats",
+        get_stats,
+        "getInferenceStats",
+        "An inference job's statistics, exact, and each replica's",
+        {200: Answer("the figures", InferenceStats)},
+        {400: MALFORMED, 401: UNAUTHORIZED, 404: NOT_FOUND},
+        params=(INFERENCE_JOB,),
+    ),
+    Operation(
+        "get",
+        "/v1/jobs/{job_id}/stats/events",
+        stream_stats,
+        "streamInferenceStats",
+        "SSE: a `stats` event (the figures) now and at each change; ends once the job has ended",
+        {
+            200: Answer(
+                "text/event-stream of `stats` events",
+                SSE_EVENT["schema"],
+                media="text/event-stream",
+            )
+        },
+        {
+            400: MALFORMED,
+            401: UNAUTHORIZED,
+            404: NOT_FOUND,
+            429: "over a tenant limit (queued jobs, submissions per second, live streams)",
+        },
+        params=(INFERENCE_JOB,),
+    ),
+    Operation(
+        "get",
+        "/v1/jobs/{job_id}/queries",
+        list_queries,
+        "listInferenceQueries",
+        "An inference job's queries and their results, in order",
+        {200: Answer("the queries", QueryPage)},
+        {400: MALFORMED, 401: UNAUTHORIZED, 404: NOT_FOUND},
+        query=QueriesQuery,
+        params=(INFERENCE_JOB,),
+    ),
+)
+
+
+def add_routes(app: web.Application) -> None:
+    add_operations(app, OPERATIONS)
+    app.on_startup.append(_open)
+
+
+async def _open(app: web.Application) -> None:
+    # After the composition root's parts are open (cleanup contexts start first). The jobs
+    # facade it submits through is its own, on the same parts (the submission rates included):
+    # app.py opens the jobs routes' facade after this one's.
+    plane = app[PLANE]
+    jobs = JobsApplication(
+        plane.jobs,
+        plane.pool,
+        plane.store,
+        images=app[IMAGES],
+        roots=app[LOCATION_ROOTS],
+        submissions=app[SUBMISSIONS],
+        webhook_targets=plane.webhooks.targets,
     )
-    # None once this page is the last (shorter than asked for): nothing more to ask for now.
-    next_after = page[-1]["index"] if len(page) == (limit or 100) else None
-    return web.json_response({"job_id": str(job.job_id), "queries": page, "next_after": next_after})
+    app[INFERENCE_APPLICATION] = InferenceApplication(
+        plane.inference, jobs, plane.tasks, plane.pool, images=app[IMAGES]
+    )

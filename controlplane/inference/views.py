@@ -10,7 +10,10 @@ from typing import Any
 from uuid import UUID
 
 import asyncpg
+from pydantic import BaseModel, Field
 
+from controlplane.deployments.views import Instant
+from controlplane.jobs.lifecycle import JobStatus
 from controlplane.queries import Q
 
 WINDOW_S = 10.0
@@ -90,25 +93,121 @@ def _counts(row: asyncpg.Record | None) -> dict[str, int]:
     return {name: 0 if row is None else row[name] for name in names}
 
 
-async def queries(
-    pool: asyncpg.Pool, job_id: UUID, *, after: int, limit: int
-) -> list[dict[str, Any]]:
+async def queries(pool: asyncpg.Pool, job_id: UUID, *, after: int, limit: int) -> list[QueryRecord]:
     """The job's queries after index `after`, in order, with their results."""
     rows = await pool.fetch(Q["list_queries"], job_id, after, limit)
     return [
-        {
-            "index": row["index"],
-            "state": row["state"],
-            "replica": str(row["replica"]),
-            "node": row["node"],
-            "tries": row["tries"],
-            "started_at": row["started_at"].isoformat(),
-            "claimed_at": row["claimed_at"].isoformat(),
-            "finished_at": None if row["finished_at"] is None else row["finished_at"].isoformat(),
-            "latency_ms": row["latency_ms"],
-            "inference_ms": row["inference_ms"],
-            "outputs": None if row["output"] is None else json.loads(row["output"]),
-            "error": row["error"],
-        }
+        QueryRecord(
+            index=row["index"],
+            state=row["state"],
+            replica=row["replica"],
+            node=row["node"],
+            tries=row["tries"],
+            started_at=row["started_at"],
+            claimed_at=row["claimed_at"],
+            finished_at=row["finished_at"],
+            latency_ms=row["latency_ms"],
+            inference_ms=row["inference_ms"],
+            outputs=None if row["output"] is None else json.loads(row["output"]),
+            error=row["error"],
+        )
         for row in rows
     ]
+
+
+class QueryCounts(BaseModel):
+    """Queries finished (succeeded or failed), running, queued (given back by a lost replica,
+    to run again) and retried (run more than once; counted once)."""
+
+    finished: int
+    succeeded: int
+    failed: int
+    running: int
+    queued: int
+    retried: int
+
+
+class InferenceRate(BaseModel):
+    window_qps: float = Field(description="results in the last window_s")
+    overall_qps: float = Field(description="results since the first query")
+
+
+class QueryLatency(BaseModel):
+    """Each finished query's time, claimed to recorded, over every one (exact), in ms."""
+
+    mean: float | None
+    std: float | None
+    min: float | None
+    median: float | None
+    p90: float | None
+    p95: float | None
+    p99: float | None
+    max: float | None
+
+
+class QueryRate(BaseModel):
+    """IDunno's query rate: 1 / each finished query's time, in queries per second, over every
+    one (exact)."""
+
+    mean: float | None
+    std: float | None
+    median: float | None
+    p90: float | None
+    p95: float | None
+    p99: float | None
+
+
+class ReplicaStats(BaseModel):
+    """A replica that asked for the job's queries, where it runs, and its figures."""
+
+    replica: UUID
+    node: str
+    seen_at: Instant
+    queries: QueryCounts
+    rate: InferenceRate
+    latency_ms: QueryLatency | None
+    query_rate: QueryRate | None
+
+
+class InferenceStats(BaseModel):
+    """An inference job's figures, exact, and each replica's."""
+
+    job_id: UUID
+    state: JobStatus
+    model: str | None = Field(description="tenant/name:version, resolved at submission")
+    weight: float | None
+    batch_size: int | None
+    total_queries: int | None = Field(description="null: until cancelled")
+    window_s: float
+    queries: QueryCounts
+    rate: InferenceRate
+    latency_ms: QueryLatency | None
+    query_rate: QueryRate | None
+    replicas: list[ReplicaStats] = Field(
+        description="the replicas that asked for its queries, where, and their figures"
+    )
+
+
+class QueryRecord(BaseModel):
+    """One query of an inference job (a batch of its input) and its result."""
+
+    index: int
+    state: str
+    replica: UUID
+    node: str
+    tries: int
+    started_at: Instant
+    claimed_at: Instant
+    finished_at: Instant | None
+    latency_ms: float | None
+    inference_ms: float | None
+    outputs: list[Any] | None = Field(description="one per item")
+    error: str | None
+
+
+class QueryPage(BaseModel):
+    job_id: UUID
+    queries: list[QueryRecord]
+    next_after: int | None = Field(
+        description="pass as `after` for more; null: this page is the last for now"
+    )
