@@ -1,7 +1,8 @@
 """`/v1/models`: the model repository over HTTP. Search (the catalog, a read model), a model's
 versions and aliases and its history (its stream: a write is read back at once), publication
 by a streamed upload or from a training job, metadata updates, aliases, deprecation, download,
-and the metadata's JSON Schema.
+and the metadata's JSON Schema. The handlers route, authenticate and stream bytes; the model
+repository's facade (`controlplane.models.application`) decides.
 
 `?tenant=NAME` names the model's owner: on reads the caller's own tenant by default (another
 tenant's public model when named), on writes the tenant acted for (`acting_tenant`). A model
@@ -10,162 +11,52 @@ with no version the caller may see is a 404, never a 403.
 
 from __future__ import annotations
 
-import base64
-import binascii
+import functools
 import json
 from collections.abc import AsyncIterator
 from contextlib import aclosing
-from datetime import datetime
-from typing import Annotated, Any
-from uuid import UUID
+from typing import Annotated
 
 from aiohttp import BodyPartReader, web
 from aiohttp.http_exceptions import BadHttpMessage
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, HttpUrl, StringConstraints
 
-from controlplane.admission import gate
-from controlplane.admission.policy import Room
-from controlplane.artifacts.errors import (
-    ArtifactCorrupted,
-    ArtifactMissing,
-    ArtifactTooLarge,
-    ChecksumMismatch,
-)
+from controlplane.artifacts.errors import ArtifactCorrupted
 from controlplane.artifacts.store import CHUNK_SIZE
-from controlplane.http import params
+from controlplane.http import params, query
 from controlplane.http.auth import acting_tenant, principal
 from controlplane.http.errors import error, invalid_fields
-from controlplane.http.keys import MODELS, POOL, STORE, WEBHOOKS
+from controlplane.http.keys import PLANE
+from controlplane.http.operations import REF, Answer, Handler, Operation, Param, add_operations
 from controlplane.http.requests import event_metadata, json_body, validated
-from controlplane.models import catalog
-from controlplane.models.catalog import VersionRow
-from controlplane.models.errors import (
-    DuplicatePublish,
-    ImmutableField,
-    InvalidMetadata,
-    InvalidModel,
-    ModelBusy,
-    ModelError,
-    ModelNotFound,
-    SourceNotFound,
-    SourceUnavailable,
-    TooManyAliases,
-    Unchanged,
-    UnknownAlias,
-    UnknownVersion,
-    VersionAliased,
-    VersionDeprecated,
+from controlplane.models.application import (
+    InvalidFields,
+    ModelsApplication,
+    Publishing,
+    TooLarge,
+    metadata_update,
 )
-from controlplane.models.events import ModelAliasSet, ModelEvent, Visibility
-from controlplane.models.lifecycle import (
-    MAX_REASON_CHARS,
-    MODEL,
-    Deprecate,
-    ModelCommand,
-    RemoveAlias,
-    RemoveWebhook,
-    SetAlias,
-    SetWebhook,
-    UpdateMetadata,
+from controlplane.models.catalog import MAX_PAGE
+from controlplane.models.lifecycle import MAX_REASON_CHARS
+from controlplane.models.metadata import INT4_MAX
+from controlplane.models.names import ALIAS, LATEST, MODEL_NAME
+from controlplane.models.publication import ARTIFACT_PART, PUBLICATION_PART, Publication
+from controlplane.models.query.tokens import ADMITTED
+from controlplane.models.updates import MetadataUpdate
+from controlplane.models.views import (
+    AliasView,
+    ModelHistory,
+    ModelView,
+    VersionPage,
+    VersionView,
+    WebhookView,
 )
-from controlplane.models.metadata import INT4_MAX, INT8_MAX, ModelMetadata, json_schema
-from controlplane.models.names import LATEST, MODEL_NAME, check_model_name
-from controlplane.models.query.errors import QueryError
-from controlplane.models.query.query import parse
-from controlplane.models.references import Reference, parse_reference, resolve
-from controlplane.models.service import RESULTS_FILE, Published
-from controlplane.models.state import ModelState, ModelVersion, latest
-from controlplane.models.streams import model_stream
-from controlplane.models.updates import MetadataUpdate, validate_update
-from controlplane.models.visibility import visible_versions
 from controlplane.tenants.principals import Principal
-from controlplane.tenants.validation import NAME as TENANT_NAME
-from controlplane.tenants.views import tenant_limits
-from controlplane.webhooks.deliveries import delivery_history
+
+MODELS_APPLICATION = web.AppKey("models_application", ModelsApplication)
 
 MAX_PUBLICATION_BYTES = 1024 * 1024
 """The largest `publication` part of an upload: a metadata document is a few hundred KiB."""
-PUBLICATION_PART, ARTIFACT_PART = "publication", "artifact"
-
-
-class VersionView(BaseModel):
-    """A model version as the API shows it."""
-
-    tenant: str
-    name: str
-    version: int
-    reference: str = Field(description="`tenant/name:version`, as the CLI and SDK take it")
-    artifact_sha256: str = Field(description="the artifact's sha256 (lowercase hex)")
-    size_bytes: int
-    metadata: dict[str, Any] = Field(description="the metadata document, with its updates")
-    metadata_schema: int = Field(description="the schema version it was validated against")
-    visibility: Visibility
-    deprecated: str | None = Field(description="why it was deprecated; null while it is not")
-    created: datetime = Field(description="when it was published")
-    published_by: str
-    updated_at: datetime = Field(description="its metadata's last change (or publication)")
-
-    @classmethod
-    def of(cls, row: VersionRow) -> VersionView:
-        return cls(
-            tenant=row.tenant,
-            name=row.name,
-            version=row.version,
-            reference=f"{row.tenant}/{row.name}:{row.version}",
-            artifact_sha256=row.artifact_sha256,
-            size_bytes=row.size_bytes,
-            metadata=dict(row.metadata),
-            metadata_schema=row.metadata_schema,
-            visibility=Visibility(row.visibility),
-            deprecated=row.deprecated,
-            created=row.created,
-            published_by=row.published_by,
-            updated_at=row.updated_at,
-        )
-
-    @classmethod
-    def of_state(cls, model: ModelState, version: ModelVersion) -> VersionView:
-        return cls.of(
-            VersionRow(
-                tenant=model.tenant,
-                name=model.name,
-                version=version.number,
-                artifact_sha256=version.artifact_sha256,
-                size_bytes=version.size_bytes,
-                metadata=version.metadata,
-                metadata_schema=version.metadata_schema,
-                visibility=version.visibility.value,
-                deprecated=version.deprecated,
-                created=version.published_at,
-                published_by=version.published_by,
-                updated_at=version.updated_at,
-            )
-        )
-
-
-class Publication(BaseModel):
-    """A new version: its metadata and visibility, and either an upload (the `publication`
-    part of a multipart body, its `artifact` part following) or a job's results or checkpoint
-    (a JSON body with `from_job`)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    metadata: ModelMetadata
-    visibility: Visibility = Visibility.PRIVATE
-    sha256: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")] | None = Field(
-        default=None,
-        description="uploads: the artifact's sha256; the upload is refused if its bytes differ",
-    )
-    from_job: UUID | None = Field(
-        default=None, description="publish a file of this job's results, or one of its checkpoints"
-    )
-    checkpoint_step: Annotated[int, Field(ge=0, le=INT8_MAX)] | None = Field(
-        default=None, description="with from_job: the checkpoint saved at this step"
-    )
-    results_file: Annotated[str, StringConstraints(min_length=1, max_length=1000)] | None = Field(
-        default=None,
-        description=f"with from_job: the file of its results, relative to them ({RESULTS_FILE})",
-    )
 
 
 def _integral(value: object) -> object:
@@ -194,165 +85,112 @@ class DeprecateRequest(BaseModel):
     reason: Annotated[str, StringConstraints(min_length=1, max_length=MAX_REASON_CHARS)]
 
 
-_STATUS: dict[type[ModelError], int] = {
-    InvalidModel: 422,
-    ModelNotFound: 404,
-    UnknownVersion: 404,
-    UnknownAlias: 404,
-    SourceNotFound: 422,
-    DuplicatePublish: 409,
-    ImmutableField: 409,
-    VersionDeprecated: 409,
-    VersionAliased: 409,
-    TooManyAliases: 409,
-    ModelBusy: 409,
-    SourceUnavailable: 409,
-}
+class OwnerQuery(query.Query):
+    tenant: Annotated[str | None, query.text()] = Field(
+        default=None,
+        description="the model's tenant (default: the caller's own; the admin must name it)",
+    )
 
 
-def add_routes(app: web.Application) -> None:
-    app.router.add_get("/v1/schemas/model-metadata", get_schema)
-    app.router.add_get("/v1/models", search)
-    app.router.add_get("/v1/models/{name}", get_model)
-    app.router.add_get("/v1/models/{name}/history", get_history)
-    app.router.add_post("/v1/models/{name}/versions", publish)
-    app.router.add_get("/v1/models/{name}/versions/{version}", get_version)
-    app.router.add_patch("/v1/models/{name}/versions/{version}", update_version)
-    app.router.add_post("/v1/models/{name}/versions/{version}/deprecate", deprecate)
-    app.router.add_get("/v1/models/{name}/versions/{version}/artifact", download)
-    app.router.add_put("/v1/models/{name}/aliases/{alias}", set_alias)
-    app.router.add_delete("/v1/models/{name}/aliases/{alias}", remove_alias)
-    app.router.add_put("/v1/models/{name}/webhook", set_webhook)
-    app.router.add_delete("/v1/models/{name}/webhook", remove_webhook)
+class ActingQuery(query.Query):
+    tenant: Annotated[str | None, query.text()] = Field(
+        default=None, description="admins only: the tenant whose model it is"
+    )
 
 
-def refused(exc: ModelError) -> web.HTTPException:
-    """The HTTP answer to a model command's or look-up's refusal."""
-    if isinstance(exc, InvalidMetadata):
-        return invalid_fields([(f"metadata.{e.path}", e.message) for e in exc.errors], str(exc))
-    # A refusal not named above is one of the model's state.
-    status = next((s for kind, s in _STATUS.items() if isinstance(exc, kind)), 409)
-    field = "from_job" if isinstance(exc, SourceNotFound) else None
-    return error(status, str(exc), field=field)
+class SearchQuery(query.Query):
+    q: Annotated[str, query.text(schema={**params.text_schema(), "pattern": ADMITTED})] = Field(
+        default="", description="the query; empty: every version"
+    )
+    limit: Annotated[int, query.integer(1, MAX_PAGE)] = Field(
+        default=50, description="page size (default 50)"
+    )
+    cursor: Annotated[str | None, query.text(schema=params.CURSOR_SCHEMA)] = Field(
+        default=None, description="next_cursor of the previous page"
+    )
+
+
+def _answer(
+    body: BaseModel, *, status: int = 200, headers: dict[str, str] | None = None
+) -> web.Response:
+    return web.json_response(
+        body.model_dump(mode="json", by_alias=True), status=status, headers=headers
+    )
+
+
+def _refusals(handler: Handler) -> Handler:
+    """`handler`, with the facade's refusals that the shared error middleware cannot say yet
+    said here: a 422 listing each bad field, a 413."""
+
+    @functools.wraps(handler)
+    async def refusing(request: web.Request) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except InvalidFields as exc:
+            raise invalid_fields(list(exc.fields), exc.message) from exc
+        except TooLarge as exc:
+            raise error(413, exc.message, field=exc.field) from exc
+
+    return refusing
+
+
+def _facade(request: web.Request) -> ModelsApplication:
+    return request.app[MODELS_APPLICATION]
 
 
 async def get_schema(request: web.Request) -> web.Response:
-    return web.json_response(json_schema())
+    return web.json_response(_facade(request).metadata_schema())
 
 
 async def search(request: web.Request) -> web.Response:
     who = principal(request)
-    text = params.text(request.query.get("q", ""), "q")
-    try:
-        query = parse(text)
-    except QueryError as exc:
-        raise error(400, str(exc), field="q") from None
-    limit = params.integer(request.query.get("limit"), "limit", minimum=1, maximum=catalog.MAX_PAGE)
-    cursor = params.text(request.query.get("cursor"), "cursor")
-    try:
-        page = await catalog.search(
-            request.app[POOL],
-            query,
-            viewer=None if who.is_admin else who.tenant,
-            limit=limit or 50,
-            cursor=cursor,
-        )
-    except InvalidModel as exc:  # only the cursor can be wrong by now
-        raise error(400, str(exc), field="cursor") from None
-    return web.json_response(
-        {
-            "versions": [_json(VersionView.of(row)) for row in page.versions],
-            "total": page.total,
-            "facets": page.facets,
-            "next_cursor": page.next_cursor,
-        }
-    )
+    asked = query.parsed(request, SearchQuery)
+    page = await _facade(request).search(who, asked.q, limit=asked.limit, cursor=asked.cursor)
+    return _answer(page)
 
 
 async def get_model(request: web.Request) -> web.Response:
     who = principal(request)
-    model, versions = await _visible_model(request)
-    numbers = {v.number for v in versions}
-    newest = latest(versions)
-    return web.json_response(
-        {
-            "tenant": model.tenant,
-            "name": model.name,
-            "versions": [_json(VersionView.of_state(model, v)) for v in reversed(versions)],
-            # Aliases name versions; one naming a version the caller may not see is not shown.
-            "aliases": {a: n for a, n in sorted(model.aliases.items()) if n in numbers},
-            "latest": None if newest is None else newest.number,
-            # Where the owner's notifications go is the owner's business (a URL may hold a
-            # receiver's credentials).
-            "webhook_url": model.webhook_url if who.may_see(model.tenant) else None,
-        }
-    )
+    owner = query.parsed(request, OwnerQuery).tenant
+    return _answer(await _facade(request).model(who, owner, request.match_info["name"]))
 
 
 async def get_history(request: web.Request) -> web.Response:
     who = principal(request)
-    model, _ = await _visible_model(request)
-    # The history tells of private versions too: only for the owner (and the admin).
-    if not who.may_see(model.tenant):
-        raise error(404, f"no history of {model.tenant}/{model.name} for you to see")
-    models = request.app[MODELS]
-    entries = []
-    for recorded in await models.history(model.tenant, model.name):
-        event: ModelEvent = MODEL.event_of(recorded)
-        entries.append(
-            {
-                "version": recorded.stream_version,
-                "position": recorded.position,
-                "event": event.type_name,
-                "at": event.at.isoformat(),
-                "actor": recorded.metadata.actor,
-                "data": event.model_dump(mode="json", exclude={"at"}),
-            }
-        )
-    # The deliveries of its notifications, from a stream of their own (see webhooks.streams).
-    deliveries = await delivery_history(request.app[STORE], model_stream(model.tenant, model.name))
-    return web.json_response(
-        {
-            "tenant": model.tenant,
-            "name": model.name,
-            "history": entries,
-            "webhooks": [d.model_dump(mode="json") for d in deliveries],
-        }
-    )
+    owner = query.parsed(request, OwnerQuery).tenant
+    return _answer(await _facade(request).history(who, owner, request.match_info["name"]))
 
 
 async def get_version(request: web.Request) -> web.Response:
-    model, version = await _resolved(request)
-    return web.json_response(_json(VersionView.of_state(model, version)))
+    who = principal(request)
+    owner = query.parsed(request, OwnerQuery).tenant
+    name, selector = request.match_info["name"], request.match_info["version"]
+    return _answer(await _facade(request).version(who, owner, name, selector))
 
 
 async def download(request: web.Request) -> web.StreamResponse:
     """The artifact's bytes, checked against its sha256 as they are read: a blob found
     damaged ends the transfer before its last byte, so no client takes it for whole."""
-    model, version = await _resolved(request)
-    models = request.app[MODELS]
-    try:
-        size = await models.artifacts.size(version.artifact_sha256)
-    except ArtifactMissing:
-        raise error(
-            409, f"the artifact of {model.tenant}/{model.name}:{version.number} is missing"
-        ) from None
-    digest = base64.b64encode(binascii.unhexlify(version.artifact_sha256)).decode()
+    who = principal(request)
+    owner = query.parsed(request, OwnerQuery).tenant
+    name, selector = request.match_info["name"], request.match_info["version"]
+    facade = _facade(request)
+    artifact = await facade.artifact(who, owner, name, selector)
     response = web.StreamResponse(
         headers={
             "Content-Type": "application/octet-stream",
-            "Content-Disposition": f'attachment; filename="{model.name}-v{version.number}"',
-            "ETag": f'"{version.artifact_sha256}"',
-            "Repr-Digest": f"sha-256=:{digest}:",
+            "Content-Disposition": f'attachment; filename="{artifact.filename}"',
+            "ETag": f'"{artifact.sha256}"',
+            "Repr-Digest": f"sha-256=:{artifact.digest}:",
         }
     )
-    response.content_length = size
+    response.content_length = artifact.size
     await response.prepare(request)
     # Each chunk is sent once the next has been read, and the last once the whole blob is
     # verified: a damaged blob is found only at its end, and its last chunk is then never sent.
     last = b""
     try:
-        async with aclosing(models.download(version)) as chunks:
+        async with aclosing(facade.read(artifact)) as chunks:
             async for chunk in chunks:
                 await response.write(last)
                 last = chunk
@@ -367,62 +205,28 @@ async def download(request: web.Request) -> web.StreamResponse:
     return response
 
 
+@_refusals
 async def publish(request: web.Request) -> web.Response:
     who = principal(request)
-    tenant = await _acting(request, who, "publishes")
-    name = request.match_info["name"]
-    models = request.app[MODELS]
-    # Room for a byte at least now; the store then stops the artifact at the room left.
-    usage = await gate.admit(request.app[POOL], tenant, Room(artifact_bytes=1))
-    room = usage.limits.artifact_bytes - usage.held.artifact_bytes
-    try:
-        check_model_name(name)
-        if request.content_type == "multipart/form-data":
-            published = await _upload(request, tenant, name, who, room)
-        else:
-            publication = validated(Publication, await json_body(request))
-            if publication.from_job is None:
-                raise error(
-                    422,
-                    "a JSON body publishes from a job (from_job); upload an artifact as "
-                    f"multipart/form-data ('{PUBLICATION_PART}', then '{ARTIFACT_PART}')",
-                    field="from_job",
-                )
-            if publication.sha256 is not None:
-                raise error(422, "sha256 checks an upload, not a job's file", field="sha256")
-            published = await models.publish_from_job(
-                tenant,
-                name,
-                publication.from_job,
-                publication.metadata,
-                event_metadata(request, who, tenant),
-                checkpoint_step=publication.checkpoint_step,
-                results_file=publication.results_file or RESULTS_FILE,
-                visibility=publication.visibility,
-                room=room,
-            )
-    except ModelError as exc:
-        raise refused(exc) from None
-    except ArtifactTooLarge as exc:
-        if exc.max_size < models.max_artifact_bytes:
-            raise error(
-                413,
-                f"{exc}: tenant {tenant!r} holds {usage.held.artifact_bytes} bytes of model "
-                f"artifacts, its artifact_bytes limit is {usage.limits.artifact_bytes}",
-                field="artifact_bytes",
-            ) from None
-        raise error(413, str(exc), field=ARTIFACT_PART) from None
-    location = f"/v1/models/{name}/versions/{published.version.number}"
+    tenant = acting_tenant(who, query.parsed(request, ActingQuery).tenant, "publishes")
+    facade = _facade(request)
+    publishing = await facade.publishing(who, tenant, request.match_info["name"])
+    if request.content_type == "multipart/form-data":
+        view, created = await _upload(request, facade, publishing, who)
+    else:
+        publication = validated(Publication, await json_body(request))
+        metadata = event_metadata(request, who, tenant)
+        view, created = await facade.publish_from_job(publishing, publication, metadata)
+    location = f"/v1/models/{publishing.name}/versions/{view.version}"
     headers = {"Location": location + (f"?tenant={tenant}" if who.is_admin else "")}
-    if not published.created:
+    if not created:
         headers["Idempotent-Replayed"] = "true"
-    view = VersionView.of_state(published.model, published.version)
-    return web.json_response(_json(view), status=201, headers=headers)
+    return _answer(view, status=201, headers=headers)
 
 
 async def _upload(
-    request: web.Request, tenant: str, name: str, who: Principal, room: int
-) -> Published:
+    request: web.Request, facade: ModelsApplication, publishing: Publishing, who: Principal
+) -> tuple[VersionView, bool]:
     """A multipart upload: its `publication` part is checked whole before a byte of its
     `artifact` part is stored, which is streamed into the artifact store as it arrives."""
     try:
@@ -447,34 +251,15 @@ async def _upload(
     except (ValueError, RecursionError) as exc:
         raise error(400, f"malformed JSON in '{PUBLICATION_PART}': {exc}") from None
     publication = validated(Publication, document)
-    if publication.from_job is not None:
-        raise error(422, "an upload is not published from a job as well", field="from_job")
-    if publication.checkpoint_step is not None or publication.results_file is not None:
-        raise error(
-            422,
-            "checkpoint_step and results_file choose a file of from_job, not of an upload",
-            field="checkpoint_step" if publication.checkpoint_step is not None else "results_file",
-        )
+    facade.check_upload(publication)
     try:
         second = await reader.next()
     except MALFORMED as exc:
         raise _malformed(exc) from None
     if not isinstance(second, BodyPartReader) or second.name != ARTIFACT_PART:
         raise error(422, f"the second part must be '{ARTIFACT_PART}'", field=ARTIFACT_PART)
-    models = request.app[MODELS]
-    try:
-        return await models.publish(
-            tenant,
-            name,
-            _chunks(second),
-            publication.metadata,
-            event_metadata(request, who, tenant),
-            visibility=publication.visibility,
-            expected_sha256=publication.sha256,
-            room=room,
-        )
-    except ChecksumMismatch as exc:
-        raise error(422, str(exc), field="sha256") from None
+    metadata = event_metadata(request, who, publishing.tenant)
+    return await facade.publish_upload(publishing, publication, _chunks(second), metadata)
 
 
 async def _chunks(part: BodyPartReader) -> AsyncIterator[bytes]:
@@ -505,174 +290,340 @@ def _malformed(exc: Exception) -> web.HTTPException:
     return error(400, f"malformed multipart/form-data body: {exc or type(exc).__name__}")
 
 
+# The writes below answer InvalidFields (a metadata update's fields, or a command's) and
+# TooLarge (a publication's): each is wrapped by `_refusals`.
+
+
+@_refusals
 async def update_version(request: web.Request) -> web.Response:
-    update = _update(await json_body(request))
-    model, version = await _owned(request)
-    command = UpdateMetadata(version.number, update, request.app[MODELS].clock.now())
-    return web.json_response(_json(await _version_command(request, model, version, command)))
+    update = metadata_update(await json_body(request))
+    who, tenant = _acting(request)
+    name, selector = request.match_info["name"], request.match_info["version"]
+    metadata = event_metadata(request, who, tenant)
+    view = await _facade(request).update(who, tenant, name, selector, update, metadata)
+    return _answer(view)
 
 
-def _update(document: object) -> MetadataUpdate:
-    try:
-        return validate_update(document)
-    except InvalidMetadata as exc:
-        raise refused(exc) from None
-
-
+@_refusals
 async def deprecate(request: web.Request) -> web.Response:
     body = validated(DeprecateRequest, await json_body(request))
-    model, version = await _owned(request)
-    command = Deprecate(version.number, body.reason, request.app[MODELS].clock.now())
-    return web.json_response(_json(await _version_command(request, model, version, command)))
+    who, tenant = _acting(request)
+    name, selector = request.match_info["name"], request.match_info["version"]
+    metadata = event_metadata(request, who, tenant)
+    view = await _facade(request).deprecate(who, tenant, name, selector, body.reason, metadata)
+    return _answer(view)
 
 
+@_refusals
 async def set_alias(request: web.Request) -> web.Response:
     body = validated(AliasRequest, await json_body(request))
-    alias = request.match_info["alias"]
-    command = SetAlias(alias, body.version, request.app[MODELS].clock.now())
-    _, events = await _change(request, await _owned_model(request), command)
-    moved = [e for e in events if isinstance(e, ModelAliasSet)]
-    # No event: it names that version already, as asked.
-    previous = moved[0].previous if moved else body.version
-    return web.json_response({"alias": alias, "version": body.version, "previous": previous})
+    who, tenant = _acting(request)
+    name, alias = request.match_info["name"], request.match_info["alias"]
+    metadata = event_metadata(request, who, tenant)
+    return _answer(
+        await _facade(request).set_alias(who, tenant, name, alias, body.version, metadata)
+    )
 
 
+@_refusals
 async def remove_alias(request: web.Request) -> web.Response:
-    command = RemoveAlias(request.match_info["alias"], request.app[MODELS].clock.now())
-    await _change(request, await _owned_model(request), command)
+    who, tenant = _acting(request)
+    name, alias = request.match_info["name"], request.match_info["alias"]
+    metadata = event_metadata(request, who, tenant)
+    await _facade(request).remove_alias(who, tenant, name, alias, metadata)
     return web.Response(status=204)
 
 
+@_refusals
 async def set_webhook(request: web.Request) -> web.Response:
     body = validated(WebhookRequest, await json_body(request))
-    model = await _owned_model(request)
-    url = str(body.url)
-    await request.app[WEBHOOKS].targets.admit(url, "url")
-    await _change(request, model, SetWebhook(url, request.app[MODELS].clock.now()))
-    return web.json_response({"url": url})
+    who, tenant = _acting(request)
+    metadata = event_metadata(request, who, tenant)
+    name = request.match_info["name"]
+    return _answer(await _facade(request).set_webhook(who, tenant, name, str(body.url), metadata))
 
 
+@_refusals
 async def remove_webhook(request: web.Request) -> web.Response:
-    model = await _owned_model(request)
-    await _change(request, model, RemoveWebhook(request.app[MODELS].clock.now()))
+    who, tenant = _acting(request)
+    metadata = event_metadata(request, who, tenant)
+    await _facade(request).remove_webhook(who, tenant, request.match_info["name"], metadata)
     return web.Response(status=204)
 
 
-async def _change(
-    request: web.Request, model: ModelState, command: ModelCommand
-) -> tuple[ModelState, list[ModelEvent]]:
-    """Carry out `command` on the model: the model after it and the events it appended. A
-    command that changes nothing answers the model as it is: it is as asked."""
-    try:
-        return await request.app[MODELS].execute(
-            model.tenant,
-            model.name,
-            command,
-            event_metadata(request, principal(request), model.tenant),
-        )
-    except Unchanged:
-        return model, []
-    except ModelError as exc:
-        raise refused(exc) from None
-
-
-async def _version_command(
-    request: web.Request, model: ModelState, version: ModelVersion, command: ModelCommand
-) -> VersionView:
-    """Carry out a command about `version`; the version as it is then."""
-    model, _ = await _change(request, model, command)
-    changed = model.version(version.number)
-    assert changed is not None  # versions are never removed
-    return VersionView.of_state(model, changed)
-
-
-def _owner(request: web.Request, who: Principal) -> str:
-    """Whose model a read is about: `?tenant=`, else the caller's own."""
-    named = params.text(request.query.get("tenant"), "tenant")
-    if named:
-        if not TENANT_NAME.fullmatch(named):
-            raise error(404, f"no tenant named {named[:100]!r}", field="tenant")
-        return named
-    if who.tenant is None:
-        raise error(400, "an admin names the model's tenant: add ?tenant=NAME", field="tenant")
-    return who.tenant
-
-
-async def _acting(request: web.Request, who: Principal, action: str) -> str:
-    """The tenant a write acts for: the caller's own, or the tenant the admin names, which
-    must exist (a model of no tenant would be no one's)."""
-    tenant = acting_tenant(who, params.text(request.query.get("tenant"), "tenant"), action)
-    if who.is_admin and (
-        not TENANT_NAME.fullmatch(tenant) or await tenant_limits(request.app[POOL], tenant) is None
-    ):
-        raise error(422, f"no tenant named {tenant[:100]!r}", field="tenant")
-    return tenant
-
-
-def _viewer(who: Principal, owner: str) -> str:
-    """Who a read sees the model as: the admin sees every version, as its owner does."""
-    return owner if who.is_admin or who.tenant is None else who.tenant
-
-
-def _name(request: web.Request) -> str:
-    name = request.match_info["name"]
-    if not MODEL_NAME.fullmatch(name):
-        raise error(404, f"no model named {name[:100]!r}")
-    return name
-
-
-async def _visible_model(request: web.Request) -> tuple[ModelState, tuple[ModelVersion, ...]]:
-    """The model the path names and the versions the caller may see (404 when none)."""
+def _acting(request: web.Request) -> tuple[Principal, str]:
+    """Who asks, and the tenant whose model the write changes."""
     who = principal(request)
-    owner, name = _owner(request, who), _name(request)
-    model = await request.app[MODELS].load(owner, name)
-    versions = () if model is None else visible_versions(model, _viewer(who, owner))
-    if model is None or not versions:
-        raise error(404, f"no model {owner}/{name}")
-    return model, versions
+    return who, acting_tenant(who, query.parsed(request, ActingQuery).tenant, "changes models")
 
 
-async def _resolved(request: web.Request) -> tuple[ModelState, ModelVersion]:
-    """The version the path names (number, alias or `latest`), as the caller may see it."""
-    who = principal(request)
-    owner, name = _owner(request, who), _name(request)
-    selector = request.match_info["version"]
-    try:
-        reference = _reference(owner, name, selector)
-        return await request.app[MODELS].resolve(_viewer(who, owner), reference)
-    except ModelError as exc:
-        raise refused(exc) from None
+_REASONS = {
+    400: "malformed request: a parameter or JSON body (the field names which)",
+    401: "missing or wrong token",
+    403: "a tenant's token acting for another tenant",
+    404: "no such model, version or alias (or none the caller may see)",
+    409: "refused in the model's current state (the message says why)",
+    413: "the artifact (or its publication part) is over the size limit; nothing kept",
+    422: "invalid fields, each listed (metadata fields as metadata.<path>)",
+    429: "a tenant limit reached (the field names which; see docs/user-guide.md, Limits); "
+    "nothing kept",
+}
 
 
-def _reference(owner: str, name: str, selector: str) -> Reference:
-    if selector == LATEST:
-        return Reference(name=name, owner=owner)
-    separator = ":" if selector.isdigit() else "@"
-    try:
-        return parse_reference(f"{owner}/{name}{separator}{selector}")
-    except InvalidModel:
-        raise UnknownVersion(f"{owner}/{name} has no version {selector[:100]!r}") from None
+def _errors(*statuses: int, **reasons: str) -> dict[int, str]:
+    """Error answers; `e409="..."` says what a status means for one operation."""
+    return {s: reasons.get(f"e{s}", _REASONS[s]) for s in statuses}
 
 
-async def _owned_model(request: web.Request) -> ModelState:
-    """The model a write is about: one of the tenant acted for (`?tenant=` for the admin)."""
-    tenant = await _acting(request, principal(request), "changes models")
-    name = _name(request)
-    model = await request.app[MODELS].load(tenant, name)
-    if model is None:
-        raise error(404, f"no model {tenant}/{name}")
-    return model
+NAME = Param(
+    "name", "path", "the model's name", {"type": "string", "pattern": f"^{MODEL_NAME.pattern}$"}
+)
+VERSION = Param("version", "path", "a version number, an alias, or latest", {"type": "string"})
+ALIAS_PARAM = Param(
+    "alias",
+    "path",
+    f"the alias (not {LATEST}, which is derived)",
+    {"type": "string", "pattern": f"^(?!{LATEST}$){ALIAS.pattern}$"},
+)
+UPLOAD = {
+    "type": "object",
+    "properties": {
+        PUBLICATION_PART: {"$ref": REF + "Publication"},
+        ARTIFACT_PART: {"type": "string", "format": "binary"},
+    },
+    "required": [PUBLICATION_PART, ARTIFACT_PART],
+    "additionalProperties": False,
+    "description": f"exactly two parts, in this order: `{PUBLICATION_PART}`, then "
+    f"`{ARTIFACT_PART}`",
+}
+OPERATIONS = (
+    Operation(
+        "get",
+        "/v1/schemas/model-metadata",
+        get_schema,
+        "getModelMetadataSchema",
+        "The model metadata's JSON Schema (draft 2020-12)",
+        {200: Answer("the schema", {"type": "object"})},
+        _errors(401),
+    ),
+    Operation(
+        "get",
+        "/v1/models",
+        search,
+        "searchModels",
+        "Search the model versions the caller may see (docs/user-guide.md: Model search "
+        "queries): ranked, with the total, facet counts and a cursor",
+        {200: Answer("a page", VersionPage)},
+        _errors(400, 401),
+        query=SearchQuery,
+    ),
+    Operation(
+        "get",
+        "/v1/models/{name}",
+        get_model,
+        "getModel",
+        "A model's versions (those the caller may see) and aliases",
+        {200: Answer("the model", ModelView)},
+        _errors(400, 401, 404),
+        query=OwnerQuery,
+        params=(NAME,),
+    ),
+    Operation(
+        "get",
+        "/v1/models/{name}/history",
+        get_history,
+        "getModelHistory",
+        "Every event of the model, with its time and actor (its tenant and the admin only)",
+        {200: Answer("the history", ModelHistory)},
+        _errors(400, 401, 404),
+        query=OwnerQuery,
+        params=(NAME,),
+    ),
+    Operation(
+        "post",
+        "/v1/models/{name}/versions",
+        publish,
+        "publishModelVersion",
+        "Publish the model's next version: an upload, or a job's file",
+        {201: Answer("the version", VersionView)},
+        _errors(
+            400,
+            401,
+            403,
+            409,
+            413,
+            422,
+            429,
+            e409="the job has not COMPLETED, or its file is gone",
+            e413="the artifact is over the size limit, or over the room its tenant's "
+            "artifact_bytes limit leaves (field artifact_bytes); nothing kept",
+            e422="invalid fields, each listed; a bad model name; an upload whose bytes do not "
+            "have its sha256; an unknown from_job",
+        ),
+        description=f"multipart/form-data: the `{PUBLICATION_PART}` part (JSON, checked before "
+        f"the artifact is read), then the `{ARTIFACT_PART}` part, streamed into the store and "
+        "checked against `sha256` when given. application/json: `from_job` with "
+        "`checkpoint_step` or `results_file`; the provenance is filled in from the job's "
+        "events. Publishing the same bytes and metadata again answers with the version it made "
+        "(Idempotent-Replayed).",
+        query=ActingQuery,
+        params=(NAME,),
+        raw_body={
+            "required": True,
+            "content": {
+                "multipart/form-data": {
+                    "schema": UPLOAD,
+                    "encoding": {PUBLICATION_PART: {"contentType": "application/json"}},
+                },
+                "application/json": {"schema": {"$ref": REF + "Publication"}},
+            },
+        },
+    ),
+    Operation(
+        "get",
+        "/v1/models/{name}/versions/{version}",
+        get_version,
+        "getModelVersion",
+        "One version of a model",
+        {200: Answer("the version", VersionView)},
+        _errors(400, 401, 404),
+        query=OwnerQuery,
+        params=(NAME, VERSION),
+    ),
+    Operation(
+        "patch",
+        "/v1/models/{name}/versions/{version}",
+        update_version,
+        "updateModelVersion",
+        "Change a version's mutable metadata (description, domains, tags, citation; metrics added)",
+        {200: Answer("the version (also when nothing changed)", VersionView)},
+        _errors(
+            400,
+            401,
+            403,
+            404,
+            409,
+            422,
+            e409="a recorded metric given another value",
+            e422="invalid or immutable fields, each listed",
+        ),
+        query=ActingQuery,
+        params=(NAME, VERSION),
+        body=MetadataUpdate,
+        body_required=True,
+    ),
+    Operation(
+        "post",
+        "/v1/models/{name}/versions/{version}/deprecate",
+        deprecate,
+        "deprecateModelVersion",
+        "Deprecate a version: no longer latest, no alias may name it",
+        {200: Answer("the version", VersionView)},
+        _errors(400, 401, 403, 404, 409, 422, e409="an alias names the version"),
+        query=ActingQuery,
+        params=(NAME, VERSION),
+        body=DeprecateRequest,
+        body_required=True,
+    ),
+    Operation(
+        "get",
+        "/v1/models/{name}/versions/{version}/artifact",
+        download,
+        "downloadModelVersion",
+        "The version's artifact, verified against its sha256 as it is read",
+        {
+            200: Answer(
+                "the artifact's bytes",
+                {"type": "string", "format": "binary"},
+                media="application/octet-stream",
+            )
+        },
+        _errors(400, 401, 404, 409, e409="the artifact is missing from the store"),
+        description="ETag and Repr-Digest carry the sha256. A stored artifact found damaged is "
+        "never sent whole: the connection closes before its last bytes.",
+        query=OwnerQuery,
+        params=(NAME, VERSION),
+    ),
+    Operation(
+        "put",
+        "/v1/models/{name}/webhook",
+        set_webhook,
+        "setModelWebhook",
+        "Notify the model's events to a URL (see the document's webhooks)",
+        {200: Answer("the webhook", WebhookView)},
+        _errors(
+            400,
+            401,
+            403,
+            404,
+            409,
+            422,
+            e422="invalid fields; a host that is or resolves to a non-public address (not in "
+            "TRAINYARD_WEBHOOK_ALLOW_NETWORKS), or does not resolve",
+        ),
+        description="Each ModelVersionPublished, ModelMetadataUpdated, ModelAliasSet, "
+        "ModelAliasRemoved and ModelVersionDeprecated from now on is POSTed to it, signed with "
+        "the tenant's webhook secret and retried as a job's notifications are.",
+        query=ActingQuery,
+        params=(NAME,),
+        body=WebhookRequest,
+        body_required=True,
+    ),
+    Operation(
+        "delete",
+        "/v1/models/{name}/webhook",
+        remove_webhook,
+        "removeModelWebhook",
+        "Stop notifying the model's events",
+        {204: Answer("removed (or there was none)")},
+        _errors(400, 401, 403, 404, 409, 422, e422="an unknown tenant"),
+        query=ActingQuery,
+        params=(NAME,),
+    ),
+    Operation(
+        "put",
+        "/v1/models/{name}/aliases/{alias}",
+        set_alias,
+        "setModelAlias",
+        "Point an alias at a version (a new alias, or moved: one event)",
+        {200: Answer("the alias", AliasView)},
+        _errors(
+            400,
+            401,
+            403,
+            404,
+            409,
+            422,
+            e409="the version is deprecated, or the model has its most aliases",
+            e422="invalid fields; an invalid alias, or latest (derived)",
+        ),
+        query=ActingQuery,
+        params=(NAME, ALIAS_PARAM),
+        body=AliasRequest,
+        body_required=True,
+    ),
+    Operation(
+        "delete",
+        "/v1/models/{name}/aliases/{alias}",
+        remove_alias,
+        "removeModelAlias",
+        "Remove an alias",
+        {204: Answer("removed")},
+        _errors(400, 401, 403, 404, 422, e422="an invalid alias, or latest"),
+        query=ActingQuery,
+        params=(NAME, ALIAS_PARAM),
+    ),
+)
 
 
-async def _owned(request: web.Request) -> tuple[ModelState, ModelVersion]:
-    """The owned model and the version the path names in it (read once, resolved here)."""
-    model = await _owned_model(request)
-    try:
-        reference = _reference(model.tenant, model.name, request.match_info["version"])
-        return model, resolve(model, reference, model.tenant)
-    except ModelError as exc:
-        raise refused(exc) from None
+def add_routes(app: web.Application) -> None:
+    add_operations(app, OPERATIONS)
+    app.on_startup.append(_open)
 
 
-def _json(view: VersionView) -> dict[str, Any]:
-    return view.model_dump(mode="json")
+async def _open(app: web.Application) -> None:
+    # After the composition root's parts are open (cleanup contexts start first).
+    plane = app[PLANE]
+    app[MODELS_APPLICATION] = ModelsApplication(
+        plane.models, plane.pool, plane.store, webhook_targets=plane.webhooks.targets
+    )
