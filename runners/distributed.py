@@ -25,9 +25,11 @@ never comes, or one that died, fails the learner with a reason instead of hangin
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import time
+import traceback
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -264,6 +266,12 @@ def is_chief() -> bool:
 def destroy() -> None:
     """Leave the process group, if this learner is in one."""
     if dist.is_initialized():
+        # A DDP module's reducer holds the group too. Were it the last holder, the group would be
+        # destroyed with the reducer, with the GIL held, joining gloo's worker threads, one of
+        # which may be freeing a tensor and waiting for that GIL: a deadlock (seen on a SIGTERM).
+        # DDP modules already unreachable are collected here, while the group is still
+        # registered; then destroy_process_group drops the last reference, without the GIL.
+        gc.collect()
         dist.destroy_process_group()
 
 
@@ -278,6 +286,12 @@ def process_group(
     group = init(environ, backend=backend, cuda=cuda)
     try:
         yield group
+    except BaseException as error:
+        # The frames the exception left hold the script's locals (its DDP module among them)
+        # for as long as the exception lives, i.e. past `destroy`: dropped now (see `destroy`).
+        # The traceback still shows every line.
+        traceback.clear_frames(error.__traceback__)
+        raise
     finally:
         destroy()
 

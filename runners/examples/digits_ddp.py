@@ -28,6 +28,7 @@ import json
 import os
 import time
 from collections.abc import Sequence
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
@@ -138,31 +139,33 @@ def _train(
     # After the restore: DDP starts every rank from rank 0's weights, which are the checkpoint's.
     ddp = DistributedDataParallel(model, device_ids=group.device_ids)
 
-    loss = torch.zeros((), device=group.device)
     accuracy = None
-    for step in range(start, args.steps):
-        batch = local_batch(
-            args.seed, step, count, args.global_batch, group.rank, group.world_size
-        ).to(group.device)
-        model.train()
-        optimizer.zero_grad()
-        loss = nn.functional.cross_entropy(ddp(data.train_inputs[batch]), data.train_labels[batch])
-        torch.autograd.backward(loss)  # loss.backward(), in its type-annotated spelling
-        optimizer.step()
-        done = step + 1
-        if done % args.log_every == 0 or done == args.steps:
-            mean = loss.detach().clone()
-            dist.all_reduce(mean)  # every rank, at the same steps: a collective
-            if group.is_chief:
-                accuracy = digits.evaluate(model, data)
-                metrics.log(step=done, loss=mean / group.world_size, accuracy=accuracy)
-        if checkpointer is not None:
-            if done == args.steps:
-                checkpointer.save(done)  # always: a later, longer run resumes from here
-            else:
-                checkpointer.maybe_save(done)
-        if args.step_seconds:
-            time.sleep(args.step_seconds)
+    # SIGTERM and SIGUSR1 to any rank become a checkpoint at the next step, on every rank.
+    with checkpointer if checkpointer is not None else nullcontext():
+        for step in range(start, args.steps):
+            batch = local_batch(
+                args.seed, step, count, args.global_batch, group.rank, group.world_size
+            ).to(group.device)
+            model.train()
+            optimizer.zero_grad()
+            inputs, labels = data.train_inputs[batch], data.train_labels[batch]
+            loss = nn.functional.cross_entropy(ddp(inputs), labels)
+            torch.autograd.backward(loss)  # loss.backward(), in its type-annotated spelling
+            optimizer.step()
+            done = step + 1
+            if done % args.log_every == 0 or done == args.steps:
+                mean = loss.detach().clone()
+                dist.all_reduce(mean)  # every rank, at the same steps: a collective
+                if group.is_chief:
+                    accuracy = digits.evaluate(model, data)
+                    metrics.log(step=done, loss=mean / group.world_size, accuracy=accuracy)
+            if checkpointer is not None:
+                if done == args.steps:
+                    checkpointer.save(done)  # always: a later, longer run resumes from here
+                else:
+                    checkpointer.maybe_save(done)
+            if args.step_seconds:
+                time.sleep(args.step_seconds)
 
     ours = digest(model)
     digests: list[str | None] = [None] * group.world_size

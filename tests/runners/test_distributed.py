@@ -6,6 +6,8 @@ a group never stopped; a wrong contract or a missing peer fails saying what is w
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
 import time
 from collections.abc import Iterator, Mapping
@@ -83,6 +85,12 @@ def result(path: Path) -> dict[str, Any]:
     return loaded
 
 
+def without_ours(variables: Mapping[str, str | Path]) -> dict[str, str]:
+    """`learner_env`, without torch's names from this process's environment either."""
+    env = learner_env(variables)
+    return {k: v for k, v in env.items() if k not in TORCH_NAMES or k in variables}
+
+
 @pytest.fixture(autouse=True)
 def no_contract_here(monkeypatch: pytest.MonkeyPatch) -> None:
     """The learners inherit this process's environment: none of torch's names from it."""
@@ -115,7 +123,7 @@ def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Uninterr
         ),
     ]
     learners = [
-        Learner(tuple(map(str, command)), learner_env(env), directory / f"stderr-{n}.txt")
+        Learner(tuple(map(str, command)), without_ours(env), directory / f"stderr-{n}.txt")
         for n, (command, env) in enumerate(commands)
     ]
     try:
@@ -186,6 +194,22 @@ def test_a_group_whose_rank_1_is_killed_halfway_resumes_to_the_weights_of_one_ne
     ours = weights(tmp_path / "resumed.pt")
     assert all(torch.equal(straight[k], ours[k]) for k in straight)
     assert result(tmp_path / "r.json")["ranks_agree"] is True
+
+
+def test_a_sigterm_to_one_rank_saves_once_from_rank_0_and_ends_every_rank(
+    start_learner: StartLearner, tmp_path: Path
+) -> None:
+    checkpoints = {CHECKPOINT_DIR: tmp_path / "checkpoints"}
+    group = start_group(start_learner, 2, "--step-seconds", "0.05", **checkpoints)
+    group[0].wait_for(lambda m: isinstance(m, Metric) and m.step == 5)
+    os.kill(group[1].process.pid, signal.SIGTERM)  # rank 1 alone: the request reaches both
+    assert [learner.finish() for learner in group] == [143, 143]
+    saved = [m.step for m in group[0].messages if isinstance(m, CheckpointSaved)]
+    # The every-10 checkpoint may come first; then the one the SIGTERM asked for, both ranks
+    # having stopped at that step.
+    assert saved[-1] < STEPS and len(saved) <= 2
+    assert all(step % EVERY == 0 for step in saved[:-1])
+    assert group[1].messages == []
 
 
 def test_an_empty_environment_is_a_world_of_one() -> None:
