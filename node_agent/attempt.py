@@ -60,6 +60,11 @@ LOGS_STORED_WITHIN_S = 60.0
 """How long an ending attempt waits for its learners' lines to be stored before its ending event
 is appended all the same (with a line saying how many were still waiting)."""
 LOGS_RETRY_S = 0.5
+FAILURE_GRACE_S = 2.0
+"""After one learner failed, how long the others have between SIGTERM and SIGKILL (at most:
+the agent's grace when that is shorter). Ranks of a process group cannot checkpoint without
+the one that failed (a save is a collective), the attempt resumes from the last checkpoint, and
+every rank must be stopped within 5 s of the failure, so that the restart comes soon."""
 
 
 class LogSink(Protocol):
@@ -143,6 +148,9 @@ class Attempt:
         self._job_phase = PHASES.index(state) if state in PHASES else -1
         self._ending: str | None = None
         """Why the attempt is ending early: "failed", "cancelled", "stopped" or "fenced"."""
+        self._first_failed: _LearnerState | None = None
+        """The learner whose failure ended the attempt: the others' ends follow from it (a
+        rank whose peer died fails too, or is stopped), and are not the reason."""
         self._terminating: asyncio.Task[None] | None = None
         self._job = claim.job
         self._number = claim.attempt
@@ -228,7 +236,9 @@ class Attempt:
         if self._ending is None:
             self._ending = why
         if self._terminating is None:
-            self._terminating = asyncio.get_running_loop().create_task(self._terminate())
+            grace = min(self._grace_s, FAILURE_GRACE_S) if why == "failed" else self._grace_s
+            terminate = self._terminate(grace)
+            self._terminating = asyncio.get_running_loop().create_task(terminate)
 
     def request_checkpoint(self) -> None:
         for state in self._learners:
@@ -257,6 +267,7 @@ class Attempt:
         if not state.status.succeeded and self._ending is None:
             # One learner failed: the others cannot finish the job alone (and must not be
             # left running, holding their GPUs).
+            self._first_failed = state
             self._end("failed")
 
     async def _on_report(self, state: _LearnerState, report: protocol.Message) -> None:
@@ -367,7 +378,7 @@ class Attempt:
             )
             await self._do(complete)
             return
-        first = failed[0]
+        first = self._first_failed or failed[0]
         if first.status is None:  # `failed` holds learners that exited
             raise InvariantBroken(f"attempt {self._number}: a failed learner without a status")
         killed_by = first.killed_by or first.status.signal
@@ -387,13 +398,14 @@ class Attempt:
         if job is not None:
             self._job = job
 
-    async def _terminate(self) -> None:
-        """SIGTERM (learners checkpoint on it), a grace period, then SIGKILL."""
+    async def _terminate(self, grace_s: float | None = None) -> None:
+        """SIGTERM (learners checkpoint on it), a grace period (the agent's, unless given),
+        then SIGKILL."""
         running = [s for s in self._learners if s.status is None]
         for state in running:
             state.learner.signal(signal.SIGTERM)
         with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(self._grace_s):
+            async with asyncio.timeout(self._grace_s if grace_s is None else grace_s):
                 for state in running:
                     await state.done.wait()
         for state in running:
