@@ -161,7 +161,7 @@ def test_a_group_whose_rank_1_is_killed_halfway_resumes_to_the_weights_of_one_ne
 ) -> None:
     checkpoints = {CHECKPOINT_DIR: tmp_path / "checkpoints"}
     # Paced, so that the run is still going when the test has read that a step is done.
-    crashed = start_group(start_learner, 2, "--step-seconds", "0.05", **checkpoints)
+    crashed = start_group(start_learner, 2, "--step-seconds", "0.1", **checkpoints)
     crashed[0].wait_for(lambda m: isinstance(m, CheckpointSaved) and m.step == STEPS // 2)
     crashed[1].kill_all()
     killed_at = time.monotonic()
@@ -205,9 +205,9 @@ def test_a_sigterm_to_one_rank_saves_once_from_rank_0_and_ends_every_rank(
     os.kill(group[1].process.pid, signal.SIGTERM)  # rank 1 alone: the request reaches both
     assert [learner.finish() for learner in group] == [143, 143]
     saved = [m.step for m in group[0].messages if isinstance(m, CheckpointSaved)]
-    # The every-10 checkpoint may come first; then the one the SIGTERM asked for, both ranks
-    # having stopped at that step.
-    assert saved[-1] < STEPS and len(saved) <= 2
+    # Every-10 checkpoints may come first; then the one the SIGTERM asked for, the last, both
+    # ranks having stopped at that step.
+    assert saved and saved[-1] < STEPS
     assert all(step % EVERY == 0 for step in saved[:-1])
     assert group[1].messages == []
 
