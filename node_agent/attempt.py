@@ -60,6 +60,9 @@ LOGS_STORED_WITHIN_S = 60.0
 """How long an ending attempt waits for its learners' lines to be stored before its ending event
 is appended all the same (with a line saying how many were still waiting)."""
 LOGS_RETRY_S = 0.5
+PREEMPTED = (
+    "node agent stopped (preempted: its learners were asked to checkpoint; no restart spent)"
+)
 FAILURE_GRACE_S = 2.0
 """After one learner failed, how long the others have between SIGTERM and SIGKILL (at most:
 the agent's grace when that is shorter). Ranks of a process group cannot checkpoint without
@@ -364,9 +367,15 @@ class Attempt:
         if self._ending in ("cancelled", "fenced"):
             return  # the job is CANCELLED already, or runs elsewhere now
         if self._ending == "stopped":
-            await self._do(
-                Restart(reason="node agent stopped", at=self._clock.now(), attempt=self._number)
+            # Preempted: its learners had the agent's grace to checkpoint (SIGTERM), and the
+            # job resumes elsewhere, or here later, without spending a restart.
+            preempted = Restart(
+                reason=PREEMPTED,
+                at=self._clock.now(),
+                attempt=self._number,
+                preempted=True,
             )
+            await self._do(preempted)
             return
         failed = [s for s in self._learners if s.status is not None and not s.status.succeeded]
         if not failed:

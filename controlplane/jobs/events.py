@@ -104,6 +104,11 @@ class JobRestarted(JobEvent):
     not_before: datetime | None = Field(
         default=None, description="backoff: the new attempt is not claimed before this instant"
     )
+    preempted: bool = Field(
+        default=False,
+        description="stopped by its agent's stop (a drain, a SIGTERM) after its learners were "
+        "asked to checkpoint, not by a failure: no restart spent",
+    )
 
 
 @event_type("LearnersReachedPhase")

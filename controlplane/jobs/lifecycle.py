@@ -207,6 +207,9 @@ class Restart:
     backoff_s: float = 0.0
     """How long the new attempt waits before it may be claimed."""
     attempt: int | None = None
+    preempted: bool = False
+    """Stopped by its agent's stop (a drain, a SIGTERM), its learners asked to checkpoint
+    first, not by a failure: it spends no restart (`max_restarts`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -317,9 +320,9 @@ def _decide_live(command: Command, job: Job) -> list[JobEvent]:
             return [JobFailed(attempt=job.attempt, reason=reason, exit_code=exit_code, at=at)]
         case Cancel(reason, at):
             return [JobCancelled(reason=reason, at=at)]
-        case Restart(reason, at, backoff_s, _):
+        case Restart(reason, at, backoff_s, _, preempted):
             _require(job, RUNNING, "restart")
-            if job.restarts >= job.manifest.max_restarts:
+            if not preempted and job.restarts >= job.manifest.max_restarts:
                 limit = job.manifest.max_restarts
                 return [
                     JobFailed(
@@ -336,6 +339,7 @@ def _decide_live(command: Command, job: Job) -> list[JobEvent]:
                     attempt=job.attempt + 1,
                     resume_from=resume,
                     not_before=at + timedelta(seconds=backoff_s) if backoff_s else None,
+                    preempted=preempted,
                     at=at,
                 )
             ]
@@ -451,9 +455,12 @@ def evolve(job: Job | None, event: JobEvent) -> Job:
             return _enter(failed, JobStatus.FAILED, event.at, reason)
         case JobCancelled(reason=reason):
             return _enter(job, JobStatus.CANCELLED, event.at, reason)
-        case JobRestarted(reason=reason, attempt=attempt, not_before=not_before):
+        case JobRestarted(
+            reason=reason, attempt=attempt, not_before=not_before, preempted=preempted
+        ):
+            spent = 0 if preempted else 1
             restarted = job.model_copy(
-                update={"restarts": job.restarts + 1, "not_before": not_before}
+                update={"restarts": job.restarts + spent, "not_before": not_before}
             )
             return _requeue(restarted, attempt, event.at, reason)
         case DeploymentRolledBack(reason=reason, attempt=attempt):

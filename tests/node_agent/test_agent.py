@@ -19,6 +19,7 @@ from controlplane.jobs.events import CheckpointSaved
 from controlplane.jobs.lifecycle import Cancel, JobStatus, RequestCheckpoint
 from controlplane.jobs.limits import JobLimits
 from controlplane.jobs.manifest import JobManifest
+from node_agent.attempt import PREEMPTED
 from node_agent.service import LeaseLost
 from runners import protocol
 from tests.cluster import A_WHOLE_RUN, USER, Plane, RunningAgent, agent_config
@@ -152,9 +153,30 @@ async def test_stopping_the_agent_sends_running_jobs_back_to_the_queue(
     await wait_for_line(twin, job_id, "ready")
     await running.finish()
     job = await twin.state(job_id, JobStatus.QUEUED)
-    assert job.attempt == 2 and job.restarts == 1
-    assert job.transitions[-1].reason == "node agent stopped"
+    # Preempted, not failed: its learner was asked to checkpoint, and no restart is spent.
+    assert job.attempt == 2 and job.restarts == 0
+    assert job.transitions[-1].reason == PREEMPTED
     await wait_for_line(twin, job_id, "terminating")
+
+
+async def test_a_job_preempted_by_its_agent_s_stop_spends_no_restart(
+    twin: Twin, tmp_path: Path
+) -> None:
+    job_id = await twin.submit(SLEEPER, max_restarts=0)
+    for attempt in (1, 2):
+        running = await TwinAgent(twin, agent_config(tmp_path, grace_s=5), fake_gpus=1).started()
+        await twin.state(job_id, JobStatus.PROCESSING)
+
+        async def ready(count: int = attempt) -> bool:
+            """This attempt's learner is ready (each attempt's says so once)."""
+            return sum("ready" in line for line in await twin.log_text(job_id)) >= count
+
+        await eventually(ready)
+        await running.finish()
+    # Twice stopped with no restart allowed at all: queued again each time, never FAILED.
+    job = await twin.state(job_id, JobStatus.QUEUED)
+    assert (job.attempt, job.restarts) == (3, 0)
+    assert [t.reason for t in job.transitions if t.state is JobStatus.QUEUED][1:] == [PREEMPTED] * 2
 
 
 async def test_a_cancelled_agent_stops_as_a_stopped_one_does_before_the_cancellation_goes_on(
@@ -172,8 +194,8 @@ async def test_a_cancelled_agent_stops_as_a_stopped_one_does_before_the_cancella
     # All of it done before the cancellation came out: the learner was stopped, its job went
     # back to the queue, its GPU came back and the node's name was given back.
     job = await plane.state(job_id, JobStatus.QUEUED)
-    assert job.attempt == 2 and job.restarts == 1
-    assert job.transitions[-1].reason == "node agent stopped"
+    assert job.attempt == 2 and job.restarts == 0
+    assert job.transitions[-1].reason == PREEMPTED
     await wait_for_line(plane, job_id, "terminating")
     assert await owner.fetchval("SELECT count(*) FROM allocated_gpus") == 0
     assert await owner.fetchval("SELECT state FROM nodes WHERE name = 'n1'") == "GONE"

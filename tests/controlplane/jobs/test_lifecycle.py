@@ -660,6 +660,22 @@ def test_a_restart_beyond_the_limit_fails_the_job_and_says_why(max_restarts: int
     assert job.transitions[-1].reason == job.failure_reason
 
 
+def test_a_preempted_job_resumes_without_spending_a_restart_and_says_why() -> None:
+    story = story_in(S.PROCESSING, max_restarts=0)
+    story.save_checkpoint(40, "/ckpt/40")
+    for attempt in (2, 3):
+        (event,) = story.do(lambda at: Restart("node drained", at, preempted=True))
+        assert isinstance(event, JobRestarted) and event.preempted
+        assert event.resume_from == "/ckpt/40"
+        story.deploy(epoch=attempt)
+    job = story.current
+    assert (job.state, job.attempt, job.restarts) == (S.DEPLOYING, 3, 0)
+    assert [t.reason for t in job.transitions if t.state is S.QUEUED][1:] == ["node drained"] * 2
+    # A failure still counts against the limit.
+    (failed,) = story.restart("crash")
+    assert isinstance(failed, JobFailed)
+
+
 SKIPS = [
     (S.DEPLOYING, S.PROCESSING),  # no data to download
     (S.DEPLOYING, S.STORING),
