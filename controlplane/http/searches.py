@@ -1,212 +1,183 @@
 """Searches over HTTP: submit one (`POST /v1/searches`), list them, read one with its trials,
 its trials' metric curves (a page of many trials in one response, for a dashboard's chart)
 and its best trial (as a job manifest to run again), cancel one, and follow one's decisions as
-they are recorded (SSE). A tenant sees its own searches; another's is "not found"."""
+they are recorded (SSE). The handlers route and authenticate; the searches feature's facade
+(`controlplane.searches.application`) decides."""
 
 from __future__ import annotations
 
 import json
 import re
 from functools import partial
-from typing import Any
-from uuid import UUID
+from typing import Annotated, Any, get_args
 
 from aiohttp import web
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from controlplane.admission.policy import Room
 from controlplane.events.records import RecordedEvent
-from controlplane.http import params
+from controlplane.http import params, query
 from controlplane.http.auth import acting_tenant, principal
-from controlplane.http.errors import error, validation_error
 from controlplane.http.jobs import JOBS_APPLICATION
-from controlplane.http.keys import (
-    IMAGES,
-    PLANE,
-    POOL,
+from controlplane.http.keys import IMAGES, PLANE
+from controlplane.http.operations import (
+    Answer,
+    Operation,
+    Param,
+    add_operations,
+    answer,
+    links,
 )
-from controlplane.http.requests import event_metadata, idempotency_key, json_body
+from controlplane.http.requests import (
+    MAX_KEY,
+    event_metadata,
+    idempotency_key,
+    json_body,
+    validated,
+)
 from controlplane.http.stream_events import follow
-from controlplane.http.streams import SSE_HEADERS, live_stream
+from controlplane.http.streams import SSE_EVENT, SSE_HEADERS, live_stream
 from controlplane.instruments import sse_client
-from controlplane.jobs.application import MAX_PAGE, decode_cursor, encode_cursor
-from controlplane.jobs.images import ImageRefused
+from controlplane.jobs.application import MAX_PAGE
+from controlplane.searches.application import MAX_REASON, SearchesApplication
 from controlplane.searches.events import SearchEnded
-from controlplane.searches.lifecycle import SEARCH, Search, SearchBusy, SearchRefused
-from controlplane.searches.service import SearchMismatch, new_search_id
+from controlplane.searches.lifecycle import SEARCH, State
 from controlplane.searches.spec import SearchSpec
 from controlplane.searches.streams import search_stream
 from controlplane.searches.views import (
     CURVE_POINTS,
     MAX_CURVE_POINTS,
     MAX_CURVE_TRIALS,
-    best_manifest,
-    curves,
-    list_searches,
-    search_row,
-    search_view,
-    trials,
+    BestTrial,
+    CurvePage,
+    SearchCancelled,
+    SearchCreated,
+    SearchDetail,
+    SearchPage,
+    TrialList,
 )
 
-STATES = ("running", "completed", "failed", "cancelled")
-METRIC_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]{0,63}")
+SEARCHES_APPLICATION = web.AppKey("searches_application", SearchesApplication)
+STATES = get_args(State)
+METRIC_NAME = "^[A-Za-z_][A-Za-z0-9_.]{0,63}$"
 """As a search's metric is named (`searches.spec.Metric`): also what learners may report."""
 
 
-def add_routes(app: web.Application) -> None:
-    app.router.add_post("/v1/searches", submit)
-    app.router.add_get("/v1/searches", list_all)
-    app.router.add_get("/v1/searches/{search_id}", get_search)
-    app.router.add_get("/v1/searches/{search_id}/trials", get_trials)
-    app.router.add_get("/v1/searches/{search_id}/curves", get_curves)
-    app.router.add_get("/v1/searches/{search_id}/best", get_best)
-    app.router.add_post("/v1/searches/{search_id}/cancel", cancel)
-    app.router.add_get("/v1/searches/{search_id}/events", stream_events)
+class SubmitQuery(query.Query):
+    tenant: Annotated[str | None, query.text()] = Field(
+        default=None, description="the tenant it is for (the admin's token only)"
+    )
+
+
+class ListQuery(query.Query):
+    state: Annotated[State | None, query.choice(STATES)] = Field(
+        default=None, description="only searches in this state"
+    )
+    limit: Annotated[int, query.integer(1, MAX_PAGE)] = Field(
+        default=50, description="searches per page"
+    )
+    cursor: Annotated[str | None, query.CURSOR] = Field(
+        default=None, description="the next_cursor of the page before"
+    )
+
+
+def _metric(value: Any, name: str) -> str | None:
+    # Empty: the search's own metric, as when it is left out.
+    if value == "":
+        return None
+    if not isinstance(value, str) or not re.fullmatch(METRIC_NAME, value):
+        raise query.refuse(f"{name} must be a metric's name, e.g. loss")
+    return value
+
+
+class CurvesQuery(query.Query):
+    metric: Annotated[
+        str | None, query.Parameter(_metric, {"type": "string", "pattern": METRIC_NAME})
+    ] = Field(default=None, description="the metric to draw (default: the search's own)")
+    after: Annotated[int, query.integer(-1)] = Field(
+        default=-1, description="trials numbered above this one (a page's `next_after`)"
+    )
+    limit: Annotated[int, query.integer(1, MAX_CURVE_TRIALS)] = Field(
+        default=MAX_CURVE_TRIALS, description=f"trials in the page (default {MAX_CURVE_TRIALS})"
+    )
+    points: Annotated[int, query.integer(2, MAX_CURVE_POINTS)] = Field(
+        default=CURVE_POINTS,
+        description=f"about how many points per curve, evenly thinned (default {CURVE_POINTS})",
+    )
+    trial: list[Annotated[int, query.integer()]] = Field(
+        default=[], max_length=MAX_CURVE_TRIALS, description="only these trials (repeat it)"
+    )
+
+    @field_validator("trial", mode="before")
+    @classmethod
+    def _at_most(cls, chosen: list[str]) -> list[str]:
+        if len(chosen) > MAX_CURVE_TRIALS:
+            raise query.refuse(f"at most {MAX_CURVE_TRIALS} trials at once")
+        return chosen
+
+
+class SearchCancelRequest(BaseModel):
+    # Other fields are ignored, as they always were.
+    model_config = ConfigDict(extra="ignore")
+
+    reason: str | None = Field(
+        default=None,
+        description="why (none, or empty: cancelled by user)",
+        json_schema_extra={"maxLength": MAX_REASON},
+    )
 
 
 async def submit(request: web.Request) -> web.Response:
     who = principal(request)
-    body = await json_body(request)
-    try:
-        spec = SearchSpec.model_validate(body)
-    except ValidationError as exc:
-        raise validation_error(exc) from exc
-    template = spec.trial
-    try:
-        request.app[IMAGES].admit(template.image)
-    except ImageRefused as exc:
-        raise error(422, str(exc), field="trial.image") from exc
-    tenant = acting_tenant(who, params.text(request.query.get("tenant"), "tenant"), "submits")
+    spec = validated(SearchSpec, await json_body(request))
+    asked = query.parsed(request, SubmitQuery)
+    tenant = acting_tenant(who, asked.tenant, "submits")
     key = idempotency_key(request)
-    await request.app[JOBS_APPLICATION].check_manifest(template, tenant, field_prefix="trial.")
-    searches = request.app[PLANE].searches
-    # A retry of a submission that was accepted finds its search whatever the limits say now;
-    # a new one is held to the tenant's rate, queue and largest node, as a job is (its trials
-    # are jobs), and runs at most as many trials at once as the tenant may queue jobs.
-    if key is None or await searches.load(new_search_id(tenant, key)) is None:
-        limits = await request.app[JOBS_APPLICATION].admit(tenant, template, also=Room(searches=1))
-        if spec.max_concurrent_trials > limits.queued_jobs:
-            raise error(
-                422,
-                f"max_concurrent_trials {spec.max_concurrent_trials} is more than tenant "
-                f"{tenant!r} may queue jobs ({limits.queued_jobs})",
-                field="max_concurrent_trials",
-            )
-    try:
-        search, created = await searches.submit(
-            tenant, spec, event_metadata(request, who, tenant), key
-        )
-    except SearchMismatch as exc:
-        raise error(409, str(exc)) from exc
-    headers = {"Location": f"/v1/searches/{search.search_id}"}
+    view, created = await request.app[SEARCHES_APPLICATION].submit(
+        tenant, spec, event_metadata(request, who, tenant), key
+    )
+    headers = {"Location": f"/v1/searches/{view.id}"}
     if not created:
         headers["Idempotent-Replayed"] = "true"
-    view = {
-        "id": str(search.search_id),
-        "tenant": search.tenant,
-        "name": spec.name,
-        "state": search.state,
-        "trials": len(search.trials),
-    }
-    return web.json_response(view, status=201, headers=headers)
+    return answer(view, status=201, headers=headers)
 
 
 async def list_all(request: web.Request) -> web.Response:
     who = principal(request)
-    query = request.query
-    state = query.get("state")
-    if state is not None:
-        state = params.choice(state, "state", STATES)
-    limit = params.integer(query.get("limit"), "limit", minimum=1, maximum=MAX_PAGE) or 50
-    found, total = await list_searches(
-        request.app[POOL],
-        None if who.is_admin else who.tenant,
-        state,
-        decode_cursor(query.get("cursor")),
-        limit + 1,
+    asked = query.parsed(request, ListQuery)
+    page = await request.app[SEARCHES_APPLICATION].page(
+        who, state=asked.state, cursor=asked.cursor, limit=asked.limit
     )
-    page = found[:limit]
-    last = page[-1] if page else None
-    cursor = None
-    if last is not None and len(found) > limit:
-        cursor = encode_cursor(last["created_at"], last["search_id"])
-    return web.json_response(
-        {"searches": [search_view(row) for row in page], "next_cursor": cursor, "total": total}
-    )
-
-
-async def _visible(request: web.Request) -> Any:
-    """The search's row in the read model (which lags the log by a moment), if the caller may
-    see it; else 404."""
-    search_id = _search_id(request)
-    row = await search_row(request.app[POOL], search_id)
-    if row is None or not principal(request).may_see(row["tenant"]):
-        raise error(404, "no such search")
-    return row
-
-
-async def _loaded(request: web.Request) -> Search:
-    """The search from its stream, if the caller may see it; else 404. From the stream itself,
-    not the read model, which may not show a search just submitted: a command on it, or its
-    events, right after the submission must find it."""
-    search = await request.app[PLANE].searches.load(_search_id(request))
-    if search is None or not principal(request).may_see(search.tenant):
-        raise error(404, "no such search")
-    return search
-
-
-def _search_id(request: web.Request) -> UUID:
-    raw = request.match_info["search_id"]
-    return params.uuid(raw, "search_id", status=404, message="no such search")
+    return answer(page)
 
 
 async def get_search(request: web.Request) -> web.Response:
-    row = await _visible(request)
-    view = search_view(row)
-    view["spec"] = json.loads(row["spec"])
-    return web.json_response(view)
+    searches = request.app[SEARCHES_APPLICATION]
+    row = await searches.visible(principal(request), request.match_info["search_id"])
+    return answer(searches.detail(row))
 
 
 async def get_trials(request: web.Request) -> web.Response:
-    row = await _visible(request)
-    return web.json_response({"trials": await trials(request.app[POOL], row["search_id"])})
+    searches = request.app[SEARCHES_APPLICATION]
+    row = await searches.visible(principal(request), request.match_info["search_id"])
+    return answer(await searches.trials(row))
 
 
 async def get_curves(request: web.Request) -> web.Response:
-    """Every trial's curve of the search's metric (or `metric`), a page of trials at a time:
-    `after` a trial number, at most `limit`, each thinned to about `points` points; `trial`
-    (repeated) picks trials. `next_after` continues the page, null at the last."""
-    row = await _visible(request)
-    query = request.query
-    metric = query.get("metric") or row["metric"]
-    if not METRIC_NAME.fullmatch(metric):
-        raise error(400, "metric must be a metric's name, e.g. loss", field="metric")
-    after = params.integer(query.get("after"), "after", minimum=-1)
-    limit = params.integer(query.get("limit"), "limit", minimum=1, maximum=MAX_CURVE_TRIALS)
-    points = params.integer(query.get("points"), "points", minimum=2, maximum=MAX_CURVE_POINTS)
-    chosen = query.getall("trial", [])
-    if len(chosen) > MAX_CURVE_TRIALS:
-        raise error(400, f"at most {MAX_CURVE_TRIALS} trials at once", field="trial")
-    only = [n for raw in chosen if (n := params.integer(raw, "trial")) is not None] or None
-    limit = limit or MAX_CURVE_TRIALS
-    page = await curves(
-        request.app[POOL],
-        row["search_id"],
-        metric,
-        after=-1 if after is None else after,
-        only=only,
-        limit=limit + 1,
-        points=points or CURVE_POINTS,
+    searches = request.app[SEARCHES_APPLICATION]
+    row = await searches.visible(principal(request), request.match_info["search_id"])
+    asked = query.parsed(request, CurvesQuery)
+    page = await searches.curves(
+        row,
+        metric=asked.metric,
+        after=asked.after,
+        only=asked.trial,
+        limit=asked.limit,
+        points=asked.points,
     )
-    more = len(page) > limit
-    page = page[:limit]
-    response = web.json_response(
-        {
-            "metric": metric,
-            "mode": row["mode"] if metric == row["metric"] else None,
-            "trials": page,
-            "next_after": page[-1]["number"] if more else None,
-        }
+    # Up to a million points: pydantic writes them as JSON far faster than json.dumps their
+    # dump (the values are the same).
+    response = web.Response(
+        text=page.model_dump_json(by_alias=True), content_type="application/json"
     )
     # A thousand curves are a megabyte or two of digits, which gzip shrinks to about a third.
     response.enable_compression()
@@ -214,48 +185,27 @@ async def get_curves(request: web.Request) -> web.Response:
 
 
 async def get_best(request: web.Request) -> web.Response:
-    """The best trial so far, and the job manifest that trains its model again (the template,
-    its hyperparameters, the whole budget): submit it with POST /v1/jobs."""
-    row = await _visible(request)
-    if row["best_trial"] is None:
-        raise error(404, "no trial has reported its metric yet")
-    found = await trials(request.app[POOL], row["search_id"])
-    trial = found[row["best_trial"]]
-    manifest = best_manifest(row, trial)
-    return web.json_response(
-        {
-            "trial": row["best_trial"],
-            "rung": row["best_rung"],
-            "metric": {"name": row["metric"], "mode": row["mode"], "value": row["best_metric"]},
-            "hparams": trial["hparams"],
-            "job_id": trial["job_id"],
-            "manifest": manifest.model_dump(mode="json", exclude_defaults=True),
-        }
-    )
+    searches = request.app[SEARCHES_APPLICATION]
+    row = await searches.visible(principal(request), request.match_info["search_id"])
+    return answer(await searches.best(row))
 
 
 async def cancel(request: web.Request) -> web.Response:
     who = principal(request)
-    found = await _loaded(request)
-    body = await json_body(request)
-    raw = body.get("reason") if isinstance(body, dict) else None
-    reason = params.text(raw if isinstance(raw, str) else None, "reason") or "cancelled by user"
+    searches = request.app[SEARCHES_APPLICATION]
+    found = await searches.loaded(who, request.match_info["search_id"])
+    body = validated(SearchCancelRequest, await json_body(request))
     metadata = event_metadata(request, who, found.tenant)
-    try:
-        search = await request.app[PLANE].searches.cancel(found.search_id, reason, metadata)
-    except SearchRefused as exc:
-        raise error(404 if exc.not_found else 409, str(exc)) from exc
-    except SearchBusy as exc:
-        raise error(409, str(exc)) from exc
-    return web.json_response({"id": str(search.search_id), "state": search.state})
+    return answer(await searches.cancel(found, body.reason, metadata))
 
 
 async def stream_events(request: web.Request) -> web.StreamResponse:
     """SSE of the search's events, each once, in order (`id`: the global position;
     `Last-Event-ID` resumes after it); a heartbeat while idle; it ends after SearchEnded."""
-    search = await _loaded(request)
-    header = request.headers.get("Last-Event-ID") or request.query.get("after")
-    after = params.position(header, "Last-Event-ID") or 0
+    search = await request.app[SEARCHES_APPLICATION].loaded(
+        principal(request), request.match_info["search_id"]
+    )
+    after = params.resume_after(request.query, request.headers)
     stream = search_stream(search.search_id)
     store = request.app[PLANE].store
     response = web.StreamResponse(headers=SSE_HEADERS)
@@ -298,3 +248,164 @@ class _Sender:
             f"id: {recorded.position}\nevent: {event.type_name}\n"
             f"data: {json.dumps(payload)}\n\n".encode()
         )
+
+
+SEARCH_ID = Param("search_id", "path", "the search's id", {"type": "string"})
+_REASONS = {
+    400: "malformed request: a parameter or JSON body (the field names which)",
+    401: "missing or wrong token",
+    403: "a tenant's token acting for another tenant",
+    404: "no such search (or none of the caller's)",
+    409: "the search has ended, or an Idempotency-Key was used for another search",
+    422: "an invalid search: the field names what is wrong",
+    429: "over the tenant's submission rate, queued jobs, CPUs, memory or searches running, or "
+    "its live streams (the field names which)",
+}
+
+
+def _errors(*statuses: int, **reasons: str) -> dict[int, str]:
+    """Error answers; `e422="..."` says what a status means for one operation."""
+    return {s: reasons.get(f"e{s}", _REASONS[s]) for s in statuses}
+
+
+OPERATIONS = (
+    Operation(
+        "post",
+        "/v1/searches",
+        submit,
+        "submitSearch",
+        "Submit a search: its first trials' jobs are submitted at once",
+        {
+            201: Answer(
+                "the search (also for an idempotent retry)",
+                SearchCreated,
+                links=links(
+                    "search_id",
+                    "getSearch",
+                    "getSearchTrials",
+                    "getSearchCurves",
+                    "getSearchBest",
+                    "cancelSearch",
+                ),
+            )
+        },
+        _errors(400, 401, 403, 409, 422, 429),
+        query=SubmitQuery,
+        params=(
+            Param(
+                "Idempotency-Key",
+                "header",
+                "a retry with the same key finds the same search",
+                params.text_schema(min_length=1, max_length=MAX_KEY),
+            ),
+        ),
+        body=SearchSpec,
+        body_required=True,
+    ),
+    Operation(
+        "get",
+        "/v1/searches",
+        list_all,
+        "listSearches",
+        "The caller's searches (the admin's: everyone's), newest first",
+        {200: Answer("a page of searches", SearchPage)},
+        _errors(400, 401),
+        query=ListQuery,
+    ),
+    Operation(
+        "get",
+        "/v1/searches/{search_id}",
+        get_search,
+        "getSearch",
+        "A search: its state, its best trial so far, its spec",
+        {200: Answer("the search", SearchDetail)},
+        _errors(401, 404),
+        params=(SEARCH_ID,),
+    ),
+    Operation(
+        "get",
+        "/v1/searches/{search_id}/trials",
+        get_trials,
+        "getSearchTrials",
+        "Every trial of the search: its rung, metric, state and why",
+        {200: Answer("the trials, by number", TrialList)},
+        _errors(401, 404),
+        params=(SEARCH_ID,),
+    ),
+    Operation(
+        "get",
+        "/v1/searches/{search_id}/curves",
+        get_curves,
+        "getSearchCurves",
+        "Every trial's metric curve, a page of trials at a time, each curve thinned to a "
+        "bounded number of points (for a chart of all trials)",
+        {200: Answer("the trials' curves, by trial number", CurvePage)},
+        _errors(400, 401, 404),
+        query=CurvesQuery,
+        params=(SEARCH_ID,),
+    ),
+    Operation(
+        "get",
+        "/v1/searches/{search_id}/best",
+        get_best,
+        "getSearchBest",
+        "The best trial so far, and the job manifest that trains its model again (submit it "
+        "with POST /v1/jobs)",
+        {200: Answer("the best trial", BestTrial)},
+        _errors(
+            401,
+            404,
+            e404="no such search (or none of the caller's), or no trial has "
+            "reported its metric yet",
+        ),
+        params=(SEARCH_ID,),
+    ),
+    Operation(
+        "post",
+        "/v1/searches/{search_id}/cancel",
+        cancel,
+        "cancelSearch",
+        "Cancel a running search: its running trials' jobs are cancelled",
+        {200: Answer("the cancelled search", SearchCancelled)},
+        _errors(400, 401, 404, 409, 422, e422="invalid fields, each listed (a reason not text)"),
+        params=(SEARCH_ID,),
+        body=SearchCancelRequest,
+    ),
+    Operation(
+        "get",
+        "/v1/searches/{search_id}/events",
+        stream_events,
+        "streamSearchEvents",
+        "SSE of the search's events (trials created, promoted, finished, failed, pruned; best "
+        "updated; ended), each once; Last-Event-ID resumes",
+        {
+            200: Answer(
+                "text/event-stream of the search's events",
+                SSE_EVENT["schema"],
+                media="text/event-stream",
+            )
+        },
+        _errors(400, 401, 404, 429),
+        description="Each SSE `id` is the event's global position; send it back as "
+        "`Last-Event-ID` to resume exactly after it. A comment heartbeat is sent while idle.",
+        query=query.ResumeQuery,
+        params=(
+            SEARCH_ID,
+            Param("Last-Event-ID", "header", "resume after this position", params.POSITION_SCHEMA),
+        ),
+    ),
+)
+
+
+def add_routes(app: web.Application) -> None:
+    add_operations(app, OPERATIONS)
+    app.on_startup.append(_open)
+
+
+async def _open(app: web.Application) -> None:
+    # After the jobs facade (whose checks and limits a submission passes) is open: this
+    # module's routes are added after the jobs', so its startup runs after theirs.
+    plane = app[PLANE]
+    app[SEARCHES_APPLICATION] = SearchesApplication(
+        plane.searches, app[JOBS_APPLICATION], plane.pool, images=app[IMAGES]
+    )

@@ -1,0 +1,85 @@
+"""The searches facade without HTTP, on a real Postgres: what it refuses before anything is
+written (an image not allowed, more trials at once than the tenant may queue jobs, a reason
+Postgres cannot store), and a search another tenant cannot find."""
+
+from __future__ import annotations
+
+import asyncpg
+import pytest
+from aiohttp.resolver import ThreadedResolver
+
+from controlplane.events.metadata import Metadata
+from controlplane.events.store import EventStore
+from controlplane.jobs.application import JobsApplication
+from controlplane.jobs.images import ImageAllowlist
+from controlplane.jobs.locations import Roots
+from controlplane.refusals import Refusal, Refused
+from controlplane.searches.application import SearchesApplication
+from controlplane.searches.service import Searches, new_search_id
+from controlplane.searches.spec import SearchSpec
+from controlplane.tenants.principals import Principal
+from controlplane.tenants.service import set_limits
+from controlplane.tenants.submissions import SubmissionRates
+from controlplane.webhooks.targets import CheckingResolver
+from tests.cluster import Plane
+from tests.controlplane.searches.test_search_service import spec
+
+ACME = Principal(tenant="acme", is_admin=False)
+GLOBEX = Principal(tenant="globex", is_admin=False)
+USER = Metadata(actor="tenant:acme", tenant="acme")
+
+
+@pytest.fixture
+async def searches(plane: Plane, store: EventStore, pool: asyncpg.Pool) -> SearchesApplication:
+    images = ImageAllowlist.parse("img")
+    jobs = JobsApplication(
+        plane.jobs,
+        pool,
+        store,
+        images=images,
+        roots=Roots(),
+        submissions=SubmissionRates(),
+        webhook_targets=CheckingResolver(ThreadedResolver(), ()),
+    )
+    return SearchesApplication(Searches(store, plane.jobs), jobs, pool, images=images)
+
+
+async def test_a_search_the_rules_refuse_is_not_written(
+    searches: SearchesApplication, plane: Plane, store: EventStore
+) -> None:
+    await set_limits(store, plane.runner, "acme", {"queued_jobs": 2}, actor="test")
+    too_wide = SearchSpec.model_validate(spec(max_concurrent_trials=3))
+    with pytest.raises(Refusal) as refused:
+        await searches.submit("acme", too_wide, USER, "wide")
+    assert (refused.value.kind, refused.value.field) == (Refused.INVALID, "max_concurrent_trials")
+    assert "may queue jobs (2)" in refused.value.message
+    elsewhere = SearchSpec.model_validate(spec(trial={**spec()["trial"], "image": "other"}))
+    with pytest.raises(Refusal) as refused:
+        await searches.submit("acme", elsewhere, USER, "elsewhere")
+    assert (refused.value.kind, refused.value.field) == (Refused.INVALID, "trial.image")
+    for key in ("wide", "elsewhere"):
+        assert await searches.searches.load(new_search_id("acme", key)) is None
+
+
+async def test_another_tenants_search_is_not_found_and_a_bad_reason_changes_nothing(
+    searches: SearchesApplication,
+) -> None:
+    created, new = await searches.submit("acme", SearchSpec.model_validate(spec()), USER, "k")
+    again, new_again = await searches.submit("acme", SearchSpec.model_validate(spec()), USER, "k")
+    assert (new, new_again, again.id) == (True, False, created.id)
+    for who, raw in ((GLOBEX, str(created.id)), (ACME, "not-a-search")):
+        with pytest.raises(Refusal) as refused:
+            await searches.loaded(who, raw)
+        assert refused.value.kind is Refused.NOT_FOUND
+    search = await searches.loaded(ACME, str(created.id))
+    for reason, message in (("x" * 1001, "at most 1000"), ("a\0b", "without NUL")):
+        with pytest.raises(Refusal) as refused:
+            await searches.cancel(search, reason, USER)
+        assert (refused.value.kind, refused.value.field) == (Refused.MALFORMED, "reason")
+        assert message in refused.value.message
+    assert (await searches.loaded(ACME, str(created.id))).state == "running"
+    cancelled = await searches.cancel(search, "", USER)
+    assert (cancelled.id, cancelled.state) == (created.id, "cancelled")
+    with pytest.raises(Refusal) as refused:
+        await searches.cancel(search, None, USER)
+    assert refused.value.kind is Refused.CONFLICT
