@@ -14,38 +14,43 @@ heartbeats while idle. The stream never ends by itself. It reads the search's ow
 (one indexed probe per follower per interval), a settle time behind the clock, so that the
 lines of several learners and jobs, stored by their agents a moment after they were printed,
 arrive in order and none is passed over.
+
+The handler routes and authenticates; what it reads comes from the logs feature's facade
+(`controlplane.logs.application`). Writing the lines (JSON, SSE) is this module's.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Annotated, Any
+from uuid import UUID
 
 from aiohttp import web
+from pydantic import Field, field_validator
 
-from controlplane.http import params
+from controlplane.http import operations, params, query
 from controlplane.http.auth import acting_tenant, principal
-from controlplane.http.errors import error
-from controlplane.http.keys import POOL, SSE_HEARTBEAT_S
+from controlplane.http.errors import refused
+from controlplane.http.keys import SSE_HEARTBEAT_S
+from controlplane.http.operations import REF, Answer, Operation, Param, add_operations, answer
 from controlplane.http.requests import MAX_KEY
 from controlplane.http.streams import SSE_EVENT, SSE_HEADERS, live_stream
 from controlplane.instruments import sse_client
+from controlplane.logs.application import FOLLOW_PAGE, LogsApplication
 from controlplane.logs.lines import StoredLine
 from controlplane.logs.search import (
     DEFAULT_PAGE,
     MAX_PAGE,
     MAX_PATTERN,
     STATEMENT_TIMEOUT_MS,
-    Cursor,
     LogSearch,
-    PatternError,
-    SearchTimeout,
     cursor_of,
-    follow_start,
-    newer,
-    search,
 )
+from controlplane.logs.views import FoundLine, FoundPage
+from controlplane.refusals import Refusal
 
 MAX_JOBS = 100
 """The most `job` filters one search takes."""
@@ -56,114 +61,167 @@ SETTLE_S = 2.0
 """An agent ships each learner's lines within its flush interval (0.2 s); its clock and the
 database's may differ by a little too."""
 POLL_S = 0.5
-FOLLOW_PAGE = 500
+ACTION = "searches logs"
+LOGS_APPLICATION = web.AppKey("logs_application", LogsApplication)
+"""The logs' facade, set up with the job logs' feeds (`controlplane.http.logs`)."""
+
+_TRUE, _FALSE = frozenset({"true", "1"}), frozenset({"false", "0"})
+
+
+def _boolean(value: Any, name: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    if not isinstance(value, str) or value.lower() not in _TRUE | _FALSE:
+        raise query.refuse(f"{name} must be true or false")
+    return value.lower() in _TRUE
+
+
+BOOLEAN = query.Parameter(_boolean, {"type": "boolean"})
+"""true/1 or false/0 (any case), as `params.boolean` reads them (a candidate for
+`controlplane.http.query`)."""
+
+
+def _uuid(value: Any, name: str) -> UUID:
+    try:
+        return value if isinstance(value, UUID) else UUID(value)
+    except (TypeError, ValueError):
+        raise query.refuse(f"{name} must be a UUID") from None
+
+
+_PATTERN_TEXT = query.text(
+    MAX_PATTERN,
+    {
+        **params.text_schema(min_length=1, max_length=MAX_PATTERN),
+        "pattern": "^[^\\u0000\\n\\r]*$",
+    },
+)
+
+
+def _pattern(value: Any, name: str) -> str:
+    if value is None:
+        raise query.refuse(f"{name} is required (what to look for)")
+    text: str = _PATTERN_TEXT.check(value, name)
+    return text
+
+
+def _pattern_required(schema: dict[str, Any]) -> None:
+    # `pattern` has a default only so that its absence is refused in the words above.
+    schema["properties"]["pattern"].pop("default", None)
+    schema.setdefault("required", []).append("pattern")
+
+
+class TenantQuery(query.Query):
+    tenant: Annotated[str | None, query.text()] = Field(
+        default=None, description="the tenant searched (admin only)"
+    )
+
+
+class SearchQuery(TenantQuery):
+    model_config = query.Query.model_config | {"json_schema_extra": _pattern_required}
+
+    pattern: Annotated[str, query.Parameter(_pattern, _PATTERN_TEXT.schema)] = Field(
+        default=None,
+        validate_default=True,
+        description=f"what to look for (1 to {MAX_PATTERN} characters, one line)",
+    )
+    job: list[Annotated[UUID, query.Parameter(_uuid)]] = Field(
+        default=[],
+        description=f"only this job's lines (repeatable, at most {MAX_JOBS})",
+        json_schema_extra={"maxItems": MAX_JOBS},
+    )
+    label: list[
+        Annotated[str, query.text(MAX_KEY * 2, params.label_filter_schema(MAX_KEY * 2))]
+    ] = Field(
+        default=[],
+        description="only jobs with this label, as KEY=VALUE (repeatable: all must hold)",
+    )
+    cursor: Annotated[str | None, query.CURSOR] = Field(
+        default=None, description="the previous page's next_cursor"
+    )
+    limit: Annotated[int, query.integer(1, MAX_PAGE)] = Field(
+        default=DEFAULT_PAGE, description=f"lines per page (default {DEFAULT_PAGE})"
+    )
+    regex: Annotated[bool, BOOLEAN] = Field(
+        default=False,
+        description="pattern is a regular expression (Postgres's syntax; default false)",
+    )
+    ignore_case: Annotated[bool, BOOLEAN] = Field(
+        default=False, description="match regardless of case"
+    )
+    since: Annotated[datetime | None, query.INSTANT] = Field(
+        default=None, description="only lines printed at or after this time (RFC 3339)"
+    )
+    protocol: Annotated[bool, BOOLEAN] = Field(
+        default=False,
+        description="include the launcher's reports (`@@trainyard/1 {...}`; default false)",
+    )
+    follow: Annotated[bool, BOOLEAN] = Field(
+        default=False,
+        description="stream new matching lines as SSE, oldest first, from now on (default "
+        "false; limit and cursor do not apply)",
+    )
+
+    @field_validator("job")
+    @classmethod
+    def _few(cls, jobs: list[UUID]) -> list[UUID]:
+        if len(jobs) > MAX_JOBS:
+            raise query.refuse(f"at most {MAX_JOBS} job filters")
+        return jobs
+
+    @field_validator("label")
+    @classmethod
+    def _pairs(cls, labels: list[str]) -> list[str]:
+        for label in labels:
+            key, sep, _ = label.partition("=")
+            if not sep or not key:
+                raise query.refuse(f"label filter must be KEY=VALUE, not {label!r}")
+        return labels
+
+    def labels(self) -> dict[str, str]:
+        return dict(label.partition("=")[::2] for label in self.label)
 
 
 def add_routes(app: web.Application) -> None:
     app.setdefault(FOLLOW_SETTLE_S, SETTLE_S)
     app.setdefault(FOLLOW_POLL_S, POLL_S)
-    app.router.add_get("/v1/logs/search", search_logs)
-
-
-def parse_search(request: web.Request) -> tuple[LogSearch, Cursor | None, int]:
-    """The search a request asks for, its cursor and page size; a 400 naming the field for
-    anything malformed, and 403 for a tenant naming another tenant."""
-    query = request.query
-    who = principal(request)
-    tenant = acting_tenant(who, params.text(query.get("tenant"), "tenant"), "searches logs")
-    raw_pattern = query.get("pattern")
-    if raw_pattern is None:
-        raise error(400, "pattern is required (what to look for)", field="pattern")
-    pattern = params.text(raw_pattern, "pattern", max_length=MAX_PATTERN)
-    jobs = [params.uuid(j, "job") for j in query.getall("job", [])]
-    if len(jobs) > MAX_JOBS:
-        raise error(400, f"at most {MAX_JOBS} job filters", field="job")
-    labels: dict[str, str] = {}
-    for label in query.getall("label", []):
-        key, sep, value = params.text(label, "label", max_length=MAX_KEY * 2).partition("=")
-        if not sep or not key:
-            raise error(400, f"label filter must be KEY=VALUE, not {label!r}", field="label")
-        labels[key] = value
-    raw_cursor = query.get("cursor")
-    try:
-        cursor = Cursor.decode(raw_cursor) if raw_cursor is not None else None
-    except ValueError:
-        raise error(400, "invalid cursor", field="cursor") from None
-    limit = params.integer(query.get("limit"), "limit", minimum=1, maximum=MAX_PAGE)
-    try:
-        wanted = LogSearch(
-            tenant=tenant,
-            pattern=pattern,
-            regex=params.boolean(query.get("regex"), "regex", default=False),
-            ignore_case=params.boolean(query.get("ignore_case"), "ignore_case", default=False),
-            jobs=jobs or None,
-            labels=labels or None,
-            since=params.timestamp(query.get("since"), "since"),
-            protocol=params.boolean(query.get("protocol"), "protocol", default=False),
-        )
-    except PatternError as exc:
-        raise error(400, str(exc), field="pattern") from None
-    return wanted, cursor, limit or DEFAULT_PAGE
-
-
-def line_view(stored: StoredLine) -> dict[str, Any]:
-    line = stored.line
-    return {
-        "job_id": str(line.job_id),
-        "attempt": line.attempt,
-        "learner": line.learner,
-        "stream": line.stream.value,
-        "seq": line.seq,
-        "id": stored.id,
-        "at": line.at.isoformat(),
-        "line": line.text,
-    }
+    add_operations(app, OPERATIONS)
 
 
 async def search_logs(request: web.Request) -> web.StreamResponse:
-    wanted, cursor, limit = parse_search(request)
-    if params.boolean(request.query.get("follow"), "follow", default=False):
-        if "Last-Event-ID" in request.headers:
-            try:
-                cursor = Cursor.decode(request.headers["Last-Event-ID"])
-            except ValueError:
-                raise error(400, "invalid Last-Event-ID", field="Last-Event-ID") from None
-        return await _follow(request, wanted, cursor)
-    try:
-        # One more than the page: whether there is a next page, without a count.
-        found = await search(request.app[POOL], wanted, after=cursor, limit=limit + 1)
-    except PatternError as exc:
-        raise error(400, str(exc), field="pattern") from None
-    except SearchTimeout as exc:
-        raise error(400, str(exc), field="pattern") from None
-    page = found[:limit]
-    next_cursor = cursor_of(page[-1]).encode() if len(found) > limit else None
-    return web.json_response({"lines": [line_view(s) for s in page], "next_cursor": next_cursor})
+    who = principal(request)
+    # The tenant first: a tenant's token naming another is refused whatever else it asks.
+    tenant = acting_tenant(who, query.parsed(request, TenantQuery).tenant, ACTION)
+    asked = query.parsed(request, SearchQuery)
+    logs = request.app[LOGS_APPLICATION]
+    wanted = logs.search_for(
+        tenant,
+        asked.pattern,
+        regex=asked.regex,
+        ignore_case=asked.ignore_case,
+        jobs=asked.job,
+        labels=asked.labels(),
+        since=asked.since,
+        protocol=asked.protocol,
+    )
+    if asked.follow:
+        return await _follow(request, logs, wanted, request.headers.get("Last-Event-ID"))
+    return answer(await logs.search(wanted, asked.cursor, asked.limit))
 
 
 def sse_line(stored: StoredLine) -> str:
+    data = FoundLine.of(stored).model_dump(mode="json")
     # JSON, not the raw line: a bare "\r" in the text would end an SSE line early.
-    return (
-        f"id: {cursor_of(stored).encode()}\nevent: line\ndata: {json.dumps(line_view(stored))}\n\n"
-    )
+    return f"id: {cursor_of(stored).encode()}\nevent: line\ndata: {json.dumps(data)}\n\n"
 
 
 async def _follow(
-    request: web.Request, wanted: LogSearch, after: Cursor | None
+    request: web.Request, logs: LogsApplication, wanted: LogSearch, last_event_id: str | None
 ) -> web.StreamResponse:
     app = request.app
     settle_s = app[FOLLOW_SETTLE_S]
-
-    async def page(after: Cursor) -> list[StoredLine]:
-        try:
-            return await newer(app[POOL], wanted, after, settle_s=settle_s, limit=FOLLOW_PAGE)
-        except (PatternError, SearchTimeout) as exc:
-            raise error(400, str(exc), field="pattern") from None
-
-    if after is None:
-        after = await follow_start(app[POOL])
+    after = await logs.follow_from(last_event_id)
     # The first page before the response is prepared: a bad pattern is still a 400.
-    lines = await page(after)
+    lines = await logs.newer(wanted, after, settle_s=settle_s)
     response = web.StreamResponse(headers=SSE_HEADERS)
     loop = asyncio.get_running_loop()
     # A follow lives until the client leaves: a live stream, counted against the limits.
@@ -181,142 +239,70 @@ async def _follow(
                 if len(lines) < FOLLOW_PAGE:
                     await asyncio.sleep(app[FOLLOW_POLL_S])
                 try:
-                    lines = await page(after)
-                except web.HTTPBadRequest as exc:
+                    lines = await logs.newer(wanted, after, settle_s=settle_s)
+                except Refusal as exc:
                     # Past the 200: the stream ends with the reason, and the client may resume.
-                    await response.write(f"event: error\ndata: {exc.text}\n\n".encode())
+                    await response.write(f"event: error\ndata: {refused(exc).text}\n\n".encode())
                     return response
         except ConnectionResetError:
             pass  # the client went away: nothing is lost, it resumes with Last-Event-ID
     return response
 
 
+def with_media(
+    operation: dict[str, Any], status: int, media: str, described: Mapping[str, Any]
+) -> None:
+    """One more media type an answer of a described operation comes in (what `Answer` does
+    not say yet: a route that answers JSON, or text, or SSE as asked)."""
+    operation["responses"][str(status)].setdefault("content", {})[media] = dict(described)
+
+
+OPERATIONS = (
+    Operation(
+        "get",
+        "/v1/logs/search",
+        search_logs,
+        "searchLogs",
+        "Search the lines of all the tenant's jobs and attempts",
+        {
+            200: Answer(
+                "a page of matching lines, newest first; with follow=true, SSE: each new line "
+                "an `event: line` whose `data` is a line as in the page and whose `id` resumes "
+                "after it, comment heartbeats while idle, and `event: error` (data: an Error) "
+                "if a later poll fails",
+                FoundPage,
+            )
+        },
+        {
+            400: "malformed parameter (the field names which): an empty, too long or invalid "
+            "pattern, or one whose search ran past the time limit; an admin without tenant",
+            401: "missing or wrong token",
+            403: "a tenant's token naming another tenant",
+            429: "follow=true: the tenant's live streams limit, or the server's, reached; "
+            "Retry-After",
+        },
+        description="Lines that hold `pattern` (a substring; a Postgres regular expression "
+        "with `regex=true`), newest first by the time printed, of every job and attempt of the "
+        "caller's tenant (an admin names it with `tenant`); the launcher's protocol lines only "
+        "with `protocol=true`. `next_cursor`, when not null, fetches the next (older) page; "
+        "pages never repeat or skip a line, while lines keep arriving. Each search statement "
+        f"may run {STATEMENT_TIMEOUT_MS} ms.",
+        query=SearchQuery,
+        params=(
+            Param(
+                "Last-Event-ID",
+                "header",
+                "follow=true: resume after this line (its SSE id)",
+                {"type": "string"},
+            ),
+        ),
+    ),
+)
+SCHEMAS = tuple(operations.models_of(OPERATIONS))
+
+
 def openapi_paths() -> dict[str, Any]:
     """The OpenAPI path item of this route, to merge into the document's `paths`."""
-    error_ref = {"$ref": "#/components/schemas/Error"}
-
-    def param(name: str, description: str, schema: dict[str, Any]) -> dict[str, Any]:
-        return {"name": name, "in": "query", "description": description, "schema": schema}
-
-    def failure(description: str) -> dict[str, Any]:
-        return {"description": description, "content": {"application/json": {"schema": error_ref}}}
-
-    line = {
-        "type": "object",
-        "required": ["job_id", "attempt", "learner", "stream", "seq", "id", "at", "line"],
-        "properties": {
-            "job_id": {"type": "string", "format": "uuid"},
-            "attempt": {"type": "integer", "minimum": 1},
-            "learner": {"type": "integer", "minimum": 0},
-            "stream": {"type": "string", "enum": ["stdout", "stderr", "system"]},
-            "seq": {"type": "integer", "minimum": 1},
-            "id": {"type": "integer", "minimum": 1, "description": "its place in its job's log"},
-            "at": {"type": "string", "format": "date-time"},
-            "line": {"type": "string"},
-        },
-    }
-    return {
-        "/v1/logs/search": {
-            "get": {
-                "operationId": "searchLogs",
-                "summary": "Search the lines of all the tenant's jobs and attempts",
-                "description": "Lines that hold `pattern` (a substring; a Postgres regular "
-                "expression with `regex=true`), newest first by the time printed, of every job "
-                "and attempt of the caller's tenant (an admin names it with `tenant`); the "
-                "launcher's protocol lines only with `protocol=true`. `next_cursor`, when not "
-                "null, fetches the next (older) page; pages never repeat or skip a line, while "
-                f"lines keep arriving. Each search statement may run {STATEMENT_TIMEOUT_MS} ms.",
-                "security": [{"bearer": []}],
-                "parameters": [
-                    {
-                        **param(
-                            "pattern",
-                            f"what to look for (1 to {MAX_PATTERN} characters, one line)",
-                            {
-                                **params.text_schema(min_length=1, max_length=MAX_PATTERN),
-                                "pattern": "^[^\\u0000\\n\\r]*$",
-                            },
-                        ),
-                        "required": True,
-                    },
-                    param(
-                        "regex",
-                        "pattern is a regular expression (Postgres's syntax; default false)",
-                        {"type": "boolean"},
-                    ),
-                    param("ignore_case", "match regardless of case", {"type": "boolean"}),
-                    param(
-                        "job",
-                        f"only this job's lines (repeatable, at most {MAX_JOBS})",
-                        {"type": "string", "format": "uuid"},
-                    ),
-                    param(
-                        "label",
-                        "only jobs with this label, as KEY=VALUE (repeatable: all must hold)",
-                        params.label_filter_schema(MAX_KEY * 2),
-                    ),
-                    param(
-                        "since",
-                        "only lines printed at or after this time (RFC 3339)",
-                        {"type": "string", "format": "date-time"},
-                    ),
-                    param(
-                        "protocol",
-                        "include the launcher's reports (`@@trainyard/1 {...}`; default false)",
-                        {"type": "boolean"},
-                    ),
-                    param(
-                        "limit",
-                        f"lines per page (default {DEFAULT_PAGE})",
-                        params.schema(minimum=1, maximum=MAX_PAGE),
-                    ),
-                    param("cursor", "the previous page's next_cursor", params.CURSOR_SCHEMA),
-                    param(
-                        "follow",
-                        "stream new matching lines as SSE, oldest first, from now on (default "
-                        "false; limit and cursor do not apply)",
-                        {"type": "boolean"},
-                    ),
-                    {
-                        "name": "Last-Event-ID",
-                        "in": "header",
-                        "description": "follow=true: resume after this line (its SSE id)",
-                        "schema": {"type": "string"},
-                    },
-                    param("tenant", "the tenant searched (admin only)", params.text_schema()),
-                ],
-                "responses": {
-                    "200": {
-                        "description": "a page of matching lines, newest first; with "
-                        "follow=true, SSE: each new line an `event: line` whose `data` is a line "
-                        "as in the page and whose `id` resumes after it, comment heartbeats while "
-                        "idle, and `event: error` (data: an Error) if a later poll fails",
-                        "content": {
-                            "text/event-stream": SSE_EVENT,
-                            "application/json": {
-                                "schema": {
-                                    "type": "object",
-                                    "required": ["lines", "next_cursor"],
-                                    "properties": {
-                                        "lines": {"type": "array", "items": line},
-                                        "next_cursor": {"type": ["string", "null"]},
-                                    },
-                                }
-                            },
-                        },
-                    },
-                    "400": failure(
-                        "malformed parameter (the field names which): an empty, too long or "
-                        "invalid pattern, or one whose search ran past the time limit; an "
-                        "admin without tenant"
-                    ),
-                    "401": failure("missing or wrong token"),
-                    "403": failure("a tenant's token naming another tenant"),
-                    "429": failure(
-                        "follow=true: the tenant's live streams limit, or the server's, reached; "
-                        "Retry-After"
-                    ),
-                },
-            }
-        }
-    }
+    paths = operations.described(OPERATIONS, {"$ref": REF + "Error"})
+    with_media(paths["/v1/logs/search"]["get"], 200, "text/event-stream", SSE_EVENT)
+    return paths

@@ -232,6 +232,7 @@ def document() -> dict[str, Any]:
                     TenantLimits,
                     tenants.TokenRequest,
                     *tenants.SCHEMAS,
+                    *log_search.SCHEMAS,
                     *model_paths.SCHEMAS,
                     *deployment_paths.SCHEMAS,
                     *inference_paths.SCHEMAS,

@@ -23,11 +23,11 @@ from controlplane.agent_port.postgres import PostgresPort
 from controlplane.clock import SYSTEM_CLOCK
 from controlplane.events.metadata import Metadata
 from controlplane.events.store import EventStore
-from controlplane.http import logs as logs_routes
 from controlplane.http.app import create_app
 from controlplane.http.logs import LOG_FEEDS, LOG_FOLLOWER_LINES, LOG_POLL_S, LOG_SETTLE_S
 from controlplane.jobs.lifecycle import Cancel, JobStatus
 from controlplane.jobs.service import Jobs
+from controlplane.logs.application import PAGE
 from controlplane.logs.feeds import LAGGED, End, Lines
 from controlplane.logs.lines import (
     CONTINUES,
@@ -395,7 +395,7 @@ async def test_text_pages_through_more_lines_than_one_read(
     client: Client, tokens: Tokens, pool: asyncpg.Pool
 ) -> None:
     job = await submit(client, tokens.acme)
-    count = logs_routes.PAGE * 2 + 3
+    count = PAGE * 2 + 3
     await write_lines(pool, [line(job, seq, text=str(seq)) for seq in range(1, count + 1)])
     body = await (await client.get(f"/v1/jobs/{job}/logs", headers=auth(tokens.acme))).text()
     assert body.splitlines() == [f"[attempt 1 learner 0 stdout] {n}" for n in range(1, count + 1)]
