@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
+from node_agent.rendezvous import rank_alias
 from node_agent.runtime import LearnerSpec, Mount, learner_env
 
 PIDS_LIMIT = 4096
@@ -95,7 +96,8 @@ def container_config(
 ) -> dict[str, Any]:
     """The body of the engine's create call for this learner; its GPUs are requested from the
     engine's NVIDIA driver by UUID when `request_gpus` (not for fake GPUs). `network`: the
-    Docker network it joins, its job's own (see `networks`) when its tenant may use one."""
+    Docker network it joins, its job's own (see `networks`) when its tenant may use one or it
+    has peers to meet, where it goes by its rank's alias."""
     memory = spec.memory_mb << 20
     # Its working directory at the same path inside, as the other folders of the agent's: the
     # paths in its environment and in its checkpoint reports are the node's paths.
@@ -131,7 +133,7 @@ def container_config(
         host["DeviceRequests"] = [
             {"Driver": GPU_DRIVER, "DeviceIDs": list(spec.gpus), "Capabilities": [["gpu"]]}
         ]
-    return {
+    config: dict[str, Any] = {
         "Image": spec.image,
         # The command as given: an ENTRYPOINT of the image must not wrap the launcher.
         "Entrypoint": spec.command[:1],
@@ -143,3 +145,8 @@ def container_config(
         "Labels": {**spec.labels, **LearnerLabels.of(spec).to_labels()},
         "HostConfig": host,
     }
+    if network != "none" and spec.place is not None:
+        # Its peers find it by this name on their job's network (rank 0's is MASTER_ADDR).
+        alias = rank_alias(spec.attempt, spec.learner)
+        config["NetworkingConfig"] = {"EndpointsConfig": {network: {"Aliases": [alias]}}}
+    return config

@@ -33,7 +33,7 @@ from node_agent.containers import LearnerLabels, container_config, container_nam
 from node_agent.docker_logs import log_lines
 from node_agent.folders import prepare
 from node_agent.images import admit, resolved_id
-from node_agent.networks import FirewallError, JobNetworks, network_name
+from node_agent.networks import FirewallError, JobNetworks, joins_network, network_name
 from node_agent.runtime import (
     ExitStatus,
     FoundLearner,
@@ -223,15 +223,16 @@ class DockerRuntime:
         # start's (LearnerStartError), so the attempt rolls back with the reason.
         # In a thread: it walks the tenant's folders, which the tenant may have filled.
         spec = await asyncio.to_thread(prepare, spec)
-        network = network_name(spec.job_id) if spec.network else "none"
+        network = network_name(spec.job_id) if joins_network(spec) else "none"
         try:
             config = container_config(spec, request_gpus=self._request_gpus, network=network)
         except ValueError as exc:
             raise LearnerStartError(str(exc)) from exc
         release = None
-        if spec.network:
-            # Its job's network, isolated before the container joins it.
-            await self._networks.prepare(spec)
+        if joins_network(spec):
+            # Its job's network, isolated before the container joins it: with a route out for
+            # a tenant with the network, none (Docker's internal network) for the others.
+            await self._networks.prepare(spec, internal=not spec.network)
             release = self._release(spec.job_id)
         try:
             container = await self._docker.containers.create(config, name=container_name(spec))
@@ -291,7 +292,7 @@ class DockerRuntime:
         return found
 
     async def adopt(self, spec: LearnerSpec, found: FoundLearner | None) -> Learner | None:
-        release = self._release(spec.job_id) if spec.network else None
+        release = self._release(spec.job_id) if joins_network(spec) else None
         if found is not None:
             return DockerLearner(self._docker, found.handle, release=release)
         # Ended while no agent watched: its container stays (with its log) until its lines

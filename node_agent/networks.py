@@ -1,4 +1,5 @@
-"""A network of its own for each job whose tenant may use the network (`--allow-network`).
+"""A network of its own for each job whose tenant may use the network (`--allow-network`), or
+whose learners train together (more than one learner).
 
 Each such job gets a Docker bridge network on the node, named `ty-<hash of the job id>` (its
 Linux bridge has the same name), created before its first learner's container and removed once
@@ -19,6 +20,10 @@ service) or loopback addresses; nothing outside opens a connection into the netw
 The rules of a bridge are in place before any container joins it, and a failure to install
 them fails the learner's start (no networked learner runs unisolated). The agent must be root
 to change them.
+
+A job of several learners whose tenant has no network gets the same, as an internal network
+(Docker's `--internal`: no route out of it at all, and our rules keep the node out as well):
+its learners reach each other, and rank 0 by its alias (`node_agent.rendezvous`), nothing else.
 """
 
 from __future__ import annotations
@@ -61,6 +66,12 @@ ENGINE_ERRORS = (DockerError, aiohttp.ClientError, OSError)
 """What a refusing, failing or unreachable engine raises (as in docker_runtime)."""
 _BRIDGE = re.compile(r"-i (" + re.escape(PREFIX) + r"[0-9a-f]{12})\b")
 Rule = list[str]
+
+
+def joins_network(spec: LearnerSpec) -> bool:
+    """Whether the learner's container joins its job's network: its tenant may use the network,
+    or it has peers to meet (a single learner without the network has none at all)."""
+    return spec.network or (spec.place is not None and spec.place.world_size > 1)
 
 
 def network_name(job_id: UUID) -> str:
@@ -188,12 +199,13 @@ class JobNetworks:
         self._docker = docker
         self._firewall = firewall or Firewall()
 
-    async def prepare(self, spec: LearnerSpec) -> str:
+    async def prepare(self, spec: LearnerSpec, *, internal: bool = False) -> str:
         """The name of the job's network, created (for its first learner here) and isolated;
-        LearnerStartError saying why it cannot be (nothing is left behind then)."""
+        `internal`: with no route out (a tenant without the network). LearnerStartError saying
+        why it cannot be (nothing is left behind then)."""
         name = network_name(spec.job_id)
         try:
-            await self._create(spec, name)
+            await self._create(spec, name, internal=internal)
             await self._firewall.isolate(name)
         except (*ENGINE_ERRORS, FirewallError) as exc:
             await self.release(spec.job_id)
@@ -201,7 +213,7 @@ class JobNetworks:
             raise LearnerStartError(f"cannot give the job a network of its own: {message}") from exc
         return name
 
-    async def _create(self, spec: LearnerSpec, name: str) -> None:
+    async def _create(self, spec: LearnerSpec, name: str, *, internal: bool) -> None:
         try:
             await self._docker.networks.get(name)
             return  # another learner of the job made it
@@ -213,6 +225,7 @@ class JobNetworks:
                 "Name": name,
                 "Driver": "bridge",
                 "CheckDuplicate": True,
+                "Internal": internal,
                 "Options": {
                     "com.docker.network.bridge.name": name,
                     # The job's learners reach each other (a job's distributed training).

@@ -16,7 +16,9 @@ from controlplane.scheduling.claim import Claim
 from controlplane.scheduling.placement import LearnerAllocation
 from controlplane.settings import Settings
 from node_agent.cli import config_from
+from node_agent.containers import container_config
 from node_agent.learners import learner_specs
+from node_agent.networks import joins_network, network_name
 from node_agent.runtime import LearnerSpec, learner_env
 from runners import config as runner_env
 from runners.config import (
@@ -245,3 +247,39 @@ def test_every_rank_reads_the_checkpoints_of_rank_0_which_alone_writes_them(
     assert [(m.source, m.writable) for m in chief.mounts] == [(chief_dir, True)]
     assert (chief_dir, False) in [(m.source, m.writable) for m in other.mounts]
     assert chief_dir in [folder.path for folder in other.folders]
+
+
+def test_a_container_of_a_job_that_trains_together_joins_its_network_under_its_rank_s_alias(
+    tmp_path: Path,
+) -> None:
+    manifest = MANIFEST.model_copy(update={"learners": 2})
+    job = JOB.model_copy(update={"state": JobStatus.DEPLOYING, "manifest": manifest})
+    placed = [LearnerAllocation(0, "a", []), LearnerAllocation(1, "a", [])]
+    claim = Claim(job, 3, epoch=1, learners=placed, version=3)
+    _, second = learner_specs(
+        claim,
+        node="a",
+        work_dir=tmp_path,
+        checkpoint_root=tmp_path / "ckpt",
+        launcher=["run"],
+        container=True,
+        user=(1000, 1000),
+    )
+    network = network_name(job.job_id)
+    assert joins_network(second) and not second.network  # its tenant has no network
+    config = container_config(second, request_gpus=False, network=network)
+    assert config["NetworkingConfig"] == {
+        "EndpointsConfig": {network: {"Aliases": ["learner-1-attempt-3"]}}
+    }
+    env = dict(item.split("=", 1) for item in config["Env"])
+    assert env["MASTER_ADDR"] == "learner-0-attempt-3"
+    # A learner alone without the network has none at all, as before.
+    [alone] = learner_specs(
+        Claim(JOB, 1, epoch=1, learners=placed[:1], version=3),
+        node="a",
+        work_dir=tmp_path,
+        checkpoint_root=tmp_path / "ckpt",
+        launcher=["run"],
+        container=True,
+    )
+    assert not joins_network(alone)

@@ -31,7 +31,8 @@ from node_agent.networks import (
     forward_rules,
     network_name,
 )
-from node_agent.runtime import Folder, LearnerSpec, LearnerStartError
+from node_agent.rendezvous import rank_alias
+from node_agent.runtime import Folder, LearnerSpec, LearnerStartError, Place
 from tests.cluster import Plane, RunningAgent
 from tests.docker_engine import Engine, containers_of, docker_agent_config, require_engine
 
@@ -344,3 +345,41 @@ async def test_a_learner_whose_network_cannot_be_isolated_does_not_start_and_lea
         await DockerRuntime(docker).start(spec)
     assert not await network_exists(docker, network_name(spec.job_id))
     assert containers_of(docker_node) == []
+
+
+async def test_learners_of_a_job_without_the_network_meet_on_an_internal_one_and_reach_nothing_else(
+    docker: aiodocker.Docker, docker_node: str, tmp_path: Path, host_server: int
+) -> None:
+    runtime = DockerRuntime(docker)
+    mine, other = uuid4(), uuid4()
+
+    def ranked(command: list[str], job_id: UUID, index: int) -> LearnerSpec:
+        # A learner of a two-learner job: its place names rank 0 by its alias on the network.
+        place = Place(index, 2, index, 2, 0, rank_alias(1, 0), PORT, 30.0)
+        spec = learner(tmp_path, docker_node, command, job_id, index)
+        return replace(spec, network=False, place=place)
+
+    chief = await runtime.start(ranked(["python3", "-c", SERVER], mine, 0))
+    strangers = await runtime.start(ranked(["python3", "-c", SERVER], other, 0))
+    try:
+        assert [await first_line(s) for s in (chief, strangers)] == ["listening", "listening"]
+        net = network_name(mine)
+        shown = await (await docker.networks.get(net)).show()
+        assert shown["Internal"] is True
+        other_rank_0 = await address(docker, strangers, network_name(other))
+        node = [await gateway(docker, net), *host_addresses()]
+        targets = [
+            (rank_alias(1, 0), PORT),  # MASTER_ADDR, as the agent sets it
+            (other_rank_0, PORT),
+            ("169.254.169.254", 80),
+            ("1.1.1.1", 53),
+            *[(a, host_server) for a in node],
+        ]
+        outcome = await probe(runtime, ranked([], mine, 1), targets)
+    finally:
+        for started in (chief, strangers):
+            await started.remove()
+    assert outcome.pop(rank_alias(1, 0)) == "reached"
+    assert outcome == dict.fromkeys([other_rank_0, "169.254.169.254", "1.1.1.1", *node], "blocked")
+    for job in (mine, other):
+        assert not await network_exists(docker, network_name(job))
