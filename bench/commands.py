@@ -144,6 +144,23 @@ def add_commands(commands: argparse._SubParsersAction[Any]) -> None:
     )
     failover.add_argument("--json", action="store_true", help="print only the JSON object")
     failover.set_defaults(handler=cmd_bench_failover)
+    ddp = bench_commands.add_parser(
+        "ddp",
+        help="a job whose learners train together: rendezvous, a rank's failure, resume, scaling",
+        description="One agent (process runtime, sandboxed when root) on the in-memory agent "
+        "port, running the digits example in DistributedDataParallel (gloo, CPU): one learner "
+        "and two learners uninterrupted, then two whose rank 1 is SIGKILLed halfway. Prints "
+        "rendezvous_s, rank_failure_stop_s, resume_exact, lost_steps and scaling_efficiency "
+        "as JSON (definitions: bench/ddp.py).",
+    )
+    ddp.add_argument("--steps", type=int, default=60, help="training steps of each job")
+    ddp.add_argument("--global-batch", type=int, default=64, help="images a step, all ranks")
+    ddp.add_argument("--checkpoint-every", type=int, default=10, metavar="STEPS")
+    ddp.add_argument(
+        "--step-seconds", type=float, default=0.1, help="a pause a step in the killed job"
+    )
+    ddp.add_argument("--json", action="store_true", help="print only the JSON object")
+    ddp.set_defaults(handler=cmd_bench_ddp)
     registry = bench_commands.add_parser(
         "registry",
         help="model search latency and publications per second, against MLflow's registry",
@@ -482,6 +499,36 @@ async def cmd_bench_failover(args: argparse.Namespace, settings: Settings) -> in
     try:
         result = await run(progress=not args.json)
     except HaUnavailable as exc:
+        print(f"trainyard: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    print(json.dumps(result, indent=None if args.json else 2))
+    return 0
+
+
+async def cmd_bench_ddp(args: argparse.Namespace, settings: Settings) -> int:
+    from bench.ddp import BenchFailed, run
+
+    if min(args.steps, args.global_batch, args.checkpoint_every) < 1 or args.steps < 4:
+        print(
+            "trainyard: --steps must be at least 4, --global-batch and --checkpoint-every at "
+            "least 1",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    if args.global_batch % 2 or args.step_seconds < 0:
+        print(
+            "trainyard: --global-batch must be even, --step-seconds not negative", file=sys.stderr
+        )
+        return EXIT_USAGE
+    try:
+        result = await run(
+            steps=args.steps,
+            global_batch=args.global_batch,
+            checkpoint_every=args.checkpoint_every,
+            step_seconds=args.step_seconds,
+            progress=not args.json,
+        )
+    except BenchFailed as exc:
         print(f"trainyard: {exc}", file=sys.stderr)
         return EXIT_FAILED
     print(json.dumps(result, indent=None if args.json else 2))

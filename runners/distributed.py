@@ -28,6 +28,7 @@ from __future__ import annotations
 import gc
 import os
 import signal
+import sys
 import time
 import traceback
 from collections.abc import Iterator, Mapping
@@ -60,6 +61,10 @@ TORCH_NAMES = {
     "NODE_RANK": config.NODE_RANK,
 }
 """torch's name of each variable of the contract, and its Trainyard twin."""
+
+
+READY_LINE = "[trainyard] process group ready:"
+"""How the line each rank writes once its process group is formed begins."""
 
 
 class RendezvousError(RuntimeError):
@@ -215,6 +220,7 @@ def init(
         device = torch.device("cuda", contract.local_rank % torch.cuda.device_count())
         torch.cuda.set_device(device)
     timeout = timedelta(seconds=contract.timeout_s)
+    joining = time.monotonic()
     try:
         if contract.master_addr is None:
             # A world of one without an address: no peer to meet, so no port to claim. torch's
@@ -238,6 +244,14 @@ def init(
             f"({config.RENDEZVOUS_TIMEOUT_S}): a peer did not start, or the address is wrong "
             f"({type(error).__name__}: {error})"
         ) from error
+    # On standard error, in the job's log: when each rank's group was formed, and how long it
+    # waited for its peers (`trainyard bench ddp` reads it).
+    print(
+        f"{READY_LINE} rank {contract.rank} of {contract.world_size} ({chosen}) after "
+        f"{time.monotonic() - joining:.3f} s",
+        file=sys.stderr,
+        flush=True,
+    )
     return Group(contract, chosen, device)
 
 
