@@ -155,7 +155,9 @@ def add_commands(commands: argparse._SubParsersAction[Any]) -> None:
     )
     ddp.add_argument("--steps", type=int, default=60, help="training steps of each job")
     ddp.add_argument("--global-batch", type=int, default=64, help="images a step, all ranks")
-    ddp.add_argument("--checkpoint-every", type=int, default=10, metavar="STEPS")
+    ddp.add_argument(
+        "--checkpoint-every", type=int, default=10, metavar="STEPS", help="rank 0 saves every"
+    )
     ddp.add_argument(
         "--step-seconds", type=float, default=0.1, help="a pause a step in the killed job"
     )

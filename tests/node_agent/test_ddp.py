@@ -2,7 +2,8 @@
 DistributedDataParallel as a two-learner job (gloo, on the CPU). Its ranks meet through the
 agent's contract alone; when rank 1 is SIGKILLed halfway, every rank of the attempt is stopped
 within 5 s, and the job restarts both from rank 0's last checkpoint and ends with exactly the
-weights of a run never stopped."""
+weights of a run never stopped. An agent's stop (a preemption) has both ranks save one
+checkpoint at once, spends no restart, and the job resumes from that checkpoint."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from uuid import UUID
 import torch
 
 from controlplane.jobs.lifecycle import Job, JobStatus
+from node_agent.attempt import PREEMPTED
 from node_agent.learners import learner_dir
 from runners import protocol
 from tests.cluster import agent_config
@@ -118,3 +120,41 @@ async def test_a_two_rank_job_whose_rank_1_is_killed_stops_within_5_s_and_resume
         assert all(torch.equal(ours[name], theirs[name]) for name in ours)
     finally:
         await agent.finish()
+
+
+async def test_an_agent_s_stop_checkpoints_both_ranks_at_once_and_spends_no_restart(
+    twin: Twin, tmp_path: Path
+) -> None:
+    config = agent_config(tmp_path, grace_s=20)
+    agent = await TwinAgent(twin, config, fake_gpus=0).started()
+    job_id = await twin.submit(ddp_command(), learners=2, gpus_per_learner=0)
+    try:
+
+        def between_checkpoints(job: Job) -> bool:
+            last = job.last_checkpoint
+            return last is not None and last.step >= EVERY
+
+        await twin.until(job_id, between_checkpoints, seconds=120)
+        await asyncio.sleep(0.35)  # a few steps past it (0.1 s a step)
+    finally:
+        await agent.finish()  # as on SIGTERM: the learners have its grace to checkpoint
+    stopped = await twin.state(job_id, JobStatus.QUEUED)
+    assert (stopped.attempt, stopped.restarts) == (2, 0)
+    assert stopped.transitions[-1].reason == PREEMPTED
+    # Rank 0 saved at the step the SIGTERM reached, not at a multiple of --checkpoint-every.
+    assert stopped.last_checkpoint is not None and stopped.last_checkpoint.attempt == 1
+    assert stopped.last_checkpoint.step % EVERY != 0, stopped.last_checkpoint
+    assert not processes_of(job_id)
+
+    # The node's next agent (its checkpoints are on the node's disk).
+    agent = await TwinAgent(twin, config, fake_gpus=0).started()
+    try:
+        done = await twin.until(job_id, ended, seconds=120)
+    finally:
+        await agent.finish()
+    lines = await twin.log_text(job_id)
+    assert done.state is JobStatus.COMPLETED, lines
+    restored = [
+        m.step for m in map(protocol.parse, lines) if isinstance(m, protocol.CheckpointRestored)
+    ]
+    assert restored == [stopped.last_checkpoint.step]
