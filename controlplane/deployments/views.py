@@ -1,5 +1,6 @@
 """Reads of the serving read models for the API: a tenant's deployments, its replicas' jobs,
-a deployment's figures (exact, over the tasks and batches kept; re-derivable with SQL)."""
+a deployment's figures (exact, over the tasks and batches kept; re-derivable with SQL); and the
+views its front ends answer with (deployments, pipelines, figures, tasks)."""
 
 from __future__ import annotations
 

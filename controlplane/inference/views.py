@@ -1,6 +1,7 @@
 """Reads of an inference job for the API: its statistics, exact (computed by Postgres from every
 recorded query, no buckets; audit.inference_queries re-derives them), its replicas, and its
-queries' results in order."""
+queries' results in order; and the views the front ends answer with (`InferenceStats`,
+`QueryPage`)."""
 
 from __future__ import annotations
 
