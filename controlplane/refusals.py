@@ -10,6 +10,7 @@ asking, look elsewhere, retry later.
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 
 
 class Refused(enum.Enum):
@@ -27,6 +28,8 @@ class Refused(enum.Enum):
     """A well-formed request the rules refuse: a field's value, a limit never met (422)."""
     LIMITED = "limited"
     """A limit reached for now: waiting helps (429, with the seconds to wait when known)."""
+    TOO_LARGE = "too_large"
+    """Over a size limit, the server's or the room a tenant's limit leaves; nothing kept (413)."""
 
 
 class Refusal(Exception):
@@ -38,10 +41,13 @@ class Refusal(Exception):
         message: str,
         *,
         field: str | None = None,
+        fields: Sequence[tuple[str, str]] = (),
         retry_after_s: float | None = None,
     ) -> None:
         super().__init__(message)
         self.kind = kind
         self.message = message
         self.field = field
+        self.fields = tuple(fields)
+        """Each bad field with what is wrong with it, where a request has several (INVALID)."""
         self.retry_after_s = retry_after_s

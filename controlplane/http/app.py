@@ -109,9 +109,10 @@ def create_app(
     app.on_response_prepare.append(_nosniff)
     probes.add_routes(app)
     openapi.add_routes(app)
+    # Jobs first: its facade opens first, and inference's and searches' submit through it.
+    jobs.add_routes(app)
     deployments.add_routes(app)
     inference.add_routes(app)
-    jobs.add_routes(app)
     logs.add_routes(app)
     metrics.add_routes(app)
     models.add_routes(app)

@@ -34,12 +34,15 @@ STATUS: dict[Refused, int] = {
     Refused.CONFLICT: 409,
     Refused.INVALID: 422,
     Refused.LIMITED: 429,
+    Refused.TOO_LARGE: 413,
 }
 """The HTTP status of each kind of refusal a facade raises."""
 
 
 def refused(refusal: Refusal) -> web.HTTPException:
     """The error response that says `refusal`."""
+    if refusal.fields:
+        return invalid_fields(list(refusal.fields), refusal.message)
     return error(
         STATUS[refusal.kind],
         refusal.message,

@@ -21,8 +21,8 @@ from controlplane.http.deployments import (
     retried_when_busy,
 )
 from controlplane.http.errors import validation_error
-from controlplane.http.jobs import JOB_ID
-from controlplane.http.keys import IMAGES, LOCATION_ROOTS, PLANE, SUBMISSIONS
+from controlplane.http.jobs import JOB_ID, JOBS_APPLICATION
+from controlplane.http.keys import IMAGES, PLANE
 from controlplane.http.operations import Answer, Operation, Param, add_operations, links
 from controlplane.http.requests import (
     MAX_KEY,
@@ -36,7 +36,6 @@ from controlplane.inference.application import InferenceApplication
 from controlplane.inference.spec import InferenceRequest
 from controlplane.inference.views import InferenceStats, QueryPage
 from controlplane.instruments import sse_client
-from controlplane.jobs.application import JobsApplication
 from controlplane.jobs.views import JobView
 
 INFERENCE_APPLICATION = web.AppKey("inference_application", InferenceApplication)
@@ -206,19 +205,9 @@ def add_routes(app: web.Application) -> None:
 
 
 async def _open(app: web.Application) -> None:
-    # After the composition root's parts are open (cleanup contexts start first). The jobs
-    # facade it submits through is its own, on the same parts (the submission rates included):
-    # app.py opens the jobs routes' facade after this one's.
+    # After the composition root's parts are open (cleanup contexts start first), and after
+    # the jobs facade it submits through (app.py adds the jobs routes first).
     plane = app[PLANE]
-    jobs = JobsApplication(
-        plane.jobs,
-        plane.pool,
-        plane.store,
-        images=app[IMAGES],
-        roots=app[LOCATION_ROOTS],
-        submissions=app[SUBMISSIONS],
-        webhook_targets=plane.webhooks.targets,
-    )
     app[INFERENCE_APPLICATION] = InferenceApplication(
-        plane.inference, jobs, plane.tasks, plane.pool, images=app[IMAGES]
+        plane.inference, app[JOBS_APPLICATION], plane.tasks, plane.pool, images=app[IMAGES]
     )

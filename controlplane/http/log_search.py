@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Mapping
 from datetime import datetime
 from typing import Annotated, Any
 from uuid import UUID
@@ -31,11 +30,11 @@ from uuid import UUID
 from aiohttp import web
 from pydantic import Field, field_validator
 
-from controlplane.http import operations, params, query
+from controlplane.http import params, query
 from controlplane.http.auth import acting_tenant, principal
 from controlplane.http.errors import refused
 from controlplane.http.keys import SSE_HEARTBEAT_S
-from controlplane.http.operations import REF, Answer, Operation, Param, add_operations, answer
+from controlplane.http.operations import Answer, Operation, Param, add_operations, answer
 from controlplane.http.requests import MAX_KEY
 from controlplane.http.streams import SSE_EVENT, SSE_HEADERS, live_stream
 from controlplane.instruments import sse_client
@@ -64,29 +63,6 @@ POLL_S = 0.5
 ACTION = "searches logs"
 LOGS_APPLICATION = web.AppKey("logs_application", LogsApplication)
 """The logs' facade, set up with the job logs' feeds (`controlplane.http.logs`)."""
-
-_TRUE, _FALSE = frozenset({"true", "1"}), frozenset({"false", "0"})
-
-
-def _boolean(value: Any, name: str) -> bool:
-    if isinstance(value, bool):
-        return value
-    if not isinstance(value, str) or value.lower() not in _TRUE | _FALSE:
-        raise query.refuse(f"{name} must be true or false")
-    return value.lower() in _TRUE
-
-
-BOOLEAN = query.Parameter(_boolean, {"type": "boolean"})
-"""true/1 or false/0 (any case), as `params.boolean` reads them (a candidate for
-`controlplane.http.query`)."""
-
-
-def _uuid(value: Any, name: str) -> UUID:
-    try:
-        return value if isinstance(value, UUID) else UUID(value)
-    except (TypeError, ValueError):
-        raise query.refuse(f"{name} must be a UUID") from None
-
 
 _PATTERN_TEXT = query.text(
     MAX_PATTERN,
@@ -124,7 +100,7 @@ class SearchQuery(TenantQuery):
         validate_default=True,
         description=f"what to look for (1 to {MAX_PATTERN} characters, one line)",
     )
-    job: list[Annotated[UUID, query.Parameter(_uuid)]] = Field(
+    job: list[Annotated[UUID, query.UUID_PARAMETER]] = Field(
         default=[],
         description=f"only this job's lines (repeatable, at most {MAX_JOBS})",
         json_schema_extra={"maxItems": MAX_JOBS},
@@ -141,21 +117,21 @@ class SearchQuery(TenantQuery):
     limit: Annotated[int, query.integer(1, MAX_PAGE)] = Field(
         default=DEFAULT_PAGE, description=f"lines per page (default {DEFAULT_PAGE})"
     )
-    regex: Annotated[bool, BOOLEAN] = Field(
+    regex: Annotated[bool, query.BOOLEAN] = Field(
         default=False,
         description="pattern is a regular expression (Postgres's syntax; default false)",
     )
-    ignore_case: Annotated[bool, BOOLEAN] = Field(
+    ignore_case: Annotated[bool, query.BOOLEAN] = Field(
         default=False, description="match regardless of case"
     )
     since: Annotated[datetime | None, query.INSTANT] = Field(
         default=None, description="only lines printed at or after this time (RFC 3339)"
     )
-    protocol: Annotated[bool, BOOLEAN] = Field(
+    protocol: Annotated[bool, query.BOOLEAN] = Field(
         default=False,
         description="include the launcher's reports (`@@trainyard/1 {...}`; default false)",
     )
-    follow: Annotated[bool, BOOLEAN] = Field(
+    follow: Annotated[bool, query.BOOLEAN] = Field(
         default=False,
         description="stream new matching lines as SSE, oldest first, from now on (default "
         "false; limit and cursor do not apply)",
@@ -249,14 +225,6 @@ async def _follow(
     return response
 
 
-def with_media(
-    operation: dict[str, Any], status: int, media: str, described: Mapping[str, Any]
-) -> None:
-    """One more media type an answer of a described operation comes in (what `Answer` does
-    not say yet: a route that answers JSON, or text, or SSE as asked)."""
-    operation["responses"][str(status)].setdefault("content", {})[media] = dict(described)
-
-
 OPERATIONS = (
     Operation(
         "get",
@@ -271,6 +239,7 @@ OPERATIONS = (
                 "after it, comment heartbeats while idle, and `event: error` (data: an Error) "
                 "if a later poll fails",
                 FoundPage,
+                also={"text/event-stream": SSE_EVENT},
             )
         },
         {
@@ -298,11 +267,3 @@ OPERATIONS = (
         ),
     ),
 )
-SCHEMAS = tuple(operations.models_of(OPERATIONS))
-
-
-def openapi_paths() -> dict[str, Any]:
-    """The OpenAPI path item of this route, to merge into the document's `paths`."""
-    paths = operations.described(OPERATIONS, {"$ref": REF + "Error"})
-    with_media(paths["/v1/logs/search"]["get"], 200, "text/event-stream", SSE_EVENT)
-    return paths

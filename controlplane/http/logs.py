@@ -33,18 +33,18 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 from contextlib import nullcontext
-from typing import Annotated, Any
+from typing import Annotated
 from uuid import UUID
 
 from aiohttp import web
 from pydantic import Field
 
-from controlplane.http import log_search, operations, params, query
+from controlplane.http import log_search, params, query
 from controlplane.http.auth import principal
 from controlplane.http.jobs import JOB_ID, visible_job
 from controlplane.http.keys import HUB, JOBS, POOL, SSE_HEARTBEAT_S
-from controlplane.http.log_search import BOOLEAN, LOGS_APPLICATION, with_media
-from controlplane.http.operations import REF, Answer, Operation, Param, add_operations
+from controlplane.http.log_search import LOGS_APPLICATION
+from controlplane.http.operations import Answer, Operation, Param, add_operations
 from controlplane.http.streams import SSE_EVENT, SSE_HEADERS, live_stream
 from controlplane.instruments import sse_client
 from controlplane.logs.application import LogsApplication, Shown
@@ -73,13 +73,13 @@ class LogQuery(query.Query):
     learner: Annotated[int | None, query.integer(0)] = Field(
         default=None, description="only this learner"
     )
-    follow: Annotated[bool, BOOLEAN] = Field(
+    follow: Annotated[bool, query.BOOLEAN] = Field(
         default=False, description="stream as SSE until the job has ended (default false)"
     )
     after: Annotated[int | None, query.integer(0, params.INT8_MAX)] = Field(
         default=None, description="same as Last-Event-ID"
     )
-    protocol: Annotated[bool, BOOLEAN] = Field(
+    protocol: Annotated[bool, query.BOOLEAN] = Field(
         default=False,
         description="include the launcher's reports to the agent (`@@trainyard/1 {...}` lines "
         "on stdout: phases, metrics, checkpoints), stored with the learner's output (default "
@@ -208,7 +208,14 @@ OPERATIONS = (
         get_logs,
         "getJobLogs",
         "The job's learner logs, as text or followed as server-sent events",
-        {200: Answer("the lines", {"type": "string"}, media="text/plain")},
+        {
+            200: Answer(
+                "the lines",
+                {"type": "string"},
+                media="text/plain",
+                also={"text/event-stream": SSE_EVENT},
+            )
+        },
         {
             400: "malformed query parameter or Last-Event-ID",
             401: "missing or wrong token",
@@ -230,13 +237,6 @@ OPERATIONS = (
         ),
     ),
 )
-
-
-def openapi_paths() -> dict[str, Any]:
-    """The OpenAPI path item of this route, to merge into the document's `paths`."""
-    paths = operations.described(OPERATIONS, {"$ref": REF + "Error"})
-    with_media(paths["/v1/jobs/{job_id}/logs"]["get"], 200, "text/event-stream", SSE_EVENT)
-    return paths
 
 
 def add_routes(app: web.Application) -> None:

@@ -2,22 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from aiohttp import web
-from pydantic import BaseModel
 
 from controlplane.http.auth import principal
 from controlplane.http.jobs import JOB_ID, NOT_FOUND, visible_job
 from controlplane.http.keys import POOL
 from controlplane.http.operations import (
-    REF,
     Answer,
     Operation,
     add_operations,
     answer,
-    described,
-    models_of,
 )
 from controlplane.logs.metric_views import JobMetrics, job_metrics
 
@@ -39,13 +33,7 @@ OPERATIONS = (
         params=(JOB_ID,),
     ),
 )
-SCHEMAS: tuple[type[BaseModel], ...] = tuple(models_of(OPERATIONS))
-"""The component schemas these routes name."""
 
 
 def add_routes(app: web.Application) -> None:
     add_operations(app, OPERATIONS)
-
-
-def openapi_paths() -> dict[str, Any]:
-    return described(OPERATIONS, {"$ref": REF + "Error"})

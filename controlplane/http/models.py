@@ -11,7 +11,6 @@ with no version the caller may see is a 404, never a 403.
 
 from __future__ import annotations
 
-import functools
 import json
 from collections.abc import AsyncIterator
 from contextlib import aclosing
@@ -25,15 +24,13 @@ from controlplane.artifacts.errors import ArtifactCorrupted
 from controlplane.artifacts.store import CHUNK_SIZE
 from controlplane.http import params, query
 from controlplane.http.auth import acting_tenant, principal
-from controlplane.http.errors import error, invalid_fields
+from controlplane.http.errors import error
 from controlplane.http.keys import PLANE
-from controlplane.http.operations import REF, Answer, Handler, Operation, Param, add_operations
+from controlplane.http.operations import REF, Answer, Operation, Param, add_operations, answer
 from controlplane.http.requests import event_metadata, json_body, validated
 from controlplane.models.application import (
-    InvalidFields,
     ModelsApplication,
     Publishing,
-    TooLarge,
     metadata_update,
 )
 from controlplane.models.catalog import MAX_PAGE
@@ -110,30 +107,6 @@ class SearchQuery(query.Query):
     )
 
 
-def _answer(
-    body: BaseModel, *, status: int = 200, headers: dict[str, str] | None = None
-) -> web.Response:
-    return web.json_response(
-        body.model_dump(mode="json", by_alias=True), status=status, headers=headers
-    )
-
-
-def _refusals(handler: Handler) -> Handler:
-    """`handler`, with the facade's refusals that the shared error middleware cannot say yet
-    said here: a 422 listing each bad field, a 413."""
-
-    @functools.wraps(handler)
-    async def refusing(request: web.Request) -> web.StreamResponse:
-        try:
-            return await handler(request)
-        except InvalidFields as exc:
-            raise invalid_fields(list(exc.fields), exc.message) from exc
-        except TooLarge as exc:
-            raise error(413, exc.message, field=exc.field) from exc
-
-    return refusing
-
-
 def _facade(request: web.Request) -> ModelsApplication:
     return request.app[MODELS_APPLICATION]
 
@@ -146,26 +119,26 @@ async def search(request: web.Request) -> web.Response:
     who = principal(request)
     asked = query.parsed(request, SearchQuery)
     page = await _facade(request).search(who, asked.q, limit=asked.limit, cursor=asked.cursor)
-    return _answer(page)
+    return answer(page)
 
 
 async def get_model(request: web.Request) -> web.Response:
     who = principal(request)
     owner = query.parsed(request, OwnerQuery).tenant
-    return _answer(await _facade(request).model(who, owner, request.match_info["name"]))
+    return answer(await _facade(request).model(who, owner, request.match_info["name"]))
 
 
 async def get_history(request: web.Request) -> web.Response:
     who = principal(request)
     owner = query.parsed(request, OwnerQuery).tenant
-    return _answer(await _facade(request).history(who, owner, request.match_info["name"]))
+    return answer(await _facade(request).history(who, owner, request.match_info["name"]))
 
 
 async def get_version(request: web.Request) -> web.Response:
     who = principal(request)
     owner = query.parsed(request, OwnerQuery).tenant
     name, selector = request.match_info["name"], request.match_info["version"]
-    return _answer(await _facade(request).version(who, owner, name, selector))
+    return answer(await _facade(request).version(who, owner, name, selector))
 
 
 async def download(request: web.Request) -> web.StreamResponse:
@@ -205,7 +178,6 @@ async def download(request: web.Request) -> web.StreamResponse:
     return response
 
 
-@_refusals
 async def publish(request: web.Request) -> web.Response:
     who = principal(request)
     tenant = acting_tenant(who, query.parsed(request, ActingQuery).tenant, "publishes")
@@ -221,7 +193,7 @@ async def publish(request: web.Request) -> web.Response:
     headers = {"Location": location + (f"?tenant={tenant}" if who.is_admin else "")}
     if not created:
         headers["Idempotent-Replayed"] = "true"
-    return _answer(view, status=201, headers=headers)
+    return answer(view, status=201, headers=headers)
 
 
 async def _upload(
@@ -290,42 +262,34 @@ def _malformed(exc: Exception) -> web.HTTPException:
     return error(400, f"malformed multipart/form-data body: {exc or type(exc).__name__}")
 
 
-# The writes below answer InvalidFields (a metadata update's fields, or a command's) and
-# TooLarge (a publication's): each is wrapped by `_refusals`.
-
-
-@_refusals
 async def update_version(request: web.Request) -> web.Response:
     update = metadata_update(await json_body(request))
     who, tenant = _acting(request)
     name, selector = request.match_info["name"], request.match_info["version"]
     metadata = event_metadata(request, who, tenant)
     view = await _facade(request).update(who, tenant, name, selector, update, metadata)
-    return _answer(view)
+    return answer(view)
 
 
-@_refusals
 async def deprecate(request: web.Request) -> web.Response:
     body = validated(DeprecateRequest, await json_body(request))
     who, tenant = _acting(request)
     name, selector = request.match_info["name"], request.match_info["version"]
     metadata = event_metadata(request, who, tenant)
     view = await _facade(request).deprecate(who, tenant, name, selector, body.reason, metadata)
-    return _answer(view)
+    return answer(view)
 
 
-@_refusals
 async def set_alias(request: web.Request) -> web.Response:
     body = validated(AliasRequest, await json_body(request))
     who, tenant = _acting(request)
     name, alias = request.match_info["name"], request.match_info["alias"]
     metadata = event_metadata(request, who, tenant)
-    return _answer(
+    return answer(
         await _facade(request).set_alias(who, tenant, name, alias, body.version, metadata)
     )
 
 
-@_refusals
 async def remove_alias(request: web.Request) -> web.Response:
     who, tenant = _acting(request)
     name, alias = request.match_info["name"], request.match_info["alias"]
@@ -334,16 +298,14 @@ async def remove_alias(request: web.Request) -> web.Response:
     return web.Response(status=204)
 
 
-@_refusals
 async def set_webhook(request: web.Request) -> web.Response:
     body = validated(WebhookRequest, await json_body(request))
     who, tenant = _acting(request)
     metadata = event_metadata(request, who, tenant)
     name = request.match_info["name"]
-    return _answer(await _facade(request).set_webhook(who, tenant, name, str(body.url), metadata))
+    return answer(await _facade(request).set_webhook(who, tenant, name, str(body.url), metadata))
 
 
-@_refusals
 async def remove_webhook(request: web.Request) -> web.Response:
     who, tenant = _acting(request)
     metadata = event_metadata(request, who, tenant)
@@ -478,6 +440,7 @@ OPERATIONS = (
                 "application/json": {"schema": {"$ref": REF + "Publication"}},
             },
         },
+        raw_body_models=(Publication,),
     ),
     Operation(
         "get",

@@ -3,22 +3,16 @@ leases."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from aiohttp import web
-from pydantic import BaseModel
 
 from controlplane.agents.answers import NodeList, nodes_seen
 from controlplane.http.auth import principal
 from controlplane.http.keys import POOL
 from controlplane.http.operations import (
-    REF,
     Answer,
     Operation,
     add_operations,
     answer,
-    described,
-    models_of,
 )
 
 
@@ -39,13 +33,7 @@ OPERATIONS = (
         {401: "missing or wrong token"},
     ),
 )
-SCHEMAS: tuple[type[BaseModel], ...] = tuple(models_of(OPERATIONS))
-"""The component schemas these routes name."""
 
 
 def add_routes(app: web.Application) -> None:
     add_operations(app, OPERATIONS)
-
-
-def openapi_paths() -> dict[str, Any]:
-    return described(OPERATIONS, {"$ref": REF + "Error"})

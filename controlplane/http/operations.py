@@ -43,6 +43,9 @@ class Answer:
     body: type[BaseModel] | Mapping[str, Any] | None = None
     media: str = "application/json"
     links: Mapping[str, Any] = field(default_factory=dict)
+    also: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """Other media types the answer comes in, as the request asks (an SSE stream with
+    `follow=true`): each its OpenAPI media type object."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +67,8 @@ class Operation:
     body_required: bool = False
     raw_body: Mapping[str, Any] | None = None
     """A request body no model states (a multipart upload): its OpenAPI object as is."""
+    raw_body_models: tuple[type[BaseModel], ...] = ()
+    """The models `raw_body` names (its parts')."""
 
 
 def add_operations(app: web.Application, operations: Iterable[Operation]) -> None:
@@ -86,7 +91,11 @@ def models_of(operations: Iterable[Operation]) -> list[type[BaseModel]]:
     """The models the operations' bodies and answers name: the document's components."""
     found: dict[str, type[BaseModel]] = {}
     for operation in operations:
-        named = [operation.body, *(a.body for a in operation.answers.values())]
+        named = [
+            operation.body,
+            *operation.raw_body_models,
+            *(a.body for a in operation.answers.values()),
+        ]
         for model in named:
             if isinstance(model, type) and issubclass(model, BaseModel):
                 found.setdefault(model.__name__, model)
@@ -149,6 +158,8 @@ def _answer(answer: Answer) -> dict[str, Any]:
             else dict(answer.body)
         )
         described["content"] = {answer.media: {"schema": schema}}
+    for media, content in answer.also.items():
+        described.setdefault("content", {})[media] = dict(content)
     if answer.links:
         described["links"] = dict(answer.links)
     return described

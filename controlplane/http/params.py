@@ -23,7 +23,7 @@ INT8_MAX = 2**63 - 1
 
 ASCII_INTEGER = re.compile(r"-?[0-9]{1,20}")
 """Plain ASCII digits: `int()` also takes "1_000", " 7 " and digits of other scripts."""
-_TRUE, _FALSE = frozenset({"true", "1"}), frozenset({"false", "0"})
+TRUE, FALSE = frozenset({"true", "1"}), frozenset({"false", "0"})
 
 
 def integer(
@@ -60,9 +60,9 @@ def boolean(raw: str | None, field: str, *, default: bool) -> bool:
     if raw is None:
         return default
     value = raw.lower()
-    if value not in _TRUE | _FALSE:
+    if value not in TRUE | FALSE:
         raise error(400, f"{field} must be true or false", field=field)
-    return value in _TRUE
+    return value in TRUE
 
 
 def timestamp(raw: str | None, field: str) -> datetime | None:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Annotated, Any, TypeVar
+from uuid import UUID
 
 from aiohttp import web
 from pydantic import (
@@ -138,6 +139,29 @@ def choice(allowed: Collection[str]) -> Parameter:
         return value
 
     return Parameter(check)
+
+
+def _boolean(value: Any, name: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    if not isinstance(value, str) or value.lower() not in params.TRUE | params.FALSE:
+        raise refuse(f"{name} must be true or false")
+    return value.lower() in params.TRUE
+
+
+BOOLEAN = Parameter(_boolean, {"type": "boolean"})
+"""true/1 or false/0 (any case)."""
+
+
+def _uuid(value: Any, name: str) -> UUID:
+    try:
+        return value if isinstance(value, UUID) else UUID(value)
+    except (TypeError, ValueError):
+        raise refuse(f"{name} must be a UUID") from None
+
+
+UUID_PARAMETER = Parameter(_uuid)
+"""A UUID, as its canonical text or any form `uuid.UUID` reads."""
 
 
 def _instant(value: Any, name: str) -> datetime:

@@ -4,16 +4,14 @@ labels name tenants and jobs). Cluster gauges are sampled first, so a scrape is 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from aiohttp import web
 
 from controlplane import telemetry
-from controlplane.http import operations
 from controlplane.http.auth import principal
 from controlplane.http.errors import error
 from controlplane.http.keys import GAUGES
-from controlplane.http.operations import REF, Answer, Operation, add_operations
+from controlplane.http.operations import Answer, Operation, add_operations
 from controlplane.prometheus import CONTENT_TYPE
 
 
@@ -45,8 +43,3 @@ OPERATIONS = (
 
 def add_routes(app: web.Application) -> None:
     add_operations(app, OPERATIONS)
-
-
-def openapi_paths() -> dict[str, Any]:
-    # 401 and 403 answer with an Error body, as on every route.
-    return operations.described(OPERATIONS, {"$ref": REF + "Error"})

@@ -6,16 +6,13 @@ facade (`controlplane.tenants.application`) decides.
 
 from __future__ import annotations
 
-from typing import Any
-
 from aiohttp import web
 
-from controlplane.http import operations, params
+from controlplane.http import params
 from controlplane.http.auth import principal
 from controlplane.http.errors import error
 from controlplane.http.keys import PLANE
 from controlplane.http.operations import (
-    REF,
     Answer,
     Operation,
     Param,
@@ -224,12 +221,6 @@ OPERATIONS = (
         ),
     ),
 )
-SCHEMAS = tuple(operations.models_of(OPERATIONS))
-
-
-def openapi_paths() -> dict[str, Any]:
-    """The routes above; every one needs the admin token (403 for a tenant's)."""
-    return operations.described(OPERATIONS, {"$ref": REF + "Error"})
 
 
 def add_routes(app: web.Application) -> None:

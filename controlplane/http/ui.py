@@ -32,7 +32,7 @@ from pydantic import (
     field_validator,
 )
 
-from controlplane.http import operations, query
+from controlplane.http import query
 from controlplane.http.auth import IDENTITY, SESSION, principal
 from controlplane.http.errors import error
 from controlplane.http.keys import POOL
@@ -635,11 +635,6 @@ OPERATIONS: tuple[Operation, ...] = (
         },
     ),
 )
-SCHEMAS = tuple(operations.models_of(OPERATIONS))
-
-
-def openapi_paths() -> dict[str, dict[str, Any]]:
-    return operations.described(OPERATIONS, {"$ref": operations.REF + "Error"})
 
 
 def add_routes(app: web.Application) -> None:

@@ -3,15 +3,15 @@ and authenticate; the facade (`controlplane.webhooks.application`) decides."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from aiohttp import web
 from pydantic import Field
 
-from controlplane.http import operations, query
+from controlplane.http import query
 from controlplane.http.auth import acting_tenant, principal
 from controlplane.http.keys import PLANE
-from controlplane.http.operations import REF, Answer, Operation, add_operations, answer
+from controlplane.http.operations import Answer, Operation, add_operations, answer
 from controlplane.webhooks.application import WebhookSecretsApplication
 from controlplane.webhooks.views import IssuedSecretView, SigningSecrets
 
@@ -77,11 +77,6 @@ OPERATIONS = (
         query=TenantQuery,
     ),
 )
-SCHEMAS = tuple(operations.models_of(OPERATIONS))
-
-
-def openapi_paths() -> dict[str, Any]:
-    return operations.described(OPERATIONS, {"$ref": REF + "Error"})
 
 
 def add_routes(app: web.Application) -> None:

@@ -78,22 +78,6 @@ from controlplane.tenants.views import tenant_limits
 from controlplane.webhooks.deliveries import delivery_history
 from controlplane.webhooks.targets import CheckingResolver
 
-
-class InvalidFields(Refusal):
-    """Invalid, naming each bad field with what is wrong with it (a metadata document's)."""
-
-    def __init__(self, message: str, fields: tuple[tuple[str, str], ...]) -> None:
-        super().__init__(Refused.INVALID, message)
-        self.fields = fields
-
-
-class TooLarge(Refusal):
-    """Over a size limit (the server's or the room a tenant's limit leaves); nothing kept."""
-
-    def __init__(self, message: str, *, field: str) -> None:
-        super().__init__(Refused.INVALID, message, field=field)
-
-
 _KINDS: tuple[tuple[type[ModelError], Refused], ...] = (
     (InvalidModel, Refused.INVALID),
     (SourceNotFound, Refused.INVALID),
@@ -107,7 +91,8 @@ _KINDS: tuple[tuple[type[ModelError], Refused], ...] = (
 def refusal(exc: ModelError) -> Refusal:
     """The refusal that says a model command's or look-up's error."""
     if isinstance(exc, InvalidMetadata):
-        return InvalidFields(str(exc), tuple((f"metadata.{e.path}", e.message) for e in exc.errors))
+        fields = [(f"metadata.{e.path}", e.message) for e in exc.errors]
+        return Refusal(Refused.INVALID, str(exc), fields=fields)
     kind = next((k for cls, k in _KINDS if isinstance(exc, cls)), Refused.CONFLICT)
     return Refusal(kind, str(exc), field="from_job" if isinstance(exc, SourceNotFound) else None)
 
@@ -151,13 +136,14 @@ class Publishing:
             raise Refusal(Refused.INVALID, str(exc), field="sha256") from None
         except ArtifactTooLarge as exc:
             if exc.max_size < self.max_artifact_bytes:
-                raise TooLarge(
+                raise Refusal(
+                    Refused.TOO_LARGE,
                     f"{exc}: tenant {self.tenant!r} holds {self.usage.held.artifact_bytes} bytes "
                     f"of model artifacts, its artifact_bytes limit is "
                     f"{self.usage.limits.artifact_bytes}",
                     field="artifact_bytes",
                 ) from None
-            raise TooLarge(str(exc), field=ARTIFACT_PART) from None
+            raise Refusal(Refused.TOO_LARGE, str(exc), field=ARTIFACT_PART) from None
 
 
 class ModelsApplication:

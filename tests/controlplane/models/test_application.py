@@ -17,7 +17,7 @@ from controlplane.events.store import EventStore
 from controlplane.events.subscription import LogListener
 from controlplane.jobs.locations import Roots
 from controlplane.jobs.service import Jobs
-from controlplane.models.application import ModelsApplication, TooLarge
+from controlplane.models.application import ModelsApplication
 from controlplane.models.events import Visibility
 from controlplane.models.publication import Publication
 from controlplane.models.service import Models
@@ -114,14 +114,14 @@ async def test_an_upload_past_its_tenants_room_is_too_large_and_says_the_limit(
     facade: ModelsApplication, tenants: ProjectionRunner, store: EventStore, tmp_path: Path
 ) -> None:
     await set_limits(store, tenants, "acme", {"artifact_bytes": 10}, actor="test")
-    with pytest.raises(TooLarge) as refused:
+    with pytest.raises(Refusal) as refused:
         await upload(facade, "m", b"eleven bytes", Visibility.PRIVATE)
-    assert refused.value.field == "artifact_bytes"
+    assert (refused.value.kind, refused.value.field) == (Refused.TOO_LARGE, "artifact_bytes")
     assert "its artifact_bytes limit is 10" in refused.value.message
     # The server's own limit, when it is the smaller, is said as the artifact's.
     await set_limits(store, tenants, "acme", {"artifact_bytes": 1000}, actor="test")
     facade.models.max_artifact_bytes = 5
-    with pytest.raises(TooLarge) as server:
+    with pytest.raises(Refusal) as server:
         await upload(facade, "m", b"eleven bytes", Visibility.PRIVATE)
-    assert server.value.field == "artifact"
+    assert (server.value.kind, server.value.field) == (Refused.TOO_LARGE, "artifact")
     assert not [p for p in (tmp_path / "artifacts").rglob("*") if p.is_file()]
