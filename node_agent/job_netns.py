@@ -39,6 +39,22 @@ class NamespaceError(Exception):
     """`ip` refused to make or remove a namespace."""
 
 
+class Hold:
+    """One learner's use of its job's namespace, given back once (as the learner ends, or is
+    removed, whichever comes first)."""
+
+    def __init__(self, namespaces: JobNamespaces, job_id: UUID) -> None:
+        self._namespaces = namespaces
+        self.job_id = job_id
+        self.path = namespaces.path(job_id)
+        self._held = True
+
+    async def release(self) -> None:
+        if self._held:
+            self._held = False
+            await self._namespaces.release(self.job_id)
+
+
 class JobNamespaces:
     """The network namespaces of one agent's jobs, with how many of each job's learners here
     use it."""
@@ -66,9 +82,9 @@ class JobNamespaces:
     def path(self, job_id: UUID) -> Path:
         return NETNS_DIR / self.name(job_id)
 
-    async def acquire(self, job_id: UUID) -> Path:
-        """The job's namespace, made for its first learner here; LearnerStartError when it
-        cannot be (no learner of the job runs without one)."""
+    async def acquire(self, job_id: UUID) -> Hold:
+        """A learner's hold on the job's namespace, made for its first learner here;
+        LearnerStartError when it cannot be (no learner of the job runs without one)."""
         async with self._lock:
             path = self.path(job_id)
             if not path.exists():
@@ -81,11 +97,12 @@ class JobNamespaces:
                         f"cannot give the job a network of its own: {exc}"
                     ) from exc
             self._users[job_id] += 1
-            return path
+            return Hold(self, job_id)
 
-    def adopt(self, job_id: UUID) -> None:
+    def adopt(self, job_id: UUID) -> Hold:
         """A learner an earlier agent started in the job's namespace is this agent's now."""
         self._users[job_id] += 1
+        return Hold(self, job_id)
 
     async def release(self, job_id: UUID) -> None:
         """One learner of the job here has been removed: the last one takes the namespace."""

@@ -26,7 +26,6 @@ import asyncio
 import contextlib
 import errno
 import fcntl
-import functools
 import json
 import logging
 import os
@@ -45,7 +44,7 @@ from uuid import UUID
 from node_agent.cgroups import Cgroup, CgroupError, Limits
 from node_agent.containers import PIDS_LIMIT
 from node_agent.folders import prepare
-from node_agent.job_netns import JobNamespaces
+from node_agent.job_netns import Hold, JobNamespaces
 from node_agent.learners import learner_dir
 from node_agent.runtime import (
     ATTEMPT,
@@ -199,14 +198,14 @@ class ProcessLearner:
         files: LearnerFiles,
         status: Awaitable[ExitStatus],
         cgroup: Cgroup | None = None,
-        release: Callable[[], Awaitable[None]] | None = None,
+        netns: Hold | None = None,
     ) -> None:
         self._pid = pid
         self._files = files
-        self._status = asyncio.ensure_future(status)
+        self._status = asyncio.ensure_future(_giving_back(status, netns))
         self._cgroup = cgroup
-        self._release = release
-        """Gives back its job's network namespace, once (the last learner's takes it)."""
+        self._netns = netns
+        """Its hold on its job's network namespace (the job's last learner here takes it)."""
 
     async def lines(self) -> AsyncIterator[LearnerLine]:
         with contextlib.ExitStack() as stack:
@@ -247,9 +246,8 @@ class ProcessLearner:
         Nothing to do for learners of an agent that is not root."""
         if self._cgroup is not None:
             await clear(self._cgroup)
-        release, self._release = self._release, None
-        if release is not None:
-            await release()
+        if self._netns is not None:
+            await self._netns.release()
 
     def signal(self, sig: signal.Signals) -> None:
         if self._pid is None or self._status.done():
@@ -310,6 +308,16 @@ def _pieces(raw: bytes) -> Iterator[str]:
 
 def _text(raw: bytes) -> str:
     return raw.decode("utf-8", "replace")
+
+
+async def _giving_back(status: Awaitable[ExitStatus], netns: Hold | None) -> ExitStatus:
+    """`status`, once the learner has ended and given back its hold on its job's namespace:
+    the job's last learner to end takes it. Not when the agent stops first (the learner runs
+    on in it, for the next agent to adopt)."""
+    ended = await status
+    if netns is not None:
+        await netns.release()
+    return ended
 
 
 async def _exit_of_child(process: asyncio.subprocess.Process) -> ExitStatus:
@@ -472,22 +480,21 @@ class ProcessRuntime:
             raise LearnerStartError(f"cannot start {spec.command[0]!r}: no such program")
         limits = Limits(cpus=spec.cpus, memory_mb=spec.memory_mb, pids=PIDS_LIMIT)
         name = cgroup_name(spec.job_id, spec.attempt, spec.learner, spec.epoch)
-        release = self._release(spec)
         netns = None
-        if release is not None and self._namespaces is not None:
+        if self._namespaces is not None and not spec.network:
             netns = await self._namespaces.acquire(spec.job_id)
         try:
             cgroup = sandbox.cgroups.create(name, limits)
         except CgroupError as exc:
-            if release is not None:
-                await release()
+            if netns is not None:
+                await netns.release()
             raise LearnerStartError(str(exc)) from exc
         try:
             info, write = os.pipe()
             ready, ready_write = os.pipe()
             try:
                 process = await asyncio.create_subprocess_exec(
-                    *sandbox.argv(spec, cgroup, write, netns),
+                    *sandbox.argv(spec, cgroup, write, None if netns is None else netns.path),
                     cwd="/",
                     env=env,
                     stdin=ready_write,
@@ -517,19 +524,13 @@ class ProcessRuntime:
             # Whatever joined the group is killed; what has not joined yet cannot any more
             # (the group is gone), and runs nothing.
             await clear(cgroup)
-            if release is not None:
-                await release()
+            if netns is not None:
+                await netns.release()
             raise
         init = int(json.loads(report)["child-pid"])
         pid = _child_of(init)
         ended = _exit_of_sandbox(process, cgroup, init, pid)
-        return ProcessLearner(pid, files, ended, cgroup, release)
-
-    def _release(self, spec: LearnerSpec) -> Callable[[], Awaitable[None]] | None:
-        """How a sandboxed learner without the network gives back its job's namespace."""
-        if self._namespaces is None or spec.network:
-            return None
-        return functools.partial(self._namespaces.release, spec.job_id)
+        return ProcessLearner(pid, files, ended, cgroup, netns)
 
     @staticmethod
     async def _spawn(
@@ -567,11 +568,11 @@ class ProcessRuntime:
             return None  # its output files are made before it starts: it never started
         pid = int(found.handle) if found is not None else None
         cgroup = self._cgroup(spec.job_id, spec.attempt, spec.learner, spec.epoch)
-        release = self._release(spec)
-        if release is not None and self._namespaces is not None:
-            self._namespaces.adopt(spec.job_id)
+        netns = None
+        if self._namespaces is not None and not spec.network:
+            netns = self._namespaces.adopt(spec.job_id)
         ended = _exit_of_adopted(pid, files, cgroup)
-        return ProcessLearner(pid, files, ended, cgroup, release)
+        return ProcessLearner(pid, files, ended, cgroup, netns)
 
     async def kill(self, found: FoundLearner) -> None:
         cgroup = self._cgroup(found.job_id, found.attempt, found.learner, found.epoch)

@@ -6,12 +6,17 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import uuid
 from pathlib import Path
 
 import pytest
 
 from node_agent.job_netns import JobNamespaces
+from node_agent.learners import learner_dir
+from node_agent.process_runtime import ProcessRuntime
+from node_agent.runtime import ExitStatus, Folder, LearnerSpec
+from node_agent.sandbox import Sandbox
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
 
@@ -33,14 +38,16 @@ async def test_the_namespace_holds_loopback_alone_and_goes_with_the_job_s_last_l
 ) -> None:
     ours = namespaces(tmp_path)
     job = uuid.uuid4()
-    path = await ours.acquire(job)
-    assert await ours.acquire(job) == path  # the job's second learner: the same one
-    listed = links(path).splitlines()
+    first = await ours.acquire(job)
+    second = await ours.acquire(job)  # the job's second learner: the same namespace
+    assert first.path == second.path
+    listed = links(first.path).splitlines()
     assert len(listed) == 1 and ": lo: " in listed[0] and "UP" in listed[0]
-    await ours.release(job)
-    assert path.exists()
-    await ours.release(job)
-    assert not path.exists()
+    await first.release()
+    await first.release()  # once: a learner that ended, then was removed
+    assert first.path.exists()
+    await second.release()
+    assert not first.path.exists()
 
 
 async def test_a_restarted_agent_sweeps_its_jobs_that_left_and_no_other_agent_s(
@@ -49,15 +56,43 @@ async def test_a_restarted_agent_sweeps_its_jobs_that_left_and_no_other_agent_s(
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     earlier, other = namespaces(tmp_path / "a"), namespaces(tmp_path / "b")
-    gone, running, elsewhere = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
-    paths = [await earlier.acquire(gone), await earlier.acquire(running)]
-    theirs = await other.acquire(elsewhere)
+    gone, running = await earlier.acquire(uuid.uuid4()), await earlier.acquire(uuid.uuid4())
+    theirs = await other.acquire(uuid.uuid4())
     try:
         # The next agent of the same work directory, which finds `running` still running.
-        await namespaces(tmp_path / "a").sweep({running})
-        assert [path.exists() for path in paths] == [False, True]
-        assert theirs.exists()
+        await namespaces(tmp_path / "a").sweep({running.job_id})
+        assert [gone.path.exists(), running.path.exists()] == [False, True]
+        assert theirs.path.exists()
     finally:
-        await earlier.release(running)
-        await other.release(elsewhere)
-    assert not paths[1].exists() and not theirs.exists()
+        await running.release()
+        await theirs.release()
+    assert not running.path.exists() and not theirs.path.exists()
+
+
+async def test_a_learner_gives_its_job_s_namespace_back_as_it_ends(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    runtime = ProcessRuntime(work, Sandbox.open())
+    job = uuid.uuid4()
+    workdir = learner_dir(work, job, 1, 0)
+    spec = LearnerSpec(
+        job_id=job,
+        attempt=1,
+        learner=0,
+        epoch=1,
+        node="n",
+        image="i",
+        command=[sys.executable, "-c", "print('in')"],
+        env={},
+        workdir=workdir,
+        gpus=[],
+        cpus=1.0,
+        memory_mb=256,
+        user=(200_790, 200_790),
+        folders=[Folder(work, workdir)],
+    )
+    started = await runtime.start(spec)
+    assert await started.wait() == ExitStatus(code=0)
+    # Ended, not yet removed (its lines may not be stored yet): its namespace is gone already.
+    assert not namespaces(work).path(job).exists()
+    await started.remove()
