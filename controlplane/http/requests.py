@@ -70,8 +70,11 @@ async def json_body(request: web.Request) -> Any:
 
 
 def validated(model: type[M], document: Any) -> M:
-    """`document` as `model`; 422 naming every bad field otherwise."""
+    """`document` (parsed JSON) as `model`, strictly, as JSON Schema reads the document's
+    schemas: a value of another JSON type than its field's is refused, never converted (`false`
+    is not 0, nor `"1"` 1, nor 2.0 an integer); 422 naming every bad field otherwise. Strict in
+    JSON mode, where text still reads as the instants, UUIDs and enums the schema says it is."""
     try:
-        return model.model_validate(document)
+        return model.model_validate_json(json.dumps(document), strict=True)
     except ValidationError as exc:
         raise validation_error(exc) from exc
