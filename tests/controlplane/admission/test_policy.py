@@ -9,8 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from controlplane.admission.policy import Room, job_room, refusal
-from controlplane.refusals import Refused
 from controlplane.jobs.manifest import JobManifest
+from controlplane.refusals import Refused
 from controlplane.tenants.limits import TenantLimits
 
 NAMES = [f.name for f in fields(Room)]
