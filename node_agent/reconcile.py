@@ -17,7 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from uuid import UUID
 
-from controlplane.agent_port.vocabulary import Allocation, Claim, LearnerAllocation
+# The pure values only: the planner runs without a database driver (test_claim_order.py).
+from controlplane.agent_port.values import Allocation, Claim, LearnerAllocation
 from controlplane.jobs.lifecycle import Job
 from node_agent.runtime import FoundLearner
 

@@ -1,5 +1,6 @@
 """The value types the port itself adds: what the agent reads back from the control plane's
-tables, as plain values (never a database's records)."""
+tables, as plain values (never a database's records); and the claim's records it speaks of.
+Pure: no database driver (an agent's reconcile planner imports only these)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,20 @@ from dataclasses import dataclass
 from uuid import UUID
 
 from controlplane.jobs.events import JobEvent
+from controlplane.scheduling.claim import Claim
+from controlplane.scheduling.placement import LearnerAllocation
+
+__all__ = [
+    "Allocation",
+    "Claim",
+    "ClaimedTask",
+    "ExpiredFolders",
+    "InferenceJob",
+    "JobNews",
+    "LearnerAllocation",
+    "QueryClaim",
+    "TaskResults",
+]
 
 
 @dataclass(frozen=True, slots=True)
