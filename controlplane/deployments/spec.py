@@ -9,7 +9,6 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.config import JsonDict
 
 from controlplane.deployments.names import NAME
-from controlplane.deployments.tasks import MAX_ITEMS
 from controlplane.jobs.images import DEFAULT_IMAGES, IMAGE_PATTERN
 from controlplane.jobs.manifest import (
     MAX_CPUS,
@@ -28,6 +27,8 @@ MAX_BATCH_SIZE = 1024
 MAX_WAIT_MS = 10_000.0
 MAX_MEMO_ENTRIES = 1_000_000
 MAX_TASK_TIMEOUT_S = 3600.0
+MAX_ITEMS = 4096
+"""Items one task may carry."""
 _NAME_SCHEMA: JsonDict = {"pattern": f"^{NAME.pattern}$"}
 """What `check_name` takes, stated in the document (the check stays the service's: its 422
 names the field and says the rule)."""

@@ -23,8 +23,6 @@ from controlplane.jobs.manifest import check_storable
 from controlplane.queries import Q
 from controlplane.workers import pause
 
-MAX_ITEMS = 4096
-"""Items one task may carry."""
 IDEMPOTENCY_NAMESPACE = uuid.UUID("9a3c1f6e-2b7d-4e05-8c41-d6f0b8e2a7c3")
 """Ids of idempotent predictions are uuid5(namespace, tenant + key): a retry finds its task."""
 MAX_TRIES = 3
