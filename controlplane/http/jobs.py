@@ -67,11 +67,17 @@ class SubmitQuery(query.Query):
 
 class ListQuery(query.Query):
     state: list[Annotated[JobStatus, query.choice(JobStatus.__members__)]] = Field(
-        default=[], description="only jobs in one of these states (repeat it for several)"
+        default=[],
+        max_length=len(JobStatus),
+        description="only jobs in one of these states (repeat it for several)",
     )
     label: list[
         Annotated[str, query.text(MAX_KEY * 2, params.label_filter_schema(MAX_KEY * 2))]
-    ] = Field(default=[], description="only jobs carrying this label, KEY=VALUE (repeat it: all)")
+    ] = Field(
+        default=[],
+        max_length=query.MAX_LABEL_FILTERS,
+        description="only jobs carrying this label, KEY=VALUE (repeat it: all)",
+    )
     cursor: Annotated[str | None, query.CURSOR] = Field(
         default=None, description="the next_cursor of the page before"
     )

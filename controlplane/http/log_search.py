@@ -109,6 +109,7 @@ class SearchQuery(TenantQuery):
         Annotated[str, query.text(MAX_KEY * 2, params.label_filter_schema(MAX_KEY * 2))]
     ] = Field(
         default=[],
+        max_length=query.MAX_LABEL_FILTERS,
         description="only jobs with this label, as KEY=VALUE (repeatable: all must hold)",
     )
     cursor: Annotated[str | None, query.CURSOR] = Field(

@@ -37,6 +37,11 @@ from controlplane.http.operations import is_list
 M = TypeVar("M", bound=BaseModel)
 
 
+MAX_LABEL_FILTERS = 4
+"""The most `label=KEY=VALUE` filters one request takes: each may be 510 characters, and a
+request line past aiohttp's 32 KiB is refused before any handler (as text, not an Error)."""
+
+
 class Query(BaseModel):
     """A query string's parameters. Unknown parameters are ignored, as HTTP servers do."""
 

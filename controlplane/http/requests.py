@@ -72,9 +72,38 @@ async def json_body(request: web.Request) -> Any:
 def validated(model: type[M], document: Any) -> M:
     """`document` (parsed JSON) as `model`, strictly, as JSON Schema reads the document's
     schemas: a value of another JSON type than its field's is refused, never converted (`false`
-    is not 0, nor `"1"` 1, nor 2.0 an integer); 422 naming every bad field otherwise. Strict in
-    JSON mode, where text still reads as the instants, UUIDs and enums the schema says it is."""
+    is not 0, nor `"1"` 1); 422 naming every bad field otherwise. Strict in JSON mode, where
+    text still reads as the instants, UUIDs and enums the schema says it is; and, as in JSON
+    Schema, a number with no fraction is an integer (2.0 where an integer is asked for)."""
+    try:
+        return model.model_validate_json(json.dumps(document), strict=True)
+    except ValidationError as exc:
+        if not _integral_floats(document, exc):
+            raise validation_error(exc) from exc
     try:
         return model.model_validate_json(json.dumps(document), strict=True)
     except ValidationError as exc:
         raise validation_error(exc) from exc
+
+
+def _integral_floats(document: Any, exc: ValidationError) -> bool:
+    """Each float with no fraction that a field asking for an integer refused, replaced in
+    `document` by that integer; whether there was one (then validate again)."""
+    replaced = False
+    for failure in exc.errors():
+        number = failure["input"]
+        if failure["type"] != "int_type" or not isinstance(number, float):
+            continue
+        if not number.is_integer():
+            continue
+        *path, last = failure["loc"]
+        holder = document
+        try:
+            for step in path:
+                holder = holder[step]
+            if holder[last] == number:
+                holder[last] = int(number)
+                replaced = True
+        except (KeyError, IndexError, TypeError):
+            continue  # a step that names no key (a union's tag): the refusal stands
+    return replaced
