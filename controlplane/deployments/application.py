@@ -76,7 +76,7 @@ def refusal(exc: ServingError) -> Refusal:
     if isinstance(exc, InvalidRequest):
         return Refusal(Refused.INVALID, str(exc), field=exc.field)
     if isinstance(exc, NotFound):
-        return Refusal(Refused.NOT_FOUND, str(exc))
+        return Refusal(Refused.NOT_FOUND, str(exc), field=exc.field)
     return Refusal(Refused.CONFLICT, str(exc))
 
 

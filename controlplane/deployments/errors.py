@@ -20,7 +20,12 @@ class InvalidRequest(ServingError):
 
 
 class NotFound(ServingError):
-    """No such deployment, pipeline or task, as the asking tenant sees it (404)."""
+    """No such deployment, pipeline, task or model version, as the asking tenant sees it
+    (404); `field` names the body's field that named it, where a body did."""
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 class Conflict(ServingError):

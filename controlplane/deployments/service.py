@@ -36,7 +36,7 @@ from controlplane.invariants import InvariantBroken
 from controlplane.jobs.lifecycle import Cancel, JobStatus, Refused
 from controlplane.jobs.manifest import JobManifest, ServableSpec
 from controlplane.jobs.service import Jobs, idempotent_id
-from controlplane.models.errors import ModelError
+from controlplane.models.errors import MISSING, ModelError
 from controlplane.models.metadata import ModelMetadata
 from controlplane.models.references import parse_reference
 from controlplane.models.service import Models
@@ -124,6 +124,9 @@ class Deployments:
         try:
             reference = parse_reference(request.model)
             model, version = await self._models.resolve(tenant, reference)
+        except MISSING as exc:
+            # The body names a version that does not exist: as a path naming one, a 404.
+            raise NotFound(str(exc), field="model") from None
         except ModelError as exc:
             raise InvalidRequest(str(exc), field="model") from None
         metadata = ModelMetadata.model_validate(version.metadata)
@@ -255,7 +258,7 @@ class Deployments:
             check_name(step, field=f"steps.{index}")
             deployment = await self.load(tenant, step)
             if deployment is None or deployment.deleted:
-                raise InvalidRequest(f"no deployment {step}", field=f"steps.{index}")
+                raise NotFound(f"no deployment {step}", field=f"steps.{index}")
         event = PipelineDefined(
             tenant=tenant, name=name, steps=request.steps, actor=actor, at=self.clock.now()
         )

@@ -270,6 +270,8 @@ OPERATIONS = (
             400: MALFORMED,
             401: UNAUTHORIZED,
             403: FORBIDDEN,
+            404: "no such model, version or alias (or none the caller may see): the field "
+            "`model` names it",
             409: CONFLICT,
             422: INVALID,
             429: LIMITED,
@@ -357,6 +359,7 @@ OPERATIONS = (
             400: MALFORMED,
             401: UNAUTHORIZED,
             403: FORBIDDEN,
+            404: "a step names no deployment of the tenant (the field `steps.N` says which)",
             409: CONFLICT,
             422: INVALID,
             503: BUSY,

@@ -138,8 +138,11 @@ OPERATIONS = (
             400: MALFORMED,
             401: UNAUTHORIZED,
             403: "a tenant's token acting for another tenant",
+            404: "no such model, version or alias (or none the caller may see): the field "
+            "`model` names it",
             409: "an Idempotency-Key used for another job",
-            422: "invalid fields, each listed (the model reference, the input set, the image)",
+            422: "invalid fields, each listed (the model reference's form, the input set, the "
+            "image)",
             429: "over a tenant limit (queued jobs, submissions per second, live streams)",
         },
         query=ActingQuery,

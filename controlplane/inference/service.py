@@ -30,7 +30,7 @@ from controlplane.jobs.lifecycle import Job, JobStatus, Refused
 from controlplane.jobs.limits import JobLimits
 from controlplane.jobs.manifest import InferenceSpec, JobManifest, stored_manifest
 from controlplane.jobs.service import Jobs
-from controlplane.models.errors import ModelError
+from controlplane.models.errors import MISSING, ModelError
 from controlplane.models.metadata import ModelMetadata
 from controlplane.models.references import parse_reference
 from controlplane.models.service import Models
@@ -80,6 +80,9 @@ class Inference:
         it), its model version resolved (InvalidRequest naming `model`)."""
         try:
             model, version = await self._models.resolve(tenant, parse_reference(request.model))
+        except MISSING as exc:
+            # The body names a version that does not exist: as a path naming one, a 404.
+            raise NotFound(str(exc), field="model") from None
         except ModelError as exc:
             raise InvalidRequest(str(exc), field="model") from None
         # A version without a servable entry point is refused here, not by its replicas.

@@ -87,3 +87,8 @@ class SourceNotFound(ModelError):
 class SourceUnavailable(ModelError):
     """The job's results or checkpoint cannot be published now: the job has not completed, it
     stored no results on a `file://` location, or the file is gone (a pruned checkpoint)."""
+
+
+MISSING = (ModelNotFound, UnknownVersion, UnknownAlias)
+"""What a reference names that does not exist (for the asking tenant): a 404 wherever it is
+named, in a path or in a body."""

@@ -229,15 +229,16 @@ async def test_refused_input_submits_nothing(cluster: Cli) -> None:
     cli = cluster
     good = ["infer", "x", "--model", "sums"]
     cases = [
-        (["--generate", "3x0"], "invalid SHAPE"),
-        (["--generate", "4", "--items", "[1]"], "not allowed with argument"),
+        (["--generate", "3x0"], 2, "invalid SHAPE"),
+        (["--generate", "4", "--items", "[1]"], 2, "not allowed with argument"),
         # The server's refusal of a field is a usage error too.
-        (["--generate", "4", "--weight", "0"], "weight"),
-        (["--generate", "4", "--model", "nope"], "model"),
+        (["--generate", "4", "--weight", "0"], 2, "weight"),
+        # A model that does not exist is not found, as a job that does not is.
+        (["--generate", "4", "--model", "nope"], 4, "no model"),
     ]
-    for extra, message in cases:
+    for extra, rc, message in cases:
         refused = await cli(*good, *extra)
-        assert refused.rc == 2 and message in refused.stderr, (extra, refused.stderr)
+        assert refused.rc == rc and message in refused.stderr, (extra, refused.stderr)
         assert refused.stdout == "", extra
     assert (await cli("list", "--output", "json")).json() == []
 

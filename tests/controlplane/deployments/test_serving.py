@@ -171,11 +171,11 @@ async def test_a_pipeline_of_three_steps_is_one_task_with_each_steps_times(
         assert task["outputs"] == [16, 36]  # ((x + 1) * 2) ** 2
         assert [step["deployment"] for step in task["times"]["steps"]] == steps
         assert task["pipeline"] == "p" and task["step"] == 2
-        # A pipeline names deployments that exist.
+        # A pipeline names deployments that exist: one that does not is not found.
         response = await client.post(
             "/v1/pipelines", json={"name": "q", "steps": ["nope"]}, headers=auth(tokens.acme)
         )
-        assert response.status == 422
+        assert response.status == 404
         assert (await response.json())["field"] == "steps.0"
 
 
@@ -220,7 +220,7 @@ async def test_bad_requests_change_nothing(db_url: str, tmp_path: Path, tokens: 
     async with serving_cluster(db_url, tmp_path, agents=0) as (client, _):
         bad = [
             ({"name": "Bad Name", "model": "x"}, 422),
-            ({"name": "d", "model": "no-such-model"}, 422),
+            ({"name": "d", "model": "no-such-model"}, 404),
             ({"name": "d", "model": "x", "replicas": -1}, 422),
             ({"name": "d", "model": "x", "surprise": 1}, 422),
             ({"name": "d", "model": "x", "serving": {"max_batch_size": 0}}, 422),
@@ -272,7 +272,7 @@ async def test_bad_requests_change_nothing(db_url: str, tmp_path: Path, tokens: 
             json={"name": "d", "model": "acme/double"},
             headers=auth(tokens.globex),
         )
-        assert response.status == 422
+        assert response.status == 404
 
 
 async def test_an_idempotent_prediction_is_one_task_however_often_it_is_sent(

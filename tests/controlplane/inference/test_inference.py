@@ -101,7 +101,7 @@ async def test_hostile_requests_change_nothing(db_url: str, tmp_path: Path, toke
         await publish(client, tokens.acme, "sums", SUMS, "sums:predict")
         good = {"name": "x", "model": "sums", "input": {"generate": {"shape": [4]}}}
         cases: list[tuple[dict[str, Any], int, str]] = [
-            ({**good, "model": "nope"}, 422, "model"),
+            ({**good, "model": "nope"}, 404, "model"),
             ({**good, "input": {}}, 422, "input"),
             ({**good, "input": {"generate": {"shape": [1 << 20, 1 << 20]}}}, 422, "input"),
             ({**good, "input": {"items": ["a\u0000"]}}, 422, "input"),
