@@ -78,7 +78,16 @@ def _wait_resolution(value: float) -> float:
     return value
 
 
-WaitMs = Annotated[float, AfterValidator(_wait_resolution)]
+WaitMs = Annotated[
+    float,
+    AfterValidator(_wait_resolution),
+    # The same rule, stated for the document: no value strictly between 0 and the resolution.
+    Field(
+        json_schema_extra={
+            "not": {"exclusiveMinimum": 0, "exclusiveMaximum": WAIT_RESOLUTION_MS},
+        }
+    ),
+]
 """How long a batch that is not full waits for more items, in milliseconds (each field sets
 its range)."""
 
