@@ -28,7 +28,6 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType, TracebackType
 from typing import IO, Any, Final, Literal, Protocol, cast
 
 import torch
@@ -43,6 +42,7 @@ from runners.config import (
 )
 from runners.durable import HashingWriter, atomic_file, is_temp, sha256_file, write_bytes_atomically
 from runners.protocol import CheckpointRestored, CheckpointSaved
+from runners.signals import SignalRequests
 
 FORMAT: Final = 1
 _NAME = re.compile(r"ckpt-(\d{8,})\.(pt|json)")
@@ -50,7 +50,6 @@ _NAME = re.compile(r"ckpt-(\d{8,})\.(pt|json)")
 _log = logging.getLogger(__name__)
 
 # What signal.signal returns: a Python handler, SIG_DFL/SIG_IGN, or None for a C-level one.
-_Handler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
 
 
 class Stateful(Protocol):
@@ -93,7 +92,7 @@ def manifest_path(data: Path) -> Path:
     return data.with_suffix(".json")
 
 
-class Checkpointer:
+class Checkpointer(SignalRequests):
     """Saves and restores the state of `state`'s objects, plus RNG states and the step.
 
     `step` is the number of training steps completed: restoring returns it, and the loop
@@ -124,9 +123,7 @@ class Checkpointer:
         self._channel = channel
         self._clock = clock
         self._last_save = clock()
-        self._save_requested = False
-        self._stop_requested = False
-        self._previous_handlers: dict[int, _Handler] = {}
+        super().__init__()
 
     @classmethod
     def from_env(
@@ -142,37 +139,6 @@ class Checkpointer:
             interval_seconds=config.interval_seconds,
             resume_from=config.resume_from,
         )
-
-    # Signals -------------------------------------------------------------------------------
-
-    def __enter__(self) -> Checkpointer:
-        """Install the SIGTERM and SIGUSR1 handlers (restored on exit). Main thread only."""
-        for signum in (signal.SIGTERM, signal.SIGUSR1):
-            self._previous_handlers[signum] = signal.signal(signum, self._on_signal)
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        for signum, handler in self._previous_handlers.items():
-            # None means the previous handler was not installed from Python; the default
-            # action is the closest one Python can restore.
-            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
-        self._previous_handlers.clear()
-
-    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
-        # Only a flag, no saving here: the handler runs between two arbitrary bytecodes of the
-        # training loop, possibly halfway through optimizer.step() with some parameters updated
-        # and others not, or inside a torch call that is not reentrant. The state saved there
-        # would match no step. The loop's next maybe_save() is a point where model, optimizer
-        # and step agree.
-        if signum == signal.SIGTERM:
-            self._stop_requested = True
-        else:
-            self._save_requested = True
 
     # Saving --------------------------------------------------------------------------------
 

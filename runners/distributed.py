@@ -36,8 +36,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from types import FrameType, TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
@@ -45,6 +44,7 @@ import torch.distributed as dist
 from runners import config
 from runners.channel import STDOUT, Channel
 from runners.config import ConfigError
+from runners.signals import SignalRequests
 
 if TYPE_CHECKING:
     # Imported where a checkpointer is made: runners.checkpoint needs pydantic (its manifests),
@@ -314,7 +314,7 @@ def barrier(group: Group) -> None:
     dist.barrier(device_ids=group.device_ids)
 
 
-class ChiefCheckpointer:
+class ChiefCheckpointer(SignalRequests):
     """Checkpoints of a process group's training: rank 0 saves, every rank restores.
 
     Every rank makes one with the same objects (the module itself, not its DDP wrapper, so a
@@ -333,9 +333,7 @@ class ChiefCheckpointer:
         self.checkpointer = checkpointer
         self.every = every
         self._last_save = time.monotonic()
-        self._save_requested = False
-        self._stop_requested = False
-        self._previous_handlers: dict[int, Any] = {}
+        super().__init__()
 
     @classmethod
     def from_env(
@@ -411,26 +409,3 @@ class ChiefCheckpointer:
     def _object_device(self) -> torch.device:
         # NCCL moves objects through the GPU, gloo through host memory.
         return self.group.device if self.group.backend == "nccl" else torch.device("cpu")
-
-    def __enter__(self) -> ChiefCheckpointer:
-        """SIGTERM and SIGUSR1 become requests that `maybe_save` honours. Main thread only."""
-        for signum in (signal.SIGTERM, signal.SIGUSR1):
-            self._previous_handlers[signum] = signal.signal(signum, self._on_signal)
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        for signum, handler in self._previous_handlers.items():
-            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
-        self._previous_handlers.clear()
-
-    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
-        # Only a flag, as in Checkpointer: the state is consistent at maybe_save, not here.
-        if signum == signal.SIGTERM:
-            self._stop_requested = True
-        else:
-            self._save_requested = True

@@ -38,7 +38,7 @@ from controlplane.http.auth import acting_tenant, principal
 from controlplane.http.errors import error
 from controlplane.http.keys import IMAGES, PLANE, SSE_HEARTBEAT_S
 from controlplane.http.operations import Answer, Handler, Operation, Param, add_operations
-from controlplane.http.requests import MAX_KEY, actor, json_body, validated
+from controlplane.http.requests import MAX_KEY, actor, idempotency_param, json_body, validated
 from controlplane.http.streams import SSE_EVENT, SSE_HEADERS, live_stream
 from controlplane.instruments import sse_client
 
@@ -219,12 +219,9 @@ LIMITED = (
 BUSY = "busy: the deployment kept changing under concurrent commands; retry"
 NAME = Param("name", "path", "the deployment's (or pipeline's) name", {"type": "string"})
 TASK_ID = Param("task_id", "path", "the task's id", {"type": "string"})
-PREDICTION_KEY = Param(
-    "Idempotency-Key",
-    "header",
+PREDICTION_KEY = idempotency_param(
     "a retry with the same key gets the task the first try made, never a second (409 if that "
-    "one went to another deployment or pipeline)",
-    params.text_schema(max_length=MAX_KEY),
+    "one went to another deployment or pipeline)"
 )
 
 

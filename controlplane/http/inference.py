@@ -12,7 +12,7 @@ from typing import Annotated
 from aiohttp import web
 from pydantic import Field, ValidationError
 
-from controlplane.http import params, query
+from controlplane.http import query
 from controlplane.http.auth import principal
 from controlplane.http.deployments import (
     ActingQuery,
@@ -25,9 +25,9 @@ from controlplane.http.jobs import JOB_ID, JOBS_APPLICATION
 from controlplane.http.keys import IMAGES, PLANE
 from controlplane.http.operations import Answer, Operation, Param, add_operations, links
 from controlplane.http.requests import (
-    MAX_KEY,
     event_metadata,
     idempotency_key,
+    idempotency_param,
     json_body,
     validated,
 )
@@ -147,11 +147,8 @@ OPERATIONS = (
         },
         query=ActingQuery,
         params=(
-            Param(
-                "Idempotency-Key",
-                "header",
-                "a retry with the same key gets the job the first try made, never a second",
-                params.text_schema(min_length=1, max_length=MAX_KEY),
+            idempotency_param(
+                "a retry with the same key gets the job the first try made, never a second"
             ),
         ),
         body=InferenceRequest,

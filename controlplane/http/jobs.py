@@ -27,6 +27,7 @@ from controlplane.http.requests import (
     MAX_KEY,
     event_metadata,
     idempotency_key,
+    idempotency_param,
     json_body,
     validated,
 )
@@ -268,14 +269,7 @@ OPERATIONS = (
             "(field names which)",
         },
         query=SubmitQuery,
-        params=(
-            Param(
-                "Idempotency-Key",
-                "header",
-                "retries with the same key return the same job",
-                params.text_schema(min_length=1, max_length=MAX_KEY),
-            ),
-        ),
+        params=(idempotency_param("retries with the same key return the same job"),),
         body=JobSubmission,
         body_required=True,
     ),

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ValidationError
 from controlplane.events.metadata import Metadata
 from controlplane.http import params
 from controlplane.http.errors import error, validation_error
+from controlplane.http.operations import Param
 from controlplane.tenants.principals import Principal
 
 MAX_KEY = 255
@@ -52,6 +53,16 @@ def idempotency_key(request: web.Request) -> str | None:
     if key == "":
         raise error(400, "Idempotency-Key must be 1 to 255 characters", field="Idempotency-Key")
     return key
+
+
+def idempotency_param(description: str) -> Param:
+    """The Idempotency-Key header as an operation declares it: what `idempotency_key` takes."""
+    return Param(
+        "Idempotency-Key",
+        "header",
+        description,
+        params.text_schema(min_length=1, max_length=MAX_KEY),
+    )
 
 
 async def json_body(request: web.Request) -> Any:

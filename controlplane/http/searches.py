@@ -28,9 +28,9 @@ from controlplane.http.operations import (
     links,
 )
 from controlplane.http.requests import (
-    MAX_KEY,
     event_metadata,
     idempotency_key,
+    idempotency_param,
     json_body,
     validated,
 )
@@ -291,14 +291,7 @@ OPERATIONS = (
         },
         _errors(400, 401, 403, 409, 422, 429),
         query=SubmitQuery,
-        params=(
-            Param(
-                "Idempotency-Key",
-                "header",
-                "a retry with the same key finds the same search",
-                params.text_schema(min_length=1, max_length=MAX_KEY),
-            ),
-        ),
+        params=(idempotency_param("a retry with the same key finds the same search"),),
         body=SearchSpec,
         body_required=True,
     ),
