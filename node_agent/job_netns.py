@@ -26,7 +26,7 @@ from collections.abc import Set
 from pathlib import Path
 from uuid import UUID
 
-from controlplane.agent_port.vocabulary import InvariantBroken
+from node_agent import commands
 from node_agent.runtime import LearnerStartError
 
 log = logging.getLogger(__name__)
@@ -152,16 +152,7 @@ class JobNamespaces:
 
 
 async def _ip(program: str, *args: str) -> None:
-    process = await asyncio.create_subprocess_exec(
-        program,
-        *args,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    _, err = await process.communicate()
-    if process.returncode is None:  # communicate() returns once the process has exited
-        raise InvariantBroken(f"ip {' '.join(args)}: no exit status after it ended")
-    if process.returncode != 0:
+    done = await commands.run(program, *args)
+    if done.code != 0:
         command = " ".join(["ip", *args])
-        raise NamespaceError(f"`{command}` failed (exit {process.returncode}): {err.decode()}")
+        raise NamespaceError(f"`{command}` failed (exit {done.code}): {done.err}")

@@ -39,7 +39,7 @@ import aiodocker
 import aiohttp
 from aiodocker.exceptions import DockerError
 
-from controlplane.agent_port.vocabulary import InvariantBroken
+from node_agent import commands
 from node_agent.runtime import LearnerSpec, LearnerStartError
 
 log = logging.getLogger(__name__)
@@ -172,17 +172,8 @@ class Firewall:
 
 async def _run(program: str, *args: str) -> tuple[int, str, str]:
     # -w: wait for the xtables lock, which the Docker engine takes too.
-    process = await asyncio.create_subprocess_exec(
-        program,
-        "-w",
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await process.communicate()
-    if process.returncode is None:  # communicate() returns once the process has exited
-        raise InvariantBroken(f"iptables {' '.join(args)}: no exit status after it ended")
-    return process.returncode, out.decode(errors="replace"), err.decode(errors="replace")
+    done = await commands.run(program, "-w", *args)
+    return done.code, done.out, done.err
 
 
 async def _check(program: str, *args: str) -> None:
