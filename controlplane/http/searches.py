@@ -289,7 +289,16 @@ OPERATIONS = (
                 ),
             )
         },
-        _errors(400, 401, 403, 409, 422, 429),
+        _errors(
+            400,
+            401,
+            403,
+            409,
+            422,
+            429,
+            e403="a tenant's token acting for another tenant; or a file:// trial.data.source or "
+            "trial.results.location outside the operator's roots for the tenant",
+        ),
         query=SubmitQuery,
         params=(idempotency_param("a retry with the same key finds the same search"),),
         body=SearchSpec,

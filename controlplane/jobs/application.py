@@ -110,7 +110,9 @@ class JobsApplication:
                 tenant,
             )
         except LocationRefused as exc:
-            raise Refusal(Kind.INVALID, exc.message, field=field_prefix + exc.field) from exc
+            # The location is well formed (the manifest's schema says so): the tenant may not
+            # use that place.
+            raise Refusal(Kind.FORBIDDEN, exc.message, field=field_prefix + exc.field) from exc
         if manifest.webhook_url is not None:
             await self._webhook_targets.admit(
                 str(manifest.webhook_url), field_prefix + "webhook_url"

@@ -6,9 +6,9 @@ configures, per tenant, never a path the tenant chooses freely.
 letters, digits and `-`, so they never climb out of it). Unset or empty: no root, so `file://`
 is refused. A location is accepted when the path it names, with symlinks and `..` resolved,
 is a root (resolved too) or lies below one (results: strictly below, since storing replaces
-the location). The control plane checks at submit (422) and the
-agent again on the node before anything uses the path (a symlink may have changed meanwhile);
-the launcher checks results once more as it stores them.
+the location). The control plane checks at submit (403: the tenant may not use that place),
+the agent again on the node before anything uses the path (a symlink may have changed
+meanwhile), and the launcher checks results once more as it stores them.
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ TENANT = "{tenant}"
 
 
 class LocationRefused(ValueError):
-    """A `file://` location outside the operator's roots for its tenant."""
+    """A `file://` location outside the operator's roots for its tenant (or the node's root
+    itself, written with dot segments, as in file:///.)."""
 
     def __init__(self, field: str, message: str) -> None:
         super().__init__(f"{field}: {message}")

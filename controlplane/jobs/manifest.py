@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from fnmatch import fnmatchcase
 from typing import Annotated, Any, Literal
-from urllib.parse import unquote, urlsplit
 from uuid import UUID
 
 from pydantic import (
@@ -18,6 +17,7 @@ from pydantic import (
     field_validator,
 )
 
+from controlplane.jobs import uris
 from controlplane.jobs.images import DEFAULT_IMAGES, IMAGE_PATTERN, IMAGES_ENV
 
 Framework = Literal["pytorch", "tensorflow", "jax", "horovod", "custom"]
@@ -90,28 +90,6 @@ WaitMs = Annotated[
 ]
 """How long a batch that is not full waits for more items, in milliseconds (each field sets
 its range)."""
-
-
-def _check_uri(uri: str, allowed: tuple[str, ...]) -> str:
-    parts = urlsplit(uri)
-    if parts.scheme not in allowed:
-        raise ValueError(
-            f"URI scheme must be one of {', '.join(allowed)}, not {parts.scheme or 'none'!r}"
-        )
-    # The learner refuses these same URIs (runners/uri.py), but only once the job holds GPUs and
-    # reaches DOWNLOADING or STORING; refusing them here turns a wasted attempt into a 422.
-    if parts.scheme == "file":
-        if parts.netloc not in ("", "localhost"):
-            raise ValueError(
-                f"a file URI names a path on the learner's node, e.g. file:///data/x; "
-                f"{uri!r} names host {parts.netloc!r}"
-            )
-        path = unquote(parts.path)
-        if not path.startswith("/") or not path.strip("/"):
-            raise ValueError(f"{uri!r} must name an absolute path below /, e.g. file:///data/x")
-    elif not parts.hostname:
-        raise ValueError(f"{uri!r} names no host")
-    return uri
 
 
 RESERVED_ENV = (
@@ -269,7 +247,8 @@ class _Strict(BaseModel):
 class DataSpec(_Strict):
     source: str = Field(
         description="where the training data comes from (http(s)://, or file:// only under a "
-        "data root the operator allows for the tenant, TRAINYARD_DATA_ROOTS; else 422)"
+        "data root the operator allows for the tenant, TRAINYARD_DATA_ROOTS; else 403)",
+        json_schema_extra={"pattern": uris.DATA_SOURCE},
     )
     sha256: str | None = Field(
         default=None, pattern=r"^[0-9a-f]{64}$", description="checksum the download must match"
@@ -284,19 +263,20 @@ class DataSpec(_Strict):
     @field_validator("source")
     @classmethod
     def _source_scheme(cls, value: str) -> str:
-        return _check_uri(value, DATA_SCHEMES)
+        return uris.check_uri(value, DATA_SCHEMES)
 
 
 class ResultsSpec(_Strict):
     location: str = Field(
         description="where the results directory is copied at the end (file://, only under a "
-        "results root the operator allows for the tenant, TRAINYARD_RESULTS_ROOTS; else 422)"
+        "results root the operator allows for the tenant, TRAINYARD_RESULTS_ROOTS; else 403)",
+        json_schema_extra={"pattern": uris.RESULTS_LOCATION},
     )
 
     @field_validator("location")
     @classmethod
     def _location_scheme(cls, value: str) -> str:
-        return _check_uri(value, RESULTS_SCHEMES)
+        return uris.check_uri(value, RESULTS_SCHEMES)
 
 
 class CheckpointSpec(_Strict):

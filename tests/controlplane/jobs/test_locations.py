@@ -1,5 +1,5 @@
 """`file://` data sources and results locations: only under the operator's roots for the
-tenant, after resolving symlinks and `..`; refused with 422 naming the field, writing nothing."""
+tenant, after resolving symlinks and `..`; refused with 403 naming the field, writing nothing."""
 
 from __future__ import annotations
 
@@ -94,7 +94,7 @@ async def test_locations_outside_the_tenant_s_roots_are_refused_and_nothing_is_w
         for key, value in changes.items()
     }
     status, body = await post(client, tokens.acme, **resolved)
-    assert status == 422, body
+    assert status == 403, body
     assert body["field"] == field
     assert "tenant 'acme'" in body["error"]
     assert await event_count(owner) == before
@@ -105,7 +105,7 @@ async def test_without_roots_file_locations_are_refused(
 ) -> None:
     async with TestClient(TestServer(create_app(db_url, roots=Roots()))) as client:
         status, body = await post(client, tokens.acme, results={"location": f"file://{tmp_path}/r"})
-        assert status == 422 and body["field"] == "results.location"
+        assert status == 403 and body["field"] == "results.location"
         assert "TRAINYARD_RESULTS_ROOTS" in body["error"]
         # Other schemes need no root.
         status, body = await post(client, tokens.acme, data={"source": "https://example.com/d"})

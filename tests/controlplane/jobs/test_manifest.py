@@ -355,8 +355,8 @@ def test_a_stored_job_state_reads_without_its_reserved_names() -> None:
         ("/data/mnist", "none"),  # a bare path is not a URI
         ("data/mnist", "none"),
         ("C:\\data\\mnist", "file, http, https"),
-        ("https://", "no host"),
-        ("https:/data.example.org/x", "no host"),  # one slash: the host became the path
+        ("https://", "names a host"),
+        ("https:/data.example.org/x", "names a host"),  # one slash: the host became the path
         ("file://data/mnist", "host"),  # meant ./data/mnist, names host "data"
         ("file://nfs-server/export/data", "host"),
         ("file:///", "below /"),
