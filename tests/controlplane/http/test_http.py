@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import re
 from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime
@@ -18,10 +17,11 @@ from controlplane.events.records import RecordedEvent
 from controlplane.events.store import EventStore
 from controlplane.events.subscription import LogListener
 from controlplane.http.app import create_app
-from controlplane.http.keys import PROJECTIONS, STORE
+from controlplane.http.keys import POOL, PROJECTIONS, STORE
 from controlplane.http.params import NO_NUL
 from controlplane.projections.runner import MAX_FAILURES, ProjectionRunner
 from controlplane.projections.streams import StreamsProjection
+from controlplane.queries import Q
 from controlplane.tenants.events import TenantCreated
 from controlplane.tenants.projection import TenantsProjection
 from controlplane.tenants.service import create_tenant
@@ -44,14 +44,22 @@ async def test_healthz(client: TestClient[object, object]) -> None:
 async def test_readyz_waits_for_projections_to_catch_up(client: TestClient[object, object]) -> None:
     app = client.server.app
     runner = app[PROJECTIONS]
-    runner.stop()  # hold projections back to observe "not ready"
-    # A round already under way (the app's own first events woke it) finishes before it stops.
-    await asyncio.sleep(0.5)
-    created = TenantCreated(at=datetime.now(UTC), name="t", weight=1, gpu_quota=None)
-    await app[STORE].append("tenant-t", 0, [created], Metadata(actor="test"))
-    response = await client.get("/readyz")
-    assert response.status == 503
-    assert (await response.json())["projections_caught_up"] is False
+    # Projections held back as another control plane holding them would: their locks, taken
+    # once a batch under way (the app's own first events woke the runner) has committed.
+    async with app[POOL].acquire() as holder, holder.transaction():
+        for name in runner.projections:
+            await holder.execute(Q["lock_projection_wait"], name)
+        created = TenantCreated(at=datetime.now(UTC), name="t", weight=1, gpu_quota=None)
+        await app[STORE].append("tenant-t", 0, [created], Metadata(actor="test"))
+
+        # Not ready once the event is readable (a transaction begun before it, elsewhere in
+        # the app, holds it back from readers until it ends: the log is gap-free).
+        async def behind() -> bool:
+            response = await client.get("/readyz")
+            body = await response.json()
+            return response.status == 503 and body["projections_caught_up"] is False
+
+        await eventually(behind)
     for projection in runner.projections.values():
         await runner.catch_up(projection)
     response = await client.get("/readyz")
