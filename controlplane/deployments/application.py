@@ -22,6 +22,7 @@ import asyncpg
 from controlplane.admission import gate
 from controlplane.admission.policy import replica_room
 from controlplane.deployments.errors import InvalidRequest, NotFound, ServingError
+from controlplane.deployments.inputs import DeclaredInput, check_items, declared_input
 from controlplane.deployments.lifecycle import Busy, Deployment, Pipeline
 from controlplane.deployments.names import NAME
 from controlplane.deployments.reconcile import next_start
@@ -58,6 +59,8 @@ SYNC_WAIT_S = 20.0
 """How long a synchronous prediction waits for its result before it is answered 202 (the task
 goes on; its Location says where to read it): under the SDK's request timeout (30 s), which
 then waits for the task."""
+MAX_DECLARED_INPUTS = 4096
+"""Model versions whose declared input a process keeps at hand (a version's never changes)."""
 
 
 @contextlib.contextmanager
@@ -88,6 +91,8 @@ class ServingApplication:
         self._tasks = tasks
         self._pool = pool
         self._images = images
+        self._inputs: dict[tuple[str, str, int], DeclaredInput | None] = {}
+        """By model version: what its items must be, read once from its metadata."""
 
     async def deploy(self, tenant: str, request: DeploymentRequest, actor: str) -> DeploymentView:
         """Deploy a model version: the deployment, its replica jobs asked for."""
@@ -190,11 +195,13 @@ class ServingApplication:
     ) -> TaskView | QueuedTask:
         """Run the deployment's model on the request's inputs: the finished task (the memo's
         answer, or a replica's); queued when asked to (`async`) or when the result takes longer
-        than the synchronous wait."""
+        than the synchronous wait. Inputs its model version's declared input does not take are
+        refused first (`inputs.N`, controlplane/deployments/inputs.py)."""
         # From the stream, not the read model: a deployment deleted a moment ago takes no task.
         deployment = await self._load(tenant, name)
         if deployment.deleted:
             raise Refusal(Refused.NOT_FOUND, f"no deployment {name}")
+        check_items(await self._declared_input(deployment), request.inputs, "inputs")
         salt = None
         if deployment.serving["memo"]:
             salt = f"{deployment.artifact_sha256}\n{deployment.entry_point}"
@@ -205,6 +212,10 @@ class ServingApplication:
     ) -> TaskView | QueuedTask:
         """Run a pipeline: one task through its deployments in order."""
         pipeline = await self._pipeline(tenant, name)
+        # Its first step takes the request's items; each later step, the one before's outputs.
+        first = await self.deployments.load(tenant, pipeline.steps[0])
+        if first is not None:
+            check_items(await self._declared_input(first), request.inputs, "inputs")
         target = Target(tenant=tenant, steps=pipeline.steps, pipeline=name)
         return await self._run(target, request, key)
 
@@ -303,6 +314,15 @@ class ServingApplication:
             created_at=deployment.created_at,
             updated_at=deployment.updated_at,
         )
+
+    async def _declared_input(self, deployment: Deployment) -> DeclaredInput | None:
+        key = (deployment.model_tenant, deployment.model_name, deployment.version)
+        if key not in self._inputs:
+            servable = await self.deployments.servable_input(deployment)
+            if len(self._inputs) >= MAX_DECLARED_INPUTS:
+                del self._inputs[next(iter(self._inputs))]  # the oldest read
+            self._inputs[key] = None if servable is None else declared_input(servable)
+        return self._inputs[key]
 
     async def _load(self, tenant: str, name: str) -> Deployment:
         deployment = await self.deployments.load(tenant, name)

@@ -37,7 +37,7 @@ from controlplane.jobs.lifecycle import Cancel, JobStatus, Refused
 from controlplane.jobs.manifest import JobManifest, ServableSpec
 from controlplane.jobs.service import Jobs, idempotent_id
 from controlplane.models.errors import MISSING, ModelError
-from controlplane.models.metadata import ModelMetadata
+from controlplane.models.metadata import DataType, ModelMetadata
 from controlplane.models.references import parse_reference
 from controlplane.models.service import Models
 
@@ -103,6 +103,14 @@ class Deployments:
         """The deployment now (None: never created, or deleted with its replicas stopped)."""
         state = (await DEPLOYMENT.load(self._store, deployment_stream(tenant, name))).state
         return None if state is None or (state.deleted and not state.active) else state
+
+    async def servable_input(self, deployment: Deployment) -> DataType | None:
+        """The input its model version's metadata declares (None: no such version)."""
+        model = await self._models.load(deployment.model_tenant, deployment.model_name)
+        version = None if model is None else model.version(deployment.version)
+        if version is None:
+            return None
+        return ModelMetadata.model_validate(version.metadata).servable.input
 
     async def deploy(
         self,

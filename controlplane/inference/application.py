@@ -4,7 +4,8 @@ through the jobs facade), its statistics (exact; also as they change) and its qu
 A facade in the sense of eventsourcing's Application, beside the jobs one it submits through
 (`controlplane.jobs.application`: the same limits, views and visibility as any job's). What it
 refuses it raises as a `Refusal`; a model version without a servable entry point is refused as
-the `ValidationError` of its metadata, each field listed.
+the `ValidationError` of its metadata, each field listed; items the version's declared input
+does not take, as a `Refusal` naming the first (`input.items.N`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import AsyncGenerator
 import asyncpg
 
 from controlplane.deployments.application import refusing
+from controlplane.deployments.inputs import check_generated, check_items, declared_input
 from controlplane.deployments.tasks import Tasks
 from controlplane.events.metadata import Metadata
 from controlplane.inference.service import Inference
@@ -58,7 +60,13 @@ class InferenceApplication:
             raise Refusal(Refused.INVALID, str(exc), field="resources.image") from exc
         job_id = new_job_id(tenant, key)
         with refusing():
-            manifest = await self._inference.manifest(tenant, request, job_id)
+            manifest, servable_input = await self._inference.manifest(tenant, request, job_id)
+            declared = declared_input(servable_input)
+            if request.input.items is not None:
+                check_items(declared, request.input.items, "input.items")
+            if request.input.generate is not None:
+                shape = request.input.generate.shape
+                check_generated(declared, shape, "input.generate.shape")
             limits = None
             # A retry finds its job whatever the limits say now; only a new job is held to them.
             if key is None or await self._jobs.jobs.load(job_id) is None:

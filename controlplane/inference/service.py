@@ -31,7 +31,7 @@ from controlplane.jobs.limits import JobLimits
 from controlplane.jobs.manifest import InferenceSpec, JobManifest, stored_manifest
 from controlplane.jobs.service import Jobs
 from controlplane.models.errors import MISSING, ModelError
-from controlplane.models.metadata import ModelMetadata
+from controlplane.models.metadata import DataType, ModelMetadata
 from controlplane.models.references import parse_reference
 from controlplane.models.service import Models
 from controlplane.queries import Q
@@ -75,9 +75,12 @@ class Inference:
         self._deployments = deployments
         self._clock = clock
 
-    async def manifest(self, tenant: str, request: InferenceRequest, job_id: UUID) -> JobManifest:
+    async def manifest(
+        self, tenant: str, request: InferenceRequest, job_id: UUID
+    ) -> tuple[JobManifest, DataType]:
         """The manifest of the job `job_id` (`new_job_id`'s: its deployment is named after
-        it), its model version resolved (InvalidRequest naming `model`)."""
+        it), its model version resolved (InvalidRequest naming `model`); and the input that
+        version declares."""
         try:
             model, version = await self._models.resolve(tenant, parse_reference(request.model))
         except MISSING as exc:
@@ -86,9 +89,9 @@ class Inference:
         except ModelError as exc:
             raise InvalidRequest(str(exc), field="model") from None
         # A version without a servable entry point is refused here, not by its replicas.
-        ModelMetadata.model_validate(version.metadata)
+        servable = ModelMetadata.model_validate(version.metadata).servable
         resources = request.resources
-        return JobManifest(
+        manifest = JobManifest(
             name=request.name,
             image=resources.image,
             command=REPLICA_COMMAND,
@@ -110,6 +113,7 @@ class Inference:
                 query_timeout_s=request.query_timeout_s,
             ),
         )
+        return manifest, servable.input
 
     async def submit(
         self,
