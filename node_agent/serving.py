@@ -4,7 +4,8 @@ results, fenced by each batch's claim.
 
 A batch holds at most `max_batch_size` items (counted in items, not tasks); it leaves when full
 or when its oldest task has waited `max_wait_ms`, and which of the two is recorded. A task of
-more items than that is run in calls of at most `max_batch_size` each.
+more items than that is run in calls of at most `max_batch_size` each, each call recorded as a
+batch of its own.
 
 The replica runs the tenant's code; the agent never runs it. What it answers is checked (one
 output per item) and stored as JSON; a failure in the tenant's code fails the batch's tasks
@@ -26,7 +27,13 @@ from typing import Any, Protocol, TypeVar
 from uuid import UUID, uuid4
 
 from controlplane.agent_port.protocol import QueryQueue, ServingQueue
-from controlplane.agent_port.vocabulary import UNAVAILABLE, ClaimedTask, ServableSpec, TaskResults
+from controlplane.agent_port.vocabulary import (
+    UNAVAILABLE,
+    BatchCall,
+    ClaimedTask,
+    ServableSpec,
+    TaskResults,
+)
 from controlplane.agent_port.wakes import Wakeups, queue_key
 from node_agent.inference import QueryFeed, stored
 from node_agent.packages import PackagesError, Site
@@ -126,6 +133,7 @@ class Serving:
         reason: str,
         invocation_ms: float,
         inference_ms: float | None,
+        calls: tuple[BatchCall, ...],
     ) -> int:
         outputs, errors = outcome
         return await self._port.finish_tasks(
@@ -141,6 +149,7 @@ class Serving:
                 reason=reason,
                 invocation_ms=invocation_ms,
                 inference_ms=inference_ms,
+                calls=calls,
             )
         )
 
@@ -275,6 +284,7 @@ class _Replica:
         reason = "full" if batch.items >= most else "timeout"
         started = time.monotonic()
         inference_ms: float | None = None
+        calls: list[BatchCall] = []
         if self._load_error is not None:
             outcome = _failed(batch.tasks, self._load_error)
         else:
@@ -284,13 +294,20 @@ class _Replica:
                 inference_ms = 0.0
                 # A task larger than a batch is run in calls of at most `most` items.
                 for start in range(0, len(items), most):
-                    part, took = await client.predict(items[start : start + most])
-                    outputs.extend(part)
+                    part = items[start : start + most]
+                    called = time.monotonic()
+                    try:
+                        answered, took = await client.predict(part)
+                    except ReplicaError:
+                        calls.append(BatchCall(len(part), _ms_since(called), None))
+                        raise
+                    calls.append(BatchCall(len(part), _ms_since(called), took))
+                    outputs.extend(answered)
                     inference_ms += took
                 outcome = _split(batch.tasks, outputs)
             except ReplicaError as exc:
                 outcome = _failed(batch.tasks, str(exc))
-        invocation_ms = (time.monotonic() - started) * 1000
+        invocation_ms = _ms_since(started)
         await self._retry(
             lambda: self._serving.finish(
                 batch,
@@ -301,6 +318,7 @@ class _Replica:
                 reason=reason,
                 invocation_ms=invocation_ms,
                 inference_ms=inference_ms,
+                calls=_recorded_calls(batch.items, most, calls),
             )
         )
 
@@ -313,6 +331,21 @@ class _Replica:
             except UNAVAILABLE as exc:
                 log.warning("replica %s: database unavailable (%s); retrying", self._job_id, exc)
                 await asyncio.sleep(RETRY_S)
+
+
+def _recorded_calls(items: int, most: int, calls: list[BatchCall]) -> tuple[BatchCall, ...]:
+    """The batches a batch of `items` is recorded as: () for one call (its own figures); else
+    each call of at most `most` items, those never made (the model failed to load, or an
+    earlier call failed, failing them all) as calls that took no time, so that every item is
+    in a recorded batch and none is larger than `most`."""
+    if items <= most:
+        return ()
+    sizes = [min(most, items - start) for start in range(0, items, most)]
+    return (*calls, *(BatchCall(size, 0.0, None) for size in sizes[len(calls) :]))
+
+
+def _ms_since(instant: float) -> float:
+    return (time.monotonic() - instant) * 1000
 
 
 def _work_dir(serve_dir: Path, job_id: UUID) -> Path:

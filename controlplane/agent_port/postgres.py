@@ -13,6 +13,7 @@ import asyncpg
 
 from controlplane.agent_port.values import (
     Allocation,
+    BatchCall,
     ClaimedTask,
     ExpiredFolders,
     InferenceJob,
@@ -158,21 +159,26 @@ class PostgresPort:
         return [ClaimedTask(r["task_id"], r["items"], r["input"], float(r["age_ms"])) for r in rows]
 
     async def finish_tasks(self, results: TaskResults) -> int:
+        calls = results.calls or (
+            BatchCall(results.items, results.invocation_ms, results.inference_ms),
+        )
         recorded: int = await self.pool.fetchval(
             Q["finish_tasks"],
             results.task_ids,
             results.outputs,
             results.errors,
             results.claim,
-            uuid.uuid4(),
+            [uuid.uuid4() for _ in calls],
             results.tenant,
             results.deployment,
             results.invocation_ms,
             results.inference_ms,
             results.replica,
-            results.items,
+            [call.items for call in calls],
             results.reason,
             "failed" if any(results.errors) else "succeeded",
+            [call.invocation_ms for call in calls],
+            [call.inference_ms for call in calls],
         )
         return recorded
 

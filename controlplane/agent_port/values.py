@@ -13,6 +13,7 @@ from controlplane.scheduling.placement import LearnerAllocation
 
 __all__ = [
     "Allocation",
+    "BatchCall",
     "Claim",
     "ClaimedTask",
     "ExpiredFolders",
@@ -69,6 +70,15 @@ class ClaimedTask:
 
 
 @dataclass(frozen=True, slots=True)
+class BatchCall:
+    """One call of a replica's entry point, recorded as a batch."""
+
+    items: int
+    invocation_ms: float
+    inference_ms: float | None
+
+
+@dataclass(frozen=True, slots=True)
 class TaskResults:
     """What a replica answered for a batch's tasks, recorded under the batch's claim."""
 
@@ -84,6 +94,10 @@ class TaskResults:
     """Why the batch left: 'full' or 'timeout'."""
     invocation_ms: float
     inference_ms: float | None
+    calls: tuple[BatchCall, ...] = ()
+    """Each call of the entry point, when the batch took several (a task larger than
+    max_batch_size is run in calls of at most that many items): each is recorded as a batch of
+    its own. None given: one call, of the figures above."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from controlplane.agent_port.values import (
     Allocation,
+    BatchCall,
     ClaimedTask,
     ExpiredFolders,
     InferenceJob,
@@ -57,6 +58,7 @@ __all__ = [
     "SYSTEM_CLOCK",
     "UNAVAILABLE",
     "Allocation",
+    "BatchCall",
     "CheckpointRequested",
     "Claim",
     "ClaimedTask",

@@ -135,6 +135,9 @@ FROM (SELECT * FROM claimed UNION ALL SELECT * FROM held) AS taken;
 -- A batch's outcome, fenced by its claim: each task's output (or error) recorded, a pipeline's
 -- task sent on to its next step, memoizable results stored, the batch recorded, and everyone
 -- waiting woken; all or nothing. A task requeued meanwhile (its claim gone) is left alone.
+-- The batch is recorded as the calls of the entry point it took: one, or several for a task
+-- larger than max_batch_size, each a row of its own ($5 their ids, $11 their items, $14 and
+-- $15 their times; $8 and $9 are the batch's whole, which its tasks' times say).
 WITH done AS (
     SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[])
         AS d(task_id, output, error)
@@ -158,7 +161,7 @@ WITH done AS (
         finished_at = CASE WHEN d.error IS NOT NULL OR t.step + 1 >= cardinality(t.steps)
                            THEN now() END,
         step_times = t.step_times || jsonb_build_object(
-            'deployment', t.deployment, 'replica', t.replica, 'batch', $5::uuid,
+            'deployment', t.deployment, 'replica', t.replica, 'batch', ($5::uuid[])[1],
             'invocation_ms', $8::float8, 'inference_ms', $9::float8)
     FROM done d
     WHERE t.task_id = d.task_id AND t.claim = $4 AND t.state = 'running'
@@ -173,8 +176,13 @@ WITH done AS (
     -- timed out) leaves no row, and its tasks are counted by the batch that finishes them.
     INSERT INTO serving_batches (batch_id, tenant, deployment, replica, tasks, items, reason,
                                  outcome, invocation_ms, inference_ms, at)
-    SELECT $5, $6, $7, $10, count(*), $11, $12, $13, $8, $9, now() FROM finished
-    HAVING count(*) > 0
+    -- Its tasks are counted once, by its first call (the batch their times name).
+    SELECT c.batch_id, $6, $7, $10, CASE WHEN c.n = 1 THEN f.tasks ELSE 0 END, c.items, $12,
+           $13, c.invocation_ms, c.inference_ms, now()
+    FROM (SELECT count(*) AS tasks FROM finished) f,
+         unnest($5::uuid[], $11::int[], $14::float8[], $15::float8[]) WITH ORDINALITY
+             AS c(batch_id, items, invocation_ms, inference_ms, n)
+    WHERE f.tasks > 0
 ), woken AS (
     -- A pipeline's task sent on wakes its next deployment's feeds; a finished one, its waiter.
     SELECT pg_notify('serving', CASE state WHEN 'queued' THEN tenant || '.' || deployment

@@ -303,15 +303,17 @@ async def finish(agent: Agent, deployment: str, task_id: UUID, claim_token: UUID
         ['["forged"]' if deployment != agent.deployment else '["ok"]'],
         [None],
         claim_token,
-        uuid4(),
+        [uuid4()],
         "acme",
         deployment,
         1.0,
         0.5,
         agent.job_id,
-        1,
+        [1],
         "full",
         "succeeded",
+        [1.0],
+        [0.5],
     )
     return recorded
 

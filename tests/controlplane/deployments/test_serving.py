@@ -121,6 +121,7 @@ async def test_batches_never_exceed_max_batch_size_counted_in_items(
         assert batches["items"] == sum(len(items) for items in inputs)
         assert batches["full"] + batches["timeout"] == batches["count"]
         assert batches["full"] >= 1  # seven tasks of 16 items came at once
+        assert batches["max_size"] <= 4  # the task of 6 is two batches, as it is two calls
         assert figures["requests"] == len(inputs) and figures["succeeded"] == len(inputs)
         assert figures["memo"]["hits"] == 0 and figures["queue_depth"] == 0
         # The same figures, re-derived by an auditor from the audit views.
@@ -143,6 +144,49 @@ async def test_batches_never_exceed_max_batch_size_counted_in_items(
             batches["full"],
         )
         assert [r["runs"] for r in runs] == [1] * len(inputs)
+
+
+SIZES_BUT_ONES = (
+    b"def predict(batch):\n"
+    b"    if 1 in batch:\n"
+    b"        raise ValueError('a one')\n"
+    b"    return [len(batch)] * len(batch)\n"
+)
+"""As SIZES, failing a call that holds a 1."""
+
+
+async def test_a_task_larger_than_a_batch_is_recorded_as_one_batch_per_call(
+    db_url: str, tmp_path: Path, tokens: Tokens, pool: asyncpg.Pool
+) -> None:
+    async with serving_cluster(db_url, tmp_path) as (client, _):
+        await publish(client, tokens.acme, "sizes", SIZES_BUT_ONES, "sizes:predict")
+        serving = {"max_batch_size": 4, "max_wait_ms": 0, "memo": False}
+        await deploy(client, tokens.acme, name="sizes", model="sizes", serving=serving)
+        await until_serving(client, tokens.acme, "sizes", 1)
+        status, task = await predict(client, tokens.acme, "sizes", [0] * 7)
+        assert (status, task["outputs"]) == (200, [4] * 4 + [3] * 3)
+        batches = await pool.fetch(
+            "SELECT batch_id, items, tasks, outcome, inference_ms FROM serving_batches"
+            " WHERE deployment = 'sizes' ORDER BY at, items DESC"
+        )
+        assert [(b["items"], b["tasks"], b["outcome"]) for b in batches] == [
+            (4, 1, "succeeded"),
+            (3, 0, "succeeded"),  # the task is counted once, by its first call
+        ]
+        assert all(b["inference_ms"] is not None for b in batches)
+        assert task["times"]["steps"][0]["batch"] == str(batches[0]["batch_id"])
+        response = await client.get("/v1/deployments/sizes/metrics", headers=auth(tokens.acme))
+        figures = (await response.json())["batches"]
+        assert (figures["count"], figures["items"], figures["max_size"]) == (2, 7, 4)
+        # A call that fails fails the task; each call, the failed one too, is still a batch.
+        status, failed = await predict(client, tokens.acme, "sizes", [0] * 4 + [1] + [0] * 5)
+        assert (status, failed["status"]) == (200, "failed")
+        calls = await pool.fetch(
+            "SELECT items, inference_ms IS NULL AS unanswered FROM serving_batches"
+            " WHERE deployment = 'sizes' AND outcome = 'failed'"
+        )
+        # Run, failed, and never made: the items of a failed call go with it.
+        assert sorted(tuple(c) for c in calls) == [(2, True), (4, False), (4, True)]
 
 
 ADD1 = b"def predict(batch):\n    return [x + 1 for x in batch]\n"
