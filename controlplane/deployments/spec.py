@@ -63,7 +63,8 @@ class Serving(BaseModel):
         default=8,
         ge=1,
         le=MAX_BATCH_SIZE,
-        description="most items one call of the entry point gets (a task of more items is refused)",
+        description="most items one call of the entry point gets (a task of more items is "
+        "run in several calls, each recorded as a batch)",
     )
     max_wait_ms: WaitMs = Field(
         default=5.0,
