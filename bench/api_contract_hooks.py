@@ -1,5 +1,9 @@
 """Schemathesis hooks for `trainyard bench contract` (loaded through SCHEMATHESIS_HOOKS).
 
+- `model-query`, the format of `GET /v1/models?q=`, is the model search language: its valid
+  values come from the grammar the user guide gives (bench/api_contract_formats.py).
+- A valid case keeps the rules between fields the document states in words, which JSON Schema
+  cannot (bench/api_contract_rules.py); the invalid cases are left as generated.
 - A job's logs and a log search with `follow=true` stream until the job ends (the jobs a run
   submits stay queued: no agent serves them), or forever: asked as text instead, as
   tests/controlplane/http/test_api_properties.py does, they are checked like any other answer.
@@ -10,18 +14,33 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import schemathesis
+
+from bench import api_contract_rules
+from bench.api_contract_formats import MODEL_QUERY
+
+schemathesis.openapi.format("model-query", MODEL_QUERY)
+
+RULES: dict[tuple[str, str], Callable[[dict[str, Any]], None]] = {
+    ("POST", "/v1/searches"): api_contract_rules.search,
+    ("POST", "/v1/inference"): api_contract_rules.inference,
+}
 
 
 @schemathesis.hook
 def before_call(
     context: schemathesis.HookContext, case: schemathesis.Case[Any], kwargs: dict[str, Any]
 ) -> None:
+    valid = case.meta is not None and case.meta.generation.mode.is_positive
+    rule = RULES.get((case.operation.method.upper(), case.operation.path))
+    if valid and rule is not None and isinstance(case.body, dict):
+        rule(case.body)  # schemathesis sees the edit, and checks the case is still valid
     if not case.query:
         return
     if str(case.query.get("follow")).lower() in ("true", "1"):
         case.query["follow"] = "false"
-    if case.meta is not None and case.meta.generation.mode.is_positive:
+    if valid:
         case.query.pop("cursor", None)

@@ -83,9 +83,32 @@ SearcherSpec = Annotated[
 ]
 
 
+def _trial_schema(schema: dict[str, Any]) -> None:
+    """What `_consistent` checks of a trial template that a schema can state: a job manifest
+    with these fields null, and fewer labels."""
+    schema["allOf"] = [
+        {"$ref": schema.pop("$ref")},
+        {
+            "properties": {
+                **{field: {"type": "null"} for field in TRIAL_NULL_FIELDS},
+                "labels": {"maxProperties": MAX_LABELS - 2},
+            }
+        },
+    ]
+
+
+TRIAL_NULL_FIELDS = ("servable", "inference", "trial", "hparams")
+"""A trial template's fields the search owns (hparams, trial) or a training job has none of."""
+
+
 class SearchSpec(_Strict):
     name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-    trial: JobManifest = Field(description="the template each trial's job is made from")
+    trial: JobManifest = Field(
+        description="the template each trial's job is made from: a training job (no "
+        "servable, inference, trial or hparams: the search sets each trial's), with at most "
+        f"{MAX_LABELS - 2} labels (a trial's job gets two more: its search and its number)",
+        json_schema_extra=_trial_schema,
+    )
     space: Space
     searcher: SearcherSpec
     metric: Metric

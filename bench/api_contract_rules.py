@@ -1,0 +1,84 @@
+"""The rules between fields that the document states in words (descriptions), which JSON Schema
+cannot: `trainyard bench contract` makes each valid case it generates keep them, as a client
+reading the document would (bench/api_contract_hooks.py), so that the server refusing one of
+these cases is a real disagreement, not schemathesis's ignorance of a rule.
+
+Each function takes a request body as schemathesis generated it (already valid against the
+schema) and changes it in place as little as the rule needs. A rule the schema can state is
+stated there, never repaired here.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from controlplane.inference.spec import MAX_ITEM_ELEMENTS
+from controlplane.jobs.manifest import MAX_ENV_VALUE_CHARS
+from controlplane.searches.space import MAX_BOUND, Space, grid_size, max_point_chars
+from controlplane.searches.spec import MAX_TRIALS
+
+ASHA_BUDGET_FLOOR = 1
+"""ASHA's min_budget is at least 1, and less than budget.max."""
+SMALL_SPACE = {"params": {"x": {"type": "uniform", "low": 0.0, "high": 1.0}}}
+
+
+def search(body: dict[str, Any]) -> None:
+    """POST /v1/searches: a range's low is below its high (an int's at most), a repeat's min
+    at most its max, evolution's sample at most its population, ASHA's min_budget below
+    budget.max, a grid of at most MAX_TRIALS points, a point a learner can be given."""
+    params = body["space"]["params"]
+    for param in params.values():
+        _ordered(param)
+        for inner in param.get("item", {}).values() if param.get("type") == "repeat" else ():
+            _ordered(inner)
+    searcher = body.get("searcher", {})
+    match searcher.get("name"):
+        case "evolution" if searcher.get("sample", 5) > searcher.get("population", 20):
+            searcher["sample"], searcher["population"] = (
+                searcher.get("population", 20),
+                searcher.get("sample", 5),
+            )
+        case "asha" if searcher["min_budget"] >= body["budget"]["max"]:
+            body["budget"]["max"] = max(body["budget"]["max"], ASHA_BUDGET_FLOOR + 1)
+            searcher["min_budget"] = body["budget"]["max"] - 1
+    # The sizes are the server's own arithmetic over the space (the rules: a grid of at most
+    # MAX_TRIALS points, a point of at most MAX_ENV_VALUE_CHARS characters as JSON).
+    space = Space.model_validate(body["space"])
+    too_many = searcher.get("name") == "grid" and (
+        grid_size(space, searcher.get("points", 3)) > MAX_TRIALS
+    )
+    if too_many or max_point_chars(space) > MAX_ENV_VALUE_CHARS:
+        body["space"] = SMALL_SPACE
+
+
+def _ordered(param: dict[str, Any]) -> None:
+    match param.get("type"):
+        case "uniform" | "log_uniform":
+            low, high = sorted((param["low"], param["high"]))
+            if low == high:
+                # Strictly below: the next float up for high, or down for low at the top.
+                if high < MAX_BOUND:
+                    high = math.nextafter(high, math.inf)
+                else:
+                    low = math.nextafter(low, -math.inf)
+            param["low"], param["high"] = low, high
+        case "int":
+            param["low"], param["high"] = sorted((param["low"], param["high"]))
+        case "repeat":
+            param["min"], param["max"] = sorted((param["min"], param["max"]))
+
+
+def inference(body: dict[str, Any]) -> None:
+    """POST /v1/inference: a generated item holds at most MAX_ITEM_ELEMENTS numbers (the
+    shape's product); `queries` at most the batches the items given make."""
+    source = body.get("input", {})
+    shape = (source.get("generate") or {}).get("shape")
+    if shape:
+        while math.prod(shape) > MAX_ITEM_ELEMENTS:
+            largest = shape.index(max(shape))
+            shape[largest] = max(1, shape[largest] // 2)
+    items = source.get("items")
+    if items and body.get("queries") is not None:
+        batches = math.ceil(len(items) / body.get("batch_size", 16))
+        body["queries"] = min(body["queries"], batches)
