@@ -44,7 +44,9 @@ class _Param(BaseModel):
 
 class Uniform(_Param):
     type: Literal["uniform"]
-    low: float = Field(ge=-MAX_BOUND, le=MAX_BOUND, allow_inf_nan=False)
+    low: float = Field(
+        ge=-MAX_BOUND, le=MAX_BOUND, allow_inf_nan=False, description="less than high"
+    )
     high: float = Field(ge=-MAX_BOUND, le=MAX_BOUND, allow_inf_nan=False)
 
     @model_validator(mode="after")
@@ -56,7 +58,9 @@ class Uniform(_Param):
 
 class LogUniform(_Param):
     type: Literal["log_uniform"]
-    low: float = Field(ge=MIN_LOG_BOUND, le=MAX_BOUND, allow_inf_nan=False)
+    low: float = Field(
+        ge=MIN_LOG_BOUND, le=MAX_BOUND, allow_inf_nan=False, description="less than high"
+    )
     high: float = Field(ge=MIN_LOG_BOUND, le=MAX_BOUND, allow_inf_nan=False)
 
     @model_validator(mode="after")
@@ -68,7 +72,7 @@ class LogUniform(_Param):
 
 class Integer(_Param):
     type: Literal["int"]
-    low: int = Field(ge=-MAX_INT, le=MAX_INT)
+    low: int = Field(ge=-MAX_INT, le=MAX_INT, description="at most high")
     high: int = Field(ge=-MAX_INT, le=MAX_INT)
 
     @model_validator(mode="after")
@@ -87,7 +91,7 @@ class Repeat(_Param):
     """MIN to MAX items, each a point of `item` (itself without a `repeat`: one level deep)."""
 
     type: Literal["repeat"]
-    min: int = Field(ge=1, le=MAX_REPEAT)
+    min: int = Field(ge=1, le=MAX_REPEAT, description="at most max")
     max: int = Field(ge=1, le=MAX_REPEAT)
     item: dict[
         Name, Annotated[Uniform | LogUniform | Integer | Choice, Field(discriminator="type")]

@@ -55,12 +55,19 @@ class RandomSpec(_Strict):
 
 class GridSpec(_Strict):
     name: Literal["grid"]
-    points: int = Field(default=3, ge=2, le=16, description="values of each real parameter")
+    points: int = Field(
+        default=3,
+        ge=2,
+        le=16,
+        description=f"values of each real parameter (the grid: at most {MAX_TRIALS} points)",
+    )
 
 
 class AshaSpec(_Strict):
     name: Literal["asha"]
-    min_budget: int = Field(ge=1, le=MAX_BUDGET, description="rung 0's budget")
+    min_budget: int = Field(
+        ge=1, le=MAX_BUDGET, description="rung 0's budget: less than the search's budget.max"
+    )
     reduction: int = Field(default=3, ge=2, le=8, description="1/reduction of a rung go on")
     seed: int = Field(default=0, ge=0, le=MAX_SEED)
 
@@ -68,7 +75,7 @@ class AshaSpec(_Strict):
 class EvolutionSpec(_Strict):
     name: Literal["evolution"]
     population: int = Field(default=20, ge=2, le=MAX_TRIALS)
-    sample: int = Field(default=5, ge=1, le=MAX_TRIALS)
+    sample: int = Field(default=5, ge=1, le=MAX_TRIALS, description="at most population")
     seed: int = Field(default=0, ge=0, le=MAX_SEED)
 
     @model_validator(mode="after")
@@ -109,7 +116,10 @@ class SearchSpec(_Strict):
         f"{MAX_LABELS - 2} labels (a trial's job gets two more: its search and its number)",
         json_schema_extra=_trial_schema,
     )
-    space: Space
+    space: Space = Field(
+        description="the hyperparameters; a point of it takes at most "
+        f"{MAX_ENV_VALUE_CHARS} characters as JSON (a learner is given it in its environment)"
+    )
     searcher: SearcherSpec
     metric: Metric
     budget: Budget
