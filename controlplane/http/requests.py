@@ -111,10 +111,12 @@ def _integral_floats(document: Any, exc: ValidationError) -> bool:
         holder = document
         try:
             for step in path:
+                if isinstance(holder, dict) and isinstance(step, str) and step not in holder:
+                    continue  # a union's tag (searcher.asha.min_budget): no key of the body
                 holder = holder[step]
             if holder[last] == number:
                 holder[last] = int(number)
                 replaced = True
         except (KeyError, IndexError, TypeError):
-            continue  # a step that names no key (a union's tag): the refusal stands
+            continue  # a path the body does not have: the refusal stands
     return replaced
