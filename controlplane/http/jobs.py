@@ -257,14 +257,14 @@ OPERATIONS = (
         {
             400: "malformed request",
             401: "missing or wrong token",
-            403: "a tenant's token submitting for another tenant; or a file:// data.source or "
-            "results.location outside the operator's roots for the tenant (the field names it)",
+            403: "a tenant's token submitting for another tenant; a file:// data.source or "
+            "results.location outside the operator's roots for the tenant; or a webhook_url "
+            "whose host is or resolves to a non-public address (not in "
+            "TRAINYARD_WEBHOOK_ALLOW_NETWORKS) or does not resolve (the field names which)",
             409: "the Idempotency-Key was used for a different manifest",
             422: "invalid manifest fields, each listed (a reserved environment name as "
             "`env.NAME`; memory_mb also past the largest node's); an image the service does not "
-            "allow (`image`); an unknown tenant; or a webhook_url whose "
-            "host is or resolves to a non-public address (not in "
-            "TRAINYARD_WEBHOOK_ALLOW_NETWORKS) or does not resolve",
+            "allow (`image`); or an unknown tenant",
             429: "the tenant's submissions_per_s (with Retry-After) or queued_jobs limit reached "
             "(field names which)",
         },

@@ -296,8 +296,9 @@ OPERATIONS = (
             409,
             422,
             429,
-            e403="a tenant's token acting for another tenant; or a file:// trial.data.source or "
-            "trial.results.location outside the operator's roots for the tenant",
+            e403="a tenant's token acting for another tenant; a file:// trial.data.source or "
+            "trial.results.location outside the operator's roots for the tenant; or a "
+            "trial.webhook_url the service may not send to (the field names which)",
         ),
         query=SubmitQuery,
         params=(idempotency_param("a retry with the same key finds the same search"),),

@@ -1,5 +1,5 @@
 """Where a webhook may go: its host resolved, and every address it resolves to allowed
-(`addresses`), both when the job is submitted (a 422 naming `webhook_url`) and at each delivery
+(`addresses`), both when the job is submitted (a 403 naming `webhook_url`: the tenant may not send there) and at each delivery
 (DNS may have changed since).
 
 At delivery the check is the resolver the relay's connections use, so the addresses checked
@@ -93,16 +93,17 @@ class CheckingResolver(AbstractResolver):
             raise TargetRefused(f"cannot resolve host {host!r}: {exc.strerror}") from exc
 
     async def admit(self, url: str, field: str) -> None:
-        """`check_url` for a submission: refused (INVALID, naming `field`) as the relay would
-        refuse to deliver there, or when the host does not resolve within `LOOKUP_S`."""
+        """`check_url` for a submission: refused (FORBIDDEN, naming `field`: the URL is well
+        formed, the service may not deliver there) as the relay would refuse to deliver there,
+        or when the host does not resolve within `LOOKUP_S`."""
         try:
             async with asyncio.timeout(LOOKUP_S):
                 await self.check_url(url)
         except TargetRefused as exc:
-            raise Refusal(Refused.INVALID, str(exc), field=field) from exc
+            raise Refusal(Refused.FORBIDDEN, str(exc), field=field) from exc
         except TimeoutError:
             raise Refusal(
-                Refused.INVALID,
+                Refused.FORBIDDEN,
                 f"the webhook's host did not resolve within {LOOKUP_S:g}s",
                 field=field,
             ) from None

@@ -1,5 +1,5 @@
 """Webhooks go only to public addresses, or to networks the operator allows: refused at
-submission (422 naming `webhook_url`, nothing written) and again at delivery (recorded as a
+submission (403 naming `webhook_url`, nothing written) and again at delivery (recorded as a
 failed delivery with the reason, not retried); redirects are not followed."""
 
 from __future__ import annotations
@@ -103,12 +103,12 @@ async def client(db_url: str) -> AsyncIterator[Client]:
 
 
 @pytest.mark.parametrize("url", REFUSED_URLS)
-async def test_a_refused_webhook_url_is_a_422_naming_the_field_and_writes_nothing(
+async def test_a_refused_webhook_url_is_a_403_naming_the_field_and_writes_nothing(
     client: Client, tokens: Tokens, url: str
 ) -> None:
     manifest = {"name": "j", "image": "i", "command": ["x"], "webhook_url": url}
     response = await client.post("/v1/jobs", json=manifest, headers=auth(tokens.acme))
-    assert response.status == 422, await response.text()
+    assert response.status == 403, await response.text()
     body = await response.json()
     assert body["field"] == "webhook_url"
     listed = await (await client.get("/v1/jobs", headers=auth(tokens.acme))).json()
