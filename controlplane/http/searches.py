@@ -263,6 +263,12 @@ _REASONS = {
 }
 
 
+_NOT_READY = (
+    "a search submitted a moment ago whose views are still not ready after 5 s (the "
+    "projections are behind: /readyz says so); retry after Retry-After"
+)
+
+
 def _errors(*statuses: int, **reasons: str) -> dict[int, str]:
     """Error answers; `e422="..."` says what a status means for one operation."""
     return {s: reasons.get(f"e{s}", _REASONS[s]) for s in statuses}
@@ -322,7 +328,7 @@ OPERATIONS = (
         "getSearch",
         "A search: its state, its best trial so far, its spec",
         {200: Answer("the search", SearchDetail)},
-        _errors(401, 404),
+        _errors(401, 404, 429, e429=_NOT_READY),
         params=(SEARCH_ID,),
     ),
     Operation(
@@ -332,7 +338,7 @@ OPERATIONS = (
         "getSearchTrials",
         "Every trial of the search: its rung, metric, state and why",
         {200: Answer("the trials, by number", TrialList)},
-        _errors(401, 404),
+        _errors(401, 404, 429, e429=_NOT_READY),
         params=(SEARCH_ID,),
     ),
     Operation(
@@ -343,7 +349,7 @@ OPERATIONS = (
         "Every trial's metric curve, a page of trials at a time, each curve thinned to a "
         "bounded number of points (for a chart of all trials)",
         {200: Answer("the trials' curves, by trial number", CurvePage)},
-        _errors(400, 401, 404),
+        _errors(400, 401, 404, 429, e429=_NOT_READY),
         query=CurvesQuery,
         params=(SEARCH_ID,),
     ),
@@ -358,8 +364,10 @@ OPERATIONS = (
         _errors(
             401,
             404,
+            429,
             e404="no such search (or none of the caller's), or no trial has "
             "reported its metric yet",
+            e429=_NOT_READY,
         ),
         params=(SEARCH_ID,),
     ),

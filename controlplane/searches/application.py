@@ -11,6 +11,7 @@ as a `Refusal`. A tenant sees its own searches; another's is "not found", never 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from uuid import UUID
 
@@ -46,6 +47,10 @@ from controlplane.tenants.principals import Principal
 DEFAULT_REASON = "cancelled by user"
 MAX_REASON = 1000
 NOT_FOUND = "no such search"
+READ_MODEL_WAIT_S = 5.0
+"""How long a read waits for a search its stream has to reach the read model (a moment,
+unless the projections are stuck: /readyz says so)."""
+READ_MODEL_POLL_S = 0.02
 
 
 class SearchesApplication:
@@ -117,10 +122,33 @@ class SearchesApplication:
     async def visible(self, who: Principal, search_id: str) -> asyncpg.Record:
         """The search's row in the read model (which lags the log by a moment), when `who` may
         see it."""
-        row: asyncpg.Record | None = await search_row(self._pool, _search_id(search_id))
-        if row is None or not who.may_see(row["tenant"]):
+        uuid = _search_id(search_id)
+        row: asyncpg.Record | None = await search_row(self._pool, uuid)
+        if row is None:
+            # Submitted a moment ago (404 unless its stream has it, for `who` to see): a
+            # client following the 201's links finds it.
+            await self.loaded(who, search_id)
+            row = await self._projected(uuid)
+        if not who.may_see(row["tenant"]):
             raise Refusal(Refused.NOT_FOUND, NOT_FOUND)
         return row
+
+    async def _projected(self, search_id: UUID) -> asyncpg.Record:
+        """The row of a search its stream has, once the read model shows it."""
+        try:
+            async with asyncio.timeout(READ_MODEL_WAIT_S):
+                while True:
+                    row = await search_row(self._pool, search_id)
+                    if row is not None:
+                        return row
+                    # Polled: the projection may be applied by another control plane.
+                    await asyncio.sleep(READ_MODEL_POLL_S)
+        except TimeoutError:
+            raise Refusal(
+                Refused.LIMITED,
+                "the search was submitted a moment ago and its views are not ready yet",
+                retry_after_s=1,
+            ) from None
 
     async def loaded(self, who: Principal, search_id: str) -> Search:
         """The search from its stream, when `who` may see it. From the stream itself, not the

@@ -4,6 +4,8 @@ Postgres cannot store), and a search another tenant cannot find."""
 
 from __future__ import annotations
 
+import asyncio
+
 import asyncpg
 import pytest
 from aiohttp.resolver import ThreadedResolver
@@ -13,8 +15,10 @@ from controlplane.events.store import EventStore
 from controlplane.jobs.application import JobsApplication
 from controlplane.jobs.images import ImageAllowlist
 from controlplane.jobs.locations import Roots
+from controlplane.queries import Q
 from controlplane.refusals import Refusal, Refused
 from controlplane.searches.application import SearchesApplication
+from controlplane.searches.projection import SearchesProjection
 from controlplane.searches.service import Searches, new_search_id
 from controlplane.searches.spec import SearchSpec
 from controlplane.tenants.principals import Principal
@@ -83,3 +87,25 @@ async def test_another_tenants_search_is_not_found_and_a_bad_reason_changes_noth
     with pytest.raises(Refusal) as refused:
         await searches.cancel(search, None, USER)
     assert refused.value.kind is Refused.CONFLICT
+
+
+async def test_a_search_just_submitted_is_found_once_the_read_model_shows_it(
+    searches: SearchesApplication, pool: asyncpg.Pool, plane: Plane
+) -> None:
+    # The read model held back, as another control plane applying it slowly would.
+    async with pool.acquire() as holder:
+        hold = holder.transaction()
+        await hold.start()
+        await holder.execute(Q["lock_projection_wait"], SearchesProjection.name)
+        created, _ = await searches.submit("acme", SearchSpec.model_validate(spec()), USER, "new")
+        found = asyncio.create_task(searches.visible(ACME, str(created.id)))
+        await asyncio.sleep(0.3)
+        assert not found.done()  # waiting for the read model, not "no such search"
+        with pytest.raises(Refusal) as refused:
+            await searches.visible(GLOBEX, str(created.id))  # another tenant's: at once
+        assert refused.value.kind is Refused.NOT_FOUND
+        await hold.rollback()
+    # Applied now, whether or not news woke the runner after its try found the lock held.
+    await plane.runner.catch_up(plane.runner.projections[SearchesProjection.name])
+    row = await asyncio.wait_for(found, 5)
+    assert (row["search_id"], row["tenant"]) == (created.id, "acme")
