@@ -1,6 +1,9 @@
 """Hypothesis strategies for the string formats the document names beyond JSON Schema's own,
 which `trainyard bench contract` registers with schemathesis (bench/api_contract_hooks.py).
 
+`orcid`: an ORCID iD, whose last character is the ISO 7064 MOD 11-2 check digit of the others
+(computed here from ORCID's definition).
+
 `model-query`: the model search language of `GET /v1/models?q=` (docs/user-guide.md, "Model
 search queries"; controlplane/models/query/query.py). A grammar, which no `pattern` can state:
 parentheses nest. Generated from the grammar as the guide writes it, not from the server's
@@ -97,3 +100,17 @@ MODEL_QUERY: st.SearchStrategy[str] = st.one_of(
     st.recursive(_TERM, _combined, max_leaves=6),
 )
 """A query the user guide allows."""
+
+
+def _with_check_digit(digits: str) -> str:
+    """An ORCID iD of 15 digits and their check digit, in groups of four."""
+    total = 0
+    for digit in digits:
+        total = (total + int(digit)) * 2
+    check = (12 - total % 11) % 11
+    whole = digits + ("X" if check == 10 else str(check))
+    return "-".join(whole[at : at + 4] for at in range(0, 16, 4))
+
+
+ORCID: st.SearchStrategy[str] = st.from_regex(r"[0-9]{15}", fullmatch=True).map(_with_check_digit)
+"""An ORCID iD whose check digit matches."""

@@ -20,13 +20,17 @@ from typing import Any
 import schemathesis
 
 from bench import api_contract_rules
-from bench.api_contract_formats import MODEL_QUERY
+from bench.api_contract_formats import MODEL_QUERY, ORCID
 
 schemathesis.openapi.format("model-query", MODEL_QUERY)
+schemathesis.openapi.format("orcid", ORCID)
 
 RULES: dict[tuple[str, str], Callable[[dict[str, Any]], None]] = {
     ("POST", "/v1/searches"): api_contract_rules.search,
     ("POST", "/v1/inference"): api_contract_rules.inference,
+}
+QUERY_RULES: dict[tuple[str, str], Callable[[dict[str, Any]], None]] = {
+    ("GET", "/v1/jobs/{job_id}/pending"): api_contract_rules.pending_window,
 }
 
 
@@ -35,9 +39,12 @@ def before_call(
     context: schemathesis.HookContext, case: schemathesis.Case[Any], kwargs: dict[str, Any]
 ) -> None:
     valid = case.meta is not None and case.meta.generation.mode.is_positive
-    rule = RULES.get((case.operation.method.upper(), case.operation.path))
-    if valid and rule is not None and isinstance(case.body, dict):
-        rule(case.body)  # schemathesis sees the edit, and checks the case is still valid
+    operation = (case.operation.method.upper(), case.operation.path)
+    # Schemathesis sees the edits, and checks that the case is still valid.
+    if valid and (rule := RULES.get(operation)) is not None and isinstance(case.body, dict):
+        rule(case.body)
+    if valid and (rule := QUERY_RULES.get(operation)) is not None and case.query:
+        rule(case.query)
     if not case.query:
         return
     if str(case.query.get("follow")).lower() in ("true", "1"):

@@ -11,6 +11,7 @@ stated there, never repaired here.
 from __future__ import annotations
 
 import math
+from datetime import datetime
 from typing import Any
 
 from controlplane.inference.spec import MAX_ITEM_ELEMENTS
@@ -82,3 +83,18 @@ def inference(body: dict[str, Any]) -> None:
     if items and body.get("queries") is not None:
         batches = math.ceil(len(items) / body.get("batch_size", 16))
         body["queries"] = min(body["queries"], batches)
+
+
+def pending_window(query: dict[str, Any]) -> None:
+    """GET /v1/jobs/{job_id}/pending: `until` is not before `since` (the 400 it documents)."""
+    since, until = query.get("since"), query.get("until")
+    if isinstance(since, str) and isinstance(until, str):
+        try:
+            if _instant(until) < _instant(since):
+                query["since"], query["until"] = until, since
+        except (ValueError, TypeError):
+            return  # not two comparable instants: the server's answer is the schema's
+
+
+def _instant(text: str) -> datetime:
+    return datetime.fromisoformat(text.upper())  # RFC 3339 allows a lower-case t and z

@@ -196,9 +196,15 @@ class Creator(StrictModel):
             str,
             _matching(_ORCID, "an ORCID iD such as 0000-0002-1825-0097"),
             AfterValidator(_orcid_checksum),
+            # The check digit is no rule a pattern can state: the format names it.
+            Field(json_schema_extra={"format": "orcid"}),
         ]
         | None
-    ) = Field(default=None, description="their ORCID iD, without the https://orcid.org/")
+    ) = Field(
+        default=None,
+        description="their ORCID iD, without the https://orcid.org/; its last character is "
+        "the ISO 7064 MOD 11-2 check digit of the others",
+    )
 
 
 class Citation(StrictModel):

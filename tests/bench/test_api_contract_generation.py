@@ -11,8 +11,9 @@ from typing import Any
 from hypothesis import given, settings
 
 from bench import api_contract_rules
-from bench.api_contract_formats import MODEL_QUERY
+from bench.api_contract_formats import MODEL_QUERY, ORCID
 from controlplane.inference.spec import MAX_ITEM_ELEMENTS, InferenceRequest
+from controlplane.models.metadata import Creator
 from controlplane.models.query.query import parse
 from controlplane.searches.spec import SearchSpec
 
@@ -92,3 +93,14 @@ def test_a_generated_shape_is_cut_to_the_items_bound_and_queries_to_the_batches(
     }
     api_contract_rules.inference(given_items)
     assert InferenceRequest.model_validate(given_items).queries == 2
+
+
+@given(ORCID)
+def test_every_orcid_generated_has_its_check_digit(orcid: str) -> None:
+    assert Creator.model_validate({"name": "A", "orcid": orcid}).orcid == orcid
+
+
+def test_a_pending_window_ending_before_it_starts_is_turned_around() -> None:
+    query = {"since": "2026-11-29T10:00:00Z", "until": "2026-11-28t09:00:00z", "seconds": "1"}
+    api_contract_rules.pending_window(query)
+    assert (query["since"], query["until"]) == ("2026-11-28t09:00:00z", "2026-11-29T10:00:00Z")
