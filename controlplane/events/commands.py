@@ -64,11 +64,13 @@ class Loaded(Generic[S, E]):
 
 @dataclass(frozen=True, slots=True)
 class Executed(Generic[S, E]):
-    """A command carried out: the state after it, the events it appended, and where."""
+    """A command carried out: the state after it, the events it appended, and where (None:
+    the command decided nothing, as asking again for what is already so does, and nothing
+    was written)."""
 
     state: S
     events: list[E]
-    appended: Appended
+    appended: Appended | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +129,8 @@ class Aggregate(Generic[C, S, E]):
         if loaded is None:
             loaded = await self.load(streams, stream_id)
         events = list(self.decide(command, loaded.state))
+        if not events:
+            return Executed(loaded.state, events, None)
         appended = await streams.append(stream_id, loaded.version, events, metadata)
         return Executed(self.fold(loaded.state, events), events, appended)
 

@@ -105,7 +105,11 @@ def document() -> dict[str, Any]:
         "info": {"title": "Trainyard", "version": __version__},
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
-            "schemas": {**_schemas(*models_of(OPERATIONS)), "Error": ERROR},
+            "schemas": {
+                **_schemas(*models_of(OPERATIONS)),
+                "Error": ERROR,
+                "StorableJson": STORABLE_JSON,
+            },
         },
         "webhooks": WEBHOOKS,
         "paths": paths,
@@ -121,10 +125,29 @@ def _schemas(*models: type[BaseModel]) -> dict[str, Any]:
     return {name: _storable(schema) for name, schema in schemas.items()}
 
 
+STORABLE_JSON = {
+    "description": "any JSON value whose text (strings and keys, at any depth) holds no NUL, "
+    "which Postgres cannot store",
+    "anyOf": [
+        {"type": "string", "pattern": params.NO_NUL},
+        {"type": ["number", "boolean", "null"]},
+        {"type": "array", "items": {"$ref": REF + "StorableJson"}},
+        {
+            "type": "object",
+            "propertyNames": {"pattern": params.NO_NUL},
+            "additionalProperties": {"$ref": REF + "StorableJson"},
+        },
+    ],
+}
+"""What a list or map of any JSON (a task's inputs, an inference job's items) holds: what
+`check_storable` admits."""
+
+
 def _storable(schema: Any) -> Any:
     """The schema with what every request model checks stated: `check_storable` (text without
     NUL, which Postgres cannot hold) on each string and each map's keys that say nothing
-    stricter (a pattern, a format, an enum or a constant), and a map's key rule."""
+    stricter (a pattern, a format, an enum or a constant), on the values of lists and maps of
+    any JSON, and a map's key rule."""
     if isinstance(schema, list):
         return [_storable(item) for item in schema]
     if not isinstance(schema, dict):
@@ -133,6 +156,9 @@ def _storable(schema: Any) -> Any:
     free = not {"pattern", "format", "enum", "const"} & stated.keys()
     if schema.get("type") == "string" and free:
         stated["pattern"] = params.NO_NUL
+    for values in ("items", "additionalProperties"):
+        if schema.get(values) == {}:
+            stated[values] = {"$ref": REF + "StorableJson"}
     if isinstance(schema.get("additionalProperties"), dict) and "propertyNames" not in schema:
         stated["propertyNames"] = {"pattern": params.NO_NUL}
     # pydantic states a map's key rule as patternProperties alone: other keys are refused too.

@@ -223,7 +223,8 @@ async def _execute(
     executed: Executed[TenantState | None, TenantEvent] = await TENANT.execute(
         store, stream, command, metadata
     )
-    await project_now(runner, executed.appended.log_position)
+    if executed.appended is not None:  # else nothing changed: nothing to wait for
+        await project_now(runner, executed.appended.log_position)
 
 
 def _issued(token: IssuedToken, at: datetime) -> TokenIssued:

@@ -207,6 +207,13 @@ async def test_a_pipeline_of_three_steps_is_one_task_with_each_steps_times(
             "/v1/pipelines", json={"name": "p", "steps": steps}, headers=auth(tokens.acme)
         )
         assert response.status == 201, await response.text()
+        # The same definition again changes nothing (it wrote nothing: no 500 for an empty
+        # append); other steps under the name are a conflict.
+        for again, status in ((steps, 201), (["add1"], 409)):
+            response = await client.post(
+                "/v1/pipelines", json={"name": "p", "steps": again}, headers=auth(tokens.acme)
+            )
+            assert response.status == status, await response.text()
         response = await client.post(
             "/v1/pipelines/p/predict", json={"inputs": [1, 2]}, headers=auth(tokens.acme)
         )
