@@ -47,7 +47,7 @@ def search(body: dict[str, Any]) -> None:
     # MAX_TRIALS points, a point of at most MAX_ENV_VALUE_CHARS characters as JSON).
     space = Space.model_validate(body["space"])
     too_many = searcher.get("name") == "grid" and (
-        grid_size(space, searcher.get("points", 3)) > MAX_TRIALS
+        grid_size(space, int(searcher.get("points", 3))) > MAX_TRIALS
     )
     if too_many or max_point_chars(space) > MAX_ENV_VALUE_CHARS:
         body["space"] = SMALL_SPACE

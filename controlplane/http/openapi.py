@@ -159,8 +159,10 @@ def _storable(schema: Any) -> Any:
     for values in ("items", "additionalProperties"):
         if schema.get(values) == {}:
             stated[values] = {"$ref": REF + "StorableJson"}
-    if isinstance(schema.get("additionalProperties"), dict) and "propertyNames" not in schema:
-        stated["propertyNames"] = {"pattern": params.NO_NUL}
+    if isinstance(schema.get("additionalProperties"), dict):
+        names = stated.get("propertyNames", {})
+        if not {"pattern", "format", "enum", "const"} & names.keys():
+            stated["propertyNames"] = {**names, "pattern": params.NO_NUL}
     # pydantic states a map's key rule as patternProperties alone: other keys are refused too.
     if "patternProperties" in schema and "additionalProperties" not in schema:
         stated["additionalProperties"] = False

@@ -104,3 +104,10 @@ def test_a_pending_window_ending_before_it_starts_is_turned_around() -> None:
     query = {"since": "2026-11-29T10:00:00Z", "until": "2026-11-28t09:00:00z", "seconds": "1"}
     api_contract_rules.pending_window(query)
     assert (query["since"], query["until"]) == ("2026-11-28t09:00:00z", "2026-11-29T10:00:00Z")
+
+
+def test_a_grid_too_large_is_replaced_whatever_json_number_its_points_are() -> None:
+    params = {f"p{n}": {"type": "int", "low": 0.0, "high": 99.0} for n in range(6)}
+    body = search(params, {"name": "grid", "points": 16.0})
+    api_contract_rules.search(body)
+    assert SearchSpec.model_validate(body).space.params.keys() == {"x"}
