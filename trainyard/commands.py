@@ -138,7 +138,8 @@ def add_client_commands(commands: Any) -> None:
         "status",
         "a job's state, current attempt and full history, and why it is pending",
         "Show a job's state, attempt, restarts, nodes, GPUs, last checkpoint, exit codes and "
-        "failure reason, and every event of its history with time, actor and reason. A queued "
+        "failure reason; for a job of several learners, each rank's node, GPUs, state and exit "
+        "code; and every event of its history with time, actor and reason. A queued "
         "job's queue position and every reason it waits (never: it will not run as it is; "
         "waiting: for its turn, room or a backoff's end), and, for any job that waited, the "
         "time each reason held it.",
@@ -152,15 +153,17 @@ def add_client_commands(commands: Any) -> None:
         "Print a job's learner log lines. With -f, follow them (and the job's state) until the "
         "job and its learners have ended; the exit code is then 1 if it FAILED or was "
         "CANCELLED. The launcher's reports (phases, metrics, checkpoints) are shown readably as "
-        "`report` lines; --raw shows every line as stored. --output json prints one JSON "
-        "object per line: only what the job's command printed, unless --raw.",
+        "`report` lines; --raw shows every line as stored. A job of several learners names "
+        "each line's rank (its learner index) in place of its learner, unless --raw. --output "
+        "json prints one JSON object per line: only what the job's command printed, unless "
+        "--raw.",
         cmd_logs,
         output,
     )
     logs.add_argument("job", metavar="JOB", help="the job's id")
     logs.add_argument("-f", "--follow", action="store_true", help="follow until the job ends")
     logs.add_argument("--attempt", type=int, metavar="N", help="only attempt N")
-    logs.add_argument("--learner", type=int, metavar="I", help="only learner I")
+    logs.add_argument("--learner", type=int, metavar="I", help="only learner I (rank I)")
     logs.add_argument("--raw", action="store_true", help=RAW_HELP)
     cancel = add("cancel", "cancel a job", "Cancel a job that has not finished.", cmd_cancel)
     cancel.add_argument("job", metavar="JOB", help="the job's id")
@@ -277,7 +280,7 @@ async def cmd_submit(args: argparse.Namespace, settings: Settings) -> int:
             _warn(f"warning: {job['unschedulable_reason']}")
         if not args.follow:
             return 0
-        view = render.follow_view(False, args.raw)
+        view = render.follow_view(False, args.raw, _ranks(job, args.raw))
         return await follow_job(client, job["id"], view, None, None, protocol=True)
 
 
@@ -363,16 +366,24 @@ async def cmd_logs(args: argparse.Namespace, settings: Settings) -> int:
     # every line as stored.
     reports = args.raw or not json_output
     async with client_for(args, settings) as client:
+        # JSON lines carry their learner (their rank) already; text asks whether to name ranks.
+        ranks = not json_output and _ranks(await client.job(args.job), args.raw)
         if args.follow:
-            view = render.follow_view(json_output, args.raw)
+            view = render.follow_view(json_output, args.raw, ranks)
             return await follow_job(
                 client, args.job, view, args.attempt, args.learner, protocol=reports
             )
         stream = client.logs(args.job, attempt=args.attempt, learner=args.learner, protocol=reports)
         async with aclosing(stream):
             async for line in stream:
-                print(json.dumps(line) if json_output else render.log_text(line, args.raw))
+                print(json.dumps(line) if json_output else render.log_text(line, args.raw, ranks))
     return 0
+
+
+def _ranks(job: Mapping[str, Any], raw: bool) -> bool:
+    """Whether a job's log lines name their ranks: its learners train together, and the lines
+    are not wanted as stored."""
+    return not raw and job["manifest"]["learners"] > 1
 
 
 async def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:

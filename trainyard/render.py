@@ -130,12 +130,18 @@ def job_status(
         ("updated", job["updated_at"]),
     ]
     head = table(["FIELD", "VALUE"], fields).split("\n", 1)[1]
+    text = head
+    # A server older than ranks sends none.
+    ranks = job.get("ranks", [])
+    if len(ranks) > 1:
+        shown = [(r["rank"], r["node"], r["gpus"], r["state"], r["exit_code"]) for r in ranks]
+        text += "\n\nranks:\n" + table(["RANK", "NODE", "GPUS", "STATE", "EXIT"], shown)
     rows = [
         (e["at"], e["event"], e["state"], e["attempt"], e["actor"], e.get("reason"))
         for e in history
     ]
     events = table(["AT", "EVENT", "STATE", "ATTEMPT", "ACTOR", "REASON"], rows)
-    text = f"{head}\n\nhistory:\n{events}"
+    text += f"\n\nhistory:\n{events}"
     if pending and pending.get("reasons"):
         now = [(r["reason"], r["blocking"], r["since"], r["detail"]) for r in pending["reasons"]]
         text += "\n\npending:\n" + table(["REASON", "BLOCKING", "SINCE", "DETAIL"], now)
@@ -166,13 +172,15 @@ _WEBHOOK_OUTCOMES = {
 }
 
 
-def log_text(line: Mapping[str, Any], raw: bool = True) -> str:
+def log_text(line: Mapping[str, Any], raw: bool = True, ranks: bool = False) -> str:
     """The same form as the API's plain-text logs; unless `raw`, the launcher's reports (stdout
-    protocol lines) readable, as `report` lines."""
+    protocol lines) readable, as `report` lines. With `ranks` (a job of several learners, which
+    train together), the line names its learner by its rank, which is its learner index."""
     stream, text = line["stream"], line["line"]
     if not raw and stream == "stdout" and (readable := report_text(text)) is not None:
         stream, text = "report", readable
-    return f"[attempt {line['attempt']} learner {line['learner']} {stream}] {text}"
+    who = "rank" if ranks else "learner"
+    return f"[attempt {line['attempt']} {who} {line['learner']} {stream}] {text}"
 
 
 def report_text(text: str) -> str | None:
@@ -215,14 +223,15 @@ class FollowView(Protocol):
 class PlainView:
     """One line per state change and per log line: for pipes and files."""
 
-    def __init__(self, raw: bool = False) -> None:
+    def __init__(self, raw: bool = False, ranks: bool = False) -> None:
         self._raw = raw
+        self._ranks = ranks
 
     def status(self, state: str, attempt: int, restarts: int, detail: str | None) -> None:
         print(status_text(state, attempt, restarts, detail), flush=True)
 
     def line(self, line: Mapping[str, Any]) -> None:
-        print(log_text(line, self._raw), flush=True)
+        print(log_text(line, self._raw, self._ranks), flush=True)
 
     def __enter__(self) -> PlainView:
         return self
@@ -244,8 +253,9 @@ class JsonLinesView(PlainView):
 class LiveView:
     """Log lines scroll by above a status line that stays at the bottom of the terminal."""
 
-    def __init__(self, raw: bool = False) -> None:
+    def __init__(self, raw: bool = False, ranks: bool = False) -> None:
         self._raw = raw
+        self._ranks = ranks
         self._console = Console()
         self._live = Live(Text("[status] connecting"), console=self._console, transient=False)
 
@@ -254,7 +264,7 @@ class LiveView:
 
     def line(self, line: Mapping[str, Any]) -> None:
         # Text(...) so that brackets in a learner's output are not read as rich markup.
-        self._console.print(Text(log_text(line, self._raw)))
+        self._console.print(Text(log_text(line, self._raw, self._ranks)))
 
     def __enter__(self) -> LiveView:
         self._live.start()
@@ -264,12 +274,12 @@ class LiveView:
         self._live.stop()
 
 
-def follow_view(json_output: bool, raw: bool = False) -> FollowView:
+def follow_view(json_output: bool, raw: bool = False, ranks: bool = False) -> FollowView:
     """JSON lines as the server sends them, or text with the launcher's reports readable unless
-    `raw`."""
+    `raw`, and each line's rank named with `ranks`."""
     if json_output:
         return JsonLinesView()
-    return LiveView(raw) if sys.stdout.isatty() else PlainView(raw)
+    return LiveView(raw, ranks) if sys.stdout.isatty() else PlainView(raw, ranks)
 
 
 def versions_table(versions: Sequence[Mapping[str, Any]]) -> str:

@@ -6,12 +6,14 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime
+from typing import Any
 from uuid import UUID
 
 import asyncpg
 from pydantic import BaseModel, ConfigDict, Field
 
 from controlplane.jobs.lifecycle import Job, JobStatus
+from controlplane.jobs.ranks import Rank, ranks
 from controlplane.queries import Q
 from controlplane.webhooks.deliveries import Delivery
 
@@ -41,15 +43,27 @@ async def list_jobs(
     return [Job.model_validate_json(row["doc"]) for row in rows], total
 
 
+def _ranks(fields: dict[str, Any]) -> list[Rank]:
+    # The view's fields validated so far: the job's, which need no validating again.
+    return ranks(Job.model_construct(**fields))
+
+
 class JobView(Job):
-    """A job as its readers see it: the job, its id as `id`, and why a queued job can never fit
-    on any live node as they stand (None for views of the past, and for jobs not QUEUED)."""
+    """A job as its readers see it: the job, its id as `id`, why a queued job can never fit
+    on any live node as they stand (None for views of the past, and for jobs not QUEUED), and
+    its ranks."""
 
     model_config = ConfigDict(frozen=True, populate_by_name=True)
 
     job_id: UUID = Field(alias="id")
     unschedulable_reason: str | None = Field(
         description="why a queued job can never fit on any live node as they stand"
+    )
+    ranks: list[Rank] = Field(
+        default_factory=_ranks,
+        description="each learner of the current attempt as torch.distributed numbers it "
+        "(RANK is the learner index; log lines name their learner): its node, GPUs, state "
+        "and exit code",
     )
 
 

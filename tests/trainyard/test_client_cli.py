@@ -37,6 +37,7 @@ METRIC = [
     "-c",
     "from runners import metrics; metrics.log(step=7, loss=0.5); print('mine', flush=True)",
 ]
+RANKS = [sys.executable, "-c", "import os; print('hello from rank', os.environ['RANK'])"]
 FAIL = [sys.executable, "-c", "import sys; sys.exit(3)"]
 SLEEP = [sys.executable, "-c", "import time; time.sleep(60)"]
 
@@ -117,6 +118,42 @@ async def test_logs_show_what_the_user_printed_and_the_launcher_s_reports_readab
         assert len(every.stdout.splitlines()) > 1
 
 
+async def test_a_job_of_two_learners_shows_its_ranks_and_names_them_in_its_logs(
+    cli: Cli,
+) -> None:
+    done = await cli("submit", cli.manifest("pair", RANKS, learners=2), "--follow")
+    assert done.rc == 0, done.stderr
+    job_id = done.stdout.splitlines()[0]
+    assert "[attempt 1 rank 0 stdout] hello from rank 0" in done.stdout
+    assert "[attempt 1 rank 1 stdout] hello from rank 1" in done.stdout
+
+    job = (await cli("status", job_id, "--output", "json")).json()["job"]
+    ranks = job["ranks"]
+    assert [(r["rank"], r["node"], r["state"], r["exit_code"]) for r in ranks] == [
+        (0, "n1", "COMPLETED", 0),
+        (1, "n1", "COMPLETED", 0),
+    ]
+    # Each rank its own GPU of the job's two.
+    assert [gpu for r in ranks for gpu in r["gpus"]] == job["gpus"]
+    assert all(len(r["gpus"]) == 1 for r in ranks)
+
+    text = (await cli("status", job_id)).stdout
+    table = text.split("ranks:\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert table[0].split() == ["RANK", "NODE", "GPUS", "STATE", "EXIT"]
+    assert [row.split() for row in table[1:]] == [
+        [str(r["rank"]), "n1", r["gpus"][0], "COMPLETED", "0"] for r in ranks
+    ]
+
+    for follow in ([], ["-f"]):
+        shown = (await cli("logs", job_id, *follow)).stdout
+        assert "[attempt 1 rank 1 stdout] hello from rank 1" in shown, follow
+        assert "learner 1" not in shown, follow
+        raw = (await cli("logs", job_id, "--raw", *follow)).stdout
+        assert "[attempt 1 learner 1 stdout] hello from rank 1" in raw, follow
+    only = (await cli("logs", job_id, "--learner", "1")).stdout
+    assert "hello from rank 1" in only and "hello from rank 0" not in only
+
+
 async def test_user_commands_against_a_served_control_plane(cli: Cli, tmp_path: Path) -> None:
     done = await cli("submit", cli.manifest("ok", PRINT), "--follow")
     assert done.rc == 0, done.stderr
@@ -143,7 +180,8 @@ async def test_user_commands_against_a_served_control_plane(cli: Cli, tmp_path: 
     events = [entry["event"] for entry in status["history"]]
     assert events[0] == "JobSubmitted"
     assert events[-1] == "JobCompleted"
-    assert "history:" in (await cli("status", ok_id)).stdout
+    shown = (await cli("status", ok_id)).stdout
+    assert "history:" in shown and "ranks:" not in shown  # one learner: no ranks to tell apart
 
     logs = await cli("logs", ok_id, "--output", "json")
     hello = {"attempt": 1, "learner": 0, "stream": "stdout", "line": "hello from the learner"}

@@ -147,6 +147,35 @@ def test_a_running_job_streams_its_logs_and_chart_to_completed_across_reconnects
     dashboard.laptop()
 
 
+def test_a_job_of_two_learners_shows_its_ranks_and_tags_its_log_lines_by_rank(
+    dashboard: Dashboard, cluster: Cluster
+) -> None:
+    dashboard.sign_in(cluster.acme)
+    command = [sys.executable, "-c", "import os; print('hello from rank', os.environ['RANK'])"]
+    job = cluster.submit(cluster.acme, command, name="pair", learners=2, gpus_per_learner=1)
+    dashboard.open(f"jobs/{job}")
+    dashboard.wait_text("job-name", "COMPLETED", seconds=60)
+    dashboard.wait_text("log-status", "log complete")
+    # Its ranks: each on the agent's node with a GPU of its own, each exited 0.
+    rows: list[list[str]] = dashboard.script(
+        "return [...document.querySelectorAll('[data-test=ranks] tbody tr')]"
+        ".map(r => [...r.cells].map(c => c.textContent))"
+    )
+    assert [row[:2] + row[3:] for row in rows] == [
+        ["0", "n1", "COMPLETED", "0"],
+        ["1", "n1", "COMPLETED", "0"],
+    ]
+    gpus = cluster.api("GET", f"/v1/jobs/{job}", cluster.acme).body["gpus"]
+    assert [row[2] for row in rows] == gpus
+    # Each line of its output carries its rank.
+    tagged: list[list[str]] = dashboard.script(
+        "return [...document.querySelectorAll('[data-test=log] .l.out')]"
+        ".map(l => [l.querySelector('.rk').textContent, l.querySelector('.x').textContent])"
+    )
+    assert sorted(tagged) == [["r0", "hello from rank 0"], ["r1", "hello from rank 1"]]
+    dashboard.shot("04b-job-ranks")
+
+
 def test_logs_resume_without_gaps_or_repeats_when_the_server_drops_the_stream(
     dashboard: Dashboard, cluster: Cluster
 ) -> None:

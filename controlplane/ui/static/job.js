@@ -2,7 +2,7 @@
 import { api, session } from "./api.js";
 import { plot } from "./charts.js";
 import {
-  badge, bytes, card, clockTime, duration, empty, enc, errorBox, fill, h, kv, num, when,
+  badge, bytes, card, clockTime, duration, empty, enc, errorBox, fill, h, kv, num, table, when,
 } from "./dom.js";
 import { labels, TERMINAL } from "./jobs.js";
 
@@ -51,6 +51,7 @@ class LogView {
     this.lines = 0;
     this.dropped = 0;
     this.lastAttempt = null;
+    this.ranks = false; // a job of several learners: each line names its rank (its learner index)
     this.follow = true;
     this.timer = null;
     this.box.addEventListener("scroll", () => {
@@ -77,7 +78,8 @@ class LogView {
         h(
           "div",
           { class: `l ${kind}`, "data-id": id, "data-kind": kind },
-          h("span", { class: "gut", title: `attempt ${line.attempt}, learner ${line.learner}, ${line.stream}` }, `${line.attempt}·${line.learner}`),
+          h("span", { class: "gut", title: `attempt ${line.attempt}, learner ${line.learner}, ${line.stream}` }, this.ranks ? String(line.attempt) : `${line.attempt}·${line.learner}`),
+          this.ranks ? h("span", { class: "rk", title: `rank ${line.learner}`, "data-rank": line.learner }, `r${line.learner}`) : null,
           h("time", { class: "t", datetime: line.at }, clockTime(line.at)),
           h("span", { class: "x" }, report ? report[0] : line.line),
         ),
@@ -120,6 +122,25 @@ function stateBar(transitions) {
   return bar;
 }
 
+// The current attempt's ranks (each learner as torch.distributed numbers it): node, GPUs, state.
+function rankTable(job) {
+  const spread = job.ranks.some((r) => r.node == null) && job.nodes.length > 1;
+  return [
+    table(
+      [
+        ["Rank", (r) => String(r.rank)],
+        ["Node", (r) => r.node ?? "—"],
+        ["GPUs", (r) => (r.gpus.length ? h("span", { class: "mono small" }, r.gpus.join(" ")) : "—")],
+        ["State", (r) => badge(r.state)],
+        ["Exit", (r) => (r.exit_code == null ? "—" : String(r.exit_code))],
+      ],
+      job.ranks,
+      { test: "ranks", rowProps: (r) => ({ "data-rank": r.rank }) },
+    ),
+    spread ? h("p", { class: "muted small" }, `The attempt runs on ${job.nodes.join(", ")}; which node each rank runs on is not recorded.`) : null,
+  ];
+}
+
 // Each attempt: when it started, how it ended and why. A restart's reason says why the attempt
 // before it ended (its event already carries the new attempt's number).
 function attempts(history) {
@@ -140,6 +161,7 @@ export async function jobPage(ctx, id) {
   const headline = h("div", { class: "head" });
   const notice = h("div", { class: "notice", "data-test": "action-result", "aria-live": "polite" });
   const summary = h("div");
+  const ranksBox = h("div", { "data-test": "ranks-card" });
   const pendingBox = h("div", { "data-test": "pending" });
   const timeline = h("div", { "data-test": "timeline" });
   const attemptsBox = h("div", { "data-test": "attempts" });
@@ -161,6 +183,7 @@ export async function jobPage(ctx, id) {
     notice,
     pendingBox,
     h("div", { class: "grid2" }, card("Summary", summary), card("Attempts", attemptsBox)),
+    ranksBox,
     card("Timeline", timeline),
     card(
       "Metrics",
@@ -295,6 +318,8 @@ export async function jobPage(ctx, id) {
         job.unschedulable_reason ? ["Unschedulable", h("span", { class: "bad" }, job.unschedulable_reason)] : null,
       ]),
     );
+    // One learner is the job itself; several train together, each a rank.
+    fill(ranksBox, job.ranks && job.ranks.length > 1 ? card("Ranks", rankTable(job)) : null);
     fill(
       timeline,
       stateBar(job.transitions),
@@ -422,6 +447,8 @@ export async function jobPage(ctx, id) {
     ctx.every(3000, () => job.state === "QUEUED" && ctx.guard(pendingBox, loadPending, { keep: true }));
   }
 
+  logs.ranks = job.manifest.learners > 1;
+  logs.box.classList.toggle("ranked", logs.ranks);
   const logStream = ctx.stream(`/v1/jobs/${enc(id)}/logs?follow=true&protocol=true`, {
     ordered: {
       line: (line, lineId) => {
