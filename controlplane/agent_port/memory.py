@@ -235,7 +235,13 @@ class MemoryPort:
             job_id = queued.job_id
             nodes = list(dict.fromkeys(learner.node for learner in learners))
             gpus = [gpu for learner in learners for gpu in learner.gpus]
-            deploy = Deploy(nodes=nodes, gpus=gpus, epoch=self._epoch, at=now)
+            deploy = Deploy(
+                nodes=nodes,
+                gpus=gpus,
+                epoch=self._epoch,
+                at=now,
+                learner_nodes=[learner.node for learner in learners],
+            )
             job = self._append(job_id, deploy)
             version = len(self._streams[job_id])
             for learner in learners:

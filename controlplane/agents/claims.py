@@ -191,7 +191,14 @@ def _deploy(
     root = propagate.extract(carrier) if carrier else None
     with job_span("job.claim", root, attributes, start_time=started):
         try:
-            events = decide(Deploy(nodes=nodes, gpus=allocated, epoch=row["epoch"], at=at), job)
+            deploy = Deploy(
+                nodes=nodes,
+                gpus=allocated,
+                epoch=row["epoch"],
+                at=at,
+                learner_nodes=[learner.node for learner in learners],
+            )
+            events = decide(deploy, job)
         except Refused:
             return None
         metadata = Metadata.capture(f"agent:{node}", tenant=row["tenant"])

@@ -59,6 +59,11 @@ class JobDeploying(JobEvent):
     nodes: list[str]
     gpus: list[str] = Field(description="the GPU UUIDs allocated to this attempt")
     epoch: int = Field(description="fencing token: learners of an older epoch must be killed")
+    learner_nodes: list[str] = Field(
+        default_factory=list,
+        description="the node of each learner, by learner index (empty in events recorded "
+        "before it was: their attempts' ranks show a node only when there is one)",
+    )
 
 
 @event_type("JobDownloading")

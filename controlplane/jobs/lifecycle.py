@@ -104,6 +104,9 @@ class Job(BaseModel):
     updated_at: datetime
     nodes: list[str] = Field(default_factory=list)
     gpus: list[str] = Field(default_factory=list)
+    learner_nodes: list[str] = Field(default_factory=list)
+    """The current attempt's node of each learner, by learner index (empty while it is not
+    placed, and for attempts placed before it was recorded)."""
     epoch: int | None = None
     last_checkpoint: Checkpoint | None = None
     checkpoint_requested_at: datetime | None = None
@@ -156,6 +159,8 @@ class Deploy:
     gpus: list[str]
     epoch: int
     at: datetime
+    learner_nodes: list[str] = field(default_factory=list)
+    """The node of each learner, by learner index (the claims give it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,9 +287,17 @@ def _decide_live(command: Command, job: Job) -> list[JobEvent]:
             f"{command.attempt} is stale (that attempt was restarted or reassigned)"
         )
     match command:
-        case Deploy(nodes, gpus, epoch, at):
+        case Deploy(nodes, gpus, epoch, at, learner_nodes):
             _require(job, {JobStatus.QUEUED}, "deploy")
-            return [JobDeploying(attempt=job.attempt, nodes=nodes, gpus=gpus, epoch=epoch, at=at)]
+            deploying = JobDeploying(
+                attempt=job.attempt,
+                nodes=nodes,
+                gpus=gpus,
+                epoch=epoch,
+                learner_nodes=learner_nodes,
+                at=at,
+            )
+            return [deploying]
         case EnterPhase(phase, at, _, learners):
             return _enter_phase(job, phase, at, learners)
         case Complete(exit_codes, at, _, learners):
@@ -430,7 +443,8 @@ def evolve(job: Job | None, event: JobEvent) -> Job:
         raise ValueError(f"{event.type_name} before JobSubmitted")
     match event:
         case JobDeploying(attempt=attempt, nodes=nodes, gpus=gpus, epoch=epoch):
-            job = job.model_copy(update={"nodes": nodes, "gpus": gpus, "epoch": epoch})
+            placed = {"nodes": nodes, "gpus": gpus, "epoch": epoch}
+            job = job.model_copy(update={**placed, "learner_nodes": event.learner_nodes})
             return _enter(job, JobStatus.DEPLOYING, event.at)
         case JobDownloading():
             return _advance(job, JobStatus.DOWNLOADING, event.at)
@@ -497,6 +511,7 @@ def _requeue(job: Job, attempt: int, at: datetime, reason: str) -> Job:
             "attempt": attempt,
             "nodes": [],
             "gpus": [],
+            "learner_nodes": [],
             "checkpoint_requested_at": None,
             "learner_phases": {},
             "exited": [],

@@ -21,8 +21,8 @@ class Rank(BaseModel):
     )
     node: str | None = Field(
         description="the node it runs on (ran on, once the job ended); null while the attempt "
-        "is not placed, and when the attempt spans several nodes, as the job records which "
-        "nodes its learners run on but not which learner each runs (see the job's `nodes`)"
+        "is not placed (and for an attempt of several nodes placed before each learner's node "
+        "was recorded)"
     )
     gpus: list[str] = Field(
         description="the UUIDs of its GPUs (gpus_per_learner of the job's `gpus`, in rank "
@@ -43,13 +43,10 @@ def ranks(job: Job) -> list[Rank]:
     """The ranks of the job's current attempt, by rank."""
     learners = job.manifest.learners
     each = job.manifest.gpus_per_learner
-    # The claim records each of the attempt's nodes once (ordered by their first learner), not
-    # each learner's: a rank's node is known only when there is one.
-    node = job.nodes[0] if len(job.nodes) == 1 else None
     return [
         Rank(
             rank=rank,
-            node=node,
+            node=_node(job, rank),
             # The claim lists the GPUs learner by learner, each learner's gpus_per_learner.
             gpus=job.gpus[rank * each : (rank + 1) * each],
             state=_state(job, rank),
@@ -70,3 +67,10 @@ def _state(job: Job, rank: int) -> JobStatus:
     if job.state.terminal:
         return job.state
     return job.learner_phases.get(rank, job.state)
+
+
+def _node(job: Job, rank: int) -> str | None:
+    if rank < len(job.learner_nodes):
+        return job.learner_nodes[rank]
+    # An attempt placed before each learner's node was recorded: known when there is one.
+    return job.nodes[0] if len(job.nodes) == 1 else None

@@ -80,18 +80,30 @@ def test_on_one_node_each_rank_has_the_node_and_its_own_gpus_phase_and_exit() ->
     assert [r.node for r in ranks(failed)] == ["node-a"] * 3
 
 
-def test_across_two_nodes_a_ranks_node_is_not_known_but_its_gpus_are() -> None:
+def test_across_two_nodes_each_rank_has_its_node_and_gpus() -> None:
     job = run(
         submitted(3),
-        Deploy(["node-a", "node-b"], GPUS, epoch=1, at=AT),
+        Deploy(
+            ["node-a", "node-b"],
+            GPUS,
+            epoch=1,
+            at=AT,
+            learner_nodes=["node-a", "node-a", "node-b"],
+        ),
         EnterPhase(S.DOWNLOADING, AT, learners=(0, 1)),
     )
     assert job.state is S.DEPLOYING  # rank 2 (on node-b) has not started yet
     assert rows(job) == [
-        (0, None, ["GPU-0", "GPU-1"], S.DOWNLOADING, None),
-        (1, None, ["GPU-2", "GPU-3"], S.DOWNLOADING, None),
-        (2, None, ["GPU-4", "GPU-5"], S.DEPLOYING, None),
+        (0, "node-a", ["GPU-0", "GPU-1"], S.DOWNLOADING, None),
+        (1, "node-a", ["GPU-2", "GPU-3"], S.DOWNLOADING, None),
+        (2, "node-b", ["GPU-4", "GPU-5"], S.DEPLOYING, None),
     ]
+
+
+def test_an_attempt_placed_before_learners_nodes_were_recorded_has_no_node_per_rank() -> None:
+    # Its JobDeploying names the nodes alone: which rank runs where is not known.
+    job = run(submitted(2), Deploy(["node-a", "node-b"], GPUS[:4], epoch=1, at=AT))
+    assert [rank.node for rank in ranks(job)] == [None, None]
 
 
 def test_a_completed_job_has_every_rank_completed_with_exit_code_0() -> None:
