@@ -1,6 +1,6 @@
 """Where a webhook may go: its host resolved, and every address it resolves to allowed
-(`addresses`), both when the job is submitted (a 403 naming `webhook_url`: the tenant may not send there) and at each delivery
-(DNS may have changed since).
+(`addresses`), both when the job is submitted (a 403 naming `webhook_url`: the tenant may not
+send there) and at each delivery (DNS may have changed since).
 
 At delivery the check is the resolver the relay's connections use, so the addresses checked
 are the very ones connected to: a name that resolves to a public address for the check and to
