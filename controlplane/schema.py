@@ -228,6 +228,7 @@ nodes = Table(
     Column("runtime", Text, nullable=False),
     Column("cpus", Double, nullable=False),
     Column("memory_mb", BigInteger, nullable=False),
+    Column("draining", Boolean, nullable=False, server_default=text("false")),
     CheckConstraint("state IN ('READY', 'GONE', 'LOST')"),
     CheckConstraint("cpus > 0"),
     CheckConstraint("memory_mb > 0"),

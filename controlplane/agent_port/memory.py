@@ -31,7 +31,7 @@ from controlplane.agent_port.values import (
     TaskResults,
 )
 from controlplane.agents.events import GpuInfo
-from controlplane.agents.nodes import NodeNameTaken, NodeSpec
+from controlplane.agents.nodes import NodeNameTaken, NodeSpec, Renewal
 from controlplane.clock import SYSTEM_CLOCK, Clock
 from controlplane.deployments.tasks import MAX_TRIES as MAX_TASK_TRIES
 from controlplane.inference.progress import MAX_TRIES as MAX_QUERY_TRIES
@@ -62,6 +62,7 @@ class _Node:
     cpus: float
     memory_mb: int
     gpus: list[GpuInfo]
+    draining: bool = False
 
 
 @dataclass
@@ -160,16 +161,22 @@ class MemoryPort:
             )
         lease = now + timedelta(seconds=ttl_s)
         self._nodes[node.name] = _Node(
-            node.agent_id, True, lease, node.cpus, node.memory_mb, list(node.gpus)
+            node.agent_id,
+            True,
+            lease,
+            node.cpus,
+            node.memory_mb,
+            list(node.gpus),
+            draining=held is not None and held.draining,  # the operator's, kept
         )
         return lease
 
-    async def renew(self, name: str, agent_id: UUID, ttl_s: float) -> datetime | None:
+    async def renew(self, name: str, agent_id: UUID, ttl_s: float) -> Renewal | None:
         held = self._nodes.get(name)
         if held is None or held.agent_id != agent_id or not held.ready:
             return None
         held.lease_until = self._clock.now() + timedelta(seconds=ttl_s)
-        return held.lease_until
+        return Renewal(held.lease_until, held.draining)
 
     async def mark_unhealthy(self, name: str, gpu: GpuInfo) -> None:
         held = self._nodes.get(name)
@@ -552,6 +559,10 @@ class MemoryPort:
         if held is not None:
             held.ready = False
 
+    def drain(self, node: str, draining: bool = True) -> None:
+        """An operator drained the node (or, `draining` false, put it back in service)."""
+        self._nodes[node].draining = draining
+
     def expire_folders(self, job_id: UUID) -> None:
         """The job's retention ended: every node removes its folders."""
         self._expired.add(job_id)
@@ -607,11 +618,12 @@ class MemoryPort:
         return job
 
     def _capacities(self) -> list[Capacity]:
-        """What every READY node can still give, as the node_capacity view counts it."""
+        """What every READY node not draining can still give, as the node_capacity view counts
+        it."""
         allocated = {gpu for held in self._held.values() for gpu in held.allocation.gpus}
         rooms = []
         for name, node in self._nodes.items():
-            if not node.ready:
+            if not node.ready or node.draining:
                 continue  # a lease that ran out counts until the node is declared lost
             here = [h for h in self._held.values() if h.allocation.node == name]
             rooms.append(

@@ -23,7 +23,7 @@ from controlplane.agent_port.values import (
 )
 from controlplane.agents.claims import Releases, claim
 from controlplane.agents.events import GpuInfo
-from controlplane.agents.nodes import Nodes, NodeSpec
+from controlplane.agents.nodes import Nodes, NodeSpec, Renewal
 from controlplane.clock import SYSTEM_CLOCK, Clock
 from controlplane.deployments.tasks import MAX_TRIES as MAX_TASK_TRIES
 from controlplane.event_registry import EVENT_REGISTRY
@@ -58,7 +58,7 @@ class PostgresPort:
     async def register(self, node: NodeSpec, ttl_s: float) -> datetime:
         return await self._nodes.register(node, ttl_s)
 
-    async def renew(self, name: str, agent_id: UUID, ttl_s: float) -> datetime | None:
+    async def renew(self, name: str, agent_id: UUID, ttl_s: float) -> Renewal | None:
         return await self._nodes.renew(name, agent_id, ttl_s)
 
     async def mark_unhealthy(self, name: str, gpu: GpuInfo) -> None:

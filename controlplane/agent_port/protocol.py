@@ -20,7 +20,7 @@ from controlplane.agent_port.values import (
     TaskResults,
 )
 from controlplane.agents.events import GpuInfo
-from controlplane.agents.nodes import NodeSpec
+from controlplane.agents.nodes import NodeSpec, Renewal
 from controlplane.jobs.lifecycle import Command, Job
 from controlplane.logs.lines import LogLine, Stream
 from controlplane.scheduling.claim import Claim
@@ -33,8 +33,10 @@ class Lease(Protocol):
         """Take the node's lease and record its inventory; NodeNameTaken if it is held."""
         ...
 
-    async def renew(self, name: str, agent_id: UUID, ttl_s: float) -> datetime | None:
-        """Extend the lease; None when it is no longer this agent's (the node was lost)."""
+    async def renew(self, name: str, agent_id: UUID, ttl_s: float) -> Renewal | None:
+        """Extend the lease; None when it is no longer this agent's (the node was lost). The
+        renewal says whether an operator drained the node: its agent then preempts what it
+        runs, and claims nothing (claims place nothing on it anyway)."""
         ...
 
     async def mark_unhealthy(self, name: str, gpu: GpuInfo) -> None: ...

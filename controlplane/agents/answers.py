@@ -36,6 +36,10 @@ class NodeView(BaseModel):
     state: Literal["READY", "UNRESPONSIVE", "GONE", "LOST"] = Field(
         description="UNRESPONSIVE once its lease has expired, until it is declared LOST"
     )
+    draining: bool = Field(
+        description="drained by an operator: it takes no new work, and its jobs were sent back "
+        "to the queue (preempted), until it is undrained"
+    )
     runtime: str
     lease_until: Instant
     heartbeat_at: Instant
@@ -55,9 +59,16 @@ class NodeList(BaseModel):
 
 async def nodes_seen(db: Executor, *, holders: bool) -> NodeList:
     """Every node by name; with what holds each GPU when `holders` (an admin asks)."""
+    return NodeList(nodes=[_view(node, holders) for node in await list_nodes(db)])
+
+
+async def node_seen(db: Executor, name: str) -> NodeView | None:
+    """One node as an admin sees it; None when there is none of that name."""
+    found = await list_nodes(db, name)
+    return _view(found[0], holders=True) if found else None
+
+
+def _view(node: dict[str, Any], holders: bool) -> NodeView:
     gpu = HeldGpu if holders else Gpu
-    nodes = []
-    for node in await list_nodes(db):
-        gpus: list[Any] = [gpu.model_validate(g) for g in node["gpus"]]
-        nodes.append(NodeView.model_validate({**node, "gpus": gpus}))
-    return NodeList(nodes=nodes)
+    gpus: list[Any] = [gpu.model_validate(g) for g in node["gpus"]]
+    return NodeView.model_validate({**node, "gpus": gpus})

@@ -56,10 +56,29 @@ class NodeDeregistered(NodeEvent):
     agent_id: UUID
 
 
+@event_type("NodeDrained")
+class NodeDrained(NodeEvent):
+    """An operator took the node out of service: claims place nothing on it, and its agent
+    preempts what it runs (its learners asked to checkpoint; their jobs spend no restart)."""
+
+    actor: str
+    reason: str | None = None
+    """What the operator said of it (None: nothing)."""
+
+
+@event_type("NodeUndrained")
+class NodeUndrained(NodeEvent):
+    """An operator put the drained node back in service: claims place work on it again."""
+
+    actor: str
+
+
 EVENT_TYPES: tuple[type[Event], ...] = (
     NodeRegistered,
     NodeGpuUnhealthy,
     NodeLost,
     NodeDeregistered,
+    NodeDrained,
+    NodeUndrained,
 )
 """This feature's event types, for the registry (see `controlplane.composition`)."""

@@ -31,6 +31,15 @@ class NodeNameTaken(CommandFailed):
 
 
 @dataclass(frozen=True, slots=True)
+class Renewal:
+    """A lease renewed: until when, and whether an operator drained the node (its agent then
+    preempts what it runs there, and claims nothing)."""
+
+    lease_until: datetime
+    draining: bool
+
+
+@dataclass(frozen=True, slots=True)
 class NodeSpec:
     name: str
     agent_id: UUID
@@ -92,16 +101,19 @@ class Nodes:
             raise InvariantBroken(f"node {node.name}: registered without a lease ({lease!r})")
         return lease
 
-    async def renew(self, name: str, agent_id: UUID, ttl_s: float) -> datetime | None:
+    async def renew(self, name: str, agent_id: UUID, ttl_s: float) -> Renewal | None:
         """Extend the lease; None when it is no longer this agent's."""
-        lease = await self._pool.fetchval(Q["renew_lease"], name, agent_id, ttl_s)
-        if lease is not None and not isinstance(lease, datetime):
-            raise InvariantBroken(f"node {name}: a lease that is not a time ({lease!r})")
-        return lease
+        row = await self._pool.fetchrow(Q["renew_lease"], name, agent_id, ttl_s)
+        if row is None:
+            return None
+        if not isinstance(row["lease_until"], datetime):
+            raise InvariantBroken(f"node {name}: a lease that is not a time ({row!r})")
+        return Renewal(row["lease_until"], row["draining"])
 
     async def mark_unhealthy(self, name: str, gpu: GpuInfo) -> None:
         reason = gpu.health_reason or "unhealthy"
         async with self._pool.acquire() as conn, conn.transaction():
+            await conn.execute(Q["lock_node"], name)  # see `record`
             await conn.execute(Q["set_gpu_health"], name, gpu.uuid, False, reason)
             await self.record(
                 conn, name, NodeGpuUnhealthy(uuid=gpu.uuid, reason=reason, at=self._clock.now())
@@ -112,10 +124,14 @@ class Nodes:
             await conn.execute(Q["deregister_node"], name, agent_id)
             await self.record(conn, name, NodeDeregistered(agent_id=agent_id, at=self._clock.now()))
 
-    async def record(self, conn: Executor, name: str, event: NodeEvent) -> None:
+    async def record(
+        self, conn: Executor, name: str, event: NodeEvent, actor: str | None = None
+    ) -> None:
         """Append to the node's stream inside the caller's transaction, which also holds the
-        node's row: the agent is the stream's only writer, so its version cannot move."""
+        node's row: every writer of the stream (its agent, the lifecycle manager, an operator's
+        drain) holds it first, so its version cannot move. `actor`: the agent's, unless
+        given."""
         stream = node_stream(name)
         version = await self._store.version(stream, conn=conn)
-        metadata = Metadata.capture(f"agent:{name}")
+        metadata = Metadata.capture(actor or f"agent:{name}")
         await self._store.append(stream, version, [event], metadata, conn=conn)

@@ -28,18 +28,28 @@ VALUES ($1, $2, $3, $4, $5, $6, $7);
 UPDATE node_gpus SET healthy = $3, health_reason = $4 WHERE node = $1 AND uuid = $2;
 
 -- name: renew_lease
--- Nothing comes back when the lease is no longer this agent's (it expired and was taken).
+-- Nothing comes back when the lease is no longer this agent's (it expired and was taken); else
+-- the lease, and whether an operator drained the node (its agent then preempts its jobs).
 UPDATE nodes SET lease_until = now() + make_interval(secs => $3), heartbeat_at = now()
 WHERE name = $1 AND agent_id = $2 AND state = 'READY'
-RETURNING lease_until;
+RETURNING lease_until, draining;
+
+-- name: lock_node
+-- The node's row, locked until the transaction ends: whoever appends to the node's stream
+-- holds it (see `Nodes.record`). Nothing comes back for an unknown node.
+SELECT draining FROM nodes WHERE name = $1 FOR UPDATE;
+
+-- name: set_node_draining
+UPDATE nodes SET draining = $2 WHERE name = $1;
 
 -- name: deregister_node
 UPDATE nodes SET state = 'GONE', lease_until = now()
 WHERE name = $1 AND agent_id = $2;
 
 -- name: list_nodes
+-- Every node, or node $1 only.
 SELECT n.name, n.state, n.lease_until, n.heartbeat_at, n.registered_at, n.runtime, n.cpus,
-       n.memory_mb, n.lease_until < now() AS expired,
+       n.memory_mb, n.draining, n.lease_until < now() AS expired,
        coalesce((SELECT json_agg(json_build_object(
                     'index', g.index, 'uuid', g.uuid, 'model', g.model,
                     'memory_mb', g.memory_mb, 'healthy', g.healthy,
@@ -53,18 +63,19 @@ SELECT n.name, n.state, n.lease_until, n.heartbeat_at, n.registered_at, n.runtim
        coalesce((SELECT sum(a.memory_mb) FROM allocations a
                  WHERE a.node = n.name AND a.released_at IS NULL), 0) AS memory_mb_allocated
 FROM nodes n
+WHERE $1::text IS NULL OR n.name = $1
 ORDER BY n.name;
 
 -- name: claim_candidates
--- Up to $2 queued jobs that node $1 (READY, else no rows) can take, with the node's free GPUs,
--- CPUs and memory, in the order a claim takes them: fair share first (the tenant holding the
--- fewest GPUs for its weight, counting the jobs before it in this list as held), then priority,
--- then submission time; within the tenant's GPU quota (again counting the jobs before it). Each
--- job fits the node's free room on its own; `claims.claim` takes them in order while they fit
--- together. A job fits when all of it fits here, or, with several learners, when one learner
--- fits here and the READY nodes together have room for them all, counted node by node as
--- `scheduling.placement.place` places them. Each tenant's best fitting jobs come from one scan
--- of its queue index, locked with SKIP LOCKED so that concurrent agents each take different jobs
+-- Up to $2 queued jobs that node $1 (READY and not draining, else no rows) can take, with the
+-- node's free GPUs, CPUs and memory, in the order a claim takes them: fair share first (the tenant
+-- holding the fewest GPUs for its weight, counting the jobs before it in this list as held), then
+-- priority, then submission time; within the tenant's GPU quota (again counting the jobs before
+-- it). Each job fits the node's free room on its own; `claims.claim` takes them in order while
+-- they fit together. A job fits when all of it fits here, or, with several learners, when one
+-- learner fits here and the READY nodes together have room for them all, counted node by node as
+-- `scheduling.placement.place` places them. Each tenant's best fitting jobs come from one scan of
+-- its queue index, locked with SKIP LOCKED so that concurrent agents each take different jobs
 -- instead of queueing on one row (the rows locked but not taken are released when the claim
 -- commits). One statement: a claim is on every job's critical path. The same order, stated in
 -- Python, is `scheduling.claim_order.claim_order`;
@@ -148,8 +159,8 @@ ORDER BY (held + taken - learners * gpus_per_learner) / weight,
          priority DESC, submitted_at, job_id;
 
 -- name: other_nodes_capacity
--- What the other READY nodes can still give, roomiest first: where a claim places the learners
--- that do not fit on the claiming node.
+-- What the other READY nodes (not draining) can still give, roomiest first: where a claim
+-- places the learners that do not fit on the claiming node.
 SELECT name, gpus, cpus, memory_mb FROM node_capacity
 WHERE name <> $1
 ORDER BY cardinality(gpus) DESC, name;

@@ -27,11 +27,12 @@ async def live_nodes(db: Executor) -> LiveNodes:
     )
 
 
-async def list_nodes(db: Executor) -> list[dict[str, Any]]:
-    """Every node by name, as JSON-ready dicts: its state (UNRESPONSIVE once its lease has
-    expired and before the lifecycle manager declares it lost), capacity and what is allocated,
-    and its GPUs, each with the job, attempt and learner that holds it (None: free)."""
-    return [_node(row) for row in await db.fetch(Q["list_nodes"])]
+async def list_nodes(db: Executor, name: str | None = None) -> list[dict[str, Any]]:
+    """Every node by name (or node `name` only), as JSON-ready dicts: its state (UNRESPONSIVE
+    once its lease has expired and before the lifecycle manager declares it lost), whether an
+    operator drained it, capacity and what is allocated, and its GPUs, each with the job,
+    attempt and learner that holds it (None: free)."""
+    return [_node(row) for row in await db.fetch(Q["list_nodes"], name)]
 
 
 def _node(row: asyncpg.Record) -> dict[str, Any]:
@@ -44,6 +45,7 @@ def _node(row: asyncpg.Record) -> dict[str, Any]:
     return {
         "name": row["name"],
         "state": state,
+        "draining": row["draining"],
         "runtime": row["runtime"],
         "lease_until": row["lease_until"].isoformat(),
         "heartbeat_at": row["heartbeat_at"].isoformat(),

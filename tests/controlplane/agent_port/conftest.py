@@ -15,6 +15,7 @@ import pytest
 from controlplane.agent_port.memory import MemoryPort
 from controlplane.agent_port.postgres import PostgresPort
 from controlplane.agent_port.protocol import AgentPort
+from controlplane.agents.drains import Drains
 from controlplane.clock import SYSTEM_CLOCK
 from controlplane.database import AGENT_ROLE, create_pool
 from controlplane.events.metadata import Metadata
@@ -59,6 +60,10 @@ class Control(Protocol):
         """Why the inference job's model could not be loaded, as its replicas said."""
         ...
 
+    async def drain(self, node: str, draining: bool = True) -> None:
+        """The admin drains the node (or, `draining` false, puts it back in service)."""
+        ...
+
 
 class MemoryControl:
     def __init__(self, port: MemoryPort) -> None:
@@ -89,6 +94,9 @@ class MemoryControl:
 
     async def load_error(self, job_id: UUID) -> str | None:
         return self._port.load_error(job_id)
+
+    async def drain(self, node: str, draining: bool = True) -> None:
+        self._port.drain(node, draining)
 
 
 class PostgresControl:
@@ -162,6 +170,13 @@ class PostgresControl:
             "SELECT load_error FROM inference_jobs WHERE job_id = $1", job_id
         )
         return error
+
+    async def drain(self, node: str, draining: bool = True) -> None:
+        drains = Drains(self._plane.pool, self._plane.store)
+        if draining:
+            await drains.drain(node, "admin", "maintenance")
+        else:
+            await drains.undrain(node, "admin")
 
 
 @pytest.fixture

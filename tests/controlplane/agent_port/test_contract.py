@@ -127,6 +127,34 @@ async def test_an_unhealthy_gpu_is_not_claimed(port: AgentPort, control: Control
     assert won.learners[0].gpus == ["GPU-n1-1"]
 
 
+async def test_a_drained_node_is_given_no_work_and_its_renewals_say_so(
+    port: AgentPort, control: Control
+) -> None:
+    drained = node("n1", 1)
+    await port.register(drained, ttl_s=60)
+    await port.register(node("n2", 1), ttl_s=60)
+    renewal = await port.renew("n1", drained.agent_id, ttl_s=60)
+    assert renewal is not None and not renewal.draining
+    await control.drain("n1")
+    renewal = await port.renew("n1", drained.agent_id, ttl_s=60)
+    assert renewal is not None and renewal.draining
+    assert renewal.lease_until > SYSTEM_CLOCK.now()  # it keeps its lease
+
+    pair = await control.submit(manifest(learners=2))
+    assert await port.claim("n1", uids=None) == []  # its GPU is free, but it takes no work
+    assert await port.claim("n2", uids=None) == []  # nor does another node's claim place any
+    await port.register(drained, ttl_s=60)  # its agent restarted: still draining
+    renewal = await port.renew("n1", drained.agent_id, ttl_s=60)
+    assert renewal is not None and renewal.draining
+
+    await control.drain("n1", draining=False)
+    renewal = await port.renew("n1", drained.agent_id, ttl_s=60)
+    assert renewal is not None and not renewal.draining
+    (won,) = await port.claim("n1", uids=None)
+    assert won.job.job_id == pair
+    assert [learner.node for learner in won.learners] == ["n1", "n2"]
+
+
 async def test_a_job_waits_for_a_learner_uid_and_holds_the_same_one(
     port: AgentPort, control: Control
 ) -> None:

@@ -16,6 +16,7 @@ import asyncpg
 import pytest
 
 from controlplane.agents.claims import claim
+from controlplane.agents.drains import Drains
 from controlplane.agents.events import GpuInfo, NodeDeregistered
 from controlplane.agents.nodes import Nodes, NodeSpec, node_stream
 from controlplane.clock import SYSTEM_CLOCK
@@ -101,6 +102,23 @@ async def agents(plane: Plane, db_url: str) -> AsyncIterator[tuple[Agent, Agent]
     for agent in (a, b):
         await agent.store.close()
         await agent.pool.close()
+
+
+async def test_an_agent_cannot_undrain_its_own_node(
+    agents: tuple[Agent, Agent], plane: Plane, owner: asyncpg.Connection
+) -> None:
+    a, _ = agents
+    await Drains(plane.pool, plane.store).drain(a.node, "admin", "maintenance")
+    with pytest.raises(asyncpg.InsufficientPrivilegeError):
+        await a.pool.execute("UPDATE nodes SET draining = false WHERE name = $1", a.node)
+    renewal = await Nodes(a.pool, a.store).renew(a.node, a.agent_id, ttl_s=60)
+    assert renewal is not None and renewal.draining
+    assert await owner.fetchval("SELECT draining FROM nodes WHERE name = $1", a.node)
+    # Its own node's events it still records, holding the node's row as the drain did.
+    sick = GpuInfo(index=0, uuid=f"GPU-{a.node}-0", model="fake", memory_mb=1024, healthy=False)
+    await Nodes(a.pool, a.store).mark_unhealthy(a.node, sick)
+    types = [r.event.type_name for r in await a.store.read_stream(node_stream(a.node))]
+    assert types[-2:] == ["NodeDrained", "NodeGpuUnhealthy"]
 
 
 async def test_a_claim_places_each_job_on_its_own_node(
