@@ -35,7 +35,7 @@ from controlplane.agent_port.vocabulary import (
 )
 from controlplane.agent_port.wakes import CLAIMABLE_CHANNEL, REQUESTS_CHANNEL, LogListener
 from controlplane.jobs.lifecycle import Command, Job, Refused, RollBack
-from node_agent.attempt import Attempt, LogSink
+from node_agent.attempt import Attempt, LogSink, drained
 from node_agent.folders import JobFolders
 from node_agent.inventory import Gpu, GpuInventory
 from node_agent.learners import checkpoints_of, learner_specs
@@ -145,6 +145,9 @@ class Agent:
         self._unhealthy: set[str] = set()
         self.fenced = False
         """Whether the node lost its lease (declared LOST): its learners were killed."""
+        self.draining = False
+        """Whether an operator drained the node, as its lease's last renewal said: it claims
+        nothing, and what it runs is preempted."""
 
     def stop(self) -> None:
         """Stop claiming; learners are stopped (they checkpoint) and their jobs re-queued."""
@@ -290,19 +293,38 @@ class Agent:
     async def _heartbeats(self) -> None:
         while True:
             try:
-                lease = await self._port.renew(self.config.name, self.agent_id, self.config.ttl_s)
-                if lease is None:
+                renewal = await self._port.renew(self.config.name, self.agent_id, self.config.ttl_s)
+                if renewal is None:
                     # The node was declared LOST and its jobs restarted elsewhere: its learners
                     # are stale (fenced) and must die without reporting anything.
                     log.error("node %s: lease lost; killing stale learners", self.config.name)
                     self.fenced = True
                     self.stop()
                     return
+                self._drain(renewal.draining)
                 await self._check_gpus()
             except UNAVAILABLE as exc:
                 # Learners keep running; the lease survives hiccups shorter than its TTL.
                 log.warning("heartbeat failed (%s); retrying", exc)
             await asyncio.sleep(self.config.heartbeat_s)
+
+    def _drain(self, draining: bool) -> None:
+        """Follow the operator's drain: while the node is draining, preempt every attempt it
+        runs (those claimed or adopted since the last renewal too) as `stop()` does, but keep
+        the lease and claim nothing; once it is undrained, claim again at once."""
+        if draining != self.draining:
+            if draining:
+                log.warning(
+                    "node %s drained by the operator: preempting its jobs", self.config.name
+                )
+            else:
+                log.warning("node %s undrained by the operator: claiming again", self.config.name)
+            self.draining = draining
+            self._changed.set()
+        if draining:
+            reason = drained(self.config.name)
+            for running in self._running.values():
+                running.attempt.stop(reason)
 
     async def _sweep_folders(self) -> None:
         while True:
@@ -369,6 +391,7 @@ class Agent:
             # is free (`Round`).
             while (
                 not self._stopping.is_set()
+                and not self.draining
                 and (todo.changed or self._gpu_free())
                 and (won := await self._claim())
             ):

@@ -63,6 +63,16 @@ LOGS_RETRY_S = 0.5
 PREEMPTED = (
     "node agent stopped (preempted: its learners were asked to checkpoint; no restart spent)"
 )
+
+
+def drained(node: str) -> str:
+    """Why a job went back to the queue when an operator drained its node."""
+    return (
+        f"node {node} drained by the operator (preempted: its learners were asked to "
+        "checkpoint; no restart spent)"
+    )
+
+
 FAILURE_GRACE_S = 2.0
 """After one learner failed, how long the others have between SIGTERM and SIGKILL (at most:
 the agent's grace when that is shorter). Ranks of a process group cannot checkpoint without
@@ -151,6 +161,8 @@ class Attempt:
         self._job_phase = PHASES.index(state) if state in PHASES else -1
         self._ending: str | None = None
         """Why the attempt is ending early: "failed", "cancelled", "stopped" or "fenced"."""
+        self._preempted = PREEMPTED
+        """Once stopped: the reason its job's history gives for going back to the queue."""
         self._first_failed: _LearnerState | None = None
         """The learner whose failure ended the attempt: the others' ends follow from it (a
         rank whose peer died fails too, or is stopped), and are not the reason."""
@@ -225,8 +237,12 @@ class Attempt:
         """The job was cancelled: stop the learners (its CANCELLED event is already written)."""
         self._end("cancelled")
 
-    def stop(self) -> None:
-        """The agent is stopping: stop the learners, and send the job back to the queue."""
+    def stop(self, reason: str = PREEMPTED) -> None:
+        """The agent is stopping, or its node was drained: stop the learners (they have the
+        grace to checkpoint), and send the job back to the queue with `reason` (the first
+        one given), spending no restart."""
+        if self._ending is None:
+            self._preempted = reason
         self._end("stopped")
 
     def fence(self) -> None:
@@ -370,7 +386,7 @@ class Attempt:
             # Preempted: its learners had the agent's grace to checkpoint (SIGTERM), and the
             # job resumes elsewhere, or here later, without spending a restart.
             preempted = Restart(
-                reason=PREEMPTED,
+                reason=self._preempted,
                 at=self._clock.now(),
                 attempt=self._number,
                 preempted=True,
