@@ -48,6 +48,7 @@ from datetime import datetime
 from pathlib import Path
 from types import GenericAlias, TracebackType
 from typing import Any, BinaryIO, Concatenate, Literal, ParamSpec, TypeVar
+from urllib.parse import quote
 
 import aiohttp
 
@@ -165,9 +166,27 @@ class AsyncClient:
         return job
 
     async def nodes(self) -> list[dict[str, Any]]:
-        """Every node: state, lease, GPUs (free ones too), CPUs and memory allocated."""
+        """Every node: state, whether it is draining, lease, GPUs (free ones too), CPUs and
+        memory allocated."""
         nodes: list[dict[str, Any]] = (await self.api.request("GET", "/v1/nodes"))["nodes"]
         return nodes
+
+    async def drain_node(self, node: str, reason: str | None = None) -> dict[str, Any]:
+        """Take a node out of service (the admin's token): nothing new is placed on it, and
+        its jobs are preempted (their learners asked to checkpoint; no restart spent) and go
+        back to the queue; `reason` goes into its history. The node."""
+        body = {"reason": reason} if reason else {}
+        drained: dict[str, Any] = await self.api.request(
+            "POST", f"/v1/nodes/{quote(node, safe='')}/drain", body=body, not_found=_no_node(node)
+        )
+        return drained
+
+    async def undrain_node(self, node: str) -> dict[str, Any]:
+        """Put a drained node back in service (the admin's token); the node."""
+        undrained: dict[str, Any] = await self.api.request(
+            "POST", f"/v1/nodes/{quote(node, safe='')}/undrain", not_found=_no_node(node)
+        )
+        return undrained
 
     async def events(self, job_id: str) -> AsyncGenerator[dict[str, Any], None]:
         """A job's events (type, state, attempt, data), from its submission on, as they
@@ -803,6 +822,10 @@ def _no_job(job_id: str) -> str:
     return f"no job {job_id}"
 
 
+def _no_node(node: str) -> str:
+    return f"no node named {node!r}"
+
+
 def _no_search(search_id: str) -> str:
     return f"no search {search_id}"
 
@@ -1065,6 +1088,8 @@ class Client:
     cancel = _blocking(AsyncClient.cancel)
     checkpoint = _blocking(AsyncClient.checkpoint)
     nodes = _blocking(AsyncClient.nodes)
+    drain_node = _blocking(AsyncClient.drain_node)
+    undrain_node = _blocking(AsyncClient.undrain_node)
     events = _iterating(AsyncClient.events)
     wait = _blocking(AsyncClient.wait)
     logs = _iterating(AsyncClient.logs)

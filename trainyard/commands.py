@@ -1,5 +1,6 @@
 """`trainyard login | logout | submit | list | status | logs | cancel | checkpoint | nodes`: the
-user's commands, built on the SDK (`trainyard.client.AsyncClient`)."""
+user's commands, built on the SDK (`trainyard.client.AsyncClient`), and the admin's `nodes
+drain` and `nodes undrain`."""
 
 from __future__ import annotations
 
@@ -175,13 +176,16 @@ def add_client_commands(commands: Any) -> None:
         cmd_checkpoint,
     )
     checkpoint.add_argument("job", metavar="JOB", help="the job's id")
-    add(
+    nodes = add(
         "nodes",
-        "list nodes with their GPUs, CPUs and memory",
-        "List the nodes: state, lease, free GPUs, allocated CPUs and memory.",
+        "list nodes with their GPUs, CPUs and memory; drain and undrain one (admin)",
+        "List the nodes: state (DRAINING: an operator took it out of service), lease, free "
+        "GPUs, allocated CPUs and memory. With a command, the admin drains a node for "
+        "maintenance or puts it back in service.",
         cmd_nodes,
         output,
     )
+    _add_node_commands(nodes)
 
 
 def _warn(message: str) -> None:
@@ -397,6 +401,59 @@ async def cmd_checkpoint(args: argparse.Namespace, settings: Settings) -> int:
     async with client_for(args, settings) as client:
         job = await client.checkpoint(args.job)
     print(f"checkpoint requested for {job['id']}")
+    return 0
+
+
+def _add_node_commands(nodes: argparse.ArgumentParser) -> None:
+    """`nodes drain` and `nodes undrain`: the admin's, with the admin token as `trainyard
+    tenants` finds it."""
+    group = nodes.add_subparsers(title="commands", required=False, metavar="COMMAND")
+    admin = target_options(
+        f"a file holding the admin token, - for standard input (else ${TOKEN_ENV}, else "
+        "$TRAINYARD_HOME/admin-token, else login's)"
+    )
+    drain = group.add_parser(
+        "drain",
+        help="take a node out of service for maintenance (admin)",
+        description="Drain NODE: nothing new is placed on it, and its agent preempts every "
+        "job it runs there within a heartbeat (the learners are asked to checkpoint within "
+        "their grace, then stopped); the jobs go back to the queue without spending a restart "
+        "and run elsewhere, or there once it is undrained. The agent keeps running. Draining a "
+        "draining node changes nothing. Exit code 4 for an unknown node.",
+        parents=[admin],
+    )
+    drain.add_argument("node", metavar="NODE", help="the node's name")
+    drain.add_argument("--reason", help="why (recorded in the node's history)")
+    drain.set_defaults(handler=cmd_drain)
+    undrain = group.add_parser(
+        "undrain",
+        help="put a drained node back in service (admin)",
+        description="Undrain NODE: claims place work on it again. Exit code 4 for an unknown node.",
+        parents=[admin],
+    )
+    undrain.add_argument("node", metavar="NODE", help="the node's name")
+    undrain.set_defaults(handler=cmd_undrain)
+
+
+def _admin_client(args: argparse.Namespace, settings: Settings) -> AsyncClient:
+    target = resolve(args.server, args.token_file, settings.home, admin=True)
+    return AsyncClient(target.server, target.token)
+
+
+async def cmd_drain(args: argparse.Namespace, settings: Settings) -> int:
+    async with _admin_client(args, settings) as client:
+        node = await client.drain_node(args.node, args.reason)
+    print(
+        f"node {node['name']} is draining: nothing new is placed on it, and its jobs go back "
+        "to the queue (preempted)"
+    )
+    return 0
+
+
+async def cmd_undrain(args: argparse.Namespace, settings: Settings) -> int:
+    async with _admin_client(args, settings) as client:
+        node = await client.undrain_node(args.node)
+    print(f"node {node['name']} is back in service")
     return 0
 
 

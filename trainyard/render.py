@@ -87,7 +87,8 @@ def nodes_table(nodes: Sequence[Mapping[str, Any]]) -> str:
     rows = [
         (
             node["name"],
-            node["state"],
+            # The lease's state says whether it runs; draining, whether it takes work.
+            "DRAINING" if node["state"] == "READY" and node.get("draining") else node["state"],
             node["runtime"],
             f"{node['gpus_free']}/{len(node['gpus'])}",
             f"{node['cpus_allocated']:g}/{node['cpus']}",
