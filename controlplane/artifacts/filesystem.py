@@ -4,7 +4,8 @@ that every node mounts, for a fleet.
 Under its root:
 
     sha256/ab/cd/abcd…   a blob, named by its digest (mode 0400: it never changes)
-    tmp/<random>         a blob being written (mode 0600), renamed into place once complete
+    tmp/<random>         a blob being written (mode 0600), renamed into place once complete;
+                         also where a caller stages bytes it cannot write yet (`staging`)
 
 Directories are 0700: the store belongs to the service's user, who runs the control plane (and
 the agents, where a fleet mounts it) and no one else. A digest becomes a path only once it is
@@ -101,6 +102,15 @@ class FileArtifactStore:
         levels of folders keep each one small with millions of blobs."""
         hexdigest = validated(sha256)
         return self.root / "sha256" / hexdigest[:2] / hexdigest[2:4] / hexdigest
+
+    def staging(self) -> Path:
+        """tmp/, made if missing: where blobs are written before they are placed, and where a
+        caller holds bytes it cannot write yet (an upload whose artifact comes before its
+        publication), so that they take room on the store's own disk. Blocking: call it from
+        a thread."""
+        path = self.root / "tmp"
+        _make_dirs(path)
+        return path
 
     async def write(
         self,

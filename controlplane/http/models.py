@@ -12,16 +12,19 @@ with no version the caller may see is a 404, never a 403.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+import tempfile
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
-from typing import Annotated
+from typing import Annotated, BinaryIO
 
-from aiohttp import BodyPartReader, web
+from aiohttp import BodyPartReader, MultipartReader, web
 from aiohttp.http_exceptions import BadHttpMessage
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, HttpUrl, StringConstraints
 
-from controlplane.artifacts.errors import ArtifactCorrupted
-from controlplane.artifacts.store import CHUNK_SIZE
+from controlplane.artifacts.errors import ArtifactCorrupted, ArtifactTooLarge
+from controlplane.artifacts.filesystem import FileArtifactStore
+from controlplane.artifacts.store import CHUNK_SIZE, ArtifactStore
+from controlplane.artifacts.thread import FileThread
 from controlplane.http import params, query
 from controlplane.http.auth import acting_tenant, principal
 from controlplane.http.errors import error
@@ -199,18 +202,47 @@ async def publish(request: web.Request) -> web.Response:
 async def _upload(
     request: web.Request, facade: ModelsApplication, publishing: Publishing, who: Principal
 ) -> tuple[VersionView, bool]:
-    """A multipart upload: its `publication` part is checked whole before a byte of its
-    `artifact` part is stored, which is streamed into the artifact store as it arrives."""
+    """A multipart upload: its two parts, `publication` and `artifact`, in either order (the
+    OpenAPI document cannot state one, so none is asked for).
+
+    `publication` first: it is checked whole before a byte of the artifact is stored, which
+    is streamed into the artifact store as it arrives. `artifact` first: its bytes are held
+    in a spool file (in the store's staging folder), stopped at the size limit the store
+    would stop them at, until `publication` is read and checked as on the other path; then
+    they are stored from the spool. A part of another name, one given twice or missing is
+    refused, and nothing is kept."""
     try:
         reader = await request.multipart()
-        first = await reader.next()
     except MALFORMED as exc:
         raise _malformed(exc) from None
-    if not isinstance(first, BodyPartReader) or first.name != PUBLICATION_PART:
-        raise error(422, f"the first part must be '{PUBLICATION_PART}'", field=PUBLICATION_PART)
-    # Read up to the bound, never whole: the part is the client's to make as long as it likes.
+    first = await _next(reader)
+    if first is None:
+        raise error(
+            422,
+            f"the body has no parts: an upload is '{PUBLICATION_PART}' and '{ARTIFACT_PART}'",
+            field=PUBLICATION_PART,
+        )
+    if not isinstance(first, BodyPartReader) or first.name not in (PUBLICATION_PART, ARTIFACT_PART):
+        raise _unexpected(first, PUBLICATION_PART)
+    if first.name == PUBLICATION_PART:
+        publication = await _publication(first, facade)
+        artifact = await _part(reader, ARTIFACT_PART)
+        metadata = event_metadata(request, who, publishing.tenant)
+        chunks = _then_end(_chunks(artifact), reader)
+        return await facade.publish_upload(publishing, publication, chunks, metadata)
+    async with _Spool(facade.models.artifacts) as spool:
+        await spool.fill(_chunks(first), publishing)
+        publication = await _publication(await _part(reader, PUBLICATION_PART), facade)
+        await _end(reader)
+        metadata = event_metadata(request, who, publishing.tenant)
+        return await facade.publish_upload(publishing, publication, spool.chunks(), metadata)
+
+
+async def _publication(part: BodyPartReader, facade: ModelsApplication) -> Publication:
+    """The `publication` part, read up to its bound (never whole: the part is the client's to
+    make as long as it likes), parsed, validated and checked as an upload's."""
     raw = bytearray()
-    async for chunk in _chunks(first):
+    async for chunk in _chunks(part):
         raw += chunk
         if len(raw) > MAX_PUBLICATION_BYTES:
             raise error(
@@ -224,17 +256,125 @@ async def _upload(
         raise error(400, f"malformed JSON in '{PUBLICATION_PART}': {exc}") from None
     publication = validated(Publication, document)
     facade.check_upload(publication)
+    return publication
+
+
+Part = MultipartReader | BodyPartReader | None
+"""What `MultipartReader.next` answers: a part, a nested multipart body, or None at the end."""
+
+
+async def _next(reader: MultipartReader) -> Part:
     try:
-        second = await reader.next()
+        return await reader.next()
     except MALFORMED as exc:
         raise _malformed(exc) from None
-    if not isinstance(second, BodyPartReader) or second.name != ARTIFACT_PART:
-        raise error(422, f"the second part must be '{ARTIFACT_PART}'", field=ARTIFACT_PART)
-    metadata = event_metadata(request, who, publishing.tenant)
-    return await facade.publish_upload(publishing, publication, _chunks(second), metadata)
 
 
-async def _chunks(part: BodyPartReader) -> AsyncIterator[bytes]:
+async def _part(reader: MultipartReader, wanted: str) -> BodyPartReader:
+    """The next part, which must be `wanted` (the other one came already)."""
+    part = await _next(reader)
+    if part is None:
+        raise error(422, f"the '{wanted}' part is missing", field=wanted)
+    if not isinstance(part, BodyPartReader) or part.name != wanted:
+        raise _unexpected(part, wanted)
+    return part
+
+
+async def _end(reader: MultipartReader) -> None:
+    """The body's end: both parts came, and no other may follow."""
+    part = await _next(reader)
+    if part is not None:
+        raise _unexpected(part, None)
+
+
+async def _then_end(
+    chunks: AsyncGenerator[bytes, None], reader: MultipartReader
+) -> AsyncIterator[bytes]:
+    """`chunks`, then the body's end checked: inside the stream the store writes, so that a
+    part after the artifact fails the write before its blob is kept."""
+    async with aclosing(chunks):
+        async for chunk in chunks:
+            yield chunk
+    await _end(reader)
+
+
+def _unexpected(part: MultipartReader | BodyPartReader, wanted: str | None) -> web.HTTPException:
+    """The refusal of a part where the upload takes `wanted` (None: no more parts): one it
+    has already, or one it never takes (named in `field`; a part with no name as `wanted`)."""
+    name = part.name if isinstance(part, BodyPartReader) else None
+    if name in (PUBLICATION_PART, ARTIFACT_PART):
+        return error(422, f"the '{name}' part is given twice", field=name)
+    what = f"a part named {name[:80]!r}" if name else "a part with no name"
+    return error(
+        422,
+        f"{what} is not taken: an upload is two parts, '{PUBLICATION_PART}' and "
+        f"'{ARTIFACT_PART}', in either order",
+        field=name[:80] if name else (wanted or ARTIFACT_PART),
+    )
+
+
+class _Spool:
+    """An artifact that came before its publication, held in a file until the publication is
+    checked: in the file store's staging folder (else the system's temporary one), a file with
+    no name (`tempfile.TemporaryFile`), so that nothing is left of it once it is closed, and
+    nothing even when the server is killed. Its calls run in a thread of its own, one after
+    another, the last one (closing it) also when the upload is refused or cancelled."""
+
+    def __init__(self, store: ArtifactStore) -> None:
+        self._staging = store.staging if isinstance(store, FileArtifactStore) else None
+        self._thread = FileThread()
+        self._file: BinaryIO | None = None
+
+    async def __aenter__(self) -> _Spool:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self._thread.finish(self._close)
+
+    def _open(self) -> None:
+        directory = None if self._staging is None else self._staging()
+        self._file = tempfile.TemporaryFile(dir=directory)  # noqa: SIM115 (closed in _close)
+
+    def _close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+
+    def _write(self, chunk: bytes) -> None:
+        assert self._file is not None
+        self._file.write(chunk)
+
+    def _read(self) -> bytes:
+        assert self._file is not None
+        return self._file.read(CHUNK_SIZE)
+
+    async def fill(self, chunks: AsyncGenerator[bytes, None], publishing: Publishing) -> None:
+        """Hold `chunks`, refused as the store refuses an artifact past its size limit (the
+        server's, or the room the tenant's limit leaves, as `Models.publish` bounds the write):
+        with the same answer, before a byte past it is written."""
+        bound = min(publishing.room, publishing.max_artifact_bytes)
+        size = 0
+        await self._thread.run(self._open)
+        async with aclosing(chunks):
+            async for chunk in chunks:
+                size += len(chunk)
+                if size > bound:
+                    with publishing.refusing():
+                        raise ArtifactTooLarge(bound)
+                await self._thread.run(self._write, chunk)
+        await self._thread.run(self._rewind)
+
+    def _rewind(self) -> None:
+        assert self._file is not None
+        self._file.flush()
+        self._file.seek(0)
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        """The bytes held, read back in the spool's thread a chunk at a time."""
+        while chunk := await self._thread.run(self._read):
+            yield chunk
+
+
+async def _chunks(part: BodyPartReader) -> AsyncGenerator[bytes, None]:
     """The part's bytes as they arrive; a 400 when the body breaks the multipart framing,
     also when it ends before the part's closing boundary (a body cut short, but cut where
     nothing else notices: without it, the bytes so far would pass for the whole artifact)."""
@@ -355,8 +495,8 @@ UPLOAD = {
     },
     "required": [PUBLICATION_PART, ARTIFACT_PART],
     "additionalProperties": False,
-    "description": f"exactly two parts, in this order: `{PUBLICATION_PART}`, then "
-    f"`{ARTIFACT_PART}`",
+    "description": f"exactly two parts, `{PUBLICATION_PART}` and `{ARTIFACT_PART}`, in either "
+    "order",
 }
 OPERATIONS = (
     Operation(
@@ -422,9 +562,12 @@ OPERATIONS = (
             e422="invalid fields, each listed; a bad model name; an upload whose bytes do not "
             "have its sha256; an unknown from_job",
         ),
-        description=f"multipart/form-data: the `{PUBLICATION_PART}` part (JSON, checked before "
-        f"the artifact is read), then the `{ARTIFACT_PART}` part, streamed into the store and "
-        "checked against `sha256` when given. application/json: `from_job` with "
+        description=f"multipart/form-data: the `{PUBLICATION_PART}` part (JSON) and the "
+        f"`{ARTIFACT_PART}` part, in either order. `{PUBLICATION_PART}` first is checked before "
+        f"the artifact is read, which is then streamed into the store; `{ARTIFACT_PART}` first "
+        "is held aside (up to the same size limit) until the publication is checked, then "
+        "stored. The artifact is checked against `sha256` when given. application/json: "
+        "`from_job` with "
         "`checkpoint_step` or `results_file`; the provenance is filled in from the job's "
         "events. Publishing the same bytes and metadata again answers with the version it made "
         "(Idempotent-Replayed).",

@@ -10,6 +10,7 @@ import base64
 import copy
 import hashlib
 import json
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,8 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from controlplane.artifacts.filesystem import FileArtifactStore
+from controlplane.artifacts.store import CHUNK_SIZE
+from controlplane.http import models as models_http
 from controlplane.http.app import create_app
 from controlplane.http.keys import MODELS
 from tests.controlplane.models.samples import DOCUMENT
@@ -41,13 +44,24 @@ async def client(db_url: str, tmp_path: Path) -> AsyncIterator[Client]:
 
 
 def upload_form(
-    artifact: bytes, document: Any = None, **publication: Any
+    artifact: bytes, document: Any = None, *, artifact_first: bool = False, **publication: Any
 ) -> aiohttp.MultipartWriter:
+    """An upload's body: `publication` then `artifact`, or the other way round."""
+    document = {"metadata": UPLOADED if document is None else document, **publication}
+    parts = [("publication", json.dumps(document).encode()), ("artifact", artifact)]
+    return parts_form(*(reversed(parts) if artifact_first else parts))
+
+
+def parts_form(*parts: tuple[str, bytes]) -> aiohttp.MultipartWriter:
+    """A multipart/form-data body of these parts, in this order."""
     form = aiohttp.MultipartWriter("form-data")
-    part = form.append_json({"metadata": UPLOADED if document is None else document, **publication})
-    part.set_content_disposition("form-data", name="publication")
-    part = form.append(artifact)
-    part.set_content_disposition("form-data", name="artifact", filename="model.pt")
+    for name, data in parts:
+        if name == "publication":
+            part = form.append(data, {"Content-Type": "application/json"})
+            part.set_content_disposition("form-data", name=name)
+        else:
+            part = form.append(data)
+            part.set_content_disposition("form-data", name=name, filename="model.pt")
     return form
 
 
@@ -79,7 +93,35 @@ async def searched(client: Client, token: str, total: int, **params: str) -> dic
 
 
 def blobs(tmp_path: Path) -> list[Path]:
+    """Every file under the store, its staging folder (tmp/) included."""
     return [p for p in (tmp_path / "artifacts").rglob("*") if p.is_file()]
+
+
+def spools(tmp_path: Path) -> list[str]:
+    """The files this process (the test server's) holds open in the store's staging folder:
+    an upload's spool has no name, so its descriptor is all there is of it."""
+    staging = f"{tmp_path.resolve() / 'artifacts' / 'tmp'}/"
+    found = []
+    for fd in Path("/proc/self/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:  # closed since it was listed
+            continue
+        if target.startswith(staging):
+            found.append(target)
+    return found
+
+
+async def nothing_kept(owner: asyncpg.Connection, before: int, tmp_path: Path) -> None:
+    """No event appended since `before`, no blob and no staging file left, no spool open
+    (closed in its own thread, maybe a moment after the answer)."""
+    assert await event_count(owner) == before
+    assert blobs(tmp_path) == []
+
+    async def closed() -> bool:
+        return spools(tmp_path) == []
+
+    await eventually(closed, seconds=5)
 
 
 async def test_an_upload_is_published_read_downloaded_and_found(
@@ -228,6 +270,147 @@ async def test_a_refused_upload_writes_nothing(
     assert blobs(tmp_path) == []
 
 
+async def test_an_upload_whose_artifact_comes_first_is_published_with_the_same_bytes(
+    client: Client, tokens: Tokens, tmp_path: Path
+) -> None:
+    # Several chunks' worth, not a multiple of one: the spool is written and read back in
+    # chunks.
+    weights = os.urandom(3 * CHUNK_SIZE + 12345)
+    digest = hashlib.sha256(weights).hexdigest()
+    response = await client.post(
+        "/v1/models/first/versions",
+        data=upload_form(weights, artifact_first=True, sha256=digest),
+        headers=auth(tokens.acme),
+    )
+    assert response.status == 201, await response.text()
+    view = await response.json()
+    assert (view["artifact_sha256"], view["size_bytes"]) == (digest, len(weights))
+    download = await client.get("/v1/models/first/versions/1/artifact", headers=auth(tokens.acme))
+    assert download.status == 200
+    assert await download.read() == weights
+
+    # The other order, the same bytes: the same blob, and the same publication again is the
+    # version the first order made.
+    other = await publish(client, tokens.acme, "second", weights)
+    assert other["artifact_sha256"] == digest
+    again = await client.post(
+        "/v1/models/first/versions", data=upload_form(weights), headers=auth(tokens.acme)
+    )
+    assert again.status == 201
+    assert again.headers["Idempotent-Replayed"] == "true"
+    assert await again.json() == view
+    assert [p.parent.name for p in blobs(tmp_path)] == [digest[2:4]]  # one blob, no spool
+    assert spools(tmp_path) == []
+
+
+async def test_an_oversize_artifact_first_is_refused_as_in_the_other_order(
+    client: Client,
+    tokens: Tokens,
+    owner: asyncpg.Connection,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    before = await event_count(owner)
+    weights = b"w" * (5 * CHUNK_SIZE)
+    bound = 2 * CHUNK_SIZE + 1
+    client.app[MODELS].max_artifact_bytes = bound
+    spooled: list[int] = []
+    write = models_http._Spool._write
+
+    def counted(self: Any, chunk: bytes) -> None:
+        spooled.append(len(chunk))
+        write(self, chunk)
+
+    monkeypatch.setattr(models_http._Spool, "_write", counted)
+    answers = []
+    for artifact_first in (False, True):
+        response = await client.post(
+            "/v1/models/m/versions",
+            data=upload_form(weights, artifact_first=artifact_first),
+            headers=auth(tokens.acme),
+        )
+        answers.append((response.status, await response.json()))
+    assert answers[0] == answers[1]
+    assert answers[1][0] == 413 and answers[1][1]["field"] == "artifact", answers
+    # The spool stopped at the bound: no byte past it was written.
+    assert spooled and sum(spooled) <= bound
+    await nothing_kept(owner, before, tmp_path)
+
+
+async def test_an_invalid_publication_after_its_artifact_is_refused_as_in_the_other_order(
+    client: Client, tokens: Tokens, owner: asyncpg.Connection, tmp_path: Path
+) -> None:
+    before = await event_count(owner)
+    bad = {**UPLOADED, "title": "", "creators": [{"name": "A", "orcid": "0000-0000-0000-0000"}]}
+    claimed = {**UPLOADED, "provenance": DOCUMENT["provenance"]}
+    over = {**UPLOADED, "description": "x" * (2 * 1024 * 1024)}
+    cases: list[tuple[int, Any, dict[str, Any]]] = [
+        (422, bad, {}),
+        (422, claimed, {}),
+        (422, None, {"checkpoint_step": 3}),
+        (422, None, {"from_job": "00000000-0000-0000-0000-000000000000"}),
+        (422, None, {"sha256": "0" * 64}),  # checked by the store, as the bytes are written
+        (422, None, {"visibility": "secret"}),
+        (413, over, {}),
+    ]
+    for status, document, publication in cases:
+        answers = []
+        for artifact_first in (False, True):
+            response = await client.post(
+                "/v1/models/m/versions",
+                data=upload_form(WEIGHTS, document, artifact_first=artifact_first, **publication),
+                headers=auth(tokens.acme),
+            )
+            answers.append((response.status, await response.json()))
+        assert answers[0] == answers[1], publication
+        assert answers[1][0] == status, answers[1]
+
+    for raw in (b"not JSON", b"[1, 2"):
+        answers = []
+        for parts in (
+            [("publication", raw), ("artifact", WEIGHTS)],
+            [("artifact", WEIGHTS), ("publication", raw)],
+        ):
+            response = await client.post(
+                "/v1/models/m/versions", data=parts_form(*parts), headers=auth(tokens.acme)
+            )
+            answers.append((response.status, await response.json()))
+        assert answers[0] == answers[1]
+        assert answers[1][0] == 400
+    await nothing_kept(owner, before, tmp_path)
+
+
+async def test_a_part_missing_twice_or_not_taken_is_refused_and_keeps_nothing(
+    client: Client, tokens: Tokens, owner: asyncpg.Connection, tmp_path: Path
+) -> None:
+    before = await event_count(owner)
+    publication = json.dumps({"metadata": UPLOADED}).encode()
+    pub, art = ("publication", publication), ("artifact", WEIGHTS)
+    for parts, field, says in [
+        ((art, art, pub), "artifact", "the 'artifact' part is given twice"),
+        ((pub, pub, art), "publication", "the 'publication' part is given twice"),
+        ((pub, art, art), "artifact", "the 'artifact' part is given twice"),
+        ((art, pub, pub), "publication", "the 'publication' part is given twice"),
+        ((pub, art, ("extra", b"x")), "extra", "a part named 'extra' is not taken"),
+        ((art, pub, ("extra", b"x")), "extra", "a part named 'extra' is not taken"),
+        ((("model", WEIGHTS), pub), "model", "a part named 'model' is not taken"),
+        ((pub, ("model", WEIGHTS)), "model", "a part named 'model' is not taken"),
+        ((art, ("model", WEIGHTS)), "model", "a part named 'model' is not taken"),
+        ((pub,), "artifact", "the 'artifact' part is missing"),
+        ((art,), "publication", "the 'publication' part is missing"),
+        ((), "publication", "the body has no parts"),
+    ]:
+        response = await client.post(
+            "/v1/models/m/versions", data=parts_form(*parts), headers=auth(tokens.acme)
+        )
+        body = await response.json()
+        assert response.status == 422, (parts, body)
+        assert body["field"] == field and body["error"].startswith(says), (parts, body)
+    await nothing_kept(owner, before, tmp_path)
+    missing = await client.get("/v1/models/m", headers=auth(tokens.acme))
+    assert missing.status == 404
+
+
 async def test_a_body_that_breaks_the_multipart_framing_is_refused_and_keeps_nothing(
     client: Client, tokens: Tokens, owner: asyncpg.Connection, tmp_path: Path
 ) -> None:
@@ -241,7 +424,21 @@ async def test_a_body_that_breaks_the_multipart_framing_is_refused_and_keeps_not
         + b'\r\n--XX\r\nContent-Disposition: form-data; name="artifact"\r\n\r\n'
         + WEIGHTS[: len(WEIGHTS) // 2]
     )
+    # The artifact first: cut in it, and cut in the publication that follows it.
+    artifact_first = (
+        b'--XX\r\nContent-Disposition: form-data; name="artifact"\r\n\r\n'
+        + WEIGHTS
+        + b'\r\n--XX\r\nContent-Disposition: form-data; name="publication"\r\n\r\n'
+        + publication
+        + b"\r\n--XX--\r\n"
+    )
+    cut_artifact = artifact_first[: artifact_first.index(WEIGHTS) + len(WEIGHTS) // 2]
+    cut_publication = artifact_first[: artifact_first.index(publication) + len(publication) // 2]
     for content_type, body in [
+        ("multipart/form-data; boundary=XX", cut_artifact),
+        ("multipart/form-data; boundary=XX", cut_publication),
+        ("multipart/form-data; boundary=YY", artifact_first),
+        ("multipart/form-data; boundary=XX", artifact_first.replace(b"--XX--", b"--XY--")),
         ("multipart/form-data; boundary=XX", cut),
         ("multipart/form-data", cut),  # no boundary
         ("multipart/form-data; boundary=" + "X" * 71, cut),  # longer than RFC 2046 allows
@@ -256,8 +453,14 @@ async def test_a_body_that_breaks_the_multipart_framing_is_refused_and_keeps_not
             headers={**auth(tokens.acme), "Content-Type": content_type},
         )
         assert refused.status == 400, (content_type, await refused.text())
-    assert await event_count(owner) == before
-    assert blobs(tmp_path) == []
+    await nothing_kept(owner, before, tmp_path)
+    # The whole of it, uncut, is taken.
+    whole = await client.post(
+        "/v1/models/m/versions",
+        data=artifact_first,
+        headers={**auth(tokens.acme), "Content-Type": "multipart/form-data; boundary=XX"},
+    )
+    assert whole.status == 201, await whole.text()
 
 
 async def test_an_interrupted_upload_leaves_nothing(
@@ -280,6 +483,33 @@ async def test_an_interrupted_upload_leaves_nothing(
     await asyncio.sleep(0.5)
     assert await event_count(owner) == before
     assert blobs(tmp_path) == []
+    missing = await client.get("/v1/models/cut", headers=auth(tokens.acme))
+    assert missing.status == 404
+
+
+async def test_an_interrupted_upload_whose_artifact_comes_first_leaves_nothing(
+    client: Client, tokens: Tokens, owner: asyncpg.Connection, tmp_path: Path
+) -> None:
+    before = await event_count(owner)
+    form = upload_form(os.urandom(3 * CHUNK_SIZE), artifact_first=True)
+    body = await _bytes(form)
+    head = (
+        "POST /v1/models/cut/versions HTTP/1.1\r\n"
+        f"Host: localhost\r\nAuthorization: Bearer {tokens.acme}\r\n"
+        f"Content-Type: {form.content_type}\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode()
+    server = client.server
+    _, writer = await asyncio.open_connection(server.host, server.port)
+    writer.write(head + body[: len(body) // 2])  # the client dies halfway through the artifact
+    await writer.drain()
+
+    async def spooling() -> bool:  # in the store's staging folder, with no name there
+        return len(spools(tmp_path)) == 1
+
+    await eventually(spooling, seconds=10)
+    assert blobs(tmp_path) == []
+    writer.transport.abort()
+    await nothing_kept(owner, before, tmp_path)
     missing = await client.get("/v1/models/cut", headers=auth(tokens.acme))
     assert missing.status == 404
 
