@@ -40,7 +40,12 @@ from controlplane.models.catalog import MAX_PAGE
 from controlplane.models.lifecycle import MAX_REASON_CHARS
 from controlplane.models.metadata import INT4_MAX
 from controlplane.models.names import ALIAS, LATEST, MODEL_NAME
-from controlplane.models.publication import ARTIFACT_PART, PUBLICATION_PART, Publication
+from controlplane.models.publication import (
+    ARTIFACT_PART,
+    PUBLICATION_PART,
+    JobPublication,
+    UploadPublication,
+)
 from controlplane.models.query.tokens import ADMITTED
 from controlplane.models.updates import MetadataUpdate
 from controlplane.models.views import (
@@ -98,9 +103,21 @@ class ActingQuery(query.Query):
     )
 
 
+QUERY_FORMAT = "model-query"
+"""The format the document names for the search language: a grammar, which no pattern states."""
+
+
 class SearchQuery(query.Query):
-    q: Annotated[str, query.text(schema={**params.text_schema(), "pattern": ADMITTED})] = Field(
-        default="", description="the query; empty: every version"
+    q: Annotated[
+        str,
+        query.text(schema={**params.text_schema(), "pattern": ADMITTED, "format": QUERY_FORMAT}),
+    ] = Field(
+        default="",
+        description="the query, in the model search language (format model-query: terms such "
+        'as resnet, "two words", name~res, framework:pytorch, metrics.accuracy>=0.9, '
+        "version>=3, created<2026-12-01, with AND, OR, NOT or -, and parentheses; the user "
+        "guide's 'Model search queries' gives the grammar; anything else is a 400 naming q); "
+        "empty: every version",
     )
     limit: Annotated[int, query.integer(1, MAX_PAGE)] = Field(
         default=50, description="page size (default 50)"
@@ -189,7 +206,7 @@ async def publish(request: web.Request) -> web.Response:
     if request.content_type == "multipart/form-data":
         view, created = await _upload(request, facade, publishing, who)
     else:
-        publication = validated(Publication, await json_body(request))
+        publication = validated(JobPublication, await json_body(request))
         metadata = event_metadata(request, who, tenant)
         view, created = await facade.publish_from_job(publishing, publication, metadata)
     location = f"/v1/models/{publishing.name}/versions/{view.version}"
@@ -225,22 +242,22 @@ async def _upload(
     if not isinstance(first, BodyPartReader) or first.name not in (PUBLICATION_PART, ARTIFACT_PART):
         raise _unexpected(first, PUBLICATION_PART)
     if first.name == PUBLICATION_PART:
-        publication = await _publication(first, facade)
+        publication = await _publication(first)
         artifact = await _part(reader, ARTIFACT_PART)
         metadata = event_metadata(request, who, publishing.tenant)
         chunks = _then_end(_chunks(artifact), reader)
         return await facade.publish_upload(publishing, publication, chunks, metadata)
     async with _Spool(facade.models.artifacts) as spool:
         await spool.fill(_chunks(first), publishing)
-        publication = await _publication(await _part(reader, PUBLICATION_PART), facade)
+        publication = await _publication(await _part(reader, PUBLICATION_PART))
         await _end(reader)
         metadata = event_metadata(request, who, publishing.tenant)
         return await facade.publish_upload(publishing, publication, spool.chunks(), metadata)
 
 
-async def _publication(part: BodyPartReader, facade: ModelsApplication) -> Publication:
+async def _publication(part: BodyPartReader) -> UploadPublication:
     """The `publication` part, read up to its bound (never whole: the part is the client's to
-    make as long as it likes), parsed, validated and checked as an upload's."""
+    make as long as it likes), parsed and validated."""
     raw = bytearray()
     async for chunk in _chunks(part):
         raw += chunk
@@ -254,9 +271,7 @@ async def _publication(part: BodyPartReader, facade: ModelsApplication) -> Publi
         document = json.loads(raw)
     except (ValueError, RecursionError) as exc:
         raise error(400, f"malformed JSON in '{PUBLICATION_PART}': {exc}") from None
-    publication = validated(Publication, document)
-    facade.check_upload(publication)
-    return publication
+    return validated(UploadPublication, document)
 
 
 Part = MultipartReader | BodyPartReader | None
@@ -490,7 +505,7 @@ ALIAS_PARAM = Param(
 UPLOAD = {
     "type": "object",
     "properties": {
-        PUBLICATION_PART: {"$ref": REF + "Publication"},
+        PUBLICATION_PART: {"$ref": REF + "UploadPublication"},
         ARTIFACT_PART: {"type": "string", "format": "binary"},
     },
     "required": [PUBLICATION_PART, ARTIFACT_PART],
@@ -580,10 +595,10 @@ OPERATIONS = (
                     "schema": UPLOAD,
                     "encoding": {PUBLICATION_PART: {"contentType": "application/json"}},
                 },
-                "application/json": {"schema": {"$ref": REF + "Publication"}},
+                "application/json": {"schema": {"$ref": REF + "JobPublication"}},
             },
         },
-        raw_body_models=(Publication,),
+        raw_body_models=(UploadPublication, JobPublication),
     ),
     Operation(
         "get",
@@ -664,8 +679,10 @@ OPERATIONS = (
             404,
             409,
             422,
-            e422="invalid fields; a host that is or resolves to a non-public address (not in "
-            "TRAINYARD_WEBHOOK_ALLOW_NETWORKS), or does not resolve",
+            e403="a tenant's token acting for another tenant; or a host that is or resolves to "
+            "a non-public address (not in TRAINYARD_WEBHOOK_ALLOW_NETWORKS), or does not "
+            "resolve (field url)",
+            e422="invalid fields",
         ),
         description="Each ModelVersionPublished, ModelMetadataUpdated, ModelAliasSet, "
         "ModelAliasRemoved and ModelVersionDeprecated from now on is POSTed to it, signed with "

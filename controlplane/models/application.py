@@ -52,7 +52,7 @@ from controlplane.models.lifecycle import (
 )
 from controlplane.models.metadata import json_schema
 from controlplane.models.names import LATEST, MODEL_NAME, check_model_name
-from controlplane.models.publication import ARTIFACT_PART, PUBLICATION_PART, Publication
+from controlplane.models.publication import ARTIFACT_PART, JobPublication, UploadPublication
 from controlplane.models.query.errors import QueryError
 from controlplane.models.query.query import parse
 from controlplane.models.references import Reference, parse_reference, resolve
@@ -269,32 +269,15 @@ class ModelsApplication:
             raise refusal(exc) from None
         return Publishing(tenant, name, usage, max_artifact_bytes=self.models.max_artifact_bytes)
 
-    @staticmethod
-    def check_upload(publication: Publication) -> None:
-        """What an upload's publication may not ask for: a job's file instead (checked before a
-        byte of the artifact is read)."""
-        if publication.from_job is not None:
-            raise Refusal(
-                Refused.INVALID, "an upload is not published from a job as well", field="from_job"
-            )
-        if publication.checkpoint_step is not None or publication.results_file is not None:
-            raise Refusal(
-                Refused.INVALID,
-                "checkpoint_step and results_file choose a file of from_job, not of an upload",
-                field="checkpoint_step"
-                if publication.checkpoint_step is not None
-                else "results_file",
-            )
-
     async def publish_upload(
         self,
         publishing: Publishing,
-        publication: Publication,
+        publication: UploadPublication,
         chunks: AsyncIterable[bytes],
         metadata: Metadata,
     ) -> tuple[VersionView, bool]:
-        """The version an upload (`check_upload`ed) made of `chunks`, streamed into the store,
-        and whether it is new (False: the same bytes and metadata again)."""
+        """The version an upload made of `chunks`, streamed into the store, and whether it
+        is new (False: the same bytes and metadata again)."""
         with publishing.refusing():
             published = await self.models.publish(
                 publishing.tenant,
@@ -309,21 +292,10 @@ class ModelsApplication:
         return _published(published)
 
     async def publish_from_job(
-        self, publishing: Publishing, publication: Publication, metadata: Metadata
+        self, publishing: Publishing, publication: JobPublication, metadata: Metadata
     ) -> tuple[VersionView, bool]:
         """The version made of a file of `publication.from_job`'s results or checkpoints, and
         whether it is new."""
-        if publication.from_job is None:
-            raise Refusal(
-                Refused.INVALID,
-                "a JSON body publishes from a job (from_job); upload an artifact as "
-                f"multipart/form-data ('{PUBLICATION_PART}', then '{ARTIFACT_PART}')",
-                field="from_job",
-            )
-        if publication.sha256 is not None:
-            raise Refusal(
-                Refused.INVALID, "sha256 checks an upload, not a job's file", field="sha256"
-            )
         with publishing.refusing():
             published = await self.models.publish_from_job(
                 publishing.tenant,

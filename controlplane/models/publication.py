@@ -13,29 +13,35 @@ from controlplane.models.metadata import INT8_MAX, ModelMetadata
 from controlplane.models.service import RESULTS_FILE
 
 PUBLICATION_PART, ARTIFACT_PART = "publication", "artifact"
-"""The parts of an upload's multipart body, in their order."""
+"""The parts of an upload's multipart body (in either order)."""
 
 
-class Publication(BaseModel):
-    """A new version: its metadata and visibility, and either an upload (the `publication`
-    part of a multipart body, its `artifact` part following) or a job's results or checkpoint
-    (a JSON body with `from_job`)."""
-
+class _Publication(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     metadata: ModelMetadata
     visibility: Visibility = Visibility.PRIVATE
+
+
+class UploadPublication(_Publication):
+    """An upload's new version: the `publication` part of a multipart body, beside its
+    `artifact` part."""
+
     sha256: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")] | None = Field(
-        default=None,
-        description="uploads: the artifact's sha256; the upload is refused if its bytes differ",
+        default=None, description="the artifact's sha256; the upload is refused if its bytes differ"
     )
-    from_job: UUID | None = Field(
-        default=None, description="publish a file of this job's results, or one of its checkpoints"
-    )
+
+
+class JobPublication(_Publication):
+    """A new version made of a job's file, without an upload (a JSON body): a file of its
+    results, or one of its checkpoints."""
+
+    from_job: UUID = Field(description="the job whose results or checkpoint to publish")
     checkpoint_step: Annotated[int, Field(ge=0, le=INT8_MAX)] | None = Field(
-        default=None, description="with from_job: the checkpoint saved at this step"
+        default=None,
+        description="the checkpoint saved at this step (then results_file is not read)",
     )
     results_file: Annotated[str, StringConstraints(min_length=1, max_length=1000)] | None = Field(
         default=None,
-        description=f"with from_job: the file of its results, relative to them ({RESULTS_FILE})",
+        description=f"the file of its results, relative to them ({RESULTS_FILE})",
     )

@@ -197,7 +197,7 @@ async def test_another_tenant_sees_a_public_model_by_its_tenant_s_name_and_no_pr
     assert theirs.json()["webhook_url"] is None
     assert (await cli("models", "webhook", "acme/shared", url, **globex)).rc == 1
     internal = await cli("models", "webhook", "shared", "http://127.0.0.1:9/hook")
-    assert internal.rc == 2 and "url: " in internal.stderr
+    assert internal.rc == 1 and "url: " in internal.stderr  # 403: may not send there
     assert (await cli("models", "webhook", "shared", "--remove")).rc == 0
     assert (await cli("models", "ls", "shared", "--output", "json")).json()["webhook_url"] is None
 

@@ -19,7 +19,7 @@ from controlplane.jobs.locations import Roots
 from controlplane.jobs.service import Jobs
 from controlplane.models.application import ModelsApplication
 from controlplane.models.events import Visibility
-from controlplane.models.publication import Publication
+from controlplane.models.publication import UploadPublication
 from controlplane.models.service import Models
 from controlplane.projections.runner import ProjectionRunner
 from controlplane.refusals import Refusal, Refused
@@ -64,7 +64,7 @@ async def facade(
 async def upload(facade: ModelsApplication, name: str, data: bytes, visibility: Visibility) -> int:
     publishing = await facade.publishing(ACME, "acme", name)
     document = metadata(provenance=None, title=f"{name} {data!r}")
-    publication = Publication(metadata=document, visibility=visibility)
+    publication = UploadPublication(metadata=document, visibility=visibility)
     view, created = await facade.publish_upload(publishing, publication, chunks(data), BY_ACME)
     assert created
     return view.version
