@@ -81,8 +81,9 @@ def refusal(tenant: str, limits: TenantLimits, held: Room, asked: Room) -> Refus
             continue
         what = WHAT[name]
         if ask > limit:
+            # The tenant may never hold this much: the admin's limit forbids it, whatever ends.
             return Refusal(
-                Refused.INVALID,
+                Refused.FORBIDDEN,
                 f"this asks for {ask:g} {what}, more than tenant {tenant!r} may hold at all "
                 f"({name} limit {limit:g})",
                 field=name,

@@ -206,6 +206,10 @@ def _event(task: TaskView | None) -> bytes:
 MALFORMED = "malformed request: a parameter or JSON body (the field names which)"
 UNAUTHORIZED = "missing or wrong token"
 FORBIDDEN = "a tenant's token acting for another tenant"
+FORBIDDEN_OR_BEYOND = (
+    f"{FORBIDDEN}; or a request that alone asks for more than its tenant may hold at all (the "
+    "field names the limit)"
+)
 NOT_FOUND = "no such deployment, pipeline or task (or none of the caller's)"
 CONFLICT = (
     "refused in the current state, or an Idempotency-Key used for another target (the message "
@@ -242,7 +246,7 @@ def _predict(handler: Handler, id: str, summary: str) -> Operation:
         {
             400: MALFORMED,
             401: UNAUTHORIZED,
-            403: FORBIDDEN,
+            403: FORBIDDEN_OR_BEYOND,
             404: NOT_FOUND,
             409: CONFLICT,
             422: INVALID,
@@ -266,7 +270,7 @@ OPERATIONS = (
         {
             400: MALFORMED,
             401: UNAUTHORIZED,
-            403: FORBIDDEN,
+            403: FORBIDDEN_OR_BEYOND,
             404: "no such model, version or alias (or none the caller may see): the field "
             "`model` names it",
             409: CONFLICT,
@@ -309,7 +313,7 @@ OPERATIONS = (
         {
             400: MALFORMED,
             401: UNAUTHORIZED,
-            403: FORBIDDEN,
+            403: FORBIDDEN_OR_BEYOND,
             404: NOT_FOUND,
             422: INVALID,
             429: LIMITED,
@@ -408,7 +412,7 @@ OPERATIONS = (
         "streamTask",
         "SSE: a `status` event with the task now and at each change, until it has finished",
         {200: Answer("the stream", SSE_EVENT["schema"], media="text/event-stream")},
-        {400: MALFORMED, 401: UNAUTHORIZED, 403: FORBIDDEN, 404: NOT_FOUND, 429: LIMITED},
+        {400: MALFORMED, 401: UNAUTHORIZED, 403: FORBIDDEN_OR_BEYOND, 404: NOT_FOUND, 429: LIMITED},
         query=ActingQuery,
         params=(TASK_ID,),
     ),

@@ -137,7 +137,8 @@ OPERATIONS = (
         {
             400: MALFORMED,
             401: UNAUTHORIZED,
-            403: "a tenant's token acting for another tenant",
+            403: "a tenant's token acting for another tenant; or an inference job that alone "
+            "asks for more than its tenant may hold at all (the field names the limit)",
             404: "no such model, version or alias (or none the caller may see): the field "
             "`model` names it",
             409: "an Idempotency-Key used for another job",

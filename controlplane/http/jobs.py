@@ -260,7 +260,8 @@ OPERATIONS = (
             403: "a tenant's token submitting for another tenant; a file:// data.source or "
             "results.location outside the operator's roots for the tenant; or a webhook_url "
             "whose host is or resolves to a non-public address (not in "
-            "TRAINYARD_WEBHOOK_ALLOW_NETWORKS) or does not resolve (the field names which)",
+            "TRAINYARD_WEBHOOK_ALLOW_NETWORKS) or does not resolve; or a job that alone asks for "
+            "more CPUs or memory than its tenant may hold at all (the field names which)",
             409: "the Idempotency-Key was used for a different manifest",
             422: "invalid manifest fields, each listed (a reserved environment name as "
             "`env.NAME`; memory_mb also past the largest node's); an image the service does not "

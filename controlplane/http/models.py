@@ -567,15 +567,20 @@ OPERATIONS = (
             400,
             401,
             403,
+            404,
             409,
             413,
             422,
             429,
+            e403="a tenant's token acting for another tenant; or an artifact that alone is "
+            "over its tenant's artifact_bytes limit",
+            e404="no such job of the tenant (field from_job), or no checkpoint of it at that "
+            "step (field checkpoint_step)",
             e409="the job has not COMPLETED, or its file is gone",
             e413="the artifact is over the size limit, or over the room its tenant's "
             "artifact_bytes limit leaves (field artifact_bytes); nothing kept",
             e422="invalid fields, each listed; a bad model name; an upload whose bytes do not "
-            "have its sha256; an unknown from_job",
+            "have its sha256",
         ),
         description=f"multipart/form-data: the `{PUBLICATION_PART}` part (JSON) and the "
         f"`{ARTIFACT_PART}` part, in either order. `{PUBLICATION_PART}` first is checked before "

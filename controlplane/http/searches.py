@@ -304,7 +304,8 @@ OPERATIONS = (
             429,
             e403="a tenant's token acting for another tenant; a file:// trial.data.source or "
             "trial.results.location outside the operator's roots for the tenant; or a "
-            "trial.webhook_url the service may not send to (the field names which)",
+            "trial.webhook_url the service may not send to; or a search that alone asks for "
+            "more than its tenant may hold at all (the field names which)",
         ),
         query=SubmitQuery,
         params=(idempotency_param("a retry with the same key finds the same search"),),

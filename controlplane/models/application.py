@@ -80,7 +80,8 @@ from controlplane.webhooks.targets import CheckingResolver
 
 _KINDS: tuple[tuple[type[ModelError], Refused], ...] = (
     (InvalidModel, Refused.INVALID),
-    (SourceNotFound, Refused.INVALID),
+    # Named in the body, as a model version may be: a 404 naming the field.
+    (SourceNotFound, Refused.NOT_FOUND),
     (ModelNotFound, Refused.NOT_FOUND),
     (UnknownVersion, Refused.NOT_FOUND),
     (UnknownAlias, Refused.NOT_FOUND),
@@ -94,7 +95,7 @@ def refusal(exc: ModelError) -> Refusal:
         fields = [(f"metadata.{e.path}", e.message) for e in exc.errors]
         return Refusal(Refused.INVALID, str(exc), fields=fields)
     kind = next((k for cls, k in _KINDS if isinstance(exc, cls)), Refused.CONFLICT)
-    return Refusal(kind, str(exc), field="from_job" if isinstance(exc, SourceNotFound) else None)
+    return Refusal(kind, str(exc), field=exc.field if isinstance(exc, SourceNotFound) else None)
 
 
 def _published(published: Published) -> tuple[VersionView, bool]:

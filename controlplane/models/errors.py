@@ -81,7 +81,12 @@ class ModelBusy(ModelError):
 
 
 class SourceNotFound(ModelError):
-    """Publishing from a job that the tenant has no such job (or not that checkpoint)."""
+    """Publishing from a job the tenant has no such job of (`from_job`), or not that checkpoint
+    (`checkpoint_step`): `field` names which."""
+
+    def __init__(self, message: str, field: str = "from_job") -> None:
+        super().__init__(message)
+        self.field = field
 
 
 class SourceUnavailable(ModelError):

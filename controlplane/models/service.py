@@ -186,7 +186,10 @@ class Models:
                 and recorded.event.step == checkpoint_step
             ]
             if not saved:
-                raise SourceNotFound(f"job {job_id} saved no checkpoint at step {checkpoint_step}")
+                raise SourceNotFound(
+                    f"job {job_id} saved no checkpoint at step {checkpoint_step}",
+                    field="checkpoint_step",
+                )
             source, attempt = self._checkpoint_file(job_id, saved[-1].path), saved[-1].attempt
         provenance = Provenance(
             job_id=job_id,

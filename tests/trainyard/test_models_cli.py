@@ -112,7 +112,7 @@ async def test_a_model_is_published_found_downloaded_aliased_updated_and_depreca
     from_job = await cli(
         "models", "publish", "crystals", "--from-job", job, "--metadata", str(metadata)
     )
-    assert from_job.rc == 2 and f"from_job: no job {job}" in from_job.stderr
+    assert from_job.rc == 4 and f"no job {job}" in from_job.stderr  # not found
 
     shown = (await cli("models", "show", "crystals:1", "--output", "json")).json()
     assert shown["version"]["artifact_sha256"] == hashlib.sha256(WEIGHTS).hexdigest()

@@ -1,6 +1,6 @@
 """Every command that takes room asks the one admission policy first, against the limits the
 admin set for its tenant: jobs' CPUs, deployments and their replicas, searches, queued
-predictions and artifact bytes. A refusal is a 429 (or 422 when it could never fit) naming the
+predictions and artifact bytes. A refusal is a 429 (or 403 when it could never fit) naming the
 limit, and writes nothing."""
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ async def test_jobs_are_held_to_the_cpus_and_memory_their_tenant_may_ask_for(
     body = await refused(owner, client.post("/v1/jobs", json=job, headers=acme), 429, "cpus")
     assert "holds 3 CPUs" in body["error"] and "3 more" in body["error"]
     huge = {**MANIFEST, "learners": 2, "cpus": 0.5, "memory_mb": 6000}
-    await refused(owner, client.post("/v1/jobs", json=huge, headers=acme), 422, "memory_mb")
+    await refused(owner, client.post("/v1/jobs", json=huge, headers=acme), 403, "memory_mb")
     # Another tenant's room is its own.
     assert (await client.post("/v1/jobs", json=job, headers=auth(tokens.globex))).status == 201
 
@@ -110,7 +110,7 @@ async def test_queued_predictions_are_held_to_their_limit(
     body = await refused(owner, call, 429, "queued_predictions")
     assert "holds 2 prediction items" in body["error"]
     too_many = client.post(path, json={"inputs": [1, 2, 3, 4], "async": True}, headers=acme)
-    await refused(owner, too_many, 422, "queued_predictions")
+    await refused(owner, too_many, 403, "queued_predictions")
     one = await client.post(path, json={"inputs": [5], "async": True}, headers=acme)
     assert one.status == 202
 
@@ -131,7 +131,7 @@ async def test_artifacts_stop_at_the_bytes_their_tenant_may_store(
     assert await event_count(owner) == before
     await publish(client, tokens.acme, "m", b"c" * 40, "model:predict")
     await set_limits(client, tokens, artifact_bytes=0)
-    with pytest.raises(AssertionError, match="422"):
+    with pytest.raises(AssertionError, match="403"):
         await publish(client, tokens.acme, "n", b"d", "model:predict")
 
 

@@ -45,7 +45,7 @@ def test_a_command_is_admitted_exactly_when_all_it_asks_for_fits(
         return
     assert refused is not None and refused.field == passing[0]
     never = getattr(asked, passing[0]) > getattr(limit, passing[0])
-    assert refused.kind is (Refused.INVALID if never else Refused.LIMITED)
+    assert refused.kind is (Refused.FORBIDDEN if never else Refused.LIMITED)
     assert "acme" in refused.message and passing[0] in refused.message
 
 

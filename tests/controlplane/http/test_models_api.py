@@ -699,7 +699,7 @@ async def test_publishing_from_a_job_needs_a_completed_job_of_the_tenant(
     assert queued.status == 409
     assert "QUEUED" in (await queued.json())["error"]
     foreign = await client.post("/v1/models/m/versions", json=body, headers=auth(tokens.globex))
-    assert foreign.status == 422
+    assert foreign.status == 404
     assert (await foreign.json())["field"] == "from_job"
     no_job = await client.post(
         "/v1/models/m/versions", json={"metadata": UPLOADED}, headers=auth(tokens.acme)
