@@ -255,7 +255,7 @@ class DataSpec(_Strict):
     )
     mount_path: str | None = Field(
         default=None,
-        pattern=r"^/",
+        pattern=r"^/[^\x00]*$",
         description="where a container sees its data directory (an absolute path inside the "
         "container, never a node path; the process runtime ignores it)",
     )

@@ -131,16 +131,7 @@ class Models:
         `room`: the most bytes the tenant may still store (ArtifactTooLarge past it, or past
         `max_artifact_bytes`)."""
         check_model_name(name)
-        if document.provenance is not None:
-            raise InvalidMetadata(
-                (
-                    FieldError(
-                        "provenance",
-                        "filled in when a model is published from its job (from_job), never "
-                        "given with an upload",
-                    ),
-                )
-            )
+        no_provenance_given(document)
         blob = await self.artifacts.write(
             chunks, max_size=self._max_size(room), expected_sha256=expected_sha256
         )
@@ -165,6 +156,7 @@ class Models:
         attempt, checkpoint step, data sha256) comes from the job's events. `room` as for
         `publish`."""
         check_model_name(name)
+        no_provenance_given(document)
         job = await self._jobs.load(job_id)
         if job is None or job.tenant != tenant:
             raise SourceNotFound(f"no job {job_id}")
@@ -320,3 +312,18 @@ def _as_named(root: str) -> tuple[PurePosixPath, ...]:
     """An operator's root as the configuration names it and as it resolves (it may be a
     symbolic link of the operator's): a path a learner reports may start with either."""
     return (PurePosixPath(root), PurePosixPath(os.path.realpath(root)))
+
+
+def no_provenance_given(document: ModelMetadata) -> None:
+    """Provenance is the repository's to fill in, from a job's events: a publication that
+    claims one is refused (an upload's, or a job's, whose events give it), so that every
+    provenance shown was checked against them."""
+    if document.provenance is not None:
+        raise InvalidMetadata(
+            (
+                FieldError(
+                    "provenance",
+                    "filled in when a model is published from its job (from_job), never given",
+                ),
+            )
+        )

@@ -706,6 +706,11 @@ async def test_publishing_from_a_job_needs_a_completed_job_of_the_tenant(
     )
     assert no_job.status == 422
     assert [f["field"] for f in (await no_job.json())["fields"]] == ["from_job"]
+    # Nor does a job's publication claim a provenance: the job's events give it.
+    claimed = {**body, "metadata": {**UPLOADED, "provenance": DOCUMENT["provenance"]}}
+    claiming = await client.post("/v1/models/m/versions", json=claimed, headers=auth(tokens.acme))
+    assert claiming.status == 422
+    assert [f["field"] for f in (await claiming.json())["fields"]] == ["metadata.provenance"]
     # A job's file has no sha256 to check: the JSON body's schema leaves it out.
     checked = await client.post(
         "/v1/models/m/versions", json={**body, "sha256": "0" * 64}, headers=auth(tokens.acme)
