@@ -31,6 +31,7 @@ RULES: dict[tuple[str, str], Callable[[dict[str, Any]], None]] = {
 }
 QUERY_RULES: dict[tuple[str, str], Callable[[dict[str, Any]], None]] = {
     ("GET", "/v1/jobs/{job_id}/pending"): api_contract_rules.pending_window,
+    ("GET", "/v1/logs/search"): api_contract_rules.log_search,
 }
 
 

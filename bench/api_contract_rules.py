@@ -11,11 +11,13 @@ stated there, never repaired here.
 from __future__ import annotations
 
 import math
+import re
 from datetime import datetime
 from typing import Any
 
 from controlplane.inference.spec import MAX_ITEM_ELEMENTS
 from controlplane.jobs.manifest import MAX_ENV_VALUE_CHARS
+from controlplane.logs.search import MAX_PATTERN
 from controlplane.searches.space import MAX_BOUND, Space, grid_size, max_point_chars
 from controlplane.searches.spec import MAX_TRIALS
 
@@ -98,3 +100,19 @@ def pending_window(query: dict[str, Any]) -> None:
 
 def _instant(text: str) -> datetime:
     return datetime.fromisoformat(text.upper())  # RFC 3339 allows a lower-case t and z
+
+
+_ASCII_PUNCTUATION = re.compile(r"([!-/:-@\[-`{-~])")
+"""What a Postgres regular expression may read as an operator: written `\\c`, it is `c`."""
+
+
+def log_search(query: dict[str, Any]) -> None:
+    """GET /v1/logs/search: with regex=true the pattern is a regular expression in Postgres's
+    syntax; a valid case's text is made one that matches itself (its ASCII punctuation
+    escaped; other characters are literal), as long as the pattern may be."""
+    pattern = query.get("pattern")
+    if str(query.get("regex")).lower() not in ("true", "1") or not isinstance(pattern, str):
+        return
+    while len(escaped := _ASCII_PUNCTUATION.sub(r"\\\1", pattern)) > MAX_PATTERN:
+        pattern = pattern[:-1]
+    query["pattern"] = escaped

@@ -3,7 +3,7 @@ comes from (an upload, or a file of a job's results or one of its checkpoints)."
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
@@ -16,23 +16,20 @@ PUBLICATION_PART, ARTIFACT_PART = "publication", "artifact"
 """The parts of an upload's multipart body (in either order)."""
 
 
-def _without_provenance(schema: dict[str, Any]) -> None:
-    """What the service checks of a publication's metadata (`no_provenance_given`), stated in
-    the schema: its provenance left out."""
-    schema["allOf"] = [
-        {"$ref": schema.pop("$ref")},
-        {"properties": {"provenance": {"type": "null"}}},
-    ]
+class GivenMetadata(ModelMetadata):
+    """A publication's metadata: all but the provenance, which the repository fills in (from
+    the job's events, for a job's file): the service refuses one given
+    (`no_provenance_given`), and the schema says so."""
+
+    provenance: None = Field(
+        default=None, description="never given: filled in from the job's events"
+    )
 
 
 class _Publication(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    metadata: ModelMetadata = Field(
-        description="the version's metadata; its provenance is the repository's to fill in "
-        "(from the job's events, for a job's file), never given",
-        json_schema_extra=_without_provenance,
-    )
+    metadata: GivenMetadata
     visibility: Visibility = Visibility.PRIVATE
 
 

@@ -8,11 +8,14 @@ import copy
 import math
 from typing import Any
 
+import asyncpg
+import pytest
 from hypothesis import given, settings
 
 from bench import api_contract_rules
 from bench.api_contract_formats import MODEL_QUERY, ORCID
 from controlplane.inference.spec import MAX_ITEM_ELEMENTS, InferenceRequest
+from controlplane.logs.search import MAX_PATTERN
 from controlplane.models.metadata import Creator
 from controlplane.models.query.query import parse
 from controlplane.searches.spec import SearchSpec
@@ -111,3 +114,14 @@ def test_a_grid_too_large_is_replaced_whatever_json_number_its_points_are() -> N
     body = search(params, {"name": "grid", "points": 16.0})
     api_contract_rules.search(body)
     assert SearchSpec.model_validate(body).space.params.keys() == {"x"}
+
+
+@pytest.mark.parametrize("text", ["a[b(c\\ù*", "^$.|?+{1}", "plain words", "ü[", "x" * 499 + "["])
+async def test_a_log_search_pattern_made_a_regex_is_one_postgres_reads_matching_its_text(
+    pool: asyncpg.Pool, text: str
+) -> None:
+    query = {"regex": "true", "pattern": text}
+    api_contract_rules.log_search(query)
+    assert len(query["pattern"]) <= MAX_PATTERN
+    kept = text[: len(text) - (len(text) > 400)]  # the long one loses its last character
+    assert await pool.fetchval("SELECT $1 ~ $2", kept, query["pattern"])
