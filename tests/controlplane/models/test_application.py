@@ -64,7 +64,9 @@ async def facade(
 async def upload(facade: ModelsApplication, name: str, data: bytes, visibility: Visibility) -> int:
     publishing = await facade.publishing(ACME, "acme", name)
     document = metadata(provenance=None, title=f"{name} {data!r}")
-    publication = UploadPublication(metadata=document, visibility=visibility)
+    publication = UploadPublication.model_validate(
+        {"metadata": document.model_dump(), "visibility": visibility}
+    )
     view, created = await facade.publish_upload(publishing, publication, chunks(data), BY_ACME)
     assert created
     return view.version
