@@ -156,10 +156,12 @@ def _storable(schema: Any) -> Any:
     free = not {"pattern", "format", "enum", "const"} & stated.keys()
     if schema.get("type") == "string" and free:
         stated["pattern"] = params.NO_NUL
-    for values in ("items", "additionalProperties"):
-        if schema.get(values) == {}:
-            stated[values] = {"$ref": REF + "StorableJson"}
-    if isinstance(schema.get("additionalProperties"), dict):
+    if schema.get("items") == {}:
+        stated["items"] = {"$ref": REF + "StorableJson"}
+    # A map of any JSON: pydantic writes its values as {} or true.
+    if schema.get("additionalProperties") == {} or schema.get("additionalProperties") is True:
+        stated["additionalProperties"] = {"$ref": REF + "StorableJson"}
+    if isinstance(stated.get("additionalProperties"), dict):
         names = stated.get("propertyNames", {})
         if not {"pattern", "format", "enum", "const"} & names.keys():
             stated["propertyNames"] = {**names, "pattern": params.NO_NUL}
