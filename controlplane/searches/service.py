@@ -118,7 +118,13 @@ class Searches:
                     "a different search"
                 ) from None
             return existing, False
-        search = executed.state
+        if executed.state is None:
+            raise SearchRefused(f"search {search_id}: its submission left no search")
+        # As stored, not as submitted: the driver, woken by the same event, carries the search
+        # out from its stream too, and both must make the same trial jobs. A number may come
+        # back from Postgres written otherwise (9.3e+65, a float, as an integer), and a trial
+        # job made from each would be two manifests under one id.
+        search = await self.load(search_id)
         if search is None:
             raise SearchRefused(f"search {search_id}: its submission left no search")
         await self._carry_out(search)

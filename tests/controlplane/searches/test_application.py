@@ -109,3 +109,16 @@ async def test_a_search_just_submitted_is_found_once_the_read_model_shows_it(
     await plane.runner.catch_up(plane.runner.projections[SearchesProjection.name])
     row = await asyncio.wait_for(found, 5)
     assert (row["search_id"], row["tenant"]) == (created.id, "acme")
+
+
+async def test_a_search_is_carried_out_as_stored_so_its_driver_makes_the_same_trial_jobs(
+    searches: SearchesApplication,
+) -> None:
+    # Postgres writes this float back as an integer: trial jobs made from the search as
+    # submitted and from it as stored (the driver's) would be two manifests under one job id.
+    space = {"params": {"x": {"type": "choice", "values": [9.325960255098408e65, 1.5]}}}
+    carried, created = await searches.searches.submit(
+        "acme", SearchSpec.model_validate(spec(space=space)), USER, "big"
+    )
+    assert created
+    assert carried == await searches.searches.load(carried.search_id)
