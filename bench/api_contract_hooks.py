@@ -28,6 +28,7 @@ schemathesis.openapi.format("orcid", ORCID)
 RULES: dict[tuple[str, str], Callable[[dict[str, Any]], None]] = {
     ("POST", "/v1/searches"): api_contract_rules.search,
     ("POST", "/v1/inference"): api_contract_rules.inference,
+    ("POST", "/v1/models/{name}/versions"): api_contract_rules.upload,
 }
 QUERY_RULES: dict[tuple[str, str], Callable[[dict[str, Any]], None]] = {
     ("GET", "/v1/jobs/{job_id}/pending"): api_contract_rules.pending_window,

@@ -10,6 +10,7 @@ stated there, never repaired here.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 from datetime import datetime
@@ -116,3 +117,13 @@ def log_search(query: dict[str, Any]) -> None:
     while len(escaped := _ASCII_PUNCTUATION.sub(r"\\\1", pattern)) > MAX_PATTERN:
         pattern = pattern[:-1]
     query["pattern"] = escaped
+
+
+def upload(body: dict[str, Any]) -> None:
+    """POST /v1/models/{name}/versions, an upload: the publication's sha256, when given, is the
+    artifact part's (the upload is refused if its bytes differ, as documented)."""
+    publication, artifact = body.get("publication"), body.get("artifact")
+    if not isinstance(publication, dict) or publication.get("sha256") is None:
+        return
+    data = artifact if isinstance(artifact, bytes) else str(artifact).encode()
+    publication["sha256"] = hashlib.sha256(data).hexdigest()

@@ -5,6 +5,7 @@ document states in words (bench/api_contract_formats.py, bench/api_contract_rule
 from __future__ import annotations
 
 import copy
+import hashlib
 import math
 from typing import Any
 
@@ -125,3 +126,15 @@ async def test_a_log_search_pattern_made_a_regex_is_one_postgres_reads_matching_
     assert len(query["pattern"]) <= MAX_PATTERN
     kept = text[: len(text) - (len(text) > 400)]  # the long one loses its last character
     assert await pool.fetchval("SELECT $1 ~ $2", kept, query["pattern"])
+
+
+def test_an_upload_s_sha256_is_made_its_artifact_s() -> None:
+    body: dict[str, Any] = {
+        "publication": {"metadata": {}, "sha256": "0" * 64},
+        "artifact": b"weights",
+    }
+    api_contract_rules.upload(body)
+    assert body["publication"]["sha256"] == hashlib.sha256(b"weights").hexdigest()
+    left: dict[str, Any] = {"publication": {"metadata": {}}, "artifact": b"weights"}
+    api_contract_rules.upload(left)
+    assert "sha256" not in left["publication"]
