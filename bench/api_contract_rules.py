@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from controlplane.inference.spec import MAX_ITEM_ELEMENTS
-from controlplane.jobs.manifest import MAX_ENV_VALUE_CHARS
+from controlplane.jobs.manifest import MAX_ENV_VALUE_CHARS, MAX_SECRET_ENV_BYTES
 from controlplane.logs.search import MAX_PATTERN
 from controlplane.searches.space import MAX_BOUND, Space, grid_size, max_point_chars
 from controlplane.searches.spec import MAX_TRIALS
@@ -103,6 +103,8 @@ def _instant(text: str) -> datetime:
     return datetime.fromisoformat(text.upper())  # RFC 3339 allows a lower-case t and z
 
 
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
 _ASCII_PUNCTUATION = re.compile(r"([!-/:-@\[-`{-~])")
 """What a Postgres regular expression may read as an operator: written `\\c`, it is `c`."""
 
@@ -121,9 +123,36 @@ def log_search(query: dict[str, Any]) -> None:
 
 def upload(body: dict[str, Any]) -> None:
     """POST /v1/models/{name}/versions, an upload: the publication's sha256, when given, is the
-    artifact part's (the upload is refused if its bytes differ, as documented)."""
+    artifact part's (the upload is refused if its bytes differ, as documented). Applied as the
+    body is generated, valid or not: only a sha256 of the right form is replaced (by another),
+    so that an invalid body stays invalid."""
     publication, artifact = body.get("publication"), body.get("artifact")
-    if not isinstance(publication, dict) or publication.get("sha256") is None:
+    if not isinstance(publication, dict):
+        return
+    given = publication.get("sha256")
+    if not isinstance(given, str) or not _SHA256.fullmatch(given):
         return
     data = artifact if isinstance(artifact, bytes) else str(artifact).encode()
     publication["sha256"] = hashlib.sha256(data).hexdigest()
+
+
+def job(body: dict[str, Any]) -> None:
+    """POST /v1/jobs: no name in both env and secret_env, and the secrets at most
+    MAX_SECRET_ENV_BYTES together as UTF-8 (both in secret_env's description)."""
+    secrets, env = body.get("secret_env"), body.get("env")
+    if not isinstance(secrets, dict):
+        return
+    if isinstance(env, dict):
+        for name in secrets.keys() & env.keys():
+            del env[name]
+    while sum(len(f"{k}{v}".encode(errors="replace")) for k, v in secrets.items()) > (
+        MAX_SECRET_ENV_BYTES
+    ):
+        secrets.popitem()
+
+
+def search_trial(body: dict[str, Any]) -> None:
+    """POST /v1/searches: the search's rules, and its trial template's as a job's."""
+    search(body)
+    if isinstance(body.get("trial"), dict):
+        job(body["trial"])

@@ -527,7 +527,7 @@ class JobSubmission(JobManifest):
         default_factory=dict,
         description="environment variables given to the learners only: never in the job's "
         f"history, status or audit (at most {MAX_SECRET_ENV}, "
-        f"{MAX_SECRET_ENV_BYTES // 1024} KiB together)",
+        f"{MAX_SECRET_ENV_BYTES // 1024} KiB together as UTF-8; no name also in env)",
     )
 
     @field_validator("servable")

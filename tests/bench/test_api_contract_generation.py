@@ -138,3 +138,14 @@ def test_an_upload_s_sha256_is_made_its_artifact_s() -> None:
     left: dict[str, Any] = {"publication": {"metadata": {}}, "artifact": b"weights"}
     api_contract_rules.upload(left)
     assert "sha256" not in left["publication"]
+
+
+def test_a_job_s_secrets_leave_env_their_names_and_fit_their_bound() -> None:
+    body: dict[str, Any] = {
+        "env": {"A": "1", "B": "2"},
+        "secret_env": {"A": "s", **{f"K{n}": "v" * 2000 for n in range(40)}},
+    }
+    api_contract_rules.job(body)
+    assert body["env"] == {"B": "2"}
+    assert sum(len(f"{k}{v}") for k, v in body["secret_env"].items()) <= 64 * 1024
+    assert "A" in body["secret_env"]
