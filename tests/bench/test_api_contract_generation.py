@@ -5,7 +5,6 @@ document states in words (bench/api_contract_formats.py, bench/api_contract_rule
 from __future__ import annotations
 
 import copy
-import hashlib
 import math
 from typing import Any
 
@@ -128,16 +127,13 @@ async def test_a_log_search_pattern_made_a_regex_is_one_postgres_reads_matching_
     assert await pool.fetchval("SELECT $1 ~ $2", kept, query["pattern"])
 
 
-def test_an_upload_s_sha256_is_made_its_artifact_s() -> None:
-    body: dict[str, Any] = {
-        "publication": {"metadata": {}, "sha256": "0" * 64},
-        "artifact": b"weights",
-    }
+def test_an_upload_s_well_formed_sha256_is_left_out_and_a_malformed_one_kept() -> None:
+    body: dict[str, Any] = {"publication": {"metadata": {}, "sha256": "0" * 64}}
     api_contract_rules.upload(body)
-    assert body["publication"]["sha256"] == hashlib.sha256(b"weights").hexdigest()
-    left: dict[str, Any] = {"publication": {"metadata": {}}, "artifact": b"weights"}
-    api_contract_rules.upload(left)
-    assert "sha256" not in left["publication"]
+    assert "sha256" not in body["publication"]
+    invalid: dict[str, Any] = {"publication": {"metadata": {}, "sha256": "XYZ"}}
+    api_contract_rules.upload(invalid)
+    assert invalid["publication"]["sha256"] == "XYZ"
 
 
 def test_a_job_s_secrets_leave_env_their_names_and_fit_their_bound() -> None:
