@@ -67,6 +67,15 @@ async def test_the_admin_drains_a_node_once_and_puts_it_back(
     events = [r.event for r in await client.app[STORE].read_stream(node_stream("n1"))]
     assert isinstance(events[-1], NodeUndrained) and events[-1].actor == "admin"
     assert await event_count(owner) == before + 2
+    # The auditor's record of both commands, with the node each named.
+    actions = await owner.fetch(
+        "SELECT action, actor, node, reason FROM audit.actions"
+        " WHERE action LIKE 'node_%' ORDER BY position"
+    )
+    assert [tuple(a) for a in actions] == [
+        ("node_drain", "admin", "n1", "kernel upgrade"),
+        ("node_undrain", "admin", "n1", None),
+    ]
 
 
 async def test_a_drained_node_is_given_no_work(client: Client, tokens: Tokens) -> None:
