@@ -4,15 +4,18 @@ Each learner's bubblewrap used to make a network namespace of its own, holding o
 safe, but two learners of one job could not reach each other. Now the agent makes one network
 namespace per job on the node (`ip netns add`, loopback up, nothing else: no interface, no
 route), and every learner of the job whose tenant has no network starts its bubblewrap inside
-it (`nsenter --net=`), without a namespace of its own. Ranks of one job meet at 127.0.0.1
-(`node_agent.rendezvous`); nothing else is reachable from there: not other jobs (each has its
-own namespace, its own loopback), not the node, not the control plane.
+it (`nsenter --net=`), without a namespace of its own. Ranks of one job on one node meet at
+127.0.0.1 (`node_agent.rendezvous`); nothing else is reachable from there: not other jobs (each
+has its own namespace, its own loopback), not the node, not the control plane. A job whose
+learners span nodes also gets a link to its namespaces on the other nodes, and nothing else
+(`node_agent.job_links`).
 
 A namespace made with `ip netns` is a file under /run/netns, which outlives the agent, as its
 learners do: a restarted agent's learners are still in it. Its name holds the agent (a hash of
 its work directory: two agents on one machine never share or sweep each other's) and the job.
-The job's last learner here takes it as it is removed; a (re)starting agent sweeps its
-namespaces of jobs that have no learner running here any more.
+The job's last learner here takes it as it is removed (and the job's link with it); a
+(re)starting agent sweeps its namespaces of jobs that have no learner running here any more,
+and the links' rules and routes that no namespace serves.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from pathlib import Path
 from uuid import UUID
 
 from node_agent import commands
+from node_agent.job_links import INSIDE, JobLink, JobLinks, LinkError
 from node_agent.runtime import LearnerStartError
 
 log = logging.getLogger(__name__)
@@ -64,6 +68,10 @@ class JobNamespaces:
         self._prefix = f"trainyard-{owner}-"
         self._ip = ip
         self._users: Counter[UUID] = Counter()
+        self._links = JobLinks.open(owner, ip)
+        self._linked: dict[UUID, JobLink] = {}
+        """The link each job's namespace was given (by this agent: an adopted one's is not
+        known, and is made again when a new attempt starts here)."""
         # One change at a time: a new attempt's first learner must not make the namespace
         # while the last attempt's last learner removes it.
         self._lock = asyncio.Lock()
@@ -82,20 +90,23 @@ class JobNamespaces:
     def path(self, job_id: UUID) -> Path:
         return NETNS_DIR / self.name(job_id)
 
-    async def acquire(self, job_id: UUID) -> Hold:
-        """A learner's hold on the job's namespace, made for its first learner here;
-        LearnerStartError when it cannot be (no learner of the job runs without one)."""
+    async def acquire(self, job_id: UUID, link: JobLink | None = None) -> Hold:
+        """A learner's hold on the job's namespace, made for its first learner here, with
+        `link` to the job's other nodes when its learners span nodes; LearnerStartError when
+        it cannot be (no learner of the job runs without one)."""
         async with self._lock:
             path = self.path(job_id)
-            if not path.exists():
-                try:
+            try:
+                if not path.exists():
                     await _ip(self._ip, "netns", "add", self.name(job_id))
                     await _ip(self._ip, "-n", self.name(job_id), "link", "set", "lo", "up")
-                except NamespaceError as exc:
+                if link is not None and self._linked.get(job_id) != link:
+                    await self._links.connect(self.name(job_id), link)
+                    self._linked[job_id] = link
+            except (NamespaceError, LinkError) as exc:
+                if job_id not in self._users:
                     await self._delete(job_id)
-                    raise LearnerStartError(
-                        f"cannot give the job a network of its own: {exc}"
-                    ) from exc
+                raise LearnerStartError(f"cannot give the job a network of its own: {exc}") from exc
             self._users[job_id] += 1
             return Hold(self, job_id)
 
@@ -126,6 +137,7 @@ class JobNamespaces:
             for job_id in self._listed():
                 if job_id not in keep and job_id not in self._users:
                     await self._delete(job_id)
+            await self._links.sweep()
 
     def _listed(self) -> list[UUID]:
         """The jobs whose namespaces of this agent's are on the node (a short local listing)."""
@@ -145,10 +157,19 @@ class JobNamespaces:
         # and the next sweep takes it.
         if not self.path(job_id).exists():
             return
+        # The job's veth first, if it has one: it would go with the namespace only once the
+        # kernel has destroyed that (later, and never while a process holds it), which the
+        # sweep of its rules below must not wait for.
+        await commands.run(self._ip, "-n", self.name(job_id), "link", "del", INSIDE)
         try:
             await _ip(self._ip, "netns", "delete", self.name(job_id))
         except NamespaceError as exc:
             log.warning("cannot remove the network namespace of job %s: %s", job_id, exc)
+            return
+        # Its veth went with it; its rules and routes go now (also an adopted job's, whose
+        # link this agent did not make).
+        self._linked.pop(job_id, None)
+        await self._links.sweep()
 
 
 async def _ip(program: str, *args: str) -> None:
