@@ -125,6 +125,11 @@ class JobLink:
     """The job's address here."""
     peers: tuple[Peer, ...]
 
+    @property
+    def master(self) -> IPv4Address:
+        """The job's address on its node of rank 0, rank 0's (MASTER_ADDR)."""
+        return self.block[1]
+
 
 def job_link(
     plan: AddressPlan, index: int, nodes: Sequence[str], node: str, addresses: Mapping[str, str]

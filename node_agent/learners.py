@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 from uuid import UUID
 
 from controlplane.agent_port.vocabulary import DATA_ROOTS_ENV, RESULTS_ROOTS_ENV, Claim, Roots
+from node_agent.job_links import JobLink
 from node_agent.rendezvous import places
 from node_agent.runtime import Folder, LearnerSpec, Mount, Shared
 from runners import config as runner_env
@@ -57,18 +58,19 @@ def learner_specs(
     user: tuple[int, int] | None = None,
     container: bool = False,
     secret_env: Mapping[str, str] | None = None,
+    link: JobLink | None = None,
 ) -> list[LearnerSpec]:
     """One spec per learner: the user's command wrapped by the learner launcher (which reports
     phases and checkpoints), with the manifest's environment and the job's `secret_env`, its
     data, results and checkpoint settings, and the network only for the tenants in
     `network_tenants`; `file://` locations allowed under `roots` (none: refused when the
     learner is prepared), run as `user`; `container`: whether it runs in one (where
-    `data.mount_path` applies)."""
+    `data.mount_path` applies); `link`: this node's part of the job's network across nodes."""
     roots = roots or Roots()
     job = claim.job
     manifest = job.manifest
     specs = []
-    place = places(claim, node, container=container)
+    place = places(claim, node, container=container, link=link)
     # Rank 0 saves the checkpoints of a job whose learners train together, and every rank
     # restores the one rank 0 chose (`runners.distributed.ChiefCheckpointer`): the others read
     # its folder (on this node; across nodes, a shared checkpoint root).
@@ -167,6 +169,7 @@ def learner_specs(
                 shared=shared,
                 packages=packages,
                 place=None if manifest.servable is not None else place[allocation.index],
+                link=link,
             )
         )
     return specs

@@ -482,7 +482,7 @@ class ProcessRuntime:
         name = cgroup_name(spec.job_id, spec.attempt, spec.learner, spec.epoch)
         netns = None
         if self._namespaces is not None and not spec.network:
-            netns = await self._namespaces.acquire(spec.job_id)
+            netns = await self._namespaces.acquire(spec.job_id, spec.link)
         try:
             cgroup = sandbox.cgroups.create(name, limits)
         except CgroupError as exc:

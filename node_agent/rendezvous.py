@@ -5,9 +5,12 @@ Rank 0 keeps torch's TCP store at MASTER_ADDR:MASTER_PORT; every rank connects t
 node the job's learners share a network of their own (a network namespace for processes, see
 `node_agent.job_netns`; a Docker network for containers, see `node_agent.networks`), so rank 0
 is reachable at a name the agent knows before any learner starts: 127.0.0.1 for processes, its
-container's alias on the job's network for containers. Jobs across nodes need a network that
-spans them (not built yet): they get rank 0's local address too, and fail their rendezvous
-within the manifest's timeout, with the reason.
+container's alias on the job's network for containers. A job whose sandboxed processes span
+nodes has a network across them (`node_agent.job_links`): rank 0 is at the job's address on its
+node, which every node computes from the job's uid alone. Other jobs across nodes (containers,
+a networked tenant's processes, an agent that is not root) have no such network yet: they get
+rank 0's local address too, and fail their rendezvous within the manifest's timeout, with the
+reason.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import hashlib
 from uuid import UUID
 
 from controlplane.agent_port.vocabulary import Claim
+from node_agent.job_links import INSIDE, JobLink
 from node_agent.runtime import Place
 
 PORTS = range(29500, 31500)
@@ -39,11 +43,16 @@ def rank_alias(attempt: int, learner: int) -> str:
     return f"learner-{learner}-attempt-{attempt}"
 
 
-def places(claim: Claim, node: str, *, container: bool) -> dict[int, Place]:
+def places(
+    claim: Claim, node: str, *, container: bool, link: JobLink | None = None
+) -> dict[int, Place]:
     """The places of `node`'s learners of the claim, by learner index; `container`: whether
-    they run as containers (rank 0 is then its container, by its alias)."""
+    they run as containers (rank 0 is then its container, by its alias); `link`: the job's
+    network across nodes, where rank 0 is at the job's address on its node."""
     here = sorted(allocation.index for allocation in claim.on(node))
     address = rank_alias(claim.attempt, 0) if container else LOCAL_ADDRESS
+    if link is not None:
+        address = str(link.master)
     return {
         index: Place(
             rank=index,
@@ -54,6 +63,7 @@ def places(claim: Claim, node: str, *, container: bool) -> dict[int, Place]:
             master_addr=address,
             master_port=master_port(claim.job.job_id, claim.attempt),
             timeout_s=claim.job.manifest.rendezvous_timeout_s,
+            interface=None if link is None else INSIDE,
         )
         for index in here
     }

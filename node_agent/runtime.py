@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Literal, NamedTuple, Protocol
 from uuid import UUID
 
+from node_agent.job_links import JobLink
 from runners import config as runner_env
 
 Stream = Literal["stdout", "stderr"]
@@ -107,6 +108,10 @@ class Place:
     master_port: int
     timeout_s: float
     """How long the rendezvous (and every collective) may wait for a peer."""
+    interface: str | None = None
+    """The job's interface to its other nodes (`node_agent.job_links`), which gloo and NCCL
+    must use (they would take the node's host name's address, which is not the job's); None:
+    one node, loopback."""
 
     def env(self) -> dict[str, str]:
         values = {
@@ -119,6 +124,8 @@ class Place:
             "NODE_RANK": str(self.node_rank),
         }
         twins = {TORCH_NAMES[name]: value for name, value in values.items()}
+        if self.interface is not None:
+            values |= {"GLOO_SOCKET_IFNAME": self.interface, "NCCL_SOCKET_IFNAME": self.interface}
         return {**values, **twins, runner_env.RENDEZVOUS_TIMEOUT_S: f"{self.timeout_s:g}"}
 
 
@@ -153,6 +160,9 @@ class LearnerSpec:
     with them installed; a process is given them by its agent as it loads the model)."""
     place: Place | None = None
     """Its place in its job's process group; None: a deployment's replica, which has none."""
+    link: JobLink | None = None
+    """Its node's part of its job's network across nodes (the process runtime's sandboxed
+    learners of a job whose learners span nodes); None: its job's network is this node's."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,6 +4,7 @@ a restarted attempt resumes from, on this node or on another one."""
 from __future__ import annotations
 
 import json
+from ipaddress import IPv4Address
 from pathlib import Path
 from uuid import UUID, uuid4
 
@@ -17,6 +18,7 @@ from controlplane.scheduling.placement import LearnerAllocation
 from controlplane.settings import Settings
 from node_agent.cli import config_from
 from node_agent.containers import container_config
+from node_agent.job_links import DEFAULT_RANGE, INSIDE, AddressPlan, job_link
 from node_agent.learners import learner_specs
 from node_agent.networks import joins_network, network_name
 from node_agent.runtime import LearnerSpec, learner_env
@@ -230,6 +232,44 @@ def test_each_learner_gets_its_place_in_the_job_s_process_group(tmp_path: Path) 
         later, node="a", work_dir=tmp_path, checkpoint_root=tmp_path / "ckpt", launcher=["run"]
     )
     assert learner_env(specs[0], path=None)["MASTER_PORT"] != port
+
+
+def test_ranks_across_nodes_meet_at_rank_0_s_job_address_over_the_job_s_interface(
+    tmp_path: Path,
+) -> None:
+    manifest = MANIFEST.model_copy(update={"learners": 3})
+    job = JOB.model_copy(update={"state": JobStatus.DEPLOYING, "manifest": manifest})
+    placed = [
+        LearnerAllocation(0, "a", []),
+        LearnerAllocation(1, "b", []),
+        LearnerAllocation(2, "a", []),
+    ]
+    claim = Claim(job, 1, epoch=1, learners=placed, version=3)
+    plan = AddressPlan.parse(DEFAULT_RANGE)
+    addresses = {"a": "192.0.2.1", "b": "192.0.2.2"}
+
+    def on(node: str) -> list[LearnerSpec]:
+        # Each node computes its link alone, from the job's uid index (5 here).
+        link = job_link(plan, 5, claim.nodes, node, addresses)
+        return learner_specs(
+            claim,
+            node=node,
+            work_dir=tmp_path,
+            checkpoint_root=tmp_path / "ckpt",
+            launcher=["run"],
+            link=link,
+        )
+
+    specs = [*on("a"), *on("b")]
+    assert [spec.link.address if spec.link else None for spec in specs] == [
+        IPv4Address("10.224.0.161"),
+        IPv4Address("10.224.0.161"),
+        IPv4Address("10.224.0.162"),
+    ]
+    for spec in specs:
+        env = learner_env(spec, path=None)
+        assert env["MASTER_ADDR"] == "10.224.0.161"  # rank 0's node's address for the job
+        assert env["GLOO_SOCKET_IFNAME"] == env["NCCL_SOCKET_IFNAME"] == INSIDE
 
 
 def test_every_rank_reads_the_checkpoints_of_rank_0_which_alone_writes_them(
