@@ -6,11 +6,12 @@
   each and releasing the oldest as they take a new one (as `bench claims` does), from a queue
   topped up to `queue` (QUEUE) jobs before each round, so that thousands wait throughout. The
   queue's projections run in a process of their own, as the control plane runs them, and in
-  the rounds "with", the recorder beside them in that process (`bench.projector --pending`).
-  Its first round (every queued job recorded at once) is done, and as long again as a round is
-  timed waited (in every round), before the clock starts: what is timed is the recorder as it
-  goes on, round after round, while claims move the queue. Rounds alternate, ROUNDS of each;
-  the medians are compared.
+  the rounds "with", the recorder and the `pending` projection (which reads every claim's
+  event) beside them in that process (`bench.projector --pending`). Its first rounds (every
+  queued job shown, and its reasons recorded a chunk a round) are done, and as long again as a
+  round is timed waited (in every round), before the clock starts: what is timed is the
+  recorder as it goes on, round after round, while claims move the queue. Rounds alternate,
+  ROUNDS of each; the medians are compared.
 - ReasonWatch, beside a recorded run (`bench.simulate`), reads what the API reads
   (`pending_reasons`) every WATCH_S:
   - reason_latency_p99_ms: for each job, from its submission (`submitted_at`) until its first

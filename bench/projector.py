@@ -1,7 +1,8 @@
 """The queue's projections (`jobs`, `tenants`) in a process of their own, as the control plane
 (`trainyard serve`) applies them beside the agents, which run elsewhere, and with `pending` its
-pending-reasons recorder too: `python -m bench.projector DATABASE_URL [--pending]` runs them
-until SIGTERM, and `projector(url)` is such a process for the length of a `with` block."""
+pending-reasons recorder and the `pending` projection too (which reads every claim's event):
+`python -m bench.projector DATABASE_URL [--pending]` runs them until SIGTERM, and
+`projector(url)` is such a process for the length of a `with` block."""
 
 from __future__ import annotations
 
@@ -16,7 +17,9 @@ from controlplane.event_registry import EVENT_REGISTRY
 from controlplane.events.store import EventStore
 from controlplane.events.subscription import LogListener
 from controlplane.jobs.projection import JobsProjection
+from controlplane.pending.projection import PendingProjection
 from controlplane.pending.recorder import PendingRecorder
+from controlplane.projections.base import Projection
 from controlplane.projections.runner import ProjectionRunner
 from controlplane.tenants.projection import TenantsProjection
 
@@ -29,7 +32,10 @@ async def run(url: str, pending: bool) -> None:
     pool = await create_pool(url, min_size=2, max_size=4)
     store = EventStore(pool, EVENT_REGISTRY)
     listener = LogListener(url)
-    runner = ProjectionRunner(pool, store, listener, [JobsProjection(), TenantsProjection()])
+    queue: list[Projection] = [JobsProjection(), TenantsProjection()]
+    runner = ProjectionRunner(
+        pool, store, listener, [*queue, PendingProjection()] if pending else queue
+    )
     recorder = PendingRecorder(pool, store)
 
     def stop() -> None:
@@ -40,12 +46,15 @@ async def run(url: str, pending: bool) -> None:
 
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop)
     try:
-        for projection in runner.projections.values():
+        for projection in queue:
             await runner.catch_up(projection)
         if pending:
-            # Its first round records every queued job: ready once that is done, so that
-            # what is timed is the recorder as it runs, round after round.
-            await recorder.record()
+            # Its first rounds show every queued job and record their reasons a chunk a round:
+            # ready once that is done and projected, so that what is timed is the recorder as
+            # it runs, round after round.
+            while await recorder.record():
+                pass
+            await runner.catch_up(runner.projections[PendingProjection.name])
         sys.stdout.buffer.write(READY)
         sys.stdout.flush()
         async with asyncio.TaskGroup() as group:

@@ -651,7 +651,8 @@ pending_reasons = Table(
     Column("since", DateTime(timezone=True), nullable=False),
     Column("estimated_start", DateTime(timezone=True)),
     Column("updated_at", DateTime(timezone=True), nullable=False),
-    CheckConstraint("version >= 1"),
+    Column("recorded", Boolean, nullable=False, server_default=text("true")),
+    CheckConstraint("version >= 0"),
     CheckConstraint("position >= 1"),
     Index("pending_reasons_queued", "job_id", postgresql_where=text("queued")),
 )
@@ -677,6 +678,14 @@ pending_spans = Table(
     Column("ended_at", DateTime(timezone=True)),
     CheckConstraint("blocking IN ('never', 'waiting')"),
     Index("pending_spans_open", "job_id", postgresql_where=text("ended_at IS NULL")),
+)
+
+pending_left = Table(
+    "pending_left",
+    metadata,
+    Column("job_id", Uuid, primary_key=True),
+    Column("attempt", Integer, primary_key=True),
+    Column("left_at", DateTime(timezone=True), nullable=False),
 )
 
 searches = Table(

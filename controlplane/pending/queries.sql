@@ -62,7 +62,7 @@ GROUP BY tenant, name;
 -- name: pending_queued_rows
 -- The rows of the jobs still queued at the last round.
 SELECT job_id, tenant, attempt, version, queued, position, reasons, since, estimated_start,
-       updated_at
+       updated_at, recorded
 FROM pending_reasons
 WHERE queued;
 
@@ -70,7 +70,7 @@ WHERE queued;
 -- The rows of jobs $1 (queued now, maybe again after a restart: their rows keep their streams'
 -- versions).
 SELECT job_id, tenant, attempt, version, queued, position, reasons, since, estimated_start,
-       updated_at
+       updated_at, recorded
 FROM pending_reasons
 WHERE job_id = ANY($1::uuid[]);
 
@@ -91,21 +91,23 @@ SELECT pg_try_advisory_xact_lock(hashtextextended('trainyard.pending-reasons', 0
 -- name: pending_write
 -- A round's rows, in one statement: row k is job $1[k] (tenant $2[k], attempt $3[k], stream
 -- version $4[k], queued $5[k], position $6[k], reasons $7[k], since $8[k], estimated start
--- $9[k]), updated at $10.
+-- $9[k], recorded $10[k]), updated at $11.
 INSERT INTO pending_reasons AS p
     (job_id, tenant, attempt, version, queued, position, kinds, reasons, since,
-     estimated_start, updated_at)
+     estimated_start, recorded, updated_at)
 SELECT r.job_id, r.tenant, r.attempt, r.version, r.queued, r.position,
        ARRAY(SELECT x ->> 'reason' FROM jsonb_array_elements(r.reasons) x), r.reasons, r.since,
-       r.estimated_start, $10
+       r.estimated_start, r.recorded, $11
 FROM unnest($1::uuid[], $2::text[], $3::int[], $4::int[], $5::bool[], $6::int[],
-            $7::jsonb[], $8::timestamptz[], $9::timestamptz[])
-     AS r(job_id, tenant, attempt, version, queued, position, reasons, since, estimated_start)
+            $7::jsonb[], $8::timestamptz[], $9::timestamptz[], $10::bool[])
+     AS r(job_id, tenant, attempt, version, queued, position, reasons, since, estimated_start,
+          recorded)
 ON CONFLICT (job_id) DO UPDATE
 SET tenant = excluded.tenant, attempt = excluded.attempt, version = excluded.version,
     queued = excluded.queued, position = excluded.position, kinds = excluded.kinds,
     reasons = excluded.reasons, since = excluded.since,
-    estimated_start = excluded.estimated_start, updated_at = excluded.updated_at;
+    estimated_start = excluded.estimated_start, recorded = excluded.recorded,
+    updated_at = excluded.updated_at;
 
 -- name: pending_now
 -- A job's reasons now: NULL when the recorder has not seen it queued yet.
@@ -115,20 +117,48 @@ WHERE job_id = $1;
 
 -- name: pending_close_spans
 -- The `pending` projection: the job's open spans end at $2, but for reasons $3 that still hold
--- (for attempt $4; another attempt's spans all end).
+-- (for attempt $4; another attempt's spans all end). A change of an attempt that left the
+-- queue at $5 (not NULL) ends, of the spans its departure ended, those of reasons that no
+-- longer held by then.
 UPDATE pending_spans
 SET ended_at = $2
-WHERE job_id = $1 AND ended_at IS NULL AND (attempt <> $4 OR reason <> ALL($3::text[]));
+WHERE job_id = $1 AND ended_at IS NOT DISTINCT FROM $5::timestamptz
+  AND (attempt <> $4 AND $5 IS NULL OR attempt = $4 AND reason <> ALL($3::text[]));
 
 -- name: pending_open_spans
 -- The `pending` projection: spans begin at $2 for the reasons ($4, blocking $5, detail $6) of
--- attempt $3 that were not open already.
-INSERT INTO pending_spans (job_id, attempt, reason, blocking, detail, started_at)
-SELECT $1, $3, r.reason, r.blocking, r.detail, $2
+-- attempt $3 that were not open already; they end at $7, when the attempt left the queue (NULL
+-- while it has not).
+INSERT INTO pending_spans (job_id, attempt, reason, blocking, detail, started_at, ended_at)
+SELECT $1, $3, r.reason, r.blocking, r.detail, $2, $7
 FROM unnest($4::text[], $5::text[], $6::text[]) AS r(reason, blocking, detail)
 WHERE NOT EXISTS (SELECT 1 FROM pending_spans s
                   WHERE s.job_id = $1 AND s.attempt = $3 AND s.reason = r.reason
-                    AND s.ended_at IS NULL);
+                    AND s.ended_at IS NOT DISTINCT FROM $7::timestamptz);
+
+-- name: pending_departed
+-- The `pending` projection: attempts left the queue (job $1[k], attempt $2[k], at $3[k]; the
+-- job's first event that did so counts). Each job's open spans end at its first departure of
+-- the batch, and the departures are kept for a change recorded after them.
+WITH kept AS (
+    INSERT INTO pending_left (job_id, attempt, left_at)
+    SELECT * FROM unnest($1::uuid[], $2::int[], $3::timestamptz[])
+    ON CONFLICT (job_id, attempt) DO NOTHING
+)
+UPDATE pending_spans s
+SET ended_at = d.left_at
+FROM (SELECT DISTINCT ON (job_id) job_id, attempt, left_at
+      FROM unnest($1::uuid[], $2::int[], $3::timestamptz[]) AS d(job_id, attempt, left_at)
+      ORDER BY job_id, left_at) d
+WHERE s.job_id = d.job_id AND s.ended_at IS NULL AND s.attempt <= d.attempt;
+
+-- name: pending_left_at
+-- The `pending` projection: when attempt $2 of job $1 left the queue (NULL while it has not):
+-- its own departure, else the job's end.
+SELECT left_at FROM pending_left
+WHERE job_id = $1 AND attempt >= $2
+ORDER BY attempt
+LIMIT 1;
 
 -- name: pending_spans_of
 -- A job's spans, oldest first: its pending history.

@@ -1,7 +1,8 @@
 """The pending-reasons recorder: every round, it reads the queue and the cluster, judges each
-queued job (`reasons.assess`), and writes what changed: the reasons' rows, and an event in the
-job's pending stream where the set of its reasons changed. Every control plane replica runs
-one; a round takes an advisory lock, so one replica writes at a time.
+queued job (`reasons.assess`), and writes what changed (`changes`): the reasons' rows, shown at
+once, and events in the jobs' pending streams that record the changes of their sets of
+reasons, a bounded number a round. Every control plane replica runs one; a round takes an
+advisory lock, so one replica writes at a time.
 
 It reads only, with plain SELECTs, what claims lock: a claim never waits for it."""
 
@@ -44,11 +45,11 @@ log = logging.getLogger(__name__)
 ROUND_S = 0.5
 """How often the reasons are judged again: a change shows within about this long."""
 DURATIONS = timedelta(seconds=30)
+"""How often the typical run times (of each tenant's job names) are read again: from every job
+that completed in a week, too much to read each round, and slow to change."""
 APPEND_CHUNK = 256
 PACE = 4.0
 """A round's pause is at least this many times as long as the round took."""
-"""How often the typical run times (of each tenant's job names) are read again: from every job
-that completed in a week, too much to read each round, and slow to change."""
 ACTOR = "system:pending-reasons"
 WORKER = "pending-reasons"
 REPLICAS = Pending(
@@ -153,14 +154,14 @@ class PendingRecorder:
             StreamAppend(
                 pending_stream(change.row.job_id),
                 change.expected_version,
-                [change.event],
+                list(change.events),
                 Metadata(actor=ACTOR, tenant=change.row.tenant),
             )
             for change in written
-            if change.event is not None
+            if change.events
         ]
-        # In chunks: one statement's cost grows faster than its streams (a queue's first round
-        # appends to thousands).
+        # In chunks: one statement's cost grows faster than its streams (a round appends to a
+        # budget's streams, and to every stream whose unrecorded change cannot wait).
         for first in range(0, len(appends), APPEND_CHUNK):
             results = await self._store.append_many(
                 appends[first : first + APPEND_CHUNK], conn=conn
@@ -181,6 +182,7 @@ class PendingRecorder:
             [json.dumps([_shown(reason) for reason in r.reasons]) for r in rows],
             [r.since for r in rows],
             [r.estimated_start for r in rows],
+            [r.recorded for r in rows],
             at,
         )
 
@@ -354,6 +356,7 @@ def _recorded(row: asyncpg.Record) -> Recorded:
         since=row["since"],
         estimated_start=row["estimated_start"],
         updated_at=row["updated_at"],
+        recorded=row["recorded"],
     )
 
 

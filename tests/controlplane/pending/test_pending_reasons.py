@@ -135,6 +135,12 @@ async def test_every_queued_job_says_why_and_its_history_is_recorded(
     response = await client.get(f"/v1/jobs/{second}/pending", headers=auth(tokens.acme))
     assert response.status == 404
 
+    # Its `starting` is recorded once it has lasted (a claim ends most within milliseconds).
+    async def recorded_starting() -> bool:
+        view = await pending(client, tokens.globex, third)
+        return [s["reason"] for s in view["history"]] == ["starting"]
+
+    await eventually(recorded_starting, seconds=10)
     # The GPU frees up when globex's first job goes: the reasons move, and are recorded.
     cancelled = await client.post(f"/v1/jobs/{third}/cancel", headers=auth(tokens.globex))
     assert cancelled.status == 200
@@ -247,7 +253,8 @@ async def test_time_per_reason_answers_why_it_was_pending_from_ten_to_ten_forty(
     await jobs.execute(holder.job_id, Cancel("done", clock.now() + timedelta(minutes=30)), acme)
     await settled(holder.job_id, "CANCELLED")
     await round_at(start + timedelta(minutes=40))  # 10:30, the waiter's turn
-    clock.set(start + timedelta(minutes=60))  # 10:50, nothing changed
+    # 10:50: its `starting` lasted, and is recorded from when it began; then nothing changes.
+    await round_at(start + timedelta(minutes=60))
     assert await recorder.record() == 0
 
     loaded = await jobs.load(waiter.job_id)
@@ -268,9 +275,13 @@ async def test_time_per_reason_answers_why_it_was_pending_from_ten_to_ten_forty(
     ]
     # A round that changes nothing appends nothing: the stream has the two changes only.
     assert await store.version(pending_stream(waiter.job_id)) == 2
-    # The holder left the queue: its last event has no reasons, and its spans are closed.
-    [*_, last] = await store.read_stream(pending_stream(holder.job_id))
-    assert last.event.reasons == []  # type: ignore[attr-defined]
+    # The holder left the queue: its cancel closed its spans, and the recorder appended no
+    # event for that. Its `starting` since 10:00, recorded as it left, held it until then.
+    changed = [e.event for e in await store.read_stream(pending_stream(holder.job_id))]
+    assert [[r.reason for r in e.reasons] for e in changed] == [  # type: ignore[attr-defined]
+        ["no_nodes"],
+        ["starting"],
+    ]
     await owner.execute("SET ROLE trainyard_auditor")  # what an auditor reads
     rows = await owner.fetch(
         "SELECT reason, seconds FROM audit.pending_reasons WHERE job_id = $1 ORDER BY started_at",

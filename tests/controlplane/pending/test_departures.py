@@ -1,0 +1,81 @@
+"""The `pending` projection ends a job's spans with the job's own events (its claim, its end),
+so that a claim costs the recorder no event; a change the recorder appends after the attempt
+left (judged before the claim, or recorded late with the instant it happened) holds the
+attempt only until it left, and never opens a span that nothing would end."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from uuid import uuid4
+
+import asyncpg
+
+from controlplane.events.metadata import Metadata
+from controlplane.events.store import EventStore
+from controlplane.events.subscription import LogListener
+from controlplane.events.types import Event
+from controlplane.jobs.events import JobCancelled, JobDeploying, JobRestarted
+from controlplane.jobs.streams import job_stream
+from controlplane.pending.events import PendingReason, PendingReasonsChanged
+from controlplane.pending.projection import PendingProjection
+from controlplane.pending.reasons import Blocking, Reason
+from controlplane.pending.streams import pending_stream
+from controlplane.projections.runner import ProjectionRunner
+
+T0 = datetime(2026, 11, 29, 10, tzinfo=UTC)
+META = Metadata(actor="test", tenant="acme")
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def changed(seconds: float, attempt: int, *kinds: Reason) -> PendingReasonsChanged:
+    reasons = [PendingReason(reason=k, blocking=Blocking.WAITING, detail=k) for k in kinds]
+    return PendingReasonsChanged(at=at(seconds), attempt=attempt, reasons=reasons)
+
+
+async def test_the_jobs_own_events_end_its_spans_and_a_late_change_holds_it_until_it_left(
+    db_url: str, pool: asyncpg.Pool, store: EventStore
+) -> None:
+    job_id = uuid4()
+    versions = {job_stream(job_id): 0, pending_stream(job_id): 0}
+
+    async def append(stream: str, event: Event) -> None:
+        await store.append(stream, versions[stream], [event], META)
+        versions[stream] += 1
+
+    deploying = JobDeploying(at=at(10), attempt=1, nodes=["n1"], gpus=["GPU-0"], epoch=1)
+    await append(pending_stream(job_id), changed(0, 1, Reason.RESOURCES, Reason.FAIR_SHARE))
+    await append(job_stream(job_id), deploying)
+    # Judged at 5 s, before the claim, appended after it: it held the attempt from 5 to 10 s.
+    await append(pending_stream(job_id), changed(5, 1, Reason.RESOURCES, Reason.STARTING))
+    # Judged after the claim: nothing held the attempt any more.
+    await append(pending_stream(job_id), changed(12, 1, Reason.PRIORITY))
+    restarted = JobRestarted(at=at(20), reason="crashed", attempt=2, resume_from=None)
+    await append(job_stream(job_id), restarted)
+    await append(pending_stream(job_id), changed(21, 2, Reason.BACKOFF))
+    await append(job_stream(job_id), JobCancelled(at=at(30), reason="enough"))
+    # The cancel names no attempt: it ends every attempt, this one too.
+    await append(pending_stream(job_id), changed(25, 2, Reason.BACKOFF, Reason.QUOTA))
+
+    runner = ProjectionRunner(pool, store, LogListener(db_url), [PendingProjection()])
+    await runner.catch_up(PendingProjection())
+    query = """SELECT attempt, reason, started_at, ended_at FROM pending_spans
+               WHERE job_id = $1 ORDER BY attempt, started_at, reason"""
+
+    async def spans() -> list[tuple[int, str, datetime, datetime | None]]:
+        rows = await pool.fetch(query, job_id)
+        return [(r["attempt"], r["reason"], r["started_at"], r["ended_at"]) for r in rows]
+
+    expected = [
+        (1, "fair_share", at(0), at(5)),
+        (1, "resources", at(0), at(10)),
+        (1, "starting", at(5), at(10)),
+        (2, "backoff", at(21), at(30)),
+        (2, "quota", at(25), at(30)),
+    ]
+    assert await spans() == expected
+    # Rebuilt from the log, the same.
+    await runner.rebuild(PendingProjection.name)
+    assert await spans() == expected
