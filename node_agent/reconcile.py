@@ -65,10 +65,7 @@ def plan(
             job=current.job,
             attempt=attempt,
             epoch=epoch,
-            learners=[
-                LearnerAllocation(a.learner, a.node, a.gpus)
-                for a in sorted(learners, key=_by_index)
-            ],
+            learners=_placement(current.job, learners),
             version=current.version,
         )
         running = {
@@ -81,9 +78,19 @@ def plan(
     return Plan(resume, release, [f for f in found if f not in kept])
 
 
+def _placement(job: Job, here: Sequence[Allocation]) -> list[LearnerAllocation]:
+    """Every learner of the attempt, this node's with their GPUs and the others' on their
+    nodes (their GPUs are not this node's to know): a learner's rank, world size and node rank
+    come from the whole placement, not from the learners on this node. This node's alone when
+    the job's record has no placement (an attempt placed before it was recorded)."""
+    mine = {a.learner: LearnerAllocation(a.learner, a.node, a.gpus) for a in here}
+    if not set(mine) <= set(range(len(job.learner_nodes))):
+        return [mine[index] for index in sorted(mine)]
+    return [
+        mine.get(index, LearnerAllocation(index, node, []))
+        for index, node in enumerate(job.learner_nodes)
+    ]
+
+
 def _runs(job: Job, attempt: int, epoch: int) -> bool:
     return job.state.running and job.attempt == attempt and job.epoch == epoch
-
-
-def _by_index(allocation: Allocation) -> int:
-    return allocation.learner

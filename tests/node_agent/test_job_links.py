@@ -1,8 +1,7 @@
 """A job's network across nodes: two agents on one machine act as two nodes, each in a network
 namespace this test makes (joined by a veth pair on a test subnet, their "cluster network"), and
 the real `JobNamespaces` of each (`tests.node_agent.link_node`, run in its node's network
-namespace by nsenter: `ip netns exec` would also give it a mount namespace of its own, in which
-the namespaces it makes would not be seen outside)
+namespace, `tests.node_agent.node_pair`)
 links two jobs' namespaces across them. A process in job J's namespace on node A reaches a port
 opened in J's namespace on node B and back; job K's cannot, nor can J reach either node or
 anything else, even with routes a learner could not add; no capability-less learner can change
@@ -38,12 +37,11 @@ from node_agent.job_links import (
     veth_name,
 )
 from node_agent.job_netns import NETNS_DIR, JobNamespaces
+from tests.node_agent.node_pair import NODE_ADDRESSES, in_ns, node_pair, sh
 
 REPO = Path(__file__).resolve().parents[2]
 PLAN = AddressPlan.parse(DEFAULT_RANGE)
 PORT = 5000
-NODE_ADDRESSES = {"a": "192.0.2.1", "b": "192.0.2.2"}
-"""The two nodes' addresses on their cluster network (TEST-NET-1: no real network's)."""
 MODULE = ("tests.node_agent.link_node",)
 PROBE_S = 1.0
 """How long a probe waits for a connection (a dropped one never comes)."""
@@ -126,14 +124,6 @@ needs_root = pytest.mark.skipif(
 )
 
 
-def sh(*argv: str) -> str:
-    return subprocess.run(argv, check=True, capture_output=True, text=True, timeout=30).stdout
-
-
-def in_ns(name: str, *argv: str) -> list[str]:
-    return ["nsenter", f"--net={NETNS_DIR / name}", *argv]
-
-
 @dataclass
 class Nodes:
     names: dict[str, str]
@@ -186,29 +176,11 @@ class Nodes:
 
 @pytest.fixture
 def nodes(tmp_path: Path) -> Iterator[Nodes]:
-    tag = uuid.uuid4().hex[:6]
-    names = {"a": f"tyt-{tag}-a", "b": f"tyt-{tag}-b"}
-    work = {node: tmp_path / node for node in names}
+    work = {node: tmp_path / node for node in NODE_ADDRESSES}
     for folder in work.values():
         folder.mkdir()
-    try:
-        for name in names.values():
-            sh("ip", "netns", "add", name)
-            sh("ip", "-n", name, "link", "set", "lo", "up")
-        a, b = names["a"], names["b"]
-        sh("ip", "-n", a, "link", "add", "cluster0", "type", "veth", "peer", "cluster0", "netns", b)
-        for node, name in names.items():
-            sh("ip", "-n", name, "addr", "add", f"{NODE_ADDRESSES[node]}/24", "dev", "cluster0")
-            sh("ip", "-n", name, "link", "set", "cluster0", "up")
+    with node_pair(work) as names:
         yield Nodes(names, work)
-    finally:
-        for node, name in names.items():
-            made = JobNamespaces.open(work[node])
-            assert isinstance(made, JobNamespaces)
-            for entry in NETNS_DIR.iterdir():  # what a failed test left of its jobs
-                if entry.name.startswith(made.name(uuid.UUID(int=0))[:-36]):
-                    subprocess.run(["ip", "netns", "delete", entry.name], check=False)
-            subprocess.run(["ip", "netns", "delete", name], check=False)
 
 
 def listen(ns: str) -> subprocess.Popen[str]:

@@ -223,3 +223,18 @@ def test_a_learner_of_the_right_attempt_but_another_epoch_is_stale() -> None:
     old = FoundLearner(job.job_id, 1, 0, 5, "201")
     result = plan(allocations, {job.job_id: VersionedJob(job, 3)}, [old])
     assert result.resume[0].running == {} and result.kill == [old]
+
+
+def test_learners_another_node_s_claim_placed_here_keep_their_places_in_the_whole_job() -> None:
+    # Learner 1 of 3 is this node's; 0 and 2 run on n1: its rank, the world's size and its
+    # node's rank are the whole job's, as on the node that claimed it.
+    job = running_job().model_copy(update={"learner_nodes": ["n1", "n2", "n1"]})
+    [resumed] = plan(
+        [Allocation(job.job_id, 1, 1, "n2", 7, ["g5"])], {job.job_id: VersionedJob(job, 4)}, []
+    ).resume
+    assert [(a.index, a.node, a.gpus) for a in resumed.claim.learners] == [
+        (0, "n1", []),
+        (1, "n2", ["g5"]),
+        (2, "n1", []),
+    ]
+    assert resumed.claim.nodes == ["n1", "n2"] and resumed.claim.on("n2")[0].index == 1
