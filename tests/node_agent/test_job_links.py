@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.node_pair import NODE_ADDRESSES, in_ns, node_pair, sh
 from node_agent.job_links import (
     DEFAULT_RANGE,
     INSIDE,
@@ -37,7 +38,6 @@ from node_agent.job_links import (
     veth_name,
 )
 from node_agent.job_netns import NETNS_DIR, JobNamespaces
-from tests.node_agent.node_pair import NODE_ADDRESSES, in_ns, node_pair, sh
 
 REPO = Path(__file__).resolve().parents[2]
 PLAN = AddressPlan.parse(DEFAULT_RANGE)

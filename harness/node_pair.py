@@ -1,6 +1,7 @@
 """Two nodes on one machine: two network namespaces, joined by a veth pair on a test subnet (their
-"cluster network"), for tests of a job's network across nodes. What the agents' jobs leave in
-`/run/netns` under the given work directories is removed with them."""
+"cluster network"), for the tests and the benchmark of a job's network across nodes (each agent
+runs in one, `in_ns`). What the agents' jobs leave in `/run/netns` under the given work
+directories is removed with them."""
 
 from __future__ import annotations
 
