@@ -70,8 +70,8 @@ class JobNamespaces:
         self._users: Counter[UUID] = Counter()
         self._links = JobLinks.open(owner, ip)
         self._linked: dict[UUID, JobLink] = {}
-        """The link each job's namespace was given (by this agent: an adopted one's is not
-        known, and is made again when a new attempt starts here)."""
+        """The link each job's namespace was given (by this agent, or, adopted, by the agent
+        before it, as its learners' specs say)."""
         # One change at a time: a new attempt's first learner must not make the namespace
         # while the last attempt's last learner removes it.
         self._lock = asyncio.Lock()
@@ -110,9 +110,13 @@ class JobNamespaces:
             self._users[job_id] += 1
             return Hold(self, job_id)
 
-    def adopt(self, job_id: UUID) -> Hold:
-        """A learner an earlier agent started in the job's namespace is this agent's now."""
+    def adopt(self, job_id: UUID, link: JobLink | None = None) -> Hold:
+        """A learner an earlier agent started in the job's namespace is this agent's now, with
+        the link that agent gave it (not made again for the attempt's other learners here,
+        which would cut the running ones off for a moment)."""
         self._users[job_id] += 1
+        if link is not None:
+            self._linked[job_id] = link
         return Hold(self, job_id)
 
     async def release(self, job_id: UUID) -> None:

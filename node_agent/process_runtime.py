@@ -570,7 +570,7 @@ class ProcessRuntime:
         cgroup = self._cgroup(spec.job_id, spec.attempt, spec.learner, spec.epoch)
         netns = None
         if self._namespaces is not None and not spec.network:
-            netns = self._namespaces.adopt(spec.job_id)
+            netns = self._namespaces.adopt(spec.job_id, spec.link)
         ended = _exit_of_adopted(pid, files, cgroup)
         return ProcessLearner(pid, files, ended, cgroup, netns)
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from node_agent.job_links import DEFAULT_RANGE, INSIDE, AddressPlan, job_link
 from node_agent.job_netns import JobNamespaces
 from node_agent.learners import learner_dir
 from node_agent.process_runtime import ProcessRuntime
@@ -67,6 +68,23 @@ async def test_a_restarted_agent_sweeps_its_jobs_that_left_and_no_other_agent_s(
         await running.release()
         await theirs.release()
     assert not running.path.exists() and not theirs.path.exists()
+
+
+async def test_a_restarted_agent_keeps_the_link_its_adopted_learners_run_on(tmp_path: Path) -> None:
+    # The attempt's learner that an earlier agent started runs on the job's link; another of
+    # its learners, started now, must not make the link again (it would cut the first off).
+    ours = namespaces(tmp_path)
+    job = uuid.uuid4()
+    plan = AddressPlan.parse(DEFAULT_RANGE)
+    link = job_link(plan, 3, ["n0", "n1"], "n0", {"n1": "192.0.2.9"})
+    adopted = ours.adopt(job, link)
+    started = await ours.acquire(job, link)  # here the namespace is new: made, not linked
+    try:
+        assert ": lo: " in links(started.path) and INSIDE not in links(started.path)
+    finally:
+        await started.release()
+        await adopted.release()
+    assert not started.path.exists()
 
 
 async def test_a_learner_gives_its_job_s_namespace_back_as_it_ends(tmp_path: Path) -> None:
