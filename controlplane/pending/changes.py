@@ -1,5 +1,7 @@
 """What a round of the recorder writes, decided purely: for each job, its reasons' row, and the
-events that record in its pending stream the changes of its set of reasons.
+events that record in its pending stream the changes of its set of reasons. A round's writes
+are bounded, so that a burst or a deep queue is judged and written a part a round rather than
+all at once.
 
 A change is shown at once (the row) and recorded (appended, with the instant it happened, its
 row's `since`) at most `budget` changes a round, oldest first: a burst of a thousand new jobs
@@ -28,6 +30,10 @@ one that a claim ends sooner is shown in the row only."""
 BUDGET = 256
 """How many changes a round records at most (besides those of jobs whose row is overwritten
 or leaves the queue, which cannot wait): a round's cost stays bounded in a burst."""
+MOVED = 512
+"""How many rows whose position, details or estimate alone moved a round writes at most,
+those written longest ago first: every claim moves the position of every job behind it, and a
+deep queue's rows, all due at once, would be rewritten whole every DETAILS."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +95,7 @@ def changes(
     at: datetime,
     *,
     budget: int = BUDGET,
+    moved_rows: int = MOVED,
 ) -> Round:
     """The rows and events that bring `recorded` (every row still queued, and the rows of the
     jobs in `queue`) to `queue`, the reasons of the jobs queued at `at`."""
@@ -97,6 +104,8 @@ def changes(
     must: dict[UUID, Recorded] = {}
     """Rows whose change, not recorded yet, is overwritten: recorded now or never."""
     deferred: list[datetime] = []
+    due_rows: list[tuple[datetime, Queued, Recorded]] = []
+    """Rows whose position, details or estimate alone moved, due to be written."""
     for job in queue:
         before = recorded.get(job.job_id)
         if (
@@ -112,13 +121,18 @@ def changes(
             moved = (before.position, before.reasons, before.estimated_start) != shown
             due = at if before.updated_at is None else before.updated_at + DETAILS
             if moved and due <= at:
-                rows[job.job_id] = _row(job, before.version, before.since, at, before.recorded)
+                due_rows.append((due, job, before))
             elif moved:
                 deferred.append(due)
             continue
         if before is not None and before.queued:
             must[job.job_id] = before
         rows[job.job_id] = _row(job, before.version if before else 0, at, at, recorded=False)
+    due_rows.sort(key=lambda entry: entry[0])
+    for _, job, before in due_rows[:moved_rows]:
+        rows[job.job_id] = _row(job, before.version, before.since, at, before.recorded)
+    if len(due_rows) > moved_rows:
+        deferred.append(at)
     queued = {job.job_id for job in queue}
     for before in recorded.values():
         if before.queued and before.job_id not in queued:

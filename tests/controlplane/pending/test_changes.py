@@ -145,3 +145,21 @@ def test_a_change_not_recorded_yet_is_recorded_before_it_is_overwritten_or_leave
     }
     versions = {c.row.job_id.int: (c.expected_version, c.row.version) for c in within.changes}
     assert versions == {1: (3, 5), 2: (3, 4), 3: (3, 4)}
+
+
+def test_moved_positions_of_a_deep_queue_are_written_a_part_a_round_longest_unwritten_first() -> (
+    None
+):
+    rows = [
+        replace(row(n, reason(Reason.RESOURCES)), updated_at=T0 + timedelta(seconds=n))
+        for n in range(1, 6)
+    ]
+    recorded = {r.job_id: r for r in rows}
+    moved = [queued(n, reason(Reason.RESOURCES), position=n + 1) for n in range(1, 6)]
+    later = T0 + timedelta(seconds=10)
+    first = changes(recorded, moved, later, moved_rows=2)
+    assert [c.row.job_id.int for c in first.changes] == [1, 2] and first.deferred == later
+    assert all(c.events == () and c.row.position == c.row.job_id.int + 1 for c in first.changes)
+    recorded.update((c.row.job_id, c.row) for c in first.changes)
+    second = changes(recorded, moved, later, moved_rows=2)
+    assert [c.row.job_id.int for c in second.changes] == [3, 4]
