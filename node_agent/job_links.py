@@ -232,6 +232,9 @@ class JobLinks:
         await _sysctl(f"net/ipv4/conf/{veth}/forwarding", "1")
         await _sysctl(f"net/ipv4/conf/{veth}/proxy_arp", "1")
         await _sysctl(f"net/ipv4/neigh/{veth}/proxy_delay", "0")  # no 0.8 s wait for a reply
+        # No IPv6 on the node's end either (where the kernel has it): nothing reaches the
+        # node's IPv6 stack from the job.
+        await _sysctl(f"net/ipv6/conf/{veth}/disable_ipv6", "1", optional=True)
         await self._run(ip, "link", "set", veth, "up")
         await self._run(ip, "-n", namespace, "addr", "add", f"{link.address}/32", "dev", INSIDE)
         await self._run(ip, "-n", namespace, "link", "set", INSIDE, "up")
@@ -320,11 +323,15 @@ async def _check(program: str, *args: str) -> None:
         raise LinkError(f"`{command}` failed (exit {done.code}): {done.err.strip()}")
 
 
-async def _sysctl(key: str, value: str) -> None:
-    """Set a setting of the agent's network namespace (/proc/sys/net is the opener's)."""
+async def _sysctl(key: str, value: str, *, optional: bool = False) -> None:
+    """Set a setting of the agent's network namespace (/proc/sys/net is the opener's);
+    `optional`: one a kernel without it (IPv6 turned off) lacks, which is then left."""
     path = Path("/proc/sys") / key
     try:
         await asyncio.to_thread(path.write_text, value)
+    except FileNotFoundError as exc:
+        if not optional:
+            raise LinkError(f"cannot set {key.replace('/', '.')}: no such setting") from exc
     except OSError as exc:
         raise LinkError(f"cannot set {key.replace('/', '.')} to {value}: {exc}") from exc
 

@@ -229,6 +229,10 @@ def test_a_job_s_learners_reach_each_other_across_nodes_and_nothing_else(nodes: 
         # processes (OUTPUT), not node B's (FORWARD on A).
         assert probe(nodes.names["a"], j_a) != "hi"
         assert probe(nodes.names["b"], j_a) != "hi"
+        # No IPv6 on either end of J's veth: no path to the node's IPv6 stack.
+        assert sh(*in_ns(ns[j, "a"], "ip", "-6", "-o", "addr", "show", "dev", INSIDE)) == ""
+        host_end = veth_name(ns[j, "a"].split("-")[1], 1)  # trainyard-OWNER-JOB
+        assert sh(*in_ns(nodes.names["a"], "ip", "-6", "-o", "addr", "show", "dev", host_end)) == ""
         # A learner (its job's uid, no capabilities) can change none of it.
         drop = ("setpriv", "--reuid=200790", "--regid=200790", "--clear-groups")
         drop += ("--inh-caps=-all", "--bounding-set=-all", "--no-new-privs")
