@@ -24,6 +24,8 @@ from controlplane.clock import SYSTEM_CLOCK, Clock
 from controlplane.cluster_gauges import ClusterGauges
 from controlplane.database import DATABASE_ERRORS, create_pool, ping
 from controlplane.deployments.controller import DeploymentController
+from controlplane.deployments.counting import Counting
+from controlplane.deployments.direct import DirectPath
 from controlplane.deployments.projection import DeploymentsProjection
 from controlplane.deployments.retention import MemoEviction, TaskRetention
 from controlplane.deployments.service import Deployments
@@ -157,6 +159,8 @@ class ControlPlane:
         self.models = Models(self.store, artifacts, self.jobs, roots=roots, clock=clock)
         self.deployments = Deployments(self.store, self.jobs, self.models, clock)
         self.tasks = Tasks(pool, url, poll_interval=poll_interval)
+        self.direct = DirectPath(pool)
+        self.counting = Counting(pool)
         self.inference = Inference(pool, self.jobs, self.models, self.deployments, clock)
         self.manager = LifecycleManager(
             url,
@@ -226,6 +230,7 @@ async def opened(
             yield plane
         finally:
             await plane.webhooks.close()
+            await plane.direct.close()
             await plane.store.close()
     finally:
         await pool.close()
@@ -249,6 +254,7 @@ async def running(plane: ControlPlane) -> AsyncIterator[asyncio.Task[None]]:
                 group.create_task(plane.driver.run(), name="search-driver")
                 group.create_task(plane.webhooks.run(), name="webhook-relay")
                 group.create_task(plane.tasks.run(), name="serving-tasks")
+                group.create_task(plane.counting.run(), name="serving-counting")
                 group.create_task(plane.log_indexers.run(), name="log-indexers")
         except Exception:
             # The server keeps answering, but /readyz now says "not ready", so a load
@@ -267,6 +273,7 @@ async def running(plane: ControlPlane) -> AsyncIterator[asyncio.Task[None]]:
         plane.driver.stop()
         plane.webhooks.stop()
         plane.tasks.stop()
+        plane.counting.stop()  # after the requests: it writes what they left, then ends
         plane.log_indexers.stop()
         plane.listener.stop()
         plane.projections.stop()

@@ -571,6 +571,19 @@ serving_memo = Table(
     Index("serving_memo_used", "tenant", "deployment", "used_at"),
 )
 
+serving_channels = Table(
+    "serving_channels",
+    metadata,
+    Column("replica", Uuid, primary_key=True),
+    Column("tenant", Text, nullable=False),
+    Column("deployment", Text, nullable=False),
+    Column("node", Text, nullable=False),
+    Column("address", Text, nullable=False),
+    Column("token", Text, nullable=False),
+    Column("offered_at", DateTime(timezone=True), nullable=False),
+    Index("serving_channels_deployment", "tenant", "deployment"),
+)
+
 inference_jobs = Table(
     "inference_jobs",
     metadata,

@@ -42,6 +42,7 @@ from node_agent.learners import checkpoints_of, learner_specs
 from node_agent.reconcile import Resumed, VersionedJob, plan
 from node_agent.runtime import FoundLearner, Learner, LearnerRuntime, LearnerSpec
 from node_agent.serving import Serving
+from node_agent.serving_channel import DEFAULT_LISTEN
 from node_agent.users import DEFAULT_LEARNER_UIDS, NoUid, UidRange, Users
 from node_agent.wakes import Heard, Round, gpu_free, round_after
 from runners.config import SERVE_DIR
@@ -93,6 +94,9 @@ class AgentConfig:
     folder_sweep_s: float = 60.0
     """How often the folders of jobs whose retention ended are looked for and removed: they
     go days after their job, so a minute late costs nothing."""
+    serving_listen: str | None = DEFAULT_LISTEN
+    """Where the serving channel listens (HOST:PORT), the control plane's direct path to this
+    node's replicas (node_agent/serving_channel.py); None: no channel, predictions queue."""
 
     @property
     def checkpoint_root(self) -> Path:

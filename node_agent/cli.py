@@ -38,6 +38,7 @@ from node_agent.agent import AgentConfig
 from node_agent.folders import unreachable_for_learners
 from node_agent.runtimes import RUNTIMES, docker_answers
 from node_agent.service import run_agent
+from node_agent.serving_channel import DEFAULT_LISTEN, SERVING_OFF, parse_listen
 from node_agent.systemd import (
     DEFAULT_ENV_FILE,
     DEFAULT_HOME,
@@ -244,6 +245,16 @@ def _agent_options(command: argparse.ArgumentParser, *, defaults: bool) -> None:
         "woke (default: 1); with --wake poll, the most a queued job waits for a free node",
     )
     command.add_argument(
+        "--serving-listen",
+        metavar="HOST:PORT",
+        default=default(DEFAULT_LISTEN),
+        help="where the agent's serving channel listens: the control plane sends synchronous "
+        "predictions to this node's replicas there, with a token the agent makes at each start "
+        "and records for its own node only (port 0: one the system picks; a host of 0.0.0.0 is "
+        "advertised by this machine's name); 'off': no channel, every prediction is queued in "
+        f"Postgres (default: {DEFAULT_LISTEN}, loopback, for a control plane on this machine)",
+    )
+    command.add_argument(
         "--allow-privileged-login",
         action="store_true",
         default=default(False),
@@ -270,6 +281,11 @@ def option_problem(args: argparse.Namespace) -> str | None:
         return "--grace must be >= 0"
     if args.poll <= 0:
         return "--poll must be > 0"
+    if args.serving_listen != SERVING_OFF:
+        try:
+            parse_listen(args.serving_listen)
+        except ValueError as exc:
+            return f"--serving-listen: {exc}"
     return None
 
 
@@ -317,6 +333,7 @@ def config_from(args: argparse.Namespace, settings: Settings, runtime: str) -> A
         learner_uids=learner_uids,
         # The model repository's folder, as the control plane's (shared with this node).
         artifacts_dir=default_root(settings).absolute(),
+        serving_listen=None if args.serving_listen == SERVING_OFF else args.serving_listen,
     )
 
 
@@ -524,6 +541,7 @@ def install(args: argparse.Namespace, environ: Mapping[str, str], *, running_as_
         allow_privileged_login=args.allow_privileged_login,
         wake=args.wake,
         poll_s=args.poll,
+        serving_listen=args.serving_listen,
     )
     unit_path: Path = args.unit_dir / UNIT_NAME
     try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from uuid import UUID
 
@@ -19,6 +20,7 @@ from node_agent.log_sink import NumberedSink
 from node_agent.packages import Packages, in_image
 from node_agent.runtimes import PACKAGES_DIR, open_runtime
 from node_agent.serving import Serving
+from node_agent.serving_channel import open_channel
 
 log = logging.getLogger("node_agent")
 
@@ -116,14 +118,24 @@ async def _run(
     packages = Packages(config.work_dir / PACKAGES_DIR)
     site = packages.site if config.runtime == "process" else in_image
     try:
-        async with open_runtime(
-            config.runtime,
-            work_dir=config.work_dir,
-            request_gpus=config.request_gpus,
-            images=config.images,
-            packages=packages,
-        ) as runtime:
-            serving = Serving(port, listener, config.artifacts_dir, site, config.name)
+        async with (
+            open_runtime(
+                config.runtime,
+                work_dir=config.work_dir,
+                request_gpus=config.request_gpus,
+                images=config.images,
+                packages=packages,
+            ) as runtime,
+            contextlib.AsyncExitStack() as opened,
+        ):
+            channel = (
+                None
+                if config.serving_listen is None
+                else await opened.enter_async_context(open_channel(config.serving_listen))
+            )
+            serving = Serving(
+                port, listener, config.artifacts_dir, site, config.name, channel=channel
+            )
             shipper = LogShipper(port)
             sink = NumberedSink(shipper)
             agent = Agent(

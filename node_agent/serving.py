@@ -17,16 +17,17 @@ gives them back (controlplane/deployments/controller.py, a step of the lifecycle
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 from uuid import UUID, uuid4
 
-from controlplane.agent_port.protocol import QueryQueue, ServingQueue
+from controlplane.agent_port.protocol import QueryQueue, ServingChannels, ServingQueue
 from controlplane.agent_port.vocabulary import (
     UNAVAILABLE,
     BatchCall,
@@ -37,7 +38,9 @@ from controlplane.agent_port.vocabulary import (
 from controlplane.agent_port.wakes import Wakeups, queue_key
 from node_agent.inference import QueryFeed, stored
 from node_agent.packages import PackagesError, Site
+from node_agent.replica_calls import call_in_parts, ms_since, recorded_calls
 from node_agent.replica_client import ReplicaClient, ReplicaError, ReplicaGone, ReplicaRefused
+from node_agent.serving_channel import DirectFeed, ServingChannel
 
 log = logging.getLogger(__name__)
 
@@ -66,9 +69,9 @@ class Batch:
         return sum(task.items for task in self.tasks)
 
 
-class Feeds(ServingQueue, QueryQueue, Protocol):
-    """What feeding replicas asks of the control plane: deployments' tasks, inference jobs'
-    queries."""
+class Feeds(ServingQueue, ServingChannels, QueryQueue, Protocol):
+    """What feeding replicas asks of the control plane: deployments' tasks, the replicas'
+    channels, inference jobs' queries."""
 
 
 class Serving:
@@ -81,8 +84,11 @@ class Serving:
         artifacts_dir: Path | None,
         site: Site,
         node: str,
+        channel: ServingChannel | None = None,
     ) -> None:
         self._port = port
+        self._channel = channel
+        """Where the control plane sends synchronous predictions (None: they all queue)."""
         self.node = node
         self.listener = listener
         """Woken by the `serving` channel: each deployment's feeds by tasks queued for it."""
@@ -153,6 +159,44 @@ class Serving:
             )
         )
 
+    @contextlib.asynccontextmanager
+    async def direct(
+        self,
+        tenant: str,
+        replica: UUID,
+        servable: ServableSpec,
+        retry: Callable[[Callable[[], Awaitable[None]]], Awaitable[None]],
+    ) -> AsyncIterator[DirectFeed | None]:
+        """The replica's feed of direct requests, offered on the agent's channel for the
+        block (None: the agent has no channel). Withdrawn first when the block ends: a request
+        that still comes is refused, and takes the queue."""
+        channel = self._channel
+        if channel is None:
+            yield None
+            return
+        feed = DirectFeed(replica, tenant, servable)
+        channel.feeds[replica] = feed
+        try:
+            await retry(
+                lambda: self._port.offer_channel(
+                    replica,
+                    tenant,
+                    servable.deployment,
+                    self.node,
+                    channel.address,
+                    channel.token,
+                )
+            )
+            yield feed
+        finally:
+            if channel.feeds.get(replica) is feed:
+                del channel.feeds[replica]
+            feed.close("the replica stopped serving")
+            # Shielded and best effort: a row left behind is refused by this channel (no
+            # such replica), and its replica's retirement leaves it out of every route.
+            with contextlib.suppress(*UNAVAILABLE):
+                await asyncio.shield(self._port.withdraw_channel(replica))
+
     async def requeue(self, replica: UUID) -> None:
         """Give back what the replica held: its deployment's tasks, or its job's queries."""
         await self._port.requeue_replica(replica)
@@ -197,15 +241,31 @@ class _Replica:
                 feed = self._serving.queries(job, self._job_id, self._note)
                 await feed.run(client, self._load_error, self._retry)
             else:
-                while True:
-                    batch = await self._next_batch()
-                    await self._run_batch(client, batch)
+                await self._serve(client)
         except* ReplicaGone:
             # Also from within an inference query's task group (node_agent/inference.py).
             self._note("[trainyard] replica stopped answering: its tasks go back to the queue")
             await self._retry(lambda: self._serving.requeue(self._job_id))
         finally:
             await asyncio.shield(client.close())
+
+    async def _serve(self, client: ReplicaClient) -> None:
+        """The queue's tasks, and (a model loaded) the direct path's requests, in turns."""
+        if self._load_error is not None:
+            await self._rows(client)  # each task fails with the load's error, recorded
+            return
+        async with (
+            self._serving.direct(self._tenant, self._job_id, self._spec, self._retry) as feed,
+            asyncio.TaskGroup() as group,
+        ):
+            if feed is not None:
+                group.create_task(feed.run(client), name=f"direct-{self._job_id}")
+            group.create_task(self._rows(client), name=f"rows-{self._job_id}")
+
+    async def _rows(self, client: ReplicaClient) -> None:
+        while True:
+            batch = await self._next_batch()
+            await self._run_batch(client, batch)
 
     async def _load(self, client: ReplicaClient) -> None:
         if await client.hello():
@@ -289,25 +349,13 @@ class _Replica:
             outcome = _failed(batch.tasks, self._load_error)
         else:
             items = [item for task in batch.tasks for item in task.inputs]
-            try:
-                outputs: list[Any] = []
-                inference_ms = 0.0
-                # A task larger than a batch is run in calls of at most `most` items.
-                for start in range(0, len(items), most):
-                    part = items[start : start + most]
-                    called = time.monotonic()
-                    try:
-                        answered, took = await client.predict(part)
-                    except ReplicaError:
-                        calls.append(BatchCall(len(part), _ms_since(called), None))
-                        raise
-                    calls.append(BatchCall(len(part), _ms_since(called), took))
-                    outputs.extend(answered)
-                    inference_ms += took
-                outcome = _split(batch.tasks, outputs)
-            except ReplicaError as exc:
-                outcome = _failed(batch.tasks, str(exc))
-        invocation_ms = _ms_since(started)
+            ran = await call_in_parts(client, items, most)
+            calls, inference_ms = ran.calls, ran.inference_ms
+            if ran.error is not None:
+                outcome = _failed(batch.tasks, ran.error)
+            else:
+                outcome = _split(batch.tasks, ran.outputs)
+        invocation_ms = ms_since(started)
         await self._retry(
             lambda: self._serving.finish(
                 batch,
@@ -318,7 +366,7 @@ class _Replica:
                 reason=reason,
                 invocation_ms=invocation_ms,
                 inference_ms=inference_ms,
-                calls=_recorded_calls(batch.items, most, calls),
+                calls=recorded_calls(batch.items, most, calls),
             )
         )
 
@@ -331,21 +379,6 @@ class _Replica:
             except UNAVAILABLE as exc:
                 log.warning("replica %s: database unavailable (%s); retrying", self._job_id, exc)
                 await asyncio.sleep(RETRY_S)
-
-
-def _recorded_calls(items: int, most: int, calls: list[BatchCall]) -> tuple[BatchCall, ...]:
-    """The batches a batch of `items` is recorded as: () for one call (its own figures); else
-    each call of at most `most` items, those never made (the model failed to load, or an
-    earlier call failed, failing them all) as calls that took no time, so that every item is
-    in a recorded batch and none is larger than `most`."""
-    if items <= most:
-        return ()
-    sizes = [min(most, items - start) for start in range(0, items, most)]
-    return (*calls, *(BatchCall(size, 0.0, None) for size in sizes[len(calls) :]))
-
-
-def _ms_since(instant: float) -> float:
-    return (time.monotonic() - instant) * 1000
 
 
 def _work_dir(serve_dir: Path, job_id: UUID) -> Path:

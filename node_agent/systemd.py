@@ -65,6 +65,8 @@ class ServiceOptions:
     wake: str = "listen"
     """How the agent is woken: "listen" (a LISTEN connection) or "poll"."""
     poll_s: float = 1.0
+    serving_listen: str | None = None
+    """Where its serving channel listens (`--serving-listen`); None: the agent's default."""
 
 
 def agent_command(opts: ServiceOptions) -> list[str]:
@@ -87,6 +89,8 @@ def agent_command(opts: ServiceOptions) -> list[str]:
     words += ["--heartbeat", _number(opts.heartbeat_s), "--ttl", _number(opts.ttl_s)]
     words += ["--grace", _number(opts.grace_s)]
     words += ["--wake", opts.wake, "--poll", _number(opts.poll_s)]
+    if opts.serving_listen is not None:
+        words += ["--serving-listen", opts.serving_listen]
     if opts.allow_privileged_login:
         words.append("--allow-privileged-login")
     return words

@@ -143,6 +143,9 @@ class MemoryPort:
         self._expired: set[UUID] = set()
         self._tasks: dict[UUID, _Task] = {}
         self._inference: dict[UUID, _InferenceJob] = {}
+        self.channels: dict[UUID, tuple[str, str, str, str, str]] = {}
+        """Replicas offered on their agents' serving channels: tenant, deployment, node,
+        address, token."""
 
     # Lease
 
@@ -421,6 +424,14 @@ class MemoryPort:
             task.output, task.error, task.claim = output, error, None
             recorded += 1
         return recorded
+
+    async def offer_channel(
+        self, replica: UUID, tenant: str, deployment: str, node: str, address: str, token: str
+    ) -> None:
+        self.channels[replica] = (tenant, deployment, node, address, token)
+
+    async def withdraw_channel(self, replica: UUID) -> None:
+        self.channels.pop(replica, None)
 
     async def requeue_replica(self, replica: UUID) -> None:
         for task in self._tasks.values():

@@ -187,6 +187,16 @@ class PostgresPort:
             await conn.execute(Q["requeue_replica"], replica, MAX_TASK_TRIES)
             await conn.execute(Q["give_back_queries"], replica, MAX_QUERY_TRIES)
 
+    async def offer_channel(
+        self, replica: UUID, tenant: str, deployment: str, node: str, address: str, token: str
+    ) -> None:
+        await self.pool.execute(
+            Q["offer_channel"], replica, tenant, deployment, node, address, token
+        )
+
+    async def withdraw_channel(self, replica: UUID) -> None:
+        await self.pool.execute(Q["withdraw_channel"], replica)
+
     async def inference_job(self, job_id: UUID) -> InferenceJob | None:
         row = await self.pool.fetchrow(Q["inference_job"], job_id)
         return None if row is None else InferenceJob(row["input"], row["batch_size"])

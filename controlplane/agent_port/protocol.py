@@ -144,6 +144,21 @@ class ServingQueue(Protocol):
         ...
 
 
+class ServingChannels(Protocol):
+    """A node's replicas offered on its agent's serving channel (the control plane's direct path
+    for synchronous predictions: node_agent/serving_channel.py)."""
+
+    async def offer_channel(
+        self, replica: UUID, tenant: str, deployment: str, node: str, address: str, token: str
+    ) -> None:
+        """Record that `replica` is reached at `address` with the bearer `token`."""
+        ...
+
+    async def withdraw_channel(self, replica: UUID) -> None:
+        """`replica` is no longer reached on its agent's channel."""
+        ...
+
+
 class QueryQueue(Protocol):
     """An inference job's queries, taken by its replicas one at a time."""
 
@@ -175,6 +190,14 @@ class QueryQueue(Protocol):
 
 
 class AgentPort(
-    Lease, JobClaims, JobCommands, LogWriter, FolderRecords, ServingQueue, QueryQueue, Protocol
+    Lease,
+    JobClaims,
+    JobCommands,
+    LogWriter,
+    FolderRecords,
+    ServingQueue,
+    ServingChannels,
+    QueryQueue,
+    Protocol,
 ):
     """Everything a node agent asks of the control plane."""

@@ -12,18 +12,26 @@ kept changing under concurrent commands is `Busy` (retry), which no refusal's ki
 from __future__ import annotations
 
 import contextlib
+import json
+import logging
 import time
+import uuid
 from collections.abc import AsyncGenerator, Iterator
 from dataclasses import replace
+from datetime import UTC, datetime
+from typing import Any, Literal
 from uuid import UUID
 
 import asyncpg
 
 from controlplane.admission import gate
 from controlplane.admission.policy import replica_room
+from controlplane.deployments.counting import CountedBatch, CountedTask, Counting, MemoUse
+from controlplane.deployments.direct import ChannelFailed, DirectAnswer, DirectPath, Route
 from controlplane.deployments.errors import InvalidRequest, NotFound, ServingError
 from controlplane.deployments.inputs import DeclaredInput, check_items, declared_input
 from controlplane.deployments.lifecycle import Busy, Deployment, Pipeline
+from controlplane.deployments.memo_cache import MemoCache
 from controlplane.deployments.names import NAME
 from controlplane.deployments.reconcile import next_start
 from controlplane.deployments.service import Deployments
@@ -33,7 +41,13 @@ from controlplane.deployments.spec import (
     PredictRequest,
     ScaleRequest,
 )
-from controlplane.deployments.tasks import IdempotencyMismatch, Target, Tasks, new_task_id
+from controlplane.deployments.tasks import (
+    IdempotencyMismatch,
+    Target,
+    Tasks,
+    memo_key,
+    new_task_id,
+)
 from controlplane.deployments.views import (
     BatchFigures,
     DeploymentFigures,
@@ -45,6 +59,7 @@ from controlplane.deployments.views import (
     Quantiles,
     QueuedTask,
     ReplicaJob,
+    TaskTimes,
     TaskView,
     list_deployments,
     replica_states,
@@ -53,7 +68,11 @@ from controlplane.deployments.views import (
 from controlplane.deployments.views import figures as deployment_figures
 from controlplane.instruments import SERVING_LATENCY, SERVING_REQUESTS
 from controlplane.jobs.images import ImageAllowlist, ImageRefused
+from controlplane.jobs.manifest import check_storable
+from controlplane.queries import Q
 from controlplane.refusals import Refusal, Refused
+
+log = logging.getLogger(__name__)
 
 SYNC_WAIT_S = 20.0
 """How long a synchronous prediction waits for its result before it is answered 202 (the task
@@ -85,12 +104,23 @@ def refusal(exc: ServingError) -> Refusal:
 
 class ServingApplication:
     def __init__(
-        self, deployments: Deployments, tasks: Tasks, pool: asyncpg.Pool, *, images: ImageAllowlist
+        self,
+        deployments: Deployments,
+        tasks: Tasks,
+        pool: asyncpg.Pool,
+        *,
+        images: ImageAllowlist,
+        direct: DirectPath,
+        counting: Counting,
     ) -> None:
         self.deployments = deployments
         self._tasks = tasks
         self._pool = pool
         self._images = images
+        self._direct = direct
+        self._counting = counting
+        self._memo = MemoCache()
+        """The memo's first tier, this process's (the durable one is `serving_memo`)."""
         self._inputs: dict[tuple[str, str, int], DeclaredInput | None] = {}
         """By model version: what its items must be, read once from its metadata."""
 
@@ -149,6 +179,7 @@ class ServingApplication:
         """The deployment's figures, over the tasks and batches kept: requests, outcomes, queue
         depth, memo hits and misses, batch sizes and why batches left, latencies."""
         await self._load(tenant, name)
+        await self._counting.flush()  # this process's direct predictions counted
         row = await deployment_figures(self._pool, tenant, name)
         if row is None:
             raise Refusal(Refused.NOT_FOUND, f"no deployment {name}")
@@ -196,7 +227,15 @@ class ServingApplication:
         """Run the deployment's model on the request's inputs: the finished task (the memo's
         answer, or a replica's); queued when asked to (`async`) or when the result takes longer
         than the synchronous wait. Inputs its model version's declared input does not take are
-        refused first (`inputs.N`, controlplane/deployments/inputs.py)."""
+        refused first (`inputs.N`, controlplane/deployments/inputs.py).
+
+        A synchronous request without an Idempotency-Key takes the direct path (`_directly`);
+        one that must be found again by its key, an asynchronous one, and one the direct path
+        could not answer are queued as rows."""
+        if not request.asynchronous and key is None:
+            answered = await self._directly(tenant, name, request)
+            if answered is not None:
+                return answered
         # From the stream, not the read model: a deployment deleted a moment ago takes no task.
         deployment = await self._load(tenant, name)
         if deployment.deleted:
@@ -246,6 +285,162 @@ class ServingApplication:
         SERVING_LATENCY.record(time.perf_counter() - arrived, labels)
         return task_view(answered)
 
+    async def _directly(self, tenant: str, name: str, request: PredictRequest) -> TaskView | None:
+        """The direct path: the memo (this process's, then the durable one), else a replica
+        through its agent's channel; counted after, off the request's path. None: the request
+        is for the queue (no such deployment here: the queue's path says so; no replica on a
+        channel; the channel failed)."""
+        arrived = time.perf_counter()
+        submitted = datetime.now(UTC)
+        route = await self._direct.route(tenant, name)
+        if route is None:
+            return None
+        check_items(await self._declared_input(route.model), request.inputs, "inputs")
+        try:
+            check_storable(request.inputs)
+            data = json.dumps(request.inputs, allow_nan=False)
+        except ValueError as exc:  # NaN, infinity, NUL or a lone surrogate: as the queue says
+            raise Refusal(Refused.INVALID, f"inputs: {exc}", field="inputs") from exc
+        labels = {"tenant": tenant, "deployment": name}
+        key = None
+        if route.memo_salt is not None and not request.no_cache:
+            key = memo_key(route.memo_salt, request.inputs)
+            output = await self._memoized(tenant, name, route, key)
+            if output is not None:
+                task = self._count(
+                    tenant,
+                    name,
+                    request.inputs,
+                    data,
+                    submitted,
+                    memo="hit",
+                    key=key,
+                    output=output,
+                )
+                SERVING_REQUESTS.add(1, {**labels, "memo": "hit"})
+                SERVING_LATENCY.record(time.perf_counter() - arrived, labels)
+                return task
+        try:
+            answer = await self._direct.send(tenant, name, route, request.inputs)
+        except ChannelFailed as exc:
+            log.info("direct path of %s.%s: %s; queued instead", tenant, name, exc)
+            self._direct.forget(tenant, name)
+            return None
+        if answer.output is not None and key is not None:
+            self._memo.put(tenant, name, key, answer.output, route.memo_max_entries)
+        task = self._count(
+            tenant,
+            name,
+            request.inputs,
+            data,
+            submitted,
+            memo="off" if key is None else "miss",
+            key=key,
+            output=answer.output,
+            answer=answer,
+        )
+        SERVING_REQUESTS.add(1, {**labels, "memo": task.memo})
+        SERVING_LATENCY.record(time.perf_counter() - arrived, labels)
+        return task
+
+    async def _memoized(self, tenant: str, name: str, route: Route, key: bytes) -> str | None:
+        """The memo's output for `key`: this process's first; the durable memo's else (kept
+        here too for next time)."""
+        output = self._memo.get(tenant, name, key)
+        if output is None:
+            output = await self._pool.fetchval(Q["memo_output"], tenant, name, key)
+            if output is not None:
+                self._memo.put(tenant, name, key, output, route.memo_max_entries)
+        return output
+
+    def _count(
+        self,
+        tenant: str,
+        name: str,
+        inputs: list[Any],
+        data: str,
+        submitted: datetime,
+        *,
+        memo: Literal["hit", "miss", "off"],
+        key: bytes | None,
+        output: str | None,
+        answer: DirectAnswer | None = None,
+    ) -> TaskView:
+        """The answered task, as the API shows it, handed to be counted."""
+        finished = datetime.now(UTC)
+        steps: list[dict[str, Any]] = []
+        batches: tuple[CountedBatch, ...] = ()
+        if answer is not None:
+            figures = answer.batch
+            calls = figures["calls"]
+            steps = [
+                {
+                    "deployment": name,
+                    "replica": str(answer.replica),
+                    "batch": calls[0]["batch"],
+                    "invocation_ms": figures["invocation_ms"],
+                    "inference_ms": figures["inference_ms"],
+                }
+            ]
+            batches = tuple(
+                CountedBatch(
+                    batch_id=UUID(call["batch"]),
+                    tenant=tenant,
+                    deployment=name,
+                    replica=answer.replica,
+                    # Its tasks are counted once, by its first call (as the queue's are).
+                    tasks=figures["tasks"] if n == 0 else 0,
+                    items=call["items"],
+                    reason=figures["reason"],
+                    outcome=figures["outcome"],
+                    invocation_ms=call["invocation_ms"],
+                    inference_ms=call["inference_ms"],
+                    at=finished,
+                )
+                for n, call in enumerate(calls)
+            )
+        error = None if answer is None else answer.error
+        state: Literal["succeeded", "failed"] = "failed" if error is not None else "succeeded"
+        task = CountedTask(
+            task_id=uuid.uuid4(),
+            tenant=tenant,
+            deployment=name,
+            items=len(inputs),
+            input=data,
+            state=state,
+            output=output if error is None else None,
+            error=error,
+            memo=memo,
+            memo_key=key,
+            replica=None if answer is None else answer.replica,
+            tries=0 if answer is None else 1,
+            submitted_at=submitted,
+            finished_at=finished,
+            step_times=json.dumps(steps),
+        )
+        use = None
+        if key is not None and task.output is not None:
+            use = MemoUse(tenant, name, key, task.output, finished)
+        self._counting.record(task, batches, use)
+        return TaskView(
+            task_id=task.task_id,
+            status=state,
+            items=task.items,
+            memo=memo,
+            tries=task.tries,
+            submitted_at=submitted,
+            finished_at=finished,
+            times=TaskTimes(
+                request_ms=(finished - submitted).total_seconds() * 1000,
+                invocation_ms=steps[0]["invocation_ms"] if steps else None,
+                inference_ms=(steps[0]["inference_ms"] or 0.0) if steps else None,
+                steps=steps,
+            ),
+            outputs=None if task.output is None else json.loads(task.output),
+            error=error,
+            deployment=name,
+        )
+
     async def task(self, tenant: str, task_id: str) -> TaskView:
         """A task: its state, its outputs or error, and its times (request, invocation,
         inference, and each step's)."""
@@ -254,6 +449,9 @@ class ServingApplication:
         except ValueError:
             raise Refusal(Refused.NOT_FOUND, "task_id must be a UUID", field="task_id") from None
         row = await self._tasks.get(tenant, uuid)
+        if row is None:
+            await self._counting.flush()  # a direct prediction of this process's, answered
+            row = await self._tasks.get(tenant, uuid)
         if row is None:
             raise Refusal(Refused.NOT_FOUND, f"no task {uuid}")
         return task_view(row)
@@ -315,10 +513,18 @@ class ServingApplication:
             updated_at=deployment.updated_at,
         )
 
-    async def _declared_input(self, deployment: Deployment) -> DeclaredInput | None:
-        key = (deployment.model_tenant, deployment.model_name, deployment.version)
+    async def _declared_input(
+        self, deployment: Deployment | tuple[str, str, int]
+    ) -> DeclaredInput | None:
+        """What the items of the deployment's model version must be (`deployment`: it, or
+        its model version's tenant, name and number)."""
+        key = (
+            deployment
+            if isinstance(deployment, tuple)
+            else (deployment.model_tenant, deployment.model_name, deployment.version)
+        )
         if key not in self._inputs:
-            servable = await self.deployments.servable_input(deployment)
+            servable = await self.deployments.version_input(*key)
             if len(self._inputs) >= MAX_DECLARED_INPUTS:
                 del self._inputs[next(iter(self._inputs))]  # the oldest read
             self._inputs[key] = None if servable is None else declared_input(servable)

@@ -313,3 +313,75 @@ FROM (
                AS inference_ms
     FROM serving_batches WHERE tenant = $1 AND deployment = $2
 ) b;
+
+-- name: offer_channel
+-- An agent offers its replica on its serving channel (again after the agent restarted: its new
+-- address and token replace the old).
+INSERT INTO serving_channels (replica, tenant, deployment, node, address, token, offered_at)
+VALUES ($1, $2, $3, $4, $5, $6, now())
+ON CONFLICT (replica) DO UPDATE SET
+    tenant = excluded.tenant, deployment = excluded.deployment, node = excluded.node,
+    address = excluded.address, token = excluded.token, offered_at = excluded.offered_at;
+
+-- name: withdraw_channel
+-- An agent's replica stopped serving: the direct path no longer goes there.
+DELETE FROM serving_channels WHERE replica = $1;
+
+-- name: direct_route
+-- A synchronous prediction's route (cached a moment by each control plane process): the
+-- deployment as its read model has it, and the channels of those of its replicas that serve
+-- it now (a replica retired, or whose agent died without withdrawing it, is left out, or
+-- refuses: the request then takes the row path). No row: no such deployment, or deleted.
+SELECT d.model_tenant, d.model_name, d.version, d.artifact_sha256, d.entry_point,
+       d.spec::text AS spec,
+       coalesce((SELECT jsonb_agg(jsonb_build_object('replica', c.replica,
+                                                     'address', c.address, 'token', c.token))
+                 FROM serving_channels c
+                 WHERE c.tenant = d.tenant AND c.deployment = d.name
+                   AND c.replica = ANY(d.replica_jobs)), '[]')::text AS channels
+FROM deployments d
+WHERE d.tenant = $1 AND d.name = $2 AND NOT d.deleted;
+
+-- name: memo_output
+-- A synchronous prediction the process's own memo does not hold: the durable memo's result,
+-- if any (its use is recorded with the task, off the request's path).
+SELECT output::text AS output FROM serving_memo WHERE tenant = $1 AND deployment = $2 AND key = $3;
+
+-- name: record_direct_tasks
+-- Counting the synchronous predictions the direct path answered (a replica's, or the memo's),
+-- written in groups after their answers: the same rows as the queue's finished tasks, so that
+-- figures, audit and GET /v1/tasks/{id} read them alike. A group written twice (a retry after
+-- a lost answer) adds nothing.
+INSERT INTO serving_tasks (task_id, tenant, steps, deployment, items, input, state, output,
+                           error, memo, memo_key, replica, tries, submitted_at, finished_at,
+                           step_times)
+SELECT t.task_id, t.tenant, ARRAY[t.deployment], t.deployment, t.items, t.input::jsonb,
+       t.state, t.output::jsonb, t.error, t.memo, t.memo_key, t.replica, t.tries,
+       t.submitted_at, t.finished_at, t.step_times::jsonb
+FROM unnest($1::uuid[], $2::text[], $3::text[], $4::int[], $5::text[], $6::text[], $7::text[],
+            $8::text[], $9::text[], $10::bytea[], $11::uuid[], $12::int[], $13::timestamptz[],
+            $14::timestamptz[], $15::text[])
+    AS t(task_id, tenant, deployment, items, input, state, output, error, memo, memo_key,
+         replica, tries, submitted_at, finished_at, step_times)
+ON CONFLICT (task_id) DO NOTHING;
+
+-- name: record_direct_batches
+-- The batches the direct path's tasks ran in, as the agent reported them with each answer:
+-- every control plane process whose request was in a batch reports it, the first one records
+-- it (its task count is the agent's: all the batch's requests, whoever sent them).
+INSERT INTO serving_batches (batch_id, tenant, deployment, replica, tasks, items, reason,
+                             outcome, invocation_ms, inference_ms, at)
+SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::uuid[], $5::int[], $6::int[],
+                     $7::text[], $8::text[], $9::float8[], $10::float8[], $11::timestamptz[])
+ON CONFLICT (batch_id) DO NOTHING;
+
+-- name: record_direct_memo
+-- The direct path's results to memoize, and the durable memo's entries it answered from (their
+-- use, for eviction's order): one statement for the group (each key once in it: the writer
+-- keeps a key's latest).
+INSERT INTO serving_memo (tenant, deployment, key, output, created_at, used_at)
+SELECT m.tenant, m.deployment, m.key, m.output::jsonb, m.at, m.at
+FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::timestamptz[])
+    AS m(tenant, deployment, key, output, at)
+ON CONFLICT (tenant, deployment, key) DO UPDATE SET
+    used_at = greatest(serving_memo.used_at, excluded.used_at);

@@ -104,10 +104,10 @@ class Deployments:
         state = (await DEPLOYMENT.load(self._store, deployment_stream(tenant, name))).state
         return None if state is None or (state.deleted and not state.active) else state
 
-    async def servable_input(self, deployment: Deployment) -> DataType | None:
-        """The input its model version's metadata declares (None: no such version)."""
-        model = await self._models.load(deployment.model_tenant, deployment.model_name)
-        version = None if model is None else model.version(deployment.version)
+    async def version_input(self, tenant: str, name: str, number: int) -> DataType | None:
+        """The input a model version's metadata declares (None: no such version)."""
+        model = await self._models.load(tenant, name)
+        version = None if model is None else model.version(number)
         if version is None:
             return None
         return ModelMetadata.model_validate(version.metadata).servable.input

@@ -428,5 +428,10 @@ async def _open(app: web.Application) -> None:
     # After the composition root's parts are open (cleanup contexts start first).
     plane = app[PLANE]
     app[SERVING_APPLICATION] = ServingApplication(
-        plane.deployments, plane.tasks, plane.pool, images=app[IMAGES]
+        plane.deployments,
+        plane.tasks,
+        plane.pool,
+        images=app[IMAGES],
+        direct=plane.direct,
+        counting=plane.counting,
     )

@@ -88,6 +88,11 @@ AGENT_RIGHTS = {
     "UPDATE (step_times) ON serving_tasks",
     "INSERT ON serving_batches",  # each batch a replica ran
     "INSERT ON serving_memo",  # results to memoize
+    # Its replicas offered on its serving channel (0040): its own node's rows only.
+    "SELECT ON serving_channels",
+    "INSERT ON serving_channels",
+    "UPDATE ON serving_channels",
+    "DELETE ON serving_channels",
     "SELECT ON inference_jobs",  # an inference job's input and its fair time
     "UPDATE (started) ON inference_jobs",  # a claim makes the job's next query
     "UPDATE (vtime) ON inference_jobs",  # and moves its fair time on

@@ -16,6 +16,8 @@ from aiohttp.resolver import ThreadedResolver
 
 from controlplane.artifacts.filesystem import FileArtifactStore
 from controlplane.deployments.application import ServingApplication, named
+from controlplane.deployments.counting import Counting
+from controlplane.deployments.direct import DirectPath
 from controlplane.deployments.service import Deployments
 from controlplane.deployments.spec import PredictRequest
 from controlplane.deployments.tasks import Target, Tasks
@@ -54,7 +56,14 @@ def serving(
     plane: Plane, store: EventStore, models: Models, tasks: Tasks, pool: asyncpg.Pool
 ) -> ServingApplication:
     deployments = Deployments(store, plane.jobs, models)
-    return ServingApplication(deployments, tasks, pool, images=ImageAllowlist.parse("img"))
+    return ServingApplication(
+        deployments,
+        tasks,
+        pool,
+        images=ImageAllowlist.parse("img"),
+        direct=DirectPath(pool),
+        counting=Counting(pool),
+    )
 
 
 async def test_a_followed_task_is_said_at_each_status_with_heartbeats_between_until_it_ends(

@@ -165,6 +165,8 @@ async def test_a_task_larger_than_a_batch_is_recorded_as_one_batch_per_call(
         await until_serving(client, tokens.acme, "sizes", 1)
         status, task = await predict(client, tokens.acme, "sizes", [0] * 7)
         assert (status, task["outputs"]) == (200, [4] * 4 + [3] * 3)
+        # Counted off the request's path: reading the figures waits for this process's counts.
+        await client.get("/v1/deployments/sizes/metrics", headers=auth(tokens.acme))
         batches = await pool.fetch(
             "SELECT batch_id, items, tasks, outcome, inference_ms FROM serving_batches"
             " WHERE deployment = 'sizes' ORDER BY at, items DESC"
@@ -181,6 +183,7 @@ async def test_a_task_larger_than_a_batch_is_recorded_as_one_batch_per_call(
         # A call that fails fails the task; each call, the failed one too, is still a batch.
         status, failed = await predict(client, tokens.acme, "sizes", [0] * 4 + [1] + [0] * 5)
         assert (status, failed["status"]) == (200, "failed")
+        await client.get("/v1/deployments/sizes/metrics", headers=auth(tokens.acme))
         calls = await pool.fetch(
             "SELECT items, inference_ms IS NULL AS unanswered FROM serving_batches"
             " WHERE deployment = 'sizes' AND outcome = 'failed'"

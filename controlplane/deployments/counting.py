@@ -1,0 +1,211 @@
+"""Counting the synchronous predictions the direct path answers, off their path: each answer
+leaves its task's row (and its batches', and the result to memoize) with a writer that records
+what has gathered in one transaction (group commit) while the requests go on. The rows are the
+queue's (`serving_tasks`, `serving_batches`, `serving_memo`), so figures, audit views and
+`GET /v1/tasks/{id}` read a direct task as any other.
+
+What this promises: every direct answer is recorded once, moments after it is given, through
+Postgres outages (the writer retries); a graceful shutdown writes everything before the pool
+closes (`stop`, then the writer's `run` returns once it has written all). A kill -9 of the
+control plane loses the rows of the answers it gave in its last moments (never an answer:
+those were given), which is what a synchronous request's durability is: its client holds the
+result. Readers in this process that must see their own writes (figures, a task read back)
+`flush` first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+from uuid import UUID
+
+import asyncpg
+
+from controlplane.database import DATABASE_ERRORS
+from controlplane.queries import Q
+
+log = logging.getLogger(__name__)
+
+MAX_GROUP = 1000
+"""The most tasks one transaction records (a bound on a statement's arrays)."""
+RETRY_S = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class CountedTask:
+    task_id: UUID
+    tenant: str
+    deployment: str
+    items: int
+    input: str
+    state: str
+    output: str | None
+    error: str | None
+    memo: str
+    memo_key: bytes | None
+    replica: UUID | None
+    tries: int
+    submitted_at: datetime
+    finished_at: datetime
+    step_times: str
+    """JSON text: a list of one step's times (none for a memo hit)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CountedBatch:
+    batch_id: UUID
+    tenant: str
+    deployment: str
+    replica: UUID
+    tasks: int
+    items: int
+    reason: str
+    outcome: str
+    invocation_ms: float
+    inference_ms: float | None
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class MemoUse:
+    """A result to memoize, or a durable memo entry used (its use time moves)."""
+
+    tenant: str
+    deployment: str
+    key: bytes
+    output: str
+    at: datetime
+
+
+class Counting:
+    """One per control plane process: `record` from the requests, `run` in the background."""
+
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self._pool = pool
+        self._tasks: list[CountedTask] = []
+        self._batches: dict[UUID, CountedBatch] = {}
+        self._memo: dict[tuple[str, str, bytes], MemoUse] = {}
+        self._recorded = 0
+        """Tasks handed in so far."""
+        self._written = 0
+        """Tasks written so far (in the order handed in)."""
+        self._wake = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self._ended = False
+        self._progress = asyncio.Condition()
+
+    def record(
+        self, task: CountedTask, batches: tuple[CountedBatch, ...] = (), memo: MemoUse | None = None
+    ) -> None:
+        """Hand in an answered task (with its batches, and its memo entry) to be written."""
+        self._tasks.append(task)
+        for batch in batches:
+            self._batches.setdefault(batch.batch_id, batch)  # each batch once per group
+        if memo is not None:
+            self._memo[(memo.tenant, memo.deployment, memo.key)] = memo  # the latest use
+        self._recorded += 1
+        self._wake.set()
+
+    async def flush(self) -> None:
+        """Return once every task handed in before the call is written (or the writer ended)."""
+        target = self._recorded
+        async with self._progress:
+            await self._progress.wait_for(lambda: self._written >= target or self._ended)
+
+    async def run(self) -> None:
+        """Write what gathers, a group at a time, until `stop()` and everything is written."""
+        try:
+            while True:
+                if not self._tasks and not self._batches and not self._memo:
+                    if self._stopping.is_set():
+                        return
+                    self._wake.clear()
+                    await self._wake.wait()
+                    continue
+                tasks, batches, memo = self._take()
+                try:
+                    await self._write(tasks, batches, memo)
+                except DATABASE_ERRORS as exc:
+                    log.warning(
+                        "direct predictions: recording %d failed (%s); retrying", len(tasks), exc
+                    )
+                    self._give_back(tasks, batches, memo)
+                    await asyncio.sleep(RETRY_S)
+                    continue
+                async with self._progress:
+                    self._written += len(tasks)
+                    self._progress.notify_all()
+        finally:
+            async with self._progress:
+                self._ended = True
+                self._progress.notify_all()
+
+    def stop(self) -> None:
+        """Write what is left, then end `run`."""
+        self._stopping.set()
+        self._wake.set()
+
+    def _take(self) -> tuple[list[CountedTask], list[CountedBatch], list[MemoUse]]:
+        tasks, self._tasks = self._tasks[:MAX_GROUP], self._tasks[MAX_GROUP:]
+        batches, self._batches = list(self._batches.values()), {}
+        memo, self._memo = list(self._memo.values()), {}
+        return tasks, batches, memo
+
+    def _give_back(
+        self, tasks: list[CountedTask], batches: list[CountedBatch], memo: list[MemoUse]
+    ) -> None:
+        self._tasks[:0] = tasks
+        for batch in batches:
+            self._batches.setdefault(batch.batch_id, batch)
+        for use in memo:
+            self._memo.setdefault((use.tenant, use.deployment, use.key), use)
+
+    async def _write(
+        self, tasks: list[CountedTask], batches: list[CountedBatch], memo: list[MemoUse]
+    ) -> None:
+        async with self._pool.acquire() as conn, conn.transaction():
+            if tasks:
+                await conn.execute(
+                    Q["record_direct_tasks"],
+                    [t.task_id for t in tasks],
+                    [t.tenant for t in tasks],
+                    [t.deployment for t in tasks],
+                    [t.items for t in tasks],
+                    [t.input for t in tasks],
+                    [t.state for t in tasks],
+                    [t.output for t in tasks],
+                    [t.error for t in tasks],
+                    [t.memo for t in tasks],
+                    [t.memo_key for t in tasks],
+                    [t.replica for t in tasks],
+                    [t.tries for t in tasks],
+                    [t.submitted_at for t in tasks],
+                    [t.finished_at for t in tasks],
+                    [t.step_times for t in tasks],
+                )
+            if batches:
+                await conn.execute(
+                    Q["record_direct_batches"],
+                    [b.batch_id for b in batches],
+                    [b.tenant for b in batches],
+                    [b.deployment for b in batches],
+                    [b.replica for b in batches],
+                    [b.tasks for b in batches],
+                    [b.items for b in batches],
+                    [b.reason for b in batches],
+                    [b.outcome for b in batches],
+                    [b.invocation_ms for b in batches],
+                    [b.inference_ms for b in batches],
+                    [b.at for b in batches],
+                )
+            if memo:
+                await conn.execute(
+                    Q["record_direct_memo"],
+                    [m.tenant for m in memo],
+                    [m.deployment for m in memo],
+                    [m.key for m in memo],
+                    [m.output for m in memo],
+                    [m.at for m in memo],
+                )

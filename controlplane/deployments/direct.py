@@ -1,0 +1,192 @@
+"""The direct path of a synchronous prediction: from the API to a replica through its agent's
+serving channel (node_agent/serving_channel.py), with no Postgres round trip on the way.
+
+Each control plane process keeps, per deployment, its route: the deployment as its read model
+has it and the channels its replicas are offered on (`serving_channels`), read once and then
+renewed in the background each ROUTE_FRESH_S while it is used, so that requests never wait for
+it. A request goes to the replica with the fewest of this process's requests in flight, over a
+pool of keep-alive connections per agent, with the agent's token; the agent batches it with
+the replica's other requests and answers. Any failure of the channel (refused, unreachable,
+no such replica there, the replica gone, the deployment's task timeout passed) is
+`ChannelFailed`: the caller then queues the request as a row (`tasks.Tasks`), where nothing is
+lost, so an old agent, one unreachable, or a replica that died mid-request costs time, never a
+result. A tenant never reaches a channel: only this process holds the tokens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
+
+import aiohttp
+import asyncpg
+
+from controlplane.database import DATABASE_ERRORS
+from controlplane.queries import Q
+
+log = logging.getLogger(__name__)
+
+ROUTE_FRESH_S = 1.0
+"""How old a route may be before a request renews it (in the background: the request takes
+the one at hand). A replica offered a moment ago is used that much later at most."""
+CONNECTIONS_PER_AGENT = 64
+"""Keep-alive connections kept open to each agent's channel."""
+MAX_WAIT_S = 20.0
+"""The longest a direct request waits for its replica (under the synchronous wait)."""
+
+
+class ChannelFailed(Exception):
+    """The direct path did not answer: queue the request instead."""
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    replica: UUID
+    address: str
+    token: str
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """Where a deployment's synchronous predictions go, and what they need of it."""
+
+    model: tuple[str, str, int]
+    """Its model version: tenant, name, number (what its items are checked against)."""
+    memo_salt: str | None
+    """What identifies the deployed model for the memo (None: its results are not kept)."""
+    memo_max_entries: int
+    timeout_s: float
+    endpoints: tuple[Endpoint, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DirectAnswer:
+    """A replica's answer to one request: its outputs' JSON text, or why it failed; the batch
+    it ran in (the agent's figures: `calls`, `tasks`, `reason`, `outcome`, times)."""
+
+    replica: UUID
+    output: str | None
+    error: str | None
+    batch: dict[str, Any]
+
+
+@dataclass(slots=True)
+class _Cached:
+    route: Route | None
+    at: float
+
+
+def parse_route(row: asyncpg.Record) -> Route:
+    serving = json.loads(row["spec"])["serving"]
+    memo = serving["memo"]
+    return Route(
+        model=(row["model_tenant"], row["model_name"], row["version"]),
+        memo_salt=f"{row['artifact_sha256']}\n{row['entry_point']}" if memo else None,
+        memo_max_entries=serving["memo_max_entries"],
+        timeout_s=min(float(serving["task_timeout_s"]), MAX_WAIT_S),
+        endpoints=tuple(
+            Endpoint(UUID(c["replica"]), c["address"], c["token"])
+            for c in json.loads(row["channels"])
+        ),
+    )
+
+
+class DirectPath:
+    """Routes and connections: one per control plane process; `close` when it stops."""
+
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self._pool = pool
+        self._routes: dict[tuple[str, str], _Cached] = {}
+        self._renewing: dict[tuple[str, str], asyncio.Task[None]] = {}
+        self._sessions: dict[str, aiohttp.ClientSession] = {}
+        self._in_flight: Counter[UUID] = Counter()
+
+    async def route(self, tenant: str, deployment: str) -> Route | None:
+        """The deployment's route (None: no such deployment, or deleted): the one at hand,
+        renewed in the background once older than ROUTE_FRESH_S; read now only the first
+        time."""
+        key = (tenant, deployment)
+        cached = self._routes.get(key)
+        if cached is None:
+            return await self._load(key)
+        if time.monotonic() - cached.at > ROUTE_FRESH_S and key not in self._renewing:
+            task = asyncio.create_task(self._renew(key), name=f"route-{tenant}.{deployment}")
+            self._renewing[key] = task
+            task.add_done_callback(lambda _: self._renewing.pop(key, None))
+        return cached.route
+
+    def forget(self, tenant: str, deployment: str) -> None:
+        """The route failed a request: the next one reads it afresh."""
+        self._routes.pop((tenant, deployment), None)
+
+    async def send(
+        self, tenant: str, deployment: str, route: Route, inputs: list[Any]
+    ) -> DirectAnswer:
+        """`inputs` run by one of the route's replicas (the least busy); ChannelFailed."""
+        if not route.endpoints:
+            raise ChannelFailed("no replica is offered on a channel")
+        endpoint = min(route.endpoints, key=lambda e: self._in_flight[e.replica])
+        session = self._session(endpoint.address)
+        url = f"{endpoint.address}/v1/replicas/{endpoint.replica}/predict"
+        body = {"tenant": tenant, "deployment": deployment, "inputs": inputs}
+        self._in_flight[endpoint.replica] += 1
+        try:
+            async with session.post(
+                url,
+                json=body,
+                headers={"Authorization": f"Bearer {endpoint.token}"},
+                timeout=aiohttp.ClientTimeout(total=route.timeout_s),
+            ) as response:
+                if response.status != 200:
+                    why = (await response.text())[:200]
+                    raise ChannelFailed(f"{url} answered {response.status}: {why}")
+                answer = await response.json()
+        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            raise ChannelFailed(f"{url}: {exc!r}") from exc
+        finally:
+            self._in_flight[endpoint.replica] -= 1
+            if not self._in_flight[endpoint.replica]:
+                del self._in_flight[endpoint.replica]
+        try:
+            return DirectAnswer(
+                replica=endpoint.replica,
+                output=answer["output"],
+                error=answer["error"],
+                batch=answer["batch"],
+            )
+        except (KeyError, TypeError) as exc:
+            raise ChannelFailed(f"{url} answered out of form: {exc!r}") from exc
+
+    async def close(self) -> None:
+        for task in list(self._renewing.values()):
+            task.cancel()
+        await asyncio.gather(*self._renewing.values(), return_exceptions=True)
+        for session in self._sessions.values():
+            await session.close()
+        self._sessions.clear()
+
+    def _session(self, address: str) -> aiohttp.ClientSession:
+        session = self._sessions.get(address)
+        if session is None or session.closed:
+            connector = aiohttp.TCPConnector(limit=CONNECTIONS_PER_AGENT)
+            session = self._sessions[address] = aiohttp.ClientSession(connector=connector)
+        return session
+
+    async def _load(self, key: tuple[str, str]) -> Route | None:
+        row = await self._pool.fetchrow(Q["direct_route"], *key)
+        route = None if row is None else parse_route(row)
+        self._routes[key] = _Cached(route, time.monotonic())
+        return route
+
+    async def _renew(self, key: tuple[str, str]) -> None:
+        try:
+            await self._load(key)
+        except DATABASE_ERRORS as exc:
+            # The route at hand serves on; the next request past its age tries again.
+            log.warning("direct path: renewing the route of %s.%s failed: %s", *key, exc)

@@ -1,0 +1,261 @@
+"""The agent's serving channel: the control plane's direct path to this node's replicas.
+
+A synchronous prediction (controlplane/deployments/direct.py) is sent by the control plane to
+the agent of one of its deployment's replicas, over HTTP, with the bearer token this agent made
+when it started; the agent records the token with each replica it offers (`serving_channels`,
+which only the control plane and this node's own agent can read), so a tenant never holds it,
+and a replica is never reached but through its agent. Each replica's direct requests are
+batched as the queue's tasks are (at most `max_batch_size` items; a batch leaves when full or
+when its oldest request has waited `max_wait_ms`; a request larger than a batch runs alone, in
+calls of at most `max_batch_size`), and each request is answered with its share of the outputs
+and its batch's figures. The agent records nothing of it: the control plane counts the request
+and its batch once it has answered, off the request's path.
+
+A request the channel cannot answer (no such replica here, the replica died meanwhile) is
+refused with a status the control plane takes as "use the queue": the request is then a row of
+`serving_tasks`, like an asynchronous one, and loses nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import ipaddress
+import secrets
+import socket
+import time
+from collections import deque
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID, uuid4
+
+from aiohttp import web
+
+from controlplane.agent_port.vocabulary import BatchCall, ServableSpec
+from node_agent.inference import stored
+from node_agent.replica_calls import Ran, call_in_parts, recorded_calls
+from node_agent.replica_client import ReplicaClient, ReplicaGone
+from runners.frames import FrameError
+
+PATH = "/v1/replicas/{replica}/predict"
+MAX_REQUEST_BYTES = 64 * 1024 * 1024
+"""The largest request the channel reads (the control plane checked it against its own)."""
+TOKEN_BYTES = 32
+DEFAULT_LISTEN = "127.0.0.1:0"
+"""Loopback, a port the system picks: the control plane of `trainyard up` reaches it."""
+SERVING_OFF = "off"
+"""`--serving-listen off`: no channel; every prediction for this node's replicas queues."""
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """HOST:PORT (an IPv6 host in brackets) as the host and port to listen on; ValueError."""
+    host, colon, port = text.rpartition(":")
+    if not colon or not host or not port.isdigit() or int(port) > 65535:
+        raise ValueError(f"{text!r} is not HOST:PORT")
+    return host.removeprefix("[").removesuffix("]"), int(port)
+
+
+def advertised(host: str, port: int) -> str:
+    """The address the control plane is given: the listening host, or this machine's name when
+    it listens on every interface (no address of those is the one the control plane reaches)."""
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        ip = None
+    if ip is not None and ip.is_unspecified:
+        host = socket.getfqdn()
+    elif ip is not None and ip.version == 6:
+        host = f"[{host}]"
+    return f"http://{host}:{port}"
+
+
+@dataclass(eq=False, slots=True)
+class _Request:
+    items: list[Any]
+    arrived: float
+    answer: asyncio.Future[dict[str, Any]]
+
+
+class DirectFeed:
+    """One replica's direct requests, in batches: `submit` from the channel, `run` beside the
+    replica's queue feed (node_agent/serving.py), through the same connection, in turns."""
+
+    def __init__(self, replica: UUID, tenant: str, spec: ServableSpec) -> None:
+        self.replica = replica
+        self.tenant = tenant
+        self.deployment = spec.deployment
+        self._most = spec.max_batch_size
+        self._wait_s = spec.max_wait_ms / 1000
+        self._waiting: deque[_Request] = deque()
+        self._arrived = asyncio.Event()
+        self._gone: str | None = None
+
+    async def submit(self, items: list[Any]) -> dict[str, Any]:
+        """`items` run in the replica's next batch: their outputs' JSON text (or the error that
+        failed them) and the batch's figures. ReplicaGone once the replica stopped serving."""
+        if self._gone is not None:
+            raise ReplicaGone(self._gone)
+        request = _Request(items, time.monotonic(), asyncio.get_running_loop().create_future())
+        self._waiting.append(request)
+        self._arrived.set()
+        return await request.answer
+
+    def close(self, why: str) -> None:
+        """The replica stopped serving: the requests waiting, and any later, are refused."""
+        self._gone = why
+        while self._waiting:
+            _fail(self._waiting.popleft(), ReplicaGone(why))
+
+    async def run(self, client: ReplicaClient) -> None:
+        """Batch and run the requests until cancelled; ReplicaGone when the replica died (the
+        batch it held is refused: its requests take the queue)."""
+        while True:
+            batch, reason = await self._next()
+            try:
+                await self._run(client, batch, reason)
+            except ReplicaGone as exc:
+                for request in batch:
+                    _fail(request, ReplicaGone(str(exc)))
+                raise
+
+    async def _next(self) -> tuple[list[_Request], str]:
+        while True:
+            while self._waiting and self._waiting[0].answer.done():
+                self._waiting.popleft()  # its sender gave up (its future was cancelled)
+            if not self._waiting:
+                self._arrived.clear()
+                await self._arrived.wait()
+                continue
+            deadline = self._waiting[0].arrived + self._wait_s
+            while sum(len(r.items) for r in self._waiting) < self._most:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._arrived.clear()
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(left):
+                        await self._arrived.wait()
+            taken = [self._waiting.popleft()]
+            items = len(taken[0].items)
+            # The first always (however large); then those that fit, in their order.
+            while self._waiting and items + len(self._waiting[0].items) <= self._most:
+                items += len(self._waiting[0].items)
+                taken.append(self._waiting.popleft())
+            return taken, "full" if items >= self._most else "timeout"
+
+    async def _run(self, client: ReplicaClient, batch: list[_Request], reason: str) -> None:
+        started = time.monotonic()
+        items = [item for request in batch for item in request.items]
+        try:
+            ran = await call_in_parts(client, items, self._most)
+        except (ValueError, TypeError, FrameError) as exc:
+            # Items no frame carries to the replica: theirs to fix, as a model's error is.
+            ran = Ran([], f"the items cannot be sent to the replica: {exc}", [], 0.0)
+        invocation_ms = (time.monotonic() - started) * 1000
+        calls = recorded_calls(len(items), self._most, ran.calls) or (
+            BatchCall(len(items), invocation_ms, ran.inference_ms),
+        )
+        answers: list[tuple[str | None, str | None]] = []
+        at = 0
+        for request in batch:
+            if ran.error is not None:
+                answers.append((None, ran.error))
+            else:
+                answers.append(stored(ran.outputs[at : at + len(request.items)]))
+            at += len(request.items)
+        figures = {
+            "replica": str(self.replica),
+            "reason": reason,
+            "outcome": "failed" if any(error for _, error in answers) else "succeeded",
+            "tasks": sum(not request.answer.done() for request in batch),
+            "invocation_ms": invocation_ms,
+            "inference_ms": ran.inference_ms,
+            "calls": [
+                {
+                    "batch": str(uuid4()),
+                    "items": call.items,
+                    "invocation_ms": call.invocation_ms,
+                    "inference_ms": call.inference_ms,
+                }
+                for call in calls
+            ],
+        }
+        for request, (output, error) in zip(batch, answers, strict=True):
+            if not request.answer.done():
+                request.answer.set_result({"output": output, "error": error, "batch": figures})
+
+
+def _fail(request: _Request, error: Exception) -> None:
+    if not request.answer.done():
+        request.answer.set_exception(error)
+
+
+class ServingChannel:
+    """The channel's HTTP server's side: which replicas it reaches, and the token it takes."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self.token = secrets.token_urlsafe(TOKEN_BYTES)
+        """Made afresh at each start: one an earlier agent recorded is refused."""
+        self.feeds: dict[UUID, DirectFeed] = {}
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=MAX_REQUEST_BYTES)
+        app.router.add_post(PATH, self._predict)
+        return app
+
+    def _authorized(self, request: web.Request) -> bool:
+        scheme, _, presented = request.headers.get("Authorization", "").partition(" ")
+        # Compared in constant time: how long a refusal takes says nothing of the token.
+        return scheme.lower() == "bearer" and hmac.compare_digest(
+            presented.strip().encode(), self.token.encode()
+        )
+
+    async def _predict(self, request: web.Request) -> web.Response:
+        if not self._authorized(request):
+            return _refused(401, "this channel takes only its agent's token")
+        try:
+            replica = UUID(request.match_info["replica"])
+            body = await request.json()
+        except ValueError:
+            return _refused(400, "expected a replica's id and a JSON body")
+        if not isinstance(body, dict):
+            return _refused(400, "expected a JSON object")
+        inputs = body.get("inputs")
+        if not isinstance(inputs, list) or not inputs:
+            return _refused(400, "expected 'inputs', a list of at least one item")
+        feed = self.feeds.get(replica)
+        if feed is None or (feed.tenant, feed.deployment) != (
+            body.get("tenant"),
+            body.get("deployment"),
+        ):
+            return _refused(404, f"no replica {replica} of that deployment here")
+        try:
+            answer = await feed.submit(inputs)
+        except ReplicaGone as exc:
+            return _refused(503, f"the replica stopped serving: {exc}")
+        return web.json_response(answer)
+
+
+def _refused(status: int, why: str) -> web.Response:
+    return web.json_response({"error": why}, status=status)
+
+
+@contextlib.asynccontextmanager
+async def open_channel(listen: str) -> AsyncIterator[ServingChannel]:
+    """The channel listening on `listen` (HOST:PORT; port 0: one the system picks) for the
+    block."""
+    host, port = parse_listen(listen)
+    channel = ServingChannel("")
+    runner = web.AppRunner(channel.app(), access_log=None)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, host, port)
+        await site.start()
+        bound = runner.addresses[0][1]
+        channel.address = advertised(host, bound)
+        yield channel
+    finally:
+        await runner.cleanup()

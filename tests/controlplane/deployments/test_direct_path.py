@@ -1,0 +1,205 @@
+"""The direct path of synchronous predictions, on a real Postgres with real replicas (the
+process runtime) behind a real agent's serving channel: a prediction reaches its replica with
+no claim of a queued row, and is counted after; the channel takes only its agent's token; an
+unreachable channel sends the request to the queue; a memo hit is answered from memory; and the
+counting is written out by a graceful shutdown."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+
+import aiohttp
+import asyncpg
+
+from controlplane.deployments.counting import CountedTask, Counting
+from controlplane.deployments.memo_cache import MemoCache
+from tests.controlplane.deployments.serving import deploy, predict, publish, serving_cluster
+from tests.controlplane.deployments.serving import until_serving as until_running
+from tests.controlplane.deployments.test_serving import DOUBLE
+from tests.polling import eventually
+from tests.tenancy import Tokens, auth
+
+
+async def until_offered(pool: asyncpg.Pool, deployment: str) -> asyncpg.Record:
+    """The deployment's replica once its agent has offered it on its channel."""
+    found: asyncpg.Record | None = None
+
+    async def offered() -> bool:
+        nonlocal found
+        found = await pool.fetchrow(
+            "SELECT * FROM serving_channels WHERE deployment = $1", deployment
+        )
+        return found is not None
+
+    await eventually(offered, seconds=60)
+    assert found is not None
+    return found
+
+
+async def test_a_synchronous_prediction_claims_no_row_and_is_counted_after(
+    db_url: str, tmp_path: Path, tokens: Tokens, pool: asyncpg.Pool
+) -> None:
+    async with serving_cluster(db_url, tmp_path) as (client, _):
+        await publish(client, tokens.acme, "double", DOUBLE, "double:predict")
+        await deploy(client, tokens.acme, name="dbl", model="double", serving={"memo": False})
+        await until_running(client, tokens.acme, "dbl", 1)
+        channel = await until_offered(pool, "dbl")
+        status, task = await predict(client, tokens.acme, "dbl", [1, 2, 3])
+        assert (status, task["status"], task["outputs"]) == (200, "succeeded", [2, 4, 6])
+        assert task["times"]["steps"][0]["replica"] == str(channel["replica"])
+        # Counted once answered, off the request's path: the same row as a queued task's, but
+        # never claimed (a claim is the queue's path, and stamps claimed_at).
+        response = await client.get(f"/v1/tasks/{task['task_id']}", headers=auth(tokens.acme))
+        assert response.status == 200
+        assert (await response.json())["outputs"] == [2, 4, 6]
+        row = await pool.fetchrow(
+            "SELECT state, claim, claimed_at, tries, replica, step_times::text AS steps"
+            " FROM serving_tasks WHERE task_id = $1",
+            uuid.UUID(task["task_id"]),
+        )
+        assert row is not None
+        assert (row["state"], row["claim"], row["claimed_at"], row["tries"]) == (
+            "succeeded",
+            None,
+            None,
+            1,
+        )
+        assert row["replica"] == channel["replica"]
+        batch = json.loads(row["steps"])[0]["batch"]
+        recorded = await pool.fetchrow(
+            "SELECT tasks, items, outcome FROM serving_batches WHERE batch_id = $1",
+            uuid.UUID(batch),
+        )
+        assert recorded is not None
+        assert tuple(recorded) == (1, 3, "succeeded")
+        response = await client.get("/v1/deployments/dbl/metrics", headers=auth(tokens.acme))
+        figures = await response.json()
+        assert (figures["requests"], figures["succeeded"], figures["batches"]["count"]) == (
+            1,
+            1,
+            1,
+        )
+
+
+async def test_the_channel_refuses_a_request_without_its_agents_token(
+    db_url: str, tmp_path: Path, tokens: Tokens, pool: asyncpg.Pool
+) -> None:
+    async with serving_cluster(db_url, tmp_path) as (client, _):
+        await publish(client, tokens.acme, "double", DOUBLE, "double:predict")
+        await deploy(client, tokens.acme, name="dbl", model="double", serving={"memo": False})
+        await until_running(client, tokens.acme, "dbl", 1)
+        channel = await until_offered(pool, "dbl")
+        url = f"{channel['address']}/v1/replicas/{channel['replica']}/predict"
+        body = {"tenant": "acme", "deployment": "dbl", "inputs": [1]}
+        async with aiohttp.ClientSession() as session:
+            for headers in (
+                {},
+                {"Authorization": "Bearer wrong"},
+                {"Authorization": f"Bearer {tokens.acme}"},  # a tenant's token is no use
+                {"Authorization": f"Basic {channel['token']}"},
+            ):
+                async with session.post(url, json=body, headers=headers) as response:
+                    assert response.status == 401, headers
+            good = {"Authorization": f"Bearer {channel['token']}"}
+            other = {**body, "tenant": "globex"}
+            async with session.post(url, json=other, headers=good) as response:
+                assert response.status == 404  # the replica is acme's deployment's only
+            async with session.post(url, json=body, headers=good) as response:
+                assert response.status == 200
+                assert json.loads((await response.json())["output"]) == [2]
+
+
+async def test_an_unreachable_channel_sends_the_prediction_to_the_queue(
+    db_url: str, tmp_path: Path, tokens: Tokens, pool: asyncpg.Pool, owner: asyncpg.Connection
+) -> None:
+    async with serving_cluster(db_url, tmp_path) as (client, _):
+        await publish(client, tokens.acme, "double", DOUBLE, "double:predict")
+        await deploy(client, tokens.acme, name="dbl", model="double", serving={"memo": False})
+        await until_running(client, tokens.acme, "dbl", 1)
+        await until_offered(pool, "dbl")
+        # An agent that died, or a network that parts them: nothing listens there.
+        await owner.execute(
+            "UPDATE serving_channels SET address = 'http://127.0.0.1:1' WHERE deployment = 'dbl'"
+        )
+        status, task = await predict(client, tokens.acme, "dbl", [21])
+        assert (status, task["status"], task["outputs"]) == (200, "succeeded", [42])
+        claimed = await pool.fetchval(
+            "SELECT claimed_at FROM serving_tasks WHERE task_id = $1", uuid.UUID(task["task_id"])
+        )
+        assert claimed is not None  # the queue's path: a row claimed by the replica's feed
+
+
+async def test_a_memo_hit_is_answered_from_memory(
+    db_url: str, tmp_path: Path, tokens: Tokens, pool: asyncpg.Pool
+) -> None:
+    async with serving_cluster(db_url, tmp_path) as (client, _):
+        await publish(client, tokens.acme, "double", DOUBLE, "double:predict")
+        await deploy(client, tokens.acme, name="dbl", model="double", serving={"memo": True})
+        await until_running(client, tokens.acme, "dbl", 1)
+        await until_offered(pool, "dbl")
+        status, task = await predict(client, tokens.acme, "dbl", [5])
+        assert (status, task["memo"], task["outputs"]) == (200, "miss", [10])
+        await client.get("/v1/deployments/dbl/metrics", headers=auth(tokens.acme))  # flushed
+        assert await pool.fetchval("SELECT count(*) FROM serving_memo") == 1
+        # The durable memo emptied: only this process's memory still has the result.
+        await pool.execute("DELETE FROM serving_memo")
+        status, hit = await predict(client, tokens.acme, "dbl", [5])
+        assert (status, hit["memo"], hit["outputs"]) == (200, "hit", [10])
+        assert hit["times"]["invocation_ms"] is None
+        response = await client.get("/v1/deployments/dbl/metrics", headers=auth(tokens.acme))
+        memo = (await response.json())["memo"]
+        assert (memo["hits"], memo["misses"], memo["entries"]) == (1, 1, 1)
+
+
+def test_the_memory_memo_keeps_each_deployments_bound_and_its_bytes() -> None:
+    cache = MemoCache(max_bytes=10)
+    cache.put("acme", "a", b"1", "[1]", max_entries=2)
+    cache.put("acme", "a", b"2", "[2]", max_entries=2)
+    assert cache.get("acme", "a", b"1") == "[1]"  # now the most recently used
+    cache.put("acme", "a", b"3", "[3]", max_entries=2)
+    assert (cache.get("acme", "a", b"2"), cache.get("acme", "a", b"1")) == (None, "[1]")
+    assert cache.get("globex", "a", b"1") is None  # keyed by tenant
+    cache.put("acme", "b", b"1", "[4444]", max_entries=2)  # 12 bytes: the oldest go
+    assert (len(cache), cache.bytes) == (2, 9)
+    assert (cache.get("acme", "a", b"3"), cache.get("acme", "a", b"1")) == (None, "[1]")
+    cache.put("acme", "b", b"9", "x" * 11, max_entries=2)  # larger than the whole: not kept
+    assert cache.get("acme", "b", b"9") is None
+
+
+async def test_counting_is_written_out_by_a_graceful_shutdown(
+    db_url: str, tokens: Tokens, pool: asyncpg.Pool
+) -> None:
+    counting = Counting(pool)
+    now = datetime.now(UTC)
+    ids = [uuid.uuid4() for _ in range(50)]
+    for task_id in ids:
+        counting.record(
+            CountedTask(
+                task_id=task_id,
+                tenant="acme",
+                deployment="dbl",
+                items=1,
+                input="[1]",
+                state="succeeded",
+                output="[2]",
+                error=None,
+                memo="off",
+                memo_key=None,
+                replica=uuid.uuid4(),
+                tries=1,
+                submitted_at=now,
+                finished_at=now,
+                step_times="[]",
+            )
+        )
+    # Stopped before it ever ran (a shutdown right after the answers): it still writes all.
+    counting.stop()
+    await counting.run()
+    await counting.flush()
+    written = await pool.fetchval(
+        "SELECT count(*) FROM serving_tasks WHERE task_id = ANY($1::uuid[])", ids
+    )
+    assert written == len(ids)
