@@ -22,7 +22,7 @@ def test_the_serving_benchmark_serves_and_loses_no_task_to_kills(
     pytest.importorskip("torch")
     options = ["--duration", "1", "--tasks", "40", "--no-peers"]
     result = bench(pg_server, tmp_path, "serving", *options)
-    for concurrency in ("1", "8", "32"):
+    for concurrency in ("1", "8", "32", "256"):
         figures = result["concurrency"][concurrency]
         assert figures["trainyard"]["throughput_rps"] > 0
         assert figures["trainyard"]["errors"] == 0
@@ -31,6 +31,8 @@ def test_the_serving_benchmark_serves_and_loses_no_task_to_kills(
         assert result["p99_ms"][concurrency]["trainyard"] == figures["trainyard"]["p99_ms"]
     assert result["throughput_ratio_vs_ray_serve"] is None
     assert result["throughput_ratio_vs_bentoml"] is None
+    assert result["tail_growth"] > 0
+    assert result["tail_growth_peers"] == {"ray_serve": None, "bentoml": None}
     assert 0 < result["noop_p50_ms"] <= result["noop_p99_ms"]
     assert result["memo_hit_p99_ms"] > 0
     assert result["batching_gain"] > 0
