@@ -159,7 +159,7 @@ class ControlPlane:
         self.models = Models(self.store, artifacts, self.jobs, roots=roots, clock=clock)
         self.deployments = Deployments(self.store, self.jobs, self.models, clock)
         self.tasks = Tasks(pool, url, poll_interval=poll_interval)
-        self.direct = DirectPath(pool)
+        self.direct = DirectPath(pool, self.deployments)
         self.counting = Counting(pool)
         self.inference = Inference(pool, self.jobs, self.models, self.deployments, clock)
         self.manager = LifecycleManager(

@@ -168,11 +168,15 @@ class ServingApplication:
             await gate.admit(self._pool, tenant, room)
         with refusing():
             deployment = await self.deployments.scale(tenant, name, request.replicas, actor)
+        self._direct.forget(tenant, name)
         return await self._view(deployment)
 
     async def undeploy(self, tenant: str, name: str, actor: str) -> DeploymentView:
         with refusing():
             deployment = await self.deployments.delete(tenant, name, actor)
+        # Its synchronous predictions stop here at once (other processes' routes within
+        # ROUTE_FRESH_S): the next reads the deployment deleted, and takes the queue's path.
+        self._direct.forget(tenant, name)
         return await self._view(deployment)
 
     async def figures(self, tenant: str, name: str) -> DeploymentFigures:
@@ -321,7 +325,7 @@ class ServingApplication:
                 SERVING_LATENCY.record(time.perf_counter() - arrived, labels)
                 return task
         try:
-            answer = await self._direct.send(tenant, name, route, request.inputs)
+            answer = await self._direct.send(tenant, name, route, data)
         except ChannelFailed as exc:
             log.info("direct path of %s.%s: %s; queued instead", tenant, name, exc)
             self._direct.forget(tenant, name)

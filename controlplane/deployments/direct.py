@@ -1,16 +1,18 @@
 """The direct path of a synchronous prediction: from the API to a replica through its agent's
-serving channel (node_agent/serving_channel.py), with no Postgres round trip on the way.
+serving channel (node_agent/serving_channel.py), with nothing written to Postgres on the way.
 
-Each control plane process keeps, per deployment, its route: the deployment as its read model
-has it and the channels its replicas are offered on (`serving_channels`), read once and then
-renewed in the background each ROUTE_FRESH_S while it is used, so that requests never wait for
-it. A request goes to the replica with the fewest of this process's requests in flight, over a
-pool of keep-alive connections per agent, with the agent's token; the agent batches it with
-the replica's other requests and answers. Any failure of the channel (refused, unreachable,
-no such replica there, the replica gone, the deployment's task timeout passed) is
-`ChannelFailed`: the caller then queues the request as a row (`tasks.Tasks`), where nothing is
-lost, so an old agent, one unreachable, or a replica that died mid-request costs time, never a
-result. A tenant never reaches a channel: only this process holds the tokens.
+Each control plane process keeps, per deployment, its route: the deployment as its stream has
+it (not the read model, which lags: a deployment deleted a moment ago takes no request) and the
+channels its replicas are offered on (`serving_channels`), read once and then renewed in the
+background each ROUTE_FRESH_S while it is used, so that requests never wait for it; a deletion
+or a scaling through this process drops it at once. A request goes to the replica with the
+fewest of this process's requests in flight, over a pool of keep-alive connections per agent,
+with the agent's token; the agent batches it with the replica's other requests and answers.
+Any failure of the channel (refused, unreachable, no such replica there, the replica gone, the
+deployment's task timeout passed) is `ChannelFailed`: the caller then queues the request as a
+row (`tasks.Tasks`), where nothing is lost, so an old agent, one unreachable, or a replica that
+died mid-request costs time, never a result. A tenant never reaches a channel: only the
+control plane holds the tokens.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ import aiohttp
 import asyncpg
 
 from controlplane.database import DATABASE_ERRORS
+from controlplane.deployments.lifecycle import Deployment
+from controlplane.deployments.service import Deployments
 from controlplane.queries import Q
 
 log = logging.getLogger(__name__)
@@ -82,26 +86,24 @@ class _Cached:
     at: float
 
 
-def parse_route(row: asyncpg.Record) -> Route:
-    serving = json.loads(row["spec"])["serving"]
-    memo = serving["memo"]
+def route_of(deployment: Deployment, channels: list[asyncpg.Record]) -> Route:
+    serving = deployment.serving
+    salt = f"{deployment.artifact_sha256}\n{deployment.entry_point}"
     return Route(
-        model=(row["model_tenant"], row["model_name"], row["version"]),
-        memo_salt=f"{row['artifact_sha256']}\n{row['entry_point']}" if memo else None,
+        model=(deployment.model_tenant, deployment.model_name, deployment.version),
+        memo_salt=salt if serving["memo"] else None,
         memo_max_entries=serving["memo_max_entries"],
         timeout_s=min(float(serving["task_timeout_s"]), MAX_WAIT_S),
-        endpoints=tuple(
-            Endpoint(UUID(c["replica"]), c["address"], c["token"])
-            for c in json.loads(row["channels"])
-        ),
+        endpoints=tuple(Endpoint(c["replica"], c["address"], c["token"]) for c in channels),
     )
 
 
 class DirectPath:
     """Routes and connections: one per control plane process; `close` when it stops."""
 
-    def __init__(self, pool: asyncpg.Pool) -> None:
+    def __init__(self, pool: asyncpg.Pool, deployments: Deployments) -> None:
         self._pool = pool
+        self._deployments = deployments
         self._routes: dict[tuple[str, str], _Cached] = {}
         self._renewing: dict[tuple[str, str], asyncio.Task[None]] = {}
         self._sessions: dict[str, aiohttp.ClientSession] = {}
@@ -118,29 +120,38 @@ class DirectPath:
         if time.monotonic() - cached.at > ROUTE_FRESH_S and key not in self._renewing:
             task = asyncio.create_task(self._renew(key), name=f"route-{tenant}.{deployment}")
             self._renewing[key] = task
-            task.add_done_callback(lambda _: self._renewing.pop(key, None))
+            task.add_done_callback(lambda done: self._renewed(key, done))
         return cached.route
 
     def forget(self, tenant: str, deployment: str) -> None:
-        """The route failed a request: the next one reads it afresh."""
+        """The route failed a request, or its deployment changed here: the next request reads
+        it afresh (a renewal under way, which may have read it before the change, is
+        dropped)."""
         self._routes.pop((tenant, deployment), None)
+        renewing = self._renewing.pop((tenant, deployment), None)
+        if renewing is not None:
+            renewing.cancel()
 
-    async def send(
-        self, tenant: str, deployment: str, route: Route, inputs: list[Any]
-    ) -> DirectAnswer:
-        """`inputs` run by one of the route's replicas (the least busy); ChannelFailed."""
+    async def send(self, tenant: str, deployment: str, route: Route, inputs: str) -> DirectAnswer:
+        """`inputs` (a JSON list, encoded once by the caller, which keeps the text) run by one
+        of the route's replicas (the least busy); ChannelFailed."""
         if not route.endpoints:
             raise ChannelFailed("no replica is offered on a channel")
         endpoint = min(route.endpoints, key=lambda e: self._in_flight[e.replica])
         session = self._session(endpoint.address)
         url = f"{endpoint.address}/v1/replicas/{endpoint.replica}/predict"
-        body = {"tenant": tenant, "deployment": deployment, "inputs": inputs}
+        # The inputs as the caller encoded them: a second encoding of large items is a cost.
+        head = json.dumps({"tenant": tenant, "deployment": deployment})[:-1]
+        body = f'{head}, "inputs": {inputs}}}'
         self._in_flight[endpoint.replica] += 1
         try:
             async with session.post(
                 url,
-                json=body,
-                headers={"Authorization": f"Bearer {endpoint.token}"},
+                data=body.encode(),
+                headers={
+                    "Authorization": f"Bearer {endpoint.token}",
+                    "Content-Type": "application/json",
+                },
                 timeout=aiohttp.ClientTimeout(total=route.timeout_s),
             ) as response:
                 if response.status != 200:
@@ -179,10 +190,17 @@ class DirectPath:
         return session
 
     async def _load(self, key: tuple[str, str]) -> Route | None:
-        row = await self._pool.fetchrow(Q["direct_route"], *key)
-        route = None if row is None else parse_route(row)
+        deployment = await self._deployments.load(*key)
+        route = None
+        if deployment is not None and not deployment.deleted:
+            channels = await self._pool.fetch(Q["direct_channels"], *key, list(deployment.active))
+            route = route_of(deployment, channels)
         self._routes[key] = _Cached(route, time.monotonic())
         return route
+
+    def _renewed(self, key: tuple[str, str], task: asyncio.Task[None]) -> None:
+        if self._renewing.get(key) is task:
+            del self._renewing[key]
 
     async def _renew(self, key: tuple[str, str]) -> None:
         try:

@@ -327,20 +327,13 @@ ON CONFLICT (replica) DO UPDATE SET
 -- An agent's replica stopped serving: the direct path no longer goes there.
 DELETE FROM serving_channels WHERE replica = $1;
 
--- name: direct_route
+-- name: direct_channels
 -- A synchronous prediction's route (cached a moment by each control plane process): the
--- deployment as its read model has it, and the channels of those of its replicas that serve
--- it now (a replica retired, or whose agent died without withdrawing it, is left out, or
--- refuses: the request then takes the row path). No row: no such deployment, or deleted.
-SELECT d.model_tenant, d.model_name, d.version, d.artifact_sha256, d.entry_point,
-       d.spec::text AS spec,
-       coalesce((SELECT jsonb_agg(jsonb_build_object('replica', c.replica,
-                                                     'address', c.address, 'token', c.token))
-                 FROM serving_channels c
-                 WHERE c.tenant = d.tenant AND c.deployment = d.name
-                   AND c.replica = ANY(d.replica_jobs)), '[]')::text AS channels
-FROM deployments d
-WHERE d.tenant = $1 AND d.name = $2 AND NOT d.deleted;
+-- channels of the deployment's replicas that serve it now ($3, from its stream: a replica
+-- retired, or whose agent died without withdrawing it, is left out, or refuses, and the
+-- request then takes the queue's path).
+SELECT replica, address, token FROM serving_channels
+WHERE tenant = $1 AND deployment = $2 AND replica = ANY($3::uuid[]);
 
 -- name: memo_output
 -- A synchronous prediction the process's own memo does not hold: the durable memo's result,

@@ -61,7 +61,7 @@ def serving(
         tasks,
         pool,
         images=ImageAllowlist.parse("img"),
-        direct=DirectPath(pool),
+        direct=DirectPath(pool, deployments),
         counting=Counting(pool),
     )
 
