@@ -236,10 +236,13 @@ class ServingApplication:
         A synchronous request without an Idempotency-Key takes the direct path (`_directly`);
         one that must be found again by its key, an asynchronous one, and one the direct path
         could not answer are queued as rows."""
+        arrived = time.monotonic()
         if not request.asynchronous and key is None:
             answered = await self._directly(tenant, name, request)
             if answered is not None:
                 return answered
+        # What the direct path took (a channel that timed out, say) is not waited for again.
+        wait_s = max(0.0, SYNC_WAIT_S - (time.monotonic() - arrived))
         # From the stream, not the read model: a deployment deleted a moment ago takes no task.
         deployment = await self._load(tenant, name)
         if deployment.deleted:
@@ -248,7 +251,8 @@ class ServingApplication:
         salt = None
         if deployment.serving["memo"]:
             salt = f"{deployment.artifact_sha256}\n{deployment.entry_point}"
-        return await self._run(Target(tenant=tenant, steps=(name,), memo_salt=salt), request, key)
+        target = Target(tenant=tenant, steps=(name,), memo_salt=salt)
+        return await self._run(target, request, key, wait_s=wait_s)
 
     async def predict_pipeline(
         self, tenant: str, name: str, request: PredictRequest, key: str | None
@@ -263,7 +267,7 @@ class ServingApplication:
         return await self._run(target, request, key)
 
     async def _run(
-        self, target: Target, request: PredictRequest, key: str | None
+        self, target: Target, request: PredictRequest, key: str | None, wait_s: float = SYNC_WAIT_S
     ) -> TaskView | QueuedTask:
         arrived = time.perf_counter()
         await gate.admit_predictions(self._pool, target.tenant, len(request.inputs))
@@ -283,7 +287,7 @@ class ServingApplication:
             memo = "off" if target.memo_salt is None or request.no_cache else "miss"
             SERVING_REQUESTS.add(1, {**labels, "memo": "hit" if answered is not None else memo})
             if answered is None and not request.asynchronous:
-                answered = await tasks.wait(finished, SYNC_WAIT_S)
+                answered = await tasks.wait(finished, wait_s)
         if answered is None:
             return QueuedTask(task_id=queued, items=len(request.inputs))
         SERVING_LATENCY.record(time.perf_counter() - arrived, labels)
