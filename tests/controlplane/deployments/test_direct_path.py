@@ -6,6 +6,7 @@ counting is written out by a graceful shutdown."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import uuid
 from datetime import UTC, datetime
@@ -16,6 +17,8 @@ import asyncpg
 
 from controlplane.deployments.counting import CountedTask, Counting
 from controlplane.deployments.memo_cache import MemoCache
+from node_agent.serving_channel import advertised, parse_listen
+from tests.cluster import agent_config
 from tests.controlplane.deployments.serving import deploy, predict, publish, serving_cluster
 from tests.controlplane.deployments.serving import until_serving as until_running
 from tests.controlplane.deployments.test_serving import DOUBLE
@@ -130,6 +133,37 @@ async def test_an_unreachable_channel_sends_the_prediction_to_the_queue(
             "SELECT claimed_at FROM serving_tasks WHERE task_id = $1", uuid.UUID(task["task_id"])
         )
         assert claimed is not None  # the queue's path: a row claimed by the replica's feed
+
+
+async def test_an_agent_without_a_channel_serves_synchronous_predictions_from_the_queue(
+    db_url: str, tmp_path: Path, tokens: Tokens, pool: asyncpg.Pool
+) -> None:
+    config = dataclasses.replace(agent_config(tmp_path, "n1"), serving_listen=None)
+    async with serving_cluster(db_url, tmp_path, configs=[config]) as (client, _):
+        await publish(client, tokens.acme, "double", DOUBLE, "double:predict")
+        await deploy(client, tokens.acme, name="dbl", model="double", serving={"memo": False})
+        await until_running(client, tokens.acme, "dbl", 1)
+        status, task = await predict(client, tokens.acme, "dbl", [4])
+        assert (status, task["outputs"]) == (200, [8])
+        assert await pool.fetchval("SELECT count(*) FROM serving_channels") == 0
+        claimed = await pool.fetchval(
+            "SELECT claimed_at FROM serving_tasks WHERE task_id = $1", uuid.UUID(task["task_id"])
+        )
+        assert claimed is not None
+
+
+def test_the_channels_address_is_one_the_control_plane_can_reach() -> None:
+    assert parse_listen("127.0.0.1:0") == ("127.0.0.1", 0)
+    assert parse_listen("[::1]:7000") == ("::1", 7000)
+    for wrong in ("7000", "host:", ":7000", "host:99999", "host:x"):
+        try:
+            parse_listen(wrong)
+        except ValueError:
+            continue
+        raise AssertionError(f"{wrong!r} taken")
+    assert advertised("127.0.0.1", 7000) == "http://127.0.0.1:7000"
+    assert advertised("::1", 7000) == "http://[::1]:7000"
+    assert not advertised("0.0.0.0", 7000).startswith("http://0.0.0.0")
 
 
 async def test_a_memo_hit_is_answered_from_memory(
