@@ -148,10 +148,19 @@ def add_commands(commands: argparse._SubParsersAction[Any]) -> None:
         "ddp",
         help="a job whose learners train together: rendezvous, a rank's failure, resume, scaling",
         description="One agent (process runtime, sandboxed when root) on the in-memory agent "
-        "port, running the digits example in DistributedDataParallel (gloo, CPU): one learner "
-        "and two learners uninterrupted, then two whose rank 1 is SIGKILLed halfway. Prints "
-        "rendezvous_s, rank_failure_stop_s, resume_exact, lost_steps and scaling_efficiency "
-        "as JSON (definitions: bench/ddp.py).",
+        "port, or with --nodes 2 two agents acting as two nodes in network namespaces made on "
+        "this machine (root; on a scratch database of the configured Postgres, which they must "
+        "reach by Unix socket, as the embedded one), running the digits example in "
+        "DistributedDataParallel (gloo, CPU): one learner and two learners uninterrupted, then "
+        "two whose rank 1 is SIGKILLed halfway. Prints rendezvous_s, rank_failure_stop_s, "
+        "resume_exact, lost_steps and scaling_efficiency as JSON (definitions: bench/ddp.py).",
+    )
+    ddp.add_argument(
+        "--nodes",
+        type=int,
+        choices=(1, 2),
+        default=1,
+        help="one agent, or two as two nodes (a learner on each; needs root)",
     )
     ddp.add_argument("--steps", type=int, default=60, help="training steps of each job")
     ddp.add_argument("--global-batch", type=int, default=64, help="images a step, all ranks")
@@ -509,7 +518,8 @@ async def cmd_bench_failover(args: argparse.Namespace, settings: Settings) -> in
 
 
 async def cmd_bench_ddp(args: argparse.Namespace, settings: Settings) -> int:
-    from bench.ddp import BenchFailed, run
+    from bench.ddp import run
+    from bench.ddp_agents import BenchFailed
 
     if min(args.steps, args.global_batch, args.checkpoint_every) < 1 or args.steps < 4:
         print(
@@ -529,6 +539,8 @@ async def cmd_bench_ddp(args: argparse.Namespace, settings: Settings) -> int:
             global_batch=args.global_batch,
             checkpoint_every=args.checkpoint_every,
             step_seconds=args.step_seconds,
+            nodes=args.nodes,
+            database=await resolve_database(settings) if args.nodes == 2 else None,
             progress=not args.json,
         )
     except BenchFailed as exc:

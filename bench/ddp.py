@@ -1,10 +1,12 @@
-"""`trainyard bench ddp`: a job whose learners train together (issue 34), on one node for now.
+"""`trainyard bench ddp`: a job whose learners train together (issue 34), on one node or across
+two.
 
-One real agent (process runtime; sandboxed, each job's learners in a network namespace of their
-own, when it runs as root) on the agent port's in-memory twin (`MemoryPort`: the control plane's
-side is not what these figures measure), running `runners.examples.digits_ddp` (gloo, on the
-CPU, one thread a rank, a checkpoint by rank 0 every `checkpoint_every` steps). Three jobs, one
-after the other, all with the same global batch and a metric line every step:
+Real agents (`bench.ddp_agents`): one on the agent port's in-memory twin, or (`nodes=2`, root
+only) two acting as two nodes, each in a network namespace of its own, on a scratch database,
+so that every job of two learners has one on each node and meets across them; running
+`runners.examples.digits_ddp` (gloo, on the CPU, one thread a rank, a checkpoint by rank 0 every
+`checkpoint_every` steps). Three jobs, one after the other, all with the same global batch and a
+metric line every step:
 
 - one learner, uninterrupted: the reference for scaling;
 - two learners, uninterrupted: `rendezvous_s` is from the attempt's DEPLOYING until the last
@@ -17,8 +19,9 @@ after the other, all with the same global batch and a metric line every step:
 - two learners, paced by `step_seconds`, whose rank 1's training command is SIGKILLed once rank
   0 has logged the step halfway between the checkpoint before the middle and the next one:
   `rank_failure_stop_s` is from the kill until no process of the attempt is left on the
-  machine; the job restarts both ranks from rank 0's last checkpoint; `resume_exact` is 1 when
-  its final weights equal (torch.equal) those of the uninterrupted two-learner job, else 0;
+  machine (on either node: both are this machine's); the job restarts both ranks from rank
+  0's last checkpoint; `resume_exact` is 1 when its final weights equal (torch.equal) those of
+  the uninterrupted two-learner job, else 0;
   `lost_steps` is the steps trained again: the last step rank 0 logged before the kill less the
   step attempt 2 restored (the target: at most `checkpoint_every`).
 """
@@ -39,22 +42,22 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
-from controlplane.agent_port.memory import MemoryPort
-from controlplane.agent_port.wakes import polling
-from controlplane.jobs.images import ImageAllowlist
-from controlplane.jobs.lifecycle import Job, JobStatus
-from controlplane.jobs.manifest import JobManifest
-from harness.served import until_registered
-from node_agent.agent import AgentConfig
-from node_agent.learners import learner_dir
-from node_agent.service import run_agent_on
+from bench.ddp_agents import (
+    JOB_TIMEOUT_S,
+    POLL_S,
+    Agents,
+    BenchFailed,
+    OneAgent,
+    TwoAgents,
+    completed,
+    until,
+)
+from bench.scratch import scratch_database
+from controlplane.jobs.lifecycle import JobStatus
+from controlplane.logs.lines import LogLine
 from runners import protocol
 from runners.distributed import READY_LINE
 
-TENANT = "bench"
-IMAGE = "trainyard-learner:latest"
-JOB_TIMEOUT_S = 300.0
-POLL_S = 0.02
 TARGETS = {
     "rendezvous_s": "<= 5",
     "rank_failure_stop_s": "<= 5",
@@ -62,10 +65,6 @@ TARGETS = {
     "lost_steps": "<= checkpoint_every",
 }
 _WAITED = re.compile(r" after ([0-9.]+) s$")
-
-
-class BenchFailed(RuntimeError):
-    """A job of the benchmark did not end as it must (its log's last lines say why)."""
 
 
 @dataclass(frozen=True)
@@ -85,111 +84,35 @@ class Settings:
         ]
 
 
-class Node:
-    """One agent on the in-memory twin, and the jobs the benchmark submits to it."""
-
-    def __init__(self, work: Path) -> None:
-        self.port = MemoryPort()
-        self.config = AgentConfig(
-            name="bench-ddp",
-            work_dir=work / "agent",
-            cpus=float(os.cpu_count() or 2),
-            memory_mb=8192,
-            launcher=(sys.executable, "-m", "runners.launch"),
-            heartbeat_s=0.5,
-            ttl_s=5,
-            grace_s=10,
-            poll_s=0.1,
-            images=ImageAllowlist.parse(IMAGE),
-        )
-        self._stop = asyncio.Event()
-        self._registered = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-
-    async def start(self) -> None:
-        self._task = asyncio.create_task(
-            run_agent_on(
-                self.port,
-                polling(self.config.poll_s),
-                self.config,
-                fake_gpus=0,
-                stop=self._stop,
-                registered=self._registered,
-            )
-        )
-        await until_registered(self._task, self._registered)
-
-    async def stop(self) -> None:
-        self._stop.set()
-        if self._task is not None:
-            await asyncio.wait_for(self._task, 60)
-
-    def submit(self, command: list[str], learners: int) -> UUID:
-        manifest = JobManifest.model_validate(
-            {
-                "name": f"ddp-{learners}",
-                "image": IMAGE,
-                "command": command,
-                "learners": learners,
-                "rendezvous_timeout_s": 60,
-            }
-        )
-        return self.port.submit(TENANT, manifest)
-
-    async def until(self, job_id: UUID, done: Any, what: str) -> Job:
-        deadline = time.monotonic() + JOB_TIMEOUT_S
-        while time.monotonic() < deadline:
-            job = self.port.job(job_id)
-            if job is not None and done(job):
-                return job
-            if job is not None and job.state in (JobStatus.FAILED, JobStatus.CANCELLED):
-                raise BenchFailed(
-                    f"job {job_id} {job.state.value} before {what}: {self.tail(job_id)}"
-                )
-            await asyncio.sleep(POLL_S)
-        raise BenchFailed(
-            f"job {job_id}: not {what} within {JOB_TIMEOUT_S:g} s: {self.tail(job_id)}"
-        )
-
-    async def completed(self, job_id: UUID) -> Job:
-        return await self.until(job_id, lambda job: job.state is JobStatus.COMPLETED, "COMPLETED")
-
-    def tail(self, job_id: UUID) -> list[str]:
-        return [line.text for line in self.port.lines(job_id)][-8:]
-
-    def weights_path(self, job: Job) -> Path:
-        return learner_dir(self.config.work_dir, job.job_id, job.attempt, 0) / "weights.pt"
-
-
-def ready_lines(node: Node, job_id: UUID, attempt: int) -> list[tuple[datetime, float]]:
+def ready_lines(lines: list[LogLine], attempt: int) -> list[tuple[datetime, float]]:
     """Each rank's line that its process group is formed: when it was written, and how long
     the rank waited in the rendezvous."""
     found = []
-    for line in node.port.lines(job_id):
+    for line in lines:
         if line.attempt == attempt and line.text.startswith(READY_LINE):
             waited = _WAITED.search(line.text)
             found.append((line.at, float(waited.group(1)) if waited else float("nan")))
     return found
 
 
-def steps_per_s(node: Node, job_id: UUID) -> float:
+def steps_per_s(lines: list[LogLine]) -> float:
     """Training steps a second between the first and the last metric line rank 0 wrote."""
     # Stamped by the learner as it wrote them (the agent reads its files every few hundredths
     # of a second, too coarse for steps of a few milliseconds).
-    metrics = [
+    metrics = sorted(
         (message.at, message.step)
-        for line in node.port.lines(job_id)
+        for line in lines
         if isinstance(message := protocol.parse(line.text), protocol.Metric)
-    ]
+    )
     (first_at, first), (last_at, last) = metrics[0], metrics[-1]
     return (last - first) / (last_at - first_at).total_seconds()
 
 
-def logged_step(node: Node, job_id: UUID) -> int:
+def logged_step(lines: list[LogLine]) -> int:
     """The last step rank 0 logged (0 before any)."""
     steps = [
         message.step
-        for line in node.port.lines(job_id)
+        for line in lines
         if isinstance(message := protocol.parse(line.text), protocol.Metric)
     ]
     return max(steps, default=0)
@@ -240,30 +163,41 @@ async def run(
     global_batch: int = 64,
     checkpoint_every: int = 10,
     step_seconds: float = 0.1,
+    nodes: int = 1,
+    database: str | None = None,
     progress: bool = True,
 ) -> dict[str, Any]:
+    """The figures; `nodes` 2 runs two agents as two nodes on a scratch database of the server
+    of `database` (needs root, and a server the agents reach from their namespaces: a Unix
+    socket, as the embedded one's)."""
     settings = Settings(steps, global_batch, checkpoint_every, step_seconds)
     # Traversable by the learners' users (the agent's own folders are made 0711 within it).
     work = Path(tempfile.mkdtemp(prefix="trainyard-bench-ddp-"))
     os.chmod(work, 0o711)
-    node = Node(work)
     try:
-        await node.start()
-        return await _measure(node, settings, progress)
+        if nodes == 1:
+            async with OneAgent(work, os.cpu_count() or 2).running() as one:
+                return await _measure(one, settings, progress)
+        if database is None or os.geteuid() != 0:
+            raise BenchFailed("two nodes need root (network namespaces) and a database")
+        async with (
+            scratch_database(database, "ddp") as scratch,
+            TwoAgents(scratch, work).running() as two,
+        ):
+            return await _measure(two, settings, progress)
     finally:
-        await node.stop()
         shutil.rmtree(work, ignore_errors=True)
 
 
-async def _measure(node: Node, settings: Settings, progress: bool) -> dict[str, Any]:
+async def _measure(agents: Agents, settings: Settings, progress: bool) -> dict[str, Any]:
     say(progress, "one learner, uninterrupted")
-    alone = await node.completed(node.submit(settings.command(paced=False), 1))
+    alone = await completed(agents, await agents.submit(settings.command(paced=False), 1))
     say(progress, "two learners, uninterrupted")
-    pair = await node.completed(node.submit(settings.command(paced=False), 2))
+    pair = await completed(agents, await agents.submit(settings.command(paced=False), 2))
     deploying = next(
         t.at for t in pair.transitions if t.state is JobStatus.DEPLOYING and t.attempt == 1
     )
-    ready = ready_lines(node, pair.job_id, 1)
+    ready = ready_lines(await agents.lines(pair.job_id), 1)
     if len(ready) != 2:
         raise BenchFailed(f"job {pair.job_id}: {len(ready)} rank(s) said their group was ready")
 
@@ -274,13 +208,18 @@ async def _measure(node: Node, settings: Settings, progress: bool) -> dict[str, 
     kill_at = checkpoint + every // 2
     if kill_at >= settings.steps:
         raise BenchFailed(f"{settings.steps} steps leave no step to kill at after {checkpoint}")
-    crashed = node.submit(settings.command(paced=True), 2)
-    await node.until(
+    crashed = await agents.submit(settings.command(paced=True), 2)
+    await until(
+        agents,
         crashed,
         lambda job: job.last_checkpoint is not None and job.last_checkpoint.step >= checkpoint,
         f"a checkpoint of step {checkpoint}",
     )
-    await node.until(crashed, lambda _: logged_step(node, crashed) >= kill_at, f"step {kill_at}")
+    deadline = time.monotonic() + JOB_TIMEOUT_S
+    while logged_step(await agents.lines(crashed)) < kill_at:
+        if time.monotonic() > deadline:
+            raise BenchFailed(f"job {crashed}: step {kill_at} not logged")
+        await asyncio.sleep(POLL_S)
     os.kill(training_command(crashed, 1), signal.SIGKILL)
     killed_at = time.monotonic()
     while processes_of(crashed, 1):
@@ -288,8 +227,9 @@ async def _measure(node: Node, settings: Settings, progress: bool) -> dict[str, 
             raise BenchFailed(f"job {crashed}: attempt 1 still runs 60 s after rank 1's kill")
         await asyncio.sleep(POLL_S)
     stopped_s = time.monotonic() - killed_at
-    resumed = await node.completed(crashed)
-    messages = [(line.attempt, protocol.parse(line.text)) for line in node.port.lines(crashed)]
+    resumed = await completed(agents, crashed)
+    lines = await agents.lines(crashed)
+    messages = [(line.attempt, protocol.parse(line.text)) for line in lines]
     reached = max(m.step for a, m in messages if a == 1 and isinstance(m, protocol.Metric))
     restored = [
         m.step for a, m in messages if a == 2 and isinstance(m, protocol.CheckpointRestored)
@@ -297,12 +237,14 @@ async def _measure(node: Node, settings: Settings, progress: bool) -> dict[str, 
     if resumed.attempt != 2 or len(restored) != 1:
         raise BenchFailed(f"job {crashed}: attempt {resumed.attempt}, restored {restored}")
 
-    one, two = steps_per_s(node, alone.job_id), steps_per_s(node, pair.job_id)
+    one = steps_per_s(await agents.lines(alone.job_id))
+    two = steps_per_s(await agents.lines(pair.job_id))
+    same = equal_weights(agents.weights_path(resumed), agents.weights_path(pair))
     return {
         "rendezvous_s": round(max(at for at, _ in ready).timestamp() - deploying.timestamp(), 3),
         "rendezvous_wait_s": round(max(waited for _, waited in ready), 3),
         "rank_failure_stop_s": round(stopped_s, 3),
-        "resume_exact": int(equal_weights(node.weights_path(resumed), node.weights_path(pair))),
+        "resume_exact": int(same),
         "lost_steps": reached - restored[0],
         "restarts": resumed.restarts,
         "scaling_efficiency": round(two / one / 2, 3),
@@ -315,7 +257,7 @@ async def _measure(node: Node, settings: Settings, progress: bool) -> dict[str, 
             "checkpoint_every": settings.checkpoint_every,
             "step_seconds": settings.step_seconds,
             "killed_at_step": kill_at,
-            "nodes": 1,
+            "nodes": agents.nodes,
             "backend": "gloo",
         },
         "targets": TARGETS,

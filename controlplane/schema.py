@@ -27,7 +27,7 @@ from sqlalchemy import (
     Uuid,
     text,
 )
-from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TSVECTOR
+from sqlalchemy.dialects.postgresql import ARRAY, INET, JSONB, TSVECTOR
 from sqlalchemy.types import UserDefinedType
 
 
@@ -229,6 +229,7 @@ nodes = Table(
     Column("cpus", Double, nullable=False),
     Column("memory_mb", BigInteger, nullable=False),
     Column("draining", Boolean, nullable=False, server_default=text("false")),
+    Column("address", INET),
     CheckConstraint("state IN ('READY', 'GONE', 'LOST')"),
     CheckConstraint("cpus > 0"),
     CheckConstraint("memory_mb > 0"),

@@ -38,8 +38,15 @@ class AgentProcess:
         artifacts_dir: Path | None = None,
         log: Path | None = None,
         fake_gpus: int = 1,
+        prefix: tuple[str, ...] = (),
+        options: tuple[str, ...] = (),
     ) -> None:
         self.url = url
+        self.prefix = prefix
+        """What it runs under (`nsenter --net=...`: a node's network namespace), which must exec
+        it (its pid is the agent's)."""
+        self.options = options
+        """More of `trainyard agent`'s options (`--node-address`, `--cpus`, ...)."""
         self.fake_gpus = fake_gpus
         self.log = log
         """Where its output goes (appended, across restarts); None: nowhere."""
@@ -70,6 +77,7 @@ class AgentProcess:
         options += ["--grace", "2", "--runtime", self.runtime]
         if self.checkpoint_dir is not None:
             options += ["--checkpoint-dir", str(self.checkpoint_dir)]
+        options += self.options
         # Once: a restart after a kill should cost only the agent's own start.
         self.login_url = self.login_url or await agent_login_url(self.url, self.name)
         self.spawned_at = time.perf_counter()
@@ -80,7 +88,7 @@ class AgentProcess:
                 else asyncio.subprocess.DEVNULL
             )
             self.process = await asyncio.create_subprocess_exec(
-                *(sys.executable, "-m", "cli", "agent", *options),
+                *(*self.prefix, sys.executable, "-m", "cli", "agent", *options),
                 env={**os.environ, "TRAINYARD_DATABASE_URL": self.login_url, **self._artifacts()},
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=output,

@@ -38,6 +38,7 @@ from controlplane.jobs.lifecycle import Command, Job, Refused, RollBack
 from node_agent.attempt import Attempt, LogSink, drained
 from node_agent.folders import JobFolders
 from node_agent.inventory import Gpu, GpuInventory
+from node_agent.job_links import DEFAULT_RANGE, AddressPlan, JobLink, LinkError, job_link
 from node_agent.learners import checkpoints_of, learner_specs
 from node_agent.reconcile import Resumed, VersionedJob, plan
 from node_agent.runtime import FoundLearner, Learner, LearnerRuntime, LearnerSpec
@@ -88,6 +89,12 @@ class AgentConfig:
     """Where jobs' `file://` data and results may be (see `controlplane.jobs.locations`)."""
     learner_uids: UidRange = field(default_factory=lambda: UidRange.parse(DEFAULT_LEARNER_UIDS))
     """The uids jobs' learners run as, one per job, when the agent is root."""
+    node_address: str | None = None
+    """The node's IPv4 address on the cluster network, recorded with its registration: where the
+    other nodes route the addresses of jobs whose learners span this node
+    (`node_agent.job_links`); None: such jobs get no network across nodes."""
+    job_network: AddressPlan = field(default_factory=lambda: AddressPlan.parse(DEFAULT_RANGE))
+    """The cluster's range of jobs' addresses, the same on every node."""
     artifacts_dir: Path | None = None
     """The model repository's artifacts (the control plane's TRAINYARD_ARTIFACTS_DIR, shared
     with this node): what deployments' replicas load. None: replicas fail their tasks."""
@@ -170,6 +177,7 @@ class Agent:
             cpus=self.config.cpus,
             memory_mb=self.config.memory_mb,
             gpus=gpus,
+            address=self.config.node_address,
         )
         await self._port.register(spec, self.config.ttl_s)
         log.info("node %s registered with %d GPU(s)", self.config.name, len(gpus))
@@ -430,13 +438,15 @@ class Agent:
 
     async def _specs_or_roll_back(self, won: Claim) -> list[LearnerSpec] | None:
         """The specs of this node's learners of the claim; None when they cannot run here for
-        want of a uid, and the deployment was rolled back (tried again, or the job failed after
-        its deploy retries), its allocation here given back."""
+        want of a uid or of a network across the job's nodes, and the deployment was rolled
+        back (tried again, or the job failed after its deploy retries), its allocation here
+        given back."""
         try:
             return await self._specs(won)
-        except NoUid as exc:
+        except (NoUid, LinkError) as exc:
             job_id = won.job.job_id
-            reason = f"node {self.config.name} has no uid for the job: {exc}"
+            lacks = "uid" if isinstance(exc, NoUid) else "network across its nodes"
+            reason = f"node {self.config.name} has no {lacks} for the job: {exc}"
             log.error("job %s attempt %d: %s", job_id, won.attempt, reason)
             await self._execute(
                 job_id, RollBack(reason=reason, at=self._clock.now(), attempt=won.attempt)
@@ -456,6 +466,7 @@ class Agent:
         secret_env = await self._port.secret_env(job_id)
         return learner_specs(
             won,
+            link=await self._link(won, uid),
             secret_env=secret_env,
             node=self.config.name,
             work_dir=self.config.work_dir,
@@ -466,6 +477,21 @@ class Agent:
             user=user,
             container=self._runtime.name == "docker",
         )
+
+    async def _link(self, won: Claim, uid: int | None) -> JobLink | None:
+        """This node's part of the job's network across nodes: for a job whose learners span
+        nodes and run sandboxed (as a uid of the job's, in the process runtime) without the
+        network. LinkError when a node of the job has no address."""
+        if (
+            uid is None
+            or len(won.nodes) < 2
+            or self._runtime.name != "process"
+            or won.job.tenant in self.config.network_tenants
+        ):
+            return None
+        addresses = await self._port.node_addresses(won.nodes)
+        index = uid - self.config.learner_uids.start  # the job's alone across the fleet
+        return job_link(self.config.job_network, index, won.nodes, self.config.name, addresses)
 
     def _start(
         self, won: Claim, specs: list[LearnerSpec], adopted: Mapping[int, Learner] | None = None

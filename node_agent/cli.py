@@ -36,6 +36,7 @@ from controlplane.agent_port.vocabulary import (
 )
 from node_agent.agent import AgentConfig
 from node_agent.folders import unreachable_for_learners
+from node_agent.job_links import DEFAULT_RANGE, JOB_PREFIX, AddressPlan, parse_address
 from node_agent.runtimes import RUNTIMES, docker_answers
 from node_agent.service import run_agent
 from node_agent.serving_channel import DEFAULT_LISTEN, SERVING_OFF, parse_listen
@@ -177,6 +178,23 @@ def _agent_options(command: argparse.ArgumentParser, *, defaults: bool) -> None:
         "have none",
     )
     command.add_argument(
+        "--node-address",
+        metavar="IPV4",
+        default=default(None),
+        help="this node's address on the cluster network, recorded with its registration: a "
+        "job whose sandboxed learners span nodes reaches its learners on this node through it "
+        "(the nodes' addresses must be on one link; needs root: ip, iptables); without it, "
+        "such jobs cannot span this node (their deployment is rolled back with the reason)",
+    )
+    command.add_argument(
+        "--job-network",
+        metavar="CIDR",
+        default=default(DEFAULT_RANGE),
+        help="the cluster's range of jobs' addresses across nodes, the same on every node: a "
+        f"/{JOB_PREFIX} per running job, by its learner uid (default: {DEFAULT_RANGE}); no "
+        "learner reaches it but its own job's",
+    )
+    command.add_argument(
         "--fake-gpus",
         type=int,
         metavar="N",
@@ -281,6 +299,13 @@ def option_problem(args: argparse.Namespace) -> str | None:
         return "--grace must be >= 0"
     if args.poll <= 0:
         return "--poll must be > 0"
+    try:
+        if args.node_address is not None:
+            parse_address(args.node_address)
+        if args.job_network is not None:
+            AddressPlan.parse(args.job_network)
+    except ValueError as exc:
+        return f"--node-address or --job-network: {exc}"
     if args.serving_listen != SERVING_OFF:
         try:
             parse_listen(args.serving_listen)
@@ -331,6 +356,8 @@ def config_from(args: argparse.Namespace, settings: Settings, runtime: str) -> A
         checkpoint_dir=checkpoint_dir,
         roots=roots,
         learner_uids=learner_uids,
+        node_address=None if args.node_address is None else parse_address(args.node_address),
+        job_network=AddressPlan.parse(args.job_network),
         # The model repository's folder, as the control plane's (shared with this node).
         artifacts_dir=default_root(settings).absolute(),
         serving_listen=None if args.serving_listen == SERVING_OFF else args.serving_listen,
@@ -541,6 +568,8 @@ def install(args: argparse.Namespace, environ: Mapping[str, str], *, running_as_
         allow_privileged_login=args.allow_privileged_login,
         wake=args.wake,
         poll_s=args.poll,
+        node_address=args.node_address,
+        job_network=args.job_network,
         serving_listen=args.serving_listen,
     )
     unit_path: Path = args.unit_dir / UNIT_NAME

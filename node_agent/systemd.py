@@ -65,6 +65,10 @@ class ServiceOptions:
     wake: str = "listen"
     """How the agent is woken: "listen" (a LISTEN connection) or "poll"."""
     poll_s: float = 1.0
+    node_address: str | None = None
+    """This node's address on the cluster network (`--node-address`); None: none."""
+    job_network: str | None = None
+    """The cluster's range of jobs' addresses (`--job-network`); None: the agent's default."""
     serving_listen: str | None = None
     """Where its serving channel listens (`--serving-listen`); None: the agent's default."""
 
@@ -89,6 +93,10 @@ def agent_command(opts: ServiceOptions) -> list[str]:
     words += ["--heartbeat", _number(opts.heartbeat_s), "--ttl", _number(opts.ttl_s)]
     words += ["--grace", _number(opts.grace_s)]
     words += ["--wake", opts.wake, "--poll", _number(opts.poll_s)]
+    if opts.node_address is not None:
+        words += ["--node-address", opts.node_address]
+    if opts.job_network is not None:
+        words += ["--job-network", opts.job_network]
     if opts.serving_listen is not None:
         words += ["--serving-listen", opts.serving_listen]
     if opts.allow_privileged_login:

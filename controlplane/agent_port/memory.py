@@ -63,6 +63,7 @@ class _Node:
     memory_mb: int
     gpus: list[GpuInfo]
     draining: bool = False
+    address: str | None = None
 
 
 @dataclass
@@ -171,6 +172,7 @@ class MemoryPort:
             node.memory_mb,
             list(node.gpus),
             draining=held is not None and held.draining,  # the operator's, kept
+            address=node.address,
         )
         return lease
 
@@ -192,6 +194,13 @@ class MemoryPort:
             else g
             for g in held.gpus
         ]
+
+    async def node_addresses(self, names: Sequence[str]) -> dict[str, str]:
+        return {
+            name: node.address
+            for name in names
+            if (node := self._nodes.get(name)) is not None and node.address is not None
+        }
 
     async def deregister(self, name: str, agent_id: UUID) -> None:
         held = self._nodes.get(name)

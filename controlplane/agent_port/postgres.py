@@ -67,6 +67,9 @@ class PostgresPort:
     async def deregister(self, name: str, agent_id: UUID) -> None:
         await self._nodes.deregister(name, agent_id)
 
+    async def node_addresses(self, names: Sequence[str]) -> dict[str, str]:
+        return await self._nodes.addresses(names)
+
     # Job claims
 
     async def claim(self, node: str, *, uids: range | None) -> list[Claim]:

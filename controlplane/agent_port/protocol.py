@@ -43,6 +43,12 @@ class Lease(Protocol):
 
     async def deregister(self, name: str, agent_id: UUID) -> None: ...
 
+    async def node_addresses(self, names: Sequence[str]) -> dict[str, str]:
+        """The addresses the nodes `names` advertise on the cluster network (their agents'
+        `--node-address`, recorded as they register), of those that have one: where a job's
+        network across nodes routes to the job's addresses on them (`node_agent.job_links`)."""
+        ...
+
 
 class JobClaims(Protocol):
     """Jobs claimed for a node, and the allocations they hold there."""

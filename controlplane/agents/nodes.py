@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
@@ -47,6 +48,9 @@ class NodeSpec:
     cpus: float
     memory_mb: int
     gpus: list[GpuInfo]
+    address: str | None = None
+    """Its IPv4 address on the cluster network (its agent's `--node-address`): where the other
+    nodes route a job's addresses on it (`node_agent.job_links`); None: jobs do not span it."""
 
 
 def node_stream(name: str) -> str:
@@ -70,6 +74,7 @@ class Nodes:
                 node.runtime,
                 node.cpus,
                 node.memory_mb,
+                node.address,
             )
             if lease is None:
                 holder = await conn.fetchrow(Q["node_lease_holder"], node.name)
@@ -109,6 +114,11 @@ class Nodes:
         if not isinstance(row["lease_until"], datetime):
             raise InvariantBroken(f"node {name}: a lease that is not a time ({row!r})")
         return Renewal(row["lease_until"], row["draining"])
+
+    async def addresses(self, names: Sequence[str]) -> dict[str, str]:
+        """The recorded addresses of the nodes `names` that have one."""
+        rows = await self._pool.fetch(Q["node_addresses"], list(names))
+        return {row["name"]: row["address"] for row in rows}
 
     async def mark_unhealthy(self, name: str, gpu: GpuInfo) -> None:
         reason = gpu.health_reason or "unhealthy"

@@ -4,6 +4,7 @@ concurrent agents) is tested in tests/controlplane/agents/test_claims.py."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 from uuid import UUID, uuid4
 
@@ -114,6 +115,17 @@ async def test_a_job_of_several_learners_is_placed_on_other_nodes_too(
     await port.release("n1", job_id, won.attempt)
     assert await port.allocations("n1") == []
     assert [a.learner for a in await port.allocations("n2")] == [1]  # n2 gives back its own
+
+
+async def test_nodes_advertise_their_cluster_addresses_with_their_registration(
+    port: AgentPort,
+) -> None:
+    n1 = node("n1", 0)
+    await port.register(replace(n1, address="192.0.2.7"), ttl_s=60)
+    await port.register(node("n2", 0), ttl_s=60)  # an agent that gave none
+    assert await port.node_addresses(["n1", "n2", "n3"]) == {"n1": "192.0.2.7"}
+    await port.register(replace(n1, address="192.0.2.8"), ttl_s=60)  # its agent restarted
+    assert await port.node_addresses(["n1"]) == {"n1": "192.0.2.8"}
 
 
 async def test_an_unhealthy_gpu_is_not_claimed(port: AgentPort, control: Control) -> None:

@@ -46,6 +46,7 @@ AGENT_RIGHTS = {
     "UPDATE (runtime) ON nodes",
     "UPDATE (cpus) ON nodes",
     "UPDATE (memory_mb) ON nodes",
+    "UPDATE (address) ON nodes",
     "SELECT ON node_gpus",
     "INSERT ON node_gpus",
     "UPDATE ON node_gpus",
