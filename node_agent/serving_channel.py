@@ -11,6 +11,10 @@ calls of at most `max_batch_size`), and each request is answered with its share 
 and its batch's figures. The agent records nothing of it: the control plane counts the request
 and its batch once it has answered, off the request's path.
 
+A request whose sender closes its connection (the control plane does when its own client went
+away) is dropped while it still waits for its batch, and never reaches the replica; once its
+batch's call runs, the call finishes and its share of the answer is dropped.
+
 A request the channel cannot answer (no such replica here, the replica died meanwhile) is
 refused with a status the control plane takes as "use the queue": the request is then a row of
 `serving_tasks`, like an asynchronous one, and loses nothing.
@@ -26,9 +30,9 @@ import secrets
 import socket
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 from uuid import UUID, uuid4
 
 from aiohttp import web
@@ -45,8 +49,18 @@ MAX_REQUEST_BYTES = 64 * 1024 * 1024
 TOKEN_BYTES = 32
 DEFAULT_LISTEN = "127.0.0.1:0"
 """Loopback, a port the system picks: the control plane of `trainyard up` reaches it."""
+GONE_POLL_S = 0.05
+"""How often a request waiting for its batch looks whether its sender is still connected: the
+channel's aiohttp server tells a handler nothing when its connection closes (handler
+cancellation is off), so the transport is looked at. A request that went away before its
+batch left never reaches the replica; the 200 ms issue 35 allows covers this and the control
+plane's own look (controlplane/http/deployments.py)."""
+CLIENT_GONE = 499
+"""The status recorded for a request whose sender went away (no one reads it)."""
 SERVING_OFF = "off"
 """`--serving-listen off`: no channel; every prediction for this node's replicas queues."""
+
+T = TypeVar("T")
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -89,7 +103,8 @@ class DirectFeed:
         self._most = spec.max_batch_size
         self._wait_s = spec.max_wait_ms / 1000
         self._waiting: deque[_Request] = deque()
-        self._arrived = asyncio.Event()
+        self._changed = asyncio.Event()
+        """Set when a request arrives or goes away: the batch is looked at again."""
         self._gone: str | None = None
 
     async def submit(self, items: list[Any]) -> dict[str, Any]:
@@ -99,8 +114,16 @@ class DirectFeed:
             raise ReplicaGone(self._gone)
         request = _Request(items, time.monotonic(), asyncio.get_running_loop().create_future())
         self._waiting.append(request)
-        self._arrived.set()
-        return await request.answer
+        self._changed.set()
+        try:
+            return await request.answer
+        except asyncio.CancelledError:
+            # Its sender went away: still waiting for its batch, it never reaches the replica
+            # (taken already, its call runs on and its answer is dropped, `_run`).
+            if request in self._waiting:
+                self._waiting.remove(request)
+                self._changed.set()  # the batch's deadline, or whether there is one, changed
+            raise
 
     def close(self, why: str) -> None:
         """The replica stopped serving: the requests waiting, and any later, are refused."""
@@ -122,21 +145,18 @@ class DirectFeed:
 
     async def _next(self) -> tuple[list[_Request], str]:
         while True:
-            while self._waiting and self._waiting[0].answer.done():
-                self._waiting.popleft()  # its sender gave up (its future was cancelled)
             if not self._waiting:
-                self._arrived.clear()
-                await self._arrived.wait()
+                self._changed.clear()
+                await self._changed.wait()
                 continue
-            deadline = self._waiting[0].arrived + self._wait_s
-            while sum(len(r.items) for r in self._waiting) < self._most:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                self._arrived.clear()
+            # Read afresh after each change: a request that went away leaves the batch.
+            left = self._waiting[0].arrived + self._wait_s - time.monotonic()
+            if left > 0 and sum(len(r.items) for r in self._waiting) < self._most:
+                self._changed.clear()
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(left):
-                        await self._arrived.wait()
+                        await self._changed.wait()
+                continue
             taken = [self._waiting.popleft()]
             items = len(taken[0].items)
             # The first always (however large); then those that fit, in their order.
@@ -233,10 +253,42 @@ class ServingChannel:
         ):
             return _refused(404, f"no replica {replica} of that deployment here")
         try:
-            answer = await feed.submit(inputs)
+            answer = await unless_gone(request, feed.submit(inputs))
         except ReplicaGone as exc:
             return _refused(503, f"the replica stopped serving: {exc}")
+        if answer is None:
+            return web.Response(status=CLIENT_GONE)
         return web.json_response(answer)
+
+
+async def unless_gone(request: web.Request, work: Awaitable[T]) -> T | None:
+    """`work`'s result; None when the request's sender (the control plane, whose own client
+    went away) closed the connection first, and `work` was cancelled for it. Cancelled as
+    `asyncio.timeout` cancels: this task, and only its own cancellation is taken back."""
+    me = asyncio.current_task()
+    assert me is not None  # a handler runs in its task
+    loop = asyncio.get_running_loop()
+    gone = False
+    timer: asyncio.TimerHandle  # the next look
+
+    def look() -> None:
+        nonlocal gone, timer
+        transport = request.transport
+        if transport is None or transport.is_closing():
+            gone = True
+            me.cancel()
+        else:
+            timer = loop.call_later(GONE_POLL_S, look)
+
+    timer = loop.call_later(GONE_POLL_S, look)
+    try:
+        return await work
+    except asyncio.CancelledError:
+        if gone and me.uncancel() == 0:
+            return None
+        raise
+    finally:
+        timer.cancel()
 
 
 def _refused(status: int, why: str) -> web.Response:

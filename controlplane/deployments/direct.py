@@ -134,7 +134,9 @@ class DirectPath:
 
     async def send(self, tenant: str, deployment: str, route: Route, inputs: str) -> DirectAnswer:
         """`inputs` (a JSON list, encoded once by the caller, which keeps the text) run by one
-        of the route's replicas (the least busy); ChannelFailed."""
+        of the route's replicas (the least busy); ChannelFailed. Cancelled (its client went
+        away), it closes its connection to the agent, which drops the request if it still
+        waits for its batch (node_agent/serving_channel.py)."""
         if not route.endpoints:
             raise ChannelFailed("no replica is offered on a channel")
         endpoint = min(route.endpoints, key=lambda e: self._in_flight[e.replica])

@@ -13,6 +13,7 @@ from typing import Any
 
 import aiohttp
 from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.web import BaseRunner
 
 from controlplane.artifacts.filesystem import FileArtifactStore
 from controlplane.http.app import create_app
@@ -27,14 +28,21 @@ Client = TestClient[Any, Any]
 
 @asynccontextmanager
 async def serving_cluster(
-    db_url: str, tmp_path: Path, *, agents: int = 1, configs: Sequence[AgentConfig] = ()
+    db_url: str,
+    tmp_path: Path,
+    *,
+    agents: int = 1,
+    configs: Sequence[AgentConfig] = (),
+    as_deployed: bool = False,
 ) -> AsyncIterator[tuple[Client, list[RunningAgent]]]:
     """The app and `agents` process-runtime agents (or agents of `configs`), all sharing the
-    artifact folder `tmp_path/artifacts`."""
+    artifact folder `tmp_path/artifacts`; `as_deployed`: the app's handlers are not cancelled
+    when their client goes away, as under a real server (aiohttp's test server cancels them)."""
     artifacts = tmp_path / "artifacts"
     app = create_app(db_url, poll_interval=0.2, artifacts=FileArtifactStore(artifacts))
     chosen = list(configs) or [agent_config(tmp_path, f"n{n + 1}") for n in range(agents)]
-    async with TestClient(TestServer(app)) as client:
+    server = DeployedServer(app) if as_deployed else TestServer(app)
+    async with TestClient(server) as client:
         running = []
         try:
             for config in chosen:
@@ -44,6 +52,14 @@ async def serving_cluster(
         finally:
             for agent in running:
                 await agent.finish()
+
+
+class DeployedServer(TestServer):
+    """The app served as the control plane serves it (controlplane/server.py's runner: no
+    handler cancellation)."""
+
+    async def _make_runner(self, **kwargs: Any) -> BaseRunner:
+        return await super()._make_runner(**{**kwargs, "handler_cancellation": False})
 
 
 def metadata(entry_point: str) -> dict[str, Any]:

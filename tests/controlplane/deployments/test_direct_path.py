@@ -6,6 +6,8 @@ counting is written out by a graceful shutdown."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
 import json
 import uuid
@@ -17,11 +19,12 @@ import asyncpg
 
 from controlplane.deployments.counting import CountedTask, Counting
 from controlplane.deployments.memo_cache import MemoCache
+from controlplane.http.keys import PLANE
 from node_agent.serving_channel import advertised, parse_listen
 from tests.cluster import agent_config
 from tests.controlplane.deployments.serving import deploy, predict, publish, serving_cluster
 from tests.controlplane.deployments.serving import until_serving as until_running
-from tests.controlplane.deployments.test_serving import DOUBLE
+from tests.controlplane.deployments.test_serving import DOUBLE, SIZES
 from tests.polling import eventually
 from tests.tenancy import Tokens, auth
 
@@ -237,3 +240,88 @@ async def test_counting_is_written_out_by_a_graceful_shutdown(
         "SELECT count(*) FROM serving_tasks WHERE task_id = ANY($1::uuid[])", ids
     )
     assert written == len(ids)
+
+
+async def test_a_request_whose_client_went_away_never_reaches_the_replica(
+    db_url: str, tmp_path: Path, tokens: Tokens, pool: asyncpg.Pool
+) -> None:
+    async with serving_cluster(db_url, tmp_path, as_deployed=True) as (client, _):
+        await publish(client, tokens.acme, "sizes", SIZES, "sizes:predict")
+        # A long window: a request waits 2 s for its batch's second item.
+        serving = {"max_batch_size": 2, "max_wait_ms": 2000, "memo": False}
+        await deploy(client, tokens.acme, name="sz", model="sizes", serving=serving)
+        await until_running(client, tokens.acme, "sz", 1)
+        await until_offered(pool, "sz")
+        direct = client.server.app[PLANE].direct
+
+        async def in_flight(count: int) -> bool:
+            return sum(direct._in_flight.values()) == count
+
+        # The setup can tell: two requests half a second apart share a batch (each sees 2).
+        first = asyncio.create_task(predict(client, tokens.acme, "sz", [0]))
+        await eventually(lambda: in_flight(1))
+        await asyncio.sleep(0.5)
+        second = await predict(client, tokens.acme, "sz", [0])
+        assert (second[1]["outputs"], (await first)[1]["outputs"]) == ([2], [2])
+
+        # Now the first goes away while it waits for its batch (sent, then half a second at
+        # the agent, which loopback takes in far less).
+        gone = asyncio.create_task(predict(client, tokens.acme, "sz", [0]))
+        await eventually(lambda: in_flight(1))
+        await asyncio.sleep(0.5)
+        gone.cancel()  # the client closes its connection
+        with contextlib.suppress(asyncio.CancelledError):
+            await gone
+        await eventually(lambda: in_flight(0))  # the control plane closed its request
+        # The agent sees it gone within the 200 ms promised (before, the next request may still
+        # fill a batch with it: the agent looks every GONE_POLL_S).
+        await asyncio.sleep(0.2)
+        # Within its window, yet alone in its batch: the one that went away was dropped.
+        status, task = await predict(client, tokens.acme, "sz", [0])
+        assert (status, task["outputs"]) == (200, [1])
+        await client.get("/v1/deployments/sz/metrics", headers=auth(tokens.acme))  # flushed
+        # Counted: the three answered requests, and the replica's calls of 2 and 1 items;
+        # nothing of the one that went away (no answer, no item run).
+        assert await pool.fetchval("SELECT count(*) FROM serving_tasks") == 3
+        batches = await pool.fetch("SELECT tasks, items FROM serving_batches ORDER BY at")
+        assert [tuple(b) for b in batches] == [(2, 2), (1, 1)]
+
+
+SLOW_SIZES = (
+    b"import time\n\ndef predict(batch):\n    time.sleep(1)\n    return [len(batch)] * len(batch)\n"
+)
+"""SIZES, each call taking a second."""
+
+
+async def test_a_call_already_running_finishes_its_answer_dropped(
+    db_url: str, tmp_path: Path, tokens: Tokens, pool: asyncpg.Pool
+) -> None:
+    async with serving_cluster(db_url, tmp_path, as_deployed=True) as (client, _):
+        await publish(client, tokens.acme, "slow", SLOW_SIZES, "slow:predict")
+        serving = {"max_batch_size": 2, "max_wait_ms": 10, "memo": False}
+        await deploy(client, tokens.acme, name="slow", model="slow", serving=serving)
+        await until_running(client, tokens.acme, "slow", 1)
+        channel = await until_offered(pool, "slow")
+        direct = client.server.app[PLANE].direct
+
+        async def in_flight(count: int) -> bool:
+            return sum(direct._in_flight.values()) == count
+
+        gone = asyncio.create_task(predict(client, tokens.acme, "slow", [0]))
+        await eventually(lambda: in_flight(1))
+        await asyncio.sleep(0.4)  # its batch left after 10 ms: the replica is in its call
+        gone.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await gone
+        # The control plane lets go at once; the replica's call runs on (never interrupted).
+        await eventually(lambda: in_flight(0), seconds=0.5)
+        status, task = await predict(client, tokens.acme, "slow", [0])
+        # The same replica, after the call, alone in its batch (the other's item not run again).
+        assert (status, task["outputs"]) == (200, [1])
+        assert task["times"]["steps"][0]["replica"] == str(channel["replica"])
+        await client.get("/v1/deployments/slow/metrics", headers=auth(tokens.acme))  # flushed
+        # Only the answered request is counted; the call whose every request went away carried
+        # its figures to no one, so no batch row has it (as the user guide says).
+        assert await pool.fetchval("SELECT count(*) FROM serving_tasks") == 1
+        batches = await pool.fetch("SELECT tasks, items FROM serving_batches")
+        assert [tuple(b) for b in batches] == [(1, 1)]
