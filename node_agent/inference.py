@@ -136,11 +136,18 @@ class QueryFeed:
 
 def stored(outputs: list[Any]) -> tuple[str | None, str | None]:
     """`outputs` as JSON text, or why they cannot be stored (Postgres's jsonb holds no NaN,
-    infinities or NUL characters)."""
+    infinities, NUL characters or unpaired surrogates; a tenant's model may return any of them,
+    and text jsonb refuses would fail the write of every result recorded with it)."""
     try:
-        text = json.dumps(outputs, allow_nan=False)
+        # Not escaped to ASCII: a lone surrogate would be written as \ud800, which jsonb
+        # refuses as it parses; as it is, it is text that cannot be encoded (below).
+        text = json.dumps(outputs, allow_nan=False, ensure_ascii=False)
     except ValueError as exc:
         return None, f"its outputs are not JSON: {exc}"
-    if "\\u0000" in text:
+    if "\\u0000" in text:  # JSON escapes a NUL even when it escapes nothing else
         return None, "its outputs hold a NUL character, which cannot be stored"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return None, "its outputs hold text that is not valid Unicode (an unpaired surrogate)"
     return text, None

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import errno
 import itertools
+import math
 import os
 import stat
 from collections.abc import AsyncIterator
@@ -253,7 +254,15 @@ def _outputs(answer: dict[str, Any], items: int) -> list[Any]:
 
 
 def _milliseconds(answer: dict[str, Any], field: str) -> float:
+    # The replica runs the tenant's code, which may answer anything: a time it reports is
+    # recorded (jsonb and the figures hold no infinity or NaN), so it must be a real one.
     value = answer.get(field)
     if not isinstance(value, int | float) or isinstance(value, bool):
         raise ReplicaError(f"the replica's answer has no number {field!r}: {answer!r}")
-    return float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # an integer of hundreds of digits
+        number = math.inf
+    if not math.isfinite(number) or number < 0:
+        raise ReplicaError(f"the replica's answer has no time {field!r}: {str(value)[:40]}")
+    return number

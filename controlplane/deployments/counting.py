@@ -95,6 +95,8 @@ class Counting:
         self._stopping = asyncio.Event()
         self._ended = False
         self._progress = asyncio.Condition()
+        self._group = MAX_GROUP
+        """The most rows of each kind a group takes (fewer while a refused row is found)."""
 
     def record(
         self, task: CountedTask, batches: tuple[CountedBatch, ...] = (), memo: MemoUse | None = None
@@ -127,6 +129,17 @@ class Counting:
                 tasks, batches, memo = self._take()
                 try:
                     await self._write(tasks, batches, memo)
+                except asyncpg.DataError as exc:
+                    # Refused for what a row holds, not for the database's state: retried as
+                    # it is, it would hold back every row after it for good. Smaller groups
+                    # until it is one of each kind at most, then those are left out (an
+                    # agent's defect: agents check what a replica answers before handing it on).
+                    largest = max(len(tasks), len(batches), len(memo))
+                    if largest > 1:
+                        self._group = largest // 2
+                        self._give_back(tasks, batches, memo)
+                        continue
+                    log.error("direct predictions: a row cannot be recorded, left out: %s", exc)
                 except DATABASE_ERRORS as exc:
                     log.warning(
                         "direct predictions: recording %d failed (%s); retrying", len(tasks), exc
@@ -134,6 +147,7 @@ class Counting:
                     self._give_back(tasks, batches, memo)
                     await asyncio.sleep(RETRY_S)
                     continue
+                self._group = MAX_GROUP
                 async with self._progress:
                     self._written += len(tasks)
                     self._progress.notify_all()
@@ -148,10 +162,13 @@ class Counting:
         self._wake.set()
 
     def _take(self) -> tuple[list[CountedTask], list[CountedBatch], list[MemoUse]]:
-        tasks, self._tasks = self._tasks[:MAX_GROUP], self._tasks[MAX_GROUP:]
-        batches, self._batches = list(self._batches.values()), {}
-        memo, self._memo = list(self._memo.values()), {}
-        return tasks, batches, memo
+        most = self._group
+        tasks, self._tasks = self._tasks[:most], self._tasks[most:]
+        batches = list(self._batches.values())
+        batches, self._batches = batches[:most], {b.batch_id: b for b in batches[most:]}
+        memo = list(self._memo.items())
+        self._memo = dict(memo[most:])
+        return tasks, batches, [use for _, use in memo[:most]]
 
     def _give_back(
         self, tasks: list[CountedTask], batches: list[CountedBatch], memo: list[MemoUse]

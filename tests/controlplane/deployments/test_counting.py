@@ -1,0 +1,74 @@
+"""The direct path's counting writer against what Postgres refuses, and the agent's checks that
+keep a replica's answer from ever being such a row: a tenant's model may return any text and
+report any time, and one row jsonb cannot hold must not hold back every count after it."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+
+import asyncpg
+import pytest
+
+from controlplane.deployments.counting import CountedTask, Counting
+from node_agent.inference import stored
+from node_agent.replica_client import ReplicaError
+from node_agent.replica_client import _milliseconds as milliseconds
+
+
+def task(output: str) -> CountedTask:
+    now = datetime.now(UTC)
+    return CountedTask(
+        task_id=uuid.uuid4(),
+        tenant="acme",
+        deployment="dbl",
+        items=1,
+        input="[1]",
+        state="succeeded",
+        output=output,
+        error=None,
+        memo="off",
+        memo_key=None,
+        replica=uuid.uuid4(),
+        tries=1,
+        submitted_at=now,
+        finished_at=now,
+        step_times="[]",
+    )
+
+
+async def test_a_row_postgres_refuses_is_left_out_and_every_other_is_written(
+    pool: asyncpg.Pool,
+) -> None:
+    counting = Counting(pool)
+    good = [task("[2]") for _ in range(40)]
+    bad = task('["\\ud800"]')  # JSON text that jsonb refuses as it parses (an unpaired surrogate)
+    for counted in [*good[:25], bad, *good[25:]]:
+        counting.record(counted)
+    counting.stop()
+    await counting.run()  # returns: the refused row held nothing back for good
+    await counting.flush()
+    written = await pool.fetch(
+        "SELECT task_id FROM serving_tasks WHERE task_id = ANY($1::uuid[])",
+        [t.task_id for t in [*good, bad]],
+    )
+    assert {row["task_id"] for row in written} == {t.task_id for t in good}
+
+
+def test_outputs_jsonb_cannot_hold_are_a_failure_of_the_task_not_a_row() -> None:
+    assert stored(["é", "😀", 1.5]) == ('["é", "😀", 1.5]', None)
+    for outputs, why in (
+        (["\ud800"], "not valid Unicode"),
+        (["a\0b"], "NUL"),
+        ([float("inf")], "not JSON"),
+        ([float("nan")], "not JSON"),
+    ):
+        text, error = stored(outputs)
+        assert text is None and error is not None and why in error
+
+
+@pytest.mark.parametrize("reported", [float("inf"), float("nan"), -1.0, 10**400, True, "3"])
+def test_a_replica_s_time_is_a_real_one(reported: object) -> None:
+    assert milliseconds({"inference_ms": 2.5}, "inference_ms") == 2.5
+    with pytest.raises(ReplicaError, match="inference_ms"):
+        milliseconds({"inference_ms": reported}, "inference_ms")
