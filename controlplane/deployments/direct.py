@@ -41,6 +41,10 @@ ROUTE_FRESH_S = 1.0
 the one at hand). A replica offered a moment ago is used that much later at most."""
 CONNECTIONS_PER_AGENT = 64
 """Keep-alive connections kept open to each agent's channel."""
+CONNECTION_WAIT_S = 0.5
+"""The longest a request waits for one of those connections (all busy: one tenant's slow model
+under many requests can hold them all) before it takes the queue, where each tenant's
+requests are bounded and served in turn, with what is left of its wait."""
 MAX_WAIT_S = 20.0
 """The longest a direct request waits for its replica (under the synchronous wait)."""
 
@@ -82,7 +86,7 @@ class DirectAnswer:
 
 @dataclass(slots=True)
 class _Cached:
-    route: Route | None
+    route: Route
     at: float
 
 
@@ -154,7 +158,7 @@ class DirectPath:
                     "Authorization": f"Bearer {endpoint.token}",
                     "Content-Type": "application/json",
                 },
-                timeout=aiohttp.ClientTimeout(total=route.timeout_s),
+                timeout=aiohttp.ClientTimeout(total=route.timeout_s, connect=CONNECTION_WAIT_S),
             ) as response:
                 if response.status != 200:
                     why = (await response.text())[:200]
@@ -197,7 +201,11 @@ class DirectPath:
         if deployment is not None and not deployment.deleted:
             channels = await self._pool.fetch(Q["direct_channels"], *key, list(deployment.active))
             route = route_of(deployment, channels)
-        self._routes[key] = _Cached(route, time.monotonic())
+            self._routes[key] = _Cached(route, time.monotonic())
+        else:
+            # Not kept: names of no deployment, which any tenant may send, would grow the
+            # routes for good. Such a request reads its deployment each time, as it did.
+            self._routes.pop(key, None)
         return route
 
     def _renewed(self, key: tuple[str, str], task: asyncio.Task[None]) -> None:
