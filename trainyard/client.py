@@ -599,6 +599,15 @@ class AsyncClient:
         )
         return task
 
+    async def cancel_task(self, task_id: str, *, tenant: str | None = None) -> dict[str, Any]:
+        """Cancel a task not yet finished: the task, `failed` with the error `cancelled by its
+        owner` (a call of its replica's already running finishes; its result is not kept).
+        ApiError 409 once it has finished."""
+        task: dict[str, Any] = await self.api.request(
+            "POST", f"{_task_path(task_id)}/cancel", params=_acting(tenant)
+        )
+        return task
+
     async def wait_task(
         self, task_id: str, timeout_s: float | None = None, *, tenant: str | None = None
     ) -> dict[str, Any]:

@@ -197,12 +197,20 @@ def add_serving_commands(commands: Any) -> None:
         "a task's state, result and times",
         "Show a task: its state (queued, running, succeeded, failed), its outputs or error, "
         "memo use, tries and times (request, invocation, inference). With --wait, wait for "
-        "it to finish first; the exit code is then 1 if it failed.",
+        "it to finish first; the exit code is then 1 if it failed. With --cancel, cancel it "
+        "first (it fails, 'cancelled by its owner'; refused once it has finished).",
         cmd_task,
         output,
     )
     task.add_argument("task_id", metavar="ID", help="the task's id, as predict --async prints it")
-    task.add_argument("--wait", action="store_true", help="wait until the task has finished")
+    when = task.add_mutually_exclusive_group()
+    when.add_argument("--wait", action="store_true", help="wait until the task has finished")
+    when.add_argument(
+        "--cancel",
+        action="store_true",
+        help="cancel the task: queued, no replica runs it; in a replica's call, the call "
+        "finishes and its result is not kept",
+    )
 
     group = commands.add_parser(
         "pipelines",
@@ -495,6 +503,8 @@ async def cmd_task(args: argparse.Namespace, settings: Settings) -> int:
     async with client_for(args, settings) as client:
         if args.wait:
             task = await client.wait_task(args.task_id, tenant=args.tenant)
+        elif args.cancel:
+            task = await client.cancel_task(args.task_id, tenant=args.tenant)
         else:
             task = await client.task(args.task_id, tenant=args.tenant)
     if args.output == "json":

@@ -464,6 +464,20 @@ class ServingApplication:
             raise Refusal(Refused.NOT_FOUND, f"no task {uuid}")
         return task_view(row)
 
+    async def cancel_task(self, tenant: str, task_id: str) -> TaskView:
+        """Cancel a task not yet finished: it fails (`cancelled by its owner`). Queued, no
+        replica takes it; running, its replica's call finishes and its result is not
+        recorded. Conflict once it has finished; not found if it is not the tenant's."""
+        try:
+            uuid = UUID(task_id)
+        except ValueError:
+            raise Refusal(Refused.NOT_FOUND, "task_id must be a UUID", field="task_id") from None
+        row = await self._tasks.cancel(tenant, uuid)
+        if row is not None:
+            return task_view(row)
+        finished = await self.task(tenant, task_id)  # not found, or finished
+        raise Refusal(Refused.CONFLICT, f"task {uuid} has already {finished.status}")
+
     async def changes(
         self, tenant: str, task: TaskView, heartbeat_s: float
     ) -> AsyncGenerator[TaskView | None]:

@@ -89,6 +89,21 @@ RETURNING *;
 -- GET /v1/tasks/{id}: a task of the tenant's.
 SELECT * FROM serving_tasks WHERE task_id = $1 AND tenant = $2;
 
+-- name: cancel_task
+-- POST /v1/tasks/{id}/cancel: a task of the tenant's not yet finished fails, saying so. Queued,
+-- it is never claimed; running, its replica's result is fenced out (finish_tasks records only a
+-- running task under its claim) and never delivered; its waiters are woken. No row: it has no
+-- such task unfinished.
+WITH cancelled AS (
+    UPDATE serving_tasks SET state = 'failed', claim = NULL, finished_at = now(),
+        error = 'cancelled by its owner'
+    WHERE task_id = $1 AND tenant = $2 AND state IN ('queued', 'running')
+    RETURNING *
+), woken AS (
+    SELECT pg_notify('serving', 'results') FROM cancelled
+)
+SELECT c.* FROM cancelled c, (SELECT count(*) FROM woken) w;
+
 -- name: finished_tasks
 -- Waiting for results: which of these tasks have finished.
 SELECT * FROM serving_tasks WHERE task_id = ANY($1::uuid[]) AND state IN ('succeeded', 'failed');

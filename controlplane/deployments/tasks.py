@@ -124,6 +124,12 @@ class Tasks:
         record: asyncpg.Record | None = await self._pool.fetchrow(Q["get_task"], task_id, tenant)
         return record
 
+    async def cancel(self, tenant: str, task_id: UUID) -> asyncpg.Record | None:
+        """The tenant's task, failed as cancelled by its owner; None when it has none such
+        unfinished (queries.sql, cancel_task)."""
+        record: asyncpg.Record | None = await self._pool.fetchrow(Q["cancel_task"], task_id, tenant)
+        return record
+
     @contextlib.contextmanager
     def expecting(self, task_id: UUID) -> Iterator[asyncio.Future[asyncpg.Record]]:
         """The task's record once it has finished, as a future, for results recorded from the

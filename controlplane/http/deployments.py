@@ -222,6 +222,12 @@ async def get_task(request: web.Request) -> web.Response:
     return answer(await request.app[SERVING_APPLICATION].task(tenant, task_id))
 
 
+async def cancel_task(request: web.Request) -> web.Response:
+    tenant = acting(request, "cancels tasks")
+    task_id = request.match_info["task_id"]
+    return answer(await request.app[SERVING_APPLICATION].cancel_task(tenant, task_id))
+
+
 async def stream_task(request: web.Request) -> web.StreamResponse:
     """SSE of a task: a `status` event now and at each change; the stream ends once the task
     has finished (a `status` event with its outputs or error); a comment heartbeat while idle."""
@@ -449,6 +455,25 @@ OPERATIONS = (
         "A task: state, outputs or error, and its times",
         {200: Answer("the task", TaskView)},
         {400: MALFORMED, 401: UNAUTHORIZED, 403: FORBIDDEN, 404: NOT_FOUND},
+        query=ActingQuery,
+        params=(TASK_ID,),
+    ),
+    Operation(
+        "post",
+        "/v1/tasks/{task_id}/cancel",
+        cancel_task,
+        "cancelTask",
+        "Cancel a task not yet finished: it fails, `cancelled by its owner`. Queued, no replica "
+        "takes it; running, its replica finishes the call it is in (never interrupted) and the "
+        "result is not recorded",
+        {200: Answer("the task, failed as cancelled", TaskView)},
+        {
+            400: MALFORMED,
+            401: UNAUTHORIZED,
+            403: FORBIDDEN,
+            404: NOT_FOUND,
+            409: "the task has already finished (succeeded, failed or cancelled)",
+        },
         query=ActingQuery,
         params=(TASK_ID,),
     ),

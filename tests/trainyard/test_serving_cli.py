@@ -80,6 +80,10 @@ async def test_a_model_is_deployed_run_scaled_chained_and_undeployed(
     assert "succeeded" in waited.stdout and "outputs: [6]" in waited.stdout
     shown = (await cli("task", task_id, "--output", "json")).json()
     assert (shown["status"], shown["outputs"], shown["deployment"]) == ("succeeded", [6], "dbl")
+    # Finished: nothing left to cancel (the server's reason, exit code 1).
+    late = await cli("task", task_id, "--cancel")
+    assert late.rc == 1 and "already succeeded" in late.stderr, late.stderr
+    assert (await cli("task", task_id, "--wait", "--cancel")).rc == 2
 
     for bad, message in (
         ('{"items": [1]}', "INPUT is a JSON array of items, e.g. '[1, 2]', not an object"),
