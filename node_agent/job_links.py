@@ -16,9 +16,10 @@ address here to its veth, and each peer node's job address (/32) via that node's
 (`--node-address`, recorded with its lease): the nodes' addresses must be on one link, as a
 GPU cluster's fabric is. Firewall, in chains of our own:
 
-- `TRAINYARD-LINKS` (top of FORWARD): from the veth, only the job's own address to its
-  addresses on the peer nodes; into it, only those to it; everything else from or to it dropped
-  (other jobs, the node's other networks, the control plane, private and link-local ranges);
+- `TRAINYARD-LINKS` (top of FORWARD, and of Docker's DOCKER-USER where it is): from the veth,
+  only the job's own address to its addresses on the peer nodes; into it, only those to it;
+  everything else from or to it dropped (other jobs, the node's other networks, the control
+  plane, private and link-local ranges);
 - `TRAINYARD-LINKS-IN` (top of INPUT): nothing from the veth reaches the node itself;
 - `TRAINYARD-LINKS-OUT` (top of OUTPUT): nothing on the node (a networked tenant's learner in
   the node's own network, say) opens a connection into the veth.
@@ -62,6 +63,8 @@ FORWARD_CHAIN = "TRAINYARD-LINKS"
 INPUT_CHAIN = "TRAINYARD-LINKS-IN"
 OUTPUT_CHAIN = "TRAINYARD-LINKS-OUT"
 CHAINS = ((FORWARD_CHAIN, "FORWARD"), (INPUT_CHAIN, "INPUT"), (OUTPUT_CHAIN, "OUTPUT"))
+DOCKER_CHAIN = "DOCKER-USER"
+"""Docker's chain for an operator's forwarding rules, where the Docker engine manages iptables."""
 Rule = list[str]
 _VETH = re.compile(r"\b(" + re.escape(VETH_PREFIX) + r"[0-9a-f]{12})\b")
 _DEV = re.compile(r"\bdev (\S+)")
@@ -220,6 +223,12 @@ class JobLinks:
                 await _check(iptables, "-N", chain)
             if (await _iptables(iptables, "-C", parent, "-j", chain)).code != 0:
                 await _check(iptables, "-I", parent, "1", "-j", chain)
+        # Docker puts its jumps back at the top of FORWARD as it starts and as it makes a
+        # network, and then accepts what its bridges send before our chain sees it: the chain
+        # is jumped to from DOCKER-USER as well, which Docker keeps first and never edits.
+        docker = (await _iptables(iptables, "-S", DOCKER_CHAIN)).code == 0
+        if docker and (await _iptables(iptables, "-C", DOCKER_CHAIN, "-j", FORWARD_CHAIN)).code:
+            await _check(iptables, "-I", DOCKER_CHAIN, "1", "-j", FORWARD_CHAIN)
         for chain, rule in rules(veth, link):
             await _check(iptables, "-A", chain, *rule)
         ip = self._ip
@@ -257,21 +266,27 @@ class JobLinks:
         our routes into blocks that no veth on the node serves any more (whichever agent made
         them). Logged, not raised: the next sweep tries again."""
         try:
+            # All of it under the lock: a link this agent makes meanwhile would otherwise have
+            # its routes listed here but not its veth, and lose them. The routes are listed
+            # before the veths: a route listed was made after its veth (as `_connect` makes
+            # them), so another agent's link made meanwhile is served in `present` too.
             async with self._lock:
+                listed = await self._run(self._ip, "-o", "route", "show", "proto", ROUTE_PROTOCOL)
                 present = set(_VETH.findall(await self._run(self._ip, "-o", "link", "show")))
                 for veth in await self._listed_veths():
                     if veth not in present:
                         await self._unlink(veth)
-            listed = await self._run(self._ip, "-o", "route", "show", "proto", ROUTE_PROTOCOL)
-            routes = [(line.split()[0], _DEV.search(line)) for line in listed.splitlines()]
-            served = {
-                _block_of(destination)
-                for destination, dev in routes
-                if dev is not None and dev.group(1) in present
-            }
-            for destination, _ in routes:
-                if _block_of(destination) not in served:
-                    await self._run(self._ip, "route", "del", destination, "proto", ROUTE_PROTOCOL)
+                routes = [(line.split()[0], _DEV.search(line)) for line in listed.splitlines()]
+                served = {
+                    _block_of(destination)
+                    for destination, dev in routes
+                    if dev is not None and dev.group(1) in present
+                }
+                for destination, _ in routes:
+                    if _block_of(destination) not in served:
+                        await self._run(
+                            self._ip, "route", "del", destination, "proto", ROUTE_PROTOCOL
+                        )
         except (LinkError, OSError, ValueError) as exc:
             log.warning("cannot sweep the jobs' links: %s", exc)
 

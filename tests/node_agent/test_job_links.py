@@ -58,6 +58,19 @@ while True:
     connection.sendall(b"hi")
     connection.close()
 """
+RECEIVE = """
+import socket, sys
+server = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+server.bind(("0.0.0.0", int(sys.argv[1])))
+print("listening", flush=True)
+while True:
+    print(server.recv(100).decode(), flush=True)
+"""
+SEND = """
+import socket, sys
+sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+sender.sendto(sys.argv[3].encode(), (sys.argv[1], int(sys.argv[2])))
+"""
 CONNECT = """
 import socket, sys
 try:
@@ -273,3 +286,32 @@ def test_a_restarted_agent_sweeps_the_links_an_agent_that_died_left(nodes: Nodes
     nodes.sweep("a")
     assert not (NETNS_DIR / nodes.job_ns("a", j)).exists()
     assert nodes.leftovers("a") == []
+
+
+@needs_root
+def test_the_rules_hold_when_docker_puts_its_jumps_back_above_them(nodes: Nodes) -> None:
+    a = nodes.names["a"]
+    sh(*in_ns(a, "iptables", "-w", "-N", "DOCKER-USER"))  # node A runs a Docker engine
+    j = uuid.uuid4()
+    agents = [nodes.agent(node, [(j, 3)]) for node in ("a", "b")]
+    # One way is enough to harm (J's replies have no route back to a node): datagrams.
+    server = subprocess.Popen(
+        in_ns(nodes.job_ns("a", j), sys.executable, "-c", RECEIVE, str(PORT)),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None and server.stdout.readline().strip() == "listening"
+        j_a = str(PLAN.address(3, 0))
+        # What the engine does as it starts or makes a network: its jumps back at the top of
+        # FORWARD, then the accepting of what its bridges send (here: everything).
+        sh(*in_ns(a, "iptables", "-w", "-I", "FORWARD", "1", "-j", "ACCEPT"))
+        sh(*in_ns(a, "iptables", "-w", "-I", "FORWARD", "1", "-j", "DOCKER-USER"))
+        send = (sys.executable, "-c", SEND, j_a, str(PORT))
+        sh(*in_ns(nodes.names["b"], *send, "from node b"))  # not J's: dropped
+        sh(*in_ns(nodes.job_ns("b", j), *send, "from j"))  # J's peer: through
+        assert server.stdout.readline().strip() == "from j"
+    finally:
+        for process in [server, *agents]:
+            process.kill()
+            process.wait()
