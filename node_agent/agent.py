@@ -481,7 +481,10 @@ class Agent:
     async def _link(self, won: Claim, uid: int | None) -> JobLink | None:
         """This node's part of the job's network across nodes: for a job whose learners span
         nodes and run sandboxed (as a uid of the job's, in the process runtime) without the
-        network. LinkError when a node of the job has no address."""
+        network, on nodes that all gave their address (`--node-address`): without one, the
+        learners run as before the network across nodes was built, each node's on its own
+        (a job whose learners do not talk across nodes runs; one whose rendezvous spans them
+        fails it within its timeout, with the reason). LinkError when an address is bad."""
         if (
             uid is None
             or len(won.nodes) < 2
@@ -490,6 +493,15 @@ class Agent:
         ):
             return None
         addresses = await self._port.node_addresses(won.nodes)
+        unaddressed = [node for node in won.nodes if addresses.get(node) is None]
+        if unaddressed:
+            log.warning(
+                "job %s attempt %d: no network across its nodes, for want of the address of %s",
+                won.job.job_id,
+                won.attempt,
+                ", ".join(unaddressed),
+            )
+            return None
         index = uid - self.config.learner_uids.start  # the job's alone across the fleet
         return job_link(self.config.job_network, index, won.nodes, self.config.name, addresses)
 

@@ -184,7 +184,8 @@ def _agent_options(command: argparse.ArgumentParser, *, defaults: bool) -> None:
         help="this node's address on the cluster network, recorded with its registration: a "
         "job whose sandboxed learners span nodes reaches its learners on this node through it "
         "(the nodes' addresses must be on one link; needs root: ip, iptables); without it, "
-        "such jobs cannot span this node (their deployment is rolled back with the reason)",
+        "such a job's learners here cannot reach those on other nodes (a rendezvous across "
+        "them fails within its timeout)",
     )
     command.add_argument(
         "--job-network",
