@@ -146,7 +146,9 @@ WITH kept AS (
     ON CONFLICT (job_id, attempt) DO NOTHING
 )
 UPDATE pending_spans s
-SET ended_at = d.left_at
+-- Never before the span began: a claim stamped just before a change's instant can commit (and
+-- be projected) after it, and a span ending before its start would count negative time.
+SET ended_at = greatest(d.left_at, s.started_at)
 FROM (SELECT DISTINCT ON (job_id) job_id, attempt, left_at
       FROM unnest($1::uuid[], $2::int[], $3::timestamptz[]) AS d(job_id, attempt, left_at)
       ORDER BY job_id, left_at) d

@@ -86,3 +86,23 @@ async def test_the_jobs_own_events_end_its_spans_and_a_late_change_holds_it_unti
     # Rebuilt from the log, the same.
     await runner.rebuild(PendingProjection.name)
     assert await spans() == expected
+
+
+async def test_a_claim_stamped_before_a_change_it_follows_in_the_log_ends_no_span_before_it_began(
+    db_url: str, pool: asyncpg.Pool, store: EventStore
+) -> None:
+    job_id = uuid4()
+    # Judged at 15 s and committed first; a claim stamped at 10 s committed after it.
+    await store.append(pending_stream(job_id), 0, [changed(15, 1, Reason.RESOURCES)], META)
+    deploying = JobDeploying(at=at(10), attempt=1, nodes=["n1"], gpus=["GPU-0"], epoch=1)
+    await store.append(job_stream(job_id), 0, [deploying], META)
+    runner = ProjectionRunner(pool, store, LogListener(db_url), [PendingProjection()])
+
+    async def applied() -> bool:
+        await runner.catch_up(PendingProjection())
+        rows = await pool.fetch(
+            "SELECT started_at, ended_at FROM pending_spans WHERE job_id = $1", job_id
+        )
+        return [tuple(r) for r in rows] == [(at(15), at(15))]  # no time, never less
+
+    await eventually(applied)
