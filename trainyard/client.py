@@ -1123,6 +1123,7 @@ class Client:
     deployment_metrics = _blocking(AsyncClient.deployment_metrics)
     predict = _blocking(AsyncClient.predict)
     task = _blocking(AsyncClient.task)
+    cancel_task = _blocking(AsyncClient.cancel_task)
     wait_task = _blocking(AsyncClient.wait_task)
     define_pipeline = _blocking(AsyncClient.define_pipeline)
     pipeline = _blocking(AsyncClient.pipeline)
