@@ -30,13 +30,14 @@ import secrets
 import socket
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 from uuid import UUID, uuid4
 
 from aiohttp import web
 
+from controlplane.agent_port.gone_clients import CLIENT_GONE, unless_gone
 from controlplane.agent_port.vocabulary import BatchCall, ServableSpec
 from node_agent.inference import stored
 from node_agent.replica_calls import Ran, call_in_parts, recorded_calls
@@ -49,18 +50,8 @@ MAX_REQUEST_BYTES = 64 * 1024 * 1024
 TOKEN_BYTES = 32
 DEFAULT_LISTEN = "127.0.0.1:0"
 """Loopback, a port the system picks: the control plane of `trainyard up` reaches it."""
-GONE_POLL_S = 0.05
-"""How often a request waiting for its batch looks whether its sender is still connected: the
-channel's aiohttp server tells a handler nothing when its connection closes (handler
-cancellation is off), so the transport is looked at. A request that went away before its
-batch left never reaches the replica; the 200 ms issue 35 allows covers this and the control
-plane's own look (controlplane/http/deployments.py)."""
-CLIENT_GONE = 499
-"""The status recorded for a request whose sender went away (no one reads it)."""
 SERVING_OFF = "off"
 """`--serving-listen off`: no channel; every prediction for this node's replicas queues."""
-
-T = TypeVar("T")
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -259,36 +250,6 @@ class ServingChannel:
         if answer is None:
             return web.Response(status=CLIENT_GONE)
         return web.json_response(answer)
-
-
-async def unless_gone(request: web.Request, work: Awaitable[T]) -> T | None:
-    """`work`'s result; None when the request's sender (the control plane, whose own client
-    went away) closed the connection first, and `work` was cancelled for it. Cancelled as
-    `asyncio.timeout` cancels: this task, and only its own cancellation is taken back."""
-    me = asyncio.current_task()
-    assert me is not None  # a handler runs in its task
-    loop = asyncio.get_running_loop()
-    gone = False
-    timer: asyncio.TimerHandle  # the next look
-
-    def look() -> None:
-        nonlocal gone, timer
-        transport = request.transport
-        if transport is None or transport.is_closing():
-            gone = True
-            me.cancel()
-        else:
-            timer = loop.call_later(GONE_POLL_S, look)
-
-    timer = loop.call_later(GONE_POLL_S, look)
-    try:
-        return await work
-    except asyncio.CancelledError:
-        if gone and me.uncancel() == 0:
-            return None
-        raise
-    finally:
-        timer.cancel()
 
 
 def _refused(status: int, why: str) -> web.Response:

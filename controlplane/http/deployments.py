@@ -9,16 +9,15 @@ authenticate; serving's facade (`controlplane.deployments.application`) decides.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import functools
 import json
-from collections.abc import Awaitable
-from typing import Annotated, TypeVar
+from typing import Annotated
 
 from aiohttp import web
 from pydantic import BaseModel, Field
 
+from controlplane.agent_port.gone_clients import CLIENT_GONE, unless_gone
 from controlplane.deployments.application import ServingApplication, named
 from controlplane.deployments.lifecycle import Busy
 from controlplane.deployments.spec import (
@@ -45,16 +44,6 @@ from controlplane.http.streams import SSE_EVENT, SSE_HEADERS, live_stream
 from controlplane.instruments import sse_client
 
 SERVING_APPLICATION = web.AppKey("serving_application", ServingApplication)
-GONE_POLL_S = 0.05
-"""How often a synchronous prediction looks whether its client is still connected: aiohttp
-tells a handler nothing when its connection closes (handler cancellation is off, and must stay
-off for the handlers that write events before they answer), so the transport is looked at;
-well within issue 35's 200 ms for a request to stop using a replica."""
-CLIENT_GONE = 499
-"""The status recorded (in access logs and figures; no one reads it) for a request whose client
-went away before its answer, as nginx records it."""
-
-T = TypeVar("T")
 
 
 class ActingQuery(query.Query):
@@ -137,37 +126,6 @@ async def predict(request: web.Request) -> web.Response:
         return _task_answer(await serving.predict(tenant, name, body, key))
     task = await unless_gone(request, serving.predict(tenant, name, body, key))
     return web.Response(status=CLIENT_GONE) if task is None else _task_answer(task)
-
-
-async def unless_gone(request: web.Request, work: Awaitable[T]) -> T | None:
-    """`work`'s result; None when the request's client went away first, and `work` was
-    cancelled for it (a direct prediction then closes its request to the agent, whose channel
-    drops it if it still waits for its batch). Cancelled as `asyncio.timeout` cancels: this
-    task, and only its own cancellation is taken back; any other propagates."""
-    me = asyncio.current_task()
-    assert me is not None  # a handler runs in its task
-    loop = asyncio.get_running_loop()
-    gone = False
-    timer: asyncio.TimerHandle  # the next look
-
-    def look() -> None:
-        nonlocal gone, timer
-        transport = request.transport
-        if transport is None or transport.is_closing():
-            gone = True
-            me.cancel()
-        else:
-            timer = loop.call_later(GONE_POLL_S, look)
-
-    timer = loop.call_later(GONE_POLL_S, look)
-    try:
-        return await work
-    except asyncio.CancelledError:
-        if gone and me.uncancel() == 0:
-            return None
-        raise
-    finally:
-        timer.cancel()
 
 
 async def predict_pipeline(request: web.Request) -> web.Response:

@@ -274,7 +274,7 @@ async def test_a_request_whose_client_went_away_never_reaches_the_replica(
             await gone
         await eventually(lambda: in_flight(0))  # the control plane closed its request
         # The agent sees it gone within the 200 ms promised (before, the next request may still
-        # fill a batch with it: the agent looks every GONE_POLL_S).
+        # fill a batch with it: the agent looks every gone_clients.GONE_POLL_S).
         await asyncio.sleep(0.2)
         # Within its window, yet alone in its batch: the one that went away was dropped.
         status, task = await predict(client, tokens.acme, "sz", [0])
