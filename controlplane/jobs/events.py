@@ -37,13 +37,19 @@ def _within_bounds(data: dict[str, Any]) -> dict[str, Any]:
 
 @event_type(
     "JobSubmitted",
-    version=4,
-    upcasters={1: _reserved_env_left_out, 2: _within_bounds, 3: _reserved_env_left_out},
+    version=5,
+    upcasters={
+        1: _reserved_env_left_out,
+        2: _within_bounds,
+        3: _reserved_env_left_out,
+        4: _reserved_env_left_out,
+    },
 )
 class JobSubmitted(JobEvent):
     """Version 2: the manifest's `env` holds no reserved names (see `manifest.RESERVED_ENV`).
     Version 3: its quantities are within today's floors (`manifest.MIN_CPUS`, ...).
-    Version 4: nor torch's rendezvous names (RANK, MASTER_PORT, ...), reserved since."""
+    Version 4: nor torch's rendezvous names (RANK, MASTER_PORT, ...), reserved since.
+    Version 5: nor the socket interface names of gloo and NCCL (`GLOO_SOCKET_IFNAME`, ...)."""
 
     job_id: UUID
     tenant: str

@@ -123,6 +123,10 @@ RESERVED_ENV = (
     "ROLE_RANK",
     "ROLE_WORLD_SIZE",
     "TORCHELASTIC_*",
+    # Which interface gloo and NCCL open their sockets on: the agent names the job's own
+    # (`job0`, node_agent/job_links.py), the only one that reaches the job's other nodes.
+    "GLOO_SOCKET_IFNAME",
+    "NCCL_SOCKET_IFNAME",
 )
 """Environment names a manifest may not set (fnmatch patterns, case-sensitive as the
 environment is): the agent sets them, or they change what runs before the user's command."""

@@ -25,8 +25,13 @@ def _within_bounds(data: dict[str, Any]) -> dict[str, Any]:
 
 
 # Version 3: the trial's `env` holds no torch rendezvous names (reserved since, see
-# `jobs.manifest.RESERVED_ENV`); stored_spec leaves them out.
-@event_type("SearchSubmitted", version=3, upcasters={1: _within_bounds, 2: _within_bounds})
+# `jobs.manifest.RESERVED_ENV`); version 4: nor gloo's and NCCL's socket interface names.
+# stored_spec leaves them out.
+@event_type(
+    "SearchSubmitted",
+    version=4,
+    upcasters={1: _within_bounds, 2: _within_bounds, 3: _within_bounds},
+)
 class SearchSubmitted(SearchEvent):
     search_id: UUID
     tenant: str

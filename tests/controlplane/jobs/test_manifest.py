@@ -291,6 +291,9 @@ def test_environment_variable_names_are_checked(name: str) -> None:
         "ROLE_RANK",
         "ROLE_WORLD_SIZE",
         "TORCHELASTIC_RESTART_COUNT",
+        # the job's interface, which the agent names
+        "GLOO_SOCKET_IFNAME",
+        "NCCL_SOCKET_IFNAME",
     ],
 )
 def test_reserved_environment_names_are_refused_by_name(name: str) -> None:
@@ -311,9 +314,9 @@ def test_a_jobsubmitted_event_of_version_1_reads_without_its_reserved_names() ->
         "tenant": "acme",
         "manifest": manifest(env=env),
     }
-    assert JobSubmitted.schema_version == 4
+    assert JobSubmitted.schema_version == 5
     with pytest.raises(MalformedEvent):
-        EVENT_REGISTRY.decode("JobSubmitted", 4, json.dumps(data))
+        EVENT_REGISTRY.decode("JobSubmitted", 5, json.dumps(data))
     decoded = EVENT_REGISTRY.decode("JobSubmitted", 1, json.dumps(data))
     assert isinstance(decoded, JobSubmitted)
     assert decoded.manifest.env == {"NCCL_DEBUG": "INFO"}
@@ -333,7 +336,24 @@ def test_a_jobsubmitted_event_of_version_3_reads_without_the_rendezvous_names() 
     assert isinstance(decoded, JobSubmitted)
     assert decoded.manifest.env == {"NCCL_DEBUG": "INFO"}
     with pytest.raises(MalformedEvent, match=r"RANK is reserved"):
-        EVENT_REGISTRY.decode("JobSubmitted", 4, json.dumps(data))
+        EVENT_REGISTRY.decode("JobSubmitted", 5, json.dumps(data))
+
+
+def test_a_jobsubmitted_event_of_version_4_reads_without_the_socket_interface_names() -> None:
+    """Jobs submitted before gloo's and NCCL's interface names were reserved: the agent's
+    (the job's own interface) are the ones the learner gets."""
+    env = {"NCCL_DEBUG": "INFO", "GLOO_SOCKET_IFNAME": "eth0", "NCCL_SOCKET_IFNAME": "eth0"}
+    data = {
+        "at": "2026-01-01T00:00:00Z",
+        "job_id": str(UUID(int=7)),
+        "tenant": "acme",
+        "manifest": manifest(env=env),
+    }
+    decoded = EVENT_REGISTRY.decode("JobSubmitted", 4, json.dumps(data))
+    assert isinstance(decoded, JobSubmitted)
+    assert decoded.manifest.env == {"NCCL_DEBUG": "INFO"}
+    with pytest.raises(MalformedEvent, match=r"GLOO_SOCKET_IFNAME is reserved"):
+        EVENT_REGISTRY.decode("JobSubmitted", 5, json.dumps(data))
 
 
 def test_a_stored_job_state_reads_without_its_reserved_names() -> None:

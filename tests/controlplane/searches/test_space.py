@@ -13,7 +13,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from controlplane.event_registry import EVENT_REGISTRY
 from controlplane.jobs.manifest import MIN_CPUS
+from controlplane.searches.events import SearchSubmitted
 from controlplane.searches.space import (
     MIN_LOG_BOUND,
     Space,
@@ -189,3 +191,18 @@ def test_a_search_stored_before_the_floors_reads_within_them() -> None:
     assert all(math.isfinite(point["lr"]) for point in grid)
     assert min(point["lr"] for point in grid) == MIN_LOG_BOUND
     assert max(point["lr"] for point in grid) == pytest.approx(1.0)
+
+
+def test_a_search_submitted_before_the_socket_names_were_reserved_reads_without_them() -> None:
+    """SearchSubmitted version 3 allowed the trial's `GLOO_SOCKET_IFNAME`: its trials run
+    with the agent's (the job's own interface)."""
+    env = {"NCCL_DEBUG": "INFO", "GLOO_SOCKET_IFNAME": "eth0"}
+    data = {
+        "at": "2026-01-01T00:00:00Z",
+        "search_id": "00000000-0000-0000-0000-000000000007",
+        "tenant": "acme",
+        "spec": {**SEARCH, "trial": {**SEARCH["trial"], "env": env}},
+    }
+    decoded = EVENT_REGISTRY.decode("SearchSubmitted", 3, json.dumps(data))
+    assert isinstance(decoded, SearchSubmitted)
+    assert decoded.spec.trial.env == {"NCCL_DEBUG": "INFO"}
