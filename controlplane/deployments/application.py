@@ -36,6 +36,7 @@ from controlplane.deployments.names import NAME
 from controlplane.deployments.reconcile import next_start
 from controlplane.deployments.service import Deployments
 from controlplane.deployments.spec import (
+    Autoscaling,
     DeploymentRequest,
     PipelineRequest,
     PredictRequest,
@@ -131,7 +132,9 @@ class ServingApplication:
             self._images.admit(request.resources.image)
         except ImageRefused as exc:
             raise Refusal(Refused.INVALID, str(exc), field="resources.image") from exc
-        asked = replica_room(request.replicas, request.resources.cpus, request.resources.memory_mb)
+        # An autoscaled deployment is admitted for the most replicas its load may ask for.
+        most = request.replicas if request.autoscaling is None else request.autoscaling.max_replicas
+        asked = replica_room(most, request.resources.cpus, request.resources.memory_mb)
         await gate.admit(self._pool, tenant, replace(asked, deployments=1))
         with refusing():
             deployment = await self.deployments.deploy(tenant, request, actor)
@@ -519,6 +522,11 @@ class ServingApplication:
             replicas=deployment.replicas,
             resources=deployment.resources,
             serving=deployment.serving,
+            autoscaling=(
+                None
+                if deployment.autoscaling is None
+                else Autoscaling.model_validate(deployment.autoscaling)
+            ),
             state="deleting" if deployment.deleted else "serving",
             replica_jobs=[
                 ReplicaJob(

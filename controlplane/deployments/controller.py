@@ -1,6 +1,7 @@
 """The deployment controller, a step of the lifecycle manager's sweep: replicas that stopped
 answering are replaced (their tasks go back to the queue, or fail after MAX_TRIES), every
-deployment's replicas are kept what it asks for, and tasks left to a deleted deployment fail."""
+deployment's replicas are kept what it asks for (an autoscaled one's, what its load asks for:
+autoscaler.py), and tasks left to a deleted deployment fail."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections.abc import Awaitable
 
 import asyncpg
 
+from controlplane.deployments.autoscaler import LOOK_BACK_S, Load
 from controlplane.deployments.errors import ServingError
 from controlplane.deployments.service import Deployments
 from controlplane.deployments.tasks import MAX_TRIES
@@ -43,6 +45,17 @@ class DeploymentController:
                 row["tenant"], row["deployment"], row["replica"], reason
             )
             await _isolated(f"deployment {row['tenant']}/{row['deployment']}", retire)
+        # Autoscaled ones first: a deployment whose load asks for another replica gets its job
+        # submitted in this sweep (autoscale reconciles), not the next.
+        for row in await self._pool.fetch(Q["autoscaled_loads"], LOOK_BACK_S):
+            load = Load(
+                unfinished=row["unfinished"],
+                waiting=row["waiting"],
+                mean_in_flight=row["mean_in_flight"],
+                idle_s=row["idle_s"],
+            )
+            autoscale = self._deployments.autoscale(row["tenant"], row["name"], load)
+            await _isolated(f"deployment {row['tenant']}/{row['name']}", autoscale)
         for row in await self._pool.fetch(Q["live_deployments"]):
             reconcile = self._deployments.reconcile(row["tenant"], row["name"])
             await _isolated(f"deployment {row['tenant']}/{row['name']}", reconcile)

@@ -29,10 +29,16 @@ def _within_bounds(data: dict[str, Any]) -> dict[str, Any]:
     return {**data, "resources": bounded, "serving": serving}
 
 
-@event_type("DeploymentCreated", version=2, upcasters={1: _within_bounds})
+def _fixed_replicas(data: dict[str, Any]) -> dict[str, Any]:
+    # Version 2 had no autoscaling: each deployment served its fixed `replicas`.
+    return {**data, "autoscaling": None}
+
+
+@event_type("DeploymentCreated", version=3, upcasters={1: _within_bounds, 2: _fixed_replicas})
 class DeploymentCreated(DeploymentEvent):
     """A model version deployed; the version is resolved once, here, and stays. Version 2: its
-    resources and serving within today's floors (`jobs.manifest.MIN_CPUS`, ...)."""
+    resources and serving within today's floors (`jobs.manifest.MIN_CPUS`, ...); version 3:
+    `autoscaling`."""
 
     tenant: str
     name: str
@@ -51,11 +57,33 @@ class DeploymentCreated(DeploymentEvent):
         default=None,
         description="the inference job whose queries its replicas run (it owns the deployment)",
     )
+    autoscaling: dict[str, Any] | None = Field(
+        default=None,
+        description="its replicas follow the load within these bounds (spec.Autoscaling); "
+        "None: always `replicas`",
+    )
 
 
 @event_type("DeploymentScaled")
 class DeploymentScaled(DeploymentEvent):
+    """Its owner asked for another fixed number of replicas."""
+
     replicas: int
+
+
+@event_type("DeploymentAutoscaled")
+class DeploymentAutoscaled(DeploymentEvent):
+    """The autoscaler moved its replicas (controlplane/deployments/autoscaler.py), with the load
+    that moved it, as the controller's sweep read it."""
+
+    replicas: int
+    previous: int = Field(description="the replicas it had")
+    in_flight: float = Field(
+        description="requests in flight the decision read (queued, "
+        "running, and the recent mean of those answered)"
+    )
+    waiting: int = Field(description="of those, queued for a replica")
+    idle_s: float = Field(description="seconds since a request last came or was in flight")
 
 
 @event_type("ReplicaStarted")
@@ -100,6 +128,7 @@ class PipelineRemoved(PipelineEvent):
 EVENT_TYPES: tuple[type[Event], ...] = (
     DeploymentCreated,
     DeploymentScaled,
+    DeploymentAutoscaled,
     ReplicaStarted,
     ReplicaRetired,
     DeploymentDeleted,

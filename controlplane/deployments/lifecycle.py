@@ -11,6 +11,7 @@ from uuid import UUID
 
 from controlplane.deployments.errors import Conflict, NotFound, ServingError
 from controlplane.deployments.events import (
+    DeploymentAutoscaled,
     DeploymentCreated,
     DeploymentDeleted,
     DeploymentEvent,
@@ -58,6 +59,9 @@ class Deployment:
     inference_job: UUID | None = None
     """The inference job that owns it: its replicas run that job's queries, and only the job
     scales or deletes it."""
+    autoscaling: dict[str, Any] | None = None
+    """Its replicas follow the load within these bounds (spec.Autoscaling); None: `replicas`
+    stays what its owner asks for."""
 
     @property
     def live(self) -> bool:
@@ -79,6 +83,17 @@ class Scale:
 
 
 @dataclass(frozen=True, slots=True)
+class Autoscale:
+    """The autoscaler's decision (autoscaler.py), with the load it read."""
+
+    replicas: int
+    in_flight: float
+    waiting: int
+    idle_s: float
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
 class ChangeReplicas:
     at: datetime
     retire: tuple[tuple[UUID, str], ...] = ()
@@ -93,7 +108,7 @@ class Delete:
     at: datetime
 
 
-DeploymentCommand = Create | Scale | ChangeReplicas | Delete
+DeploymentCommand = Create | Scale | Autoscale | ChangeReplicas | Delete
 
 
 def decide(command: DeploymentCommand, state: Deployment | None) -> list[DeploymentEvent]:
@@ -110,9 +125,28 @@ def decide(command: DeploymentCommand, state: Deployment | None) -> list[Deploym
         raise NotFound("no such deployment")
     match command:
         case Scale(replicas=replicas, at=at):
+            if state.autoscaling is not None:
+                raise Conflict(
+                    f"deployment {state.name} is autoscaled (between "
+                    f"{state.autoscaling['min_replicas']} and "
+                    f"{state.autoscaling['max_replicas']} replicas): its load sets its replicas"
+                )
             if replicas == state.replicas:
                 return []
             return [DeploymentScaled(replicas=replicas, at=at)]
+        case Autoscale(replicas=replicas, at=at):
+            if state.autoscaling is None or replicas == state.replicas:
+                return []  # no longer autoscaled, or already there: nothing to do
+            return [
+                DeploymentAutoscaled(
+                    replicas=replicas,
+                    previous=state.replicas,
+                    in_flight=command.in_flight,
+                    waiting=command.waiting,
+                    idle_s=command.idle_s,
+                    at=at,
+                )
+            ]
         case ChangeReplicas(at=at, retire=retire, start=start):
             if state.deleted and start:
                 raise NotFound("no such deployment")
@@ -151,12 +185,17 @@ def evolve(state: Deployment | None, event: DeploymentEvent) -> Deployment | Non
                 updated_at=event.at,
                 started=0 if state is None else state.started,
                 inference_job=event.inference_job,
+                autoscaling=event.autoscaling,
             )
     if state is None:
         raise InvariantBroken(f"{event.type_name} before DeploymentCreated")
     match event:
         case DeploymentScaled(replicas=replicas):
             return replace(state, replicas=replicas, updated_at=event.at, failures=0)
+        case DeploymentAutoscaled(replicas=replicas):
+            # Failures stay counted: the load asking for replicas is no owner's new try, and a
+            # model that cannot run keeps its backoff (reconcile.next_start).
+            return replace(state, replicas=replicas, updated_at=event.at)
         case ReplicaStarted(job_id=job_id, number=number):
             return replace(state, active=(*state.active, job_id), started=number)
         case ReplicaRetired(job_id=job_id, reason=reason):

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from controlplane.database import Executor
 from controlplane.deployments.events import (
+    DeploymentAutoscaled,
     DeploymentCreated,
     DeploymentDeleted,
     DeploymentScaled,
@@ -32,6 +33,9 @@ class DeploymentsProjection:
             match recorded.event:
                 case DeploymentCreated() as created:
                     spec = {"resources": created.resources, "serving": created.serving}
+                    if created.autoscaling is not None:
+                        # Only then: a fixed deployment's row reads as it always has.
+                        spec["autoscaling"] = created.autoscaling
                     await conn.execute(
                         Q["upsert_deployment"],
                         tenant,
@@ -46,7 +50,7 @@ class DeploymentsProjection:
                         created.replicas,
                         created.at,
                     )
-                case DeploymentScaled() as scaled:
+                case DeploymentScaled() | DeploymentAutoscaled() as scaled:
                     await conn.execute(
                         Q["scale_deployment"], tenant, name, scaled.replicas, scaled.at
                     )

@@ -53,6 +53,44 @@ ORDER BY name;
 -- The lifecycle manager's reconcile: every deployment that has replicas to start or stop.
 SELECT tenant, name FROM deployments WHERE NOT deleted OR cardinality(replica_jobs) > 0;
 
+-- name: autoscaled_loads
+-- The controller's autoscaler (autoscaler.py): each autoscaled deployment's load, read from the
+-- rows its requests leave whichever path they took (a direct prediction's row is written moments
+-- after its answer, stamped with its arrival), so every control plane's requests count and
+-- nothing is written for it. $1: the look-back, in seconds. Per deployment, by its indexes: its
+-- tasks queued or running (the partial indexes), those finished within the look-back (each
+-- task's time in flight within it, summed: over $1, the mean in flight), and its latest arrival
+-- (the last entry of (tenant, deployment, submitted_at)), for how long it has been idle.
+SELECT d.tenant, d.name, o.unfinished, o.waiting,
+       (o.busy_s + f.busy_s) / $1 AS mean_in_flight,
+       CASE WHEN o.unfinished > 0 THEN 0
+            ELSE greatest(0, extract(epoch FROM
+                     now() - greatest(f.last_finished_at, l.last_arrival, d.created_at)))
+       END::float8 AS idle_s
+FROM deployments d
+CROSS JOIN LATERAL (
+    SELECT count(*) AS unfinished, count(*) FILTER (WHERE t.state = 'queued') AS waiting,
+           coalesce(sum(greatest(0, extract(epoch FROM
+               now() - greatest(t.submitted_at, now() - make_interval(secs => $1))))), 0)
+               AS busy_s
+    FROM serving_tasks t
+    WHERE t.tenant = d.tenant AND t.deployment = d.name AND t.state IN ('queued', 'running')
+) o
+CROSS JOIN LATERAL (
+    SELECT coalesce(sum(extract(epoch FROM
+               t.finished_at - greatest(t.submitted_at, now() - make_interval(secs => $1)))), 0)
+               AS busy_s,
+           max(t.finished_at) AS last_finished_at
+    FROM serving_tasks t
+    WHERE t.tenant = d.tenant AND t.deployment = d.name
+      AND t.finished_at > now() - make_interval(secs => $1)
+) f
+CROSS JOIN LATERAL (
+    SELECT max(t.submitted_at) AS last_arrival FROM serving_tasks t
+    WHERE t.tenant = d.tenant AND t.deployment = d.name
+) l
+WHERE NOT d.deleted AND d.spec ? 'autoscaling';
+
 -- name: replica_states
 -- A deployment's replica jobs as the jobs projection has them (its view's `replicas`).
 SELECT job_id, state, attempt, restarts FROM job_status WHERE job_id = ANY($1::uuid[]);

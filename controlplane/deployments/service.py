@@ -9,11 +9,13 @@ import logging
 from uuid import UUID
 
 from controlplane.clock import SYSTEM_CLOCK, Clock
+from controlplane.deployments.autoscaler import Load, Policy, desired_replicas
 from controlplane.deployments.errors import Conflict, InvalidRequest, NotFound
 from controlplane.deployments.events import DeploymentCreated, PipelineDefined
 from controlplane.deployments.lifecycle import (
     DEPLOYMENT,
     PIPELINE,
+    Autoscale,
     ChangeReplicas,
     Create,
     Define,
@@ -88,6 +90,14 @@ def replica_manifest(deployment: Deployment) -> JobManifest:
     )
 
 
+def initial_replicas(request: DeploymentRequest) -> int:
+    """The replicas a new deployment starts with: its fixed number, or its autoscaling's
+    fewest (the load raises them from there)."""
+    if request.autoscaling is None:
+        return request.replicas
+    return request.autoscaling.min_replicas
+
+
 class Deployments:
     """Deployment and pipeline commands, with their streams as the only truth."""
 
@@ -123,6 +133,11 @@ class Deployments:
         """Deploy the model version; `inference_job`: for that job's queries (the inference
         service's own deployments, whose names users cannot take)."""
         name = check_name(request.name)
+        if request.autoscaling is not None and "replicas" in request.model_fields_set:
+            raise InvalidRequest(
+                "give either a fixed number of replicas or autoscaling, not both",
+                field="replicas",
+            )
         if inference_job is None and name.startswith(INFERENCE_PREFIX):
             raise InvalidRequest(
                 f"names starting with {INFERENCE_PREFIX!r} are those of inference jobs' "
@@ -150,10 +165,11 @@ class Deployments:
             requirements=list(metadata.servable.requirements),
             resources=request.resources.model_dump(),
             serving=request.serving.model_dump(),
-            replicas=request.replicas,
+            replicas=initial_replicas(request),
             actor=actor,
             at=self.clock.now(),
             inference_job=inference_job,
+            autoscaling=None if request.autoscaling is None else request.autoscaling.model_dump(),
         )
         await self._execute(tenant, name, Create(event), actor)
         return await self.reconcile(tenant, name)
@@ -161,6 +177,31 @@ class Deployments:
     async def scale(self, tenant: str, name: str, replicas: int, actor: str) -> Deployment:
         await self._owned_by(tenant, name, None)
         await self._execute(tenant, name, Scale(replicas, self.clock.now()), actor)
+        return await self.reconcile(tenant, name)
+
+    async def autoscale(self, tenant: str, name: str, load: Load) -> Deployment:
+        """Its replicas made what its load needs now (autoscaler.py), the change recorded with
+        the load that drove it; then reconciled."""
+        state = await self.load(tenant, name)
+        if state is None or state.deleted or state.autoscaling is None:
+            raise NotFound(f"no autoscaled deployment {name}")
+        now = self.clock.now()
+        since_change_s = (now - state.updated_at).total_seconds()
+        replicas = desired_replicas(
+            Policy.of(state.autoscaling), load, state.replicas, since_change_s
+        )
+        if replicas != state.replicas:
+            log.info(
+                "deployment %s/%s: autoscaled from %d to %d replicas (%.2f in flight, %d waiting)",
+                tenant,
+                name,
+                state.replicas,
+                replicas,
+                load.in_flight,
+                load.waiting,
+            )
+            command = Autoscale(replicas, load.in_flight, load.waiting, load.idle_s, now)
+            await self._execute(tenant, name, command, "system:autoscaler")
         return await self.reconcile(tenant, name)
 
     async def delete(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 from pydantic.config import JsonDict
 
 from controlplane.deployments.names import NAME
@@ -88,8 +88,56 @@ class Serving(BaseModel):
     )
 
 
+MAX_TARGET_IN_FLIGHT = 10_000.0
+MIN_SCALE_DOWN_DELAY_S = 1.0
+MAX_SCALE_DOWN_DELAY_S = 3600.0
+
+
+class Autoscaling(BaseModel):
+    """Replicas that follow the load: as many as the requests in flight need at
+    `target_in_flight` each, within `min_replicas` and `max_replicas` (controlplane/deployments/
+    autoscaler.py). More at once; fewer only once the last change is `scale_down_delay_s` old,
+    and none (with `min_replicas` 0) only once no request has come or been in flight for that
+    long."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    min_replicas: int = Field(
+        default=1,
+        ge=0,
+        le=MAX_REPLICAS,
+        description="the fewest replicas it keeps; 0 scales it to zero when idle (a request "
+        "that comes then waits for a replica to start)",
+    )
+    max_replicas: int = Field(
+        ge=1, le=MAX_REPLICAS, description="the most replicas it grows to (at least min_replicas)"
+    )
+    target_in_flight: float = Field(
+        default=4.0,
+        gt=0,
+        le=MAX_TARGET_IN_FLIGHT,
+        description="requests in flight (queued or running) each replica should have",
+    )
+    scale_down_delay_s: float = Field(
+        default=60.0,
+        ge=MIN_SCALE_DOWN_DELAY_S,
+        le=MAX_SCALE_DOWN_DELAY_S,
+        description="how long after its last change of replicas it may have fewer, and how long "
+        "it must have been idle before none",
+    )
+
+    @field_validator("max_replicas")
+    @classmethod
+    def _at_least_min(cls, value: int, info: ValidationInfo) -> int:
+        fewest = info.data.get("min_replicas")
+        if fewest is not None and value < fewest:
+            raise ValueError(f"must be at least min_replicas ({fewest})")
+        return value
+
+
 class DeploymentRequest(BaseModel):
-    """POST /v1/deployments: a model version served by `replicas` replicas."""
+    """POST /v1/deployments: a model version served by `replicas` replicas, or by as many as its
+    load needs (`autoscaling`; then `replicas` is not given)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -103,9 +151,19 @@ class DeploymentRequest(BaseModel):
         description="the model version: name, name:3, name@alias, or tenant/name... for "
         "another tenant's public model; resolved once, when deployed",
     )
-    replicas: int = Field(default=1, ge=0, le=MAX_REPLICAS)
+    replicas: int = Field(
+        default=1,
+        ge=0,
+        le=MAX_REPLICAS,
+        description="a fixed number of replicas (not with `autoscaling`)",
+    )
     resources: Resources = Field(default_factory=Resources)
     serving: Serving = Field(default_factory=Serving)
+    autoscaling: Autoscaling | None = Field(
+        default=None,
+        description="replicas that follow the load, instead of a fixed number (`replicas` "
+        "must then be left out)",
+    )
 
 
 class ScaleRequest(BaseModel):

@@ -13,6 +13,7 @@ from uuid import UUID
 import asyncpg
 from pydantic import BaseModel, Field, PlainSerializer, WithJsonSchema
 
+from controlplane.deployments.spec import Autoscaling
 from controlplane.queries import Q
 
 
@@ -68,9 +69,12 @@ class DeploymentView(BaseModel):
     version: int
     artifact_sha256: str
     entry_point: str
-    replicas: int = Field(description="replicas asked for")
+    replicas: int = Field(description="replicas asked for (by its owner, or by its autoscaling)")
     resources: dict[str, Any]
     serving: dict[str, Any]
+    autoscaling: Autoscaling | None = Field(
+        description="the bounds its replicas follow the load within (null: a fixed number)"
+    )
     state: Literal["serving", "deleting"]
     replica_jobs: list[ReplicaJob] = Field(
         description="the jobs serving it now (see GET /v1/jobs/{id})"

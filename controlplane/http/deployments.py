@@ -326,6 +326,7 @@ OPERATIONS = (
             401: UNAUTHORIZED,
             403: FORBIDDEN_OR_BEYOND,
             404: NOT_FOUND,
+            409: "it is autoscaled: its load sets its replicas",
             422: INVALID,
             429: LIMITED,
             503: BUSY,

@@ -1,0 +1,130 @@
+"""Autoscaling through the system, on a real Postgres with a real agent and replicas (the process
+runtime): a deployment scaled to zero answers a synchronous request (queued, since no replica
+is offered, it makes the sweep start one, which claims it), goes back to zero once idle, and
+each move is an event carrying the load that drove it; bad autoscaling specs change nothing."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+
+from tests.controlplane.deployments.serving import (
+    Client,
+    deploy,
+    predict,
+    publish,
+    serving_cluster,
+)
+from tests.controlplane.deployments.test_serving import DOUBLE
+from tests.polling import eventually
+from tests.tenancy import Tokens, auth
+
+AUTOSCALING = {
+    "min_replicas": 0,
+    "max_replicas": 2,
+    "target_in_flight": 1,
+    "scale_down_delay_s": 2,
+}
+
+
+async def moves(pool: asyncpg.Pool, name: str) -> list[dict[str, Any]]:
+    """The deployment's autoscaling events, in order."""
+    rows = await pool.fetch(
+        "SELECT data::text AS data FROM events WHERE stream_id = $1"
+        " AND type = 'DeploymentAutoscaled' ORDER BY stream_version",
+        f"deployment-acme.{name}",
+    )
+    return [json.loads(row["data"]) for row in rows]
+
+
+async def replica_jobs(client: Client, token: str, name: str) -> list[dict[str, Any]]:
+    response = await client.get(f"/v1/deployments/{name}", headers=auth(token))
+    view: dict[str, Any] = await response.json()
+    jobs: list[dict[str, Any]] = view["replica_jobs"]
+    return jobs
+
+
+async def test_scaled_to_zero_a_synchronous_request_waits_for_a_replica_and_is_answered(
+    db_url: str, tmp_path: Path, tokens: Tokens, pool: asyncpg.Pool
+) -> None:
+    async with serving_cluster(db_url, tmp_path) as (client, _):
+        await publish(client, tokens.acme, "double", DOUBLE, "double:predict")
+        view = await deploy(
+            client,
+            tokens.acme,
+            name="dbl",
+            model="double",
+            serving={"memo": False},
+            autoscaling=AUTOSCALING,
+        )
+        assert (view["replicas"], view["replica_jobs"]) == (0, [])
+        assert view["autoscaling"] == {**AUTOSCALING, "target_in_flight": 1.0}
+        # No replica: the direct path has none to offer, so the request is queued as a row and
+        # waits (its synchronous wait), the sweep sees it waiting and starts a replica.
+        status, task = await predict(client, tokens.acme, "dbl", [1, 2, 3])
+        assert (status, task["status"], task["outputs"]) == (200, "succeeded", [2, 4, 6])
+        claimed = await pool.fetchval(
+            "SELECT claimed_at FROM serving_tasks WHERE task_id = $1", uuid.UUID(task["task_id"])
+        )
+        assert claimed is not None  # the queue's path: claimed by the new replica's feed
+        up = (await moves(pool, "dbl"))[0]
+        assert (up["previous"], up["replicas"], up["waiting"]) == (0, 1, 1)
+        assert up["in_flight"] >= 1
+
+        # Idle for the delay: back to zero, its replica's job stopped.
+        async def down() -> bool:
+            return not await replica_jobs(client, tokens.acme, "dbl")
+
+        await eventually(down, seconds=60)
+        last = (await moves(pool, "dbl"))[-1]
+        assert (last["previous"], last["replicas"], last["waiting"]) == (1, 0, 0)
+        assert last["idle_s"] >= AUTOSCALING["scale_down_delay_s"]
+        # And again from zero: nothing lost.
+        status, task = await predict(client, tokens.acme, "dbl", [5])
+        assert (status, task["outputs"]) == (200, [10])
+
+
+async def test_autoscaling_is_checked_and_exclusive_with_a_fixed_number(
+    db_url: str, tmp_path: Path, tokens: Tokens, pool: asyncpg.Pool
+) -> None:
+    async with serving_cluster(db_url, tmp_path, agents=0) as (client, _):
+        await publish(client, tokens.acme, "double", DOUBLE, "double:predict")
+        bad: list[tuple[dict[str, Any], str]] = [
+            ({"replicas": 2, "autoscaling": AUTOSCALING}, "replicas"),
+            ({"autoscaling": {**AUTOSCALING, "max_replicas": 0}}, "autoscaling.max_replicas"),
+            (
+                {"autoscaling": {"min_replicas": 3, "max_replicas": 2}},
+                "autoscaling.max_replicas",
+            ),
+            (
+                {"autoscaling": {**AUTOSCALING, "target_in_flight": 0}},
+                "autoscaling.target_in_flight",
+            ),
+            ({"autoscaling": {**AUTOSCALING, "min_replicas": -1}}, "autoscaling.min_replicas"),
+            ({"autoscaling": {**AUTOSCALING, "max_replicas": 65}}, "autoscaling.max_replicas"),
+            (
+                {"autoscaling": {**AUTOSCALING, "scale_down_delay_s": 0}},
+                "autoscaling.scale_down_delay_s",
+            ),
+            ({"autoscaling": {"min_replicas": 0}}, "autoscaling.max_replicas"),
+            ({"autoscaling": {**AUTOSCALING, "step": 2}}, "autoscaling.step"),
+        ]
+        for extra, field in bad:
+            body = {"name": "dbl", "model": "double", **extra}
+            response = await client.post("/v1/deployments", json=body, headers=auth(tokens.acme))
+            assert response.status == 422, (extra, await response.text())
+            assert field in await response.text(), (extra, await response.text())
+        assert await pool.fetchval("SELECT count(*) FROM deployments") == 0
+        await deploy(client, tokens.acme, name="dbl", model="double", autoscaling=AUTOSCALING)
+        # Its load sets its replicas: a fixed number is refused, and changes nothing.
+        response = await client.patch(
+            "/v1/deployments/dbl", json={"replicas": 3}, headers=auth(tokens.acme)
+        )
+        assert response.status == 409, await response.text()
+        assert "autoscaled" in await response.text()
+        response = await client.get("/v1/deployments/dbl", headers=auth(tokens.acme))
+        assert (await response.json())["replicas"] == 0
