@@ -230,6 +230,7 @@ nodes = Table(
     Column("memory_mb", BigInteger, nullable=False),
     Column("draining", Boolean, nullable=False, server_default=text("false")),
     Column("address", INET),
+    Column("job_plan", Text),
     CheckConstraint("state IN ('READY', 'GONE', 'LOST')"),
     CheckConstraint("cpus > 0"),
     CheckConstraint("memory_mb > 0"),

@@ -38,7 +38,14 @@ from controlplane.jobs.lifecycle import Command, Job, Refused, RollBack
 from node_agent.attempt import Attempt, LogSink, drained
 from node_agent.folders import JobFolders
 from node_agent.inventory import Gpu, GpuInventory
-from node_agent.job_links import DEFAULT_RANGE, AddressPlan, JobLink, LinkError, job_link
+from node_agent.job_links import (
+    DEFAULT_RANGE,
+    AddressPlan,
+    JobLink,
+    LinkError,
+    job_link,
+    unlinked_because,
+)
 from node_agent.learners import checkpoints_of, learner_specs
 from node_agent.reconcile import Resumed, VersionedJob, plan
 from node_agent.runtime import FoundLearner, Learner, LearnerRuntime, LearnerSpec
@@ -178,6 +185,7 @@ class Agent:
             memory_mb=self.config.memory_mb,
             gpus=gpus,
             address=self.config.node_address,
+            job_plan=self.config.job_network.key(self.config.learner_uids.start),
         )
         await self._port.register(spec, self.config.ttl_s)
         log.info("node %s registered with %d GPU(s)", self.config.name, len(gpus))
@@ -493,17 +501,18 @@ class Agent:
         ):
             return None
         addresses = await self._port.node_addresses(won.nodes)
-        unaddressed = [node for node in won.nodes if addresses.get(node) is None]
-        if unaddressed:
+        plan = self.config.job_network.key(self.config.learner_uids.start)
+        if (reason := unlinked_because(won.nodes, addresses, plan)) is not None:
             log.warning(
-                "job %s attempt %d: no network across its nodes, for want of the address of %s",
+                "job %s attempt %d: no network across its nodes: %s",
                 won.job.job_id,
                 won.attempt,
-                ", ".join(unaddressed),
+                reason,
             )
             return None
         index = uid - self.config.learner_uids.start  # the job's alone across the fleet
-        return job_link(self.config.job_network, index, won.nodes, self.config.name, addresses)
+        at = {node: found.address for node, found in addresses.items()}
+        return job_link(self.config.job_network, index, won.nodes, self.config.name, at)
 
     def _start(
         self, won: Claim, specs: list[LearnerSpec], adopted: Mapping[int, Learner] | None = None

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv4Network
 from pathlib import Path
 
+from controlplane.agent_port.vocabulary import NodeAddress
 from node_agent import commands
 
 log = logging.getLogger(__name__)
@@ -88,6 +89,13 @@ class AddressPlan:
             raise ValueError(f"{text} is smaller than one job's block (/{JOB_PREFIX})")
         return cls(cluster)
 
+    def key(self, first_uid: int) -> str:
+        """How a node with this range and learner uids from `first_uid` numbers jobs' blocks,
+        recorded with its registration: a job spans only nodes whose keys are equal, since a
+        node numbering otherwise would give the job another running job's addresses (whose
+        nodes' rules would then let it in)."""
+        return f"{self.cluster} from uid {first_uid}"
+
     @property
     def blocks(self) -> int:
         return 1 << (JOB_PREFIX - self.cluster.prefixlen)
@@ -132,6 +140,26 @@ class JobLink:
     def master(self) -> IPv4Address:
         """The job's address on its node of rank 0, rank 0's (MASTER_ADDR)."""
         return self.block[1]
+
+
+def unlinked_because(
+    nodes: Sequence[str], recorded: Mapping[str, NodeAddress], key: str
+) -> str | None:
+    """Why a job on `nodes` gets no network across them, as their registrations `recorded`
+    them, or None when it does: every node gave its address, and each numbers jobs' blocks as
+    this one does (`key`, `AddressPlan.key`). Every node of the job reads the same records, so
+    all of them decide alike."""
+    unaddressed = [node for node in nodes if node not in recorded]
+    if unaddressed:
+        return f"for want of the address of {', '.join(unaddressed)} (--node-address)"
+    unlike = [node for node in nodes if recorded[node].job_plan != key]
+    if unlike:
+        plans = ", ".join(f"{node} ({recorded[node].job_plan or 'unknown'})" for node in unlike)
+        return (
+            f"{plans} number jobs' addresses otherwise than {key} (--job-network and "
+            "TRAINYARD_LEARNER_UIDS must agree on every node)"
+        )
+    return None
 
 
 def job_link(

@@ -31,7 +31,7 @@ from controlplane.agent_port.values import (
     TaskResults,
 )
 from controlplane.agents.events import GpuInfo
-from controlplane.agents.nodes import NodeNameTaken, NodeSpec, Renewal
+from controlplane.agents.nodes import NodeAddress, NodeNameTaken, NodeSpec, Renewal
 from controlplane.clock import SYSTEM_CLOCK, Clock
 from controlplane.deployments.tasks import MAX_TRIES as MAX_TASK_TRIES
 from controlplane.inference.progress import MAX_TRIES as MAX_QUERY_TRIES
@@ -64,6 +64,7 @@ class _Node:
     gpus: list[GpuInfo]
     draining: bool = False
     address: str | None = None
+    job_plan: str | None = None
 
 
 @dataclass
@@ -173,6 +174,7 @@ class MemoryPort:
             list(node.gpus),
             draining=held is not None and held.draining,  # the operator's, kept
             address=node.address,
+            job_plan=node.job_plan,
         )
         return lease
 
@@ -195,9 +197,9 @@ class MemoryPort:
             for g in held.gpus
         ]
 
-    async def node_addresses(self, names: Sequence[str]) -> dict[str, str]:
+    async def node_addresses(self, names: Sequence[str]) -> dict[str, NodeAddress]:
         return {
-            name: node.address
+            name: NodeAddress(node.address, node.job_plan)
             for name in names
             if (node := self._nodes.get(name)) is not None and node.address is not None
         }

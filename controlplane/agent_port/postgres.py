@@ -23,7 +23,7 @@ from controlplane.agent_port.values import (
 )
 from controlplane.agents.claims import Releases, claim
 from controlplane.agents.events import GpuInfo
-from controlplane.agents.nodes import Nodes, NodeSpec, Renewal
+from controlplane.agents.nodes import NodeAddress, Nodes, NodeSpec, Renewal
 from controlplane.clock import SYSTEM_CLOCK, Clock
 from controlplane.deployments.tasks import MAX_TRIES as MAX_TASK_TRIES
 from controlplane.event_registry import EVENT_REGISTRY
@@ -67,7 +67,7 @@ class PostgresPort:
     async def deregister(self, name: str, agent_id: UUID) -> None:
         await self._nodes.deregister(name, agent_id)
 
-    async def node_addresses(self, names: Sequence[str]) -> dict[str, str]:
+    async def node_addresses(self, names: Sequence[str]) -> dict[str, NodeAddress]:
         return await self._nodes.addresses(names)
 
     # Job claims

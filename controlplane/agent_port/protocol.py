@@ -20,7 +20,7 @@ from controlplane.agent_port.values import (
     TaskResults,
 )
 from controlplane.agents.events import GpuInfo
-from controlplane.agents.nodes import NodeSpec, Renewal
+from controlplane.agents.nodes import NodeAddress, NodeSpec, Renewal
 from controlplane.jobs.lifecycle import Command, Job
 from controlplane.logs.lines import LogLine, Stream
 from controlplane.scheduling.claim import Claim
@@ -43,10 +43,11 @@ class Lease(Protocol):
 
     async def deregister(self, name: str, agent_id: UUID) -> None: ...
 
-    async def node_addresses(self, names: Sequence[str]) -> dict[str, str]:
+    async def node_addresses(self, names: Sequence[str]) -> dict[str, NodeAddress]:
         """The addresses the nodes `names` advertise on the cluster network (their agents'
-        `--node-address`, recorded as they register), of those that have one: where a job's
-        network across nodes routes to the job's addresses on them (`node_agent.job_links`)."""
+        `--node-address`, recorded as they register), of those that have one, each with its
+        agent's job plan: where a job's network across nodes routes to the job's addresses on
+        them (`node_agent.job_links`)."""
         ...
 
 

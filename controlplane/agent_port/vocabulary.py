@@ -16,7 +16,7 @@ from controlplane.agent_port.values import (
 )
 from controlplane.agents.claims import uids_exhausted
 from controlplane.agents.events import GpuInfo
-from controlplane.agents.nodes import NodeNameTaken, NodeSpec
+from controlplane.agents.nodes import NodeAddress, NodeNameTaken, NodeSpec
 from controlplane.clock import SYSTEM_CLOCK, Clock
 from controlplane.database import DATABASE_ERRORS
 from controlplane.failures import EXIT_FAILED, EXIT_USAGE, CommandFailed
@@ -79,6 +79,7 @@ __all__ = [
     "LearnerAllocation",
     "LearnerFailure",
     "LogLine",
+    "NodeAddress",
     "NodeNameTaken",
     "NodeSpec",
     "QueryClaim",

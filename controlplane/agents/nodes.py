@@ -51,6 +51,17 @@ class NodeSpec:
     address: str | None = None
     """Its IPv4 address on the cluster network (its agent's `--node-address`): where the other
     nodes route a job's addresses on it (`node_agent.job_links`); None: jobs do not span it."""
+    job_plan: str | None = None
+    """How its agent numbers jobs' address blocks (`node_agent.job_links.AddressPlan.key`):
+    a job spans only nodes that plan alike."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeAddress:
+    """A node's address on the cluster network, and how its agent numbers jobs' blocks."""
+
+    address: str
+    job_plan: str | None
 
 
 def node_stream(name: str) -> str:
@@ -75,6 +86,7 @@ class Nodes:
                 node.cpus,
                 node.memory_mb,
                 node.address,
+                node.job_plan,
             )
             if lease is None:
                 holder = await conn.fetchrow(Q["node_lease_holder"], node.name)
@@ -115,10 +127,10 @@ class Nodes:
             raise InvariantBroken(f"node {name}: a lease that is not a time ({row!r})")
         return Renewal(row["lease_until"], row["draining"])
 
-    async def addresses(self, names: Sequence[str]) -> dict[str, str]:
+    async def addresses(self, names: Sequence[str]) -> dict[str, NodeAddress]:
         """The recorded addresses of the nodes `names` that have one."""
         rows = await self._pool.fetch(Q["node_addresses"], list(names))
-        return {row["name"]: row["address"] for row in rows}
+        return {row["name"]: NodeAddress(row["address"], row["job_plan"]) for row in rows}
 
     async def mark_unhealthy(self, name: str, gpu: GpuInfo) -> None:
         reason = gpu.health_reason or "unhealthy"

@@ -5,19 +5,20 @@
 -- Take (or renew) a node's lease; nothing comes back while another agent holds a live lease
 -- on the name: it keeps it, and the newcomer refuses to start.
 INSERT INTO nodes AS n (name, agent_id, state, lease_until, heartbeat_at, registered_at,
-                        runtime, cpus, memory_mb, address)
-VALUES ($1, $2, 'READY', now() + make_interval(secs => $3), now(), now(), $4, $5, $6, $7)
+                        runtime, cpus, memory_mb, address, job_plan)
+VALUES ($1, $2, 'READY', now() + make_interval(secs => $3), now(), now(), $4, $5, $6, $7, $8)
 ON CONFLICT (name) DO UPDATE
 SET agent_id = excluded.agent_id, state = 'READY', lease_until = excluded.lease_until,
     heartbeat_at = excluded.heartbeat_at, registered_at = excluded.registered_at,
     runtime = excluded.runtime, cpus = excluded.cpus, memory_mb = excluded.memory_mb,
-    address = excluded.address
+    address = excluded.address, job_plan = excluded.job_plan
 WHERE n.lease_until < now() OR n.state <> 'READY' OR n.agent_id = excluded.agent_id
 RETURNING lease_until;
 
 -- name: node_addresses
--- The cluster-network addresses of the nodes $1 that have one (a job's network across nodes).
-SELECT name, host(address) AS address FROM nodes
+-- The cluster-network addresses of the nodes $1 that have one, with how each numbers jobs'
+-- address blocks (a job's network across nodes).
+SELECT name, host(address) AS address, job_plan FROM nodes
 WHERE name = ANY($1::text[]) AND address IS NOT NULL;
 
 -- name: node_lease_holder

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from controlplane.agent_port.vocabulary import NodeAddress
 from harness.node_pair import NODE_ADDRESSES, in_ns, node_pair, sh
 from node_agent.job_links import (
     DEFAULT_RANGE,
@@ -35,6 +36,7 @@ from node_agent.job_links import (
     Peer,
     forward_rules,
     job_link,
+    unlinked_because,
     veth_name,
 )
 from node_agent.job_netns import NETNS_DIR, JobNamespaces
@@ -110,6 +112,26 @@ def test_a_node_s_link_has_the_job_s_address_there_and_its_peers_via_their_nodes
         job_link(PLAN, 3, ["n0", "n1", "n2"], "n1", {"n0": "192.0.2.7"})
     with pytest.raises(LinkError, match="is not IPv4"):
         job_link(PLAN, 3, ["n0", "n1"], "n1", {"n0": "fe80::1"})
+
+
+def test_a_job_is_linked_only_across_nodes_that_gave_an_address_and_plan_alike() -> None:
+    """A node that numbered jobs' blocks otherwise (another --job-network, or learner uids from
+    elsewhere) would give the job another running job's addresses: no node of the job links it."""
+    key = PLAN.key(200000)
+    assert key == "10.224.0.0/11 from uid 200000"
+    alike = {"n0": NodeAddress("192.0.2.7", key), "n1": NodeAddress("192.0.2.8", key)}
+    assert unlinked_because(["n0", "n1"], alike, key) is None
+    reason = unlinked_because(["n0", "n1", "n2"], alike, key)
+    assert reason is not None and "want of the address of n2" in reason
+    other = {**alike, "n1": NodeAddress("192.0.2.8", AddressPlan.parse("10.96.0.0/11").key(200000))}
+    reason = unlinked_because(["n0", "n1"], other, key)
+    assert reason is not None and "n1 (10.96.0.0/11 from uid 200000)" in reason
+    shifted = {**alike, "n0": NodeAddress("192.0.2.7", PLAN.key(300000))}
+    reason = unlinked_because(["n0", "n1"], shifted, key)
+    assert reason is not None and "n0 (10.224.0.0/11 from uid 300000)" in reason
+    before = {**alike, "n0": NodeAddress("192.0.2.7", None)}  # an agent from before plans
+    reason = unlinked_because(["n0", "n1"], before, key)
+    assert reason is not None and "n0 (unknown)" in reason
 
 
 def test_the_veth_passes_the_job_s_own_address_to_its_peers_and_nothing_else() -> None:

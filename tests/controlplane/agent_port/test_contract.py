@@ -15,6 +15,7 @@ from controlplane.agent_port.vocabulary import (
     GpuInfo,
     JobCancelled,
     LogLine,
+    NodeAddress,
     NodeNameTaken,
     NodeSpec,
     Stream,
@@ -121,11 +122,14 @@ async def test_nodes_advertise_their_cluster_addresses_with_their_registration(
     port: AgentPort,
 ) -> None:
     n1 = node("n1", 0)
-    await port.register(replace(n1, address="192.0.2.7"), ttl_s=60)
+    plan = "10.224.0.0/11 from uid 200000"
+    await port.register(replace(n1, address="192.0.2.7", job_plan=plan), ttl_s=60)
     await port.register(node("n2", 0), ttl_s=60)  # an agent that gave none
-    assert await port.node_addresses(["n1", "n2", "n3"]) == {"n1": "192.0.2.7"}
-    await port.register(replace(n1, address="192.0.2.8"), ttl_s=60)  # its agent restarted
-    assert await port.node_addresses(["n1"]) == {"n1": "192.0.2.8"}
+    assert await port.node_addresses(["n1", "n2", "n3"]) == {"n1": NodeAddress("192.0.2.7", plan)}
+    # Its agent restarted with another address and range: the latest registration holds.
+    replan = "10.96.0.0/11 from uid 200000"
+    await port.register(replace(n1, address="192.0.2.8", job_plan=replan), ttl_s=60)
+    assert await port.node_addresses(["n1"]) == {"n1": NodeAddress("192.0.2.8", replan)}
 
 
 async def test_an_unhealthy_gpu_is_not_claimed(port: AgentPort, control: Control) -> None:
