@@ -250,7 +250,7 @@ class ServingApplication:
         deployment = await self._load(tenant, name)
         if deployment.deleted:
             raise Refusal(Refused.NOT_FOUND, f"no deployment {name}")
-        check_items(await self._declared_input(deployment), request.inputs, "inputs")
+        check_items(await self.declared_input_of(deployment), request.inputs, "inputs")
         salt = None
         if deployment.serving["memo"]:
             salt = f"{deployment.artifact_sha256}\n{deployment.entry_point}"
@@ -265,7 +265,7 @@ class ServingApplication:
         # Its first step takes the request's items; each later step, the one before's outputs.
         first = await self.deployments.load(tenant, pipeline.steps[0])
         if first is not None:
-            check_items(await self._declared_input(first), request.inputs, "inputs")
+            check_items(await self.declared_input_of(first), request.inputs, "inputs")
         target = Target(tenant=tenant, steps=pipeline.steps, pipeline=name)
         return await self._run(target, request, key)
 
@@ -306,7 +306,7 @@ class ServingApplication:
         route = await self._direct.route(tenant, name)
         if route is None:
             return None
-        check_items(await self._declared_input(route.model), request.inputs, "inputs")
+        check_items(await self.declared_input_of(route.model), request.inputs, "inputs")
         try:
             check_storable(request.inputs)
             data = json.dumps(request.inputs, allow_nan=False)
@@ -543,7 +543,7 @@ class ServingApplication:
             updated_at=deployment.updated_at,
         )
 
-    async def _declared_input(
+    async def declared_input_of(
         self, deployment: Deployment | tuple[str, str, int]
     ) -> DeclaredInput | None:
         """What the items of the deployment's model version must be (`deployment`: it, or
