@@ -47,6 +47,7 @@ AGENT_RIGHTS = {
     "UPDATE (cpus) ON nodes",
     "UPDATE (memory_mb) ON nodes",
     "UPDATE (address) ON nodes",
+    "UPDATE (job_plan) ON nodes",
     "SELECT ON node_gpus",
     "INSERT ON node_gpus",
     "UPDATE ON node_gpus",
