@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from controlplane.deployments.spec import DeploymentRequest, Resources, Serving
+from controlplane.deployments.spec import Autoscaling, DeploymentRequest, Resources, Serving
 from controlplane.failures import EXIT_FAILED
 from controlplane.settings import Settings
 from trainyard import render
@@ -88,6 +88,34 @@ def add_serving_commands(commands: Any) -> None:
         type=int,
         metavar="N",
         help=f"replicas (0 to 64; {server_default(DeploymentRequest, 'replicas')})",
+    )
+    deploy.add_argument(
+        "--min-replicas",
+        type=int,
+        metavar="N",
+        help="autoscaled (instead of --replicas): the fewest replicas, 0 to scale to zero when "
+        f"idle ({server_default(Autoscaling, 'min_replicas')})",
+    )
+    deploy.add_argument(
+        "--max-replicas",
+        type=int,
+        metavar="N",
+        help="autoscaled: the most replicas (1 to 64, at least --min-replicas; required "
+        "with any of the autoscaling flags)",
+    )
+    deploy.add_argument(
+        "--target-in-flight",
+        type=float,
+        metavar="X",
+        help="autoscaled: requests in flight each replica should have "
+        f"({server_default(Autoscaling, 'target_in_flight')})",
+    )
+    deploy.add_argument(
+        "--scale-down-delay",
+        type=float,
+        metavar="S",
+        help="autoscaled: seconds after its last change before it has fewer replicas, and "
+        f"idle before none ({server_default(Autoscaling, 'scale_down_delay_s')})",
     )
     deploy.add_argument(
         "--gpus",
@@ -165,6 +193,11 @@ def add_serving_commands(commands: Any) -> None:
         "--scale", type=int, metavar="N", help="with NAME: serve it on N replicas (0 to 64)"
     )
     change.add_argument("--metrics", action="store_true", help="with NAME: show its figures")
+    change.add_argument(
+        "--history",
+        action="store_true",
+        help="with NAME: show its events (each change of its replicas, and why)",
+    )
     predict = add(
         commands,
         "predict",
@@ -290,6 +323,10 @@ def deployment_text(view: dict[str, Any]) -> str:
             ("state", view["state"]),
             ("replicas", view["replicas"]),
             (
+                "autoscaling",
+                "off" if view.get("autoscaling") is None else _autoscaled(view["autoscaling"]),
+            ),
+            (
                 "resources",
                 f"{resources['gpus']} GPU(s), {resources['cpus']:g} CPU(s), "
                 f"{resources['memory_mb']} MiB, image {resources['image']}",
@@ -311,6 +348,14 @@ def deployment_text(view: dict[str, Any]) -> str:
     return text
 
 
+def _autoscaled(autoscaling: dict[str, Any]) -> str:
+    return (
+        f"{autoscaling['min_replicas']} to {autoscaling['max_replicas']} replicas, "
+        f"{autoscaling['target_in_flight']:g} request(s) in flight each, fewer "
+        f"{autoscaling['scale_down_delay_s']:g} s after a change"
+    )
+
+
 def deployments_table(items: list[dict[str, Any]]) -> str:
     rows = [
         (
@@ -324,6 +369,14 @@ def deployments_table(items: list[dict[str, Any]]) -> str:
         for item in items
     ]
     return render.table(["NAME", "MODEL", "REPLICAS", "REPLICA JOBS", "STATE", "CREATED"], rows)
+
+
+def history_table(history: list[dict[str, Any]]) -> str:
+    rows = [
+        (entry["at"], entry["event"], entry["actor"], json.dumps(entry["data"], sort_keys=True))
+        for entry in history
+    ]
+    return render.table(["AT", "EVENT", "ACTOR", "DATA"], rows)
 
 
 def metrics_text(figures: dict[str, Any]) -> str:
@@ -434,9 +487,17 @@ async def cmd_deploy(args: argparse.Namespace, settings: Settings) -> int:
             # Only turning the memo off is a choice; otherwise the server's default stands.
             memo=False if args.no_memo else None,
             task_timeout_s=args.task_timeout,
+            min_replicas=args.min_replicas,
+            max_replicas=args.max_replicas,
+            target_in_flight=args.target_in_flight,
+            scale_down_delay_s=args.scale_down_delay,
             tenant=args.tenant,
         )
-    print(f"{view['name']} serves {view['model']} on {view['replicas']} replica(s)")
+    autoscaling = view.get("autoscaling")
+    if autoscaling is None:
+        print(f"{view['name']} serves {view['model']} on {view['replicas']} replica(s)")
+    else:
+        print(f"{view['name']} serves {view['model']} on {_autoscaled(autoscaling)}")
     return 0
 
 
@@ -448,8 +509,8 @@ async def cmd_undeploy(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def cmd_deployments(args: argparse.Namespace, settings: Settings) -> int:
-    if args.name is None and (args.scale is not None or args.metrics):
-        raise UsageError("--scale and --metrics need a deployment's NAME")
+    if args.name is None and (args.scale is not None or args.metrics or args.history):
+        raise UsageError("--scale, --metrics and --history need a deployment's NAME")
     async with client_for(args, settings) as client:
         if args.name is None:
             items = await client.deployments(tenant=args.tenant)
@@ -464,6 +525,13 @@ async def cmd_deployments(args: argparse.Namespace, settings: Settings) -> int:
                 print_json(figures)
             else:
                 print(metrics_text(figures))
+            return 0
+        if args.history:
+            history = await client.deployment_history(args.name, tenant=args.tenant)
+            if args.output == "json":
+                print_json(history)
+            else:
+                print(history_table(history))
             return 0
         if args.scale is not None:
             view = await client.scale(args.name, args.scale, tenant=args.tenant)

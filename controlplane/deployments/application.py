@@ -30,7 +30,7 @@ from controlplane.deployments.counting import CountedBatch, CountedTask, Countin
 from controlplane.deployments.direct import ChannelFailed, DirectAnswer, DirectPath, Route
 from controlplane.deployments.errors import InvalidRequest, NotFound, ServingError
 from controlplane.deployments.inputs import DeclaredInput, check_items, declared_input
-from controlplane.deployments.lifecycle import Busy, Deployment, Pipeline
+from controlplane.deployments.lifecycle import DEPLOYMENT, Busy, Deployment, Pipeline
 from controlplane.deployments.memo_cache import MemoCache
 from controlplane.deployments.names import NAME
 from controlplane.deployments.reconcile import next_start
@@ -52,6 +52,8 @@ from controlplane.deployments.tasks import (
 from controlplane.deployments.views import (
     BatchFigures,
     DeploymentFigures,
+    DeploymentHistory,
+    DeploymentHistoryEntry,
     DeploymentList,
     DeploymentSummary,
     DeploymentView,
@@ -158,6 +160,26 @@ class ServingApplication:
 
     async def deployment(self, tenant: str, name: str) -> DeploymentView:
         return await self._view(await self._load(tenant, name))
+
+    async def history(self, tenant: str, name: str) -> DeploymentHistory:
+        """Every event of the deployment, with its time and actor: each change of its replicas
+        (its owner's, or its autoscaling's with the load that drove it) among them."""
+        entries = []
+        for recorded in await self.deployments.history(tenant, name):
+            event = DEPLOYMENT.event_of(recorded)
+            entries.append(
+                DeploymentHistoryEntry(
+                    version=recorded.stream_version,
+                    position=recorded.position,
+                    event=event.type_name,
+                    at=event.at,
+                    actor=recorded.metadata.actor,
+                    data=event.model_dump(mode="json", exclude={"at"}),
+                )
+            )
+        if not entries:
+            raise Refusal(Refused.NOT_FOUND, f"no deployment {name}")
+        return DeploymentHistory(tenant=tenant, name=name, history=entries)
 
     async def scale(
         self, tenant: str, name: str, request: ScaleRequest, actor: str

@@ -33,6 +33,7 @@ from controlplane.deployments.streams import deployment_stream, pipeline_stream
 from controlplane.deployments.views import replica_states
 from controlplane.events.errors import ConcurrencyError
 from controlplane.events.metadata import Metadata
+from controlplane.events.records import RecordedEvent
 from controlplane.events.store import EventStore
 from controlplane.invariants import InvariantBroken
 from controlplane.jobs.lifecycle import Cancel, JobStatus, Refused
@@ -113,6 +114,10 @@ class Deployments:
         """The deployment now (None: never created, or deleted with its replicas stopped)."""
         state = (await DEPLOYMENT.load(self._store, deployment_stream(tenant, name))).state
         return None if state is None or (state.deleted and not state.active) else state
+
+    async def history(self, tenant: str, name: str) -> list[RecordedEvent]:
+        """The deployment's recorded events, oldest first (across re-creations: one stream)."""
+        return await self._store.read_stream(deployment_stream(tenant, name))
 
     async def version_input(self, tenant: str, name: str, number: int) -> DataType | None:
         """The input a model version's metadata declares (None: no such version)."""

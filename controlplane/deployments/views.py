@@ -91,6 +91,24 @@ class DeploymentView(BaseModel):
     updated_at: Instant
 
 
+class DeploymentHistoryEntry(BaseModel):
+    """One event of a deployment: created, scaled (by its owner), autoscaled (with the load
+    that drove it), a replica started or retired (and why), deleted."""
+
+    version: int = Field(description="in the deployment's stream")
+    position: int
+    event: str
+    at: Instant
+    actor: str
+    data: dict[str, Any]
+
+
+class DeploymentHistory(BaseModel):
+    tenant: str
+    name: str
+    history: list[DeploymentHistoryEntry]
+
+
 class DeploymentSummary(BaseModel):
     name: str
     model: str = Field(description="tenant/name:version, resolved at deploy")

@@ -224,6 +224,8 @@ async def test_the_sdk_and_the_cli_send_only_the_settings_given(tmp_path: Path) 
         assert (await cli("deploy", "cli", "--model", "double")).rc == 0
         flags = ("--memory-mb", "4096", "--task-timeout", "5", "--no-memo")
         assert (await cli("deploy", "flags", "--model", "double", *flags)).rc == 0
+        scaled = ("--min-replicas", "0", "--max-replicas", "4", "--target-in-flight", "2")
+        assert (await cli("deploy", "auto", "--model", "double", *scaled)).rc == 0
     nothing: dict[str, Any] = {"resources": {}, "serving": {}}
     assert sent == [
         {"name": "plain", "model": "double", **nothing},
@@ -240,6 +242,12 @@ async def test_the_sdk_and_the_cli_send_only_the_settings_given(tmp_path: Path) 
             "model": "double",
             "resources": {"memory_mb": 4096},
             "serving": {"task_timeout_s": 5.0, "memo": False},
+        },
+        {
+            "name": "auto",
+            "model": "double",
+            **nothing,
+            "autoscaling": {"min_replicas": 0, "max_replicas": 4, "target_in_flight": 2.0},
         },
     ]
 

@@ -5,7 +5,6 @@ each move is an event carrying the load that drove it; bad autoscaling specs cha
 
 from __future__ import annotations
 
-import json
 import uuid
 from pathlib import Path
 from typing import Any
@@ -31,14 +30,14 @@ AUTOSCALING = {
 }
 
 
-async def moves(pool: asyncpg.Pool, name: str) -> list[dict[str, Any]]:
-    """The deployment's autoscaling events, in order."""
-    rows = await pool.fetch(
-        "SELECT data::text AS data FROM events WHERE stream_id = $1"
-        " AND type = 'DeploymentAutoscaled' ORDER BY stream_version",
-        f"deployment-acme.{name}",
-    )
-    return [json.loads(row["data"]) for row in rows]
+async def moves(client: Client, token: str, name: str) -> list[dict[str, Any]]:
+    """The deployment's autoscaling moves, in order, as its history shows them."""
+    response = await client.get(f"/v1/deployments/{name}/history", headers=auth(token))
+    assert response.status == 200, await response.text()
+    history = (await response.json())["history"]
+    moved = [entry for entry in history if entry["event"] == "DeploymentAutoscaled"]
+    assert all(entry["actor"] == "system:autoscaler" for entry in moved)
+    return [entry["data"] for entry in moved]
 
 
 async def replica_jobs(client: Client, token: str, name: str) -> list[dict[str, Any]]:
@@ -71,7 +70,7 @@ async def test_scaled_to_zero_a_synchronous_request_waits_for_a_replica_and_is_a
             "SELECT claimed_at FROM serving_tasks WHERE task_id = $1", uuid.UUID(task["task_id"])
         )
         assert claimed is not None  # the queue's path: claimed by the new replica's feed
-        up = (await moves(pool, "dbl"))[0]
+        up = (await moves(client, tokens.acme, "dbl"))[0]
         assert (up["previous"], up["replicas"], up["waiting"]) == (0, 1, 1)
         assert up["in_flight"] >= 1
 
@@ -80,7 +79,7 @@ async def test_scaled_to_zero_a_synchronous_request_waits_for_a_replica_and_is_a
             return not await replica_jobs(client, tokens.acme, "dbl")
 
         await eventually(down, seconds=60)
-        last = (await moves(pool, "dbl"))[-1]
+        last = (await moves(client, tokens.acme, "dbl"))[-1]
         assert (last["previous"], last["replicas"], last["waiting"]) == (1, 0, 0)
         assert last["idle_s"] >= AUTOSCALING["scale_down_delay_s"]
         # And again from zero: nothing lost.
@@ -128,3 +127,7 @@ async def test_autoscaling_is_checked_and_exclusive_with_a_fixed_number(
         assert "autoscaled" in await response.text()
         response = await client.get("/v1/deployments/dbl", headers=auth(tokens.acme))
         assert (await response.json())["replicas"] == 0
+        # Its history is its tenant's only.
+        for path, token in (("dbl", tokens.globex), ("nope", tokens.acme)):
+            response = await client.get(f"/v1/deployments/{path}/history", headers=auth(token))
+            assert response.status == 404, path
