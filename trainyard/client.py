@@ -58,15 +58,7 @@ from controlplane.jobs.lifecycle import JobStatus
 from controlplane.models.errors import InvalidModel
 from controlplane.models.names import LATEST, check_alias
 from controlplane.models.references import Reference, parse_reference
-from trainyard.api import (
-    ApiClient,
-    ApiError,
-    PredictionFailed,
-    ServerUnreachable,
-    UsageError,
-    lines,
-    sse_messages,
-)
+from trainyard.api import ApiClient, ApiError, ServerUnreachable, UsageError, sse_messages
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -195,27 +187,6 @@ class AsyncClient:
             "POST", f"/v1/nodes/{quote(node, safe='')}/undrain", not_found=_no_node(node)
         )
         return undrained
-
-    async def scheduling_policy(self) -> dict[str, Any]:
-        """The claim policy in force: `order` (fair_share, priority or fifo) and `quotas`
-        (whether tenants' GPU quotas hold), with who set it when and why (`set_by`, `set_at`,
-        `reason`: null while the default, fair share within quotas, holds)."""
-        policy: dict[str, Any] = await self.api.request("GET", "/v1/scheduling/policy")
-        return policy
-
-    async def set_scheduling_policy(
-        self, order: str, *, quotas: bool = True, reason: str | None = None
-    ) -> dict[str, Any]:
-        """Switch the claim policy (the admin's token): claims take queued jobs in `order`
-        (fair_share, priority or fifo), within tenants' GPU quotas or not (`quotas`), from the
-        next claim on; `reason` is recorded with it. The policy in force, `changed` false when
-        it was in force already (nothing written). Try one against the recorded past first:
-        `trainyard simulate --policy-file FILE`."""
-        body: dict[str, Any] = {"order": order, "quotas": quotas}
-        if reason:
-            body["reason"] = reason
-        policy: dict[str, Any] = await self.api.request("PUT", "/v1/scheduling/policy", body=body)
-        return policy
 
     async def events(self, job_id: str) -> AsyncGenerator[dict[str, Any], None]:
         """A job's events (type, state, attempt, data), from its submission on, as they
@@ -650,31 +621,6 @@ class AsyncClient:
             return task
         # 202: the server stopped waiting for the result; the task goes on.
         return await self.wait_task(task["task_id"], tenant=tenant)
-
-    async def stream_predict(
-        self, deployment: str, inputs: Sequence[Any], *, tenant: str | None = None
-    ) -> AsyncGenerator[Any, None]:
-        """Run deployment `deployment`'s streaming model (its entry point a generator
-        function) on `inputs`, a list of exactly one item, and yield each output as the model
-        yields it. Never batched, never memoized; counted as a task. PredictionFailed (its
-        `task_id` and `chunks` sent) when the stream ends with an error (the model raised, its
-        replica was lost, it went quiet past the deployment's task timeout); ApiError 409 for a
-        model that does not stream, 503 when no replica can take a stream now (retry).
-        Stopping the iteration early (or closing it) stops the model at its next output."""
-        path = f"{_deployment_path(deployment)}/predict/stream"
-        body = {"inputs": list(inputs)}
-        async with self.api.post_stream(path, _acting(tenant), body) as response:
-            async for message in sse_messages(lines(response.content)):
-                if message.event == "output":
-                    yield message.json()
-                elif message.event == "done":
-                    return
-                elif message.event == "error":
-                    ended = message.json()
-                    raise PredictionFailed(ended["error"], ended["task_id"], ended["chunks"])
-        raise ServerUnreachable(
-            f"the stream from {self.server} ended before its last event (the server stopped)"
-        )
 
     async def task(self, task_id: str, *, tenant: str | None = None) -> dict[str, Any]:
         """A task now: `status` (`queued`, `running`, `succeeded`, `failed`), its outputs or
@@ -1184,8 +1130,6 @@ class Client:
     nodes = _blocking(AsyncClient.nodes)
     drain_node = _blocking(AsyncClient.drain_node)
     undrain_node = _blocking(AsyncClient.undrain_node)
-    scheduling_policy = _blocking(AsyncClient.scheduling_policy)
-    set_scheduling_policy = _blocking(AsyncClient.set_scheduling_policy)
     events = _iterating(AsyncClient.events)
     wait = _blocking(AsyncClient.wait)
     logs = _iterating(AsyncClient.logs)
@@ -1210,7 +1154,6 @@ class Client:
     undeploy = _blocking(AsyncClient.undeploy)
     deployment_metrics = _blocking(AsyncClient.deployment_metrics)
     predict = _blocking(AsyncClient.predict)
-    stream_predict = _iterating(AsyncClient.stream_predict)
     task = _blocking(AsyncClient.task)
     cancel_task = _blocking(AsyncClient.cancel_task)
     wait_task = _blocking(AsyncClient.wait_task)
