@@ -1,9 +1,10 @@
 """The agent's side of a serving replica's socket (see `runners.serve` for the protocol).
 
-One request is in flight at a time: concurrent callers wait their turn. A request that does not
-finish (cancelled, or the connection broke) leaves the stream out of step, so the client then
-closes the connection, and every later call raises `ReplicaGone`; the caller reconnects with
-`connect`, and `hello` tells it whether the model is still loaded.
+One request is in flight at a time (a stream, from its request to its end): concurrent callers
+wait their turn. A request that does not finish (cancelled, or the connection broke) leaves the
+stream out of step, so the client then closes the connection, and every later call raises
+`ReplicaGone`; the caller reconnects with `connect`, and `hello` tells it whether the model is
+still loaded (and whether it streams).
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ import itertools
 import math
 import os
 import stat
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +44,16 @@ class ReplicaError(Exception):
     """The replica answered with an error (text is the traceback)."""
 
 
+@dataclass(frozen=True, slots=True)
+class StreamEnd:
+    """How a stream ended: the outputs sent, whether it was stopped before its generator
+    ended, and the entry point's own time."""
+
+    chunks: int
+    stopped: bool
+    inference_ms: float
+
+
 class ReplicaClient:
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._reader = reader
@@ -49,6 +61,9 @@ class ReplicaClient:
         self._turn = asyncio.Lock()
         self._broken = False
         self._batch_ids = itertools.count(1)
+        self.streams = False
+        """Whether the loaded model's entry point streams (a generator function), as the
+        replica said when it loaded it or answered `hello`."""
 
     @classmethod
     async def connect(cls, below: Path, serve_dir: Path, *, timeout_s: float) -> ReplicaClient:
@@ -79,6 +94,8 @@ class ReplicaClient:
         loaded = answer.get("loaded")
         if not isinstance(loaded, bool):
             raise _out_of_turn(f"a ready answer without 'loaded': {answer!r}")
+        # A replica older than streaming says nothing of it: it streams nothing.
+        self.streams = loaded and answer.get("streams") is True
         return loaded
 
     async def load(
@@ -108,7 +125,9 @@ class ReplicaClient:
                     yield chunk
                     sent += len(chunk)
 
+            self.streams = False
             answer = await self._request("loaded", message_frame(request), chunks())
+        self.streams = answer.get("streams") is True
         return _milliseconds(answer, "load_ms")
 
     async def predict_generated(
@@ -135,6 +154,60 @@ class ReplicaClient:
         request = message_frame({"op": "batch", "id": batch_id, "items": items})
         answer = await self._request("result", request, batch_id=batch_id)
         return _outputs(answer, len(items)), _milliseconds(answer, "inference_ms")
+
+    async def stream(self, item: Any, deliver: Callable[[Any], Awaitable[bool]]) -> StreamEnd:
+        """Run a streaming entry point on `item`: each output it yields is handed to `deliver`
+        before the next is made; `deliver` answers whether to go on (False: the entry point's
+        generator is closed at once, and the stream ends, stopped). Holds the replica for the
+        whole stream.
+
+        ReplicaError with the traceback when the user's code failed (or broke the rules) or
+        the model does not stream, ReplicaGone when the replica died meanwhile; `deliver`'s
+        own exceptions end the connection (the stream is then out of step), as a
+        cancellation does. ValueError, TypeError or FrameError for an item no frame carries.
+        """
+        stream_id = next(self._batch_ids)
+        request = message_frame({"op": "stream", "id": stream_id, "item": item})
+        async with self._turn:
+            if self._broken:
+                raise ReplicaGone("the connection to the replica is closed")
+            try:
+                self._writer.write(request)
+                await self._writer.drain()
+                while True:
+                    answer = await read_message(self._reader)
+                    if answer is None:
+                        self._abandon()
+                        raise ReplicaGone("the replica closed the connection")
+                    op = answer.get("op")
+                    if op not in ("chunk", "end", "error") or answer.get("id") != stream_id:
+                        self._abandon()
+                        raise _out_of_turn(
+                            f"{op!r} for stream {answer.get('id')!r} where a chunk, the end or "
+                            f"an error of stream {stream_id} was due"
+                        )
+                    if op != "chunk":
+                        break
+                    more = await deliver(answer.get("output"))
+                    reply = {"op": "next" if more else "stop", "id": stream_id}
+                    self._writer.write(message_frame(reply))
+                    await self._writer.drain()
+            except (ConnectionError, FrameError) as error:
+                self._abandon()
+                raise ReplicaGone(f"the connection to the replica broke: {error}") from error
+            except (ReplicaGone, ReplicaError):
+                raise
+            except BaseException:
+                # Cancelled or failed mid-stream: what the replica sends next would be taken
+                # for the next request's answer.
+                self._abandon()
+                raise
+        if op == "error":
+            raise ReplicaError(str(answer.get("error")))
+        chunks, stopped = answer.get("chunks"), answer.get("stopped")
+        if not isinstance(chunks, int) or isinstance(chunks, bool) or not isinstance(stopped, bool):
+            raise ReplicaError(f"the replica's end of a stream is out of form: {answer!r}")
+        return StreamEnd(chunks, stopped, _milliseconds(answer, "inference_ms"))
 
     async def close(self) -> None:
         self._abandon()

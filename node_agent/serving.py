@@ -166,15 +166,17 @@ class Serving:
         replica: UUID,
         servable: ServableSpec,
         retry: Callable[[Callable[[], Awaitable[None]]], Awaitable[None]],
+        *,
+        streams: bool = False,
     ) -> AsyncIterator[DirectFeed | None]:
         """The replica's feed of direct requests, offered on the agent's channel for the
-        block (None: the agent has no channel). Withdrawn first when the block ends: a request
-        that still comes is refused, and takes the queue."""
+        block (None: the agent has no channel); `streams`: its model streams. Withdrawn first
+        when the block ends: a request that still comes is refused, and takes the queue."""
         channel = self._channel
         if channel is None:
             yield None
             return
-        feed = DirectFeed(replica, tenant, servable)
+        feed = DirectFeed(replica, tenant, servable, streams=streams)
         channel.feeds[replica] = feed
         try:
             await retry(
@@ -255,7 +257,9 @@ class _Replica:
             await self._rows(client)  # each task fails with the load's error, recorded
             return
         async with (
-            self._serving.direct(self._tenant, self._job_id, self._spec, self._retry) as feed,
+            self._serving.direct(
+                self._tenant, self._job_id, self._spec, self._retry, streams=client.streams
+            ) as feed,
             asyncio.TaskGroup() as group,
         ):
             if feed is not None:

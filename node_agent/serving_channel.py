@@ -18,6 +18,19 @@ batch's call runs, the call finishes and its share of the answer is dropped.
 A request the channel cannot answer (no such replica here, the replica died meanwhile) is
 refused with a status the control plane takes as "use the queue": the request is then a row of
 `serving_tasks`, like an asynchronous one, and loses nothing.
+
+A streaming request (`STREAM_PATH`, one item, for a replica whose entry point is a generator
+function: refused 409 for another) is never batched: it waits its turn among the replica's
+direct requests and runs alone, holding the replica until its generator ends. Its answer is a
+body of frames (`runners.frames`), one message each, written as the replica yields:
+`{"op":"chunk","output":...}` for each output, then `{"op":"end",...}` or `{"op":"error",
+"error":...}` with the stream's figures (`chunks`, `invocation_ms`, `inference_ms`). The agent
+holds at most STREAM_WINDOW outputs its reader has not taken, and the replica makes the next
+only once the agent has taken one, so a slow reader slows the model, and one that went away
+(its connection closed: looked at every 50 ms, as for a plain request) stops it at its next
+`yield`: the generator is closed, its `finally` runs, and the replica serves the next request.
+An output Postgres could not store (a NUL, an unpaired surrogate) ends the stream with an
+error, as it fails a plain task.
 """
 
 from __future__ import annotations
@@ -40,11 +53,16 @@ from aiohttp import web
 from controlplane.agent_port.gone_clients import CLIENT_GONE, unless_gone
 from controlplane.agent_port.vocabulary import BatchCall, ServableSpec
 from node_agent.inference import stored
-from node_agent.replica_calls import Ran, call_in_parts, recorded_calls
-from node_agent.replica_client import ReplicaClient, ReplicaGone
-from runners.frames import FrameError
+from node_agent.replica_calls import Ran, call_in_parts, ms_since, recorded_calls
+from node_agent.replica_client import ReplicaClient, ReplicaError, ReplicaGone
+from runners.frames import FrameError, message_frame
 
 PATH = "/v1/replicas/{replica}/predict"
+STREAM_PATH = "/v1/replicas/{replica}/stream"
+STREAM_WINDOW = 16
+"""The most outputs of a stream the agent holds for a reader that has not taken them yet."""
+FRAMES = "application/octet-stream"
+"""A stream's body: frames, one message each."""
 MAX_REQUEST_BYTES = 64 * 1024 * 1024
 """The largest request the channel reads (the control plane checked it against its own)."""
 TOKEN_BYTES = 32
@@ -83,17 +101,64 @@ class _Request:
     answer: asyncio.Future[dict[str, Any]]
 
 
-class DirectFeed:
-    """One replica's direct requests, in batches: `submit` from the channel, `run` beside the
-    replica's queue feed (node_agent/serving.py), through the same connection, in turns."""
+class _Stream:
+    """A streaming request: its item, and the messages its replica's outputs make, held for
+    its reader (at most STREAM_WINDOW outputs ahead of it)."""
 
-    def __init__(self, replica: UUID, tenant: str, spec: ServableSpec) -> None:
+    def __init__(self, item: Any) -> None:
+        self.item = item
+        self.arrived = time.monotonic()
+        self.left = False
+        """Its reader went away: the stream stops at its next output."""
+        self._messages: deque[dict[str, Any]] = deque()
+        self._ready = asyncio.Event()
+        self._room = asyncio.Event()
+
+    async def offer(self, output: Any) -> bool:
+        """Hold `output` for the reader, once it has room; False when the reader went away."""
+        while len(self._messages) >= STREAM_WINDOW and not self.left:
+            self._room.clear()
+            await self._room.wait()
+        if self.left:
+            return False
+        self._messages.append({"op": "chunk", "output": output})
+        self._ready.set()
+        return True
+
+    def finish(self, message: dict[str, Any]) -> None:
+        """The stream's last message: its end or its error, with its figures."""
+        self._messages.append(message)
+        self._ready.set()
+
+    async def next(self) -> dict[str, Any]:
+        while not self._messages:
+            self._ready.clear()
+            await self._ready.wait()
+        self._room.set()
+        return self._messages.popleft()
+
+    def leave(self) -> None:
+        self.left = True
+        self._room.set()
+
+
+class DirectFeed:
+    """One replica's direct requests, in batches (a stream alone): `submit` and `open_stream`
+    from the channel, `run` beside the replica's queue feed (node_agent/serving.py), through
+    the same connection, in turns."""
+
+    def __init__(
+        self, replica: UUID, tenant: str, spec: ServableSpec, *, streams: bool = False
+    ) -> None:
         self.replica = replica
         self.tenant = tenant
         self.deployment = spec.deployment
+        self.streams = streams
+        """Whether the replica's model streams (its entry point is a generator function)."""
         self._most = spec.max_batch_size
         self._wait_s = spec.max_wait_ms / 1000
         self._waiting: deque[_Request] = deque()
+        self._streams: deque[_Stream] = deque()
         self._changed = asyncio.Event()
         """Set when a request arrives or goes away: the batch is looked at again."""
         self._gone: str | None = None
@@ -116,17 +181,42 @@ class DirectFeed:
                 self._changed.set()  # the batch's deadline, or whether there is one, changed
             raise
 
+    def open_stream(self, item: Any) -> _Stream:
+        """A stream of `item`'s outputs, run in its turn (`run`); `withdraw` it once its reader
+        is done. ReplicaGone once the replica stopped serving."""
+        if self._gone is not None:
+            raise ReplicaGone(self._gone)
+        stream = _Stream(item)
+        self._streams.append(stream)
+        self._changed.set()
+        return stream
+
+    def withdraw(self, stream: _Stream) -> None:
+        """Its reader is done, or went away: still waiting its turn, it never reaches the
+        replica; running, it stops at its next output."""
+        stream.leave()
+        if stream in self._streams:
+            self._streams.remove(stream)
+            self._changed.set()
+
     def close(self, why: str) -> None:
         """The replica stopped serving: the requests waiting, and any later, are refused."""
         self._gone = why
         while self._waiting:
             _fail(self._waiting.popleft(), ReplicaGone(why))
+        while self._streams:
+            _gone(self._streams.popleft(), why)
 
     async def run(self, client: ReplicaClient) -> None:
-        """Batch and run the requests until cancelled; ReplicaGone when the replica died (the
-        batch it held is refused: its requests take the queue)."""
+        """Batch and run the requests (a stream alone) until cancelled; ReplicaGone when the
+        replica died (the batch it held is refused: its requests take the queue; a stream it
+        ran ends with an error)."""
         while True:
-            batch, reason = await self._next()
+            work = await self._next()
+            if isinstance(work, _Stream):
+                await self._stream(client, work)
+                continue
+            batch, reason = work
             try:
                 await self._run(client, batch, reason)
             except ReplicaGone as exc:
@@ -134,8 +224,14 @@ class DirectFeed:
                     _fail(request, ReplicaGone(str(exc)))
                 raise
 
-    async def _next(self) -> tuple[list[_Request], str]:
+    async def _next(self) -> _Stream | tuple[list[_Request], str]:
         while True:
+            # In their order of arrival, but a batch that formed before a stream came takes
+            # requests that came after it: they run no later for it.
+            if self._streams and (
+                not self._waiting or self._streams[0].arrived <= self._waiting[0].arrived
+            ):
+                return self._streams.popleft()
             if not self._waiting:
                 self._changed.clear()
                 await self._changed.wait()
@@ -197,10 +293,64 @@ class DirectFeed:
             if not request.answer.done():
                 request.answer.set_result({"output": output, "error": error, "batch": figures})
 
+    async def _stream(self, client: ReplicaClient, stream: _Stream) -> None:
+        """Run `stream` on the replica, its outputs held for its reader as they come, then its
+        end or its error, with its figures. ReplicaGone (once the stream has its error) when
+        the replica died."""
+        started = time.monotonic()
+        sent = 0
+        refused: str | None = None
+
+        async def deliver(output: Any) -> bool:
+            nonlocal sent, refused
+            _, why = stored([output])
+            if why is not None:
+                refused = f"output {sent} of the stream cannot be kept: {why}"
+                return False
+            sent += 1
+            return await stream.offer(output)
+
+        inference_ms: float | None = None
+        error: str | None = None
+        try:
+            end = await client.stream(stream.item, deliver)
+            inference_ms, error = end.inference_ms, refused
+        except ReplicaError as exc:
+            error = str(exc)
+        except (ValueError, TypeError, FrameError) as exc:
+            error = f"the item cannot be sent to the replica: {exc}"
+        except ReplicaGone as exc:
+            _gone(stream, str(exc), sent=sent, invocation_ms=ms_since(started))
+            raise
+        figures = {
+            "replica": str(self.replica),
+            "chunks": sent,
+            "invocation_ms": ms_since(started),
+            "inference_ms": inference_ms,
+        }
+        stream.finish(
+            {"op": "end", **figures}
+            if error is None
+            else {"op": "error", "error": error, **figures}
+        )
+
 
 def _fail(request: _Request, error: Exception) -> None:
     if not request.answer.done():
         request.answer.set_exception(error)
+
+
+def _gone(stream: _Stream, why: str, *, sent: int = 0, invocation_ms: float = 0.0) -> None:
+    stream.finish(
+        {
+            "op": "error",
+            "error": f"the replica stopped serving: {why}",
+            "gone": True,
+            "chunks": sent,
+            "invocation_ms": invocation_ms,
+            "inference_ms": None,
+        }
+    )
 
 
 class ServingChannel:
@@ -215,6 +365,7 @@ class ServingChannel:
     def app(self) -> web.Application:
         app = web.Application(client_max_size=MAX_REQUEST_BYTES)
         app.router.add_post(PATH, self._predict)
+        app.router.add_post(STREAM_PATH, self._stream)
         return app
 
     def _authorized(self, request: web.Request) -> bool:
@@ -224,7 +375,10 @@ class ServingChannel:
             presented.strip().encode(), self.token.encode()
         )
 
-    async def _predict(self, request: web.Request) -> web.Response:
+    async def _request(
+        self, request: web.Request
+    ) -> tuple[DirectFeed, dict[str, Any]] | web.Response:
+        """The feed a request is for, and its body; or its refusal (401, 400, 404)."""
         if not self._authorized(request):
             return _refused(401, "this channel takes only its agent's token")
         try:
@@ -234,15 +388,22 @@ class ServingChannel:
             return _refused(400, "expected a replica's id and a JSON body")
         if not isinstance(body, dict):
             return _refused(400, "expected a JSON object")
-        inputs = body.get("inputs")
-        if not isinstance(inputs, list) or not inputs:
-            return _refused(400, "expected 'inputs', a list of at least one item")
         feed = self.feeds.get(replica)
         if feed is None or (feed.tenant, feed.deployment) != (
             body.get("tenant"),
             body.get("deployment"),
         ):
             return _refused(404, f"no replica {replica} of that deployment here")
+        return feed, body
+
+    async def _predict(self, request: web.Request) -> web.Response:
+        found = await self._request(request)
+        if isinstance(found, web.Response):
+            return found
+        feed, body = found
+        inputs = body.get("inputs")
+        if not isinstance(inputs, list) or not inputs:
+            return _refused(400, "expected 'inputs', a list of at least one item")
         try:
             answer = await unless_gone(request, feed.submit(inputs))
         except ReplicaGone as exc:
@@ -251,9 +412,47 @@ class ServingChannel:
             return web.Response(status=CLIENT_GONE)
         return web.json_response(answer)
 
+    async def _stream(self, request: web.Request) -> web.StreamResponse:
+        found = await self._request(request)
+        if isinstance(found, web.Response):
+            return found
+        feed, body = found
+        if "input" not in body:
+            return _refused(400, "expected 'input', the one item to stream the outputs of")
+        if not feed.streams:
+            return _refused(
+                409,
+                f"the model of deployment {feed.deployment} does not stream: its entry point "
+                "is not a generator function",
+                streams=False,
+            )
+        try:
+            stream = feed.open_stream(body["input"])
+        except ReplicaGone as exc:
+            return _refused(503, f"the replica stopped serving: {exc}")
+        response = web.StreamResponse(headers={"Content-Type": FRAMES})
+        try:
+            await response.prepare(request)
+            await unless_gone(request, _relay(stream, response))
+        except ConnectionError:
+            pass  # its reader went away as it was written to
+        finally:
+            feed.withdraw(stream)
+        return response
 
-def _refused(status: int, why: str) -> web.Response:
-    return web.json_response({"error": why}, status=status)
+
+async def _relay(stream: _Stream, response: web.StreamResponse) -> None:
+    """The stream's messages written as they come, each a frame, up to its last."""
+    while True:
+        message = await stream.next()
+        await response.write(message_frame(message))
+        if message["op"] != "chunk":
+            await response.write_eof()
+            return
+
+
+def _refused(status: int, why: str, **more: Any) -> web.Response:
+    return web.json_response({"error": why, **more}, status=status)
 
 
 @contextlib.asynccontextmanager

@@ -17,7 +17,7 @@ import asyncio
 import io
 import json
 import struct
-from typing import Any
+from typing import Any, Protocol
 
 MAX_FRAME = 64 * 1024 * 1024
 """The longest payload accepted. A larger announced length is refused before anything is read,
@@ -76,10 +76,16 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not standard JSON")
 
 
-# asyncio streams (the node agent) ------------------------------------------------------------
+# asyncio streams (the node agent; the control plane reading a stream from it) ----------------
 
 
-async def read_frame(reader: asyncio.StreamReader) -> bytes | None:
+class Readable(Protocol):
+    """What frames are read from: an asyncio StreamReader, or aiohttp's (a response's body)."""
+
+    async def readexactly(self, n: int) -> bytes: ...
+
+
+async def read_frame(reader: Readable) -> bytes | None:
     """The next frame's payload; None at a clean end of the stream (between two frames)."""
     try:
         header = await reader.readexactly(HEADER_SIZE)
@@ -106,7 +112,7 @@ to MAX_FRAME (a replica's answer is the tenant's to make that large) takes long 
 the agent's event loop, and with it its heartbeats."""
 
 
-async def read_message(reader: asyncio.StreamReader) -> dict[str, Any] | None:
+async def read_message(reader: Readable) -> dict[str, Any] | None:
     """The next message (at most MAX_FRAME bytes); None at a clean end of the stream."""
     payload = await read_frame(reader)
     if payload is None:

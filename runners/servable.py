@@ -1,5 +1,14 @@
 """A servable: a model's artifact unpacked and imported, and its entry point called on batches.
 
+An entry point that is a generator function (`def` with `yield` in its own body, or a class's
+method so written) *streams*: it is called with ONE item, not a batch, and yields that item's
+outputs one by one, each a JSON value (an array or tensor as its `tolist()`), as it makes them.
+A streaming request sends its outputs on as they come (`Servable.stream`); a plain request, a
+batch of items, gets for each item the list of all it yielded (`Servable.predict`), so a
+streaming model serves every kind of request: synchronous, asynchronous, pipelines, inference
+jobs. Whether it streams is known when it is loaded (`Servable.streams`); an `async def`
+entry point is refused then, since the replica calls its model in one thread, without a loop.
+
 The artifact is the tenant's: a ZIP archive of Python code and weights, or the source of a
 single module. It is hostile until proven otherwise, so a ZIP is unpacked by hand, member by
 member, with every name and size checked (no `extractall`). Once imported, though, the code runs
@@ -11,6 +20,7 @@ No sockets here: `runners.serve` speaks the protocol, this module only loads and
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
 import os
 import shutil
@@ -19,7 +29,7 @@ import sys
 import time
 import zipfile
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from types import ModuleType
@@ -66,11 +76,14 @@ def parse_entry_point(text: str) -> EntryPoint:
 
 
 class Servable:
-    """A loaded model: its entry point, ready to be called on batches."""
+    """A loaded model: its entry point, ready to be called on batches (or, streaming, on
+    items)."""
 
-    def __init__(self, entry_point: EntryPoint, function: Callable[[list[Any]], Any]) -> None:
+    def __init__(self, entry_point: EntryPoint, function: Callable[..., Any]) -> None:
         self.entry_point = entry_point
         self._function = function
+        self.streams = inspect.isgeneratorfunction(function)
+        """Whether the entry point is a generator function: called per item, it yields."""
 
     @classmethod
     def load(
@@ -109,22 +122,54 @@ class Servable:
 
     def predict(self, items: list[Any]) -> tuple[list[Any], float]:
         """The entry point's outputs for `items`, as JSON-ready values, and the milliseconds
-        the call took. ServableError when the outputs break the rules; whatever the user's code
-        raises propagates."""
+        the call took (a streaming entry point: called on each item in turn, each item's
+        output the list of all it yielded). ServableError when the outputs break the rules;
+        whatever the user's code raises propagates."""
         started = time.perf_counter()
-        outputs = _plain(self._function(items))
-        if isinstance(outputs, list):
-            outputs = [_plain(output) for output in outputs]
+        if self.streams:
+            outputs: Any = [list(self._chunks(item)) for item in items]
+        else:
+            outputs = _plain(self._function(items))
+            if isinstance(outputs, list):
+                outputs = [_plain(output) for output in outputs]
         # Timed up to here: converting a tensor is where a GPU's queued work is waited for.
         inference_ms = (time.perf_counter() - started) * 1000
         _check_outputs(outputs, len(items))
         return outputs, inference_ms
 
+    def stream(self, item: Any) -> Generator[Any, None, None]:
+        """A streaming entry point's outputs for one `item`, each checked (JSON, arrays as
+        lists) as it is yielded; closed, it closes the entry point's generator (its `finally`
+        runs). ServableError for an entry point that does not stream, or an output that is not
+        JSON; whatever the user's code raises propagates."""
+        if not self.streams:
+            raise ServableError(
+                f"entry point {self.entry_point} does not stream: it is not a generator "
+                "function (one with `yield` in its body)"
+            )
+        for index, output in enumerate(self._chunks(item)):
+            _check_json(index, output)
+            yield output
+
+    def _chunks(self, item: Any) -> Generator[Any, None, None]:
+        chunks = self._function(item)
+        try:
+            for output in chunks:
+                yield _plain(output)
+        finally:
+            chunks.close()
+
 
 def _check_outputs(outputs: Any, expected: int) -> None:
     """ServableError unless `outputs` is a list of `expected` JSON values."""
     if not isinstance(outputs, list):
-        raise ServableError(f"predict returned a {type(outputs).__name__}, not a list")
+        kind = type(outputs).__name__
+        if inspect.isgenerator(outputs) or inspect.isasyncgen(outputs):
+            raise ServableError(
+                f"predict returned a {kind}, not a list: a streaming entry point yields in its "
+                "own body (a generator function), and is called with one item"
+            )
+        raise ServableError(f"predict returned a {kind}, not a list")
     if len(outputs) != expected:
         raise ServableError(f"predict returned {len(outputs)} outputs for {expected} items")
     try:
@@ -151,7 +196,7 @@ def _plain(value: Any) -> Any:
     return tolist() if callable(tolist) else value
 
 
-def _resolve(module: ModuleType, point: EntryPoint) -> Callable[[list[Any]], Any]:
+def _resolve(module: ModuleType, point: EntryPoint) -> Callable[..., Any]:
     target = getattr(module, point.name, None)
     if target is None:
         raise ServableError(f"module {point.module!r} has no {point.name!r}")
@@ -163,7 +208,12 @@ def _resolve(module: ModuleType, point: EntryPoint) -> Callable[[list[Any]], Any
             raise ServableError(f"class {point.name!r} has no method {point.method!r}")
     if not callable(target):
         raise ServableError(f"entry point {point} is not callable")
-    function: Callable[[list[Any]], Any] = target
+    if inspect.iscoroutinefunction(target) or inspect.isasyncgenfunction(target):
+        raise ServableError(
+            f"entry point {point} is an async function: the replica calls its model without "
+            "an event loop; write it with `def` (a generator function, with `yield`, to stream)"
+        )
+    function: Callable[..., Any] = target
     return function
 
 

@@ -5,12 +5,14 @@ the Unix socket `serve.sock` there. The node agent connects, hands over the mode
 then sends batches; each message is a frame (see `runners.frames`):
 
     agent: {"op":"hello"}
-    replica: {"op":"ready","loaded":bool,"entry_point":str or null}
+    replica: {"op":"ready","loaded":bool,"entry_point":str or null,"streams":bool}
 
     agent: {"op":"load","entry_point":"m:f","sha256":hex,"size":N[,"packages":path]}, then raw
     frames, N bytes in all ("packages": a folder of the model's requirements, installed by the
     agent, put on the path after the artifact's code)
-    replica: {"op":"loaded","load_ms":float}
+    replica: {"op":"loaded","load_ms":float,"streams":bool}
+
+("streams": the entry point is a generator function, `runners.servable`.)
 
     agent: {"op":"batch","id":int,"items":[...]}
     replica: {"op":"result","id":int,"outputs":[...],"inference_ms":float}
@@ -20,14 +22,26 @@ then sends batches; each message is a frame (see `runners.frames`):
     inference job's query: each item a numpy array from the seed and its number, made here,
     so that an image crosses neither the database nor the socket; runners/inputs.py)
 
+    agent: {"op":"stream","id":int,"item":...}   (a streaming entry point, one item)
+    replica: {"op":"chunk","id":int,"output":...}, then it waits for
+    agent: {"op":"next","id":int} (the next output is made) or {"op":"stop","id":int} (the
+    entry point's generator is closed: its `finally` runs), and so on, until
+    replica: {"op":"end","id":int,"chunks":int,"stopped":bool,"inference_ms":float}
+
+The agent takes each output before the next is made: a stream goes at the pace its reader
+reads, and one the reader left is stopped at the entry point's next `yield` (its code between
+two yields is never interrupted). "inference_ms" is the time spent in the entry point, not
+the waits for the agent. An error during a stream (the user's exception, an output that is
+not JSON, a frame too large) is answered `error` in place of the next chunk or the end.
+
 Any request may instead be answered `{"op":"error","error":text}` (with the batch's `id` for a
 batch): the traceback of the user's exception, or what was wrong. A failed load leaves no model
 loaded; a failed batch changes nothing.
 
-One connection is served at a time, one request at a time, in the main thread (user code may
-rely on being there). When a connection ends, the next is accepted and the model stays loaded:
-an agent that restarts reconnects and asks `hello` instead of loading again. SIGTERM (or SIGINT)
-ends the replica promptly with status 0.
+One connection is served at a time, one request (a stream: all of it) at a time, in the main
+thread (user code may rely on being there). When a connection ends, the next is accepted and the
+model stays loaded: an agent that restarts reconnects and asks `hello` instead of loading again.
+SIGTERM (or SIGINT) ends the replica promptly with status 0.
 """
 
 from __future__ import annotations
@@ -95,7 +109,7 @@ class Replica:
         with connection.makefile("rb") as stream:
             while (payload := read_frame_blocking(stream)) is not None:
                 try:
-                    answer = self._answer(decode_message(payload), stream)
+                    answer = self._answer(decode_message(payload), stream, connection)
                 except FrameError as error:
                     # The frame was whole, so the stream is still in step.
                     answer = _error(str(error))
@@ -104,7 +118,9 @@ class Replica:
                     return
                 connection.sendall(message_frame(answer))
 
-    def _answer(self, message: dict[str, Any], stream: io.BufferedIOBase) -> dict[str, Any]:
+    def _answer(
+        self, message: dict[str, Any], stream: io.BufferedIOBase, connection: socket.socket
+    ) -> dict[str, Any]:
         op = message.get("op")
         if op == "hello":
             point = self._servable.entry_point if self._servable else None
@@ -112,11 +128,14 @@ class Replica:
                 "op": "ready",
                 "loaded": self._servable is not None,
                 "entry_point": None if point is None else str(point),
+                "streams": self._servable is not None and self._servable.streams,
             }
         if op == "load":
             return self._load(message, stream)
         if op == "batch":
             return self._batch(message)
+        if op == "stream":
+            return self._stream(message, stream, connection)
         return _error(f"unknown op {op!r}")
 
     def _load(self, message: dict[str, Any], stream: io.BufferedIOBase) -> dict[str, Any]:
@@ -152,7 +171,7 @@ class Replica:
         self._servable = servable
         print(f"replica: loaded {servable.entry_point} in {load_ms:.0f} ms", flush=True)
         _yield_cpu()
-        return {"op": "loaded", "load_ms": load_ms}
+        return {"op": "loaded", "load_ms": load_ms, "streams": servable.streams}
 
     def _load_failed(self, entry_point: str, text: str) -> dict[str, Any]:
         print(f"replica: cannot load {entry_point}: {text}", flush=True)
@@ -196,6 +215,74 @@ class Replica:
         except Exception:
             return _error(traceback.format_exc(), id=batch_id)
         return {"op": "result", "id": batch_id, "outputs": outputs, "inference_ms": inference_ms}
+
+    def _stream(
+        self, message: dict[str, Any], stream: io.BufferedIOBase, connection: socket.socket
+    ) -> dict[str, Any]:
+        """Send the item's outputs as the entry point yields them, each once the agent asked
+        for it (see the module's docstring); the end, or the error that ended the stream."""
+        stream_id = message.get("id")
+        if not isinstance(stream_id, int) or isinstance(stream_id, bool):
+            return _error("a stream needs an integer id")
+        if "item" not in message:
+            return _error("a stream needs an item", id=stream_id)
+        if self._servable is None:
+            return _error("no model loaded", id=stream_id)
+        chunks, stopped, spent = 0, False, 0.0
+        outputs = self._servable.stream(message["item"])
+        try:
+            while True:
+                started = time.perf_counter()
+                try:
+                    output = next(outputs)
+                    frame = message_frame({"op": "chunk", "id": stream_id, "output": output})
+                except StopIteration:
+                    break
+                except ServableError as error:
+                    return _error(str(error), id=stream_id)
+                except FrameError as error:
+                    return _error(f"output {chunks} cannot be sent: {error}", id=stream_id)
+                except Exception:
+                    return _error(traceback.format_exc(), id=stream_id)
+                finally:
+                    spent += time.perf_counter() - started
+                connection.sendall(frame)
+                chunks += 1
+                if self._stopped(stream, stream_id):
+                    stopped = True
+                    break
+            started = time.perf_counter()
+            try:
+                outputs.close()  # the entry point's `finally` runs now, not when collected
+            except Exception:
+                return _error(traceback.format_exc(), id=stream_id)
+            spent += time.perf_counter() - started
+        finally:
+            # Also when the agent went away (OSError) or the replica is stopped: at once.
+            with contextlib.suppress(Exception):
+                outputs.close()
+        return {
+            "op": "end",
+            "id": stream_id,
+            "chunks": chunks,
+            "stopped": stopped,
+            "inference_ms": spent * 1000,
+        }
+
+    @staticmethod
+    def _stopped(stream: io.BufferedIOBase, stream_id: int) -> bool:
+        """The agent's word after a chunk: False for `next`, True for `stop`."""
+        payload = read_frame_blocking(stream)
+        if payload is None:
+            raise ConnectionError("the connection ended during a stream")
+        try:
+            reply = decode_message(payload)
+        except FrameError as error:
+            raise _ProtocolViolation(f"within stream {stream_id}: {error}") from error
+        op = reply.get("op")
+        if op not in ("next", "stop") or reply.get("id") != stream_id:
+            raise _ProtocolViolation(f"{op!r} where next or stop for stream {stream_id} was due")
+        return bool(op == "stop")
 
 
 def _yield_cpu() -> None:

@@ -12,7 +12,7 @@
 dependencies (asyncpg, pgserver, aiodocker, NVML).
 """
 
-from trainyard.api import ApiError, NotFound, ServerUnreachable, UsageError
+from trainyard.api import ApiError, NotFound, PredictionFailed, ServerUnreachable, UsageError
 from trainyard.client import TERMINAL_STATES, AsyncClient, Client
 from trainyard.manifest_file import read_manifest
 
@@ -22,6 +22,7 @@ __all__ = [
     "AsyncClient",
     "Client",
     "NotFound",
+    "PredictionFailed",
     "ServerUnreachable",
     "UsageError",
     "read_manifest",

@@ -47,6 +47,16 @@ class ApiError(Exception):
         self.status = status
 
 
+class PredictionFailed(Exception):
+    """A streamed prediction ended with an error (the model's traceback, its replica lost...):
+    its task's id (`trainyard task ID`), and how many outputs came before (exit code 1)."""
+
+    def __init__(self, message: str, task_id: str, chunks: int) -> None:
+        super().__init__(message)
+        self.task_id = task_id
+        self.chunks = chunks
+
+
 @dataclass(frozen=True, slots=True)
 class SseMessage:
     id: str | None
@@ -78,6 +88,21 @@ async def sse_messages(lines: AsyncIterable[bytes]) -> AsyncIterator[SseMessage]
             data.append(value)
         elif name == "id":
             event_id = value
+
+
+async def lines(content: aiohttp.StreamReader) -> AsyncIterator[bytes]:
+    """A body's lines, however long (an SSE event's data is one line, and a model's output may
+    be larger than aiohttp's own line reader takes), each as it is complete."""
+    pending = bytearray()
+    async for data in content.iter_any():
+        pending += data
+        start = 0
+        while (end := pending.find(b"\n", start)) != -1:
+            yield bytes(pending[start : end + 1])
+            start = end + 1
+        del pending[:start]
+    if pending:
+        yield bytes(pending)
 
 
 class ApiClient:
@@ -150,6 +175,23 @@ class ApiClient:
                 self.server + path, params=list(params), timeout=TRANSFER_TIMEOUT
             ) as response:
                 await raise_for_status(response, not_found)
+                yield response
+        except aiohttp.InvalidURL as exc:
+            raise UsageError(f"invalid server URL {self.server!r}") from exc
+        except _UNREACHABLE as exc:
+            raise self.unreachable(exc) from exc
+
+    @asynccontextmanager
+    async def post_stream(
+        self, path: str, params: Sequence[tuple[str, str]], body: Any
+    ) -> AsyncIterator[aiohttp.ClientResponse]:
+        """A POST whose answer is a stream, for the caller to read as it comes (an SSE body):
+        no total time limit, only a stall (the server's heartbeats keep a live one busy)."""
+        try:
+            async with self.session.post(
+                self.server + path, params=list(params), json=body, timeout=STREAM_TIMEOUT
+            ) as response:
+                await raise_for_status(response, None)
                 yield response
         except aiohttp.InvalidURL as exc:
             raise UsageError(f"invalid server URL {self.server!r}") from exc

@@ -58,7 +58,15 @@ from controlplane.jobs.lifecycle import JobStatus
 from controlplane.models.errors import InvalidModel
 from controlplane.models.names import LATEST, check_alias
 from controlplane.models.references import Reference, parse_reference
-from trainyard.api import ApiClient, ApiError, ServerUnreachable, UsageError, sse_messages
+from trainyard.api import (
+    ApiClient,
+    ApiError,
+    PredictionFailed,
+    ServerUnreachable,
+    UsageError,
+    lines,
+    sse_messages,
+)
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -622,6 +630,31 @@ class AsyncClient:
         # 202: the server stopped waiting for the result; the task goes on.
         return await self.wait_task(task["task_id"], tenant=tenant)
 
+    async def stream_predict(
+        self, deployment: str, inputs: Sequence[Any], *, tenant: str | None = None
+    ) -> AsyncGenerator[Any, None]:
+        """Run deployment `deployment`'s streaming model (its entry point a generator
+        function) on `inputs`, a list of exactly one item, and yield each output as the model
+        yields it. Never batched, never memoized; counted as a task. PredictionFailed (its
+        `task_id` and `chunks` sent) when the stream ends with an error (the model raised, its
+        replica was lost, it went quiet past the deployment's task timeout); ApiError 409 for a
+        model that does not stream, 503 when no replica can take a stream now (retry).
+        Stopping the iteration early (or closing it) stops the model at its next output."""
+        path = f"{_deployment_path(deployment)}/predict/stream"
+        body = {"inputs": list(inputs)}
+        async with self.api.post_stream(path, _acting(tenant), body) as response:
+            async for message in sse_messages(lines(response.content)):
+                if message.event == "output":
+                    yield message.json()
+                elif message.event == "done":
+                    return
+                elif message.event == "error":
+                    ended = message.json()
+                    raise PredictionFailed(ended["error"], ended["task_id"], ended["chunks"])
+        raise ServerUnreachable(
+            f"the stream from {self.server} ended before its last event (the server stopped)"
+        )
+
     async def task(self, task_id: str, *, tenant: str | None = None) -> dict[str, Any]:
         """A task now: `status` (`queued`, `running`, `succeeded`, `failed`), its outputs or
         error once finished, memo, tries and times."""
@@ -1154,6 +1187,7 @@ class Client:
     undeploy = _blocking(AsyncClient.undeploy)
     deployment_metrics = _blocking(AsyncClient.deployment_metrics)
     predict = _blocking(AsyncClient.predict)
+    stream_predict = _iterating(AsyncClient.stream_predict)
     task = _blocking(AsyncClient.task)
     cancel_task = _blocking(AsyncClient.cancel_task)
     wait_task = _blocking(AsyncClient.wait_task)

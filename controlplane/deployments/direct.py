@@ -13,15 +13,23 @@ deployment's task timeout passed) is `ChannelFailed`: the caller then queues the
 row (`tasks.Tasks`), where nothing is lost, so an old agent, one unreachable, or a replica that
 died mid-request costs time, never a result. A tenant never reaches a channel: only the
 control plane holds the tokens.
+
+A streaming prediction (`stream`) goes the same way to the least busy replica, on connections
+of their own (a long stream holds one: streams never take the plain requests' room), and
+reads the agent's answer frame by frame as the replica yields (node_agent/serving_channel.py).
+It has no queue to fall back on: a channel that fails before the stream began is
+`ChannelFailed` for the caller to answer 503; a model that does not stream is `NotStreaming`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
 from collections import Counter
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
@@ -33,6 +41,7 @@ from controlplane.database import DATABASE_ERRORS
 from controlplane.deployments.lifecycle import Deployment
 from controlplane.deployments.service import Deployments
 from controlplane.queries import Q
+from runners.frames import FrameError, read_message
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +62,11 @@ class ChannelFailed(Exception):
     """The direct path did not answer: queue the request instead."""
 
 
+class NotStreaming(Exception):
+    """A streaming request for a model whose entry point does not stream (the agent said so,
+    from what its replica said as it loaded the model)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Endpoint:
     replica: UUID
@@ -70,6 +84,8 @@ class Route:
     """What identifies the deployed model for the memo (None: its results are not kept)."""
     memo_max_entries: int
     timeout_s: float
+    stream_idle_s: float
+    """The longest a stream may go without an output: the deployment's task timeout."""
     endpoints: tuple[Endpoint, ...]
 
 
@@ -82,6 +98,25 @@ class DirectAnswer:
     output: str | None
     error: str | None
     batch: dict[str, Any]
+
+
+class Upstream:
+    """A stream as its agent sends it: `next` message, until the last (`end` or `error`)."""
+
+    def __init__(self, replica: UUID, response: aiohttp.ClientResponse) -> None:
+        self.replica = replica
+        self._response = response
+
+    async def next(self) -> dict[str, Any]:
+        """The agent's next message; ChannelFailed when the stream broke off (TimeoutError:
+        nothing came within the deployment's task timeout)."""
+        try:
+            message = await read_message(self._response.content)
+        except (aiohttp.ClientError, FrameError) as exc:
+            raise ChannelFailed(f"the agent's stream broke off: {exc!r}") from exc
+        if message is None:
+            raise ChannelFailed("the agent's stream ended before its last message")
+        return message
 
 
 @dataclass(slots=True)
@@ -98,6 +133,7 @@ def route_of(deployment: Deployment, channels: list[asyncpg.Record]) -> Route:
         memo_salt=salt if serving["memo"] else None,
         memo_max_entries=serving["memo_max_entries"],
         timeout_s=min(float(serving["task_timeout_s"]), MAX_WAIT_S),
+        stream_idle_s=float(serving["task_timeout_s"]),
         endpoints=tuple(Endpoint(c["replica"], c["address"], c["token"]) for c in channels),
     )
 
@@ -180,6 +216,57 @@ class DirectPath:
         except (KeyError, TypeError) as exc:
             raise ChannelFailed(f"{url} answered out of form: {exc!r}") from exc
 
+    @contextlib.asynccontextmanager
+    async def stream(
+        self, tenant: str, deployment: str, route: Route, item: str
+    ) -> AsyncIterator[Upstream]:
+        """A stream of the outputs of `item` (one item's JSON, encoded by the caller) from the
+        least busy of the route's replicas, open for the block: closed early, its agent stops
+        the replica's generator. ChannelFailed before the stream began (no replica offered,
+        refused, unreachable, the replica gone); NotStreaming for a model that does not."""
+        if not route.endpoints:
+            raise ChannelFailed("no replica is offered on a channel")
+        endpoint = min(route.endpoints, key=lambda e: self._in_flight[e.replica])
+        session = self._session(endpoint.address, streams=True)
+        url = f"{endpoint.address}/v1/replicas/{endpoint.replica}/stream"
+        head = json.dumps({"tenant": tenant, "deployment": deployment})[:-1]
+        body = f'{head}, "input": {item}}}'
+        self._in_flight[endpoint.replica] += 1
+        try:
+            try:
+                response = await session.post(
+                    url,
+                    data=body.encode(),
+                    headers={
+                        "Authorization": f"Bearer {endpoint.token}",
+                        "Content-Type": "application/json",
+                    },
+                    timeout=aiohttp.ClientTimeout(
+                        total=None, connect=CONNECTION_WAIT_S, sock_read=route.stream_idle_s
+                    ),
+                )
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                raise ChannelFailed(f"{url}: {exc!r}") from exc
+            try:
+                if response.status != 200:
+                    try:
+                        refusal = await response.json()
+                    except (aiohttp.ClientError, ValueError):
+                        refusal = None
+                    if response.status == 409 and isinstance(refusal, dict):
+                        raise NotStreaming(str(refusal.get("error")))
+                    why = (await response.text())[:200] if refusal is None else refusal
+                    raise ChannelFailed(f"{url} answered {response.status}: {why}")
+                yield Upstream(endpoint.replica, response)
+            finally:
+                # Read to its end, its connection is kept; cut short, it is closed: the agent
+                # sees its reader gone.
+                response.release()
+        finally:
+            self._in_flight[endpoint.replica] -= 1
+            if not self._in_flight[endpoint.replica]:
+                del self._in_flight[endpoint.replica]
+
     async def close(self) -> None:
         for task in list(self._renewing.values()):
             task.cancel()
@@ -188,11 +275,14 @@ class DirectPath:
             await session.close()
         self._sessions.clear()
 
-    def _session(self, address: str) -> aiohttp.ClientSession:
-        session = self._sessions.get(address)
+    def _session(self, address: str, *, streams: bool = False) -> aiohttp.ClientSession:
+        """The pool of connections to the agent at `address`: one for plain requests, one
+        for streams."""
+        key = f"{address} streams" if streams else address
+        session = self._sessions.get(key)
         if session is None or session.closed:
             connector = aiohttp.TCPConnector(limit=CONNECTIONS_PER_AGENT)
-            session = self._sessions[address] = aiohttp.ClientSession(connector=connector)
+            session = self._sessions[key] = aiohttp.ClientSession(connector=connector)
         return session
 
     async def _load(self, key: tuple[str, str]) -> Route | None:

@@ -1,6 +1,7 @@
 """`/v1/deployments`, `/v1/pipelines` and `/v1/tasks`: model serving over HTTP. Deploy a model
 version on replicas, scale, delete; predict synchronously (the result in the response) or
-asynchronously (202 and a task to read or stream); a deployment's figures.
+asynchronously (202 and a task to read or stream), or stream a streaming model's outputs (SSE,
+`/predict/stream`); a deployment's figures.
 
 `?tenant=NAME` names the tenant acted for (an admin's requests); a tenant's deployments,
 pipelines and tasks are invisible to every other tenant (404). The handlers route and
@@ -12,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+from collections.abc import AsyncIterator
 from typing import Annotated
 
 from aiohttp import web
@@ -25,6 +27,12 @@ from controlplane.deployments.spec import (
     PipelineRequest,
     PredictRequest,
     ScaleRequest,
+)
+from controlplane.deployments.streaming import (
+    NoChannel,
+    PredictionStreams,
+    StreamEvent,
+    StreamRequest,
 )
 from controlplane.deployments.views import (
     DeploymentFigures,
@@ -45,6 +53,8 @@ from controlplane.http.streams import SSE_EVENT, SSE_HEADERS, live_stream
 from controlplane.instruments import sse_client
 
 SERVING_APPLICATION = web.AppKey("serving_application", ServingApplication)
+PREDICTION_STREAMS = web.AppKey("prediction_streams", PredictionStreams)
+NO_CHANNEL_RETRY_S = 1.0
 
 
 class ActingQuery(query.Query):
@@ -132,6 +142,45 @@ async def predict(request: web.Request) -> web.Response:
         return _task_answer(await serving.predict(tenant, name, body, key))
     task = await unless_gone(request, serving.predict(tenant, name, body, key))
     return web.Response(status=CLIENT_GONE) if task is None else _task_answer(task)
+
+
+async def predict_stream(request: web.Request) -> web.StreamResponse:
+    """SSE of a streaming model's outputs on one item: an `output` event per output as the
+    model yields it, then `done` (the task's id, its number of outputs and times) or `error`;
+    a comment heartbeat while the model is quiet. Not resumable: a client that goes away
+    stops the model at its next output (controlplane/deployments/streaming.py)."""
+    tenant = acting(request, "predicts")
+    body = validated(StreamRequest, await json_body(request))
+    name = _name(request)
+    streams = request.app[PREDICTION_STREAMS]
+    with await live_stream(request):
+        try:
+            stream = await streams.open(tenant, name, body)
+        except NoChannel as exc:
+            raise error(503, str(exc), retry_after_s=NO_CHANNEL_RETRY_S) from exc
+        response = web.StreamResponse(headers=SSE_HEADERS)
+        try:
+            await response.prepare(request)
+            with sse_client("predictions"):
+                events = stream.events(request.app[SSE_HEARTBEAT_S])
+                async with contextlib.aclosing(events):
+                    sent = await unless_gone(request, _send(events, response))
+            if sent is not None:
+                await response.write_eof()
+        except ConnectionResetError:
+            pass  # the client went away: its stream is closed, and not counted
+        finally:
+            await stream.aclose()
+    return response
+
+
+async def _send(events: AsyncIterator[StreamEvent | None], response: web.StreamResponse) -> bool:
+    async for event in events:
+        if event is None:
+            await response.write(b": heartbeat\n\n")
+        else:
+            await response.write(f"event: {event.kind}\ndata: {event.data}\n\n".encode())
+    return True
 
 
 async def predict_pipeline(request: web.Request) -> web.Response:
@@ -369,6 +418,47 @@ OPERATIONS = (
         predict, "predict", "Run the model on inputs (DLHub's run): synchronous or asynchronous"
     ),
     Operation(
+        "post",
+        "/v1/deployments/{name}/predict/stream",
+        predict_stream,
+        "predictStream",
+        "Stream a streaming model's outputs on one item (SSE), as the model yields them",
+        {
+            200: Answer(
+                "text/event-stream: an `output` event per output (its data the output's JSON), "
+                "in the order yielded, each sent as it is yielded; then `done` (`task_id`, "
+                "`chunks`: the outputs sent, `times`: request, first output, invocation, "
+                "inference ms) or `error` (`task_id`, `chunks`, `error`: the model's traceback, "
+                "an output not storable as JSON, the replica lost, no output within the "
+                "deployment's task_timeout_s, outputs past 64 MiB, the control plane shutting "
+                "down), the last event; a `: heartbeat` comment while the model is quiet. Not "
+                "resumable (no event ids): a client that goes away stops the model at its next "
+                "output, and its request is no task. Never batched with other requests, never "
+                "memoized; counted as a task (GET /v1/tasks/{id}: its outputs, one item's, the "
+                "list of all it yielded)",
+                SSE_EVENT["schema"],
+                media="text/event-stream",
+            )
+        },
+        {
+            400: MALFORMED,
+            401: UNAUTHORIZED,
+            403: FORBIDDEN,
+            404: NOT_FOUND,
+            409: "the deployment's model does not stream: its entry point is not a generator "
+            "function (predict without streaming)",
+            422: f"{INVALID}: `inputs` holds exactly one item, one the model version takes",
+            429: LIMITED,
+            503: "no replica can take a stream now (a stream needs a replica offered on its "
+            "agent's serving channel: none started yet, scaled to zero, or agents run with "
+            "--serving-listen off); retry after Retry-After, or predict without streaming",
+        },
+        query=ActingQuery,
+        params=(NAME,),
+        body=StreamRequest,
+        body_required=True,
+    ),
+    Operation(
         "get",
         "/v1/deployments/{name}/metrics",
         figures,
@@ -471,12 +561,13 @@ OPERATIONS = (
 def add_routes(app: web.Application) -> None:
     add_operations(app, OPERATIONS)
     app.on_startup.append(_open)
+    app.on_shutdown.append(_stop_streams)
 
 
 async def _open(app: web.Application) -> None:
     # After the composition root's parts are open (cleanup contexts start first).
     plane = app[PLANE]
-    app[SERVING_APPLICATION] = ServingApplication(
+    serving = app[SERVING_APPLICATION] = ServingApplication(
         plane.deployments,
         plane.tasks,
         plane.pool,
@@ -484,3 +575,10 @@ async def _open(app: web.Application) -> None:
         direct=plane.direct,
         counting=plane.counting,
     )
+    app[PREDICTION_STREAMS] = PredictionStreams(serving, plane.direct, plane.counting)
+
+
+async def _stop_streams(app: web.Application) -> None:
+    # A graceful shutdown ends the open prediction streams (each with its `error`, counted)
+    # before it waits for the requests in flight, as the other streams end.
+    app[PREDICTION_STREAMS].stop()
