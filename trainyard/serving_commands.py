@@ -22,7 +22,7 @@ from controlplane.deployments.spec import Autoscaling, DeploymentRequest, Resour
 from controlplane.failures import EXIT_FAILED
 from controlplane.settings import Settings
 from trainyard import render
-from trainyard.api import UsageError
+from trainyard.api import PredictionFailed, UsageError
 from trainyard.commands import (
     Handler,
     client_for,
@@ -206,7 +206,10 @@ def add_serving_commands(commands: Any) -> None:
         "INPUT's items and print the outputs, a JSON array, one per item (--output json: the "
         "whole task, with its memo use and times). A failed task's error goes to standard "
         "error, exit code 1; an INPUT that is not a JSON array is exit code 2. With --async, "
-        "print the task's id at once, for `trainyard task ID --wait`.",
+        "print the task's id at once, for `trainyard task ID --wait`. With --stream (a "
+        "streaming model, whose entry point is a generator function; INPUT one item), print "
+        "each output as the model yields it, one JSON value a line; an error mid-stream goes "
+        "to standard error, exit code 1.",
         cmd_predict,
         output,
     )
@@ -224,6 +227,11 @@ def add_serving_commands(commands: Any) -> None:
         help="run the model even on inputs whose result the memo holds",
     )
     predict.add_argument("--pipeline", action="store_true", help="DEPLOYMENT names a pipeline")
+    predict.add_argument(
+        "--stream",
+        action="store_true",
+        help="print each output as the streaming model yields it (INPUT: one item)",
+    )
     task = add(
         commands,
         "task",
@@ -548,6 +556,8 @@ async def cmd_predict(args: argparse.Namespace, settings: Settings) -> int:
     if args.input == "-" and args.token_file == "-":
         raise UsageError("standard input holds INPUT or the token (--token-file -), not both")
     items = await asyncio.to_thread(read_items, args.input)
+    if args.stream:
+        return await _streamed(args, settings, items)
     async with client_for(args, settings) as client:
         task = await client.predict(
             args.deployment,
@@ -565,6 +575,27 @@ async def cmd_predict(args: argparse.Namespace, settings: Settings) -> int:
         print(json.dumps(task["outputs"]))
     # Asynchronously, the task has just begun (or the memo answered it): it has not failed.
     return 0 if args.asynchronous else _failed(task)
+
+
+async def _streamed(args: argparse.Namespace, settings: Settings, items: list[Any]) -> int:
+    """`predict --stream`: each output on a line of its own, printed as it comes."""
+    if args.asynchronous or args.no_cache or args.pipeline:
+        raise UsageError("--stream takes none of --async, --no-cache and --pipeline")
+    async with client_for(args, settings) as client:
+        outputs = client.stream_predict(args.deployment, items, tenant=args.tenant)
+        try:
+            async for output in outputs:
+                print(json.dumps(output), flush=True)
+        except PredictionFailed as failed:
+            error = render.printable(str(failed), layout=True)
+            print(
+                f"trainyard: task {failed.task_id} failed after {failed.chunks} outputs: {error}",
+                file=sys.stderr,
+            )
+            return EXIT_FAILED
+        finally:
+            await outputs.aclose()
+    return 0
 
 
 async def cmd_task(args: argparse.Namespace, settings: Settings) -> int:

@@ -33,6 +33,7 @@ from tests.controlplane.deployments.test_direct_path import until_offered
 from tests.controlplane.deployments.test_serving import DOUBLE
 from tests.polling import eventually
 from tests.tenancy import Tokens, auth
+from tests.trainyard.test_models_cli import user
 from trainyard import AsyncClient, PredictionFailed
 from trainyard import Client as BlockingClient
 from trainyard.api import SseMessage, lines, sse_messages
@@ -270,3 +271,21 @@ async def test_the_sdk_streams_with_both_clients(
                 return list(sdk.stream_predict("count", [4]))
 
         assert await asyncio.to_thread(blocking) == [0, 1, 2, 3]
+
+
+@pytest.mark.processes
+async def test_the_cli_prints_each_output_as_it_comes(
+    db_url: str, tmp_path: Path, tokens: Tokens, pool: asyncpg.Pool
+) -> None:
+    async with serving_cluster(db_url, tmp_path) as cluster:
+        client = cluster[0]
+        await streaming_deployment(cluster, pool, tokens.acme, "count", "counting")
+        await streaming_deployment(cluster, pool, tokens.acme, "failing", "failing")
+        cli = user(tmp_path, str(client.make_url("")), tokens.acme)
+        streamed = await cli("predict", "count", "[3]", "--stream")
+        assert (streamed.rc, streamed.stdout) == (0, "0\n1\n2\n"), streamed.stderr
+        failed = await cli("predict", "failing", '["z"]', "--stream")
+        assert (failed.rc, failed.stdout) == (1, '"first"\n')
+        assert "failed after 1 outputs" in failed.stderr and "ValueError" in failed.stderr
+        both = await cli("predict", "count", "[3]", "--stream", "--async")
+        assert both.rc == 2 and "--stream takes none of" in both.stderr
