@@ -322,6 +322,10 @@ class DirectFeed:
         except ReplicaGone as exc:
             _gone(stream, str(exc), sent=sent, invocation_ms=ms_since(started))
             raise
+        except asyncio.CancelledError:
+            # The replica's serving ended (its attempt did): its reader is told so at once.
+            _gone(stream, "its serving ended", sent=sent, invocation_ms=ms_since(started))
+            raise
         figures = {
             "replica": str(self.replica),
             "chunks": sent,

@@ -20,6 +20,7 @@ import asyncpg
 import pytest
 from aiohttp import ClientResponse
 
+from controlplane.http.deployments import PREDICTION_STREAMS
 from tests.cluster import RunningAgent, agent_config
 from tests.controlplane.deployments.serving import (
     Client,
@@ -289,3 +290,30 @@ async def test_the_cli_prints_each_output_as_it_comes(
         assert "failed after 1 outputs" in failed.stderr and "ValueError" in failed.stderr
         both = await cli("predict", "count", "[3]", "--stream", "--async")
         assert both.rc == 2 and "--stream takes none of" in both.stderr
+
+
+async def test_a_graceful_shutdown_ends_open_streams_with_an_error_counted(
+    db_url: str, tmp_path: Path, tokens: Tokens, pool: asyncpg.Pool
+) -> None:
+    async with serving_cluster(db_url, tmp_path) as cluster:
+        client = cluster[0]
+        folder = await streaming_deployment(cluster, pool, tokens.acme, "count", "counting")
+        response = await open_stream(client, tokens.acme, "count", [None])
+        received = events(response)
+        assert (await anext(received)).json() == 0
+        # What the app's shutdown does first (on_shutdown), before it waits for requests.
+        client.server.app[PREDICTION_STREAMS].stop()
+        rest = [message async for message in received]
+        assert [m.event for m in rest[:-1]] == ["output"] * (len(rest) - 1)
+        assert rest[-1].event == "error"
+        ended = rest[-1].json()
+        assert "shutting down" in ended["error"] and ended["chunks"] == len(rest)
+        row = await eventually_row(pool, ended["task_id"])
+        assert row["state"] == "failed"
+
+        async def was_closed() -> bool:
+            return (folder / "closed").exists()
+
+        await eventually(was_closed, seconds=5)  # the model stopped too
+        response = await open_stream(client, tokens.acme, "count", [1])
+        assert response.status == 503  # and no new stream opens
