@@ -110,14 +110,13 @@ class PredictionStreams:
             raise Refusal(Refused.INVALID, f"inputs: {exc}", field="inputs") from exc
         if self._stopping:
             raise NoChannel(SHUTTING_DOWN)
-        item = json.dumps(request.inputs[0], allow_nan=False)
         opened = contextlib.AsyncExitStack()
         try:
+            # The one item's JSON: the list's, less its brackets.
             upstream = await opened.enter_async_context(
-                self._direct.stream(tenant, name, route, item)
+                self._direct.stream(tenant, name, route, data[1:-1])
             )
         except ChannelFailed as exc:
-            await opened.aclose()
             log.info("stream of %s.%s: %s", tenant, name, exc)
             self._direct.forget(tenant, name)
             raise NoChannel(
@@ -127,14 +126,10 @@ class PredictionStreams:
                 "streaming"
             ) from exc
         except NotStreaming as exc:
-            await opened.aclose()
             raise Refusal(
                 Refused.CONFLICT,
                 f"{exc}; predict without streaming (POST /v1/deployments/{name}/predict)",
             ) from exc
-        except BaseException:
-            await opened.aclose()
-            raise
         stream = PredictionStream(
             self, tenant, name, route, upstream, opened, data, submitted, arrived
         )
