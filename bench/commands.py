@@ -221,6 +221,26 @@ def add_commands(commands: argparse._SubParsersAction[Any]) -> None:
     serving.add_argument("--no-peers", action="store_true", help="leave Ray Serve and BentoML out")
     serving.add_argument("--json", action="store_true", help="print only the JSON object")
     serving.set_defaults(handler=cmd_bench_serving)
+    autoscale = bench_commands.add_parser(
+        "autoscale",
+        help="how long an autoscaled deployment takes to follow its load",
+        description="With real processes on a scratch database (a served control plane, one "
+        "process-runtime agent): an autoscaled deployment (0 to 4 replicas, 1 request in "
+        "flight each) of a model that sleeps 50 ms per call; cold_start_s: from zero replicas, "
+        "a synchronous prediction's time to its answer; scale_up_s: then, under --clients "
+        "closed-loop clients, from the load's start until a new replica answers; "
+        "scale_to_zero_s: from the load's end until no replica is left. Prints JSON "
+        "(definitions: bench/autoscale.py).",
+    )
+    autoscale.add_argument(
+        "--clients",
+        type=int,
+        default=4,
+        metavar="N",
+        help="closed-loop clients of the load (default: 4)",
+    )
+    autoscale.add_argument("--json", action="store_true", help="print only the JSON object")
+    autoscale.set_defaults(handler=cmd_bench_autoscale)
     inference = bench_commands.add_parser(
         "inference",
         help="IDunno's experiment: two inference jobs in fair time, a replica and the control "
@@ -582,6 +602,18 @@ async def cmd_bench_serving(args: argparse.Namespace, settings: Settings) -> int
         peers=not args.no_peers,
         progress=not args.json,
     )
+    print(json.dumps(result, indent=None if args.json else 2))
+    return 0
+
+
+async def cmd_bench_autoscale(args: argparse.Namespace, settings: Settings) -> int:
+    from bench.autoscale import run
+
+    if not 2 <= args.clients <= 256:
+        print("trainyard: --clients must be 2 to 256", file=sys.stderr)
+        return EXIT_USAGE
+    url = await resolve_database(settings)
+    result = await run(url, clients=args.clients, progress=not args.json)
     print(json.dumps(result, indent=None if args.json else 2))
     return 0
 

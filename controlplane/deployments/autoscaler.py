@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-LOOK_BACK_S = 3.0
+LOOK_BACK_S = 1.0
 """The window the mean in flight is taken over: short, so that scaling up follows the load
 within a few sweeps; scaling down waits `scale_down_delay_s` anyway."""
 
@@ -67,8 +67,9 @@ def desired_replicas(policy: Policy, load: Load, current: int, since_change_s: f
     """The replicas to have now, given `current` and the seconds since they last changed.
 
     Up at once to what the load needs at `target_in_flight` each (at least one while any request
-    waits or runs); down only once the last change is `scale_down_delay_s` old, and to none only
-    once the deployment has also been idle that long; always within [min, max]."""
+    waits or runs); down only once the last change is `scale_down_delay_s` old or the deployment
+    has been idle that long, and to none only once it has been idle that long; always within
+    [min, max]."""
     needed = math.ceil(load.in_flight / policy.target_in_flight)
     if load.unfinished:
         needed = max(needed, 1)
@@ -77,9 +78,12 @@ def desired_replicas(policy: Policy, load: Load, current: int, since_change_s: f
         # a request that waits starts one.
         needed = 0
     wanted = _bounded(policy, needed)
-    if wanted < current and since_change_s < policy.scale_down_delay_s:
-        wanted = current  # too soon after the last change: a load that dipped may come back
-    if wanted == 0 and load.idle_s < policy.scale_down_delay_s:
+    delay = policy.scale_down_delay_s
+    if wanted < current and since_change_s < delay and load.idle_s < delay:
+        # Too soon after the last change: a load that dipped may come back (idle for the whole
+        # delay, it has not).
+        wanted = current
+    if wanted == 0 and load.idle_s < delay:
         wanted = min(current, 1)  # not idle long enough to stop the last replica
     return _bounded(policy, wanted)
 

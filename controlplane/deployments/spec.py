@@ -96,9 +96,9 @@ MAX_SCALE_DOWN_DELAY_S = 3600.0
 class Autoscaling(BaseModel):
     """Replicas that follow the load: as many as the requests in flight need at
     `target_in_flight` each, within `min_replicas` and `max_replicas` (controlplane/deployments/
-    autoscaler.py). More at once; fewer only once the last change is `scale_down_delay_s` old,
-    and none (with `min_replicas` 0) only once no request has come or been in flight for that
-    long."""
+    autoscaler.py). More at once; fewer only once the last change is `scale_down_delay_s` old
+    (or it has been idle that long), and none (with `min_replicas` 0) only once no request has
+    come or been in flight for that long."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -122,8 +122,8 @@ class Autoscaling(BaseModel):
         default=60.0,
         ge=MIN_SCALE_DOWN_DELAY_S,
         le=MAX_SCALE_DOWN_DELAY_S,
-        description="how long after its last change of replicas it may have fewer, and how long "
-        "it must have been idle before none",
+        description="how long after its last change of replicas (or how long idle) it may have "
+        "fewer, and how long it must have been idle before none",
     )
 
     @field_validator("max_replicas")

@@ -36,6 +36,8 @@ def test_it_scales_up_at_once_to_what_the_load_needs() -> None:
 def test_it_scales_down_only_once_the_last_change_is_the_delay_old() -> None:
     assert desired_replicas(POLICY, busy(1.0), current=4, since_change_s=29.0) == 4
     assert desired_replicas(POLICY, busy(1.0), current=4, since_change_s=30.0) == 1
+    # Idle for the whole delay, it need not wait for the last change to age as well.
+    assert desired_replicas(POLICY, IDLE, current=4, since_change_s=1.0) == 0
 
 
 def test_from_zero_a_waiting_request_starts_one_replica() -> None:
@@ -97,7 +99,7 @@ def test_never_fewer_than_the_load_needs_and_never_down_too_soon(
     needed = math.ceil(load.in_flight / policy.target_in_flight)
     if current or load.unfinished:  # from none, only a request that waits starts one
         assert replicas >= min(needed, policy.max_replicas)
-    if since < policy.scale_down_delay_s:
+    if since < policy.scale_down_delay_s and load.idle_s < policy.scale_down_delay_s:
         assert replicas >= min(current, policy.max_replicas)
 
 
