@@ -5,7 +5,8 @@
 -- What a tenant holds, in one round trip: its limits (as text; '{}': the defaults), its QUEUED
 -- jobs, the CPUs and memory its live jobs ask for (learners x each; an inference job holds no
 -- node, its deployment's replicas do), its deployments not deleted and the replicas they ask
--- for, its searches running, its prediction items not yet finished, the bytes its model
+-- for (an autoscaled one's `max_replicas`, the most its load may ask for: counted by what it
+-- has now, deployments at zero could together grow past the limit), its searches running, its prediction items not yet finished, the bytes its model
 -- versions hold; and the most memory any node ever registered has (NULL: no node yet), since a
 -- job needing more could never be placed. Each count reads an index of the tenant's live rows
 -- only (job_status by tenant and state, the queued and running tasks' partial indexes), never
@@ -34,7 +35,9 @@ LATERAL (
       AND s.state IN ('QUEUED', 'DEPLOYING', 'DOWNLOADING', 'PROCESSING', 'STORING')
 ) j,
 LATERAL (
-    SELECT count(*) AS deployments, coalesce(sum(replicas), 0) AS replicas
+    SELECT count(*) AS deployments,
+           coalesce(sum(greatest(replicas, (spec -> 'autoscaling' ->> 'max_replicas')::int)), 0)
+               AS replicas
     FROM deployments WHERE tenant = t.name AND NOT deleted
 ) d
 WHERE t.name = $1;

@@ -95,6 +95,27 @@ async def test_deployments_and_replicas_are_held_to_their_limits(
     assert scaled.status == 200, await scaled.text()
 
 
+async def test_an_autoscaled_deployment_holds_the_most_replicas_it_may_grow_to(
+    client: Client, tokens: Tokens, owner: asyncpg.Connection, pool: asyncpg.Pool
+) -> None:
+    await set_limits(client, tokens, replicas=4)
+    acme = auth(tokens.acme)
+    await publish(client, tokens.acme, "m", b"weights", "model:predict")
+    autoscaling = {"min_replicas": 0, "max_replicas": 3}
+    first = {"name": "d1", "model": "m", "autoscaling": autoscaling}
+    assert (await client.post("/v1/deployments", json=first, headers=acme)).status == 201
+
+    async def counted() -> bool:
+        return await pool.fetchval("SELECT count(*) FROM deployments WHERE tenant = 'acme'") == 1
+
+    await eventually(counted)
+    # At zero now, it may grow to 3: a second of up to 2 would let the load pass the limit.
+    second = {"name": "d2", "model": "m", "autoscaling": {**autoscaling, "max_replicas": 2}}
+    await refused(owner, client.post("/v1/deployments", json=second, headers=acme), 429, "replicas")
+    fixed = {"name": "d2", "model": "m", "replicas": 1}
+    assert (await client.post("/v1/deployments", json=fixed, headers=acme)).status == 201
+
+
 async def test_queued_predictions_are_held_to_their_limit(
     client: Client, tokens: Tokens, owner: asyncpg.Connection
 ) -> None:
