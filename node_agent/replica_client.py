@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runners.frames import FrameError, message_frame, read_message, write_frame
+from runners.frames import FrameError, encode_frame, message_frame, read_message, write_frame
 from runners.serve import SOCKET_NAME
 
 CHUNK_BYTES = 1024 * 1024
@@ -154,6 +154,15 @@ class ReplicaClient:
         request = message_frame({"op": "batch", "id": batch_id, "items": items})
         answer = await self._request("result", request, batch_id=batch_id)
         return _outputs(answer, len(items)), _milliseconds(answer, "inference_ms")
+
+    async def predict_text(self, items: str, count: int) -> tuple[list[Any], float]:
+        """`predict` for `count` items whose JSON list is `items`, sent as it is: encoding
+        items again costs a tenth of a millisecond per 5 KiB (ValueError for text that is not
+        valid Unicode; FrameError for too much)."""
+        batch_id = next(self._batch_ids)
+        request = encode_frame(f'{{"op":"batch","id":{batch_id},"items":{items}}}'.encode())
+        answer = await self._request("result", request, batch_id=batch_id)
+        return _outputs(answer, count), _milliseconds(answer, "inference_ms")
 
     async def stream(self, item: Any, deliver: Callable[[Any], Awaitable[bool]]) -> StreamEnd:
         """Run a streaming entry point on `item`: each output it yields is handed to `deliver`

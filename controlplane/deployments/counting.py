@@ -16,6 +16,7 @@ result. Readers in this process that must see their own writes (figures, a task 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from dataclasses import dataclass
 from datetime import datetime
@@ -30,6 +31,10 @@ log = logging.getLogger(__name__)
 
 MAX_GROUP = 1000
 """The most tasks one transaction records (a bound on a statement's arrays)."""
+GATHER_S = 0.02
+"""How long the writer, woken by an answer, lets more gather before it writes (unless a reader
+flushes, or the process stops): one request at a time, each answer would be a transaction of
+its own, four round trips whose work Postgres does on the CPUs the next requests need."""
 RETRY_S = 0.5
 
 
@@ -92,6 +97,8 @@ class Counting:
         self._written = 0
         """Tasks written so far (in the order handed in)."""
         self._wake = asyncio.Event()
+        self._hurry = asyncio.Event()
+        """A reader flushes, or the process stops: what has gathered is written at once."""
         self._stopping = asyncio.Event()
         self._ended = False
         self._progress = asyncio.Condition()
@@ -113,6 +120,7 @@ class Counting:
     async def flush(self) -> None:
         """Return once every task handed in before the call is written (or the writer ended)."""
         target = self._recorded
+        self._hurry.set()
         async with self._progress:
             await self._progress.wait_for(lambda: self._written >= target or self._ended)
 
@@ -126,6 +134,10 @@ class Counting:
                     self._wake.clear()
                     await self._wake.wait()
                     continue
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(GATHER_S):
+                        await self._hurry.wait()
+                self._hurry.clear()
                 tasks, batches, memo = self._take()
                 try:
                     await self._write(tasks, batches, memo)
@@ -159,6 +171,7 @@ class Counting:
     def stop(self) -> None:
         """Write what is left, then end `run`."""
         self._stopping.set()
+        self._hurry.set()
         self._wake.set()
 
     def _take(self) -> tuple[list[CountedTask], list[CountedBatch], list[MemoUse]]:

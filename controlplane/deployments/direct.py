@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from collections import Counter
@@ -182,14 +181,14 @@ class DirectPath:
         endpoint = min(route.endpoints, key=lambda e: self._in_flight[e.replica])
         session = self._session(endpoint.address)
         url = f"{endpoint.address}/v1/replicas/{endpoint.replica}/predict"
-        # The inputs as the caller encoded them: a second encoding of large items is a cost.
-        head = json.dumps({"tenant": tenant, "deployment": deployment})[:-1]
-        body = f'{head}, "inputs": {inputs}}}'
         self._in_flight[endpoint.replica] += 1
         try:
             async with session.post(
                 url,
-                data=body.encode(),
+                params={"tenant": tenant, "deployment": deployment},
+                # The inputs as the caller encoded them, which the agent hands on as they are:
+                # a second encoding of large items is a cost.
+                data=inputs.encode(),
                 headers={
                     "Authorization": f"Bearer {endpoint.token}",
                     "Content-Type": "application/json",
@@ -229,14 +228,13 @@ class DirectPath:
         endpoint = min(route.endpoints, key=lambda e: self._in_flight[e.replica])
         session = self._session(endpoint.address, streams=True)
         url = f"{endpoint.address}/v1/replicas/{endpoint.replica}/stream"
-        head = json.dumps({"tenant": tenant, "deployment": deployment})[:-1]
-        body = f'{head}, "input": {item}}}'
         self._in_flight[endpoint.replica] += 1
         try:
             try:
                 response = await session.post(
                     url,
-                    data=body.encode(),
+                    params={"tenant": tenant, "deployment": deployment},
+                    data=item.encode(),
                     headers={
                         "Authorization": f"Bearer {endpoint.token}",
                         "Content-Type": "application/json",

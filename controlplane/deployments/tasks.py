@@ -48,7 +48,17 @@ class Target:
 def memo_key(salt: str, inputs: Sequence[Any]) -> bytes:
     """The memo's key: the model (salt) and the input bytes, canonical (sorted keys, no spaces),
     so the same input however it was spaced finds the same result."""
-    canonical = json.dumps(inputs, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return canonical_memo_key(salt, canonical_json(inputs))
+
+
+def canonical_json(inputs: Sequence[Any]) -> str:
+    """The inputs' canonical JSON (sorted keys, no spaces, ASCII): what the memo's key hashes,
+    and a JSON text of them as good as any other (ValueError for NaN and infinities)."""
+    return json.dumps(inputs, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+def canonical_memo_key(salt: str, canonical: str) -> bytes:
+    """`memo_key` of the inputs whose `canonical_json` is `canonical`."""
     return hashlib.sha256(f"{salt}\n{canonical}".encode()).digest()
 
 

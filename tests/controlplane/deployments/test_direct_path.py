@@ -99,7 +99,7 @@ async def test_the_channel_refuses_a_request_without_its_agents_token(
         await until_running(client, tokens.acme, "dbl", 1)
         channel = await until_offered(pool, "dbl")
         url = f"{channel['address']}/v1/replicas/{channel['replica']}/predict"
-        body = {"tenant": "acme", "deployment": "dbl", "inputs": [1]}
+        ours = {"tenant": "acme", "deployment": "dbl"}
         async with aiohttp.ClientSession() as session:
             for headers in (
                 {},
@@ -107,13 +107,13 @@ async def test_the_channel_refuses_a_request_without_its_agents_token(
                 {"Authorization": f"Bearer {tokens.acme}"},  # a tenant's token is no use
                 {"Authorization": f"Basic {channel['token']}"},
             ):
-                async with session.post(url, json=body, headers=headers) as response:
+                async with session.post(url, params=ours, json=[1], headers=headers) as response:
                     assert response.status == 401, headers
             good = {"Authorization": f"Bearer {channel['token']}"}
-            other = {**body, "tenant": "globex"}
-            async with session.post(url, json=other, headers=good) as response:
+            other = {**ours, "tenant": "globex"}
+            async with session.post(url, params=other, json=[1], headers=good) as response:
                 assert response.status == 404  # the replica is acme's deployment's only
-            async with session.post(url, json=body, headers=good) as response:
+            async with session.post(url, params=ours, json=[1], headers=good) as response:
                 assert response.status == 200
                 assert json.loads((await response.json())["output"]) == [2]
 
