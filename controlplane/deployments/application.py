@@ -197,24 +197,6 @@ class ServingApplication:
         self._direct.forget(tenant, name)
         return await self._view(deployment)
 
-    async def set_autoscaling(
-        self, tenant: str, name: str, autoscaling: Autoscaling | None, actor: str
-    ) -> DeploymentView:
-        """Its replicas follow its load within `autoscaling`'s bounds (None: they stay what they
-        are now, fixed); a higher `max_replicas` is held to the tenant's limits first."""
-        current = await self._load(tenant, name)
-        if autoscaling is not None:
-            # The tenant's usage counts it at the most it may have now (admission's queries).
-            held = max(current.replicas, (current.autoscaling or {}).get("max_replicas", 0))
-            more = autoscaling.max_replicas - held
-            if more > 0:
-                resources = current.resources
-                room = replica_room(more, resources["cpus"], resources["memory_mb"])
-                await gate.admit(self._pool, tenant, room)
-        with refusing():
-            deployment = await self.deployments.set_autoscaling(tenant, name, autoscaling, actor)
-        return await self._view(deployment)
-
     async def undeploy(self, tenant: str, name: str, actor: str) -> DeploymentView:
         with refusing():
             deployment = await self.deployments.delete(tenant, name, actor)

@@ -23,7 +23,6 @@ from controlplane.agent_port.gone_clients import CLIENT_GONE, unless_gone
 from controlplane.deployments.application import ServingApplication, named
 from controlplane.deployments.lifecycle import Busy
 from controlplane.deployments.spec import (
-    Autoscaling,
     DeploymentRequest,
     PipelineRequest,
     PredictRequest,
@@ -124,23 +123,6 @@ async def scale(request: web.Request) -> web.Response:
     body = validated(ScaleRequest, await json_body(request))
     who = actor(principal(request))
     return answer(await request.app[SERVING_APPLICATION].scale(tenant, name, body, who))
-
-
-async def set_autoscaling(request: web.Request) -> web.Response:
-    tenant = acting(request, "scales deployments")
-    name = _name(request)
-    body = validated(Autoscaling, await json_body(request))
-    who = actor(principal(request))
-    facade = request.app[SERVING_APPLICATION]
-    return answer(await facade.set_autoscaling(tenant, name, body, who))
-
-
-async def stop_autoscaling(request: web.Request) -> web.Response:
-    tenant = acting(request, "scales deployments")
-    name = _name(request)
-    who = actor(principal(request))
-    facade = request.app[SERVING_APPLICATION]
-    return answer(await facade.set_autoscaling(tenant, name, None, who))
 
 
 async def undeploy(request: web.Request) -> web.Response:
@@ -432,47 +414,6 @@ OPERATIONS = (
         params=(NAME,),
         body=ScaleRequest,
         body_required=True,
-    ),
-    Operation(
-        "put",
-        "/v1/deployments/{name}/autoscaling",
-        retried_when_busy(set_autoscaling),
-        "setDeploymentAutoscaling",
-        "Its replicas follow its load within these bounds from the next sweep (autoscaling "
-        "turned on, or its bounds changed)",
-        {200: Answer("the deployment", DeploymentView)},
-        {
-            400: MALFORMED,
-            401: UNAUTHORIZED,
-            403: FORBIDDEN_OR_BEYOND,
-            404: NOT_FOUND,
-            409: CONFLICT,
-            422: INVALID,
-            429: LIMITED,
-            503: BUSY,
-        },
-        query=ActingQuery,
-        params=(NAME,),
-        body=Autoscaling,
-        body_required=True,
-    ),
-    Operation(
-        "delete",
-        "/v1/deployments/{name}/autoscaling",
-        retried_when_busy(stop_autoscaling),
-        "stopDeploymentAutoscaling",
-        "Its autoscaling off: its replicas stay what they are now, a fixed number",
-        {200: Answer("the deployment", DeploymentView)},
-        {
-            400: MALFORMED,
-            401: UNAUTHORIZED,
-            403: FORBIDDEN,
-            404: NOT_FOUND,
-            409: CONFLICT,
-            503: BUSY,
-        },
-        query=ActingQuery,
-        params=(NAME,),
     ),
     Operation(
         "delete",
