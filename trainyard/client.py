@@ -586,6 +586,39 @@ class AsyncClient:
         )
         return deployment
 
+    async def autoscale(
+        self,
+        name: str,
+        *,
+        max_replicas: int,
+        min_replicas: int | None = None,
+        target_in_flight: float | None = None,
+        scale_down_delay_s: float | None = None,
+        tenant: str | None = None,
+    ) -> dict[str, Any]:
+        """Make deployment `name`'s replicas follow its load (or change its bounds): between
+        `min_replicas` and `max_replicas`, as many as its requests in flight need at
+        `target_in_flight` each (see `deploy`); the deployment. Each setting left None is the
+        server's default."""
+        body = _given(
+            min_replicas=min_replicas,
+            max_replicas=max_replicas,
+            target_in_flight=target_in_flight,
+            scale_down_delay_s=scale_down_delay_s,
+        )
+        deployment: dict[str, Any] = await self.api.request(
+            "PUT", f"{_deployment_path(name)}/autoscaling", params=_acting(tenant), body=body
+        )
+        return deployment
+
+    async def stop_autoscaling(self, name: str, *, tenant: str | None = None) -> dict[str, Any]:
+        """Turn deployment `name`'s autoscaling off: its replicas stay what they are now, a
+        fixed number (`scale` changes it); the deployment."""
+        deployment: dict[str, Any] = await self.api.request(
+            "DELETE", f"{_deployment_path(name)}/autoscaling", params=_acting(tenant)
+        )
+        return deployment
+
     async def undeploy(self, name: str, *, tenant: str | None = None) -> dict[str, Any]:
         """Delete deployment `name`: it takes no more tasks and its replicas stop; the
         deployment, `deleting`."""
@@ -1183,6 +1216,8 @@ class Client:
     deployments = _blocking(AsyncClient.deployments)
     deployment = _blocking(AsyncClient.deployment)
     deployment_history = _blocking(AsyncClient.deployment_history)
+    autoscale = _blocking(AsyncClient.autoscale)
+    stop_autoscaling = _blocking(AsyncClient.stop_autoscaling)
     scale = _blocking(AsyncClient.scale)
     undeploy = _blocking(AsyncClient.undeploy)
     deployment_metrics = _blocking(AsyncClient.deployment_metrics)

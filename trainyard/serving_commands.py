@@ -198,6 +198,19 @@ def add_serving_commands(commands: Any) -> None:
         action="store_true",
         help="with NAME: show its events (each change of its replicas, and why)",
     )
+    change.add_argument(
+        "--autoscale",
+        type=autoscale_bounds,
+        metavar="MIN:MAX[:TARGET[:DELAY]]",
+        help="with NAME: its replicas follow its load, between MIN and MAX, TARGET requests in "
+        "flight each, fewer DELAY seconds after a change (the last two: the server's defaults "
+        "when left out)",
+    )
+    change.add_argument(
+        "--no-autoscale",
+        action="store_true",
+        help="with NAME: turn its autoscaling off (its replicas stay what they are now)",
+    )
     predict = add(
         commands,
         "predict",
@@ -354,6 +367,20 @@ def deployment_text(view: dict[str, Any]) -> str:
     if jobs:
         text += "\n\n" + render.table(["REPLICA JOB", "STATE", "ATTEMPT"], jobs)
     return text
+
+
+def autoscale_bounds(text: str) -> dict[str, Any]:
+    """--autoscale's MIN:MAX[:TARGET[:DELAY]] as `AsyncClient.autoscale`'s settings (the server
+    checks their values)."""
+    parts = text.split(":")
+    if not 2 <= len(parts) <= 4:
+        raise argparse.ArgumentTypeError(f"{text!r} is not MIN:MAX[:TARGET[:DELAY]]")
+    names = ("min_replicas", "max_replicas", "target_in_flight", "scale_down_delay_s")
+    kinds: tuple[type[int] | type[float], ...] = (int, int, float, float)
+    try:
+        return {name: kind(part) for name, kind, part in zip(names, kinds, parts, strict=False)}
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not MIN:MAX[:TARGET[:DELAY]]") from None
 
 
 def _autoscaled(autoscaling: dict[str, Any]) -> str:
@@ -517,8 +544,11 @@ async def cmd_undeploy(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def cmd_deployments(args: argparse.Namespace, settings: Settings) -> int:
-    if args.name is None and (args.scale is not None or args.metrics or args.history):
-        raise UsageError("--scale, --metrics and --history need a deployment's NAME")
+    changes = (args.scale is not None, args.metrics, args.history, args.autoscale is not None)
+    if args.name is None and (any(changes) or args.no_autoscale):
+        raise UsageError(
+            "--scale, --metrics, --history, --autoscale and --no-autoscale need a deployment's NAME"
+        )
     async with client_for(args, settings) as client:
         if args.name is None:
             items = await client.deployments(tenant=args.tenant)
@@ -541,7 +571,11 @@ async def cmd_deployments(args: argparse.Namespace, settings: Settings) -> int:
             else:
                 print(history_table(history))
             return 0
-        if args.scale is not None:
+        if args.autoscale is not None:
+            view = await client.autoscale(args.name, **args.autoscale, tenant=args.tenant)
+        elif args.no_autoscale:
+            view = await client.stop_autoscaling(args.name, tenant=args.tenant)
+        elif args.scale is not None:
             view = await client.scale(args.name, args.scale, tenant=args.tenant)
         else:
             view = await client.deployment(args.name, tenant=args.tenant)

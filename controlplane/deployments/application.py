@@ -46,8 +46,7 @@ from controlplane.deployments.tasks import (
     IdempotencyMismatch,
     Target,
     Tasks,
-    canonical_json,
-    canonical_memo_key,
+    memo_key,
     new_task_id,
 )
 from controlplane.deployments.views import (
@@ -197,6 +196,24 @@ class ServingApplication:
         self._direct.forget(tenant, name)
         return await self._view(deployment)
 
+    async def set_autoscaling(
+        self, tenant: str, name: str, autoscaling: Autoscaling | None, actor: str
+    ) -> DeploymentView:
+        """Its replicas follow its load within `autoscaling`'s bounds (None: they stay what they
+        are now, fixed); a higher `max_replicas` is held to the tenant's limits first."""
+        current = await self._load(tenant, name)
+        if autoscaling is not None:
+            # The tenant's usage counts it at the most it may have now (admission's queries).
+            held = max(current.replicas, (current.autoscaling or {}).get("max_replicas", 0))
+            more = autoscaling.max_replicas - held
+            if more > 0:
+                resources = current.resources
+                room = replica_room(more, resources["cpus"], resources["memory_mb"])
+                await gate.admit(self._pool, tenant, room)
+        with refusing():
+            deployment = await self.deployments.set_autoscaling(tenant, name, autoscaling, actor)
+        return await self._view(deployment)
+
     async def undeploy(self, tenant: str, name: str, actor: str) -> DeploymentView:
         with refusing():
             deployment = await self.deployments.delete(tenant, name, actor)
@@ -330,23 +347,15 @@ class ServingApplication:
         if route is None:
             return None
         check_items(await self.declared_input_of(route.model), request.inputs, "inputs")
-        salt = None if request.no_cache else route.memo_salt
         try:
-            # Encoded once: the memo's key hashes this text, the replica is sent it and the
-            # count records it (a 5 KiB item's encoding is a tenth of a millisecond).
-            data = (
-                canonical_json(request.inputs)
-                if salt is not None
-                else json.dumps(request.inputs, allow_nan=False)
-            )
-        except ValueError as exc:  # NaN or infinity: as the queue says
+            check_storable(request.inputs)
+            data = json.dumps(request.inputs, allow_nan=False)
+        except ValueError as exc:  # NaN, infinity, NUL or a lone surrogate: as the queue says
             raise Refusal(Refused.INVALID, f"inputs: {exc}", field="inputs") from exc
         labels = {"tenant": tenant, "deployment": name}
         key = None
-        if salt is not None:
-            key = canonical_memo_key(salt, data)
-            # A hit is answered before the storable check: its input was checked and stored
-            # when its result was made, and this one's text is that one's.
+        if route.memo_salt is not None and not request.no_cache:
+            key = memo_key(route.memo_salt, request.inputs)
             output = await self._memoized(tenant, name, route, key)
             if output is not None:
                 task = self._count(
@@ -362,10 +371,6 @@ class ServingApplication:
                 SERVING_REQUESTS.add(1, {**labels, "memo": "hit"})
                 SERVING_LATENCY.record(time.perf_counter() - arrived, labels)
                 return task
-        try:
-            check_storable(request.inputs)
-        except ValueError as exc:  # a NUL or a lone surrogate: as the queue says
-            raise Refusal(Refused.INVALID, f"inputs: {exc}", field="inputs") from exc
         try:
             answer = await self._direct.send(tenant, name, route, data)
         except ChannelFailed as exc:

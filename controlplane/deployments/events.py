@@ -86,6 +86,15 @@ class DeploymentAutoscaled(DeploymentEvent):
     idle_s: float = Field(description="seconds since a request last came or was in flight")
 
 
+@event_type("DeploymentAutoscalingSet")
+class DeploymentAutoscalingSet(DeploymentEvent):
+    """Its owner turned autoscaling on or changed its bounds (`autoscaling`), or turned it off
+    (None: its replicas stay what they are, a fixed number)."""
+
+    autoscaling: dict[str, Any] | None
+    actor: str
+
+
 @event_type("ReplicaStarted")
 class ReplicaStarted(DeploymentEvent):
     """A replica job was asked for (its job is submitted right after, idempotently)."""
@@ -129,6 +138,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     DeploymentCreated,
     DeploymentScaled,
     DeploymentAutoscaled,
+    DeploymentAutoscalingSet,
     ReplicaStarted,
     ReplicaRetired,
     DeploymentDeleted,

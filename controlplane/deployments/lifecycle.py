@@ -12,6 +12,7 @@ from uuid import UUID
 from controlplane.deployments.errors import Conflict, NotFound, ServingError
 from controlplane.deployments.events import (
     DeploymentAutoscaled,
+    DeploymentAutoscalingSet,
     DeploymentCreated,
     DeploymentDeleted,
     DeploymentEvent,
@@ -94,6 +95,15 @@ class Autoscale:
 
 
 @dataclass(frozen=True, slots=True)
+class SetAutoscaling:
+    """Its owner's: autoscaling on, within new bounds, or off (None)."""
+
+    autoscaling: dict[str, Any] | None
+    actor: str
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
 class ChangeReplicas:
     at: datetime
     retire: tuple[tuple[UUID, str], ...] = ()
@@ -108,7 +118,7 @@ class Delete:
     at: datetime
 
 
-DeploymentCommand = Create | Scale | Autoscale | ChangeReplicas | Delete
+DeploymentCommand = Create | Scale | Autoscale | SetAutoscaling | ChangeReplicas | Delete
 
 
 def decide(command: DeploymentCommand, state: Deployment | None) -> list[DeploymentEvent]:
@@ -129,7 +139,9 @@ def decide(command: DeploymentCommand, state: Deployment | None) -> list[Deploym
                 raise Conflict(
                     f"deployment {state.name} is autoscaled (between "
                     f"{state.autoscaling['min_replicas']} and "
-                    f"{state.autoscaling['max_replicas']} replicas): its load sets its replicas"
+                    f"{state.autoscaling['max_replicas']} replicas): its load sets its replicas; "
+                    "turn its autoscaling off first (DELETE /v1/deployments/"
+                    f"{state.name}/autoscaling)"
                 )
             if replicas == state.replicas:
                 return []
@@ -147,6 +159,10 @@ def decide(command: DeploymentCommand, state: Deployment | None) -> list[Deploym
                     at=at,
                 )
             ]
+        case SetAutoscaling(autoscaling=autoscaling, actor=actor, at=at):
+            if autoscaling == state.autoscaling:
+                return []  # as it is already
+            return [DeploymentAutoscalingSet(autoscaling=autoscaling, actor=actor, at=at)]
         case ChangeReplicas(at=at, retire=retire, start=start):
             if state.deleted and start:
                 raise NotFound("no such deployment")
@@ -196,6 +212,10 @@ def evolve(state: Deployment | None, event: DeploymentEvent) -> Deployment | Non
             # Failures stay counted: the load asking for replicas is no owner's new try, and a
             # model that cannot run keeps its backoff (reconcile.next_start).
             return replace(state, replicas=replicas, updated_at=event.at)
+        case DeploymentAutoscalingSet(autoscaling=autoscaling):
+            # Its replicas stay until the next sweep moves them within the new bounds; the
+            # delay before fewer runs from here.
+            return replace(state, autoscaling=autoscaling, updated_at=event.at)
         case ReplicaStarted(job_id=job_id, number=number):
             return replace(state, active=(*state.active, job_id), started=number)
         case ReplicaRetired(job_id=job_id, reason=reason):

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from controlplane.database import Executor
 from controlplane.deployments.events import (
     DeploymentAutoscaled,
+    DeploymentAutoscalingSet,
     DeploymentCreated,
     DeploymentDeleted,
     DeploymentScaled,
@@ -53,6 +54,15 @@ class DeploymentsProjection:
                 case DeploymentScaled() | DeploymentAutoscaled() as scaled:
                     await conn.execute(
                         Q["scale_deployment"], tenant, name, scaled.replicas, scaled.at
+                    )
+                case DeploymentAutoscalingSet() as changed:
+                    autoscaling = changed.autoscaling
+                    await conn.execute(
+                        Q["set_deployment_autoscaling"],
+                        tenant,
+                        name,
+                        None if autoscaling is None else json.dumps(autoscaling),
+                        changed.at,
                     )
                 case ReplicaStarted() as started:
                     await conn.execute(Q["add_replica"], tenant, name, started.job_id)

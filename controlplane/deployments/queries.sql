@@ -21,6 +21,15 @@ ON CONFLICT (tenant, name) DO UPDATE SET
 -- Projection: a new number of replicas asked for.
 UPDATE deployments SET replicas = $3, updated_at = $4 WHERE tenant = $1 AND name = $2;
 
+-- name: set_deployment_autoscaling
+-- Projection: autoscaling turned on or changed ($3), or off (NULL: the key goes, as a fixed
+-- deployment's spec never had it).
+UPDATE deployments
+SET spec = CASE WHEN $3::jsonb IS NULL THEN spec - 'autoscaling'
+                ELSE jsonb_set(spec, '{autoscaling}', $3::jsonb) END,
+    updated_at = $4
+WHERE tenant = $1 AND name = $2;
+
 -- name: add_replica
 -- Projection: a replica job started.
 UPDATE deployments SET replica_jobs = array_append(replica_jobs, $3)

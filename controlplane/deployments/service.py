@@ -25,10 +25,11 @@ from controlplane.deployments.lifecycle import (
     Pipeline,
     Remove,
     Scale,
+    SetAutoscaling,
 )
 from controlplane.deployments.names import check_name
 from controlplane.deployments.reconcile import plan
-from controlplane.deployments.spec import DeploymentRequest, PipelineRequest
+from controlplane.deployments.spec import Autoscaling, DeploymentRequest, PipelineRequest
 from controlplane.deployments.streams import deployment_stream, pipeline_stream
 from controlplane.deployments.views import replica_states
 from controlplane.events.errors import ConcurrencyError
@@ -207,6 +208,17 @@ class Deployments:
             )
             command = Autoscale(replicas, load.in_flight, load.waiting, load.idle_s, now)
             await self._execute(tenant, name, command, "system:autoscaler")
+        return await self.reconcile(tenant, name)
+
+    async def set_autoscaling(
+        self, tenant: str, name: str, autoscaling: Autoscaling | None, actor: str
+    ) -> Deployment:
+        """Its replicas made to follow its load within `autoscaling`'s bounds (from the next
+        sweep), or, None, fixed at what they are now."""
+        await self._owned_by(tenant, name, None)
+        spec = None if autoscaling is None else autoscaling.model_dump()
+        command = SetAutoscaling(spec, actor, self.clock.now())
+        await self._execute(tenant, name, command, actor)
         return await self.reconcile(tenant, name)
 
     async def delete(

@@ -14,15 +14,16 @@ import contextlib
 import functools
 import json
 from collections.abc import AsyncIterator
-from typing import Annotated, Any
+from typing import Annotated
 
 from aiohttp import web
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field
 
 from controlplane.agent_port.gone_clients import CLIENT_GONE, unless_gone
 from controlplane.deployments.application import ServingApplication, named
 from controlplane.deployments.lifecycle import Busy
 from controlplane.deployments.spec import (
+    Autoscaling,
     DeploymentRequest,
     PipelineRequest,
     PredictRequest,
@@ -125,6 +126,23 @@ async def scale(request: web.Request) -> web.Response:
     return answer(await request.app[SERVING_APPLICATION].scale(tenant, name, body, who))
 
 
+async def set_autoscaling(request: web.Request) -> web.Response:
+    tenant = acting(request, "scales deployments")
+    name = _name(request)
+    body = validated(Autoscaling, await json_body(request))
+    who = actor(principal(request))
+    facade = request.app[SERVING_APPLICATION]
+    return answer(await facade.set_autoscaling(tenant, name, body, who))
+
+
+async def stop_autoscaling(request: web.Request) -> web.Response:
+    tenant = acting(request, "scales deployments")
+    name = _name(request)
+    who = actor(principal(request))
+    facade = request.app[SERVING_APPLICATION]
+    return answer(await facade.set_autoscaling(tenant, name, None, who))
+
+
 async def undeploy(request: web.Request) -> web.Response:
     tenant = acting(request, "deletes deployments")
     name = _name(request)
@@ -134,7 +152,7 @@ async def undeploy(request: web.Request) -> web.Response:
 
 async def predict(request: web.Request) -> web.Response:
     tenant = acting(request, "predicts")
-    body = _prediction(await json_body(request))
+    body = validated(PredictRequest, await json_body(request))
     name = _name(request)
     key = _prediction_key(request)
     serving = request.app[SERVING_APPLICATION]
@@ -186,22 +204,10 @@ async def _send(events: AsyncIterator[StreamEvent | None], response: web.StreamR
 async def predict_pipeline(request: web.Request) -> web.Response:
     tenant = acting(request, "predicts")
     name = _name(request)
-    body = _prediction(await json_body(request))
+    body = validated(PredictRequest, await json_body(request))
     key = _prediction_key(request)
     serving = request.app[SERVING_APPLICATION]
     return _task_answer(await serving.predict_pipeline(tenant, name, body, key))
-
-
-def _prediction(document: Any) -> PredictRequest:
-    """`document` as a PredictRequest, as `validated` reads it, without the second parse
-    `validated` makes (the body encoded again and read in JSON mode): on every prediction's
-    path, the items' text is the most of it. Its fields (a list of anything, booleans) take
-    in Python's strict mode exactly what they take in JSON's; a refusal is `validated`'s, for
-    its messages in JSON's words ("an object", "an array")."""
-    try:
-        return PredictRequest.model_validate(document, strict=True)
-    except ValidationError:
-        return validated(PredictRequest, document)
 
 
 def _prediction_key(request: web.Request) -> str | None:
@@ -414,6 +420,47 @@ OPERATIONS = (
         params=(NAME,),
         body=ScaleRequest,
         body_required=True,
+    ),
+    Operation(
+        "put",
+        "/v1/deployments/{name}/autoscaling",
+        retried_when_busy(set_autoscaling),
+        "setDeploymentAutoscaling",
+        "Its replicas follow its load within these bounds from the next sweep (autoscaling "
+        "turned on, or its bounds changed)",
+        {200: Answer("the deployment", DeploymentView)},
+        {
+            400: MALFORMED,
+            401: UNAUTHORIZED,
+            403: FORBIDDEN_OR_BEYOND,
+            404: NOT_FOUND,
+            409: CONFLICT,
+            422: INVALID,
+            429: LIMITED,
+            503: BUSY,
+        },
+        query=ActingQuery,
+        params=(NAME,),
+        body=Autoscaling,
+        body_required=True,
+    ),
+    Operation(
+        "delete",
+        "/v1/deployments/{name}/autoscaling",
+        retried_when_busy(stop_autoscaling),
+        "stopDeploymentAutoscaling",
+        "Its autoscaling off: its replicas stay what they are now, a fixed number",
+        {200: Answer("the deployment", DeploymentView)},
+        {
+            400: MALFORMED,
+            401: UNAUTHORIZED,
+            403: FORBIDDEN,
+            404: NOT_FOUND,
+            409: CONFLICT,
+            503: BUSY,
+        },
+        query=ActingQuery,
+        params=(NAME,),
     ),
     Operation(
         "delete",

@@ -252,6 +252,43 @@ async def test_the_sdk_and_the_cli_send_only_the_settings_given(tmp_path: Path) 
     ]
 
 
+@pytest.mark.processes
+async def test_autoscaling_is_turned_on_changed_and_off_from_the_cli(tmp_path: Path) -> None:
+    sent: list[tuple[str, Any]] = []
+
+    async def put(request: web.Request) -> web.Response:
+        sent.append(("PUT", await request.json()))
+        return web.json_response({"name": "dbl", "autoscaling": await request.json()})
+
+    async def delete(request: web.Request) -> web.Response:
+        sent.append(("DELETE", None))
+        return web.json_response({"name": "dbl", "autoscaling": None})
+
+    path = "/v1/deployments/dbl/autoscaling"
+    async with await _stub([web.put(path, put), web.delete(path, delete)]) as server:
+        cli = user(tmp_path, str(server.make_url("")), "t")
+        for bounds in ("0:4", "1:8:2.5:30"):
+            done = await cli("deployments", "dbl", "--autoscale", bounds, "--output", "json")
+            assert done.rc == 0, done.stderr
+        assert (await cli("deployments", "dbl", "--no-autoscale", "--output", "json")).rc == 0
+        bad = await cli("deployments", "dbl", "--autoscale", "4")
+        assert bad.rc == 2 and "MIN:MAX" in bad.stderr
+        assert (await cli("deployments", "--no-autoscale")).rc == 2  # needs NAME
+    assert sent == [
+        ("PUT", {"min_replicas": 0, "max_replicas": 4}),
+        (
+            "PUT",
+            {
+                "min_replicas": 1,
+                "max_replicas": 8,
+                "target_in_flight": 2.5,
+                "scale_down_delay_s": 30.0,
+            },
+        ),
+        ("DELETE", None),
+    ]
+
+
 def _task(status: str, **extra: Any) -> dict[str, Any]:
     return {"task_id": TASK, "status": status, "items": 1, **extra}
 

@@ -115,6 +115,17 @@ async def test_an_autoscaled_deployment_holds_the_most_replicas_it_may_grow_to(
     fixed = {"name": "d2", "model": "m", "replicas": 1}
     assert (await client.post("/v1/deployments", json=fixed, headers=acme)).status == 201
 
+    async def both() -> bool:
+        return await pool.fetchval("SELECT count(*) FROM deployments WHERE tenant = 'acme'") == 2
+
+    await eventually(both)
+    # Raising its bounds asks for the difference; lowering them, for nothing.
+    path = "/v1/deployments/d1/autoscaling"
+    wider = {**autoscaling, "max_replicas": 4}
+    await refused(owner, client.put(path, json=wider, headers=acme), 429, "replicas")
+    narrower = {**autoscaling, "max_replicas": 2}
+    assert (await client.put(path, json=narrower, headers=acme)).status == 200
+
 
 async def test_queued_predictions_are_held_to_their_limit(
     client: Client, tokens: Tokens, owner: asyncpg.Connection

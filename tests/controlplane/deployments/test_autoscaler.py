@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from datetime import timedelta
 
 import pytest
 from hypothesis import given
@@ -12,8 +13,12 @@ from hypothesis import strategies as st
 
 from controlplane.deployments.autoscaler import Load, Policy, desired_replicas
 from controlplane.deployments.errors import Conflict
-from controlplane.deployments.events import DeploymentAutoscaled, DeploymentCreated
-from controlplane.deployments.lifecycle import Autoscale, Create, Scale, decide
+from controlplane.deployments.events import (
+    DeploymentAutoscaled,
+    DeploymentCreated,
+    DeploymentScaled,
+)
+from controlplane.deployments.lifecycle import Autoscale, Create, Scale, SetAutoscaling, decide
 from controlplane.events.types import EventRegistry
 from tests.controlplane.deployments.test_lifecycle import AT, created, run
 
@@ -138,6 +143,19 @@ def test_an_autoscaled_deployment_refuses_a_fixed_number_and_a_fixed_one_autosca
         decide(Scale(2, AT), state)
     fixed = run(None, Create(created()))
     assert decide(Autoscale(5, 9.0, 0, 0.0, AT), fixed) == []
+
+
+def test_its_owner_turns_autoscaling_off_and_on_each_an_event() -> None:
+    state = run(None, Create(autoscaled()))
+    assert state is not None and state.autoscaling is not None
+    later = AT + timedelta(seconds=5)
+    off = run(state, SetAutoscaling(None, "tenant:acme", later))
+    assert off is not None and off.autoscaling is None and off.updated_at == later
+    assert decide(SetAutoscaling(None, "tenant:acme", later), off) == []  # off already
+    assert decide(Scale(2, AT), off) == [DeploymentScaled(replicas=2, at=AT)]
+    bounds = {**(state.autoscaling or {}), "max_replicas": 8}
+    on = run(off, SetAutoscaling(bounds, "tenant:acme", later))
+    assert on is not None and on.autoscaling == bounds
 
 
 def test_a_deployment_created_before_autoscaling_reads_as_fixed() -> None:

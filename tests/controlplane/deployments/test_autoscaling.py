@@ -127,6 +127,47 @@ async def test_autoscaling_is_checked_and_exclusive_with_a_fixed_number(
         assert "autoscaled" in await response.text()
         response = await client.get("/v1/deployments/dbl", headers=auth(tokens.acme))
         assert (await response.json())["replicas"] == 0
+        # Turned off, its replicas stay what they are, and a fixed number is its owner's again.
+        path = "/v1/deployments/dbl/autoscaling"
+        response = await client.delete(path, headers=auth(tokens.acme))
+        assert response.status == 200, await response.text()
+        assert (await response.json())["autoscaling"] is None
+        response = await client.patch(
+            "/v1/deployments/dbl", json={"replicas": 2}, headers=auth(tokens.acme)
+        )
+        assert (response.status, (await response.json())["replicas"]) == (200, 2)
+        # And on again, within new bounds; checked as at deploy, a bad one changing nothing.
+        bounds = {"min_replicas": 3, "max_replicas": 2}
+        response = await client.put(path, json=bounds, headers=auth(tokens.acme))
+        assert response.status == 422 and "max_replicas" in await response.text()
+        bounds = {"min_replicas": 1, "max_replicas": 3, "target_in_flight": 2}
+        response = await client.put(path, json=bounds, headers=auth(tokens.acme))
+        assert response.status == 200, await response.text()
+        assert (await response.json())["autoscaling"] == {
+            **bounds,
+            "target_in_flight": 2.0,
+            "scale_down_delay_s": 60.0,
+        }
+        response = await client.get("/v1/deployments/dbl/history", headers=auth(tokens.acme))
+        changes = [
+            (entry["event"], entry["data"].get("autoscaling"), entry["data"].get("replicas"))
+            for entry in (await response.json())["history"][1:]
+            if not entry["event"].startswith("Replica")
+        ]
+        assert changes == [
+            ("DeploymentAutoscalingSet", None, None),
+            ("DeploymentScaled", None, 2),
+            ("DeploymentAutoscalingSet", {**bounds, "scale_down_delay_s": 60.0}, None),
+        ]
+
+        async def projected() -> bool:
+            spec = await pool.fetchval("SELECT spec::text FROM deployments WHERE name = 'dbl'")
+            return '"max_replicas": 3' in spec
+
+        await eventually(projected)
+        # Another tenant's deployment is not there to change.
+        response = await client.delete(path, headers=auth(tokens.globex))
+        assert response.status == 404
         # Its history is its tenant's only.
         for path, token in (("dbl", tokens.globex), ("nope", tokens.acme)):
             response = await client.get(f"/v1/deployments/{path}/history", headers=auth(token))
