@@ -46,7 +46,7 @@ class DeploymentController:
             )
             await _isolated(f"deployment {row['tenant']}/{row['deployment']}", retire)
         # Autoscaled ones first: a deployment whose load asks for another replica gets its job
-        # submitted in this sweep (autoscale reconciles), not the next.
+        # submitted by the reconcile below, in this sweep, not the next.
         for row in await self._pool.fetch(Q["autoscaled_loads"], LOOK_BACK_S):
             load = Load(
                 unfinished=row["unfinished"],

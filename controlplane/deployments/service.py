@@ -185,12 +185,13 @@ class Deployments:
         await self._execute(tenant, name, Scale(replicas, self.clock.now()), actor)
         return await self.reconcile(tenant, name)
 
-    async def autoscale(self, tenant: str, name: str, load: Load) -> Deployment:
+    async def autoscale(self, tenant: str, name: str, load: Load) -> None:
         """Its replicas made what its load needs now (autoscaler.py), the change recorded with
-        the load that drove it; then reconciled."""
+        the load that drove it (the controller's reconcile, next in its sweep, carries it
+        out)."""
         state = await self.load(tenant, name)
         if state is None or state.deleted or state.autoscaling is None:
-            raise NotFound(f"no autoscaled deployment {name}")
+            return  # deleted or turned off a moment ago (the read model that named it lags)
         now = self.clock.now()
         since_change_s = (now - state.updated_at).total_seconds()
         replicas = desired_replicas(
@@ -208,7 +209,6 @@ class Deployments:
             )
             command = Autoscale(replicas, load.in_flight, load.waiting, load.idle_s, now)
             await self._execute(tenant, name, command, "system:autoscaler")
-        return await self.reconcile(tenant, name)
 
     async def set_autoscaling(
         self, tenant: str, name: str, autoscaling: Autoscaling | None, actor: str
