@@ -12,7 +12,8 @@
 -- only (job_status by tenant and state, the queued and running tasks' partial indexes), never
 -- its history. No row: no tenant.
 SELECT coalesce(t.limits, '{}')::text AS limits,
-       j.queued_jobs, j.cpus, j.memory_mb,
+       j.queued_jobs, j.cpus + d.headroom_cpus AS cpus,
+       j.memory_mb + d.headroom_memory_mb AS memory_mb,
        d.deployments, d.replicas,
        (SELECT count(*) FROM searches s WHERE s.tenant = t.name AND s.state = 'running')
            AS searches,
@@ -37,7 +38,15 @@ LATERAL (
 LATERAL (
     SELECT count(*) AS deployments,
            coalesce(sum(greatest(replicas, (spec -> 'autoscaling' ->> 'max_replicas')::int)), 0)
-               AS replicas
+               AS replicas,
+           -- Autoscaled deployments' headroom, the replicas their load may still ask for, each
+           -- holding its CPUs and memory (those it has are live jobs, counted above): so that
+           -- jobs admitted while it is small cannot take the room it was admitted for.
+           coalesce(sum(greatest(0, (spec -> 'autoscaling' ->> 'max_replicas')::int - replicas)
+                        * (spec -> 'resources' ->> 'cpus')::float8), 0) AS headroom_cpus,
+           coalesce(sum(greatest(0, (spec -> 'autoscaling' ->> 'max_replicas')::int - replicas)
+                        * (spec -> 'resources' ->> 'memory_mb')::bigint), 0)::bigint
+               AS headroom_memory_mb
     FROM deployments WHERE tenant = t.name AND NOT deleted
 ) d
 WHERE t.name = $1;

@@ -127,6 +127,31 @@ async def test_an_autoscaled_deployment_holds_the_most_replicas_it_may_grow_to(
     assert (await client.put(path, json=narrower, headers=acme)).status == 200
 
 
+async def test_jobs_cannot_take_the_room_an_autoscaled_deployment_may_grow_into(
+    client: Client, tokens: Tokens, owner: asyncpg.Connection, pool: asyncpg.Pool
+) -> None:
+    await set_limits(client, tokens, cpus=4, memory_mb=10_000)
+    acme = auth(tokens.acme)
+    await publish(client, tokens.acme, "m", b"weights", "model:predict")
+    deploy = {
+        "name": "d",
+        "model": "m",
+        "resources": {"cpus": 1, "memory_mb": 1000},
+        "autoscaling": {"min_replicas": 0, "max_replicas": 2},
+    }
+    assert (await client.post("/v1/deployments", json=deploy, headers=acme)).status == 201
+
+    async def counted() -> bool:
+        return await pool.fetchval("SELECT count(*) FROM deployments WHERE tenant = 'acme'") == 1
+
+    await eventually(counted)
+    # No replica runs, but its load may start two: 2 CPUs are its.
+    job = {**MANIFEST, "cpus": 3, "memory_mb": 1000}
+    await refused(owner, client.post("/v1/jobs", json=job, headers=acme), 429, "cpus")
+    fits = {**MANIFEST, "cpus": 2, "memory_mb": 1000}
+    assert (await client.post("/v1/jobs", json=fits, headers=acme)).status == 201
+
+
 async def test_queued_predictions_are_held_to_their_limit(
     client: Client, tokens: Tokens, owner: asyncpg.Connection
 ) -> None:
