@@ -8,8 +8,10 @@ request that went away before its batch left never reaches the replica."""
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections.abc import Awaitable
-from typing import TypeVar
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from aiohttp import web
 
@@ -24,6 +26,43 @@ went away before its answer, as nginx records it."""
 T = TypeVar("T")
 
 
+@dataclass(eq=False, slots=True)
+class _Waiting:
+    request: web.Request
+    task: asyncio.Task[Any]
+    gone: bool = False
+
+
+class _Lookout:
+    """The requests of one event loop waiting in `unless_gone`, looked at together each
+    GONE_POLL_S: one timer for them all, not one per request, which under hundreds of waiting
+    requests is thousands of timers a second."""
+
+    def __init__(self) -> None:
+        self.waiting: set[_Waiting] = set()
+        self._timer: asyncio.TimerHandle | None = None
+
+    def add(self, waiting: _Waiting) -> None:
+        self.waiting.add(waiting)
+        if self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(GONE_POLL_S, self._look)
+
+    def _look(self) -> None:
+        self._timer = None
+        for waiting in self.waiting:
+            transport = waiting.request.transport
+            if not waiting.gone and (transport is None or transport.is_closing()):
+                waiting.gone = True
+                waiting.task.cancel()  # it leaves `waiting` as it ends, not in this loop
+        if self.waiting:
+            self._timer = asyncio.get_running_loop().call_later(GONE_POLL_S, self._look)
+
+
+_LOOKOUTS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Lookout] = (
+    weakref.WeakKeyDictionary()
+)
+
+
 async def unless_gone(request: web.Request, work: Awaitable[T]) -> T | None:
     """`work`'s result; None when the request's client went away first, and `work` was
     cancelled for it. Cancelled as `asyncio.timeout` cancels: this task, and only its own
@@ -31,24 +70,16 @@ async def unless_gone(request: web.Request, work: Awaitable[T]) -> T | None:
     me = asyncio.current_task()
     assert me is not None  # a handler runs in its task
     loop = asyncio.get_running_loop()
-    gone = False
-    timer: asyncio.TimerHandle  # the next look
-
-    def look() -> None:
-        nonlocal gone, timer
-        transport = request.transport
-        if transport is None or transport.is_closing():
-            gone = True
-            me.cancel()
-        else:
-            timer = loop.call_later(GONE_POLL_S, look)
-
-    timer = loop.call_later(GONE_POLL_S, look)
+    lookout = _LOOKOUTS.get(loop)
+    if lookout is None:
+        lookout = _LOOKOUTS[loop] = _Lookout()
+    waiting = _Waiting(request, me)
+    lookout.add(waiting)
     try:
         return await work
     except asyncio.CancelledError:
-        if gone and me.uncancel() == 0:
+        if waiting.gone and me.uncancel() == 0:
             return None
         raise
     finally:
-        timer.cancel()
+        lookout.waiting.discard(waiting)
