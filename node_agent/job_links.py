@@ -42,9 +42,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv4Network
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from controlplane.agent_port.vocabulary import NodeAddress
 from node_agent import commands
+
+if TYPE_CHECKING:
+    # For its annotation alone: the port's vocabulary loads the database driver, which the
+    # agent's pure planners (node_agent.reconcile) are tested without.
+    from controlplane.agent_port.vocabulary import NodeAddress
 
 log = logging.getLogger(__name__)
 
