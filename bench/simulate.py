@@ -79,7 +79,7 @@ from harness.served import ServedControlPlane
 from sim.engine import simulate
 from sim.log import read_workload
 from sim.metrics import span
-from sim.policy import NAMED
+from sim.policy import NAMED, current
 from sim.report import as_json, dumps, report
 from sim.workload import Workload
 
@@ -281,14 +281,14 @@ async def _replay(pool: asyncpg.Pool) -> dict[str, Any]:
     started = time.perf_counter()
     workload = await read_workload(pool, None, None)
     read_s = time.perf_counter() - started
-    current = NAMED["current"]
+    in_force = current(workload.policy)
     outputs, times = [], []
     for _ in range(REPLAYS):
         started = time.perf_counter()
-        outcomes = simulate(workload, current)
+        outcomes = simulate(workload, in_force)
         times.append(time.perf_counter() - started)
-        outputs.append(dumps(report(workload, current, outcomes)))
-    figures = as_json(report(workload, current, simulate(workload, current)))
+        outputs.append(dumps(report(workload, in_force, outcomes)))
+    figures = as_json(report(workload, in_force, simulate(workload, in_force)))
     window = span(workload.recorded)
     makespan = window[1] - window[0] if window is not None else 0.0
     simulation_s = statistics.median(times)
@@ -307,7 +307,7 @@ async def _replay(pool: asyncpg.Pool) -> dict[str, Any]:
 
 def _policies(workload: Workload) -> dict[str, Any]:
     found = {}
-    for name, policy in NAMED.items():
+    for name, policy in {"current": current(workload.policy), **NAMED}.items():
         figures = as_json(report(workload, policy, simulate(workload, policy)))["simulated"]
         found[name] = {
             "makespan_s": figures["makespan_s"],

@@ -36,6 +36,7 @@ from trainyard.commands import add_client_commands
 from trainyard.grep_command import add_grep_command
 from trainyard.inference_commands import add_inference_commands
 from trainyard.models_commands import add_model_commands
+from trainyard.scheduling_commands import add_commands as add_scheduling_commands
 from trainyard.search_commands import add_search_commands
 from trainyard.serving_commands import add_serving_commands
 from trainyard.tenants_commands import add_commands as add_tenant_commands
@@ -64,6 +65,7 @@ COMMANDS: tuple[AddCommands | Lazy, ...] = (
         "replay the recorded past under a scheduling policy (operator)",
     ),
     add_tenant_commands,
+    add_scheduling_commands,
     Lazy(
         "agent",
         "node_agent.cli",

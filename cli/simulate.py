@@ -13,10 +13,11 @@ from controlplane.commands import database
 from controlplane.database import create_pool
 from controlplane.failures import EXIT_USAGE
 from controlplane.migrate import require_migrated
+from controlplane.scheduling.policy import PolicyError
 from controlplane.settings import Settings
 from sim.engine import simulate
 from sim.log import read_workload
-from sim.policy import PolicyError, named, parse_weight, read_policy_file
+from sim.policy import named, parse_weight, read_policy_file
 from sim.report import as_table, dumps, report
 
 
@@ -49,16 +50,18 @@ def add_commands(commands: argparse._SubParsersAction[Any]) -> None:
         "--policy",
         default="current",
         metavar="NAME",
-        help="current (the claims' own: fair share, priority, submission order, quotas), "
-        "fifo, priority (priority, then submission order; no fair share) or fair_share "
-        "(default: current)",
+        help="current (the claim policy in force, as `trainyard scheduling policy` shows it), "
+        "fair_share (the tenant holding the fewest GPUs for its weight first, then priority, "
+        "then submission order), priority (priority, then submission order; no fair share) or "
+        "fifo, the last three within quotas (default: current)",
     )
     policies.add_argument(
         "--policy-file",
         type=Path,
         metavar="FILE",
         help='a policy in JSON or YAML: {"order": "fair_share|priority|fifo", "weights": '
-        '{"TENANT": W}, "quotas": true|false}',
+        '{"TENANT": W}, "quotas": true|false}; without weights, what `trainyard scheduling '
+        "set-policy FILE` switches to",
     )
     simulation.add_argument(
         "--weight",
@@ -85,7 +88,7 @@ async def cmd_simulate(args: argparse.Namespace, settings: Settings) -> int:
     try:
         weights = dict(parse_weight(text) for text in args.weight)
         if args.policy_file is None:
-            policy = named(args.policy, weights)
+            policy = named(args.policy, weights)  # `current` is known once the log is read
         elif weights:
             raise PolicyError("--weight: give the weights in the policy file")
         else:
@@ -103,6 +106,12 @@ async def cmd_simulate(args: argparse.Namespace, settings: Settings) -> int:
         workload = await read_workload(pool, args.since, args.until)
     finally:
         await pool.close()
+    if args.policy_file is None:
+        try:
+            policy = named(args.policy, weights, workload.policy)
+        except PolicyError as exc:
+            print(f"trainyard: {exc}", file=sys.stderr)
+            return EXIT_USAGE
     replayed = report(workload, policy, simulate(workload, policy))
     print(dumps(replayed) if args.json else as_table(replayed))
     return 0

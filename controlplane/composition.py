@@ -49,6 +49,7 @@ from controlplane.pending.recorder import PendingRecorder
 from controlplane.projections.base import Projection
 from controlplane.projections.runner import ProjectionRunner
 from controlplane.projections.streams import StreamsProjection
+from controlplane.scheduling.projection import SchedulingProjection
 from controlplane.searches.driver import SearchDriver
 from controlplane.searches.projection import SearchesProjection
 from controlplane.searches.service import Searches
@@ -69,6 +70,7 @@ def projections() -> list[Projection]:
         StreamsProjection(),
         JobsProjection(),
         TenantsProjection(),
+        SchedulingProjection(),
         ModelsProjection(),
         DeploymentsProjection(),
         PendingProjection(),

@@ -10,6 +10,7 @@ from controlplane.events.types import Event, EventRegistry
 from controlplane.jobs import events as job_events
 from controlplane.models import events as model_events
 from controlplane.pending import events as pending_events
+from controlplane.scheduling import events as scheduling_events
 from controlplane.searches import events as search_events
 from controlplane.tenants import events as tenant_events
 from controlplane.webhooks import events as webhook_events
@@ -23,6 +24,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     *webhook_events.EVENT_TYPES,
     *pending_events.EVENT_TYPES,
     *search_events.EVENT_TYPES,
+    *scheduling_events.EVENT_TYPES,
 )
 """Every event type Trainyard writes, feature by feature."""
 EVENT_REGISTRY = EventRegistry(EVENT_TYPES)

@@ -162,6 +162,14 @@ job_status = Table(
         "job_id",
         postgresql_where=text("state = 'QUEUED'"),
     ),
+    # Under the fifo claim policy (0043): each tenant's queue by submission time alone.
+    Index(
+        "job_status_tenant_fifo",
+        "tenant",
+        "submitted_at",
+        "job_id",
+        postgresql_where=text("state = 'QUEUED'"),
+    ),
     Index(
         "job_status_labels",
         "labels",
@@ -670,6 +678,19 @@ pending_reasons = Table(
     CheckConstraint("version >= 0"),
     CheckConstraint("position >= 1"),
     Index("pending_reasons_queued", "job_id", postgresql_where=text("queued")),
+)
+
+scheduling_policy = Table(
+    "scheduling_policy",
+    metadata,
+    Column("one", Boolean, primary_key=True, server_default=text("true")),
+    Column("claim_order", Text, nullable=False),
+    Column("quotas", Boolean, nullable=False),
+    Column("set_by", Text, nullable=False),
+    Column("set_at", DateTime(timezone=True), nullable=False),
+    Column("reason", Text),
+    CheckConstraint("one"),
+    CheckConstraint("claim_order IN ('fair_share', 'priority', 'fifo')"),
 )
 
 pending_rounds = Table(

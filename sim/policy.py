@@ -1,12 +1,16 @@
-"""The policies a replay can run: the current one, FIFO, priority-only, fair share with other
-tenant weights, or one read from a policy file (JSON or YAML):
+"""The policies a replay can run: the claim policy in force (`current`: the one the log's last
+SchedulingPolicySet set, as claims follow it now), FIFO, priority-only, fair share with other
+tenant weights, or one read from a policy file (JSON or YAML), the file `trainyard scheduling
+set-policy` switches production to:
 
     {"order": "fair_share" | "priority" | "fifo",   # required
      "weights": {"TENANT": W, ...},                # fair_share only: these tenants' weights
      "quotas": true | false}                       # tenants' GPU quotas hold (default true)
 
-Quotas hold in every named policy: they are what tenants were promised, not an order. A
-tenant left out of `weights` keeps its recorded weight."""
+(`set-policy` refuses `weights`: a tenant's weight is its own, set with `trainyard tenants
+set`.) Quotas hold in every named policy but `current`, which is whatever the operator set:
+they are what tenants were promised, not an order. A tenant left out of `weights` keeps its
+recorded weight."""
 
 from __future__ import annotations
 
@@ -16,14 +20,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-from pydantic import BaseModel, ConfigDict, StrictBool, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator
 
-from controlplane.scheduling.policy import CURRENT, ClaimPolicy, Order
+from controlplane.scheduling.policy import (
+    DEFAULT,
+    ClaimPolicy,
+    Order,
+    PolicyError,
+    PolicyFields,
+    first_problem,
+    read_document,
+)
 
-
-class PolicyError(ValueError):
-    """A policy that cannot be run: the message names the field (or the file's line) at fault."""
+CURRENT = "current"
+"""The name of the claim policy in force."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,23 +56,32 @@ class Policy:
 
 
 NAMED = {
-    "current": Policy("current", CURRENT),
     "fair_share": Policy("fair_share", ClaimPolicy(Order.FAIR_SHARE)),
     "priority": Policy("priority", ClaimPolicy(Order.PRIORITY)),
     "fifo": Policy("fifo", ClaimPolicy(Order.FIFO)),
 }
-"""`current` is the claim SQL's policy; `fair_share` is the same order, named for `--weight`."""
+"""The orders by name, quotas holding; `current` is the operator's policy (see `current`)."""
 
 
-def named(name: str, weights: Mapping[str, float]) -> Policy:
-    """A named policy, with `weights` for some tenants (fair share only)."""
-    policy = NAMED.get(name)
+def current(in_force: ClaimPolicy) -> Policy:
+    """The claim policy in force (`Workload.policy`), as `current`."""
+    return Policy(CURRENT, in_force)
+
+
+def named(name: str, weights: Mapping[str, float], in_force: ClaimPolicy = DEFAULT) -> Policy:
+    """A named policy, with `weights` for some tenants (fair share only); `current` is
+    `in_force`."""
+    policy = current(in_force) if name == CURRENT else NAMED.get(name)
     if policy is None:
-        raise PolicyError(f"--policy: no policy named {name!r} (known: {', '.join(NAMED)})")
+        known = ", ".join([CURRENT, *NAMED])
+        raise PolicyError(f"--policy: no policy named {name!r} (known: {known})")
     if not weights:
         return policy
     if policy.claim.order is not Order.FAIR_SHARE:
-        raise PolicyError(f"--weight: weights apply to fair share; policy {name} has none")
+        raise PolicyError(
+            f"--weight: weights apply to fair share; policy {name} ({policy.claim.describe()}) "
+            "has none"
+        )
     for tenant, weight in weights.items():
         _check_weight(weight, f"--weight {tenant}")
     return Policy(f"{name} with weights", policy.claim, tuple(sorted(weights.items())))
@@ -86,12 +105,10 @@ def _check_weight(weight: float, where: str) -> None:
         raise PolicyError(f"{where}: a weight must be a finite number above 0, not {weight}")
 
 
-class _PolicyFile(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class _PolicyFile(PolicyFields):
+    """A policy file as a replay reads it: the claim policy's fields, and weights to try."""
 
-    order: Order
-    weights: dict[str, float] = {}
-    quotas: StrictBool = True
+    weights: dict[str, float] = Field(default_factory=dict)
 
     @field_validator("weights")
     @classmethod
@@ -104,27 +121,11 @@ class _PolicyFile(BaseModel):
 
 def read_policy_file(path: Path) -> Policy:
     """The policy a file states; PolicyError naming the file and the field (or the line)."""
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise PolicyError(f"{path}: cannot read it ({exc.strerror})") from None
-    try:
-        # YAML reads JSON too.
-        document = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
-        problem = getattr(exc, "problem", None) or "not JSON or YAML"
-        raise PolicyError(f"{where}: {problem}") from None
-    if not isinstance(document, dict):
-        raise PolicyError(f"{path}: a policy is a mapping with an `order` field")
+    document = read_document(path)
     try:
         stated = _PolicyFile.model_validate(document)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        field = ".".join(str(part) for part in first["loc"]) or "(top)"
-        raise PolicyError(f"{path}: {field}: {first['msg']}") from None
+        raise PolicyError(f"{path}: {first_problem(exc)}") from None
     if stated.weights and stated.order is not Order.FAIR_SHARE:
         raise PolicyError(f"{path}: weights: apply to order fair_share, not {stated.order}")
-    claim = ClaimPolicy(stated.order, stated.quotas)
-    return Policy(path.name, claim, tuple(sorted(stated.weights.items())))
+    return Policy(path.name, stated.policy, tuple(sorted(stated.weights.items())))

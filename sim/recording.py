@@ -20,6 +20,8 @@ really became of each job.
 - The release delay: how long a busy GPU took to be claimed again after an attempt's end (the
   median over the claims of jobs that were already waiting then); the replay holds GPUs that
   much longer after every attempt, as the agents did.
+- The claim policy in force at the log's end (the last `SchedulingPolicySet`; the default
+  without one): what `current` replays.
 """
 
 from __future__ import annotations
@@ -43,7 +45,10 @@ from controlplane.jobs.events import (
     JobSubmitted,
 )
 from controlplane.scheduling.claim_order import QueuedJob
+from controlplane.scheduling.events import SchedulingPolicySet
 from controlplane.scheduling.placement import Demand
+from controlplane.scheduling.policy import DEFAULT
+from controlplane.scheduling.streams import CATEGORY as SCHEDULING
 from controlplane.tenants.events import TenantCreated, TenantUpdated
 from controlplane.tenants.streams import tenant_of
 from sim.workload import (
@@ -61,8 +66,10 @@ from sim.workload import (
     Workload,
 )
 
-CATEGORIES = ("job", "node", "tenant")
+CATEGORIES = ("job", "node", "tenant", SCHEDULING)
 """The streams a workload is read from."""
+TIMED = ("job", "node", "tenant")
+"""Those whose events' instants are the workload's (a policy's switch ends no job)."""
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 FOREVER = datetime.max.replace(tzinfo=UTC)
 
@@ -139,11 +146,15 @@ def workload_of(
     events: Sequence[RecordedEvent], since: datetime | None, until: datetime | None
 ) -> Workload:
     """The workload of the jobs submitted from `since` until `until` (None: the log's ends),
-    read from every recorded job, node and tenant event, in the log's order."""
+    read from every recorded job, node, tenant and scheduling event, in the log's order."""
     histories: dict[str, _History] = {}
     infrastructure: list[tuple[datetime, Change]] = []
     log_end: datetime | None = None
+    policy = DEFAULT
     for recorded in events:
+        if isinstance(recorded.event, SchedulingPolicySet):
+            policy = recorded.event.policy
+            continue
         at = _instant(recorded)
         if at is None:
             continue
@@ -187,13 +198,14 @@ def workload_of(
         jobs=tuple(_spec(h, virtual) for h in replayed),
         recorded=_outcomes(replayed, virtual),
         release_delay_s=_release_delay(replayed),
+        policy=policy,
     )
 
 
 def _instant(recorded: RecordedEvent) -> datetime | None:
     """When the event happened; None for the events a workload does not read."""
     at = getattr(recorded.event, "at", None)
-    return at if isinstance(at, datetime) and recorded.category in CATEGORIES else None
+    return at if isinstance(at, datetime) and recorded.category in TIMED else None
 
 
 def _node(recorded: RecordedEvent) -> str:

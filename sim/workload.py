@@ -9,6 +9,7 @@ from datetime import datetime
 from uuid import UUID
 
 from controlplane.scheduling.claim_order import QueuedJob, total_gpus
+from controlplane.scheduling.policy import DEFAULT, ClaimPolicy
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +136,9 @@ class Workload:
     """How long a busy GPU really took to be claimed again after a job's end (the agent
     stores the job's last lines, removes its learners, releases its GPUs, claims): the
     replay holds GPUs that long after each attempt."""
+    policy: ClaimPolicy = DEFAULT
+    """The claim policy in force when the log was read (its last SchedulingPolicySet's): what
+    claims follow now, and what `current` replays."""
 
     def reported(self, outcome: Outcome) -> bool:
         """Whether the report covers this job: submitted inside the window."""

@@ -196,6 +196,27 @@ class AsyncClient:
         )
         return undrained
 
+    async def scheduling_policy(self) -> dict[str, Any]:
+        """The claim policy in force: `order` (fair_share, priority or fifo) and `quotas`
+        (whether tenants' GPU quotas hold), with who set it when and why (`set_by`, `set_at`,
+        `reason`: null while the default, fair share within quotas, holds)."""
+        policy: dict[str, Any] = await self.api.request("GET", "/v1/scheduling/policy")
+        return policy
+
+    async def set_scheduling_policy(
+        self, order: str, *, quotas: bool = True, reason: str | None = None
+    ) -> dict[str, Any]:
+        """Switch the claim policy (the admin's token): claims take queued jobs in `order`
+        (fair_share, priority or fifo), within tenants' GPU quotas or not (`quotas`), from the
+        next claim on; `reason` is recorded with it. The policy in force, `changed` false when
+        it was in force already (nothing written). Try one against the recorded past first:
+        `trainyard simulate --policy-file FILE`."""
+        body: dict[str, Any] = {"order": order, "quotas": quotas}
+        if reason:
+            body["reason"] = reason
+        policy: dict[str, Any] = await self.api.request("PUT", "/v1/scheduling/policy", body=body)
+        return policy
+
     async def events(self, job_id: str) -> AsyncGenerator[dict[str, Any], None]:
         """A job's events (type, state, attempt, data), from its submission on, as they
         happen; the iteration ends with the event that ends the job. A dropped connection is
@@ -1196,6 +1217,8 @@ class Client:
     nodes = _blocking(AsyncClient.nodes)
     drain_node = _blocking(AsyncClient.drain_node)
     undrain_node = _blocking(AsyncClient.undrain_node)
+    scheduling_policy = _blocking(AsyncClient.scheduling_policy)
+    set_scheduling_policy = _blocking(AsyncClient.set_scheduling_policy)
     events = _iterating(AsyncClient.events)
     wait = _blocking(AsyncClient.wait)
     logs = _iterating(AsyncClient.logs)

@@ -75,85 +75,142 @@ ORDER BY n.name;
 
 -- name: claim_candidates
 -- Up to $2 queued jobs that node $1 (READY and not draining, else no rows) can take, with the
--- node's free GPUs, CPUs and memory, in the order a claim takes them: fair share first (the tenant
--- holding the fewest GPUs for its weight, counting the jobs before it in this list as held), then
--- priority, then submission time; within the tenant's GPU quota (again counting the jobs before
--- it). Each job fits the node's free room on its own; `claims.claim` takes them in order while
--- they fit together. A job fits when all of it fits here, or, with several learners, when one
--- learner fits here and the READY nodes together have room for them all, counted node by node as
--- `scheduling.placement.place` places them. Each tenant's best fitting jobs come from one scan of
--- its queue index, locked with SKIP LOCKED so that concurrent agents each take different jobs
--- instead of queueing on one row (the rows locked but not taken are released when the claim
--- commits). One statement: a claim is on every job's critical path. The same order, stated in
--- Python, is `scheduling.claim_order.claim_order`;
--- tests/controlplane/scheduling/test_claim_order.py holds the two together, so change them
--- together.
-WITH free AS MATERIALIZED (
+-- node's free GPUs, CPUs and memory, in the order a claim takes them under the claim policy in
+-- force (the `scheduling_policy` row an operator set, else fair share within quotas):
+-- - fair_share: the tenant holding the fewest GPUs for its weight first (counting the jobs
+--   before it in this list as held), then priority, then submission time;
+-- - priority: priority, then submission time, across tenants;
+-- - fifo: submission time alone, across tenants;
+-- within the tenant's GPU quota (again counting the jobs before it) unless the policy turns
+-- quotas off. Each job fits the node's free room on its own; `claims.claim` takes them in order
+-- while they fit together. A job fits when all of it fits here, or, with several learners, when
+-- one learner fits here and the READY nodes together have room for them all, counted node by
+-- node as `scheduling.placement.place` places them. Each tenant's best fitting jobs come from
+-- one scan of its queue index (by priority, or under fifo by submission: the two branches below
+-- differ in nothing else, and only the policy's runs), locked with SKIP LOCKED so that
+-- concurrent agents each take different jobs instead of queueing on one row (the rows locked
+-- but not taken are released when the claim commits). One statement: a claim is on every
+-- job's critical path. The same order, stated in Python for the simulator and the pending
+-- reasons, is `scheduling.claim_order.claim_order` over the same `ClaimPolicy`;
+-- tests/controlplane/scheduling/test_claim_order.py holds the two together under every
+-- policy, so change them together.
+WITH policy AS MATERIALIZED (
+    SELECT coalesce(p.claim_order, 'fair_share') AS claim_order, coalesce(p.quotas, true) AS quotas
+    FROM (VALUES (true)) AS d (one)
+    LEFT JOIN scheduling_policy p ON p.one
+), capacity AS MATERIALIZED (
+    -- Every READY node's room, for the jobs of several learners that do not fit here whole:
+    -- read once a claim, and only when one such job is a candidate.
+    SELECT * FROM node_capacity
+), free AS MATERIALIZED (
     SELECT * FROM node_capacity WHERE name = $1
 ), usage AS (
     SELECT tenant, sum(cardinality(gpus)) AS gpus
     FROM allocations WHERE released_at IS NULL
     GROUP BY tenant
 ), fitting AS (
-    SELECT c.*, coalesce(u.gpus, 0) AS held, t.weight, t.gpu_quota,
+    SELECT c.*, coalesce(u.gpus, 0) AS held, t.weight,
+           CASE WHEN p.quotas THEN t.gpu_quota END AS gpu_quota, p.claim_order,
            sum(c.learners * c.gpus_per_learner) OVER (
                PARTITION BY c.tenant
-               ORDER BY c.priority DESC, c.submitted_at, c.job_id
+               ORDER BY c.rank DESC, c.submitted_at, c.job_id
            ) AS taken
     FROM free f
+    CROSS JOIN policy p
     CROSS JOIN tenants t
     LEFT JOIN usage u ON u.tenant = t.name
     CROSS JOIN LATERAL (
-        SELECT s.job_id, s.attempt, s.tenant, s.learners, s.gpus_per_learner,
-               s.cpus_per_learner, s.memory_mb_per_learner, s.priority, s.submitted_at,
-               s.version, s.doc, f.gpus AS free_gpus, f.cpus AS free_cpus,
-               f.memory_mb AS free_memory_mb
-        FROM job_status s
-        WHERE s.tenant = t.name
-          AND s.state = 'QUEUED'
-          -- An inference job holds no node: its queries run on its deployment's replicas.
-          AND NOT s.inference
-          AND (s.not_before IS NULL OR s.not_before <= now())
-          AND ((s.learners * s.gpus_per_learner <= cardinality(f.gpus)
-                AND s.learners * s.cpus_per_learner <= f.cpus
-                AND s.learners * s.memory_mb_per_learner <= f.memory_mb)
-               OR (s.learners > 1
-                   AND s.gpus_per_learner <= cardinality(f.gpus)
-                   AND s.cpus_per_learner <= f.cpus
-                   AND s.memory_mb_per_learner <= f.memory_mb
-                   AND s.learners <= (
-                       SELECT sum(least(
-                           CASE WHEN s.gpus_per_learner > 0
-                                THEN cardinality(n.gpus) / s.gpus_per_learner
-                                ELSE s.learners END,
-                           -- At least the manifest's floor (0.01): a row projected before
-                           -- the floor existed must not overflow the division for everyone.
-                           floor(n.cpus / greatest(s.cpus_per_learner, 0.01)),
-                           -- Whole learners: the view's memory is numeric, whose division
-                           -- keeps fractions, and half a learner's room on each of two nodes
-                           -- holds no learner.
-                           floor(n.memory_mb / s.memory_mb_per_learner)))
-                       FROM node_capacity n)))
-          AND (t.gpu_quota IS NULL
-               OR coalesce(u.gpus, 0) + s.learners * s.gpus_per_learner <= t.gpu_quota)
-          -- Claimed already, but the projection has not applied the JobDeploying event yet.
-          -- (OFFSET 0 keeps this a probe of the allocations' primary key for each candidate:
-          -- turned into an anti-join, it scanned every allocation ever made for each, once
-          -- statistics said the table had grown.)
-          AND NOT EXISTS (SELECT 1 FROM allocations a
-                          WHERE a.job_id = s.job_id AND a.attempt = s.attempt OFFSET 0)
-        ORDER BY s.priority DESC, s.submitted_at, s.job_id
-        -- No more than could fit together (GPU jobs: one a free GPU), so that jobs this claim
-        -- cannot take stay free for other nodes.
-        LIMIT least($2, greatest(cardinality(f.gpus), 1))
-        FOR UPDATE OF s SKIP LOCKED
+        SELECT * FROM (
+            SELECT s.job_id, s.attempt, s.tenant, s.learners, s.gpus_per_learner,
+                   s.cpus_per_learner, s.memory_mb_per_learner, s.priority, s.submitted_at,
+                   s.version, s.doc, f.gpus AS free_gpus, f.cpus AS free_cpus,
+                   f.memory_mb AS free_memory_mb, s.priority AS rank
+            FROM job_status s
+            WHERE p.claim_order <> 'fifo'
+              AND s.tenant = t.name
+              AND s.state = 'QUEUED'
+              -- An inference job holds no node: its queries run on its deployment's replicas.
+              AND NOT s.inference
+              AND (s.not_before IS NULL OR s.not_before <= now())
+              AND ((s.learners * s.gpus_per_learner <= cardinality(f.gpus)
+                    AND s.learners * s.cpus_per_learner <= f.cpus
+                    AND s.learners * s.memory_mb_per_learner <= f.memory_mb)
+                   OR (s.learners > 1
+                       AND s.gpus_per_learner <= cardinality(f.gpus)
+                       AND s.cpus_per_learner <= f.cpus
+                       AND s.memory_mb_per_learner <= f.memory_mb
+                       AND s.learners <= (
+                           SELECT sum(least(
+                               CASE WHEN s.gpus_per_learner > 0
+                                    THEN cardinality(n.gpus) / s.gpus_per_learner
+                                    ELSE s.learners END,
+                               -- At least the manifest's floor (0.01): a row projected before
+                               -- the floor existed must not overflow the division for everyone.
+                               floor(n.cpus / greatest(s.cpus_per_learner, 0.01)),
+                               -- Whole learners: the view's memory is numeric, whose division
+                               -- keeps fractions, and half a learner's room on each of two
+                               -- nodes holds no learner.
+                               floor(n.memory_mb / s.memory_mb_per_learner)))
+                           FROM capacity n)))
+              AND (NOT p.quotas OR t.gpu_quota IS NULL
+                   OR coalesce(u.gpus, 0) + s.learners * s.gpus_per_learner <= t.gpu_quota)
+              -- Claimed already, but the projection has not applied the JobDeploying event
+              -- yet. (OFFSET 0 keeps this a probe of the allocations' primary key for each
+              -- candidate: turned into an anti-join, it scanned every allocation ever made for
+              -- each, once statistics said the table had grown.)
+              AND NOT EXISTS (SELECT 1 FROM allocations a
+                              WHERE a.job_id = s.job_id AND a.attempt = s.attempt OFFSET 0)
+            ORDER BY s.priority DESC, s.submitted_at, s.job_id
+            -- No more than could fit together (GPU jobs: one a free GPU), so that jobs this
+            -- claim cannot take stay free for other nodes.
+            LIMIT least($2, greatest(cardinality(f.gpus), 1))
+            FOR UPDATE OF s SKIP LOCKED
+        ) by_priority
+        UNION ALL
+        SELECT * FROM (
+            -- fifo: as above, by submission time alone (job_status_tenant_fifo).
+            SELECT s.job_id, s.attempt, s.tenant, s.learners, s.gpus_per_learner,
+                   s.cpus_per_learner, s.memory_mb_per_learner, s.priority, s.submitted_at,
+                   s.version, s.doc, f.gpus AS free_gpus, f.cpus AS free_cpus,
+                   f.memory_mb AS free_memory_mb, 0 AS rank
+            FROM job_status s
+            WHERE p.claim_order = 'fifo'
+              AND s.tenant = t.name
+              AND s.state = 'QUEUED'
+              AND NOT s.inference
+              AND (s.not_before IS NULL OR s.not_before <= now())
+              AND ((s.learners * s.gpus_per_learner <= cardinality(f.gpus)
+                    AND s.learners * s.cpus_per_learner <= f.cpus
+                    AND s.learners * s.memory_mb_per_learner <= f.memory_mb)
+                   OR (s.learners > 1
+                       AND s.gpus_per_learner <= cardinality(f.gpus)
+                       AND s.cpus_per_learner <= f.cpus
+                       AND s.memory_mb_per_learner <= f.memory_mb
+                       AND s.learners <= (
+                           SELECT sum(least(
+                               CASE WHEN s.gpus_per_learner > 0
+                                    THEN cardinality(n.gpus) / s.gpus_per_learner
+                                    ELSE s.learners END,
+                               floor(n.cpus / greatest(s.cpus_per_learner, 0.01)),
+                               floor(n.memory_mb / s.memory_mb_per_learner)))
+                           FROM capacity n)))
+              AND (NOT p.quotas OR t.gpu_quota IS NULL
+                   OR coalesce(u.gpus, 0) + s.learners * s.gpus_per_learner <= t.gpu_quota)
+              AND NOT EXISTS (SELECT 1 FROM allocations a
+                              WHERE a.job_id = s.job_id AND a.attempt = s.attempt OFFSET 0)
+            ORDER BY s.submitted_at, s.job_id
+            LIMIT least($2, greatest(cardinality(f.gpus), 1))
+            FOR UPDATE OF s SKIP LOCKED
+        ) by_submission
     ) c
 ), candidates AS (
     SELECT * FROM fitting
     WHERE gpu_quota IS NULL OR held + taken <= gpu_quota
-    -- The tenant's share just before this job: what it holds and the jobs before it here.
-    ORDER BY (held + taken - learners * gpus_per_learner) / weight,
-             priority DESC, submitted_at, job_id
+    -- Under fair share, the tenant's share just before this job (what it holds and the jobs
+    -- before it here) comes first; then priority (rank: 0 under fifo), submission time, id.
+    ORDER BY CASE WHEN claim_order = 'fair_share'
+                  THEN (held + taken - learners * gpus_per_learner) / weight END,
+             rank DESC, submitted_at, job_id
     LIMIT $2
 )
 -- Fencing epochs too: a sequence is not transactional, so a claim rolled back only skips
@@ -162,8 +219,9 @@ SELECT c.*, nextval('claim_epochs') AS epoch,
        (SELECT e.metadata -> 'trace' FROM events e
         WHERE e.stream_id = 'job-' || c.job_id AND e.stream_version = 1) AS trace
 FROM candidates c
-ORDER BY (held + taken - learners * gpus_per_learner) / weight,
-         priority DESC, submitted_at, job_id;
+ORDER BY CASE WHEN claim_order = 'fair_share'
+              THEN (held + taken - learners * gpus_per_learner) / weight END,
+         rank DESC, submitted_at, job_id;
 
 -- name: other_nodes_capacity
 -- What the other READY nodes (not draining) can still give, roomiest first: where a claim

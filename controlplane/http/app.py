@@ -23,6 +23,7 @@ from controlplane.http import (
     openapi,
     pending,
     probes,
+    scheduling,
     scrape,
     searches,
     tenants,
@@ -118,6 +119,7 @@ def create_app(
     models.add_routes(app)
     nodes.add_routes(app)
     pending.add_routes(app)
+    scheduling.add_routes(app)
     searches.add_routes(app)
     scrape.add_routes(app)
     tenants.add_routes(app)

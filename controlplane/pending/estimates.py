@@ -14,6 +14,7 @@ from uuid import UUID
 
 from controlplane.pending.reasons import NodeRoom, Room, queue_order
 from controlplane.scheduling.claim_order import QueuedJob, TenantShare, total_gpus
+from controlplane.scheduling.policy import Order
 
 ESTIMATED = 100
 """Only the first jobs of the queue get an estimate: further back, it would say little and
@@ -42,23 +43,24 @@ def estimated_starts(
     expected: Mapping[UUID, timedelta],
     *,
     now: datetime,
+    order: Order = Order.FAIR_SHARE,
 ) -> dict[UUID, datetime]:
     """The queued jobs (of the first ESTIMATED) that would start by the known ends, and when;
     `expected`: the queued jobs' own run times, where known (their room comes back then)."""
     quotas = {tenant.name: tenant.gpu_quota for tenant in tenants}
     held = {tenant.name: tenant.held for tenant in tenants}
     room = Room(node.free for node in nodes)
-    order = itertools.count()
+    pushed = itertools.count()
     """Ties in time go in the order they were pushed: the estimate is deterministic."""
     instants: list[tuple[datetime, int, Holding | None]] = []
     for holding in running:
         # One past its expected end has shown that its end is not known after all.
         if holding.ends is not None and holding.ends > now:
-            heapq.heappush(instants, (holding.ends, next(order), holding))
-    waiting = [job for job in queue_order(tenants, queue) if not job.allocated][:ESTIMATED]
+            heapq.heappush(instants, (holding.ends, next(pushed), holding))
+    waiting = [job for job in queue_order(tenants, queue, order) if not job.allocated][:ESTIMATED]
     for job in waiting:
         if job.not_before is not None and job.not_before > now:
-            heapq.heappush(instants, (job.not_before, next(order), None))
+            heapq.heappush(instants, (job.not_before, next(pushed), None))
     starts: dict[UUID, datetime] = {}
     at = now
     for _ in range(STEPS):
@@ -84,7 +86,7 @@ def estimated_starts(
                         job.demand.memory_mb,
                         at + expected[job.job_id],
                     )
-                    heapq.heappush(instants, (back.ends or at, next(order), back))
+                    heapq.heappush(instants, (back.ends or at, next(pushed), back))
         waiting = [job for job in waiting if job.job_id not in starts]
         if not waiting or not instants:
             break

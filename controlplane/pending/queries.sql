@@ -171,13 +171,13 @@ ORDER BY started_at, attempt, reason;
 
 -- name: pending_fingerprint
 -- What the reasons are judged from changes only with one of these: the log's tail (nodes and
--- their GPUs change with their events), the queue's and tenants' projections (which apply
--- those events a moment later), and the live allocations (given back without an event). A
--- round that finds them as the last one left them has nothing to do.
+-- their GPUs change with their events), the queue's, tenants' and claim policy's projections
+-- (which apply those events a moment later), and the live allocations (given back without an
+-- event). A round that finds them as the last one left them has nothing to do.
 SELECT (SELECT position FROM events
         WHERE xid < pg_snapshot_xmin(pg_current_snapshot())
         ORDER BY events.xid DESC, events.position DESC
         LIMIT 1) AS tail,
        ARRAY(SELECT position FROM projection_checkpoints
-             WHERE name IN ('jobs', 'tenants') ORDER BY name) AS projected,
+             WHERE name IN ('jobs', 'scheduling', 'tenants') ORDER BY name) AS projected,
        (SELECT count(*) FROM allocations WHERE released_at IS NULL) AS live;

@@ -2,8 +2,9 @@
 the queue. Pure, over a snapshot of the cluster, so that the recorder (`recorder`) and the
 tests judge the same way.
 
-The queue's order is the claim's policy over the whole cluster (`claim_order` states it for one
-claiming node): fair share first, then priority, then submission time. Walking that order, each
+The queue's order is the claim policy's over the whole cluster (`claim_order` states it for one
+claiming node): under fair share, the tenants' shares first, then priority, then submission
+time; under priority or fifo, as those orders say. Walking that order, each
 job that could run now takes its room, as the next claims would, and the jobs after it see what
 is left: a job is held back by the jobs ahead only where they take the room it needs. Reasons
 come in two kinds, as Kueue separates them: those of a job that will never run as it is
@@ -24,11 +25,13 @@ from controlplane.scheduling.claim_order import (
     QueuedJob,
     TenantShare,
     fits,
-    tenant_order,
+    order_key,
+    rank_key,
     total_gpus,
     within_quota,
 )
 from controlplane.scheduling.placement import Capacity, Demand, LearnerAllocation, place
+from controlplane.scheduling.policy import Order
 from controlplane.scheduling.unschedulable import LiveNodes, unschedulable_reason
 
 
@@ -82,21 +85,25 @@ class Assessment:
     reasons: tuple[Pending, ...]
 
 
-def queue_order(tenants: Sequence[TenantShare], queue: Iterable[QueuedJob]) -> list[QueuedJob]:
-    """Every queued job, in the order the policy takes them cluster-wide: by the tenant's
-    share just before the job (what it holds and its jobs before this one, for its weight),
-    then priority, submission time and id. Jobs of a tenant not in `tenants` come last."""
+def queue_order(
+    tenants: Sequence[TenantShare], queue: Iterable[QueuedJob], order: Order = Order.FAIR_SHARE
+) -> list[QueuedJob]:
+    """Every queued job, in the order the policy takes them cluster-wide. Under fair share: by
+    the tenant's share just before the job (what it holds and its jobs before this one, for its
+    weight), then priority, submission time and id, jobs of a tenant not in `tenants` last;
+    under priority or fifo, by that order alone."""
     own: dict[str, list[QueuedJob]] = defaultdict(list)
     for job in queue:
         own[job.tenant].append(job)
     ranked: list[tuple[float, QueuedJob]] = []
+    own_order = order_key(order)
     for tenant in tenants:
         taken = 0
-        for job in sorted(own.pop(tenant.name, []), key=tenant_order):
+        for job in sorted(own.pop(tenant.name, []), key=own_order):
             ranked.append(((tenant.held + taken) / tenant.weight, job))
             taken += total_gpus(job.demand)
     ranked.extend((float("inf"), job) for job in itertools.chain(*own.values()))
-    ranked.sort(key=lambda entry: (entry[0], *tenant_order(entry[1])))
+    ranked.sort(key=rank_key(order))
     return [job for _, job in ranked]
 
 
@@ -106,8 +113,10 @@ def assess(
     queue: Sequence[QueuedJob],
     *,
     now: datetime,
+    order: Order = Order.FAIR_SHARE,
 ) -> list[Assessment]:
-    """Every queued job's reasons (at least one each), in queue order."""
+    """Every queued job's reasons (at least one each), in the queue's order under the policy's
+    `order` (`tenants` as the policy weighs them: without quotas where it turns them off)."""
     shares = {tenant.name: tenant for tenant in tenants}
     healthy, whole = _live(nodes, counting_unhealthy=False), _live(nodes, counting_unhealthy=True)
     room = Room(node.free for node in nodes)
@@ -116,8 +125,9 @@ def assess(
     ahead = 0
     ahead_of_tenant: dict[str, Counter[int]] = defaultdict(Counter)
     """The jobs ahead that may run (now or once room frees), in all and by tenant and priority."""
+    ahead_by_priority: Counter[int] = Counter()
     assessed = []
-    for position, job in enumerate(queue_order(tenants, queue), start=1):
+    for position, job in enumerate(queue_order(tenants, queue, order), start=1):
         tenant = shares.get(job.tenant, TenantShare(job.tenant, 1.0, None, 0))
         if job.allocated:
             reasons = [_starting("claimed: its deployment is being recorded")]
@@ -129,9 +139,12 @@ def assess(
                 reasons = [_starting("a READY node has room: the next claim takes it")]
             else:
                 reasons = [_short(job.demand, room)]
-                reasons += _behind(job, tenant, ahead, ahead_of_tenant[tenant.name])
+                reasons += _behind(
+                    job, tenant, ahead, ahead_of_tenant[tenant.name], ahead_by_priority, order
+                )
             ahead += 1
             ahead_of_tenant[tenant.name][job.priority] += 1
+            ahead_by_priority[job.priority] += 1
         assessed.append(Assessment(job.job_id, position, tuple(reasons)))
     return assessed
 
@@ -173,11 +186,25 @@ def _held(
 
 
 def _behind(
-    job: QueuedJob, tenant: TenantShare, ahead: int, own_ahead: Counter[int]
+    job: QueuedJob,
+    tenant: TenantShare,
+    ahead: int,
+    own_ahead: Counter[int],
+    all_ahead: Counter[int],
+    order: Order,
 ) -> list[Pending]:
-    """The jobs ahead that stand before this one: other tenants' (by fair share), and its
-    tenant's own of higher priority."""
+    """The jobs ahead that stand before this one. Under fair share: other tenants' (by fair
+    share), and its tenant's own of higher priority; under priority, every job of higher
+    priority; under fifo none is named (those submitted before it take the room first)."""
     reasons = []
+    if order is Order.PRIORITY:
+        higher = sum(count for priority, count in all_ahead.items() if priority > job.priority)
+        if higher:
+            detail = f"{higher} job(s) with higher priority come first"
+            reasons.append(Pending(Reason.PRIORITY, Blocking.WAITING, detail))
+        return reasons
+    if order is not Order.FAIR_SHARE:
+        return reasons
     others = ahead - sum(own_ahead.values())
     if others:
         detail = (

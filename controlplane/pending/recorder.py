@@ -35,8 +35,10 @@ from controlplane.pending.reasons import (
 )
 from controlplane.pending.streams import pending_stream
 from controlplane.queries import Q
-from controlplane.scheduling.claim_order import QueuedJob, TenantShare
+from controlplane.scheduling.application import policy_in_force
+from controlplane.scheduling.claim_order import QueuedJob, TenantShare, shares
 from controlplane.scheduling.placement import Capacity, Demand
+from controlplane.scheduling.policy import Order
 from controlplane.scheduling.unschedulable import out_of_bounds
 from controlplane.workers import item_failed, pause
 
@@ -194,10 +196,15 @@ async def _judged(
     jobs, which take no node, last); and the next instant at which time alone changes them (a
     backoff's end, a running job's expected end), if any."""
     jobs = await conn.fetch(Q["pending_queue"])
-    tenants = [
-        TenantShare(r["name"], r["weight"], r["gpu_quota"], r["held"])
-        for r in await conn.fetch(Q["pending_tenants"])
-    ]
+    # Judged under the claim policy in force, as the claims take the queue.
+    policy = await policy_in_force(conn)
+    tenants = shares(
+        [
+            TenantShare(r["name"], r["weight"], r["gpu_quota"], r["held"])
+            for r in await conn.fetch(Q["pending_tenants"])
+        ],
+        policy,
+    )
     nodes = [
         NodeRoom(
             # The view's memory is numeric (a bigint less a sum): placement counts whole MiB.
@@ -252,7 +259,7 @@ async def _judged(
     # nodes): in a thread, so that the API, the projections and SSE sharing this event loop
     # are not held for it.
     assessed, starts, failed = await asyncio.to_thread(
-        _judge, nodes, tenants, queue, running, expected, at
+        _judge, nodes, tenants, queue, running, expected, at, policy.order
     )
     for job_id, why in set_aside.items():
         log.warning("pending reasons: job %s is never placed: %s", job_id, why)
@@ -293,25 +300,26 @@ def _judge(
     running: Sequence[Holding],
     expected: Mapping[UUID, timedelta],
     at: datetime,
+    order: Order,
 ) -> tuple[list[Assessment], dict[UUID, datetime], dict[UUID, str]]:
     """The queue's assessments and estimated starts, and the jobs that could not be judged
     (with why). The walk judges the jobs together; should it fail, each job is judged alone to
     find those it fails on, which are recorded (see `workers.item_failed`) and left out, and
     the others are judged without them: one job's data never stops the reasons of all."""
     try:
-        return (*_together(nodes, tenants, queue, running, expected, at), {})
+        return (*_together(nodes, tenants, queue, running, expected, at, order), {})
     except Exception:
         failed: dict[UUID, str] = {}
         for job in queue:
             try:
-                _together(nodes, tenants, [job], running, expected, at)
+                _together(nodes, tenants, [job], running, expected, at, order)
             except Exception as exc:
                 item_failed(WORKER, f"job {job.job_id}")
                 failed[job.job_id] = f"{type(exc).__name__}: {exc}"
         if not failed:
             raise  # no one job's data: a bug of the walk itself, for an operator to see
     rest = [job for job in queue if job.job_id not in failed]
-    return (*_together(nodes, tenants, rest, running, expected, at), failed)
+    return (*_together(nodes, tenants, rest, running, expected, at, order), failed)
 
 
 def _together(
@@ -321,10 +329,11 @@ def _together(
     running: Sequence[Holding],
     expected: Mapping[UUID, timedelta],
     at: datetime,
+    order: Order,
 ) -> tuple[list[Assessment], dict[UUID, datetime]]:
     return (
-        assess(nodes, tenants, queue, now=at),
-        estimated_starts(nodes, tenants, queue, running, expected, now=at),
+        assess(nodes, tenants, queue, now=at, order=order),
+        estimated_starts(nodes, tenants, queue, running, expected, now=at, order=order),
     )
 
 

@@ -1,17 +1,17 @@
-"""The order a claim takes queued jobs in, stated in Python: what the `claim_candidates` SQL
-does, clause by clause. The SQL stays the production path (one statement, on every job's
-critical path); this statement is what the simulator and the pending-reasons work reason with,
-and a property test (tests/controlplane/scheduling/test_claim_order.py) holds the two to the
-same jobs in the same order.
+"""The order a claim takes queued jobs in, stated in Python under a `ClaimPolicy`: what the
+`claim_candidates` SQL does under the same policy (it reads the policy's row in the claim
+statement itself), clause by clause. The SQL stays the production path (one statement, on every
+job's critical path); this statement is what the simulator and the pending-reasons work reason
+with, and a property test (tests/controlplane/scheduling/test_claim_order.py) holds the two to
+the same jobs in the same order under every policy.
 
-In short: fair share first (the tenant holding the fewest GPUs for its weight, counting the jobs
-before it in this list as held), then priority (highest first), then submission time, then job
-id; within each tenant's GPU quota. What it leaves out is concurrency: the SQL skips the rows
-other claims hold locked, which here are simply absent from the queue.
-
-A `ClaimPolicy` other than `CURRENT` (the SQL's) orders them otherwise, for the simulator: by
-priority or by submission time alone across tenants, with or without quotas. Each tenant still
-offers only as many jobs as could fit, as the SQL's per-tenant scan does."""
+Under fair share (the default): the tenant holding the fewest GPUs for its weight first
+(counting the jobs before it in this list as held), then priority (highest first), then
+submission time, then job id. Under priority: priority, submission time and id across tenants.
+Under fifo: submission time and id alone. Within each tenant's GPU quota unless the policy
+turns quotas off; each tenant offers only as many jobs as could fit, as the SQL's per-tenant
+scan does. What it leaves out is concurrency: the SQL skips the rows other claims hold locked,
+which here are simply absent from the queue."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from typing import Any
 from uuid import UUID
 
 from controlplane.scheduling.placement import Capacity, Demand, times
-from controlplane.scheduling.policy import CURRENT, ClaimPolicy, Order
+from controlplane.scheduling.policy import DEFAULT, ClaimPolicy, Order
 
 CLAIM_BATCH = 8
 """The most jobs one claim takes: a node with room for several takes them in one transaction
@@ -63,7 +63,7 @@ def claim_order(
     *,
     limit: int,
     now: datetime,
-    policy: ClaimPolicy = CURRENT,
+    policy: ClaimPolicy = DEFAULT,
 ) -> list[QueuedJob]:
     """Up to `limit` queued jobs that `node` could take, in the order its claim takes them.
     `ready` is what every READY node can still give; a node not among them takes nothing."""
@@ -75,8 +75,7 @@ def claim_order(
     per_tenant = min(limit, max(len(here.gpus), 1))
     own_order = order_key(policy.order)
     ranked: list[tuple[float, QueuedJob]] = []
-    for share in tenants:
-        tenant = share if policy.quotas else replace(share, gpu_quota=None)
+    for tenant in shares(tenants, policy):
         own = sorted(
             (
                 job
@@ -95,11 +94,13 @@ def claim_order(
             if within_quota(tenant, tenant.held + taken):
                 # The tenant's share just before this job: what it holds and the jobs before it.
                 ranked.append(((tenant.held + taken - total_gpus(job.demand)) / tenant.weight, job))
-    if policy.order is Order.FAIR_SHARE:
-        ranked.sort(key=lambda entry: (entry[0], *tenant_order(entry[1])))
-    else:
-        ranked.sort(key=lambda entry: own_order(entry[1]))
+    ranked.sort(key=rank_key(policy.order))
     return [job for _, job in ranked[:limit]]
+
+
+def shares(tenants: Sequence[TenantShare], policy: ClaimPolicy) -> list[TenantShare]:
+    """The tenants as the policy weighs them: without their quotas where it turns quotas off."""
+    return [t if policy.quotas else replace(t, gpu_quota=None) for t in tenants]
 
 
 def fits(demand: Demand, here: Capacity, ready: Sequence[Capacity]) -> bool:
@@ -157,3 +158,13 @@ def order_key(order: Order) -> Callable[[QueuedJob], tuple[Any, ...]]:
     """The order of a tenant's own queued jobs under `order` (and of all jobs, where it is not
     fair share)."""
     return fifo_order if order is Order.FIFO else tenant_order
+
+
+def rank_key(order: Order) -> Callable[[tuple[float, QueuedJob]], tuple[Any, ...]]:
+    """The order of jobs across tenants under `order`, each job with its tenant's share just
+    before it (what the tenant holds and its jobs before this one, for its weight): the share
+    first under fair share, then the tenants' own order; the own order alone otherwise."""
+    if order is Order.FAIR_SHARE:
+        return lambda entry: (entry[0], *tenant_order(entry[1]))
+    own = order_key(order)
+    return lambda entry: own(entry[1])

@@ -14,7 +14,7 @@ from sim.report import dumps, report
 from sim.workload import Outcome, Run, Workload
 from tests.sim.past import Past, fair_share_past
 
-CURRENT, FIFO, PRIORITY = NAMED["current"], NAMED["fifo"], NAMED["priority"]
+CURRENT, FIFO, PRIORITY = named("current", {}), NAMED["fifo"], NAMED["priority"]
 
 
 def starts(workload: Workload, policy: Policy) -> dict[UUID, float | None]:

@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from controlplane.scheduling.policy import CURRENT, ClaimPolicy, Order
-from sim.policy import NAMED, PolicyError, named, parse_weight, read_policy_file
+from controlplane.scheduling.policy import DEFAULT, ClaimPolicy, Order, PolicyError
+from sim.policy import NAMED, named, parse_weight, read_policy_file
 
 
 def test_named_policies_and_weights() -> None:
-    assert NAMED["current"].claim == CURRENT
+    assert named("current", {}).claim == DEFAULT
+    assert NAMED["fair_share"].claim == DEFAULT
+    fifo = ClaimPolicy(Order.FIFO, quotas=False)
+    assert named("current", {}, fifo).claim == fifo  # the operator's, as the log says it
     weighted = named("fair_share", {"b": 2.0, "a": 0.5})
-    assert (weighted.claim, weighted.weights) == (CURRENT, (("a", 0.5), ("b", 2.0)))
+    assert (weighted.claim, weighted.weights) == (DEFAULT, (("a", 0.5), ("b", 2.0)))
     assert weighted.weight("b", 1.0) == 2.0 and weighted.weight("c", 3.0) == 3.0
     assert parse_weight("acme=2.5") == ("acme", 2.5)
 
@@ -24,13 +28,17 @@ def test_named_policies_and_weights() -> None:
     [
         (lambda: named("lottery", {}), "--policy: no policy named 'lottery'"),
         (lambda: named("fifo", {"a": 2.0}), "--weight: weights apply to fair share"),
+        (
+            lambda: named("current", {"a": 2.0}, ClaimPolicy(Order.PRIORITY)),
+            "--weight: weights apply to fair share; policy current (priority, quotas on)",
+        ),
         (lambda: parse_weight("acme"), "--weight: 'acme' is not TENANT=WEIGHT"),
         (lambda: parse_weight("acme=lots"), "--weight acme: 'lots' is not a number"),
         (lambda: parse_weight("acme=0"), "--weight acme: a weight must be a finite number"),
     ],
 )
 def test_bad_names_and_weights_are_refused(call: Callable[[], object], message: str) -> None:
-    with pytest.raises(PolicyError, match=message):
+    with pytest.raises(PolicyError, match=re.escape(message)):
         call()
 
 

@@ -55,6 +55,7 @@ AGENT_RIGHTS = {
     "SELECT ON job_status",
     "UPDATE (not_before) ON job_status",  # to lock queue rows; row-level security refuses updates
     "SELECT ON tenants",
+    "SELECT ON scheduling_policy",  # claims follow the operator's claim policy (0043)
     "SELECT ON node_capacity",
     "SELECT ON allocations",
     "INSERT ON allocations",

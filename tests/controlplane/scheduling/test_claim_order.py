@@ -1,7 +1,8 @@
 """The claim order stated in Python (`controlplane.scheduling.claim_order`) is the order the
-`claim_candidates` SQL takes: for generated tenants, nodes, allocations and queues, inserted in
-a real Postgres, both choose the same jobs in the same order. And every job it offers, the
-claim can place."""
+`claim_candidates` SQL takes under the same claim policy: for generated policies (every order,
+quotas on and off, or none set), tenants, nodes, allocations and queues, inserted in a real
+Postgres, both choose the same jobs in the same order. And every job it offers, the claim can
+place."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from controlplane.agents.events import GpuInfo
 from controlplane.queries import Q
 from controlplane.scheduling.claim_order import QueuedJob, TenantShare, claim_order, fits
 from controlplane.scheduling.placement import Capacity, Demand, allocatable, place
+from controlplane.scheduling.policy import DEFAULT, ClaimPolicy, Order
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 NODE = "n0"
@@ -67,6 +69,8 @@ class World:
     allocations: list[AllocationRow]
     jobs: list[JobRow]
     limit: int
+    policy: ClaimPolicy | None = None
+    """The policy an operator set (its row); None: none was, and the default holds."""
 
 
 @st.composite
@@ -127,7 +131,10 @@ def worlds(draw: st.DrawFn) -> World:
             max_size=5,
         )
     )
-    return World(tenants, nodes, allocations, jobs, draw(st.sampled_from([1, 2, 4, 8, 8])))
+    policy = draw(
+        st.one_of(st.none(), st.builds(ClaimPolicy, st.sampled_from(Order), st.booleans()))
+    )
+    return World(tenants, nodes, allocations, jobs, draw(st.sampled_from([1, 2, 4, 8, 8])), policy)
 
 
 @settings(
@@ -151,6 +158,34 @@ def worlds(draw: st.DrawFn) -> World:
     )
 )
 @example(
+    # The same under fifo without quotas: submission order alone, the quota ignored.
+    world=World(
+        tenants=[("acme", 1.0, None), ("globex", 1.0, None), ("initech", 1.0, 1)],
+        nodes=[NodeRow("n0", True, 16.0, 16384, [True] * 5)],
+        allocations=[],
+        jobs=[
+            JobRow(UUID(int=k + 1), tenant, True, Demand(1, 1, 1.0, 1024), k % 3, 9 - k, None)
+            for k, tenant in enumerate(["acme"] * 4 + ["globex"] * 4 + ["initech"] * 2)
+        ],
+        limit=8,
+        policy=ClaimPolicy(Order.FIFO, quotas=False),
+    )
+)
+@example(
+    # And under priority: the highest first across tenants, the quota holding.
+    world=World(
+        tenants=[("acme", 1.0, None), ("globex", 1.0, None), ("initech", 1.0, 1)],
+        nodes=[NodeRow("n0", True, 16.0, 16384, [True] * 5)],
+        allocations=[],
+        jobs=[
+            JobRow(UUID(int=k + 1), tenant, True, Demand(1, 1, 1.0, 1024), k % 3, 9 - k, None)
+            for k, tenant in enumerate(["acme"] * 4 + ["globex"] * 4 + ["initech"] * 2)
+        ],
+        limit=8,
+        policy=ClaimPolicy(Order.PRIORITY),
+    )
+)
+@example(
     # Three learners, room for one and a half on each of two nodes: two fit, not three.
     world=World(
         tenants=[("t0", 1.0, None)],
@@ -160,7 +195,7 @@ def worlds(draw: st.DrawFn) -> World:
         limit=8,
     )
 )
-async def test_the_sql_and_the_python_choose_the_same_jobs_in_the_same_order(
+async def test_the_sql_and_the_python_choose_the_same_jobs_in_the_same_order_under_any_policy(
     owner: asyncpg.Connection, world: World
 ) -> None:
     # One database for every example: each inserts its world in a transaction it rolls back.
@@ -177,6 +212,16 @@ async def test_the_sql_and_the_python_choose_the_same_jobs_in_the_same_order(
 
 async def insert(conn: asyncpg.Connection, world: World, now: datetime) -> list[QueuedJob]:
     """Insert `world`; what the Python statement says the claim takes from it."""
+    if world.policy is not None:
+        # The row the `scheduling` projection keeps (tests/controlplane/scheduling/
+        # test_switching.py sets it through the event).
+        await conn.execute(
+            "INSERT INTO scheduling_policy (claim_order, quotas, set_by, set_at) "
+            "VALUES ($1, $2, 'test', $3)",
+            str(world.policy.order),
+            world.policy.quotas,
+            T0,
+        )
     await conn.executemany(
         "INSERT INTO tenants (name, weight, gpu_quota, created_at) VALUES ($1, $2, $3, $4)",
         [(name, weight, quota, T0) for name, weight, quota in world.tenants],
@@ -288,7 +333,8 @@ async def insert(conn: asyncpg.Connection, world: World, now: datetime) -> list[
         for job in world.jobs
         if job.queued
     ]
-    return claim_order(NODE, ready, tenants, queue, limit=world.limit, now=now)
+    policy = DEFAULT if world.policy is None else world.policy
+    return claim_order(NODE, ready, tenants, queue, limit=world.limit, now=now, policy=policy)
 
 
 def rooms(name: str) -> st.SearchStrategy[Capacity]:
@@ -334,7 +380,16 @@ def test_the_scheduling_modules_import_no_database_driver() -> None:
     # The simulator runs them without a database, and an agent's reconcile planner and the
     # aggregates' pure decisions (with the command path and the clock) are tested without
     # one; a fresh interpreter, so that what other tests imported does not count.
-    scheduling = ("claim", "claim_order", "placement", "policy", "unschedulable")
+    scheduling = (
+        "claim",
+        "claim_order",
+        "events",
+        "lifecycle",
+        "placement",
+        "policy",
+        "streams",
+        "unschedulable",
+    )
     # Model search is pure too, for its reference evaluation and property tests: SQLAlchemy
     # Core and its postgresql dialect, which load no driver until an engine asks for one.
     search = ("query", "reference", "sql")
