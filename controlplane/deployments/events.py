@@ -95,12 +95,21 @@ class DeploymentAutoscalingSet(DeploymentEvent):
     actor: str
 
 
-@event_type("ReplicaStarted")
+def _stable(data: dict[str, Any]) -> dict[str, Any]:
+    # Version 1 came before canaries: every replica served the deployment's own version.
+    return {**data, "canary": False}
+
+
+@event_type("ReplicaStarted", version=2, upcasters={1: _stable})
 class ReplicaStarted(DeploymentEvent):
-    """A replica job was asked for (its job is submitted right after, idempotently)."""
+    """A replica job was asked for (its job is submitted right after, idempotently). Version 2:
+    `canary`."""
 
     job_id: UUID
     number: int = Field(description="1 for the deployment's first replica, then one more each")
+    canary: bool = Field(
+        default=False, description="it serves the canary's version, not the deployment's"
+    )
 
 
 @event_type("ReplicaRetired")
@@ -115,6 +124,57 @@ class ReplicaRetired(DeploymentEvent):
 @event_type("DeploymentDeleted")
 class DeploymentDeleted(DeploymentEvent):
     actor: str
+
+
+@event_type("CanaryStarted")
+class CanaryStarted(DeploymentEvent):
+    """Another version of its model now serves `weight`% of its requests beside its own, on
+    replicas of its own (canary.py)."""
+
+    reference: str = Field(description="the model reference as the user wrote it")
+    version: int
+    artifact_sha256: str
+    entry_point: str
+    requirements: list[str] = Field(default_factory=list)
+    weight: int = Field(description="percent of requests it gets, 0 to 100")
+    replicas: int
+    rollback: dict[str, Any] | None = Field(
+        description="when it rolls back by itself (spec.CanaryRollback); None: only by command"
+    )
+    actor: str
+
+
+@event_type("CanaryWeightSet")
+class CanaryWeightSet(DeploymentEvent):
+    """The canary's share of requests moved by command."""
+
+    weight: int
+    previous: int
+    actor: str
+
+
+@event_type("CanaryPromoted")
+class CanaryPromoted(DeploymentEvent):
+    """The canary's version became the deployment's, its replicas the deployment's (the old
+    version's replicas are retired in the same append)."""
+
+    version: int
+    previous_version: int
+    actor: str
+
+
+@event_type("CanaryRolledBack")
+class CanaryRolledBack(DeploymentEvent):
+    """The canary stopped (its replicas retired in the same append): every request goes to the
+    deployment's version again. By command, or by the controller when its errors passed its
+    rule, with the figures that drove it."""
+
+    version: int
+    reason: str
+    actor: str
+    failed: int | None = Field(default=None, description="its failed requests in the window")
+    finished: int | None = Field(default=None, description="its finished requests in the window")
+    window_s: float | None = None
 
 
 class PipelineEvent(Event):
@@ -141,6 +201,10 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     DeploymentAutoscalingSet,
     ReplicaStarted,
     ReplicaRetired,
+    CanaryStarted,
+    CanaryWeightSet,
+    CanaryPromoted,
+    CanaryRolledBack,
     DeploymentDeleted,
     PipelineDefined,
     PipelineRemoved,

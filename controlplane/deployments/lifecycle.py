@@ -9,8 +9,12 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from controlplane.deployments.errors import Conflict, NotFound, ServingError
+from controlplane.deployments.errors import Conflict, InvalidRequest, NotFound, ServingError
 from controlplane.deployments.events import (
+    CanaryPromoted,
+    CanaryRolledBack,
+    CanaryStarted,
+    CanaryWeightSet,
     DeploymentAutoscaled,
     DeploymentAutoscalingSet,
     DeploymentCreated,
@@ -30,6 +34,25 @@ from controlplane.jobs.lifecycle import JobStatus
 
 class Busy(ServingError):
     """The stream kept changing under concurrent commands; the command gave up."""
+
+
+@dataclass(frozen=True, slots=True)
+class Canary:
+    """Another version of the deployment's model, beside it on replicas of its own."""
+
+    reference: str
+    version: int
+    artifact_sha256: str
+    entry_point: str
+    requirements: tuple[str, ...]
+    weight: int
+    """Percent of requests it gets (canary.to_canary)."""
+    replicas: int
+    rollback: dict[str, Any] | None
+    """When it rolls back by itself (canary.Rollback); None: only by command."""
+    started_at: datetime
+    active: tuple[UUID, ...] = ()
+    """Its replica jobs, oldest first."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +86,7 @@ class Deployment:
     autoscaling: dict[str, Any] | None = None
     """Its replicas follow the load within these bounds (spec.Autoscaling); None: `replicas`
     stays what its owner asks for."""
+    canary: Canary | None = None
 
     @property
     def live(self) -> bool:
@@ -107,9 +131,11 @@ class SetAutoscaling:
 class ChangeReplicas:
     at: datetime
     retire: tuple[tuple[UUID, str], ...] = ()
-    """Replica jobs that no longer serve, and why."""
+    """Replica jobs that no longer serve (the deployment's or its canary's), and why."""
     start: tuple[UUID, ...] = ()
     """New replica jobs, numbered on from the last."""
+    start_canary: tuple[UUID, ...] = ()
+    """New replica jobs of its canary, numbered on after `start`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,14 +144,52 @@ class Delete:
     at: datetime
 
 
-DeploymentCommand = Create | Scale | Autoscale | SetAutoscaling | ChangeReplicas | Delete
+@dataclass(frozen=True, slots=True)
+class StartCanary:
+    """Its owner's: a canary of another version, or (one running already) its new weight."""
+
+    event: CanaryStarted
+
+
+@dataclass(frozen=True, slots=True)
+class PromoteCanary:
+    actor: str
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class RollBackCanary:
+    """By its owner's command (no figures), or the controller's rule (canary.rollback_reason)
+    with the figures that drove it; `version`: the canary the decision was about, so a rollback
+    decided on an older canary's errors refuses rather than stop a newer one."""
+
+    version: int
+    reason: str
+    actor: str
+    at: datetime
+    failed: int | None = None
+    finished: int | None = None
+    window_s: float | None = None
+
+
+DeploymentCommand = (
+    Create
+    | Scale
+    | Autoscale
+    | SetAutoscaling
+    | ChangeReplicas
+    | Delete
+    | StartCanary
+    | PromoteCanary
+    | RollBackCanary
+)
 
 
 def decide(command: DeploymentCommand, state: Deployment | None) -> list[DeploymentEvent]:
     if isinstance(command, Create):
         if state is not None and state.live:
             raise Conflict(f"deployment {command.event.name} exists; scale or delete it")
-        if state is not None and state.active:
+        if state is not None and _replicas(state):
             raise Conflict(
                 f"deployment {command.event.name} is still stopping its replicas; try again "
                 "once they have stopped"
@@ -163,21 +227,60 @@ def decide(command: DeploymentCommand, state: Deployment | None) -> list[Deploym
             if autoscaling == state.autoscaling:
                 return []  # as it is already
             return [DeploymentAutoscalingSet(autoscaling=autoscaling, actor=actor, at=at)]
-        case ChangeReplicas(at=at, retire=retire, start=start):
-            if state.deleted and start:
+        case ChangeReplicas(at=at, retire=retire, start=start, start_canary=start_canary):
+            if state.deleted and (start or start_canary):
                 raise NotFound("no such deployment")
+            if start_canary and state.canary is None:
+                raise Conflict(f"deployment {state.name} has no canary")
             retired: list[DeploymentEvent] = [
                 ReplicaRetired(job_id=job_id, reason=reason, at=at)
                 for job_id, reason in retire
-                if job_id in state.active
+                if job_id in _replicas(state)
+            ]
+            numbered = [(job_id, False) for job_id in start] + [
+                (job_id, True) for job_id in start_canary
             ]
             started = [
-                ReplicaStarted(job_id=job_id, number=state.started + n, at=at)
-                for n, job_id in enumerate(start, start=1)
+                ReplicaStarted(job_id=job_id, number=state.started + n, canary=canary, at=at)
+                for n, (job_id, canary) in enumerate(numbered, start=1)
             ]
             return [*retired, *started]
         case Delete(actor=actor, at=at):
             return [DeploymentDeleted(actor=actor, at=at)]
+        case StartCanary(event=event):
+            return _start_canary(state, event)
+        case PromoteCanary(actor=actor, at=at):
+            canary = _the_canary(state)
+            # The old version's replicas are retired in the same append: no moment in the
+            # stream where a replica serves a version the deployment no longer has.
+            reason = f"replaced by version {canary.version} (canary promoted)"
+            return [
+                *(ReplicaRetired(job_id=job_id, reason=reason, at=at) for job_id in state.active),
+                CanaryPromoted(
+                    version=canary.version, previous_version=state.version, actor=actor, at=at
+                ),
+            ]
+        case RollBackCanary(version=version, at=at):
+            canary = _the_canary(state)
+            if canary.version != version:
+                # Decided on another canary (one rolled back meanwhile and a new one started):
+                # its figures say nothing about this one.
+                raise Conflict(
+                    f"deployment {state.name}'s canary is version {canary.version}, not {version}"
+                )
+            reason = f"canary version {version} rolled back"
+            return [
+                *(ReplicaRetired(job_id=job_id, reason=reason, at=at) for job_id in canary.active),
+                CanaryRolledBack(
+                    version=version,
+                    reason=command.reason,
+                    actor=command.actor,
+                    failed=command.failed,
+                    finished=command.finished,
+                    window_s=command.window_s,
+                    at=at,
+                ),
+            ]
     raise InvariantBroken(f"unknown command {command!r}")
 
 
@@ -216,8 +319,17 @@ def evolve(state: Deployment | None, event: DeploymentEvent) -> Deployment | Non
             # Its replicas stay until the next sweep moves them within the new bounds; the
             # delay before fewer runs from here.
             return replace(state, autoscaling=autoscaling, updated_at=event.at)
+        case ReplicaStarted(job_id=job_id, number=number, canary=True):
+            canary = _the_canary(state)
+            return replace(
+                state, canary=replace(canary, active=(*canary.active, job_id)), started=number
+            )
         case ReplicaStarted(job_id=job_id, number=number):
             return replace(state, active=(*state.active, job_id), started=number)
+        case ReplicaRetired(job_id=job_id) if state.canary and job_id in state.canary.active:
+            # A canary's failures are not the deployment's: its backoff stays its own version's.
+            active = tuple(j for j in state.canary.active if j != job_id)
+            return replace(state, canary=replace(state.canary, active=active))
         case ReplicaRetired(job_id=job_id, reason=reason):
             active = tuple(j for j in state.active if j != job_id)
             if reason == failed_reason(JobStatus.FAILED):
@@ -227,7 +339,83 @@ def evolve(state: Deployment | None, event: DeploymentEvent) -> Deployment | Non
             return replace(state, active=active, failures=0)
         case DeploymentDeleted():
             return replace(state, deleted=True, updated_at=event.at)
+        case CanaryStarted():
+            return replace(
+                state,
+                canary=Canary(
+                    reference=event.reference,
+                    version=event.version,
+                    artifact_sha256=event.artifact_sha256,
+                    entry_point=event.entry_point,
+                    requirements=tuple(event.requirements),
+                    weight=event.weight,
+                    replicas=event.replicas,
+                    rollback=event.rollback,
+                    started_at=event.at,
+                ),
+                updated_at=event.at,
+            )
+        case CanaryWeightSet(weight=weight):
+            canary = _the_canary(state)
+            return replace(state, canary=replace(canary, weight=weight), updated_at=event.at)
+        case CanaryPromoted():
+            canary = _the_canary(state)
+            # Its owner's number of replicas stays; reconcile tops the canary's up to it.
+            return replace(
+                state,
+                reference=canary.reference,
+                version=canary.version,
+                artifact_sha256=canary.artifact_sha256,
+                entry_point=canary.entry_point,
+                requirements=canary.requirements,
+                active=canary.active,
+                canary=None,
+                failures=0,
+                last_failure_at=None,
+                updated_at=event.at,
+            )
+        case CanaryRolledBack():
+            return replace(state, canary=None, updated_at=event.at)
     raise InvariantBroken(f"unknown event {event!r}")
+
+
+def _replicas(state: Deployment) -> tuple[UUID, ...]:
+    """Every replica job it has: its own and its canary's."""
+    return state.active if state.canary is None else (*state.active, *state.canary.active)
+
+
+def _the_canary(state: Deployment) -> Canary:
+    if state.canary is None:
+        raise Conflict(f"deployment {state.name} has no canary")
+    return state.canary
+
+
+def _start_canary(state: Deployment, event: CanaryStarted) -> list[DeploymentEvent]:
+    if state.inference_job is not None:
+        raise Conflict(f"deployment {state.name} runs an inference job's queries: no canary")
+    canary = state.canary
+    if canary is None:
+        if event.version == state.version:
+            raise InvalidRequest(
+                f"version {event.version} is the deployment's own; a canary is another version",
+                field="model",
+            )
+        return [event]
+    if event.version != canary.version:
+        raise Conflict(
+            f"deployment {state.name} has a canary of version {canary.version} already: "
+            "promote it or roll it back first"
+        )
+    if (event.replicas, event.rollback) != (canary.replicas, canary.rollback):
+        raise Conflict(
+            f"the canary of deployment {state.name} runs with other replicas or rollback rule; "
+            "only its weight moves (roll it back and start it again to change the rest)"
+        )
+    if event.weight == canary.weight:
+        return []  # as it is already
+    return [
+        CanaryWeightSet(weight=event.weight, previous=canary.weight, actor=event.actor, at=event.at)
+    ]
 
 
 def failed_reason(status: JobStatus) -> str:

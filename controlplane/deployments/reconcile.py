@@ -37,33 +37,56 @@ class Plan:
     """New replicas to ask for."""
     submit: tuple[UUID, ...] = ()
     """Active replicas whose job was never submitted (a crash between the two steps)."""
+    start_canary: int = 0
+    """New replicas of its canary to ask for."""
 
     @property
     def empty(self) -> bool:
-        return not (self.retire or self.start or self.submit)
+        return not (self.retire or self.start or self.submit or self.start_canary)
 
 
-def plan(deployment: Deployment, jobs: Mapping[UUID, JobStatus | None], now: datetime) -> Plan:
-    """`jobs`: the state of each active replica's job (None: not submitted yet)."""
+@dataclass(frozen=True, slots=True)
+class _Kept:
+    retire: list[tuple[UUID, str]]
+    cancel: list[UUID]
+    live: list[UUID]
+
+
+def _keep(
+    active: tuple[UUID, ...], wanted: int, jobs: Mapping[UUID, JobStatus | None], why: str
+) -> _Kept:
+    """Of one version's replicas: those whose job ended, the extra ones to stop, those left."""
     retire: list[tuple[UUID, str]] = []
-    for job_id in deployment.active:
+    for job_id in active:
         status = jobs.get(job_id)
         if status is not None and status in TERMINAL:
             retire.append((job_id, failed_reason(status)))
     ended = {job_id for job_id, _ in retire}
-    live = [job_id for job_id in deployment.active if job_id not in ended]
-    wanted = 0 if deployment.deleted else deployment.replicas
+    live = [job_id for job_id in active if job_id not in ended]
     cancel: list[UUID] = []
     if len(live) > wanted:
         # The newest go first: the oldest have warmed up (loaded, memo-filled, batching).
-        why = "deployment deleted" if deployment.deleted else "scaled down"
         cancel = live[wanted:]
         retire.extend((job_id, why) for job_id in cancel)
         live = live[:wanted]
+    return _Kept(retire, cancel, live)
+
+
+def plan(deployment: Deployment, jobs: Mapping[UUID, JobStatus | None], now: datetime) -> Plan:
+    """`jobs`: the state of each active replica's job, its canary's too (None: not submitted
+    yet)."""
+    why = "deployment deleted" if deployment.deleted else "scaled down"
+    wanted = 0 if deployment.deleted else deployment.replicas
+    own = _keep(deployment.active, wanted, jobs, why)
+    canary = deployment.canary
+    # A canary's replicas are its own number, not the deployment's: its owner sized it.
+    canary_wanted = 0 if canary is None or deployment.deleted else canary.replicas
+    beside = _keep(() if canary is None else canary.active, canary_wanted, jobs, why)
     waiting = (at := next_start(deployment)) is not None and now < at
     return Plan(
-        retire=tuple(retire),
-        cancel=tuple(cancel),
-        start=0 if waiting else max(0, wanted - len(live)),
-        submit=tuple(job_id for job_id in live if jobs.get(job_id) is None),
+        retire=(*own.retire, *beside.retire),
+        cancel=(*own.cancel, *beside.cancel),
+        start=0 if waiting else max(0, wanted - len(own.live)),
+        submit=tuple(j for j in (*own.live, *beside.live) if jobs.get(j) is None),
+        start_canary=max(0, canary_wanted - len(beside.live)),
     )
