@@ -23,7 +23,12 @@ def _scheduling(request: web.Request) -> Scheduling:
 
 
 async def get_policy(request: web.Request) -> web.Response:
-    return answer(await _scheduling(request).policy())
+    view = await _scheduling(request).policy()
+    if not principal(request).is_admin:
+        # Tenants see the order their jobs are claimed in; who switched it and the admin's
+        # words of why (which may name tenants) are the operators' own.
+        view = view.model_copy(update={"set_by": None, "reason": None})
+    return answer(view)
 
 
 async def set_policy(request: web.Request) -> web.Response:
@@ -48,8 +53,9 @@ OPERATIONS = (
         {200: Answer("the policy claims follow now", PolicyView)},
         {401: "missing or wrong token"},
         description="The order claims take queued jobs in (fair_share, priority or fifo) and "
-        "whether tenants' GPU quotas hold; `set_by` is null while none was set and the default "
-        "(fair share within quotas) holds. The pending reasons judge the queue under it.",
+        "whether tenants' GPU quotas hold; `set_at` is null while none was set and the default "
+        "(fair share within quotas) holds. `set_by` and `reason` are the admin's to read "
+        "(null for a tenant's token). The pending reasons judge the queue under it.",
     ),
     Operation(
         "put",

@@ -14,9 +14,14 @@ class PolicyView(BaseModel):
 
     order: Order
     quotas: bool
-    set_by: str | None = Field(description="who set it; null: nobody yet, the default holds")
+    set_by: str | None = Field(
+        description="who set it; null: nobody yet, the default holds (always null for a "
+        "tenant's token)"
+    )
     set_at: Instant | None = Field(description="when; null: nobody set one yet")
-    reason: str | None = Field(description="what they said of it (null: nothing)")
+    reason: str | None = Field(
+        description="what they said of it (null: nothing; always null for a tenant's token)"
+    )
     changed: bool | None = Field(
         default=None,
         description="in the answer to a switch: whether it changed the policy (false: that "

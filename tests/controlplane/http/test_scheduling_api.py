@@ -60,11 +60,16 @@ async def test_the_admin_switches_the_policy_once_and_every_token_reads_it(
     assert isinstance(recorded.event, SchedulingPolicySet)
     assert (recorded.event.actor, recorded.event.reason) == ("admin", "the night's batch")
     read = await (await client.get(PATH, headers=auth(tokens.globex))).json()
-    assert {k: read[k] for k in ("order", "quotas", "set_by")} == {
+    # A tenant reads the policy and when it was set; who and why are the operators'.
+    assert {k: read[k] for k in ("order", "quotas", "set_by", "reason")} == {
         "order": "fifo",
         "quotas": False,
-        "set_by": "admin",
+        "set_by": None,
+        "reason": None,
     }
+    assert read["set_at"] == view["set_at"]
+    read = await (await client.get(PATH, headers=admin)).json()
+    assert (read["set_by"], read["reason"]) == ("admin", "the night's batch")
     # What claims read, in the claim statement itself.
     row = await owner.fetchrow("SELECT claim_order, quotas FROM scheduling_policy")
     assert tuple(row) == ("fifo", False)
