@@ -210,9 +210,16 @@ def decide(command: DeploymentCommand, state: Deployment | None) -> list[Deploym
             if replicas == state.replicas:
                 return []
             return [DeploymentScaled(replicas=replicas, at=at)]
-        case Autoscale(replicas=replicas, at=at):
-            if state.autoscaling is None or replicas == state.replicas:
-                return []  # no longer autoscaled, or already there: nothing to do
+        case Autoscale(replicas=wanted, at=at):
+            if state.autoscaling is None:
+                return []  # no longer autoscaled: nothing to do
+            # Within the bounds as they are now: a sweep decides before its event is in, and
+            # its owner may have narrowed them meanwhile (the retry decides again, here).
+            replicas = min(
+                max(wanted, state.autoscaling["min_replicas"]), state.autoscaling["max_replicas"]
+            )
+            if replicas == state.replicas:
+                return []  # already there
             return [
                 DeploymentAutoscaled(
                     replicas=replicas,

@@ -89,6 +89,8 @@ class Serving(BaseModel):
 
 
 MAX_TARGET_IN_FLIGHT = 10_000.0
+MIN_TARGET_IN_FLIGHT = 0.01
+"""A replica's least share of the load: below, the load over it overflows to infinity."""
 MIN_SCALE_DOWN_DELAY_S = 1.0
 MAX_SCALE_DOWN_DELAY_S = 3600.0
 
@@ -114,7 +116,7 @@ class Autoscaling(BaseModel):
     )
     target_in_flight: float = Field(
         default=4.0,
-        gt=0,
+        ge=MIN_TARGET_IN_FLIGHT,
         le=MAX_TARGET_IN_FLIGHT,
         description="requests in flight (queued or running) each replica should have",
     )

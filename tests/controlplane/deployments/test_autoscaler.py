@@ -137,6 +137,21 @@ def test_each_move_is_an_event_with_the_load_that_drove_it() -> None:
     assert decide(Autoscale(3, 5.5, 2, 0.0, AT), state) == []  # already there
 
 
+def test_a_move_decided_under_wider_bounds_lands_within_the_bounds_in_force() -> None:
+    """A sweep decides its number before its event is in; its owner narrowed the bounds
+    meanwhile, and the retry decides again against them (found by review)."""
+    state = run(None, Create(autoscaled()))
+    assert state is not None and state.autoscaling is not None
+    narrowed = run(
+        state, SetAutoscaling({**state.autoscaling, "max_replicas": 2}, "tenant:acme", AT)
+    )
+    assert narrowed is not None
+    [move] = decide(Autoscale(10, 25.0, 9, 0.0, AT), narrowed)
+    assert isinstance(move, DeploymentAutoscaled) and move.replicas == 2
+    at_two = run(narrowed, Autoscale(10, 25.0, 9, 0.0, AT))
+    assert decide(Autoscale(10, 25.0, 9, 0.0, AT), at_two) == []  # at its maximum already
+
+
 def test_an_autoscaled_deployment_refuses_a_fixed_number_and_a_fixed_one_autoscaling() -> None:
     state = run(None, Create(autoscaled()))
     with pytest.raises(Conflict, match="autoscaled"):

@@ -103,6 +103,11 @@ async def test_autoscaling_is_checked_and_exclusive_with_a_fixed_number(
                 {"autoscaling": {**AUTOSCALING, "target_in_flight": 0}},
                 "autoscaling.target_in_flight",
             ),
+            # The load over it overflowed to infinity, and every sweep failed (found by review).
+            (
+                {"autoscaling": {**AUTOSCALING, "target_in_flight": 5e-324}},
+                "autoscaling.target_in_flight",
+            ),
             ({"autoscaling": {**AUTOSCALING, "min_replicas": -1}}, "autoscaling.min_replicas"),
             ({"autoscaling": {**AUTOSCALING, "max_replicas": 65}}, "autoscaling.max_replicas"),
             (
