@@ -46,9 +46,9 @@ from controlplane.jobs.events import (
 )
 from controlplane.scheduling.claim_order import QueuedJob
 from controlplane.scheduling.events import SchedulingPolicySet
-from controlplane.scheduling.placement import Demand
 from controlplane.scheduling.policy import DEFAULT
 from controlplane.scheduling.streams import CATEGORY as SCHEDULING
+from controlplane.scheduling.unschedulable import demand_of
 from controlplane.tenants.events import TenantCreated, TenantUpdated
 from controlplane.tenants.streams import tenant_of
 from sim.workload import (
@@ -248,9 +248,7 @@ def _spec(history: _History, virtual: Virtual) -> JobSpec:
     queued = QueuedJob(
         job_id=submitted.job_id,
         tenant=submitted.tenant,
-        demand=Demand(
-            manifest.learners, manifest.gpus_per_learner, manifest.cpus, manifest.memory_mb
-        ),
+        demand=demand_of(manifest),
         priority=manifest.priority,
         submitted_at=submitted.at,
         not_before=None,

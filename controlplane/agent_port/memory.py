@@ -51,7 +51,8 @@ from controlplane.jobs.manifest import JobManifest
 from controlplane.logs.lines import LogLine, Series, Stream
 from controlplane.scheduling.claim import Claim
 from controlplane.scheduling.claim_order import CLAIM_BATCH, QueuedJob, TenantShare, claim_order
-from controlplane.scheduling.placement import Capacity, Demand, place
+from controlplane.scheduling.placement import Capacity, place
+from controlplane.scheduling.unschedulable import demand_of
 
 
 @dataclass
@@ -219,7 +220,7 @@ class MemoryPort:
             QueuedJob(
                 job.job_id,
                 job.tenant,
-                _demand(job.manifest),
+                demand_of(job.manifest),
                 job.manifest.priority,
                 job.submitted_at,
                 job.not_before,
@@ -657,7 +658,3 @@ class MemoryPort:
                 )
             )
         return rooms
-
-
-def _demand(manifest: JobManifest) -> Demand:
-    return Demand(manifest.learners, manifest.gpus_per_learner, manifest.cpus, manifest.memory_mb)

@@ -123,6 +123,7 @@ async def _claim(
             row["gpus_per_learner"],
             row["cpus_per_learner"],
             row["memory_mb_per_learner"],
+            row["learners_per_node"],
         )
         learners = place(demand, [room])
         if learners is None and placed:

@@ -85,7 +85,9 @@ ORDER BY n.name;
 -- quotas off. Each job fits the node's free room on its own; `claims.claim` takes them in order
 -- while they fit together. A job fits when all of it fits here, or, with several learners, when
 -- one learner fits here and the READY nodes together have room for them all, counted node by
--- node as `scheduling.placement.place` places them. Each tenant's best fitting jobs come from
+-- node as `scheduling.placement.place` places them; a job with `learners_per_node` fits when this
+-- node and the READY nodes together have room for it node by node, each taking exactly that
+-- many learners or none (`placement.node_takes`). Each tenant's best fitting jobs come from
 -- one scan of its queue index (by priority, or under fifo by submission: the two branches below
 -- differ in nothing else, and only the policy's runs), locked with SKIP LOCKED so that
 -- concurrent agents each take different jobs instead of queueing on one row (the rows locked
@@ -122,7 +124,8 @@ WITH policy AS MATERIALIZED (
     CROSS JOIN LATERAL (
         SELECT * FROM (
             SELECT s.job_id, s.attempt, s.tenant, s.learners, s.gpus_per_learner,
-                   s.cpus_per_learner, s.memory_mb_per_learner, s.priority, s.submitted_at,
+                   s.cpus_per_learner, s.memory_mb_per_learner, s.learners_per_node,
+                   s.priority, s.submitted_at,
                    s.version, s.doc, f.gpus AS free_gpus, f.cpus AS free_cpus,
                    f.memory_mb AS free_memory_mb, s.priority AS rank
             FROM job_status s
@@ -132,26 +135,44 @@ WITH policy AS MATERIALIZED (
               -- An inference job holds no node: its queries run on its deployment's replicas.
               AND NOT s.inference
               AND (s.not_before IS NULL OR s.not_before <= now())
-              AND ((s.learners * s.gpus_per_learner <= cardinality(f.gpus)
-                    AND s.learners * s.cpus_per_learner <= f.cpus
-                    AND s.learners * s.memory_mb_per_learner <= f.memory_mb)
-                   OR (s.learners > 1
-                       AND s.gpus_per_learner <= cardinality(f.gpus)
-                       AND s.cpus_per_learner <= f.cpus
-                       AND s.memory_mb_per_learner <= f.memory_mb
-                       AND s.learners <= (
-                           SELECT sum(least(
-                               CASE WHEN s.gpus_per_learner > 0
-                                    THEN cardinality(n.gpus) / s.gpus_per_learner
-                                    ELSE s.learners END,
-                               -- At least the manifest's floor (0.01): a row projected before
-                               -- the floor existed must not overflow the division for everyone.
-                               floor(n.cpus / greatest(s.cpus_per_learner, 0.01)),
-                               -- Whole learners: the view's memory is numeric, whose division
-                               -- keeps fractions, and half a learner's room on each of two
-                               -- nodes holds no learner.
-                               floor(n.memory_mb / s.memory_mb_per_learner)))
-                           FROM capacity n)))
+              AND ((s.learners_per_node IS NULL
+                    AND ((s.learners * s.gpus_per_learner <= cardinality(f.gpus)
+                          AND s.learners * s.cpus_per_learner <= f.cpus
+                          AND s.learners * s.memory_mb_per_learner <= f.memory_mb)
+                         OR (s.learners > 1
+                             AND s.gpus_per_learner <= cardinality(f.gpus)
+                             AND s.cpus_per_learner <= f.cpus
+                             AND s.memory_mb_per_learner <= f.memory_mb
+                             AND s.learners <= (
+                                 SELECT sum(least(
+                                     CASE WHEN s.gpus_per_learner > 0
+                                          THEN cardinality(n.gpus) / s.gpus_per_learner
+                                          ELSE s.learners END,
+                                     -- At least the manifest's floor (0.01): a row projected
+                                     -- before the floor existed must not overflow the
+                                     -- division for everyone.
+                                     floor(n.cpus / greatest(s.cpus_per_learner, 0.01)),
+                                     -- Whole learners: the view's memory is numeric, whose
+                                     -- division keeps fractions, and half a learner's room on
+                                     -- each of two nodes holds no learner.
+                                     floor(n.memory_mb / s.memory_mb_per_learner)))
+                                 FROM capacity n))))
+                   -- learners_per_node: a node takes exactly that many learners or none
+                   -- (torchrun's nproc_per_node; `placement.node_takes`), so this node must
+                   -- have room for that many, and the READY nodes that do, enough for all.
+                   OR (least(CASE WHEN s.gpus_per_learner > 0
+                                  THEN cardinality(f.gpus) / s.gpus_per_learner
+                                  ELSE s.learners END,
+                             floor(f.cpus / greatest(s.cpus_per_learner, 0.01)),
+                             floor(f.memory_mb / s.memory_mb_per_learner)) >= s.learners_per_node
+                       AND s.learners <= s.learners_per_node * (
+                           SELECT count(*) FROM capacity n
+                           WHERE least(CASE WHEN s.gpus_per_learner > 0
+                                            THEN cardinality(n.gpus) / s.gpus_per_learner
+                                            ELSE s.learners END,
+                                       floor(n.cpus / greatest(s.cpus_per_learner, 0.01)),
+                                       floor(n.memory_mb / s.memory_mb_per_learner))
+                                 >= s.learners_per_node)))
               AND (NOT p.quotas OR t.gpu_quota IS NULL
                    OR coalesce(u.gpus, 0) + s.learners * s.gpus_per_learner <= t.gpu_quota)
               -- Claimed already, but the projection has not applied the JobDeploying event
@@ -170,7 +191,8 @@ WITH policy AS MATERIALIZED (
         SELECT * FROM (
             -- fifo: as above, by submission time alone (job_status_tenant_fifo).
             SELECT s.job_id, s.attempt, s.tenant, s.learners, s.gpus_per_learner,
-                   s.cpus_per_learner, s.memory_mb_per_learner, s.priority, s.submitted_at,
+                   s.cpus_per_learner, s.memory_mb_per_learner, s.learners_per_node,
+                   s.priority, s.submitted_at,
                    s.version, s.doc, f.gpus AS free_gpus, f.cpus AS free_cpus,
                    f.memory_mb AS free_memory_mb, 0 AS rank
             FROM job_status s
@@ -179,21 +201,35 @@ WITH policy AS MATERIALIZED (
               AND s.state = 'QUEUED'
               AND NOT s.inference
               AND (s.not_before IS NULL OR s.not_before <= now())
-              AND ((s.learners * s.gpus_per_learner <= cardinality(f.gpus)
-                    AND s.learners * s.cpus_per_learner <= f.cpus
-                    AND s.learners * s.memory_mb_per_learner <= f.memory_mb)
-                   OR (s.learners > 1
-                       AND s.gpus_per_learner <= cardinality(f.gpus)
-                       AND s.cpus_per_learner <= f.cpus
-                       AND s.memory_mb_per_learner <= f.memory_mb
-                       AND s.learners <= (
-                           SELECT sum(least(
-                               CASE WHEN s.gpus_per_learner > 0
-                                    THEN cardinality(n.gpus) / s.gpus_per_learner
-                                    ELSE s.learners END,
-                               floor(n.cpus / greatest(s.cpus_per_learner, 0.01)),
-                               floor(n.memory_mb / s.memory_mb_per_learner)))
-                           FROM capacity n)))
+              AND ((s.learners_per_node IS NULL
+                    AND ((s.learners * s.gpus_per_learner <= cardinality(f.gpus)
+                          AND s.learners * s.cpus_per_learner <= f.cpus
+                          AND s.learners * s.memory_mb_per_learner <= f.memory_mb)
+                         OR (s.learners > 1
+                             AND s.gpus_per_learner <= cardinality(f.gpus)
+                             AND s.cpus_per_learner <= f.cpus
+                             AND s.memory_mb_per_learner <= f.memory_mb
+                             AND s.learners <= (
+                                 SELECT sum(least(
+                                     CASE WHEN s.gpus_per_learner > 0
+                                          THEN cardinality(n.gpus) / s.gpus_per_learner
+                                          ELSE s.learners END,
+                                     floor(n.cpus / greatest(s.cpus_per_learner, 0.01)),
+                                     floor(n.memory_mb / s.memory_mb_per_learner)))
+                                 FROM capacity n))))
+                   OR (least(CASE WHEN s.gpus_per_learner > 0
+                                  THEN cardinality(f.gpus) / s.gpus_per_learner
+                                  ELSE s.learners END,
+                             floor(f.cpus / greatest(s.cpus_per_learner, 0.01)),
+                             floor(f.memory_mb / s.memory_mb_per_learner)) >= s.learners_per_node
+                       AND s.learners <= s.learners_per_node * (
+                           SELECT count(*) FROM capacity n
+                           WHERE least(CASE WHEN s.gpus_per_learner > 0
+                                            THEN cardinality(n.gpus) / s.gpus_per_learner
+                                            ELSE s.learners END,
+                                       floor(n.cpus / greatest(s.cpus_per_learner, 0.01)),
+                                       floor(n.memory_mb / s.memory_mb_per_learner))
+                                 >= s.learners_per_node)))
               AND (NOT p.quotas OR t.gpu_quota IS NULL
                    OR coalesce(u.gpus, 0) + s.learners * s.gpus_per_learner <= t.gpu_quota)
               AND NOT EXISTS (SELECT 1 FROM allocations a

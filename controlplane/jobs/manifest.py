@@ -385,6 +385,15 @@ class JobManifest(_Strict):
     )
     framework: Framework = "custom"
     learners: int = Field(default=1, ge=1, le=MAX_LEARNERS)
+    learners_per_node: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_LEARNERS,
+        description="torchrun's nproc_per_node: the job runs on exactly learners / "
+        "learners_per_node nodes with exactly this many learners on each (LOCAL_WORLD_SIZE), "
+        "and waits for such nodes rather than splitting otherwise; at most `learners`, which "
+        "must be a multiple of it. Absent: as many learners on each node as fit there",
+    )
     gpus_per_learner: int = Field(default=0, ge=0, le=MAX_GPUS_PER_LEARNER)
     cpus: float = Field(
         default=1.0, ge=MIN_CPUS, le=MAX_CPUS, description="CPUs per learner (a share of one: 0.5)"
@@ -480,6 +489,19 @@ class JobManifest(_Strict):
     def _command_size(cls, value: list[str]) -> list[str]:
         for index, word in enumerate(value):
             _check_length(f"word {index}", word, MAX_ARG_CHARS)
+        return value
+
+    @field_validator("learners_per_node")
+    @classmethod
+    def _whole_nodes(cls, value: int | None, info: ValidationInfo) -> int | None:
+        # `learners` is validated first (declared first); absent here when it was itself invalid.
+        learners = info.data.get("learners")
+        if value is None or learners is None:
+            return value
+        if value > learners:
+            raise ValueError(f"at most learners ({learners}), not {value}")
+        if learners % value:
+            raise ValueError(f"learners ({learners}) must be a multiple of it, not of {value}")
         return value
 
     @field_validator("env")

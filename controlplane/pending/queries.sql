@@ -6,7 +6,8 @@
 -- `claim_candidates`), from the queue's partial index. `allocated`: claimed already, the
 -- JobDeploying event not yet applied by the projection.
 SELECT s.job_id, s.attempt, s.tenant, s.name, s.learners, s.gpus_per_learner, s.cpus_per_learner,
-       s.memory_mb_per_learner, s.priority, s.submitted_at, s.not_before, s.inference,
+       s.memory_mb_per_learner, s.learners_per_node, s.priority, s.submitted_at, s.not_before,
+       s.inference,
        EXISTS (SELECT 1 FROM allocations a
                WHERE a.job_id = s.job_id AND a.attempt = s.attempt) AS allocated
 FROM job_status s

@@ -242,6 +242,9 @@ def _short(demand: Demand, room: Room) -> Pending:
         detail = (
             f"the READY nodes have no room for its {demand.learners} learners ({together} each)"
         )
+        if demand.per_node is not None:
+            nodes = demand.learners // demand.per_node
+            detail += f", {demand.per_node} on each of {nodes} nodes"
     else:
         detail = f"no READY node has {together} free together"
     return Pending(Reason.RESOURCES, Blocking.WAITING, detail)

@@ -237,6 +237,7 @@ async def _judged(
                 r["gpus_per_learner"],
                 r["cpus_per_learner"],
                 r["memory_mb_per_learner"],
+                r["learners_per_node"],
             ),
             r["priority"],
             r["submitted_at"],

@@ -21,7 +21,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from controlplane.scheduling.placement import Capacity, Demand, times
+from controlplane.scheduling.placement import Capacity, Demand, fitting, node_takes
 from controlplane.scheduling.policy import DEFAULT, ClaimPolicy, Order
 
 CLAIM_BATCH = 8
@@ -106,7 +106,14 @@ def shares(tenants: Sequence[TenantShare], policy: ClaimPolicy) -> list[TenantSh
 def fits(demand: Demand, here: Capacity, ready: Sequence[Capacity]) -> bool:
     """Whether a job could go to the claiming node `here`: all of it fits there, or, with
     several learners, one learner fits there and the READY nodes (`here` among them) together
-    have room for every learner, counted node by node."""
+    have room for every learner, counted node by node. With `per_node`, each node takes that
+    many learners or none (`node_takes`): `here` must take them, and the READY nodes together
+    all of them."""
+    if demand.per_node is not None:
+        return node_takes(demand, fitting(demand, here, demand.learners)) > 0 and (
+            demand.learners
+            <= sum(node_takes(demand, fitting(demand, room, demand.learners)) for room in ready)
+        )
     whole = (
         demand.learners * demand.gpus <= len(here.gpus)
         and demand.learners * demand.cpus <= here.cpus
@@ -119,17 +126,9 @@ def fits(demand: Demand, here: Capacity, ready: Sequence[Capacity]) -> bool:
         and demand.gpus <= len(here.gpus)
         and demand.cpus <= here.cpus
         and demand.memory_mb <= here.memory_mb
-        and demand.learners <= sum(_learners_fitting(demand, room) for room in ready)
-    )
-
-
-def _learners_fitting(demand: Demand, room: Capacity) -> int:
-    # As the SQL counts: floor(cpus / per learner) rather than Python's `//` on floats; no
-    # more than the job has (the node's count stops mattering there).
-    return min(
-        len(room.gpus) // demand.gpus if demand.gpus else demand.learners,
-        times(room.cpus, demand.cpus, demand.learners),
-        times(room.memory_mb, demand.memory_mb, demand.learners),
+        # As the SQL counts: floor(cpus / per learner) rather than Python's `//` on floats; no
+        # more than the job has (the node's count stops mattering there).
+        and demand.learners <= sum(fitting(demand, room, demand.learners) for room in ready)
     )
 
 

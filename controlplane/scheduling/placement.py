@@ -38,12 +38,35 @@ class Capacity:
 
 @dataclass(frozen=True, slots=True)
 class Demand:
-    """What each learner of a job needs."""
+    """What each learner of a job needs, and how many go on a node."""
 
     learners: int
     gpus: int
     cpus: float
     memory_mb: int
+    per_node: int | None = None
+    """The manifest's `learners_per_node`: a node takes exactly this many of the job's learners
+    or none. None: as many as fit."""
+
+
+def node_takes(demand: Demand, fitting: int) -> int:
+    """How many of a job's learners a node with room for `fitting` of them takes: all that fit,
+    or, under `per_node`, that many or none (torchrun's nproc_per_node: every node runs the
+    same number of ranks, so a node with room for fewer takes none rather than split the job
+    unevenly). The claim's SQL states the same rule."""
+    if demand.per_node is None:
+        return fitting
+    return demand.per_node if fitting >= demand.per_node else 0
+
+
+def fitting(demand: Demand, node: Capacity, most: int) -> int:
+    """How many learners of `demand` fit in `node`'s room, at most `most`."""
+    return min(
+        len(node.gpus) // demand.gpus if demand.gpus else most,
+        times(node.cpus, demand.cpus, most),
+        times(node.memory_mb, demand.memory_mb, most),
+        most,
+    )
 
 
 def times(free: float, each: float, most: int) -> int:
@@ -61,19 +84,13 @@ def times(free: float, each: float, most: int) -> int:
 
 
 def place(demand: Demand, nodes: Sequence[Capacity]) -> list[LearnerAllocation] | None:
-    """Learners on nodes, in order (the claiming node first): each node takes as many as fit.
-    None when they do not all fit: a job is placed whole or not at all."""
+    """Learners on nodes, in order (the claiming node first): each node takes as many as fit
+    (`node_takes`). None when they do not all fit: a job is placed whole or not at all."""
     placed: list[LearnerAllocation] = []
     for node in nodes:
         if len(placed) == demand.learners:
             break  # the rest would take none: at a thousand nodes, most of a placement's time
-        wanted = demand.learners - len(placed)
-        fits = min(
-            len(node.gpus) // demand.gpus if demand.gpus else wanted,
-            times(node.cpus, demand.cpus, wanted),
-            times(node.memory_mb, demand.memory_mb, wanted),
-            wanted,
-        )
+        fits = node_takes(demand, fitting(demand, node, demand.learners - len(placed)))
         for k in range(max(fits, 0)):
             gpus = node.gpus[k * demand.gpus : (k + 1) * demand.gpus]
             placed.append(LearnerAllocation(len(placed), node.node, gpus))

@@ -30,7 +30,13 @@ class LiveNodes:
 
 def demand_of(manifest: JobManifest) -> Demand:
     """What each of the job's learners needs."""
-    return Demand(manifest.learners, manifest.gpus_per_learner, manifest.cpus, manifest.memory_mb)
+    return Demand(
+        manifest.learners,
+        manifest.gpus_per_learner,
+        manifest.cpus,
+        manifest.memory_mb,
+        manifest.learners_per_node,
+    )
 
 
 def out_of_bounds(demand: Demand) -> str | None:
@@ -47,6 +53,11 @@ def out_of_bounds(demand: Demand) -> str | None:
         # `not least <= value <= most`, not `value < least or ...`: NaN is outside too.
         if not least <= value <= most:
             return f"its {name} {value!r} is outside the manifest's bounds ({least:g} to {most:g})"
+    per_node = demand.per_node
+    if per_node is not None and not (
+        1 <= per_node <= demand.learners and demand.learners % per_node == 0
+    ):
+        return f"its learners_per_node {per_node!r} does not divide its {demand.learners} learners"
     return None
 
 
@@ -56,6 +67,8 @@ def unschedulable_reason(demand: Demand, live: LiveNodes) -> str | None:
     nodes. With no live node there is nothing to judge against: the job simply waits for one."""
     if live.nodes == 0:
         return None
+    if demand.per_node is not None:
+        return _per_node_reason(demand, demand.per_node, live)
     where = "on one node" if demand.learners == 1 else "per learner, on one node"
     if demand.gpus > live.gpus:
         return f"needs {demand.gpus} healthy GPU(s) {where}; the largest node has {live.gpus}"
@@ -65,6 +78,35 @@ def unschedulable_reason(demand: Demand, live: LiveNodes) -> str | None:
         return (
             f"needs {demand.memory_mb} MiB of memory {where}; the largest node has "
             f"{live.memory_mb} MiB"
+        )
+    total = demand.learners * demand.gpus
+    if total > live.total_gpus:
+        return f"needs {total} healthy GPU(s) in all; the live nodes have {live.total_gpus}"
+    return None
+
+
+def _per_node_reason(demand: Demand, per_node: int, live: LiveNodes) -> str | None:
+    """Why a job of `per_node` learners on each of its nodes can never be placed, or None:
+    each of its nodes must hold `per_node` learners' share at once, and it needs that many
+    nodes."""
+    nodes = demand.learners // per_node
+    where = f"for its {per_node} learners on each node"
+    if per_node * demand.gpus > live.gpus:
+        return (
+            f"needs {per_node * demand.gpus} healthy GPU(s) {where}; the largest node has "
+            f"{live.gpus}"
+        )
+    if per_node * demand.cpus > live.cpus:
+        return f"needs {per_node * demand.cpus:g} CPUs {where}; the largest node has {live.cpus:g}"
+    if per_node * demand.memory_mb > live.memory_mb:
+        return (
+            f"needs {per_node * demand.memory_mb} MiB of memory {where}; the largest node has "
+            f"{live.memory_mb} MiB"
+        )
+    if nodes > live.nodes:
+        return (
+            f"needs {nodes} nodes ({per_node} of its {demand.learners} learners on each); the "
+            f"live nodes are {live.nodes}"
         )
     total = demand.learners * demand.gpus
     if total > live.total_gpus:

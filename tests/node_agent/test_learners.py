@@ -14,7 +14,8 @@ from controlplane.jobs.lifecycle import Checkpoint, Job, JobStatus, Submit, deci
 from controlplane.jobs.locations import Roots
 from controlplane.jobs.manifest import HparamsSpec, JobManifest, TrialSpec
 from controlplane.scheduling.claim import Claim
-from controlplane.scheduling.placement import LearnerAllocation
+from controlplane.scheduling.placement import Capacity, LearnerAllocation, place
+from controlplane.scheduling.unschedulable import demand_of
 from controlplane.settings import Settings
 from node_agent.cli import config_from
 from node_agent.containers import container_config
@@ -232,6 +233,32 @@ def test_each_learner_gets_its_place_in_the_job_s_process_group(tmp_path: Path) 
         later, node="a", work_dir=tmp_path, checkpoint_root=tmp_path / "ckpt", launcher=["run"]
     )
     assert learner_env(specs[0], path=None)["MASTER_PORT"] != port
+
+
+def test_learners_per_node_gives_each_node_that_many_local_ranks_in_node_order(
+    tmp_path: Path,
+) -> None:
+    manifest = MANIFEST.model_copy(update={"learners": 6, "learners_per_node": 2})
+    job = JOB.model_copy(update={"state": JobStatus.DEPLOYING, "manifest": manifest})
+    # As the claim places it: room for all six on "c", which takes two, as do "a" and "b".
+    rooms = [Capacity(node, [], 64.0, 1 << 20) for node in ("c", "a", "b")]
+    placed = place(demand_of(manifest), rooms)
+    assert placed is not None
+    claim = Claim(job, 1, epoch=1, learners=placed, version=3)
+    envs = [
+        learner_env(each, path=None)
+        for node in ("a", "b", "c")
+        for each in learner_specs(
+            claim, node=node, work_dir=tmp_path, checkpoint_root=tmp_path / "ckpt", launcher=["run"]
+        )
+    ]
+    names = ("RANK", "LOCAL_RANK", "NODE_RANK", "LOCAL_WORLD_SIZE", "WORLD_SIZE")
+    assert sorted(tuple(int(env[name]) for name in names) for env in envs) == [
+        (node_rank * 2 + local_rank, local_rank, node_rank, 2, 6)
+        for node_rank in range(3)
+        for local_rank in range(2)
+    ]
+    assert [env["NODE_RANK"] for env in envs[4:]] == ["0", "0"]  # the claiming node's first
 
 
 def test_ranks_across_nodes_meet_at_rank_0_s_job_address_over_the_job_s_interface(

@@ -29,7 +29,7 @@ from tests.controlplane.agent_port.conftest import Control
 AGENT = "agent:n1"
 
 
-def manifest(gpus: int = 1, learners: int = 1) -> JobManifest:
+def manifest(gpus: int = 1, learners: int = 1, learners_per_node: int | None = None) -> JobManifest:
     return JobManifest.model_validate(
         {
             "name": "job",
@@ -37,6 +37,7 @@ def manifest(gpus: int = 1, learners: int = 1) -> JobManifest:
             "command": ["train"],
             "gpus_per_learner": gpus,
             "learners": learners,
+            "learners_per_node": learners_per_node,
             "cpus": 1,
             "memory_mb": 1024,
         }
@@ -116,6 +117,21 @@ async def test_a_job_of_several_learners_is_placed_on_other_nodes_too(
     await port.release("n1", job_id, won.attempt)
     assert await port.allocations("n1") == []
     assert [a.learner for a in await port.allocations("n2")] == [1]  # n2 gives back its own
+
+
+async def test_a_job_with_learners_per_node_takes_that_many_on_each_node_or_waits(
+    port: AgentPort, control: Control
+) -> None:
+    await port.register(node("n1", 3), ttl_s=60)
+    await port.register(node("n2", 1), ttl_s=60)
+    # Two a node: n2's room for one holds none, so the job does not go 3 + 1; it waits.
+    job_id = await control.submit(manifest(learners=4, learners_per_node=2))
+    assert await port.claim("n1", uids=None) == []
+    await port.register(node("n3", 2), ttl_s=60)
+    (won,) = await port.claim("n1", uids=None)
+    assert won.job.job_id == job_id
+    assert [learner.node for learner in won.learners] == ["n1", "n1", "n3", "n3"]
+    assert [a.learner for a in await port.allocations("n3")] == [2, 3]
 
 
 async def test_nodes_advertise_their_cluster_addresses_with_their_registration(

@@ -88,7 +88,8 @@ class Cluster:
         async def queued() -> bool:
             for projection in self.runner.projections.values():
                 await self.runner.catch_up(projection)
-            return await self.pool.fetchval("SELECT count(*) FROM job_status") == self.submitted
+            count: int = await self.pool.fetchval("SELECT count(*) FROM job_status")
+            return count == self.submitted
 
         await eventually(queued)
 
@@ -435,3 +436,71 @@ async def test_a_gang_spreads_where_memory_bounds_the_claiming_node(
     [won] = await claim(pool, store, "n1")
     assert won.job.job_id == gang
     assert [learner.node for learner in won.learners] == ["n1", "n2", "n2"]
+
+
+async def test_learners_per_node_places_that_many_on_each_node(
+    pool: asyncpg.Pool, store: EventStore, db_url: str
+) -> None:
+    cluster = Cluster(pool, store, db_url)
+    await cluster.tenant("acme")
+    # Room for all four on n1; asked for two a node, it takes two nodes.
+    job = await cluster.submit("acme", manifest(1, 4, learners_per_node=2))
+    await cluster.node("n1", 4)
+    await cluster.node("n2", 4)
+    await cluster.project()
+
+    [won] = await claim(pool, store, "n1")
+    assert won.job.job_id == job
+    assert [learner.node for learner in won.learners] == ["n1", "n1", "n2", "n2"]
+    rows = await pool.fetch(
+        "SELECT node, count(*) AS learners FROM allocations WHERE job_id = $1 "
+        "GROUP BY node ORDER BY node",
+        job,
+    )
+    assert [(r["node"], r["learners"]) for r in rows] == [("n1", 2), ("n2", 2)]
+
+
+async def test_a_job_of_four_learners_per_node_waits_for_a_node_with_room_for_four(
+    pool: asyncpg.Pool, store: EventStore, db_url: str
+) -> None:
+    cluster = Cluster(pool, store, db_url)
+    await cluster.tenant("acme")
+    whole = await cluster.submit("acme", manifest(1, 4, learners_per_node=4))
+    await cluster.node("n1", 3)
+    await cluster.node("n2", 3)
+    await cluster.project()
+
+    # Three GPUs on each node would hold its four learners split; it asked not to be.
+    assert await claim(pool, store, "n1") == []
+    assert await claim(pool, store, "n2") == []
+    await cluster.node("n3", 4)
+    assert await claim(pool, store, "n1") == []
+    [won] = await claim(pool, store, "n3")
+    assert won.job.job_id == whole
+    assert [learner.node for learner in won.learners] == ["n3"] * 4
+
+
+async def test_a_node_with_room_for_fewer_than_learners_per_node_takes_none_of_the_job(
+    pool: asyncpg.Pool, store: EventStore, db_url: str
+) -> None:
+    cluster = Cluster(pool, store, db_url)
+    await cluster.tenant("acme")
+    # Two on each of two nodes: n1's room for three holds two (its third GPU stays free for
+    # other jobs), n2's room for one holds none, so the job waits rather than go 3 + 1.
+    pairs = await cluster.submit("acme", manifest(1, 4, learners_per_node=2))
+    await cluster.node("n1", 3)
+    await cluster.node("n2", 1)
+    await cluster.project()
+
+    assert await claim(pool, store, "n1") == []
+    assert await claim(pool, store, "n2") == []
+    await cluster.node("n3", 2)
+    [won] = await claim(pool, store, "n1")
+    assert won.job.job_id == pairs
+    assert [learner.node for learner in won.learners] == ["n1", "n1", "n3", "n3"]
+    # Without learners_per_node a job of two goes where they fit: n1's third GPU and n2's one.
+    spread = await cluster.submit("acme", manifest(1, 2))
+    await cluster.project()
+    [won] = await claim(pool, store, "n1")
+    assert won.job.job_id == spread
+    assert [learner.node for learner in won.learners] == ["n1", "n2"]

@@ -264,5 +264,25 @@ async def test_a_job_that_could_never_fit_says_why(client: Client, tokens: Token
     )
     fits = await submit(client, tokens.acme, gpus_per_learner=1, learners=2)
     assert fits["unschedulable_reason"] is None
+    # Both learners on one node fit n1; asked for two on each of one node, so does this.
+    paired = await submit(client, tokens.acme, gpus_per_learner=1, learners=2, learners_per_node=2)
+    assert paired["unschedulable_reason"] is None
+    too_many_a_node = await submit(
+        client, tokens.acme, gpus_per_learner=1, learners=3, learners_per_node=3
+    )
+    assert too_many_a_node["unschedulable_reason"] == (
+        "needs 3 healthy GPU(s) for its 3 learners on each node; the largest node has 2"
+    )
+    too_few_nodes = await submit(client, tokens.acme, learners=2, learners_per_node=1)
+    assert too_few_nodes["unschedulable_reason"] == (
+        "needs 2 nodes (1 of its 2 learners on each); the live nodes are 1"
+    )
+    refused = await client.post(
+        "/v1/jobs",
+        json={**MANIFEST, "learners": 4, "learners_per_node": 3},
+        headers=auth(tokens.acme),
+    )
+    assert refused.status == 422
+    assert "learners_per_node" in await refused.text()
     shown = await (await client.get(f"/v1/jobs/{alone['id']}", headers=auth(tokens.acme))).json()
     assert "largest node has 2" in shown["unschedulable_reason"]

@@ -48,6 +48,7 @@ FULL: dict[str, Any] = {
     "command": ["python", "-m", "train", "--epochs", "90", ""],
     "framework": "pytorch",
     "learners": 4,
+    "learners_per_node": 2,
     "gpus_per_learner": 8,
     "cpus": 15.5,
     "memory_mb": 262144,
@@ -237,6 +238,57 @@ def test_numbers_and_choices_out_of_range_are_refused(field: str, value: Any) ->
 )
 def test_names_follow_the_pattern(name: str) -> None:
     refused_at(manifest(name=name), "name")
+
+
+@pytest.mark.parametrize(("learners", "per_node"), [(1, 1), (4, 2), (4, 4), (1024, 8), (6, 3)])
+def test_learners_per_node_divides_the_learners(learners: int, per_node: int) -> None:
+    job = JobManifest.model_validate(manifest(learners=learners, learners_per_node=per_node))
+    assert (job.learners, job.learners_per_node) == (learners, per_node)
+
+
+def test_without_learners_per_node_a_node_takes_as_many_as_fit() -> None:
+    assert JobManifest.model_validate(manifest(learners=4)).learners_per_node is None
+
+
+@pytest.mark.parametrize(
+    ("learners", "per_node", "says"),
+    [
+        (4, 0, "greater than or equal to 1"),
+        (4, -2, "greater than or equal to 1"),
+        (4, 1.5, "integer"),
+        (4, "two", "integer"),
+        (4, 3, "learners (4) must be a multiple of it, not of 3"),
+        (6, 4, "learners (6) must be a multiple of it, not of 4"),
+        (4, 8, "at most learners (4), not 8"),
+        (1, 2, "at most learners (1), not 2"),
+    ],
+)
+def test_learners_per_node_that_does_not_divide_the_learners_is_refused_by_name(
+    learners: int, per_node: Any, says: str
+) -> None:
+    assert says in refused_at(
+        manifest(learners=learners, learners_per_node=per_node), "learners_per_node"
+    )
+
+
+def test_learners_per_node_is_not_judged_against_learners_that_were_refused() -> None:
+    # The one mistake is reported, not a second one about a value it was measured against.
+    errors = errors_of(manifest(learners=0, learners_per_node=2))
+    assert list(errors) == [("learners",)]
+
+
+def test_a_jobsubmitted_event_from_before_learners_per_node_reads_with_none() -> None:
+    """Jobs stored before the field existed keep their meaning (as many on a node as fit):
+    no upcaster, the default is what they always did."""
+    data = {
+        "at": "2026-01-01T00:00:00Z",
+        "job_id": str(UUID(int=7)),
+        "tenant": "acme",
+        "manifest": manifest(learners=4),
+    }
+    decoded = EVENT_REGISTRY.decode("JobSubmitted", JobSubmitted.schema_version, json.dumps(data))
+    assert isinstance(decoded, JobSubmitted)
+    assert (decoded.manifest.learners, decoded.manifest.learners_per_node) == (4, None)
 
 
 @pytest.mark.parametrize(

@@ -145,6 +145,30 @@ def test_a_job_of_several_learners_is_short_of_room_across_nodes() -> None:
     assert set(reasons(spread, 1)) == {Reason.STARTING}
 
 
+def test_a_job_with_learners_per_node_waits_for_nodes_that_each_hold_that_many() -> None:
+    tenants = [TenantShare("acme", 1.0, None, 0)]
+    pairs = QueuedJob(UUID(int=1), "acme", Demand(4, 1, 1.0, 1024, 2), 0, NOW, None)
+    # Three free GPUs and one: four learners fit, two on each of two nodes do not.
+    assessed = assess([node("n0", 3), node("n1", 1, gpus=2)], tenants, [pairs], now=NOW)
+    assert reasons(assessed, 1) == {
+        Reason.RESOURCES: (
+            Blocking.WAITING,
+            "the READY nodes have no room for its 4 learners (1 GPU(s), 1 CPUs, 1024 MiB of "
+            "memory each), 2 on each of 2 nodes",
+        )
+    }
+    assert set(reasons(assess([node("n0", 3), node("n1", 2)], tenants, [pairs], now=NOW), 1)) == {
+        Reason.STARTING
+    }
+    # Four on a node where the largest has three GPUs: never, as the cluster stands.
+    whole = QueuedJob(UUID(int=1), "acme", Demand(4, 1, 1.0, 1024, 4), 0, NOW, None)
+    never = reasons(assess([node("n0", 3), node("n1", 3)], tenants, [whole], now=NOW), 1)
+    assert never[Reason.UNSCHEDULABLE] == (
+        Blocking.NEVER,
+        "needs 4 healthy GPU(s) for its 4 learners on each node; the largest node has 3",
+    )
+
+
 tenant_names = st.sampled_from(["a", "b", "c"])
 
 

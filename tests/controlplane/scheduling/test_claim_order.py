@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from uuid import UUID, uuid4
 
@@ -73,6 +73,25 @@ class World:
     """The policy an operator set (its row); None: none was, and the default holds."""
 
 
+def per_node(learners: int) -> st.SearchStrategy[int | None]:
+    """None (as many on a node as fit) or a `learners_per_node` the manifest admits: a divisor
+    of `learners`."""
+    divisors = [k for k in range(1, learners + 1) if learners % k == 0]
+    return st.one_of(st.none(), st.none(), st.sampled_from(divisors))
+
+
+@st.composite
+def demands(draw: st.DrawFn) -> Demand:
+    learners = draw(st.sampled_from([1, 1, 2, 3, 4]))
+    return Demand(
+        learners,
+        draw(st.sampled_from([0, 1, 1, 2])),
+        draw(st.sampled_from([0.1, 0.5, 1.0, 1.0, 2.0])),
+        draw(st.sampled_from([512, 1000, 1024, 1500])),
+        draw(per_node(learners)),
+    )
+
+
 @st.composite
 def worlds(draw: st.DrawFn) -> World:
     tenant_names = [f"t{i}" for i in range(draw(st.integers(1, 3)))]
@@ -104,12 +123,7 @@ def worlds(draw: st.DrawFn) -> World:
             job_id,
             draw(st.sampled_from([*tenant_names, *tenant_names, "gone"])),
             draw(st.sampled_from([True, True, True, True, False])),
-            Demand(
-                draw(st.sampled_from([1, 1, 2, 3])),
-                draw(st.sampled_from([0, 1, 1, 2])),
-                draw(st.sampled_from([0.1, 0.5, 1.0, 1.0, 2.0])),
-                draw(st.sampled_from([512, 1000, 1024, 1500])),
-            ),
+            draw(demands()),
             draw(st.integers(-1, 2)),
             draw(st.integers(0, 3)),
             draw(st.sampled_from([None, None, None, None, -1, 1])),
@@ -195,6 +209,21 @@ def worlds(draw: st.DrawFn) -> World:
         limit=8,
     )
 )
+@example(
+    # Four learners, two on each node: room for three here and two there takes them 2 + 2;
+    # asked for four on a node, neither node has room for four, and it waits.
+    world=World(
+        tenants=[("t0", 1.0, None)],
+        nodes=[NodeRow("n0", True, 3.0, 8192, []), NodeRow("n1", True, 2.0, 8192, [])],
+        allocations=[],
+        jobs=[
+            JobRow(UUID(int=1), "t0", True, Demand(4, 0, 1.0, 1024, 2), 0, 0, None),
+            JobRow(UUID(int=2), "t0", True, Demand(4, 0, 1.0, 1024, 4), 0, 1, None),
+            JobRow(UUID(int=3), "t0", True, Demand(4, 0, 1.0, 1024), 0, 2, None),
+        ],
+        limit=8,
+    )
+)
 async def test_the_sql_and_the_python_choose_the_same_jobs_in_the_same_order_under_any_policy(
     owner: asyncpg.Connection, world: World
 ) -> None:
@@ -260,6 +289,8 @@ async def insert(conn: asyncpg.Connection, world: World, now: datetime) -> list[
             "cpus": job.demand.cpus,
             "memory_mb": job.demand.memory_mb,
         }
+        if job.demand.per_node is not None:
+            manifest["learners_per_node"] = job.demand.per_node
         await conn.execute(
             "INSERT INTO job_status (job_id, tenant, name, state, attempt, restarts, priority, "
             "labels, submitted_at, updated_at, version, doc, not_before) "
@@ -277,15 +308,15 @@ async def insert(conn: asyncpg.Connection, world: World, now: datetime) -> list[
     used = {node.name: (0.0, 0) for node in world.nodes}
     claimed: set[UUID] = set()
     for k, a in enumerate(world.allocations):
-        node = world.nodes[a.node].name
+        on = world.nodes[a.node].name
         if a.released:
             gpus = [f"GPU-gone-{k}-{i}" for i in range(a.gpus)]
         else:
-            gpus = [g.uuid for g in offered[node] if g.uuid not in allocated][: a.gpus]
+            gpus = [g.uuid for g in offered[on] if g.uuid not in allocated][: a.gpus]
             allocated.update(gpus)
             held[a.tenant] += len(gpus)
-            cpus, memory_mb = used[node]
-            used[node] = (cpus + a.cpus, memory_mb + a.memory_mb)
+            cpus, memory_mb = used[on]
+            used[on] = (cpus + a.cpus, memory_mb + a.memory_mb)
         job_id = uuid4() if a.job is None else world.jobs[a.job].job_id
         if a.job is not None:
             claimed.add(job_id)  # released or not: the attempt was claimed
@@ -295,7 +326,7 @@ async def insert(conn: asyncpg.Connection, world: World, now: datetime) -> list[
             job_id,
             k,
             a.tenant,
-            node,
+            on,
             gpus,
             a.cpus,
             a.memory_mb,
@@ -347,15 +378,21 @@ def rooms(name: str) -> st.SearchStrategy[Capacity]:
     )
 
 
+@st.composite
+def any_demands(draw: st.DrawFn) -> Demand:
+    learners = draw(st.integers(1, 12))
+    return Demand(
+        learners,
+        draw(st.integers(0, 2)),
+        draw(st.sampled_from([0.1, 0.2, 0.25, 0.3, 0.5, 0.7, 1.0, 1.5, 3.3])),
+        draw(st.integers(16, 2000)),
+        draw(per_node(learners)),
+    )
+
+
 @settings(max_examples=2000)
 @given(
-    demand=st.builds(
-        Demand,
-        st.integers(1, 12),
-        st.integers(0, 2),
-        st.sampled_from([0.1, 0.2, 0.25, 0.3, 0.5, 0.7, 1.0, 1.5, 3.3]),
-        st.integers(16, 2000),
-    ),
+    demand=any_demands(),
     here=rooms("n0"),
     others=st.lists(st.integers(1, 3), max_size=2, unique=True).flatmap(
         lambda names: st.tuples(*(rooms(f"n{i}") for i in names))
@@ -368,6 +405,32 @@ def test_a_job_the_order_offers_the_claim_can_place(
     # node takes nothing while that job heads its queue.
     if fits(demand, here, [here, *others]):
         assert place(demand, [here, *others]) is not None
+
+
+@settings(max_examples=500)
+@given(
+    # Memory alone bounds a node here: room for 0 to 12 learners each.
+    demand=any_demands()
+    .filter(lambda demand: demand.per_node is not None)
+    .map(lambda demand: replace(demand, gpus=0)),
+    nodes=st.lists(st.integers(0, 12), min_size=1, max_size=6),
+)
+def test_with_learners_per_node_each_node_takes_that_many_learners_or_none_in_rank_order(
+    demand: Demand, nodes: list[int]
+) -> None:
+    rooms = [Capacity(f"n{i}", [], 100.0, room * demand.memory_mb) for i, room in enumerate(nodes)]
+    placed = place(demand, rooms)
+    assert demand.per_node is not None
+    if placed is None:
+        # Only when fewer nodes than the job needs have room for `per_node` learners.
+        assert sum(room >= demand.per_node for room in nodes) < demand.learners // demand.per_node
+        return
+    on = [learner.node for learner in placed]
+    assert {on.count(node) for node in on} == {demand.per_node}
+    # Each node's learners are consecutive indices: RANK = NODE_RANK x per_node + LOCAL_RANK.
+    order = list(dict.fromkeys(on))
+    assert [learner.index for learner in placed] == list(range(demand.learners))
+    assert [order.index(node) for node in on] == [k // demand.per_node for k in range(len(on))]
 
 
 def test_placement_counts_cpus_as_the_sql_does() -> None:
