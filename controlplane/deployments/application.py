@@ -14,9 +14,10 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import random
 import time
 import uuid
-from collections.abc import AsyncGenerator, Iterator
+from collections.abc import AsyncGenerator, Callable, Iterator
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -26,6 +27,7 @@ import asyncpg
 
 from controlplane.admission import gate
 from controlplane.admission.policy import replica_room
+from controlplane.deployments.canary import to_canary
 from controlplane.deployments.counting import CountedBatch, CountedTask, Counting, MemoUse
 from controlplane.deployments.direct import ChannelFailed, DirectAnswer, DirectPath, Route
 from controlplane.deployments.errors import InvalidRequest, NotFound, ServingError
@@ -37,6 +39,8 @@ from controlplane.deployments.reconcile import next_start
 from controlplane.deployments.service import Deployments
 from controlplane.deployments.spec import (
     Autoscaling,
+    CanaryRequest,
+    CanaryRollback,
     DeploymentRequest,
     PipelineRequest,
     PredictRequest,
@@ -52,6 +56,7 @@ from controlplane.deployments.tasks import (
 )
 from controlplane.deployments.views import (
     BatchFigures,
+    CanaryView,
     DeploymentFigures,
     DeploymentHistory,
     DeploymentHistoryEntry,
@@ -116,6 +121,7 @@ class ServingApplication:
         images: ImageAllowlist,
         direct: DirectPath,
         counting: Counting,
+        draw: Callable[[], float] = random.random,
     ) -> None:
         self.deployments = deployments
         self._tasks = tasks
@@ -123,6 +129,8 @@ class ServingApplication:
         self._images = images
         self._direct = direct
         self._counting = counting
+        self._draw = draw
+        """Uniform in [0, 1): which version a request goes to, by its canary's weight."""
         self._memo = MemoCache()
         """The memo's first tier, this process's (the durable one is `serving_memo`)."""
         self._inputs: dict[tuple[str, str, int], DeclaredInput | None] = {}
@@ -215,6 +223,34 @@ class ServingApplication:
             deployment = await self.deployments.set_autoscaling(tenant, name, autoscaling, actor)
         return await self._view(deployment)
 
+    async def start_canary(
+        self, tenant: str, name: str, request: CanaryRequest, actor: str
+    ) -> DeploymentView:
+        """A canary beside it (its replicas held to the tenant's limits first), or the one it
+        has moved to `request.weight`; routes here change at once, other processes' within
+        ROUTE_FRESH_S."""
+        current = await self._load(tenant, name)
+        if current.canary is None:
+            resources = current.resources
+            room = replica_room(request.replicas, resources["cpus"], resources["memory_mb"])
+            await gate.admit(self._pool, tenant, room)
+        with refusing():
+            deployment = await self.deployments.start_canary(tenant, name, request, actor)
+        self._direct.forget(tenant, name)
+        return await self._view(deployment)
+
+    async def promote_canary(self, tenant: str, name: str, actor: str) -> DeploymentView:
+        with refusing():
+            deployment = await self.deployments.promote_canary(tenant, name, actor)
+        self._direct.forget(tenant, name)
+        return await self._view(deployment)
+
+    async def roll_back_canary(self, tenant: str, name: str, actor: str) -> DeploymentView:
+        with refusing():
+            deployment = await self.deployments.roll_back_canary(tenant, name, actor)
+        self._direct.forget(tenant, name)
+        return await self._view(deployment)
+
     async def undeploy(self, tenant: str, name: str, actor: str) -> DeploymentView:
         with refusing():
             deployment = await self.deployments.delete(tenant, name, actor)
@@ -281,8 +317,11 @@ class ServingApplication:
         one that must be found again by its key, an asynchronous one, and one the direct path
         could not answer are queued as rows."""
         arrived = time.monotonic()
+        # One draw for both paths: a request the direct path could not answer is queued for
+        # the version the direct path chose (canary.to_canary).
+        draw = self._draw()
         if not request.asynchronous and key is None:
-            answered = await self._directly(tenant, name, request)
+            answered = await self._directly(tenant, name, request, draw)
             if answered is not None:
                 return answered
         # What the direct path took (a channel that timed out, say) is not waited for again.
@@ -291,11 +330,19 @@ class ServingApplication:
         deployment = await self._load(tenant, name)
         if deployment.deleted:
             raise Refusal(Refused.NOT_FOUND, f"no deployment {name}")
-        check_items(await self.declared_input_of(deployment), request.inputs, "inputs")
+        canary = deployment.canary
+        model = canary if canary is not None and to_canary(canary.weight, draw) else deployment
+        version = (deployment.model_tenant, deployment.model_name, model.version)
+        check_items(await self.declared_input_of(version), request.inputs, "inputs")
         salt = None
         if deployment.serving["memo"]:
-            salt = f"{deployment.artifact_sha256}\n{deployment.entry_point}"
-        target = Target(tenant=tenant, steps=(name,), memo_salt=salt)
+            salt = f"{model.artifact_sha256}\n{model.entry_point}"
+        target = Target(
+            tenant=tenant,
+            steps=(name,),
+            memo_salt=salt,
+            version=None if model is deployment else model.version,
+        )
         return await self._run(target, request, key, wait_s=wait_s)
 
     async def predict_pipeline(
@@ -337,7 +384,9 @@ class ServingApplication:
         SERVING_LATENCY.record(time.perf_counter() - arrived, labels)
         return task_view(answered)
 
-    async def _directly(self, tenant: str, name: str, request: PredictRequest) -> TaskView | None:
+    async def _directly(
+        self, tenant: str, name: str, request: PredictRequest, draw: float
+    ) -> TaskView | None:
         """The direct path: the memo (this process's, then the durable one), else a replica
         through its agent's channel; counted after, off the request's path. None: the request
         is for the queue (no such deployment here: the queue's path says so; no replica on a
@@ -347,6 +396,8 @@ class ServingApplication:
         route = await self._direct.route(tenant, name)
         if route is None:
             return None
+        if route.canary is not None and to_canary(route.weight, draw):
+            route = route.canary
         check_items(await self.declared_input_of(route.model), request.inputs, "inputs")
         salt = None if request.no_cache else route.memo_salt
         try:
@@ -562,12 +613,26 @@ class ServingApplication:
                 yield None
 
     async def _view(self, deployment: Deployment) -> DeploymentView:
-        rows = await replica_states(self._pool, deployment.active)
+        canary = deployment.canary
+        beside = () if canary is None else canary.active
+        rows = await replica_states(self._pool, (*deployment.active, *beside))
         states = {r["job_id"]: r for r in rows}
+
+        def jobs(active: tuple[UUID, ...]) -> list[ReplicaJob]:
+            return [
+                ReplicaJob(
+                    job_id=job_id,
+                    state=states[job_id]["state"] if job_id in states else "QUEUED",
+                    attempt=states[job_id]["attempt"] if job_id in states else 1,
+                )
+                for job_id in active
+            ]
+
+        model = f"{deployment.model_tenant}/{deployment.model_name}"
         return DeploymentView(
             name=deployment.name,
             tenant=deployment.tenant,
-            model=f"{deployment.model_tenant}/{deployment.model_name}:{deployment.version}",
+            model=f"{model}:{deployment.version}",
             reference=deployment.reference,
             version=deployment.version,
             artifact_sha256=deployment.artifact_sha256,
@@ -581,17 +646,25 @@ class ServingApplication:
                 else Autoscaling.model_validate(deployment.autoscaling)
             ),
             state="deleting" if deployment.deleted else "serving",
-            replica_jobs=[
-                ReplicaJob(
-                    job_id=job_id,
-                    state=states[job_id]["state"] if job_id in states else "QUEUED",
-                    attempt=states[job_id]["attempt"] if job_id in states else 1,
-                )
-                for job_id in deployment.active
-            ],
+            replica_jobs=jobs(deployment.active),
             failures=deployment.failures,
             inference_job=deployment.inference_job,
             next_replica_at=next_start(deployment),
+            canary=None
+            if canary is None
+            else CanaryView(
+                model=f"{model}:{canary.version}",
+                reference=canary.reference,
+                version=canary.version,
+                artifact_sha256=canary.artifact_sha256,
+                weight=canary.weight,
+                replicas=canary.replicas,
+                rollback=None
+                if canary.rollback is None
+                else CanaryRollback.model_validate(canary.rollback),
+                replica_jobs=jobs(canary.active),
+                started_at=canary.started_at,
+            ),
             created_at=deployment.created_at,
             updated_at=deployment.updated_at,
         )

@@ -1,7 +1,9 @@
 """The deployment controller, a step of the lifecycle manager's sweep: replicas that stopped
 answering are replaced (their tasks go back to the queue, or fail after MAX_TRIES), every
 deployment's replicas are kept what it asks for (an autoscaled one's, what its load asks for:
-autoscaler.py), and tasks left to a deleted deployment fail."""
+autoscaler.py), a canary whose errors passed its rule is rolled back (canary.py), tasks queued
+for a version no longer served go to the deployment's own, and tasks left to a deleted
+deployment fail."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from collections.abc import Awaitable
 import asyncpg
 
 from controlplane.deployments.autoscaler import LOOK_BACK_S, Load
+from controlplane.deployments.canary import Errors
 from controlplane.deployments.errors import ServingError
 from controlplane.deployments.service import Deployments
 from controlplane.deployments.tasks import MAX_TRIES
@@ -56,9 +59,17 @@ class DeploymentController:
             )
             autoscale = self._deployments.autoscale(row["tenant"], row["name"], load)
             await _isolated(f"deployment {row['tenant']}/{row['name']}", autoscale)
+        # Before the reconcile too: a canary rolled back has its replicas stopped in this sweep.
+        for row in await self._pool.fetch(Q["canary_errors"]):
+            errors = Errors(finished=row["finished"], failed=row["failed"])
+            check = self._deployments.check_canary(
+                row["tenant"], row["name"], row["version"], errors
+            )
+            await _isolated(f"deployment {row['tenant']}/{row['name']}", check)
         for row in await self._pool.fetch(Q["live_deployments"]):
             reconcile = self._deployments.reconcile(row["tenant"], row["name"])
             await _isolated(f"deployment {row['tenant']}/{row['name']}", reconcile)
+        await self._pool.execute(Q["retarget_tasks"])
         await self._pool.execute(Q["fail_orphaned_tasks"])
 
 

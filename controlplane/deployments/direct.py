@@ -29,7 +29,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from uuid import UUID
 
@@ -37,7 +37,7 @@ import aiohttp
 import asyncpg
 
 from controlplane.database import DATABASE_ERRORS
-from controlplane.deployments.lifecycle import Deployment
+from controlplane.deployments.lifecycle import Canary, Deployment
 from controlplane.deployments.service import Deployments
 from controlplane.queries import Q
 from runners.frames import FrameError, read_message
@@ -86,6 +86,10 @@ class Route:
     stream_idle_s: float
     """The longest a stream may go without an output: the deployment's task timeout."""
     endpoints: tuple[Endpoint, ...]
+    canary: Route | None = None
+    """Its canary's route (another model version, its own replicas), taking `weight`% of the
+    requests (canary.to_canary: the caller chooses)."""
+    weight: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,16 +129,29 @@ class _Cached:
 
 
 def route_of(deployment: Deployment, channels: list[asyncpg.Record]) -> Route:
+    """Its route, with its canary's beside it: each version to its own replicas, each memoized
+    under its own version's artifact."""
     serving = deployment.serving
-    salt = f"{deployment.artifact_sha256}\n{deployment.entry_point}"
-    return Route(
-        model=(deployment.model_tenant, deployment.model_name, deployment.version),
-        memo_salt=salt if serving["memo"] else None,
-        memo_max_entries=serving["memo_max_entries"],
-        timeout_s=min(float(serving["task_timeout_s"]), MAX_WAIT_S),
-        stream_idle_s=float(serving["task_timeout_s"]),
-        endpoints=tuple(Endpoint(c["replica"], c["address"], c["token"]) for c in channels),
-    )
+
+    def of(model: Deployment | Canary, replicas: tuple[UUID, ...]) -> Route:
+        salt = f"{model.artifact_sha256}\n{model.entry_point}"
+        return Route(
+            model=(deployment.model_tenant, deployment.model_name, model.version),
+            memo_salt=salt if serving["memo"] else None,
+            memo_max_entries=serving["memo_max_entries"],
+            timeout_s=min(float(serving["task_timeout_s"]), MAX_WAIT_S),
+            stream_idle_s=float(serving["task_timeout_s"]),
+            endpoints=tuple(
+                Endpoint(c["replica"], c["address"], c["token"])
+                for c in channels
+                if c["replica"] in replicas
+            ),
+        )
+
+    own, canary = of(deployment, deployment.active), deployment.canary
+    if canary is None:
+        return own
+    return replace(own, canary=of(canary, canary.active), weight=canary.weight)
 
 
 class DirectPath:
@@ -287,7 +304,10 @@ class DirectPath:
         deployment = await self._deployments.load(*key)
         route = None
         if deployment is not None and not deployment.deleted:
-            channels = await self._pool.fetch(Q["direct_channels"], *key, list(deployment.active))
+            replicas = list(deployment.active)
+            if deployment.canary is not None:
+                replicas.extend(deployment.canary.active)
+            channels = await self._pool.fetch(Q["direct_channels"], *key, replicas)
             route = route_of(deployment, channels)
             self._routes[key] = _Cached(route, time.monotonic())
         else:

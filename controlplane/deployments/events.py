@@ -158,7 +158,10 @@ class CanaryPromoted(DeploymentEvent):
     """The canary's version became the deployment's, its replicas the deployment's (the old
     version's replicas are retired in the same append)."""
 
+    reference: str
     version: int
+    artifact_sha256: str
+    entry_point: str
     previous_version: int
     actor: str
 

@@ -264,7 +264,13 @@ def decide(command: DeploymentCommand, state: Deployment | None) -> list[Deploym
             return [
                 *(ReplicaRetired(job_id=job_id, reason=reason, at=at) for job_id in state.active),
                 CanaryPromoted(
-                    version=canary.version, previous_version=state.version, actor=actor, at=at
+                    reference=canary.reference,
+                    version=canary.version,
+                    artifact_sha256=canary.artifact_sha256,
+                    entry_point=canary.entry_point,
+                    previous_version=state.version,
+                    actor=actor,
+                    at=at,
                 ),
             ]
         case RollBackCanary(version=version, at=at):

@@ -8,6 +8,10 @@ from collections.abc import Sequence
 
 from controlplane.database import Executor
 from controlplane.deployments.events import (
+    CanaryPromoted,
+    CanaryRolledBack,
+    CanaryStarted,
+    CanaryWeightSet,
     DeploymentAutoscaled,
     DeploymentAutoscalingSet,
     DeploymentCreated,
@@ -65,9 +69,36 @@ class DeploymentsProjection:
                         changed.at,
                     )
                 case ReplicaStarted() as started:
-                    await conn.execute(Q["add_replica"], tenant, name, started.job_id)
+                    query = Q["add_canary_replica"] if started.canary else Q["add_replica"]
+                    await conn.execute(query, tenant, name, started.job_id)
                 case ReplicaRetired() as retired:
                     await conn.execute(Q["remove_replica"], tenant, name, retired.job_id)
+                case CanaryStarted() as canary:
+                    rollback = None if canary.rollback is None else json.dumps(canary.rollback)
+                    await conn.execute(
+                        Q["start_canary"],
+                        tenant,
+                        name,
+                        canary.version,
+                        canary.weight,
+                        rollback,
+                        canary.at,
+                    )
+                case CanaryWeightSet() as moved:
+                    await conn.execute(Q["set_canary_weight"], tenant, name, moved.weight, moved.at)
+                case CanaryPromoted() as promoted:
+                    await conn.execute(
+                        Q["promote_canary"],
+                        tenant,
+                        name,
+                        promoted.reference,
+                        promoted.version,
+                        promoted.artifact_sha256,
+                        promoted.entry_point,
+                        promoted.at,
+                    )
+                case CanaryRolledBack() as rolled:
+                    await conn.execute(Q["end_canary"], tenant, name, rolled.at)
                 case DeploymentDeleted() as deleted:
                     await conn.execute(Q["delete_deployment"], tenant, name, deleted.at)
                 case PipelineDefined() as defined:

@@ -15,7 +15,9 @@ ON CONFLICT (tenant, name) DO UPDATE SET
     reference = excluded.reference, version = excluded.version,
     artifact_sha256 = excluded.artifact_sha256, entry_point = excluded.entry_point,
     spec = excluded.spec, replicas = excluded.replicas, deleted = false,
-    created_at = excluded.created_at, updated_at = excluded.updated_at;
+    created_at = excluded.created_at, updated_at = excluded.updated_at,
+    canary_version = NULL, canary_weight = NULL, canary_jobs = '{}', canary_rollback = NULL,
+    canary_started_at = NULL;
 
 -- name: scale_deployment
 -- Projection: a new number of replicas asked for.
@@ -35,9 +37,43 @@ WHERE tenant = $1 AND name = $2;
 UPDATE deployments SET replica_jobs = array_append(replica_jobs, $3)
 WHERE tenant = $1 AND name = $2;
 
+-- name: add_canary_replica
+-- Projection: a replica job of the canary started (in both lists: a deleted deployment's
+-- reconcile finds every replica it has by `replica_jobs`).
+UPDATE deployments SET replica_jobs = array_append(replica_jobs, $3),
+                       canary_jobs = array_append(canary_jobs, $3)
+WHERE tenant = $1 AND name = $2;
+
 -- name: remove_replica
--- Projection: a replica job retired.
-UPDATE deployments SET replica_jobs = array_remove(replica_jobs, $3)
+-- Projection: a replica job retired (the deployment's or its canary's).
+UPDATE deployments SET replica_jobs = array_remove(replica_jobs, $3),
+                       canary_jobs = array_remove(canary_jobs, $3)
+WHERE tenant = $1 AND name = $2;
+
+-- name: start_canary
+-- Projection: a canary started beside the deployment ($3 version, $4 weight, $5 rule, $6 at).
+UPDATE deployments SET canary_version = $3, canary_weight = $4, canary_rollback = $5::jsonb,
+                       canary_started_at = $6, canary_jobs = '{}', updated_at = $6
+WHERE tenant = $1 AND name = $2;
+
+-- name: set_canary_weight
+-- Projection: the canary's share moved.
+UPDATE deployments SET canary_weight = $3, updated_at = $4 WHERE tenant = $1 AND name = $2;
+
+-- name: promote_canary
+-- Projection: the canary's version became the deployment's, its replicas the deployment's (the
+-- old ones were removed by their ReplicaRetired, in the same append).
+UPDATE deployments
+SET reference = $3, version = $4, artifact_sha256 = $5, entry_point = $6,
+    canary_version = NULL, canary_weight = NULL, canary_jobs = '{}', canary_rollback = NULL,
+    canary_started_at = NULL, updated_at = $7
+WHERE tenant = $1 AND name = $2;
+
+-- name: end_canary
+-- Projection: the canary rolled back (its replicas removed by their ReplicaRetired).
+UPDATE deployments
+SET canary_version = NULL, canary_weight = NULL, canary_jobs = '{}', canary_rollback = NULL,
+    canary_started_at = NULL, updated_at = $3
 WHERE tenant = $1 AND name = $2;
 
 -- name: delete_deployment
@@ -108,8 +144,9 @@ SELECT job_id, state, attempt, restarts FROM job_status WHERE job_id = ANY($1::u
 -- POST .../predict: a task queued, and the replicas woken (one NOTIFY, in this transaction).
 WITH task AS (
     INSERT INTO serving_tasks (task_id, tenant, pipeline, steps, deployment, items, input,
-                               state, memo, memo_key, submitted_at)
-    VALUES ($1, $2, $3, $4::text[], ($4::text[])[1], $5, $6::jsonb, 'queued', $7, $8, now())
+                               state, memo, memo_key, submitted_at, version)
+    VALUES ($1, $2, $3, $4::text[], ($4::text[])[1], $5, $6::jsonb, 'queued', $7, $8, now(),
+            $9)
     -- A retry of an idempotent request (the same task id) finds its task and adds nothing.
     ON CONFLICT (task_id) DO NOTHING
     RETURNING tenant, deployment
@@ -165,8 +202,12 @@ SELECT * FROM serving_tasks WHERE task_id = ANY($1::uuid[]) AND state IN ('succe
 -- come back instead of new ones: a claim whose answer was lost (it committed on a primary
 -- that died before answering; the standby promoted has it) and that is tried again gets
 -- them, rather than leaving them running under a replica that never runs them, until the
--- replica is replaced for holding them past their timeout.
-WITH held AS (
+-- replica is replaced for holding them past their timeout. A task sent to a model version
+-- (`version`, chosen by a canary's weight; NULL: the deployment's own) is claimed only by that
+-- version's replicas (replica_version, migration 0045).
+WITH serves AS (
+    SELECT own, mine FROM replica_version($1, $2, $5)
+), held AS (
     SELECT task_id, items, input, submitted_at FROM serving_tasks
     WHERE state = 'running' AND claim = $4 AND replica = $5 AND tenant = $1
       AND deployment = $2 AND task_id <> ALL($6::uuid[])
@@ -174,6 +215,8 @@ WITH held AS (
     SELECT task_id, items, submitted_at, tries FROM serving_tasks
     WHERE tenant = $1 AND deployment = $2 AND state = 'queued'
       AND NOT EXISTS (SELECT 1 FROM held)
+      AND NOT EXISTS (SELECT 1 FROM serves s
+                      WHERE coalesce(version, s.own) IS DISTINCT FROM s.mine)
     ORDER BY submitted_at, task_id
     LIMIT $3
     FOR UPDATE SKIP LOCKED
@@ -440,3 +483,42 @@ FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::timestamptz[])
     AS m(tenant, deployment, key, output, at)
 ON CONFLICT (tenant, deployment, key) DO UPDATE SET
     used_at = greatest(serving_memo.used_at, excluded.used_at);
+
+-- name: retarget_tasks
+-- The controller: tasks queued for a model version the deployment no longer serves (its canary
+-- rolled back, or promoted over the version they were sent to; or sent by a process whose view
+-- lagged the move) go to its own version, and its replicas are woken for them: never stranded.
+WITH moved AS (
+    UPDATE serving_tasks t SET version = NULL
+    FROM deployments d
+    WHERE d.tenant = t.tenant AND d.name = t.deployment AND t.state = 'queued'
+      AND t.version IS NOT NULL AND t.version <> d.version
+      AND t.version IS DISTINCT FROM d.canary_version
+    RETURNING t.tenant, t.deployment
+)
+SELECT count(pg_notify('serving', tenant || '.' || deployment)) AS woken
+FROM (SELECT DISTINCT tenant, deployment FROM moved) AS m;
+
+-- name: canary_errors
+-- The controller's rollback rule (canary.py): each canary with a rule, its requests finished
+-- within its window since it started, and how many failed. Its requests: those sent to its
+-- version (the queue's) and those its replicas answered (the direct path's rows name the
+-- replica). A task cancelled by its owner is no error of the model. Only those past their rule
+-- (the service decides again on the stream's rule, canary.rollback_reason): a sweep reads no
+-- stream for a canary doing well.
+SELECT d.tenant, d.name, d.canary_version AS version,
+       count(t.task_id) AS finished,
+       count(t.task_id) FILTER (WHERE t.state = 'failed') AS failed
+FROM deployments d
+LEFT JOIN serving_tasks t
+    ON t.tenant = d.tenant AND t.deployment = d.name
+   AND t.state IN ('succeeded', 'failed')
+   AND t.submitted_at >= d.canary_started_at
+   AND t.finished_at > now() - make_interval(secs => (d.canary_rollback ->> 'window_s')::float8)
+   AND (t.version = d.canary_version OR t.replica = ANY (d.canary_jobs))
+   AND t.error IS DISTINCT FROM 'cancelled by its owner'
+WHERE d.canary_rollback IS NOT NULL AND NOT d.deleted
+GROUP BY d.tenant, d.name, d.canary_version, d.canary_rollback
+HAVING count(t.task_id) >= (d.canary_rollback ->> 'min_requests')::int
+   AND count(t.task_id) FILTER (WHERE t.state = 'failed')
+       > (d.canary_rollback ->> 'max_error_rate')::float8 * count(t.task_id);

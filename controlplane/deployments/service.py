@@ -10,8 +10,14 @@ from uuid import UUID
 
 from controlplane.clock import SYSTEM_CLOCK, Clock
 from controlplane.deployments.autoscaler import Load, Policy, desired_replicas
+from controlplane.deployments.canary import Errors, Rollback, rollback_reason
 from controlplane.deployments.errors import Conflict, InvalidRequest, NotFound
-from controlplane.deployments.events import DeploymentCreated, PipelineDefined
+from controlplane.deployments.events import (
+    CanaryStarted,
+    DeploymentCreated,
+    PipelineDefined,
+    ReplicaRetired,
+)
 from controlplane.deployments.lifecycle import (
     DEPLOYMENT,
     PIPELINE,
@@ -23,13 +29,21 @@ from controlplane.deployments.lifecycle import (
     Deployment,
     DeploymentCommand,
     Pipeline,
+    PromoteCanary,
     Remove,
+    RollBackCanary,
     Scale,
     SetAutoscaling,
+    StartCanary,
 )
 from controlplane.deployments.names import check_name
 from controlplane.deployments.reconcile import plan
-from controlplane.deployments.spec import Autoscaling, DeploymentRequest, PipelineRequest
+from controlplane.deployments.spec import (
+    Autoscaling,
+    CanaryRequest,
+    DeploymentRequest,
+    PipelineRequest,
+)
 from controlplane.deployments.streams import deployment_stream, pipeline_stream
 from controlplane.deployments.views import replica_states
 from controlplane.events.errors import ConcurrencyError
@@ -67,8 +81,12 @@ def replica_job_id(tenant: str, name: str, number: int) -> UUID:
     return idempotent_id(tenant, replica_key(name, number))
 
 
-def replica_manifest(deployment: Deployment) -> JobManifest:
+def replica_manifest(deployment: Deployment, *, canary: bool = False) -> JobManifest:
+    """A replica's job: of the deployment's version, or (`canary`) of its canary's."""
     resources, serving = deployment.resources, deployment.serving
+    model = deployment.canary if canary else deployment
+    if model is None:
+        raise InvariantBroken(f"deployment {deployment.name}: a canary replica and no canary")
     return JobManifest(
         name=f"{deployment.name}-replica",
         image=resources["image"],
@@ -81,9 +99,9 @@ def replica_manifest(deployment: Deployment) -> JobManifest:
         labels={DEPLOYMENT_LABEL: deployment.name},
         servable=ServableSpec(
             deployment=deployment.name,
-            artifact_sha256=deployment.artifact_sha256,
-            entry_point=deployment.entry_point,
-            requirements=list(deployment.requirements),
+            artifact_sha256=model.artifact_sha256,
+            entry_point=model.entry_point,
+            requirements=list(model.requirements),
             max_batch_size=serving["max_batch_size"],
             max_wait_ms=serving["max_wait_ms"],
             task_timeout_s=serving["task_timeout_s"],
@@ -221,6 +239,100 @@ class Deployments:
         await self._execute(tenant, name, command, actor)
         return await self.reconcile(tenant, name)
 
+    async def start_canary(
+        self, tenant: str, name: str, request: CanaryRequest, actor: str
+    ) -> Deployment:
+        """A canary of another version of its model beside it (its replicas asked for), or the
+        one it has moved to `request.weight`."""
+        deployment = await self._owned_by(tenant, name, None)
+        if deployment is None or deployment.deleted:
+            raise NotFound(f"no deployment {name}")
+        try:
+            reference = parse_reference(request.model)
+            model, version = await self._models.resolve(tenant, reference)
+        except MISSING as exc:
+            raise NotFound(str(exc), field="model") from None
+        except ModelError as exc:
+            raise InvalidRequest(str(exc), field="model") from None
+        if (model.tenant, model.name) != (deployment.model_tenant, deployment.model_name):
+            raise InvalidRequest(
+                f"a canary is another version of the deployment's model "
+                f"{deployment.model_tenant}/{deployment.model_name}, not of "
+                f"{model.tenant}/{model.name}",
+                field="model",
+            )
+        metadata = ModelMetadata.model_validate(version.metadata)
+        event = CanaryStarted(
+            reference=request.model,
+            version=version.number,
+            artifact_sha256=version.artifact_sha256,
+            entry_point=metadata.servable.entry_point,
+            requirements=list(metadata.servable.requirements),
+            weight=request.weight,
+            replicas=request.replicas,
+            rollback=None if request.rollback is None else request.rollback.model_dump(),
+            actor=actor,
+            at=self.clock.now(),
+        )
+        await self._execute(tenant, name, StartCanary(event), actor)
+        return await self.reconcile(tenant, name)
+
+    async def promote_canary(self, tenant: str, name: str, actor: str) -> Deployment:
+        """Its canary's version made its own: the canary's replicas its, the old ones stopped."""
+        await self._owned_by(tenant, name, None)
+        return await self._move(tenant, name, PromoteCanary(actor, self.clock.now()), actor)
+
+    async def roll_back_canary(self, tenant: str, name: str, actor: str) -> Deployment:
+        """Its canary stopped by its owner's command: every request to its own version."""
+        deployment = await self._owned_by(tenant, name, None)
+        if deployment is None or deployment.canary is None:
+            raise Conflict(f"deployment {name} has no canary")
+        command = RollBackCanary(
+            deployment.canary.version, f"rolled back by {actor}", actor, self.clock.now()
+        )
+        return await self._move(tenant, name, command, actor)
+
+    async def check_canary(self, tenant: str, name: str, version: int, errors: Errors) -> None:
+        """The controller's rule: the canary of `version` rolled back when its errors (read by
+        the sweep) passed its rule, the figures recorded with it. Several control planes may
+        decide it at once: the first append wins, the others are refused (no canary, or
+        another one) and logged."""
+        state = await self.load(tenant, name)
+        canary = None if state is None else state.canary
+        if canary is None or canary.version != version or canary.rollback is None:
+            return  # gone, replaced or changed since the sweep read it
+        rule = Rollback.of(canary.rollback)
+        reason = rollback_reason(rule, errors)
+        if reason is None:
+            return
+        log.warning("deployment %s/%s: canary version %d %s", tenant, name, version, reason)
+        actor = "system:canary"
+        command = RollBackCanary(
+            version,
+            reason,
+            actor,
+            self.clock.now(),
+            failed=errors.failed,
+            finished=errors.finished,
+            window_s=rule.window_s,
+        )
+        await self._move(tenant, name, command, actor)
+
+    async def _move(
+        self, tenant: str, name: str, command: PromoteCanary | RollBackCanary, actor: str
+    ) -> Deployment:
+        """A promotion or a rollback carried out: the replicas its events retired stopped (as
+        `retire` does: the event first, the job's cancel after), then the rest made what the
+        deployment asks for."""
+        metadata = Metadata.capture(actor, tenant=tenant)
+        executed = await DEPLOYMENT.execute(
+            self._store, deployment_stream(tenant, name), command, metadata
+        )
+        for event in executed.events:
+            if isinstance(event, ReplicaRetired):
+                await self._cancel(event.job_id, event.reason, actor)
+        return await self.reconcile(tenant, name)
+
     async def delete(
         self, tenant: str, name: str, actor: str, *, owner: UUID | None = None
     ) -> Deployment:
@@ -229,13 +341,14 @@ class Deployments:
         await self._execute(tenant, name, Delete(actor, self.clock.now()), actor)
         return await self.reconcile(tenant, name)
 
-    async def _owned_by(self, tenant: str, name: str, owner: UUID | None) -> None:
+    async def _owned_by(self, tenant: str, name: str, owner: UUID | None) -> Deployment | None:
         deployment = await self.load(tenant, name)
         if deployment is not None and deployment.inference_job != owner:
             raise Conflict(
                 f"deployment {name} runs the queries of inference job "
                 f"{deployment.inference_job}: cancel that job instead"
             )
+        return deployment
 
     async def retire(self, tenant: str, name: str, job_id: UUID, reason: str) -> None:
         """Stop one replica that no longer serves (it stopped answering), and start another."""
@@ -257,20 +370,21 @@ class Deployments:
         # The jobs' read model, one query for them all (the manager reconciles every deployment
         # each second): a job it does not show yet counts as never submitted, and submitting
         # it again finds it (idempotent); an end it shows a moment late is retired a moment late.
-        rows = await replica_states(self._store.pool, state.active)
+        replicas = state.active if state.canary is None else (*state.active, *state.canary.active)
+        rows = await replica_states(self._store.pool, replicas)
         states = {row["job_id"]: JobStatus(row["state"]) for row in rows}
-        jobs = {job_id: states.get(job_id) for job_id in state.active}
+        jobs = {job_id: states.get(job_id) for job_id in replicas}
         todo = plan(state, jobs, self.clock.now())
         if todo.empty:
             return state
         actor = "system:deployments"
         metadata = Metadata.capture(actor, tenant=tenant)
         now = self.clock.now()
-        new = tuple(
-            replica_job_id(tenant, name, state.started + n) for n in range(1, todo.start + 1)
-        )
-        if todo.retire or new:
-            command = ChangeReplicas(now, retire=todo.retire, start=new)
+        numbers = iter(range(state.started + 1, state.started + todo.start + todo.start_canary + 1))
+        new = tuple(replica_job_id(tenant, name, next(numbers)) for _ in range(todo.start))
+        new_canary = tuple(replica_job_id(tenant, name, n) for n in numbers)
+        if todo.retire or new or new_canary:
+            command = ChangeReplicas(now, retire=todo.retire, start=new, start_canary=new_canary)
             try:
                 # At the version read: of two concurrent reconciles one conflicts and stops,
                 # so they never both ask for the same missing replica.
@@ -285,7 +399,7 @@ class Deployments:
         for job_id, reason in todo.retire:
             if job_id in todo.cancel:
                 await self._cancel(job_id, reason, actor)
-        for job_id in (*todo.submit, *new):
+        for job_id in (*todo.submit, *new, *new_canary):
             await self._submit(state, job_id, metadata)
         return state
 
@@ -295,9 +409,10 @@ class Deployments:
             for n in range(deployment.started, 0, -1)
             if replica_job_id(deployment.tenant, deployment.name, n) == job_id
         )
+        canary = deployment.canary is not None and job_id in deployment.canary.active
         await self._jobs.submit(
             deployment.tenant,
-            replica_manifest(deployment),
+            replica_manifest(deployment, canary=canary),
             metadata,
             idempotency_key=replica_key(deployment.name, number),
         )

@@ -176,6 +176,51 @@ class ScaleRequest(BaseModel):
     replicas: int = Field(ge=0, le=MAX_REPLICAS)
 
 
+MAX_ROLLBACK_WINDOW_S = 86_400.0
+MAX_MIN_REQUESTS = 1_000_000
+
+
+class CanaryRollback(BaseModel):
+    """When a canary rolls back by itself: once at least `min_requests` of its requests finished
+    in the last `window_s` seconds, and more than `max_error_rate` of them failed
+    (controlplane/deployments/canary.py)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_error_rate: float = Field(
+        ge=0, le=1, description="the share of failed requests it may have (0 to 1)"
+    )
+    min_requests: int = Field(
+        default=10,
+        ge=1,
+        le=MAX_MIN_REQUESTS,
+        description="requests that must have finished in the window before the rate counts",
+    )
+    window_s: float = Field(
+        default=60.0, gt=0, le=MAX_ROLLBACK_WINDOW_S, description="how far back it looks"
+    )
+
+
+class CanaryRequest(BaseModel):
+    """PUT /v1/deployments/{name}/canary: another version of the deployment's model beside it,
+    taking `weight`% of its requests on replicas of its own; again with another weight, the
+    share moves."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model: str = Field(
+        max_length=MAX_REFERENCE_CHARS,
+        json_schema_extra={"pattern": REFERENCE_PATTERN},
+        description="another version of the deployment's model: name:3, name@alias, ...",
+    )
+    weight: int = Field(ge=0, le=100, description="percent of requests the canary gets")
+    replicas: int = Field(default=1, ge=1, le=MAX_REPLICAS, description="the canary's replicas")
+    rollback: CanaryRollback | None = Field(
+        default=None,
+        description="when it rolls back by itself; left out, only by command (DELETE)",
+    )
+
+
 class PipelineRequest(BaseModel):
     """POST /v1/pipelines: deployments run in order, each step's outputs the next's inputs."""
 

@@ -43,6 +43,9 @@ class Target:
     memo_salt: str | None = None
     """What identifies the deployed model (its artifact and entry point), when its results may
     be memoized; None: they are not."""
+    version: int | None = None
+    """The model version chosen for it (a canary's weight): only that version's replicas claim
+    it. None: the deployment's own (a pipeline's steps)."""
 
 
 def memo_key(salt: str, inputs: Sequence[Any]) -> bytes:
@@ -115,6 +118,7 @@ class Tasks:
                 data,
                 memo,
                 key,
+                target.version,
             )
             if not queued:  # a retry: the task is there already
                 existing = await conn.fetchrow(Q["get_task"], task_id, target.tenant)

@@ -13,7 +13,7 @@ from uuid import UUID
 import asyncpg
 from pydantic import BaseModel, Field, PlainSerializer, WithJsonSchema
 
-from controlplane.deployments.spec import Autoscaling
+from controlplane.deployments.spec import Autoscaling, CanaryRollback
 from controlplane.queries import Q
 
 
@@ -59,6 +59,22 @@ class ReplicaJob(BaseModel):
     attempt: int
 
 
+class CanaryView(BaseModel):
+    """Another version of its model beside it: its share of the requests and its replicas."""
+
+    model: str = Field(description="tenant/name:version, resolved when it started")
+    reference: str = Field(description="the model reference as given")
+    version: int
+    artifact_sha256: str
+    weight: int = Field(description="percent of requests it gets; the rest go to `version`")
+    replicas: int = Field(description="its replicas asked for")
+    rollback: CanaryRollback | None = Field(
+        description="when it rolls back by itself (null: only by command)"
+    )
+    replica_jobs: list[ReplicaJob] = Field(description="its jobs serving now")
+    started_at: Instant
+
+
 class DeploymentView(BaseModel):
     """A deployment, its replicas' jobs and how it stands."""
 
@@ -86,6 +102,11 @@ class DeploymentView(BaseModel):
     )
     next_replica_at: Instant | None = Field(
         description="after failures in a row, when a replica is started again (null: at once)"
+    )
+    canary: CanaryView | None = Field(
+        default=None,
+        description="another version beside it, taking its `weight` of the requests (null: "
+        "every request to `version`)",
     )
     created_at: Instant
     updated_at: Instant

@@ -24,6 +24,7 @@ from controlplane.deployments.application import ServingApplication, named
 from controlplane.deployments.lifecycle import Busy
 from controlplane.deployments.spec import (
     Autoscaling,
+    CanaryRequest,
     DeploymentRequest,
     PipelineRequest,
     PredictRequest,
@@ -133,6 +134,29 @@ async def set_autoscaling(request: web.Request) -> web.Response:
     who = actor(principal(request))
     facade = request.app[SERVING_APPLICATION]
     return answer(await facade.set_autoscaling(tenant, name, body, who))
+
+
+async def set_canary(request: web.Request) -> web.Response:
+    tenant = acting(request, "deploys")
+    name = _name(request)
+    body = validated(CanaryRequest, await json_body(request))
+    who = actor(principal(request))
+    facade = request.app[SERVING_APPLICATION]
+    return answer(await facade.start_canary(tenant, name, body, who))
+
+
+async def promote_canary(request: web.Request) -> web.Response:
+    tenant = acting(request, "deploys")
+    who = actor(principal(request))
+    facade = request.app[SERVING_APPLICATION]
+    return answer(await facade.promote_canary(tenant, _name(request), who))
+
+
+async def roll_back_canary(request: web.Request) -> web.Response:
+    tenant = acting(request, "deploys")
+    who = actor(principal(request))
+    facade = request.app[SERVING_APPLICATION]
+    return answer(await facade.roll_back_canary(tenant, _name(request), who))
 
 
 async def stop_autoscaling(request: web.Request) -> web.Response:
@@ -455,6 +479,68 @@ OPERATIONS = (
         params=(NAME,),
         body=Autoscaling,
         body_required=True,
+    ),
+    Operation(
+        "put",
+        "/v1/deployments/{name}/canary",
+        retried_when_busy(set_canary),
+        "setDeploymentCanary",
+        "Another version of its model beside it, taking `weight` percent of its requests "
+        "(synchronous and asynchronous; a pipeline's steps go to each deployment's own "
+        "version) on replicas of its own; again, its weight moves. With `rollback`, the "
+        "controller rolls it back by itself once its error rate passes the limit",
+        {200: Answer("the deployment, with its canary", DeploymentView)},
+        {
+            400: MALFORMED,
+            401: UNAUTHORIZED,
+            403: FORBIDDEN_OR_BEYOND,
+            404: NOT_FOUND,
+            409: CONFLICT,
+            422: INVALID,
+            429: LIMITED,
+            503: BUSY,
+        },
+        query=ActingQuery,
+        params=(NAME,),
+        body=CanaryRequest,
+        body_required=True,
+    ),
+    Operation(
+        "post",
+        "/v1/deployments/{name}/canary/promote",
+        retried_when_busy(promote_canary),
+        "promoteDeploymentCanary",
+        "Its canary's version becomes its own: the canary's replicas serve every request, "
+        "the old version's are stopped, and more are started up to its replicas",
+        {200: Answer("the deployment", DeploymentView)},
+        {
+            400: MALFORMED,
+            401: UNAUTHORIZED,
+            403: FORBIDDEN,
+            404: NOT_FOUND,
+            409: CONFLICT,
+            503: BUSY,
+        },
+        query=ActingQuery,
+        params=(NAME,),
+    ),
+    Operation(
+        "delete",
+        "/v1/deployments/{name}/canary",
+        retried_when_busy(roll_back_canary),
+        "rollBackDeploymentCanary",
+        "Its canary rolled back: its replicas stopped, every request to its own version",
+        {200: Answer("the deployment", DeploymentView)},
+        {
+            400: MALFORMED,
+            401: UNAUTHORIZED,
+            403: FORBIDDEN,
+            404: NOT_FOUND,
+            409: CONFLICT,
+            503: BUSY,
+        },
+        query=ActingQuery,
+        params=(NAME,),
     ),
     Operation(
         "delete",
