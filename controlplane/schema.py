@@ -141,6 +141,11 @@ job_status = Table(
             persisted=True,
         ),
     ),
+    Column(
+        "learners_per_node",
+        Integer,
+        Computed(_manifest("learners_per_node", "integer"), persisted=True),
+    ),
     Index("job_status_tenant_order", "tenant", text("submitted_at DESC"), text("job_id DESC")),
     Index("job_status_order", text("submitted_at DESC"), text("job_id DESC")),
     Index("job_status_tenant_state", "tenant", "state"),
