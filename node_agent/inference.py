@@ -144,6 +144,8 @@ def stored(outputs: list[Any]) -> tuple[str | None, str | None]:
         text = json.dumps(outputs, allow_nan=False, ensure_ascii=False)
     except ValueError as exc:
         return None, f"its outputs are not JSON: {exc}"
+    except RecursionError:  # arrays nested past the interpreter's stack
+        return None, "its outputs are nested too deeply to be stored"
     if "\\u0000" in text:  # JSON escapes a NUL even when it escapes nothing else
         return None, "its outputs hold a NUL character, which cannot be stored"
     try:

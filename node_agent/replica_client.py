@@ -21,12 +21,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runners.frames import FrameError, encode_frame, message_frame, read_message, write_frame
+from runners.frames import (
+    FrameError,
+    encode_frame,
+    message_frame,
+    read_message,
+    read_sized_message,
+    storable_text,
+    write_frame,
+)
 from runners.serve import SOCKET_NAME
 
 CHUNK_BYTES = 1024 * 1024
 """The size of the frames an artifact is sent in."""
 
+STOP_S = 10.0
+"""How long a replica told to stop a stream has to end it (its generator's close runs the
+tenant's `finally`)."""
 _RETRY_S = 0.05
 _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 
@@ -42,6 +53,11 @@ class ReplicaRefused(Exception):
 
 class ReplicaError(Exception):
     """The replica answered with an error (text is the traceback)."""
+
+    def __init__(self, text: str) -> None:
+        # The text goes on to the task's row: a tenant's exception message may hold a NUL or
+        # an unpaired surrogate, either of which would make Postgres refuse the row.
+        super().__init__(storable_text(text))
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,16 +180,17 @@ class ReplicaClient:
         answer = await self._request("result", request, batch_id=batch_id)
         return _outputs(answer, count), _milliseconds(answer, "inference_ms")
 
-    async def stream(self, item: Any, deliver: Callable[[Any], Awaitable[bool]]) -> StreamEnd:
+    async def stream(self, item: Any, deliver: Callable[[Any, int], Awaitable[bool]]) -> StreamEnd:
         """Run a streaming entry point on `item`: each output it yields is handed to `deliver`
-        before the next is made; `deliver` answers whether to go on (False: the entry point's
-        generator is closed at once, and the stream ends, stopped). Holds the replica for the
-        whole stream.
+        (with the length of the frame that carried it) before the next is made; `deliver`
+        answers whether to go on (False: the entry point's generator is closed at once, and the
+        stream ends, stopped). Holds the replica for the whole stream.
 
         ReplicaError with the traceback when the user's code failed (or broke the rules) or
-        the model does not stream, ReplicaGone when the replica died meanwhile; `deliver`'s
-        own exceptions end the connection (the stream is then out of step), as a
-        cancellation does. ValueError, TypeError or FrameError for an item no frame carries.
+        the model does not stream, ReplicaGone when the replica died meanwhile, or, told to
+        stop, sent another output or no end within STOP_S; `deliver`'s own exceptions end the
+        connection (the stream is then out of step), as a cancellation does. ValueError,
+        TypeError or FrameError for an item no frame carries.
         """
         stream_id = next(self._batch_ids)
         request = message_frame({"op": "stream", "id": stream_id, "item": item})
@@ -184,23 +201,17 @@ class ReplicaClient:
                 self._writer.write(request)
                 await self._writer.drain()
                 while True:
-                    answer = await read_message(self._reader)
-                    if answer is None:
-                        self._abandon()
-                        raise ReplicaGone("the replica closed the connection")
+                    answer, size = await self._stream_answer(stream_id)
                     op = answer.get("op")
-                    if op not in ("chunk", "end", "error") or answer.get("id") != stream_id:
-                        self._abandon()
-                        raise _out_of_turn(
-                            f"{op!r} for stream {answer.get('id')!r} where a chunk, the end or "
-                            f"an error of stream {stream_id} was due"
-                        )
                     if op != "chunk":
                         break
-                    more = await deliver(answer.get("output"))
+                    more = await deliver(answer.get("output"), size)
                     reply = {"op": "next" if more else "stop", "id": stream_id}
                     self._writer.write(message_frame(reply))
                     await self._writer.drain()
+                    if not more:
+                        answer, op = await self._stopped(stream_id)
+                        break
             except (ConnectionError, FrameError) as error:
                 self._abandon()
                 raise ReplicaGone(f"the connection to the replica broke: {error}") from error
@@ -217,6 +228,39 @@ class ReplicaClient:
         if not isinstance(chunks, int) or isinstance(chunks, bool) or not isinstance(stopped, bool):
             raise ReplicaError(f"the replica's end of a stream is out of form: {answer!r}")
         return StreamEnd(chunks, stopped, _milliseconds(answer, "inference_ms"))
+
+    async def _stream_answer(self, stream_id: int) -> tuple[dict[str, Any], int]:
+        """The replica's next message of stream `stream_id` (a chunk, its end or its error),
+        and its frame's length; ReplicaError for anything else, ReplicaGone at its end."""
+        sized = await read_sized_message(self._reader)
+        if sized is None:
+            self._abandon()
+            raise ReplicaGone("the replica closed the connection")
+        answer, size = sized
+        op = answer.get("op")
+        if op not in ("chunk", "end", "error") or answer.get("id") != stream_id:
+            self._abandon()
+            raise _out_of_turn(
+                f"{op!r} for stream {answer.get('id')!r} where a chunk, the end or an error of "
+                f"stream {stream_id} was due"
+            )
+        return answer, size
+
+    async def _stopped(self, stream_id: int) -> tuple[dict[str, Any], str]:
+        """Told to stop, the replica's end (or error) and its op. A replica that goes on (one
+        more output, or silence past STOP_S) ignores the protocol: kept, it would hold the
+        replica and the agent's work for as long as its tenant's code likes."""
+        try:
+            async with asyncio.timeout(STOP_S):
+                answer, _ = await self._stream_answer(stream_id)
+        except TimeoutError as error:
+            self._abandon()
+            raise ReplicaGone(f"no end of the stream within {STOP_S:g} s of stop") from error
+        op = answer.get("op")
+        if op == "chunk":
+            self._abandon()
+            raise ReplicaGone("the replica sent an output after it was told to stop")
+        return answer, str(op)
 
     async def close(self) -> None:
         self._abandon()

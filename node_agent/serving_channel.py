@@ -41,6 +41,7 @@ import contextlib
 import hmac
 import ipaddress
 import json
+import logging
 import secrets
 import socket
 import time
@@ -57,7 +58,9 @@ from controlplane.agent_port.vocabulary import BatchCall, ServableSpec
 from node_agent.inference import stored
 from node_agent.replica_calls import Ran, call_in_parts, ms_since, recorded_calls
 from node_agent.replica_client import ReplicaClient, ReplicaError, ReplicaGone
-from runners.frames import FrameError, message_frame
+from runners.frames import THREAD_DECODE_BYTES, FrameError, encode_frame, message_frame
+
+log = logging.getLogger(__name__)
 
 PATH = "/v1/replicas/{replica}/predict"
 STREAM_PATH = "/v1/replicas/{replica}/stream"
@@ -106,44 +109,57 @@ class _Request:
 
 
 class _Stream:
-    """A streaming request: its item, and the messages its replica's outputs make, held for
-    its reader (at most STREAM_WINDOW outputs ahead of it)."""
+    """A streaming request: its item, and the frames its replica's outputs make, held for its
+    reader (at most STREAM_WINDOW outputs ahead of it)."""
 
     def __init__(self, item: Any) -> None:
         self.item = item
         self.arrived = time.monotonic()
         self.left = False
         """Its reader went away: the stream stops at its next output."""
-        self._messages: deque[dict[str, Any]] = deque()
+        self._frames: deque[tuple[bytes, bool]] = deque()
+        """Each frame, and whether it is the last."""
         self._ready = asyncio.Event()
         self._room = asyncio.Event()
 
-    async def offer(self, output: Any) -> bool:
-        """Hold `output` for the reader, once it has room; False when the reader went away."""
-        while len(self._messages) >= STREAM_WINDOW and not self.left:
+    async def offer(self, frame: bytes) -> bool:
+        """Hold an output's `frame` for the reader, once it has room; False when the reader
+        went away."""
+        while len(self._frames) >= STREAM_WINDOW and not self.left:
             self._room.clear()
             await self._room.wait()
         if self.left:
             return False
-        self._messages.append({"op": "chunk", "output": output})
+        self._frames.append((frame, False))
         self._ready.set()
         return True
 
     def finish(self, message: dict[str, Any]) -> None:
         """The stream's last message: its end or its error, with its figures."""
-        self._messages.append(message)
+        self._frames.append((message_frame(message), True))
         self._ready.set()
 
-    async def next(self) -> dict[str, Any]:
-        while not self._messages:
+    async def next(self) -> tuple[bytes, bool]:
+        """The next frame, and whether it is the last."""
+        while not self._frames:
             self._ready.clear()
             await self._ready.wait()
         self._room.set()
-        return self._messages.popleft()
+        return self._frames.popleft()
 
     def leave(self) -> None:
         self.left = True
         self._room.set()
+
+
+def chunk_frame(output: Any) -> tuple[bytes | None, str | None]:
+    """The frame that carries `output` to the reader, or why it cannot be kept (`stored`):
+    its JSON is made once, both to check it and to send it."""
+    text, why = stored([output])
+    if text is None:
+        return None, why
+    # The one output's JSON: the list's, less its brackets.
+    return encode_frame(b'{"op":"chunk","output":' + text[1:-1].encode() + b"}"), None
 
 
 class DirectFeed:
@@ -310,14 +326,22 @@ class DirectFeed:
         sent = 0
         refused: str | None = None
 
-        async def deliver(output: Any) -> bool:
+        async def deliver(output: Any, size: int) -> bool:
             nonlocal sent, refused
-            _, why = stored([output])
-            if why is not None:
+            if stream.left:  # no work on an output nobody will read
+                return False
+            # Made in a thread when large: encoding tens of MiB stalls the event loop, and
+            # with it every tenant's channel and the agent's heartbeats.
+            frame, why = (
+                await asyncio.to_thread(chunk_frame, output)
+                if size > THREAD_DECODE_BYTES
+                else chunk_frame(output)
+            )
+            if frame is None:
                 refused = f"output {sent} of the stream cannot be kept: {why}"
                 return False
             sent += 1
-            return await stream.offer(output)
+            return await stream.offer(frame)
 
         inference_ms: float | None = None
         error: str | None = None
@@ -335,6 +359,13 @@ class DirectFeed:
             # The replica's serving ended (its attempt did): its reader is told so at once.
             _gone(stream, "its serving ended", sent=sent, invocation_ms=ms_since(started))
             raise
+        except Exception as exc:
+            # A defect met on a tenant's output: its reader is told, and the connection, left
+            # out of step by it (replica_client), is the replica's end, not the feed's crash.
+            log.exception("stream on replica %s failed", self.replica)
+            why = f"the stream failed in the agent: {type(exc).__name__}"
+            _gone(stream, why, sent=sent, invocation_ms=ms_since(started))
+            raise ReplicaGone(why) from exc
         figures = {
             "replica": str(self.replica),
             "chunks": sent,
@@ -452,9 +483,9 @@ class ServingChannel:
 async def _relay(stream: _Stream, response: web.StreamResponse) -> None:
     """The stream's messages written as they come, each a frame, up to its last."""
     while True:
-        message = await stream.next()
-        await response.write(message_frame(message))
-        if message["op"] != "chunk":
+        frame, last = await stream.next()
+        await response.write(frame)
+        if last:
             await response.write_eof()
             return
 

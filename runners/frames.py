@@ -61,9 +61,18 @@ def decode_message(payload: bytes) -> dict[str, Any]:
         message = json.loads(payload.decode("utf-8"), parse_constant=_refuse_constant)
     except (UnicodeDecodeError, ValueError) as error:
         raise FrameError(f"a message is not JSON: {error}") from error
+    except RecursionError as error:  # arrays nested past the interpreter's stack
+        raise FrameError("a message is nested too deeply to be read") from error
     if not isinstance(message, dict):
         raise FrameError(f"a message is a JSON {type(message).__name__}, not an object")
     return message
+
+
+def storable_text(text: str) -> str:
+    """`text` as Postgres's text columns and jsonb can hold it: a NUL written as \\x00 and an
+    unpaired surrogate as \\udxxx. A peer's error text may hold either (a tenant's exception
+    message is the tenant's to make), and a row that holds one is refused whole."""
+    return text.replace("\0", "\\x00").encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def message_frame(message: dict[str, Any]) -> bytes:
@@ -114,12 +123,19 @@ the agent's event loop, and with it its heartbeats."""
 
 async def read_message(reader: Readable) -> dict[str, Any] | None:
     """The next message (at most MAX_FRAME bytes); None at a clean end of the stream."""
+    sized = await read_sized_message(reader)
+    return None if sized is None else sized[0]
+
+
+async def read_sized_message(reader: Readable) -> tuple[dict[str, Any], int] | None:
+    """As `read_message`, with its payload's length: whoever handles the message next knows
+    whether its work on it, too, belongs in a thread."""
     payload = await read_frame(reader)
     if payload is None:
         return None
     if len(payload) > THREAD_DECODE_BYTES:
-        return await asyncio.to_thread(decode_message, payload)
-    return decode_message(payload)
+        return await asyncio.to_thread(decode_message, payload), len(payload)
+    return decode_message(payload), len(payload)
 
 
 async def write_message(writer: asyncio.StreamWriter, message: dict[str, Any]) -> None:

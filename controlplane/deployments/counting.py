@@ -18,11 +18,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any, TypeVar
 from uuid import UUID
 
 import asyncpg
+from asyncpg.pool import PoolConnectionProxy
 
 from controlplane.database import DATABASE_ERRORS
 from controlplane.queries import Q
@@ -36,6 +39,8 @@ GATHER_S = 0.02
 flushes, or the process stops): one request at a time, each answer would be a transaction of
 its own, four round trips whose work Postgres does on the CPUs the next requests need."""
 RETRY_S = 0.5
+
+Row = TypeVar("Row")
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,8 +107,6 @@ class Counting:
         self._stopping = asyncio.Event()
         self._ended = False
         self._progress = asyncio.Condition()
-        self._group = MAX_GROUP
-        """The most rows of each kind a group takes (fewer while a refused row is found)."""
 
     def record(
         self, task: CountedTask, batches: tuple[CountedBatch, ...] = (), memo: MemoUse | None = None
@@ -141,17 +144,6 @@ class Counting:
                 tasks, batches, memo = self._take()
                 try:
                     await self._write(tasks, batches, memo)
-                except asyncpg.DataError as exc:
-                    # Refused for what a row holds, not for the database's state: retried as
-                    # it is, it would hold back every row after it for good. Smaller groups
-                    # until it is one of each kind at most, then those are left out (an
-                    # agent's defect: agents check what a replica answers before handing it on).
-                    largest = max(len(tasks), len(batches), len(memo))
-                    if largest > 1:
-                        self._group = largest // 2
-                        self._give_back(tasks, batches, memo)
-                        continue
-                    log.error("direct predictions: a row cannot be recorded, left out: %s", exc)
                 except DATABASE_ERRORS as exc:
                     log.warning(
                         "direct predictions: recording %d failed (%s); retrying", len(tasks), exc
@@ -159,7 +151,6 @@ class Counting:
                     self._give_back(tasks, batches, memo)
                     await asyncio.sleep(RETRY_S)
                     continue
-                self._group = MAX_GROUP
                 async with self._progress:
                     self._written += len(tasks)
                     self._progress.notify_all()
@@ -175,7 +166,7 @@ class Counting:
         self._wake.set()
 
     def _take(self) -> tuple[list[CountedTask], list[CountedBatch], list[MemoUse]]:
-        most = self._group
+        most = MAX_GROUP
         tasks, self._tasks = self._tasks[:most], self._tasks[most:]
         batches = list(self._batches.values())
         batches, self._batches = batches[:most], {b.batch_id: b for b in batches[most:]}
@@ -196,46 +187,78 @@ class Counting:
         self, tasks: list[CountedTask], batches: list[CountedBatch], memo: list[MemoUse]
     ) -> None:
         async with self._pool.acquire() as conn, conn.transaction():
-            if tasks:
-                await conn.execute(
-                    Q["record_direct_tasks"],
-                    [t.task_id for t in tasks],
-                    [t.tenant for t in tasks],
-                    [t.deployment for t in tasks],
-                    [t.items for t in tasks],
-                    [t.input for t in tasks],
-                    [t.state for t in tasks],
-                    [t.output for t in tasks],
-                    [t.error for t in tasks],
-                    [t.memo for t in tasks],
-                    [t.memo_key for t in tasks],
-                    [t.replica for t in tasks],
-                    [t.tries for t in tasks],
-                    [t.submitted_at for t in tasks],
-                    [t.finished_at for t in tasks],
-                    [t.step_times for t in tasks],
-                )
-            if batches:
-                await conn.execute(
-                    Q["record_direct_batches"],
-                    [b.batch_id for b in batches],
-                    [b.tenant for b in batches],
-                    [b.deployment for b in batches],
-                    [b.replica for b in batches],
-                    [b.tasks for b in batches],
-                    [b.items for b in batches],
-                    [b.reason for b in batches],
-                    [b.outcome for b in batches],
-                    [b.invocation_ms for b in batches],
-                    [b.inference_ms for b in batches],
-                    [b.at for b in batches],
-                )
-            if memo:
-                await conn.execute(
-                    Q["record_direct_memo"],
-                    [m.tenant for m in memo],
-                    [m.deployment for m in memo],
-                    [m.key for m in memo],
-                    [m.output for m in memo],
-                    [m.at for m in memo],
-                )
+            await _insert(conn, "record_direct_tasks", tasks, _task_columns)
+            await _insert(conn, "record_direct_batches", batches, _batch_columns)
+            await _insert(conn, "record_direct_memo", memo, _memo_columns)
+
+
+async def _insert(
+    conn: asyncpg.Connection | PoolConnectionProxy,
+    query: str,
+    rows: list[Row],
+    columns: Callable[[list[Row]], list[list[Any]]],
+) -> None:
+    """`rows` written by `query`, in a savepoint of their own: a row Postgres refuses for what
+    it holds (a tenant's text: a NUL, an unpaired surrogate) is left out alone, with a log line,
+    and holds back neither the other rows of its kind nor those of the other kinds (another
+    tenant's, as likely as not). Retried as it is, it would hold back every row after it."""
+    if not rows:
+        return
+    try:
+        async with conn.transaction():
+            await conn.execute(Q[query], *columns(rows))
+        return
+    except asyncpg.DataError:
+        pass  # one at a time, to find which (rare: agents clean what a replica answers)
+    for row in rows:
+        try:
+            async with conn.transaction():
+                await conn.execute(Q[query], *columns([row]))
+        except asyncpg.DataError as exc:
+            log.error("direct predictions: a row cannot be recorded, left out: %s: %r", exc, row)
+
+
+def _task_columns(tasks: list[CountedTask]) -> list[list[Any]]:
+    return [
+        [t.task_id for t in tasks],
+        [t.tenant for t in tasks],
+        [t.deployment for t in tasks],
+        [t.items for t in tasks],
+        [t.input for t in tasks],
+        [t.state for t in tasks],
+        [t.output for t in tasks],
+        [t.error for t in tasks],
+        [t.memo for t in tasks],
+        [t.memo_key for t in tasks],
+        [t.replica for t in tasks],
+        [t.tries for t in tasks],
+        [t.submitted_at for t in tasks],
+        [t.finished_at for t in tasks],
+        [t.step_times for t in tasks],
+    ]
+
+
+def _batch_columns(batches: list[CountedBatch]) -> list[list[Any]]:
+    return [
+        [b.batch_id for b in batches],
+        [b.tenant for b in batches],
+        [b.deployment for b in batches],
+        [b.replica for b in batches],
+        [b.tasks for b in batches],
+        [b.items for b in batches],
+        [b.reason for b in batches],
+        [b.outcome for b in batches],
+        [b.invocation_ms for b in batches],
+        [b.inference_ms for b in batches],
+        [b.at for b in batches],
+    ]
+
+
+def _memo_columns(memo: list[MemoUse]) -> list[list[Any]]:
+    return [
+        [m.tenant for m in memo],
+        [m.deployment for m in memo],
+        [m.key for m in memo],
+        [m.output for m in memo],
+        [m.at for m in memo],
+    ]

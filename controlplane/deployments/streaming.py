@@ -46,7 +46,7 @@ from controlplane.deployments.inputs import check_items
 from controlplane.instruments import SERVING_LATENCY, SERVING_REQUESTS
 from controlplane.jobs.manifest import check_storable
 from controlplane.refusals import Refusal, Refused
-from runners.frames import MAX_FRAME
+from runners.frames import MAX_FRAME, storable_text
 
 log = logging.getLogger(__name__)
 
@@ -216,7 +216,11 @@ class PredictionStream:
                 continue
             op = message.get("op")
             if op == "chunk":
-                text = json.dumps(message.get("output"), ensure_ascii=False, allow_nan=False)
+                try:
+                    text = json.dumps(message.get("output"), ensure_ascii=False, allow_nan=False)
+                except (ValueError, RecursionError) as exc:  # the agent checks; a bound here
+                    error = f"an output cannot be sent: {exc!r}"
+                    break
                 size += len(text)
                 if size > MAX_STREAM_BYTES:
                     error = (
@@ -293,7 +297,9 @@ class PredictionStream:
             state="failed" if error is not None else "succeeded",
             # One item's output: the list of all it yielded, as a plain request's.
             output=None if error is not None else f"[[{','.join(outputs)}]]",
-            error=error,
+            # The agent's text, which it cleans; cleaned again, since a row refused would drop
+            # the task the client was told about.
+            error=None if error is None else storable_text(error),
             memo="off",
             memo_key=None,
             replica=replica,

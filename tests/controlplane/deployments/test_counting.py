@@ -4,13 +4,14 @@ report any time, and one row jsonb cannot hold must not hold back every count af
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from datetime import UTC, datetime
 
 import asyncpg
 import pytest
 
-from controlplane.deployments.counting import CountedTask, Counting
+from controlplane.deployments.counting import CountedBatch, CountedTask, Counting, MemoUse
 from node_agent.inference import stored
 from node_agent.replica_client import ReplicaError
 from node_agent.replica_client import _milliseconds as milliseconds
@@ -53,6 +54,38 @@ async def test_a_row_postgres_refuses_is_left_out_and_every_other_is_written(
         [t.task_id for t in [*good, bad]],
     )
     assert {row["task_id"] for row in written} == {t.task_id for t in good}
+
+
+async def test_a_task_postgres_refuses_drops_no_batch_or_memo_row_beside_it(
+    pool: asyncpg.Pool,
+) -> None:
+    """A bad task (one tenant's) in the same group as a batch and a memo entry (another's):
+    the task alone is left out."""
+    counting = Counting(pool)
+    bad = dataclasses.replace(task("[2]"), state="failed", output=None, error="bad\0nul")
+    now = datetime.now(UTC)
+    batch = CountedBatch(
+        uuid.uuid4(), "globex", "other", uuid.uuid4(), 1, 1, "full", "succeeded", 1.0, 1.0, now
+    )
+    memo = MemoUse("globex", "other", b"key-" + uuid.uuid4().bytes, "[3]", now)
+    good = task("[2]")
+    counting.record(bad)
+    counting.record(good, (batch,), memo)
+    counting.stop()
+    await counting.run()
+    await counting.flush()
+    written = await pool.fetch(
+        "SELECT task_id FROM serving_tasks WHERE task_id = ANY($1::uuid[])",
+        [bad.task_id, good.task_id],
+    )
+    assert [row["task_id"] for row in written] == [good.task_id]
+    assert (
+        await pool.fetchval(
+            "SELECT count(*) FROM serving_batches WHERE batch_id = $1", batch.batch_id
+        )
+        == 1
+    )
+    assert await pool.fetchval("SELECT count(*) FROM serving_memo WHERE key = $1", memo.key) == 1
 
 
 def test_outputs_jsonb_cannot_hold_are_a_failure_of_the_task_not_a_row() -> None:
