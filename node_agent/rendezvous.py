@@ -48,7 +48,9 @@ def places(
 ) -> dict[int, Place]:
     """The places of `node`'s learners of the claim, by learner index; `container`: whether
     they run as containers (rank 0 is then its container, by its alias); `link`: the job's
-    network across nodes, where rank 0 is at the job's address on its node."""
+    network across nodes, where rank 0 is at the job's address on its node. A rank is its
+    learner's index: the claim places a node's learners at consecutive indices, so under
+    `learners_per_node` RANK is NODE_RANK * learners_per_node + LOCAL_RANK."""
     here = sorted(allocation.index for allocation in claim.on(node))
     address = rank_alias(claim.attempt, 0) if container else LOCAL_ADDRESS
     if link is not None:
