@@ -640,6 +640,50 @@ class AsyncClient:
         )
         return deployment
 
+    async def set_canary(
+        self,
+        name: str,
+        model: str,
+        weight: int,
+        *,
+        replicas: int | None = None,
+        max_error_rate: float | None = None,
+        min_requests: int | None = None,
+        window_s: float | None = None,
+        tenant: str | None = None,
+    ) -> dict[str, Any]:
+        """Serve `model` (another version of deployment `name`'s model, as `name:3`) beside it
+        on `replicas` replicas of its own, taking `weight` percent (0 to 100) of its requests;
+        again, its weight moves. With `max_error_rate`, it rolls back by itself once more than
+        that share of its requests failed (of at least `min_requests` in the last `window_s`
+        seconds). The deployment, its `canary` with it. Each setting left None is the
+        server's default."""
+        body: dict[str, Any] = {"model": model, "weight": weight, **_given(replicas=replicas)}
+        if max_error_rate is not None:
+            body["rollback"] = _given(
+                max_error_rate=max_error_rate, min_requests=min_requests, window_s=window_s
+            )
+        deployment: dict[str, Any] = await self.api.request(
+            "PUT", f"{_deployment_path(name)}/canary", params=_acting(tenant), body=body
+        )
+        return deployment
+
+    async def promote_canary(self, name: str, *, tenant: str | None = None) -> dict[str, Any]:
+        """Make deployment `name`'s canary its version: every request to it, the old version's
+        replicas stopped; the deployment."""
+        deployment: dict[str, Any] = await self.api.request(
+            "POST", f"{_deployment_path(name)}/canary/promote", params=_acting(tenant)
+        )
+        return deployment
+
+    async def roll_back_canary(self, name: str, *, tenant: str | None = None) -> dict[str, Any]:
+        """Roll deployment `name`'s canary back: its replicas stopped, every request to the
+        deployment's own version; the deployment."""
+        deployment: dict[str, Any] = await self.api.request(
+            "DELETE", f"{_deployment_path(name)}/canary", params=_acting(tenant)
+        )
+        return deployment
+
     async def undeploy(self, name: str, *, tenant: str | None = None) -> dict[str, Any]:
         """Delete deployment `name`: it takes no more tasks and its replicas stop; the
         deployment, `deleting`."""
@@ -1241,6 +1285,9 @@ class Client:
     deployment_history = _blocking(AsyncClient.deployment_history)
     autoscale = _blocking(AsyncClient.autoscale)
     stop_autoscaling = _blocking(AsyncClient.stop_autoscaling)
+    set_canary = _blocking(AsyncClient.set_canary)
+    promote_canary = _blocking(AsyncClient.promote_canary)
+    roll_back_canary = _blocking(AsyncClient.roll_back_canary)
     scale = _blocking(AsyncClient.scale)
     undeploy = _blocking(AsyncClient.undeploy)
     deployment_metrics = _blocking(AsyncClient.deployment_metrics)

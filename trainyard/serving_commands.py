@@ -211,6 +211,42 @@ def add_serving_commands(commands: Any) -> None:
         action="store_true",
         help="with NAME: turn its autoscaling off (its replicas stay what they are now)",
     )
+    change.add_argument(
+        "--canary",
+        metavar="MODEL",
+        help="with NAME and --weight: serve MODEL (another version of its model, as name:3) "
+        "beside it, taking --weight percent of its requests; again, its weight moves",
+    )
+    change.add_argument(
+        "--promote",
+        action="store_true",
+        help="with NAME: make its canary its version (the old version's replicas stop)",
+    )
+    change.add_argument(
+        "--rollback",
+        action="store_true",
+        help="with NAME: roll its canary back (every request to its own version again)",
+    )
+    deployments.add_argument(
+        "--weight",
+        type=int,
+        metavar="N",
+        help="with --canary: percent of requests to the canary (0 to 100)",
+    )
+    deployments.add_argument(
+        "--canary-replicas",
+        type=int,
+        metavar="N",
+        help="with --canary: the canary's replicas (default 1)",
+    )
+    deployments.add_argument(
+        "--auto-rollback",
+        type=rollback_rule,
+        metavar="RATE[:REQUESTS[:WINDOW]]",
+        help="with --canary: roll it back by itself once more than RATE (0 to 1) of its "
+        "requests failed, of at least REQUESTS in the last WINDOW seconds (the last two: the "
+        "server's defaults, 10 and 60, when left out)",
+    )
     predict = add(
         commands,
         "predict",
@@ -363,9 +399,35 @@ def deployment_text(view: dict[str, Any]) -> str:
             ("updated", view["updated_at"]),
         ]
     )
-    jobs = [(job["job_id"], job["state"], job["attempt"]) for job in view["replica_jobs"]]
+    jobs = [
+        (job["job_id"], view["version"], job["state"], job["attempt"])
+        for job in view["replica_jobs"]
+    ]
+    canary = view.get("canary")
+    if canary is not None:
+        rule = canary["rollback"]
+        text += "\n" + render.fields(
+            [
+                (
+                    "canary",
+                    f"{canary['model']} taking {canary['weight']}% of requests on "
+                    f"{canary['replicas']} replica(s)",
+                ),
+                (
+                    "auto rollback",
+                    "off (by command only)"
+                    if rule is None
+                    else f"past {rule['max_error_rate']:g} failed, of at least "
+                    f"{rule['min_requests']} requests in {rule['window_s']:g} s",
+                ),
+            ]
+        )
+        jobs += [
+            (job["job_id"], canary["version"], job["state"], job["attempt"])
+            for job in canary["replica_jobs"]
+        ]
     if jobs:
-        text += "\n\n" + render.table(["REPLICA JOB", "STATE", "ATTEMPT"], jobs)
+        text += "\n\n" + render.table(["REPLICA JOB", "VERSION", "STATE", "ATTEMPT"], jobs)
     return text
 
 
@@ -381,6 +443,20 @@ def autoscale_bounds(text: str) -> dict[str, Any]:
         return {name: kind(part) for name, kind, part in zip(names, kinds, parts, strict=False)}
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not MIN:MAX[:TARGET[:DELAY]]") from None
+
+
+def rollback_rule(text: str) -> dict[str, Any]:
+    """--auto-rollback's RATE[:REQUESTS[:WINDOW]] as `AsyncClient.set_canary`'s settings (the
+    server checks their values)."""
+    parts = text.split(":")
+    if not 1 <= len(parts) <= 3:
+        raise argparse.ArgumentTypeError(f"{text!r} is not RATE[:REQUESTS[:WINDOW]]")
+    names = ("max_error_rate", "min_requests", "window_s")
+    kinds: tuple[type[int] | type[float], ...] = (float, int, float)
+    try:
+        return {name: kind(part) for name, kind, part in zip(names, kinds, parts, strict=False)}
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not RATE[:REQUESTS[:WINDOW]]") from None
 
 
 def _autoscaled(autoscaling: dict[str, Any]) -> str:
@@ -545,10 +621,17 @@ async def cmd_undeploy(args: argparse.Namespace, settings: Settings) -> int:
 
 async def cmd_deployments(args: argparse.Namespace, settings: Settings) -> int:
     changes = (args.scale is not None, args.metrics, args.history, args.autoscale is not None)
-    if args.name is None and (any(changes) or args.no_autoscale):
+    canary = (args.canary is not None, args.promote, args.rollback)
+    if args.name is None and (any(changes) or args.no_autoscale or any(canary)):
         raise UsageError(
-            "--scale, --metrics, --history, --autoscale and --no-autoscale need a deployment's NAME"
+            "--scale, --metrics, --history, --autoscale, --no-autoscale, --canary, --promote "
+            "and --rollback need a deployment's NAME"
         )
+    canary_settings = (args.weight, args.canary_replicas, args.auto_rollback)
+    if args.canary is None and any(setting is not None for setting in canary_settings):
+        raise UsageError("--weight, --canary-replicas and --auto-rollback go with --canary")
+    if args.canary is not None and args.weight is None:
+        raise UsageError("--canary needs --weight (the percent of requests it takes)")
     async with client_for(args, settings) as client:
         if args.name is None:
             items = await client.deployments(tenant=args.tenant)
@@ -575,6 +658,19 @@ async def cmd_deployments(args: argparse.Namespace, settings: Settings) -> int:
             view = await client.autoscale(args.name, **args.autoscale, tenant=args.tenant)
         elif args.no_autoscale:
             view = await client.stop_autoscaling(args.name, tenant=args.tenant)
+        elif args.canary is not None:
+            view = await client.set_canary(
+                args.name,
+                args.canary,
+                args.weight,
+                replicas=args.canary_replicas,
+                **(args.auto_rollback or {}),
+                tenant=args.tenant,
+            )
+        elif args.promote:
+            view = await client.promote_canary(args.name, tenant=args.tenant)
+        elif args.rollback:
+            view = await client.roll_back_canary(args.name, tenant=args.tenant)
         elif args.scale is not None:
             view = await client.scale(args.name, args.scale, tenant=args.tenant)
         else:
