@@ -76,7 +76,7 @@ class Taker:
         self.outputs: list[Any] = []
         self.most = most
 
-    async def __call__(self, output: Any) -> bool:
+    async def __call__(self, output: Any, size: int) -> bool:
         self.outputs.append(output)
         return self.most is None or len(self.outputs) < self.most
 
