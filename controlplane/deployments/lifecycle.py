@@ -53,6 +53,14 @@ class Canary:
     started_at: datetime
     active: tuple[UUID, ...] = ()
     """Its replica jobs, oldest first."""
+    failures: int = 0
+    """Its replicas retired in a row because their job FAILED: at CANARY_FAILURES it is rolled
+    back (a version that cannot run never takes requests it cannot answer)."""
+
+
+CANARY_FAILURES = 3
+"""A canary's replicas that may fail in a row (each after its own restarts) before the canary
+is rolled back, in the same append as the last one's retirement."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,11 +255,14 @@ def decide(command: DeploymentCommand, state: Deployment | None) -> list[Deploym
             numbered = [(job_id, False) for job_id in start] + [
                 (job_id, True) for job_id in start_canary
             ]
+            failing = _failing_canary(state, retired, at)
+            if failing:
+                numbered = [(job_id, False) for job_id in start]  # none for a canary rolled back
             started = [
                 ReplicaStarted(job_id=job_id, number=state.started + n, canary=canary, at=at)
                 for n, (job_id, canary) in enumerate(numbered, start=1)
             ]
-            return [*retired, *started]
+            return [*retired, *failing, *started]
         case Delete(actor=actor, at=at):
             return [DeploymentDeleted(actor=actor, at=at)]
         case StartCanary(event=event):
@@ -339,10 +350,15 @@ def evolve(state: Deployment | None, event: DeploymentEvent) -> Deployment | Non
             )
         case ReplicaStarted(job_id=job_id, number=number):
             return replace(state, active=(*state.active, job_id), started=number)
-        case ReplicaRetired(job_id=job_id) if state.canary and job_id in state.canary.active:
+        case ReplicaRetired(job_id=job_id, reason=reason) if (
+            state.canary and job_id in state.canary.active
+        ):
             # A canary's failures are not the deployment's: its backoff stays its own version's.
-            active = tuple(j for j in state.canary.active if j != job_id)
-            return replace(state, canary=replace(state.canary, active=active))
+            canary = state.canary
+            active = tuple(j for j in canary.active if j != job_id)
+            failed = reason == failed_reason(JobStatus.FAILED)
+            failures = canary.failures + 1 if failed else 0
+            return replace(state, canary=replace(canary, active=active, failures=failures))
         case ReplicaRetired(job_id=job_id, reason=reason):
             active = tuple(j for j in state.active if j != job_id)
             if reason == failed_reason(JobStatus.FAILED):
@@ -395,6 +411,27 @@ def evolve(state: Deployment | None, event: DeploymentEvent) -> Deployment | Non
 def _replicas(state: Deployment) -> tuple[UUID, ...]:
     """Every replica job it has: its own and its canary's."""
     return state.active if state.canary is None else (*state.active, *state.canary.active)
+
+
+def _failing_canary(
+    state: Deployment, retired: list[DeploymentEvent], at: datetime
+) -> list[DeploymentEvent]:
+    """The canary's rollback, when the replicas `retired` take its failures in a row to
+    CANARY_FAILURES: its other replicas retired too, and why (none otherwise)."""
+    after = DEPLOYMENT.fold(state, retired)
+    canary = None if after is None else after.canary
+    if canary is None or canary.failures < CANARY_FAILURES:
+        return []
+    reason = f"canary version {canary.version} rolled back"
+    return [
+        *(ReplicaRetired(job_id=job_id, reason=reason, at=at) for job_id in canary.active),
+        CanaryRolledBack(
+            version=canary.version,
+            reason=f"its replicas' jobs failed {canary.failures} times in a row",
+            actor="system:canary",
+            at=at,
+        ),
+    ]
 
 
 def _the_canary(state: Deployment) -> Canary:

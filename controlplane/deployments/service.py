@@ -110,6 +110,11 @@ def replica_manifest(deployment: Deployment, *, canary: bool = False) -> JobMani
     )
 
 
+def _replicas_of(deployment: Deployment) -> tuple[UUID, ...]:
+    canary = deployment.canary
+    return deployment.active if canary is None else (*deployment.active, *canary.active)
+
+
 def initial_replicas(request: DeploymentRequest) -> int:
     """The replicas a new deployment starts with: its fixed number, or its autoscaling's
     fewest (the load raises them from there)."""
@@ -370,7 +375,7 @@ class Deployments:
         # The jobs' read model, one query for them all (the manager reconciles every deployment
         # each second): a job it does not show yet counts as never submitted, and submitting
         # it again finds it (idempotent); an end it shows a moment late is retired a moment late.
-        replicas = state.active if state.canary is None else (*state.active, *state.canary.active)
+        replicas = _replicas_of(state)
         rows = await replica_states(self._store.pool, replicas)
         states = {row["job_id"]: JobStatus(row["state"]) for row in rows}
         jobs = {job_id: states.get(job_id) for job_id in replicas}
@@ -396,11 +401,16 @@ class Deployments:
             if executed.state is None:
                 raise InvariantBroken(f"{stream}: a change of replicas left no deployment")
             state = executed.state
-        for job_id, reason in todo.retire:
-            if job_id in todo.cancel:
-                await self._cancel(job_id, reason, actor)
+            # A canary rolled back in the same append (its replicas failed) has its other
+            # replicas retired there too: their jobs are stopped as the extra ones are.
+            ended = {job_id for job_id, _ in todo.retire if job_id not in todo.cancel}
+            for event in executed.events:
+                if isinstance(event, ReplicaRetired) and event.job_id not in ended:
+                    await self._cancel(event.job_id, event.reason, actor)
+        serving = _replicas_of(state)
         for job_id in (*todo.submit, *new, *new_canary):
-            await self._submit(state, job_id, metadata)
+            if job_id in serving:  # not a canary's replica when the canary was just rolled back
+                await self._submit(state, job_id, metadata)
         return state
 
     async def _submit(self, deployment: Deployment, job_id: UUID, metadata: Metadata) -> None:

@@ -219,3 +219,48 @@ def test_deleting_stops_the_canary_too_and_no_new_deployment_comes_before() -> N
     stopped_own = run(deleted, ChangeReplicas(AT, retire=tuple((j, "deleted") for j in own)))
     with pytest.raises(Conflict, match="still stopping"):
         decide(Create(created()), stopped_own)
+
+
+def test_a_canary_whose_replicas_keep_failing_is_rolled_back_with_the_last_one() -> None:
+    state, own, _ = serving()
+    state = run(state, ChangeReplicas(AT, start_canary=(uuid4(),)))  # two canary replicas now
+    assert state.canary is not None
+    first, second = state.canary.active
+    failed = "its job ended FAILED"
+    # Two failures in a row, each replaced: the canary stays.
+    state = run(state, ChangeReplicas(AT, retire=((first, failed),), start_canary=(uuid4(),)))
+    assert state.canary is not None and state.canary.failures == 1
+    third = state.canary.active[-1]
+    state = run(state, ChangeReplicas(AT, retire=((third, failed),), start_canary=(uuid4(),)))
+    assert state.canary is not None and state.canary.failures == 2
+    fourth = state.canary.active[-1]
+    # The third: rolled back in the same append, its other replica retired, none started.
+    events = decide(
+        ChangeReplicas(AT, retire=((fourth, failed),), start=(uuid4(),), start_canary=(uuid4(),)),
+        state,
+    )
+    assert [type(e) for e in events] == [
+        ReplicaRetired,
+        ReplicaRetired,
+        CanaryRolledBack,
+        ReplicaStarted,
+    ]
+    assert {e.job_id for e in events if isinstance(e, ReplicaRetired)} == {fourth, second}
+    rolled = events[2]
+    assert isinstance(rolled, CanaryRolledBack) and rolled.actor == "system:canary"
+    assert "failed 3 times in a row" in rolled.reason
+    started = events[3]
+    assert isinstance(started, ReplicaStarted) and not started.canary
+    back = DEPLOYMENT.fold(state, events)
+    assert back is not None and back.canary is None and back.failures == 0
+    assert back.active == (*own, started.job_id)
+
+
+def test_a_canary_replica_stopped_for_another_reason_resets_its_failures() -> None:
+    state, _, beside = serving()
+    state = run(state, ChangeReplicas(AT, retire=((beside[0], "its job ended FAILED"),)))
+    assert state.canary is not None and state.canary.failures == 1
+    c = uuid4()
+    state = run(state, ChangeReplicas(AT, start_canary=(c,)))
+    state = run(state, ChangeReplicas(AT, retire=((c, "unresponsive"),)))
+    assert state.canary is not None and state.canary.failures == 0
