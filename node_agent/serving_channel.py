@@ -26,8 +26,10 @@ replica's direct requests and runs alone, holding the replica until its generato
 answer is a body of frames (`runners.frames`), one message each, written as the replica yields:
 `{"op":"chunk","output":...}` for each output, then `{"op":"end",...}` or `{"op":"error",
 "error":...}` with the stream's figures (`chunks`, `invocation_ms`, `inference_ms`). The agent
-holds at most STREAM_WINDOW outputs its reader has not taken, and the replica makes the next
-only once the agent has taken one, so a slow reader slows the model, and one that went away (its
+holds at most STREAM_WINDOW outputs its reader has not taken (and STREAM_WINDOW_BYTES of them
+but one), and the replica makes the next only once the agent has taken one, so a slow reader
+slows the model; one that takes nothing for the deployment's task timeout ends the stream, as
+do outputs past MAX_STREAM_BYTES in all (with an error); and one that went away (its
 connection closed: looked at every 50 ms, as for a plain request) stops it at its next `yield`:
 the generator is closed, its `finally` runs, and the replica serves the next request. An output
 Postgres could not store (a NUL, an unpaired surrogate) ends the stream with an error, as it
@@ -58,7 +60,14 @@ from controlplane.agent_port.vocabulary import BatchCall, ServableSpec
 from node_agent.inference import stored
 from node_agent.replica_calls import Ran, call_in_parts, ms_since, recorded_calls
 from node_agent.replica_client import ReplicaClient, ReplicaError, ReplicaGone
-from runners.frames import THREAD_DECODE_BYTES, FrameError, encode_frame, message_frame
+from runners.frames import (
+    HEADER_SIZE,
+    MAX_FRAME,
+    THREAD_DECODE_BYTES,
+    FrameError,
+    encode_frame,
+    message_frame,
+)
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +75,12 @@ PATH = "/v1/replicas/{replica}/predict"
 STREAM_PATH = "/v1/replicas/{replica}/stream"
 STREAM_WINDOW = 16
 """The most outputs of a stream the agent holds for a reader that has not taken them yet."""
+STREAM_WINDOW_BYTES = 4 * 1024 * 1024
+"""The most bytes of outputs held so (one output always, however large: up to MAX_FRAME)."""
+MAX_STREAM_BYTES = MAX_FRAME
+"""The most a stream's outputs may hold in all, as the control plane counts them too: its task
+keeps them all. Past it, the generator is stopped and the stream ends with an error."""
+_CHUNK_PREFIX = b'{"op":"chunk","output":'
 FRAMES = "application/octet-stream"
 """A stream's body: frames, one message each."""
 MAX_REQUEST_BYTES = 64 * 1024 * 1024
@@ -119,18 +134,25 @@ class _Stream:
         """Its reader went away: the stream stops at its next output."""
         self._frames: deque[tuple[bytes, bool]] = deque()
         """Each frame, and whether it is the last."""
+        self._held = 0
+        """The bytes of the frames held."""
         self._ready = asyncio.Event()
         self._room = asyncio.Event()
 
     async def offer(self, frame: bytes) -> bool:
         """Hold an output's `frame` for the reader, once it has room; False when the reader
         went away."""
-        while len(self._frames) >= STREAM_WINDOW and not self.left:
+        while (
+            self._frames
+            and (len(self._frames) >= STREAM_WINDOW or self._held >= STREAM_WINDOW_BYTES)
+            and not self.left
+        ):
             self._room.clear()
             await self._room.wait()
         if self.left:
             return False
         self._frames.append((frame, False))
+        self._held += len(frame)
         self._ready.set()
         return True
 
@@ -145,7 +167,9 @@ class _Stream:
             self._ready.clear()
             await self._ready.wait()
         self._room.set()
-        return self._frames.popleft()
+        frame, last = self._frames.popleft()
+        self._held -= len(frame)
+        return frame, last
 
     def leave(self) -> None:
         self.left = True
@@ -159,7 +183,7 @@ def chunk_frame(output: Any) -> tuple[bytes | None, str | None]:
     if text is None:
         return None, why
     # The one output's JSON: the list's, less its brackets.
-    return encode_frame(b'{"op":"chunk","output":' + text[1:-1].encode() + b"}"), None
+    return encode_frame(_CHUNK_PREFIX + text[1:-1].encode() + b"}"), None
 
 
 class DirectFeed:
@@ -175,6 +199,8 @@ class DirectFeed:
         self.deployment = spec.deployment
         self.streams = streams
         """Whether the replica's model streams (its entry point is a generator function)."""
+        self.progress_s = spec.task_timeout_s
+        """How long a stream's reader may take nothing before its stream ends."""
         self._most = spec.max_batch_size
         self._wait_s = spec.max_wait_ms / 1000
         self._waiting: deque[_Request] = deque()
@@ -324,10 +350,11 @@ class DirectFeed:
         the replica died."""
         started = time.monotonic()
         sent = 0
+        total = 0
         refused: str | None = None
 
         async def deliver(output: Any, size: int) -> bool:
-            nonlocal sent, refused
+            nonlocal sent, total, refused
             if stream.left:  # no work on an output nobody will read
                 return False
             # Made in a thread when large: encoding tens of MiB stalls the event loop, and
@@ -339,6 +366,14 @@ class DirectFeed:
             )
             if frame is None:
                 refused = f"output {sent} of the stream cannot be kept: {why}"
+                return False
+            # Its JSON's length: the frame less its header and the message around the output.
+            total += len(frame) - HEADER_SIZE - len(_CHUNK_PREFIX) - 1
+            if total > MAX_STREAM_BYTES:
+                refused = (
+                    f"the outputs passed {MAX_STREAM_BYTES} bytes of JSON, the most a task "
+                    f"keeps; the stream was stopped after {sent} outputs"
+                )
                 return False
             sent += 1
             return await stream.offer(frame)
@@ -472,19 +507,29 @@ class ServingChannel:
         response = web.StreamResponse(headers={"Content-Type": FRAMES})
         try:
             await response.prepare(request)
-            await unless_gone(request, _relay(stream, response))
+            await unless_gone(request, _relay(stream, response, feed.progress_s))
         except ConnectionError:
             pass  # its reader went away as it was written to
+        except TimeoutError:
+            # Its reader took nothing for the deployment's task timeout: the stream ends (its
+            # generator is stopped), and its connection with it, whose last frame could not
+            # be written either.
+            log.info("stream on replica %s: its reader took nothing, ended", feed.replica)
+            if request.transport is not None:
+                request.transport.abort()
         finally:
             feed.withdraw(stream)
         return response
 
 
-async def _relay(stream: _Stream, response: web.StreamResponse) -> None:
-    """The stream's messages written as they come, each a frame, up to its last."""
+async def _relay(stream: _Stream, response: web.StreamResponse, progress_s: float) -> None:
+    """The stream's messages written as they come, each a frame, up to its last; TimeoutError
+    when one waits `progress_s` for the reader to take it (a reader that stopped reading holds
+    the replica, and the window of outputs, for as long as it likes)."""
     while True:
         frame, last = await stream.next()
-        await response.write(frame)
+        async with asyncio.timeout(progress_s):
+            await response.write(frame)
         if last:
             await response.write_eof()
             return

@@ -15,7 +15,9 @@ requests are (counting.py): a `serving_tasks` row, `succeeded` with its outputs 
 the list of all it yielded, as a plain request to the model gets) or `failed` with its error, its
 step's times and its number of chunks; no `serving_batches` row, since it was no batch. A
 stream whose client went away is no task, as a plain direct request that went away is none;
-its generator is closed at its next `yield`.
+its generator is closed at its next `yield`. Nor is one whose client stays but takes nothing
+for the deployment's `task_timeout_s` (its connection is dropped): it would hold its replica,
+and the outputs the agent keeps for it, for good.
 """
 
 from __future__ import annotations
@@ -173,6 +175,12 @@ class PredictionStream:
         self._arrived = arrived
         self._cut: str | None = None
         self._reading: asyncio.Future[dict[str, Any]] | None = None
+
+    @property
+    def progress_s(self) -> float:
+        """How long its client may take nothing before the stream ends: the deployment's task
+        timeout, as for the model's own silence."""
+        return self._route.stream_idle_s
 
     def cut(self, why: str) -> None:
         """End the stream now, with `why` as its error."""

@@ -10,6 +10,7 @@ authenticate; serving's facade (`controlplane.deployments.application`) decides.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import json
@@ -206,23 +207,36 @@ async def predict_stream(request: web.Request) -> web.StreamResponse:
             with sse_client("predictions"):
                 events = stream.events(request.app[SSE_HEARTBEAT_S])
                 async with contextlib.aclosing(events):
-                    sent = await unless_gone(request, _send(events, response))
+                    sent = await unless_gone(request, _send(events, response, stream.progress_s))
             if sent is not None:
                 await response.write_eof()
         except ConnectionResetError:
             pass  # the client went away: its stream is closed, and not counted
+        except TimeoutError:
+            # The client took nothing for the deployment's task timeout: its stream is closed
+            # (the agent stops the model), not counted, and its connection dropped (what is
+            # left to write could not be written either).
+            if request.transport is not None:
+                request.transport.abort()
         finally:
             await stream.aclose()
     return response
 
 
-async def _send(events: AsyncIterator[StreamEvent | None], response: web.StreamResponse) -> bool:
+async def _send(
+    events: AsyncIterator[StreamEvent | None], response: web.StreamResponse, progress_s: float
+) -> bool:
+    """Each event written; TimeoutError when one waits `progress_s` for the client to take it
+    (a client that stopped reading would hold the stream, and its replica, for good)."""
     async for event in events:
-        if event is None:
-            await response.write(b": heartbeat\n\n")
-        else:
-            await response.write(f"event: {event.kind}\ndata: {event.data}\n\n".encode())
+        text = b": heartbeat\n\n" if event is None else _sse(event)
+        async with asyncio.timeout(progress_s):
+            await response.write(text)
     return True
+
+
+def _sse(event: StreamEvent) -> bytes:
+    return f"event: {event.kind}\ndata: {event.data}\n\n".encode()
 
 
 async def predict_pipeline(request: web.Request) -> web.Response:

@@ -11,6 +11,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
+from controlplane.http.deployments import PREDICTION_STREAMS
 from node_agent.inference import stored
 from runners.frames import FrameError, decode_message
 from tests.controlplane.deployments.serving import (
@@ -40,6 +41,11 @@ def deep(item):
         value = [value]
     yield value
     yield "after"
+
+
+def endless(item):
+    while True:
+        yield "x" * 1_000_000
 '''
 
 DEPTH = 980
@@ -64,10 +70,15 @@ def test_nesting_past_the_stack_is_a_frame_error_and_an_output_not_stored() -> N
 
 
 async def hostile_deployment(
-    client: Client, pool: asyncpg.Pool, token: str, name: str, entry_point: str
+    client: Client,
+    pool: asyncpg.Pool,
+    token: str,
+    name: str,
+    entry_point: str,
+    **serving: object,
 ) -> None:
     await publish(client, token, name, HOSTILE, f"hostile:{entry_point}")
-    await deploy(client, token, name=name, model=name, serving={"memo": False})
+    await deploy(client, token, name=name, model=name, serving={"memo": False, **serving})
     await until_running(client, token, name, 1)
     await until_offered(pool, name)
 
@@ -119,3 +130,24 @@ async def test_an_output_nested_past_the_stack_ends_the_stream_and_the_replica_s
             return [m.event async for m in events(response)] == ["output", "output", "done"]
 
         await eventually(streams, seconds=120)
+
+
+async def test_a_client_that_stops_reading_has_its_stream_ended(
+    db_url: str, tmp_path: Path, tokens: Tokens, pool: asyncpg.Pool
+) -> None:
+    async with serving_cluster(db_url, tmp_path) as (client, _):
+        await hostile_deployment(
+            client, pool, tokens.acme, "endless", "endless", task_timeout_s=1.0
+        )
+        assert client.app is not None
+        streams = client.app[PREDICTION_STREAMS]
+        response = await open_stream(client, tokens.acme, "endless", [1])
+        assert response.status == 200
+
+        # It reads nothing. The stream ends within the deployment's task timeout of taking
+        # nothing (a bound on a hang: before, the control plane waited to write for good).
+        async def ended() -> bool:
+            return not streams._open
+
+        await eventually(ended, seconds=60)
+        response.close()
