@@ -57,6 +57,10 @@ MAX_WAIT_S = 20.0
 """The longest a direct request waits for its replica (under the synchronous wait)."""
 
 
+class StreamsBusy(Exception):
+    """Every replica of the deployment is running one of this control plane's streams."""
+
+
 class ChannelFailed(Exception):
     """The direct path did not answer: queue the request instead."""
 
@@ -164,6 +168,8 @@ class DirectPath:
         self._renewing: dict[tuple[str, str], asyncio.Task[None]] = {}
         self._sessions: dict[str, aiohttp.ClientSession] = {}
         self._in_flight: Counter[UUID] = Counter()
+        self._streaming: Counter[UUID] = Counter()
+        """The streams open to each replica: one at most (a replica runs one at a time)."""
 
     async def route(self, tenant: str, deployment: str) -> Route | None:
         """The deployment's route (None: no such deployment, or deleted): the one at hand,
@@ -242,10 +248,20 @@ class DirectPath:
         refused, unreachable, the replica gone); NotStreaming for a model that does not."""
         if not route.endpoints:
             raise ChannelFailed("no replica is offered on a channel")
-        endpoint = min(route.endpoints, key=lambda e: self._in_flight[e.replica])
+        # A replica runs one stream at a time: another would wait at its agent, holding one of
+        # the agent's stream connections (all tenants share them) for as long as the first
+        # lasts. So a deployment streams at most as many at once as it has replicas offered.
+        free = [e for e in route.endpoints if not self._streaming[e.replica]]
+        if not free:
+            raise StreamsBusy(
+                f"each of the {len(route.endpoints)} replicas of deployment {deployment} is "
+                "running a stream"
+            )
+        endpoint = min(free, key=lambda e: self._in_flight[e.replica])
         session = self._session(endpoint.address, streams=True)
         url = f"{endpoint.address}/v1/replicas/{endpoint.replica}/stream"
         self._in_flight[endpoint.replica] += 1
+        self._streaming[endpoint.replica] += 1
         try:
             try:
                 response = await session.post(
@@ -281,6 +297,7 @@ class DirectPath:
             self._in_flight[endpoint.replica] -= 1
             if not self._in_flight[endpoint.replica]:
                 del self._in_flight[endpoint.replica]
+            del self._streaming[endpoint.replica]
 
     async def close(self) -> None:
         for task in list(self._renewing.values()):

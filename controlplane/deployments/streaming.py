@@ -6,8 +6,10 @@ A streaming request carries exactly one item; it is not batched with other reque
 replica runs it alone, from its first output to its last) and not memoized (each request runs
 the model). It needs a replica offered on a channel: without one (none started yet, a
 deployment scaled to zero, agents with `--serving-listen off`, a channel that fails before the
-stream began) it is refused with `NoChannel` (503, retry) and runs nowhere; a model that does
-not stream is refused too (409). Once it has begun, whatever ends it is its last event: `done`,
+stream began) it is refused with `NoChannel` (503, retry) and runs nowhere, as it is while
+each of its replicas runs one of this control plane's streams (a replica runs one at a time:
+another would wait at its agent, on a connection every tenant's streams share); a model that
+does not stream is refused too (409). Once it has begun, whatever ends it is its last event: `done`,
 or `error` (the model raised, an output that is not storable JSON, its replica died, nothing
 came within the deployment's `task_timeout_s`, more than MAX_STREAM_BYTES of outputs, the
 control plane shutting down: `stop`). Every stream that ends so is counted as the direct path's
@@ -42,6 +44,7 @@ from controlplane.deployments.direct import (
     DirectPath,
     NotStreaming,
     Route,
+    StreamsBusy,
     Upstream,
 )
 from controlplane.deployments.inputs import check_items
@@ -127,6 +130,8 @@ class PredictionStreams:
                 "zero, or agents with --serving-listen off); retry, or predict without "
                 "streaming"
             ) from exc
+        except StreamsBusy as exc:
+            raise NoChannel(f"{exc}; retry once one ends") from exc
         except NotStreaming as exc:
             raise Refusal(
                 Refused.CONFLICT,

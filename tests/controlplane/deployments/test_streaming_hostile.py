@@ -23,7 +23,12 @@ from tests.controlplane.deployments.serving import (
 )
 from tests.controlplane.deployments.serving import until_serving as until_running
 from tests.controlplane.deployments.test_direct_path import until_offered
-from tests.controlplane.deployments.test_streaming import events, eventually_row, open_stream
+from tests.controlplane.deployments.test_streaming import (
+    events,
+    eventually_row,
+    open_stream,
+    streaming_deployment,
+)
 from tests.polling import eventually
 from tests.tenancy import Tokens, auth
 
@@ -151,3 +156,37 @@ async def test_a_client_that_stops_reading_has_its_stream_ended(
 
         await eventually(ended, seconds=60)
         response.close()
+
+
+async def test_a_deployment_streams_no_more_at_once_than_it_has_replicas(
+    db_url: str, tmp_path: Path, tokens: Tokens, pool: asyncpg.Pool
+) -> None:
+    """A second stream to a replica already streaming would wait at its agent, holding one of
+    the stream connections every tenant shares: it is refused (503, retry) instead."""
+    async with serving_cluster(db_url, tmp_path) as cluster:
+        client = cluster[0]
+        folder = await streaming_deployment(cluster, pool, tokens.acme, "words", "words")
+        first = await open_stream(
+            client, tokens.acme, "words", [{"text": "a b", "after_first": "go"}]
+        )
+        received = events(first)
+        assert (await anext(received)).json() == "a"  # it holds the replica
+        second = await open_stream(
+            client, tokens.acme, "words", [{"text": "c", "after_first": "-"}]
+        )
+        assert second.status == 503, await second.text()
+        assert "Retry-After" in second.headers
+        (folder / "go").touch()
+        assert [m.event async for m in received] == ["output", "done"]
+
+        # Once the first ended, a stream is taken again.
+        async def taken() -> bool:
+            response = await open_stream(
+                client, tokens.acme, "words", [{"text": "c", "after_first": "-"}]
+            )
+            return response.status == 200 and [m.event async for m in events(response)] == [
+                "output",
+                "done",
+            ]
+
+        await eventually(taken, seconds=30)
