@@ -301,7 +301,13 @@ def _decide_live(command: Command, job: Job) -> list[JobEvent]:
         case EnterPhase(phase, at, _, learners):
             return _enter_phase(job, phase, at, learners)
         case Complete(exit_codes, at, _, learners):
-            _require(job, RUNNING - {JobStatus.DEPLOYING}, "complete")
+            if job.state is JobStatus.DEPLOYING and learners is not None:
+                # One node's learners, done before the others' (on other nodes) started: the
+                # job waits for those still, but these started (a phase of theirs is recorded)
+                # and ended; refused, their news was lost and the job never completed.
+                _require_started(job, learners)
+            else:
+                _require(job, RUNNING - {JobStatus.DEPLOYING}, "complete")
             if any(exit_codes):
                 # A learner that exited non-zero failed; its agent reports that with Fail instead.
                 raise Refused(
@@ -399,7 +405,12 @@ def _enter_phase(
         )
     if not job.state.running:
         raise Refused(f"job {job.job_id} is {job.state}; it cannot enter {phase}")
-    where = {n: job.learner_phases.get(n, job.state) for n in range(job.manifest.learners)}
+    # Learners that exited already hold the job back no more: they passed every phase.
+    where = {
+        n: job.learner_phases.get(n, job.state)
+        for n in range(job.manifest.learners)
+        if n not in job.exited
+    }
     ahead = [
         n
         for n in (where if learners is None else learners)
@@ -415,6 +426,15 @@ def _enter_phase(
     if reached != phase:
         events.append(LearnersReachedPhase(attempt=job.attempt, phase=phase, learners=ahead, at=at))
     return events
+
+
+def _require_started(job: Job, learners: Iterable[int]) -> None:
+    unstarted = sorted(n for n in learners if n not in job.learner_phases)
+    if unstarted:
+        raise Refused(
+            f"job {job.job_id} is {job.state}; learners {unstarted} never started, so they "
+            "cannot complete"
+        )
 
 
 def _require(job: Job, states: Iterable[JobStatus], verb: str) -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from uuid import UUID
 
+import pytest
+
 from controlplane.jobs.lifecycle import (
     Command,
     Complete,
@@ -14,6 +16,7 @@ from controlplane.jobs.lifecycle import (
     Fail,
     Job,
     JobStatus,
+    Refused,
     Restart,
     Submit,
     decide,
@@ -98,6 +101,33 @@ def test_across_two_nodes_each_rank_has_its_node_and_gpus() -> None:
         (1, "node-a", ["GPU-2", "GPU-3"], S.DOWNLOADING, None),
         (2, "node-b", ["GPU-4", "GPU-5"], S.DEPLOYING, None),
     ]
+
+
+def test_a_node_s_learners_done_before_another_node_s_started_still_complete_the_job() -> None:
+    """node-a's ranks ran and exited 0 while node-b's had not started (the job still
+    DEPLOYING): their news is kept, and the job completes once node-b's exit too. Refused, it
+    was lost, and the job stayed PROCESSING for ever (found by the learners_per_node work)."""
+    job = run(
+        submitted(3),
+        Deploy(
+            ["node-a", "node-b"],
+            GPUS,
+            epoch=1,
+            at=AT,
+            learner_nodes=["node-a", "node-a", "node-b"],
+        ),
+        EnterPhase(S.PROCESSING, AT, learners=(0, 1)),
+        Complete([0, 0], AT, learners=(0, 1)),
+    )
+    assert (job.state, job.exited) == (S.DEPLOYING, [0, 1])
+    # A learner that never started cannot have completed.
+    with pytest.raises(Refused, match=r"learners \[2\] never started"):
+        decide(Complete([0], AT, learners=(2,)), job)
+    job = run(job, EnterPhase(S.DOWNLOADING, AT, learners=(2,)))
+    assert job.state is S.DOWNLOADING  # the exited ranks hold it back no more
+    job = run(job, EnterPhase(S.PROCESSING, AT, learners=(2,)), Complete([0], AT, learners=(2,)))
+    assert job.state is S.COMPLETED
+    assert [r.state for r in ranks(job)] == [S.COMPLETED] * 3
 
 
 def test_an_attempt_placed_before_learners_nodes_were_recorded_has_no_node_per_rank() -> None:
