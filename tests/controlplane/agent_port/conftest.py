@@ -140,6 +140,7 @@ class PostgresControl:
             json.dumps(inputs),
             "off",
             None,
+            None,  # for the deployment's own version (no canary's)
         )
         return task_id
 
