@@ -592,11 +592,14 @@ class AsyncClient:
     ) -> list[dict[str, Any]]:
         """Every event of deployment `name`, oldest first: version, position, event, at, actor,
         data (each change of its replicas among them, an autoscaled one with the load that
-        drove it)."""
-        page = await self.api.request(
-            "GET", f"{_deployment_path(name)}/history", params=_acting(tenant)
-        )
-        history: list[dict[str, Any]] = page["history"]
+        drove it), read page after page."""
+        history: list[dict[str, Any]] = []
+        after: int | None = 0
+        while after is not None:
+            params = [("after", str(after)), *_acting(tenant)]
+            page = await self.api.request("GET", f"{_deployment_path(name)}/history", params=params)
+            history.extend(page["history"])
+            after = page["next_after"]
         return history
 
     async def scale(self, name: str, replicas: int, *, tenant: str | None = None) -> dict[str, Any]:

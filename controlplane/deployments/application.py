@@ -89,6 +89,9 @@ goes on; its Location says where to read it): under the SDK's request timeout (3
 then waits for the task."""
 MAX_DECLARED_INPUTS = 4096
 """Model versions whose declared input a process keeps at hand (a version's never changes)."""
+HISTORY_PAGE = 500
+"""A page of a deployment's history by default."""
+MAX_HISTORY_PAGE = 1000
 
 
 @contextlib.contextmanager
@@ -170,11 +173,14 @@ class ServingApplication:
     async def deployment(self, tenant: str, name: str) -> DeploymentView:
         return await self._view(await self._load(tenant, name))
 
-    async def history(self, tenant: str, name: str) -> DeploymentHistory:
-        """Every event of the deployment, with its time and actor: each change of its replicas
-        (its owner's, or its autoscaling's with the load that drove it) among them."""
+    async def history(
+        self, tenant: str, name: str, *, after: int = 0, limit: int = HISTORY_PAGE
+    ) -> DeploymentHistory:
+        """The deployment's events after its version `after`, at most `limit`, with their time
+        and actor: each change of its replicas (its owner's, or its autoscaling's with the load
+        that drove it) among them. Paged: an autoscaled deployment's history grows for ever."""
         entries = []
-        for recorded in await self.deployments.history(tenant, name):
+        for recorded in await self.deployments.history(tenant, name, after=after, limit=limit):
             event = DEPLOYMENT.event_of(recorded)
             entries.append(
                 DeploymentHistoryEntry(
@@ -186,9 +192,15 @@ class ServingApplication:
                     data=event.model_dump(mode="json", exclude={"at"}),
                 )
             )
-        if not entries:
+        if not entries and not await self.deployments.exists(tenant, name):
             raise Refusal(Refused.NOT_FOUND, f"no deployment {name}")
-        return DeploymentHistory(tenant=tenant, name=name, history=entries)
+        full = len(entries) == limit
+        return DeploymentHistory(
+            tenant=tenant,
+            name=name,
+            history=entries,
+            next_after=entries[-1].version if full else None,
+        )
 
     async def scale(
         self, tenant: str, name: str, request: ScaleRequest, actor: str

@@ -139,9 +139,17 @@ class Deployments:
         state = (await DEPLOYMENT.load(self._store, deployment_stream(tenant, name))).state
         return None if state is None or (state.deleted and not state.active) else state
 
-    async def history(self, tenant: str, name: str) -> list[RecordedEvent]:
-        """The deployment's recorded events, oldest first (across re-creations: one stream)."""
-        return await self._store.read_stream(deployment_stream(tenant, name))
+    async def history(
+        self, tenant: str, name: str, *, after: int = 0, limit: int | None = None
+    ) -> list[RecordedEvent]:
+        """The deployment's recorded events after its version `after`, oldest first, at most
+        `limit` of them (across re-creations: one stream)."""
+        stream = deployment_stream(tenant, name)
+        return await self._store.read_stream(stream, from_version=after + 1, limit=limit)
+
+    async def exists(self, tenant: str, name: str) -> bool:
+        """Whether the deployment was ever created (deleted or not: its history stays)."""
+        return await self._store.version(deployment_stream(tenant, name)) > 0
 
     async def version_input(self, tenant: str, name: str, number: int) -> DataType | None:
         """The input a model version's metadata declares (None: no such version)."""

@@ -128,6 +128,9 @@ class DeploymentHistory(BaseModel):
     tenant: str
     name: str
     history: list[DeploymentHistoryEntry]
+    next_after: int | None = Field(
+        description="the `after` of the next page; null: this page is the last"
+    )
 
 
 class DeploymentSummary(BaseModel):

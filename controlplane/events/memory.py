@@ -93,9 +93,11 @@ class InMemoryEventStore:
             recorded_at,
         )
 
-    async def read_stream(self, stream_id: str, *, from_version: int = 1) -> list[RecordedEvent]:
-        stream = self._streams.get(stream_id, [])
-        return [self._decode(stored) for stored in stream[max(from_version, 1) - 1 :]]
+    async def read_stream(
+        self, stream_id: str, *, from_version: int = 1, limit: int | None = None
+    ) -> list[RecordedEvent]:
+        stream = self._streams.get(stream_id, [])[max(from_version, 1) - 1 :]
+        return [self._decode(stored) for stored in stream[:limit]]
 
     async def version(self, stream_id: str) -> int:
         return len(self._streams.get(stream_id, []))

@@ -55,7 +55,8 @@ SELECT position, xid::text::bigint AS xid, stream_id, stream_version, type, sche
        data, metadata, recorded_at
 FROM events
 WHERE stream_id = $1 AND stream_version >= $2
-ORDER BY stream_version;
+ORDER BY stream_version
+LIMIT $3;  -- NULL: all of it (a page of a long stream's history otherwise)
 
 -- name: read_log
 -- The global log after a checkpoint, in (xid, position) order, only below the oldest running

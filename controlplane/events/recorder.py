@@ -29,8 +29,11 @@ class EventRecorder(Protocol):
         """
         ...
 
-    async def read_stream(self, stream_id: str, *, from_version: int = 1) -> list[RecordedEvent]:
-        """A stream's events in version order (empty for a stream that does not exist)."""
+    async def read_stream(
+        self, stream_id: str, *, from_version: int = 1, limit: int | None = None
+    ) -> list[RecordedEvent]:
+        """A stream's events in version order, from `from_version`, at most `limit` of them
+        (None: all; empty for a stream that does not exist)."""
         ...
 
     async def version(self, stream_id: str) -> int:

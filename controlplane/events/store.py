@@ -169,11 +169,17 @@ class EventStore:
         return ConcurrencyError(stream_id, expected_version, actual)
 
     async def read_stream(
-        self, stream_id: str, *, from_version: int = 1, conn: Executor | None = None
+        self,
+        stream_id: str,
+        *,
+        from_version: int = 1,
+        limit: int | None = None,
+        conn: Executor | None = None,
     ) -> list[RecordedEvent]:
-        """A stream's events in version order (empty for a stream that does not exist)."""
+        """A stream's events in version order, from `from_version`, at most `limit` of them
+        (None: all; empty for a stream that does not exist)."""
         executor = conn if conn is not None else self._pool
-        rows = await executor.fetch(Q["read_stream"], stream_id, from_version)
+        rows = await executor.fetch(Q["read_stream"], stream_id, from_version, limit)
         return [self._decode(row) for row in rows]
 
     async def version(self, stream_id: str, *, conn: Executor | None = None) -> int:

@@ -21,7 +21,12 @@ from aiohttp import web
 from pydantic import BaseModel, Field, ValidationError
 
 from controlplane.agent_port.gone_clients import CLIENT_GONE, unless_gone
-from controlplane.deployments.application import ServingApplication, named
+from controlplane.deployments.application import (
+    HISTORY_PAGE,
+    MAX_HISTORY_PAGE,
+    ServingApplication,
+    named,
+)
 from controlplane.deployments.lifecycle import Busy
 from controlplane.deployments.spec import (
     Autoscaling,
@@ -115,9 +120,23 @@ async def get_deployment(request: web.Request) -> web.Response:
     return answer(await request.app[SERVING_APPLICATION].deployment(tenant, _name(request)))
 
 
+class HistoryQuery(ActingQuery):
+    after: Annotated[int, query.integer(0, 2**31 - 1)] = Field(
+        default=0, description="events after this version of the deployment (a page's `next_after`)"
+    )
+    limit: Annotated[int, query.integer(1, MAX_HISTORY_PAGE)] = Field(
+        default=HISTORY_PAGE,
+        description=f"events in the page (default {HISTORY_PAGE}, at most {MAX_HISTORY_PAGE})",
+    )
+
+
 async def get_history(request: web.Request) -> web.Response:
     tenant = acting(request, "reads deployments")
-    return answer(await request.app[SERVING_APPLICATION].history(tenant, _name(request)))
+    page = query.parsed(request, HistoryQuery)
+    history = request.app[SERVING_APPLICATION].history(
+        tenant, _name(request), after=page.after, limit=page.limit
+    )
+    return answer(await history)
 
 
 async def scale(request: web.Request) -> web.Response:
@@ -443,10 +462,11 @@ OPERATIONS = (
         get_history,
         "getDeploymentHistory",
         "Every event of the deployment, with its time and actor: its replicas' changes (its "
-        "owner's, or its autoscaling's with the load that drove each), started and retired",
-        {200: Answer("the history", DeploymentHistory)},
+        "owner's, or its autoscaling's with the load that drove each), started and retired; "
+        "in pages, oldest first",
+        {200: Answer("a page of the history", DeploymentHistory)},
         {400: MALFORMED, 401: UNAUTHORIZED, 403: FORBIDDEN, 404: NOT_FOUND},
-        query=ActingQuery,
+        query=HistoryQuery,
         params=(NAME,),
     ),
     Operation(

@@ -21,6 +21,7 @@ from tests.controlplane.deployments.serving import (
 from tests.controlplane.deployments.test_serving import DOUBLE
 from tests.polling import eventually
 from tests.tenancy import Tokens, auth
+from trainyard.client import AsyncClient
 
 AUTOSCALING = {
     "min_replicas": 0,
@@ -154,9 +155,10 @@ async def test_autoscaling_is_checked_and_exclusive_with_a_fixed_number(
             "scale_down_delay_s": 60.0,
         }
         response = await client.get("/v1/deployments/dbl/history", headers=auth(tokens.acme))
+        history = (await response.json())["history"]
         changes = [
             (entry["event"], entry["data"].get("autoscaling"), entry["data"].get("replicas"))
-            for entry in (await response.json())["history"][1:]
+            for entry in history[1:]
             if not entry["event"].startswith("Replica")
         ]
         assert changes == [
@@ -170,6 +172,28 @@ async def test_autoscaling_is_checked_and_exclusive_with_a_fixed_number(
             return spec is not None and '"max_replicas": 3' in spec  # its row may come late
 
         await eventually(projected)
+        # The history in pages (an autoscaled deployment's grows for ever): two at a time,
+        # each page's next_after the next one's after, the whole as one read.
+        paged: list[dict[str, Any]] = []
+        after: int | None = 0
+        while after is not None:
+            response = await client.get(
+                f"/v1/deployments/dbl/history?after={after}&limit=2", headers=auth(tokens.acme)
+            )
+            page = await response.json()
+            assert response.status == 200 and len(page["history"]) <= 2, page
+            paged.extend(page["history"])
+            after = page["next_after"]
+        assert paged[: len(history)] == history
+        # The SDK reads it whole, page after page.
+        async with AsyncClient(str(client.make_url("")).rstrip("/"), tokens.acme) as sdk:
+            read = await sdk.deployment_history("dbl")
+        assert read[: len(history)] == history
+        for wrong in ("limit=0", "limit=1001", "after=-1"):
+            response = await client.get(
+                f"/v1/deployments/dbl/history?{wrong}", headers=auth(tokens.acme)
+            )
+            assert response.status == 400, wrong
         # Another tenant's deployment is not there to change.
         response = await client.delete(path, headers=auth(tokens.globex))
         assert response.status == 404

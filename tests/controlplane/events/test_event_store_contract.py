@@ -56,6 +56,9 @@ async def test_append_then_read_stream(recorder: EventRecorder) -> None:
     assert [e.event for e in events] == [Pinged(n=1), Pinged(n=2), Pinged(n=3)]
     assert all(e.metadata == META for e in events)
     assert [e.event for e in await recorder.read_stream("job-1", from_version=3)] == [Pinged(n=3)]
+    page = await recorder.read_stream("job-1", from_version=2, limit=1)
+    assert [e.event for e in page] == [Pinged(n=2)]
+    assert [e.stream_version for e in await recorder.read_stream("job-1", limit=2)] == [1, 2]
     assert await recorder.read_stream("job-nope") == []
     assert (await recorder.version("job-1"), await recorder.version("job-nope")) == (3, 0)
 
