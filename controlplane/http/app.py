@@ -30,7 +30,7 @@ from controlplane.http import (
     ui,
     webhooks,
 )
-from controlplane.http.auth import auth_middleware
+from controlplane.http.auth import PRINCIPALS, auth_middleware
 from controlplane.http.errors import refusal_middleware
 from controlplane.http.keys import (
     BACKGROUND,
@@ -60,6 +60,7 @@ from controlplane.jobs.locations import Roots
 from controlplane.logs.indexer import DEFAULT_LOG_INDEXERS
 from controlplane.projections.base import Projection
 from controlplane.settings import LOG_RETENTION_S, Settings
+from controlplane.tenants.principals import Principals
 from controlplane.tenants.submissions import SubmissionRates
 from controlplane.webhooks.relay import RelayConfig
 
@@ -93,6 +94,7 @@ def create_app(
     app[LOCATION_ROOTS] = roots if roots is not None else Roots.from_env()
     app[SUBMISSIONS] = SubmissionRates()
     app[STREAMS] = LiveStreams(max_streams)
+    app[PRINCIPALS] = Principals()
     app.cleanup_ctx.append(
         partial(
             _database,

@@ -17,7 +17,7 @@ from controlplane.http.errors import error
 from controlplane.http.keys import POOL
 from controlplane.identity.service import CLI_PREFIX, Identity
 from controlplane.invariants import InvariantBroken
-from controlplane.tenants.principals import Principal, authenticate
+from controlplane.tenants.principals import Principal, Principals
 from controlplane.ui.sessions import COOKIE, CSRF_HEADER, Session, csrf_ok, session
 
 SIGN_IN_PATHS = frozenset(
@@ -40,6 +40,7 @@ STATIC = "/ui/static/"
 SIGN_IN = "/ui/session"
 
 IDENTITY = web.AppKey("identity", Identity)
+PRINCIPALS = web.AppKey("principals", Principals)
 """The identity provider's sign-in, when the operator configured one."""
 PRINCIPAL = web.RequestKey("principal", Principal)
 SESSION = web.RequestKey("session", Session)
@@ -84,7 +85,7 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
     token = token.strip()
     if scheme.lower() != "bearer" or not token:
         return _unauthorized("malformed Authorization header: expected 'Bearer <token>'")
-    who = await authenticate(request.app[POOL], token)
+    who = await request.app[PRINCIPALS].authenticate(request.app[POOL], token)
     if who is None and token.startswith(CLI_PREFIX) and IDENTITY in request.app:
         # A session `trainyard login` opened through the identity provider.
         live = await request.app[IDENTITY].session(token, "cli")

@@ -6,6 +6,7 @@ brings the `tenants` projection up to date so that a token it issued authenticat
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -31,6 +32,7 @@ from controlplane.tenants.events import (
     TokenRevoked,
 )
 from controlplane.tenants.limits import TenantLimits
+from controlplane.tenants.principals import TRUSTED_S
 from controlplane.tenants.projection import TenantsProjection
 from controlplane.tenants.state import TENANT, Change, Create, TenantCommand, TenantState
 from controlplane.tenants.streams import tenant_stream
@@ -225,6 +227,10 @@ async def _execute(
     )
     if executed.appended is not None:  # else nothing changed: nothing to wait for
         await project_now(runner, executed.appended.log_position)
+    if any(isinstance(event, TokenRevoked) for event in executed.events):
+        # Every control plane trusts a live token it looked up for TRUSTED_S: past that, none
+        # still does, so a revoked token stops authenticating once this returns.
+        await asyncio.sleep(TRUSTED_S)
 
 
 def _issued(token: IssuedToken, at: datetime) -> TokenIssued:

@@ -14,11 +14,13 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from controlplane.http.app import create_app
-from controlplane.tenants.principals import Principal, authenticate
+from controlplane.tenants.principals import Principal, Principals
 from controlplane.tenants.tokens import PREFIX
 from tests.tenancy import Cli, Tokens, auth, event_count
 
 Client = TestClient[web.Request, web.Application]
+authenticate = Principals().authenticate
+"""A process's lookups of its own, besides the server's (which a revocation must reach too)."""
 
 
 @pytest.fixture
@@ -70,10 +72,15 @@ async def test_the_admin_manages_tenants_and_their_tokens(
     rotated = await issued.json()
     assert rotated["token"].startswith(PREFIX) and rotated["tenant"] == "initech"
     assert await authenticate(pool, body["token"]) is None
+    # The server trusts a live token it looked up for a moment; its revocation still takes
+    # effect once it returns.
+    own = {"Authorization": f"Bearer {rotated['token']}"}
+    assert (await client.get("/v1/jobs", headers=own)).status == 200
     revoked = await client.delete(
         f"/v1/tenants/initech/tokens/{rotated['token_id']}", headers=admin
     )
     assert revoked.status == 204
+    assert (await client.get("/v1/jobs", headers=own)).status == 401
     assert await authenticate(pool, rotated["token"]) is None
 
 

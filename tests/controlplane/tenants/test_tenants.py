@@ -17,14 +17,14 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from controlplane.events.store import EventStore
 from controlplane.events.subscription import LogListener
-from controlplane.http.auth import auth_middleware, principal
+from controlplane.http.auth import PRINCIPALS, auth_middleware, principal
 from controlplane.http.keys import POOL
 from controlplane.projections.runner import ProjectionRunner
 from controlplane.queries import Q
 from controlplane.settings import ADMIN_TOKEN_FILE as TOKEN_FILE
 from controlplane.tenants.admin import bootstrap_admin_token
 from controlplane.tenants.errors import InvalidTenant, TenantExists, UnknownTenant, UnknownToken
-from controlplane.tenants.principals import Principal, authenticate
+from controlplane.tenants.principals import TRUSTED_S, Principal, Principals
 from controlplane.tenants.projection import TenantsProjection
 from controlplane.tenants.service import (
     create_tenant,
@@ -41,6 +41,10 @@ ACME = Principal(tenant="acme", is_admin=False)
 ADMIN = Principal(tenant=None, is_admin=True)
 
 Client = TestClient[web.Request, web.Application]
+LOOKUPS = Principals()
+"""One process's lookups across these tests, trusting what it found live: a revocation must
+reach through that (tokens are random, so the tests' entries never meet)."""
+authenticate = LOOKUPS.authenticate
 
 
 @pytest.fixture
@@ -105,6 +109,26 @@ async def test_wrong_and_revoked_tokens_authenticate_no_one(
     assert await authenticate(pool, second.plaintext) is None
     assert await authenticate(pool, third.plaintext) == ACME
     assert [t.active_tokens for t in await list_tenants(pool)] == [(third.token_id,)]
+
+
+async def test_a_live_token_is_trusted_for_a_moment_then_looked_up_again(
+    pool: asyncpg.Pool, store: EventStore, runner: ProjectionRunner, owner: asyncpg.Connection
+) -> None:
+    """What another control plane's revocation looks like to this one until its wait ends:
+    trusted for TRUSTED_S after the lookup, then refused."""
+    acme = await create_tenant(store, runner, "acme", actor=ACTOR)
+    now = [100.0]
+    principals = Principals(clock=lambda: now[0])
+    assert await principals.authenticate(pool, acme.plaintext) == ACME
+    await owner.execute(
+        "UPDATE api_tokens SET revoked_at = now() WHERE token_id = $1", acme.token_id
+    )
+    now[0] += TRUSTED_S / 2
+    assert await principals.authenticate(pool, acme.plaintext) == ACME  # trusted still
+    now[0] += TRUSTED_S / 2
+    assert await principals.authenticate(pool, acme.plaintext) is None
+    # A token that authenticated no one is never kept: it is looked up each time.
+    assert await principals.authenticate(pool, acme.plaintext) is None
 
 
 async def test_tokens_are_stored_only_hashed(
@@ -298,6 +322,7 @@ async def client(pool: asyncpg.Pool) -> AsyncIterator[Client]:
 
     app = web.Application(middlewares=[auth_middleware])
     app[POOL] = pool
+    app[PRINCIPALS] = Principals()
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/v1/whoami", whoami)
     async with TestClient(TestServer(app)) as client:
