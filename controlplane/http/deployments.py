@@ -380,6 +380,15 @@ PREDICTION_KEY = idempotency_param(
     "a retry with the same key gets the task the first try made, never a second (409 if that "
     "one went to another deployment or pipeline)"
 )
+CHANGE_REFUSALS = {
+    400: MALFORMED,
+    401: UNAUTHORIZED,
+    403: FORBIDDEN,
+    404: NOT_FOUND,
+    409: CONFLICT,
+    503: BUSY,
+}
+"""What a change to a deployment that takes no body may be refused with."""
 
 
 def _predict(handler: Handler, id: str, summary: str) -> Operation:
@@ -547,14 +556,7 @@ OPERATIONS = (
         "Its canary's version becomes its own: the canary's replicas serve every request, "
         "the old version's are stopped, and more are started up to its replicas",
         {200: Answer("the deployment", DeploymentView)},
-        {
-            400: MALFORMED,
-            401: UNAUTHORIZED,
-            403: FORBIDDEN,
-            404: NOT_FOUND,
-            409: CONFLICT,
-            503: BUSY,
-        },
+        CHANGE_REFUSALS,
         query=ActingQuery,
         params=(NAME,),
     ),
@@ -565,14 +567,7 @@ OPERATIONS = (
         "rollBackDeploymentCanary",
         "Its canary rolled back: its replicas stopped, every request to its own version",
         {200: Answer("the deployment", DeploymentView)},
-        {
-            400: MALFORMED,
-            401: UNAUTHORIZED,
-            403: FORBIDDEN,
-            404: NOT_FOUND,
-            409: CONFLICT,
-            503: BUSY,
-        },
+        CHANGE_REFUSALS,
         query=ActingQuery,
         params=(NAME,),
     ),
@@ -583,14 +578,7 @@ OPERATIONS = (
         "stopDeploymentAutoscaling",
         "Its autoscaling off: its replicas stay what they are now, a fixed number",
         {200: Answer("the deployment", DeploymentView)},
-        {
-            400: MALFORMED,
-            401: UNAUTHORIZED,
-            403: FORBIDDEN,
-            404: NOT_FOUND,
-            409: CONFLICT,
-            503: BUSY,
-        },
+        CHANGE_REFUSALS,
         query=ActingQuery,
         params=(NAME,),
     ),
