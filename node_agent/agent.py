@@ -488,7 +488,7 @@ class Agent:
 
     async def _link(self, won: Claim, uid: int | None) -> JobLink | None:
         """This node's part of the job's network across nodes: for a job whose learners span
-        nodes and run sandboxed (as a uid of the job's, in the process runtime) without the
+        nodes and run as a uid of the job's (sandboxed processes, or containers) without the
         network, on nodes that all gave their address (`--node-address`): without one, the
         learners run as before the network across nodes was built, each node's on its own
         (a job whose learners do not talk across nodes runs; one whose rendezvous spans them
@@ -496,7 +496,7 @@ class Agent:
         if (
             uid is None
             or len(won.nodes) < 2
-            or self._runtime.name != "process"
+            or self._runtime.name not in ("process", "docker")
             or won.job.tenant in self.config.network_tenants
         ):
             return None

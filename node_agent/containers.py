@@ -97,7 +97,8 @@ def container_config(
     """The body of the engine's create call for this learner; its GPUs are requested from the
     engine's NVIDIA driver by UUID when `request_gpus` (not for fake GPUs). `network`: the
     Docker network it joins, its job's own (see `networks`) when its tenant may use one or it
-    has peers to meet, where it goes by its rank's alias."""
+    has peers to meet, where it goes by its rank's alias; or `container:HOLDER`, its job's
+    network across nodes (see `container_links`), where its peers know it by its address."""
     memory = spec.memory_mb << 20
     # Its working directory at the same path inside, as the other folders of the agent's: the
     # paths in its environment and in its checkpoint reports are the node's paths.
@@ -145,7 +146,7 @@ def container_config(
         "Labels": {**spec.labels, **LearnerLabels.of(spec).to_labels()},
         "HostConfig": host,
     }
-    if network != "none" and spec.place is not None:
+    if network != "none" and not network.startswith("container:") and spec.place is not None:
         # Its peers find it by this name on their job's network (rank 0's is MASTER_ADDR).
         alias = rank_alias(spec.attempt, spec.learner)
         config["NetworkingConfig"] = {"EndpointsConfig": {network: {"Aliases": [alias]}}}

@@ -6,7 +6,9 @@ isolated. Its output is followed from the engine's log (which keeps every line, 
 agent reads it), its exit code and OOM flag come from the container's state, and the container
 is removed once its lines are stored. Nothing is ever pulled: an image must be on the node, and
 admitted by the node's allowlist (`TRAINYARD_IMAGES`); the container is created from the ID the
-check resolved.
+check resolved. A learner's network: none; its job's Docker network on this node
+(`node_agent.networks`); or, for a job whose learners span nodes, its job's network across
+them, in the job's holder here (`node_agent.container_links`).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import aiohttp
 from aiodocker.exceptions import DockerError
 
 from controlplane.agent_port.vocabulary import DEFAULT_ALLOWLIST, ImageAllowlist
+from node_agent.container_links import ContainerLinks, linked
 from node_agent.containers import LearnerLabels, container_config, container_name
 from node_agent.docker_logs import log_lines
 from node_agent.folders import prepare
@@ -209,6 +212,8 @@ class DockerRuntime:
         self._request_gpus = request_gpus
         self._images = images
         self._networks = JobNetworks(docker)
+        self._links: dict[str, ContainerLinks | str] = {}
+        """By node (an agent has one): its jobs' networks across nodes, or why it has none."""
 
     async def start(self, spec: LearnerSpec) -> DockerLearner:
         # The image first: a refused one leaves nothing behind on the node.
@@ -223,13 +228,24 @@ class DockerRuntime:
         # start's (LearnerStartError), so the attempt rolls back with the reason.
         # In a thread: it walks the tenant's folders, which the tenant may have filled.
         spec = await asyncio.to_thread(prepare, spec)
-        network = network_name(spec.job_id) if joins_network(spec) else "none"
+        links = self._links_of(spec.node) if linked(spec) else None
+        if isinstance(links, str):
+            raise LearnerStartError(f"cannot give the job a network across its nodes: {links}")
+        network = "none"
+        if links is not None:
+            network = links.network_mode(spec.job_id)
+        elif joins_network(spec):
+            network = network_name(spec.job_id)
         try:
             config = container_config(spec, request_gpus=self._request_gpus, network=network)
         except ValueError as exc:
             raise LearnerStartError(str(exc)) from exc
-        release = None
-        if joins_network(spec):
+        release: Release | None = None
+        if links is not None:
+            # Its job's holder, linked to the job's other nodes before the container joins it.
+            await links.acquire(spec)
+            release = functools.partial(links.release, spec.job_id)
+        elif joins_network(spec):
             # Its job's network, isolated before the container joins it: with a route out for
             # a tenant with the network, none (Docker's internal network) for the others.
             await self._networks.prepare(spec, internal=not spec.network)
@@ -264,9 +280,15 @@ class DockerRuntime:
     def _release(self, job_id: UUID) -> Release:
         return functools.partial(self._networks.release, job_id)
 
+    def _links_of(self, node: str) -> ContainerLinks | str:
+        if node not in self._links:
+            self._links[node] = ContainerLinks.open(self._docker, node)
+        return self._links[node]
+
     async def find(self, node: str) -> list[FoundLearner]:
         """This node's running learner containers, by their labels; first, the networks and
-        rules an earlier agent left that no learner uses any more."""
+        rules an earlier agent left that no learner uses any more, and the holders and links
+        of jobs that have no learner container running here."""
         try:
             await self._networks.sweep(node)
         except (*ENGINE_ERRORS, FirewallError) as exc:
@@ -289,25 +311,41 @@ class DockerRuntime:
                     handle=container.id,
                 )
             )
+        links = self._links_of(node)
+        if isinstance(links, ContainerLinks):
+            await links.sweep({learner.job_id for learner in found})
         return found
 
     async def adopt(self, spec: LearnerSpec, found: FoundLearner | None) -> Learner | None:
-        release = self._release(spec.job_id) if joins_network(spec) else None
         if found is not None:
-            return DockerLearner(self._docker, found.handle, release=release)
-        # Ended while no agent watched: its container stays (with its log) until its lines
-        # are stored, under the name the spec gives it.
-        try:
-            container = await self._docker.containers.get(container_name(spec))
-        except DockerError as exc:
-            if exc.status == NOT_FOUND:
-                return None  # never started
-            raise
-        return DockerLearner(self._docker, container.id, release=release)
+            handle = found.handle
+        else:
+            # Ended while no agent watched: its container stays (with its log) until its
+            # lines are stored, under the name the spec gives it.
+            try:
+                handle = (await self._docker.containers.get(container_name(spec))).id
+            except DockerError as exc:
+                if exc.status == NOT_FOUND:
+                    return None  # never started
+                raise
+        release: Release | None = None
+        if linked(spec):
+            links = self._links_of(spec.node)
+            if isinstance(links, ContainerLinks):
+                links.adopt(spec.job_id, spec.link)
+                release = functools.partial(links.release, spec.job_id)
+        elif joins_network(spec):
+            release = self._release(spec.job_id)
+        return DockerLearner(self._docker, handle, release=release)
 
     async def kill(self, found: FoundLearner) -> None:
         release = self._release(found.job_id)
         await DockerLearner(self._docker, found.handle, release=release).remove()
+        # Its job's holder here, unless a learner of the job this agent runs uses it (found
+        # learners are the node's, whose links `find` made).
+        for links in self._links.values():
+            if isinstance(links, ContainerLinks):
+                await links.discard(found.job_id)
 
 
 def _message(exc: BaseException) -> str:
