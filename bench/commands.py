@@ -249,7 +249,7 @@ def add_commands(commands: argparse._SubParsersAction[Any]) -> None:
         "process-runtime agents): endless inference jobs of ResNet18 and AlexNet (random "
         "weights, batches of 16 generated images, 2 replicas each): the second job's start, "
         "the ratio of their query rates at weights 1:1 and 2:1, the time until the cluster's "
-        "rate is back to 90 %% after a kill -9 of a replica and of the control plane, queries "
+        "rate is back to 90 % after a kill -9 of a replica and of the control plane, queries "
         "lost and results duplicated, and the statistics checked against the audit view. "
         "Prints JSON (definitions: bench/inference.py).",
     )
