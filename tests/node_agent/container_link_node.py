@@ -11,7 +11,8 @@ i). It prints one JSON line once every learner has started: job -> its container
 holder's name. Then a line `release` removes the learners (the jobs' last learners here) and
 prints `released`; at the end of its input without one it leaves them, as an agent that died
 does. With `sweep` instead of `jobs`, it is a restarted agent: it finds the node's learners
-(sweeping what no running learner uses) and prints `swept`.
+(sweeping what no running learner uses) and prints `swept`; with `adopt` too, a restarted agent
+that adopts the jobs' running learners here instead of starting them.
 """
 
 from __future__ import annotations
@@ -21,13 +22,14 @@ import hashlib
 import json
 import sys
 from pathlib import Path
+from typing import Any
 from uuid import UUID
 
 import aiodocker
 
-from node_agent.docker_runtime import DockerLearner, DockerRuntime
-from node_agent.job_links import DEFAULT_RANGE, AddressPlan, job_link
-from node_agent.runtime import Folder, LearnerSpec
+from node_agent.docker_runtime import DockerRuntime
+from node_agent.job_links import DEFAULT_RANGE, AddressPlan, JobLink, job_link
+from node_agent.runtime import Folder, Learner, LearnerSpec
 
 LEARNER_UID = 200457
 LISTEN = """
@@ -49,50 +51,66 @@ def holder_name(node: str, job: UUID) -> str:
     return f"trainyard-c{hashlib.sha256(node.encode()).hexdigest()[:8]}-{job}"
 
 
-async def main(spec: dict[str, object]) -> None:
+def learner_spec(
+    spec: dict[str, Any], job: dict[str, Any], learner: int, link: JobLink
+) -> LearnerSpec:
+    """The spec of the job's `learner`-th learner here (as an agent would make it again)."""
+    node = str(spec["node"])
+    job_id = UUID(job["job"])
+    work = Path(str(spec["work"]))
+    workdir = work / f"{node}-{job_id}-{learner}"
+    return LearnerSpec(
+        job_id=job_id,
+        attempt=1,
+        # Unique in the job, as the claim numbers them: a container's name is the engine's,
+        # which both nodes share here.
+        learner=job["nodes"].index(node) * 100 + learner,
+        epoch=1,
+        node=node,
+        image=str(spec["image"]),
+        command=["python3", "-c", LISTEN, str(int(spec["port"]) + learner)],
+        env={},
+        workdir=workdir,
+        gpus=[],
+        cpus=0.5,
+        memory_mb=256,
+        user=(LEARNER_UID, LEARNER_UID),
+        folders=[Folder(work, workdir)],
+        link=link,
+    )
+
+
+async def main(spec: dict[str, Any]) -> None:
     async with aiodocker.Docker() as docker:
         runtime = DockerRuntime(docker)
         node = str(spec["node"])
+        found = await runtime.find(node) if spec.get("sweep") or spec.get("adopt") else []
         if spec.get("sweep"):
-            await runtime.find(node)
             print("swept", flush=True)
             return
         plan = AddressPlan.parse(DEFAULT_RANGE)
-        addresses = dict(spec["addresses"])  # type: ignore[call-overload]
-        work = Path(str(spec["work"]))
-        learners: list[DockerLearner] = []
+        learners: list[Learner] = []
         started: dict[str, dict[str, object]] = {}
-        for job in spec["jobs"]:  # type: ignore[attr-defined]
-            job_id = UUID(job["job"])
-            link = job_link(plan, job["index"], job["nodes"], node, addresses)
+        for job in spec["jobs"]:
+            link = job_link(plan, job["index"], job["nodes"], node, spec["addresses"])
             ids = []
             for learner in range(job["learners"]):
-                workdir = work / f"{node}-{job_id}-{learner}"
-                port = str(int(str(spec["port"])) + learner)
-                started_one = await runtime.start(
-                    LearnerSpec(
-                        job_id=job_id,
-                        attempt=1,
-                        # Unique in the job, as the claim numbers them: a container's name
-                        # is the engine's, which both nodes share here.
-                        learner=job["nodes"].index(node) * 100 + learner,
-                        epoch=1,
-                        node=node,
-                        image=str(spec["image"]),
-                        command=["python3", "-c", LISTEN, port],
-                        env={},
-                        workdir=workdir,
-                        gpus=[],
-                        cpus=0.5,
-                        memory_mb=256,
-                        user=(LEARNER_UID, LEARNER_UID),
-                        folders=[Folder(work, workdir)],
-                        link=link,
-                    )
-                )
-                learners.append(started_one)
-                ids.append(started_one.id)
-            started[str(job_id)] = {"containers": ids, "holder": holder_name(node, job_id)}
+                wanted = learner_spec(spec, job, learner, link)
+                if spec.get("adopt"):
+                    [running] = [
+                        one
+                        for one in found
+                        if (one.job_id, one.learner) == (wanted.job_id, wanted.learner)
+                    ]
+                    adopted = await runtime.adopt(wanted, running)
+                    assert adopted is not None
+                    learners.append(adopted)
+                    ids.append(running.handle)
+                else:
+                    started_one = await runtime.start(wanted)
+                    learners.append(started_one)
+                    ids.append(started_one.id)
+            started[job["job"]] = {"containers": ids, "holder": holder_name(node, UUID(job["job"]))}
         print(json.dumps(started), flush=True)
         line = await asyncio.to_thread(sys.stdin.readline)
         if line.strip() == "release":

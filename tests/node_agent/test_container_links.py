@@ -125,11 +125,12 @@ class Nodes:
     work: Path
 
     def agent(
-        self, node: str, jobs: list[tuple[uuid.UUID, int, int]]
+        self, node: str, jobs: list[tuple[uuid.UUID, int, int]], *, adopt: bool = False
     ) -> tuple[subprocess.Popen[str], dict[str, Any]]:
         """Node's runtime with `jobs` (id, index, learners here) across both nodes, and what it
-        started, once it has."""
+        started (`adopt`: found running, as a restarted agent), once it has."""
         spec = {
+            "adopt": adopt,
             "work": str(self.work),
             "node": self.docker[node],
             "addresses": {self.docker[n]: address for n, address in NODE_ADDRESSES.items()},
@@ -292,3 +293,31 @@ def test_a_restarted_agent_sweeps_the_holders_and_links_an_agent_that_died_left(
     sh("docker", "rm", "--force", learner)  # it ended (or was killed) while no agent was there
     nodes.sweep("a")
     assert nodes.leftovers("a", [holder]) == []
+
+
+def test_a_restarted_agent_adopts_a_linked_learner_and_its_removal_takes_the_link(
+    nodes: Nodes,
+) -> None:
+    j = uuid.uuid4()
+    died, started_a = nodes.agent("a", [(j, 5, 1)])
+    b, started_b = nodes.agent("b", [(j, 5, 1)])
+    holders = [started_a[str(j)]["holder"], started_b[str(j)]["holder"]]
+    assert died.stdin is not None
+    died.stdin.close()  # node A's agent ends without a word; its learner runs on
+    died.wait(timeout=10)
+    again, adopted = nodes.agent("a", [(j, 5, 1)], adopt=True)
+    try:
+        # The same container, still linked (its link was not made again under it).
+        assert adopted == started_a
+        [j_b0] = started_b[str(j)]["containers"]
+        assert probe(j_b0, str(PLAN.address(5, 0))) == "hi"
+        for agent in (again, b):
+            assert agent.stdin is not None and agent.stdout is not None
+            agent.stdin.write("release\n")
+            agent.stdin.flush()
+            assert agent.stdout.readline().strip() == "released"
+    finally:
+        for process in (again, b):
+            process.kill()
+            process.wait()
+    assert nodes.leftovers("a", holders) == [] and nodes.leftovers("b", holders) == []
