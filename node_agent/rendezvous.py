@@ -5,12 +5,12 @@ Rank 0 keeps torch's TCP store at MASTER_ADDR:MASTER_PORT; every rank connects t
 node the job's learners share a network of their own (a network namespace for processes, see
 `node_agent.job_netns`; a Docker network for containers, see `node_agent.networks`), so rank 0
 is reachable at a name the agent knows before any learner starts: 127.0.0.1 for processes, its
-container's alias on the job's network for containers. A job whose sandboxed processes span
-nodes has a network across them (`node_agent.job_links`): rank 0 is at the job's address on its
-node, which every node computes from the job's uid alone. Other jobs across nodes (containers,
-a networked tenant's processes, an agent that is not root) have no such network yet: they get
-rank 0's local address too, and fail their rendezvous within the manifest's timeout, with the
-reason.
+container's alias on the job's network for containers. A job whose sandboxed processes or
+containers span nodes has a network across them (`node_agent.job_links`,
+`node_agent.container_links`): rank 0 is at the job's address on its node, which every node
+computes from the job's uid alone. Other jobs across nodes (a networked tenant's processes or
+containers, an agent that is not root) have no such network yet: they get rank 0's local
+address too, and fail their rendezvous within the manifest's timeout, with the reason.
 """
 
 from __future__ import annotations
