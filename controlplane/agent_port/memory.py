@@ -2,7 +2,8 @@
 for agent tests and simulations that need no database. It passes the contract suite that
 `PostgresPort` passes (tests/controlplane/agent_port): leases held by one live agent, jobs
 driven by the pure lifecycle (`controlplane.jobs.lifecycle.decide`/`evolve`), claims placed
-and ordered as the claim's SQL does (`scheduling.claim_order`, `scheduling.placement`), each
+and ordered as the claim's SQL does (`scheduling.claim_order`, `scheduling.placement`, under the
+policy in force: `set_policy`), each
 with a fencing epoch that only grows, no GPU or job claimed twice, log lines deduplicated by
 (series, seq), uids held per job, serving tasks and inference queries fenced by their claim
 tokens and their tries counted.
@@ -52,6 +53,7 @@ from controlplane.logs.lines import LogLine, Series, Stream
 from controlplane.scheduling.claim import Claim
 from controlplane.scheduling.claim_order import CLAIM_BATCH, QueuedJob, TenantShare, claim_order
 from controlplane.scheduling.placement import Capacity, place
+from controlplane.scheduling.policy import DEFAULT, ClaimPolicy
 from controlplane.scheduling.unschedulable import demand_of
 
 
@@ -133,6 +135,8 @@ class MemoryPort:
         self._nodes: dict[str, _Node] = {}
         self._streams: dict[UUID, list[JobEvent]] = {}
         self._secrets: dict[UUID, dict[str, str]] = {}
+        self._policy = DEFAULT
+        """The claim policy in force, as the `scheduling_policy` row is for the claim's SQL."""
         self._weights: dict[str, float] = {}
         self._quotas: dict[str, int | None] = {}
         self._epoch = 0
@@ -236,7 +240,9 @@ class MemoryPort:
             TenantShare(name, self._weights[name], self._quotas[name], held_gpus[name])
             for name in sorted(self._weights)
         ]
-        ordered = claim_order(node, ready, tenants, queue, limit=CLAIM_BATCH, now=now)
+        ordered = claim_order(
+            node, ready, tenants, queue, limit=CLAIM_BATCH, now=now, policy=self._policy
+        )
         room = next((r for r in ready if r.node == node), None)
         won: list[Claim] = []
         for queued in ordered:
@@ -549,6 +555,10 @@ class MemoryPort:
     def tenant(self, name: str, weight: float = 1.0, gpu_quota: int | None = None) -> None:
         self._weights[name] = weight
         self._quotas[name] = gpu_quota
+
+    def set_policy(self, policy: ClaimPolicy) -> None:
+        """The admin switches the claim policy (`trainyard scheduling set-policy`)."""
+        self._policy = policy
 
     def submit(
         self,

@@ -22,6 +22,9 @@ from controlplane.events.metadata import Metadata
 from controlplane.jobs.lifecycle import Cancel, Job
 from controlplane.jobs.manifest import JobManifest
 from controlplane.queries import Q
+from controlplane.scheduling.application import Scheduling
+from controlplane.scheduling.policy import ClaimPolicy
+from controlplane.scheduling.requests import PolicyRequest
 from tests.cluster import USER, Plane
 from tests.polling import eventually
 
@@ -64,6 +67,10 @@ class Control(Protocol):
         """The admin drains the node (or, `draining` false, puts it back in service)."""
         ...
 
+    async def set_policy(self, policy: ClaimPolicy) -> None:
+        """The admin switches the claim policy; the next claim follows it."""
+        ...
+
 
 class MemoryControl:
     def __init__(self, port: MemoryPort) -> None:
@@ -97,6 +104,9 @@ class MemoryControl:
 
     async def drain(self, node: str, draining: bool = True) -> None:
         self._port.drain(node, draining)
+
+    async def set_policy(self, policy: ClaimPolicy) -> None:
+        self._port.set_policy(policy)
 
 
 class PostgresControl:
@@ -178,6 +188,11 @@ class PostgresControl:
             await drains.drain(node, "admin", "maintenance")
         else:
             await drains.undrain(node, "admin")
+
+    async def set_policy(self, policy: ClaimPolicy) -> None:
+        scheduling = Scheduling(self._plane.pool, self._plane.store, self._plane.runner)
+        request = PolicyRequest(order=policy.order, quotas=policy.quotas)
+        await scheduling.set_policy(request, "admin")
 
 
 @pytest.fixture

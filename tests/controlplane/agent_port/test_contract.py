@@ -24,15 +24,19 @@ from controlplane.agent_port.vocabulary import (
 from controlplane.clock import SYSTEM_CLOCK
 from controlplane.jobs.lifecycle import Cancel, Complete, EnterPhase, JobStatus, Refused
 from controlplane.jobs.manifest import JobManifest
+from controlplane.scheduling.policy import ClaimPolicy, Order
 from tests.controlplane.agent_port.conftest import Control
 
 AGENT = "agent:n1"
 
 
-def manifest(gpus: int = 1, learners: int = 1, learners_per_node: int | None = None) -> JobManifest:
+def manifest(
+    gpus: int = 1, learners: int = 1, learners_per_node: int | None = None, priority: int = 0
+) -> JobManifest:
     return JobManifest.model_validate(
         {
             "name": "job",
+            "priority": priority,
             "image": "img",
             "command": ["train"],
             "gpus_per_learner": gpus,
@@ -99,6 +103,20 @@ async def test_a_claim_deploys_jobs_on_free_gpus_and_never_twice(
     assert last.job.job_id not in {c.job.job_id for c in won}
     assert last.learners[0].gpus == first.learners[0].gpus
     assert last.epoch > max(c.epoch for c in won)
+
+
+@pytest.mark.parametrize(
+    ("order", "first"), [(Order.FIFO, "low"), (Order.PRIORITY, "high")], ids=["fifo", "priority"]
+)
+async def test_claims_follow_the_policy_in_force(
+    port: AgentPort, control: Control, order: Order, first: str
+) -> None:
+    await control.set_policy(ClaimPolicy(order=order))
+    await port.register(node("n1", 1), ttl_s=60)
+    jobs = {"low": await control.submit(manifest(priority=0))}
+    jobs["high"] = await control.submit(manifest(priority=5))
+    (won,) = await port.claim("n1", uids=None)  # one GPU: one job, the policy's first
+    assert won.job.job_id == jobs[first]
 
 
 async def test_a_job_of_several_learners_is_placed_on_other_nodes_too(
