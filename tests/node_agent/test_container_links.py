@@ -4,8 +4,8 @@ real `DockerRuntime` of an agent run in it (`tests.node_agent.container_link_nod
 machine's one Docker engine. Job J's learner containers on node A reach the port J's learner
 opened on node B and back, two learners of J on one node share its address there; job K's
 cannot reach J, nor J either node or anything else, even with a route a learner could not add;
-and the learners' removal (or a restarted agent's sweep) leaves no holder, namespace, veth,
-route or rule behind."""
+a restarted agent adopts a running learner with its link as it is; and the learners' removal
+(or a restarted agent's sweep) leaves no holder, namespace, veth, route or rule behind."""
 
 from __future__ import annotations
 
