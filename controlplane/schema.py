@@ -837,6 +837,16 @@ identity_logins = Table(
     Column("expires_at", DateTime(timezone=True), nullable=False),
 )
 
+warm_uids = Table(
+    "warm_uids",
+    metadata,
+    Column("placeholder", Uuid, primary_key=True),
+    Column("node", Text, nullable=False),
+    Column("uid", BigInteger, nullable=False),
+    Column("made_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    Index("warm_uids_node", "node"),
+)
+
 
 SERVER_DEPENDENT_INDEXES = frozenset({"job_log_search_trigrams"})
 """Indexes the migrations make only where the server has the extensions they need (0035's

@@ -30,6 +30,7 @@ from controlplane.agent_port.values import (
     JobNews,
     QueryClaim,
     TaskResults,
+    WarmUid,
 )
 from controlplane.agents.events import GpuInfo
 from controlplane.agents.nodes import NodeAddress, NodeNameTaken, NodeSpec, Renewal
@@ -146,6 +147,11 @@ class MemoryPort:
         self._stored: defaultdict[UUID, list[LogLine]] = defaultdict(list)
         """Each job's lines in the order they were stored (the order of their ids)."""
         self._uids: dict[UUID, int] = {}
+        """Each holder's uid: jobs, and warm placeholders (as learner_uids holds both)."""
+        self._warm: dict[UUID, str] = {}
+        """Each warm placeholder's node."""
+        self._adopted: set[UUID] = set()
+        """Jobs whose uid was a warm sandbox's: no later adoption gives it back."""
         self._folders: dict[tuple[UUID, str], _Folders] = {}
         self._expired: set[UUID] = set()
         self._tasks: dict[UUID, _Task] = {}
@@ -386,6 +392,40 @@ class MemoryPort:
             self._uids[job_id] = free
         return free
 
+    async def hold_warm_uid(self, node: str, uids: range) -> WarmUid | None:
+        placeholder = uuid4()
+        uid = await self.allocate_uid(placeholder, uids)
+        if uid is None:
+            return None
+        self._warm[placeholder] = node
+        return WarmUid(placeholder, uid)
+
+    async def adopt_warm_uid(self, job_id: UUID, node: str, placeholder: UUID) -> int | None:
+        live = {h.allocation.node for h in self._held.values() if h.allocation.job_id == job_id}
+        if (
+            self._warm.get(placeholder) != node
+            or any(folders_of == job_id for folders_of, _ in self._folders)
+            or live != {node}
+            or job_id in self._adopted
+        ):
+            return None
+        uid = self._uids.pop(placeholder)
+        self._uids[job_id] = uid  # the claim's uid, if any, is free again
+        del self._warm[placeholder]
+        self._adopted.add(job_id)
+        return uid
+
+    async def release_warm_uids(self, node: str, placeholders: Sequence[UUID] | None = None) -> int:
+        gone = [
+            placeholder
+            for placeholder, at in self._warm.items()
+            if at == node and (placeholders is None or placeholder in placeholders)
+        ]
+        for placeholder in gone:
+            del self._warm[placeholder]
+            del self._uids[placeholder]
+        return len(gone)
+
     # Serving
 
     async def claim_tasks(
@@ -599,6 +639,21 @@ class MemoryPort:
     def expire_folders(self, job_id: UUID) -> None:
         """The job's retention ended: every node removes its folders."""
         self._expired.add(job_id)
+
+    def release_uids(self) -> int:
+        """The lifecycle manager's sweep past the retention (`release_learner_uids`): the uids of
+        jobs that ended and whose folders no node records go back (never a warm placeholder's:
+        it is no job's); how many."""
+        kept = {job_id for job_id, _ in self._folders}
+        gone = [
+            job_id
+            for job_id in self._uids
+            if job_id not in kept and (job := self._job(job_id)) is not None and job.state.terminal
+        ]
+        for job_id in gone:
+            del self._uids[job_id]
+            self._adopted.discard(job_id)
+        return len(gone)
 
     def queue_task(self, tenant: str, deployment: str, inputs: list[object]) -> UUID:
         task_id = uuid4()

@@ -20,6 +20,7 @@ from controlplane.agent_port.values import (
     JobNews,
     QueryClaim,
     TaskResults,
+    WarmUid,
 )
 from controlplane.agents.claims import Releases, claim
 from controlplane.agents.events import GpuInfo
@@ -144,6 +145,19 @@ class PostgresPort:
             Q["allocate_learner_uid"], job_id, uids.start, len(uids)
         )
         return uid
+
+    async def hold_warm_uid(self, node: str, uids: range) -> WarmUid | None:
+        row = await self.pool.fetchrow(Q["hold_warm_uid"], node, uids.start, len(uids))
+        return None if row is None else WarmUid(row["placeholder"], row["uid"])
+
+    async def adopt_warm_uid(self, job_id: UUID, node: str, placeholder: UUID) -> int | None:
+        uid: int | None = await self.pool.fetchval(Q["adopt_warm_uid"], job_id, node, placeholder)
+        return uid
+
+    async def release_warm_uids(self, node: str, placeholders: Sequence[UUID] | None = None) -> int:
+        given = None if placeholders is None else list(placeholders)
+        released: int = await self.pool.fetchval(Q["release_warm_uids"], node, given)
+        return released
 
     # Serving
 

@@ -18,6 +18,7 @@ from controlplane.agent_port.values import (
     JobNews,
     QueryClaim,
     TaskResults,
+    WarmUid,
 )
 from controlplane.agents.events import GpuInfo
 from controlplane.agents.nodes import NodeAddress, NodeSpec, Renewal
@@ -123,6 +124,24 @@ class FolderRecords(Protocol):
     async def allocate_uid(self, job_id: UUID, uids: range) -> int | None:
         """The job's learner uid, allocated from `uids` if it held none; None when every uid
         of the range is held."""
+        ...
+
+    async def hold_warm_uid(self, node: str, uids: range) -> WarmUid | None:
+        """A free uid of `uids`, held for a sandbox `node` makes before its job is known, under a
+        fresh placeholder: no job is given it meanwhile. None when every uid is held."""
+        ...
+
+    async def adopt_warm_uid(self, job_id: UUID, node: str, placeholder: UUID) -> int | None:
+        """The job takes the uid of `node`'s warm `placeholder` as its own (returned), and the uid
+        its claim allocated it goes back. Only while no node has recorded folders of the job, all
+        its live learners are on `node`, and its uid is not an adopted one already; otherwise,
+        or for a placeholder that is not `node`'s warm one, None and nothing changes."""
+        ...
+
+    async def release_warm_uids(self, node: str, placeholders: Sequence[UUID] | None = None) -> int:
+        """`node`'s warm uids given back: those of `placeholders`, or all of the node's when None
+        (an agent starting again: its earlier sandboxes are gone); how many. A uid a job adopted
+        is the job's, and goes as its uid does."""
         ...
 
 

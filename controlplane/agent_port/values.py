@@ -22,6 +22,7 @@ __all__ = [
     "LearnerAllocation",
     "QueryClaim",
     "TaskResults",
+    "WarmUid",
 ]
 
 
@@ -55,6 +56,15 @@ class ExpiredFolders:
     """The job whose checkpoint folder it used (itself, or an earlier rung of its trial)."""
     checkpoints_used: bool
     """Whether a job that has not expired still uses that checkpoint folder."""
+
+
+@dataclass(frozen=True, slots=True)
+class WarmUid:
+    """A learner uid a node holds for a warm sandbox, under a placeholder (a job id of no job)
+    until the job that gets the sandbox adopts it."""
+
+    placeholder: UUID
+    uid: int
 
 
 @dataclass(frozen=True, slots=True)

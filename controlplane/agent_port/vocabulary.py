@@ -13,6 +13,7 @@ from controlplane.agent_port.values import (
     JobNews,
     QueryClaim,
     TaskResults,
+    WarmUid,
 )
 from controlplane.agents.claims import uids_exhausted
 from controlplane.agents.events import GpuInfo
@@ -88,6 +89,7 @@ __all__ = [
     "ServableSpec",
     "Stream",
     "TaskResults",
+    "WarmUid",
     "after_failure",
     "root_of",
     "split_long_line",

@@ -47,6 +47,11 @@ class Control(Protocol):
         """The job's retention ended (as the lifecycle manager marks it)."""
         ...
 
+    async def release_uids(self) -> int:
+        """The lifecycle manager's sweep, with no retention: the uids of jobs that ended and
+        whose folders no node records go back; how many."""
+        ...
+
     async def queue_task(self, deployment: str, inputs: list[object]) -> UUID: ...
 
     async def task(self, task_id: UUID) -> tuple[str, str | None, str | None, int]:
@@ -87,6 +92,9 @@ class MemoryControl:
 
     async def expire_folders(self, job_id: UUID) -> None:
         self._port.expire_folders(job_id)
+
+    async def release_uids(self) -> int:
+        return self._port.release_uids()
 
     async def queue_task(self, deployment: str, inputs: list[object]) -> UUID:
         return self._port.queue_task(TENANT, deployment, inputs)
@@ -137,6 +145,10 @@ class PostgresControl:
 
     async def expire_folders(self, job_id: UUID) -> None:
         await self._owner.execute("UPDATE job_folders SET expired = true WHERE job_id = $1", job_id)
+
+    async def release_uids(self) -> int:
+        released: int = await self._owner.fetchval(Q["release_learner_uids"], 0)
+        return released
 
     async def queue_task(self, deployment: str, inputs: list[object]) -> UUID:
         task_id = uuid4()

@@ -26,6 +26,7 @@ from controlplane.jobs.lifecycle import Cancel, Complete, EnterPhase, JobStatus,
 from controlplane.jobs.manifest import JobManifest
 from controlplane.scheduling.policy import ClaimPolicy, Order
 from tests.controlplane.agent_port.conftest import Control
+from tests.polling import eventually
 
 AGENT = "agent:n1"
 
@@ -294,6 +295,119 @@ async def test_folders_expire_and_are_forgotten_node_by_node(
     await port.forget_folders(old, "n1")
     assert await port.expired_folders("n1") == []
     assert [f.job_id for f in await port.expired_folders("n2")] == [old]
+
+
+async def test_a_warm_uid_is_held_from_jobs_until_given_back(port: AgentPort) -> None:
+    uids = range(8000, 8002)
+    warm = await port.hold_warm_uid("n1", uids)
+    assert warm is not None and warm.uid in uids
+    first, waiting = uuid4(), uuid4()
+    assert await port.allocate_uid(first, uids) == ({*uids} - {warm.uid}).pop()
+    assert await port.allocate_uid(waiting, uids) is None  # the placeholder holds the other
+    assert await port.hold_warm_uid("n1", uids) is None
+    assert await port.release_warm_uids("n1", [warm.placeholder]) == 1
+    assert await port.allocate_uid(waiting, uids) == warm.uid
+
+
+async def test_a_job_adopts_a_warm_uid_and_its_claim_s_uid_goes_back(
+    port: AgentPort, control: Control
+) -> None:
+    await port.register(node("n1", 1), ttl_s=60)
+    uids = range(8100, 8102)
+    warm = await port.hold_warm_uid("n1", uids)
+    assert warm is not None
+    job_id = await control.submit(manifest())
+    (won,) = await port.claim("n1", uids=uids)
+    claimed = await port.allocate_uid(job_id, uids)
+    assert claimed is not None and claimed != warm.uid
+    other = uuid4()
+    assert await port.allocate_uid(other, uids) is None  # both held
+
+    assert await port.adopt_warm_uid(job_id, "n1", warm.placeholder) == warm.uid
+    assert await port.allocate_uid(job_id, uids) == warm.uid  # the job's own now
+    assert await port.allocate_uid(other, uids) == claimed  # nothing had used it: it is free
+    assert await port.release_warm_uids("n1") == 0  # the job's, no longer a warm one
+
+    # The normal path then: held while a folder of the job is recorded, free once none is.
+    await port.record_folders(job_id, "n1", warm.uid, job_id)
+    await control.cancel(job_id)
+    await port.release("n1", job_id, won.attempt)
+    await port.forget_folders(job_id, "n1")
+
+    async def released() -> bool:
+        return await control.release_uids() == 1  # once the job's end is projected
+
+    await eventually(released)
+    assert await port.allocate_uid(uuid4(), uids) == warm.uid
+
+
+async def test_an_adoption_refused_changes_nothing(port: AgentPort, control: Control) -> None:
+    await port.register(node("n1", 1), ttl_s=60)
+    await port.register(node("n2", 1), ttl_s=60)
+    uids = range(8200, 8210)
+    job_id = await control.submit(manifest())
+    await port.claim("n1", uids=uids)
+    claimed = await port.allocate_uid(job_id, uids)
+    mine, theirs = await port.hold_warm_uid("n1", uids), await port.hold_warm_uid("n2", uids)
+    assert mine is not None and theirs is not None
+
+    assert await port.adopt_warm_uid(job_id, "n1", theirs.placeholder) is None  # n2's
+    assert await port.adopt_warm_uid(job_id, "n2", theirs.placeholder) is None  # not on n2
+    assert await port.adopt_warm_uid(job_id, "n1", uuid4()) is None  # no such placeholder
+    await port.record_folders(job_id, "n2", claimed, job_id)  # its uid may be in use there
+    assert await port.adopt_warm_uid(job_id, "n1", mine.placeholder) is None
+    assert await port.allocate_uid(job_id, uids) == claimed
+
+    await port.forget_folders(job_id, "n2")
+    assert await port.adopt_warm_uid(job_id, "n1", mine.placeholder) == mine.uid  # still warm
+    # Adopted once, never again: its sandbox may run as it before any folder is recorded.
+    again = await port.hold_warm_uid("n1", uids)
+    assert again is not None
+    assert await port.adopt_warm_uid(job_id, "n1", again.placeholder) is None
+    assert await port.allocate_uid(job_id, uids) == mine.uid
+    assert await port.release_warm_uids("n1") == 1  # `again`, still warm
+    assert await port.release_warm_uids("n2") == 1
+
+
+async def test_a_job_with_learners_on_another_node_adopts_no_warm_uid(
+    port: AgentPort, control: Control
+) -> None:
+    await port.register(node("n1", 1), ttl_s=60)
+    await port.register(node("n2", 1), ttl_s=60)
+    uids = range(8300, 8310)
+    job_id = await control.submit(manifest(learners=2))
+    (won,) = await port.claim("n1", uids=uids)
+    assert [learner.node for learner in won.learners] == ["n1", "n2"]
+    claimed = await port.allocate_uid(job_id, uids)
+    warm = await port.hold_warm_uid("n1", uids)
+    assert warm is not None
+    assert await port.adopt_warm_uid(job_id, "n1", warm.placeholder) is None
+    assert await port.allocate_uid(job_id, uids) == claimed
+    unclaimed = await control.submit(manifest())  # no learner anywhere yet
+    assert await port.adopt_warm_uid(unclaimed, "n1", warm.placeholder) is None
+
+
+async def test_warm_uids_are_given_back_by_placeholder_or_all_of_a_node_s(
+    port: AgentPort,
+) -> None:
+    uids = range(8400, 8404)
+    held = [await port.hold_warm_uid("n1", uids) for _ in range(3)]
+    theirs = await port.hold_warm_uid("n2", uids)
+    assert theirs is not None and all(warm is not None for warm in held)
+    placeholders = [warm.placeholder for warm in held if warm is not None]
+    assert await port.release_warm_uids("n1", [placeholders[0], theirs.placeholder]) == 1
+    assert await port.release_warm_uids("n1", [placeholders[0]]) == 0  # given back already
+    assert await port.release_warm_uids("n1") == 2
+    assert await port.release_warm_uids("n1") == 0
+    jobs = [uuid4() for _ in range(4)]
+    assert [await port.allocate_uid(job, uids) is not None for job in jobs] == [
+        True,
+        True,
+        True,
+        False,  # n2's is still held
+    ]
+    assert await port.release_warm_uids("n2", [theirs.placeholder]) == 1
+    assert await port.allocate_uid(jobs[3], uids) == theirs.uid
 
 
 async def test_tasks_are_claimed_in_batches_fenced_by_their_claim(

@@ -1,0 +1,20 @@
+-- Warm uids (migration 0050): learner uids a node holds for sandboxes it makes before their
+-- jobs are known, each under a placeholder until the job that gets the sandbox adopts it. Only
+-- through the definer functions, each for the session's own node: agents have no right on
+-- warm_uids or learner_uids.
+
+-- name: hold_warm_uid
+-- A fresh placeholder holding a free uid of the $3 uids from $2, as node $1's warm uid: no row
+-- when every uid is held. The claims' own search, so no job is given it while it is held.
+SELECT placeholder, uid FROM hold_warm_uid($1, $2, $3);
+
+-- name: adopt_warm_uid
+-- Job $1 takes the uid of node $2's warm placeholder $3 as its own, and its claim's unused uid
+-- goes back; NULL, nothing changed, unless no node has recorded folders of the job, its live
+-- learners are all on $2 and its uid is not an adopted one (see the function for why each).
+SELECT adopt_warm_uid($1, $2, $3);
+
+-- name: release_warm_uids
+-- Node $1's warm uids back to the range: those of placeholders $2, or every one of the node's
+-- when $2 is NULL (the agent starting again: its earlier sandboxes are gone); how many.
+SELECT release_warm_uids($1, $2);
