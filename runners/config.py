@@ -33,6 +33,9 @@ EXIT_FILE = "TRAINYARD_EXIT_FILE"
 SERVE_DIR = "TRAINYARD_SERVE_DIR"
 """A serving replica's folder (`python -m runners.serve`): it listens on `serve.sock` there and
 keeps the model it is given under `model/`."""
+WARM_IMPORTS = "TRAINYARD_WARM_IMPORTS"
+"""The modules a warm learner (`python -m runners.warm`) imports before its job is known,
+comma-separated (`torch`): set by the agent in the warm environment, never in a job's."""
 HPARAMS = "TRAINYARD_HPARAMS"
 """A search trial's hyperparameters: its point, one JSON object (see `runners.hparams`)."""
 HPARAMS_FILE = "TRAINYARD_HPARAMS_FILE"

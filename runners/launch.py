@@ -34,7 +34,7 @@ from runners.durable import write_bytes_atomically
 from runners.phases import SUCCEEDED, PhaseError, PhaseResult, run_phase
 from runners.protocol import Outcome, Phase, PhaseEnded
 from runners.store import store
-from runners.supervise import ChildExit, SignalRouter, spawn
+from runners.supervise import Child, ChildExit, SignalRouter, spawn
 
 USAGE = "usage: python -m runners.launch -- COMMAND [ARG...]"
 EXIT_PHASE_FAILED = 1
@@ -44,11 +44,17 @@ EXIT_NOT_EXECUTABLE = 126
 EXIT_NOT_FOUND = 127
 HPARAMS_NAME = "hparams.json"
 
+Start = Callable[[Sequence[str]], Child]
+"""How PROCESSING starts the command: `spawn`, or a warm learner's fork (`runners.warm`)."""
+
 
 class Launcher:
-    def __init__(self, command: Sequence[str], environ: Mapping[str, str]) -> None:
+    def __init__(
+        self, command: Sequence[str], environ: Mapping[str, str], start: Start = spawn
+    ) -> None:
         self._command = list(command)
         self._environ = environ
+        self._start = start
         self._router = SignalRouter()
         self._config: LaunchConfig | None = None
         self._trial: hparams.TrialConfig | None = None
@@ -105,7 +111,7 @@ class Launcher:
         if self._trial is not None:
             self._write_hparams(self._trial.hparams)
         try:
-            child = spawn(self._command)
+            child = self._start(self._command)
         except (OSError, subprocess.SubprocessError) as error:
             missing = isinstance(error, FileNotFoundError)
             self._command_status = EXIT_NOT_FOUND if missing else EXIT_NOT_EXECUTABLE
@@ -137,7 +143,7 @@ class Launcher:
             write_bytes_atomically(path, (json.dumps(point, indent=2) + "\n").encode())
         except OSError as error:
             raise PhaseError(f"cannot write {path}: {error}") from error
-        # The command inherits the launcher's environment (`spawn`).
+        # The command inherits the launcher's environment (`spawn`, `fork`).
         os.environ[HPARAMS_FILE] = str(path)
 
     def _store(self) -> PhaseResult:
@@ -161,8 +167,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if len(args) < 2 or args[0] != "--":
         print(USAGE, file=sys.stderr)
         return EXIT_USAGE
-    status = Launcher(args[1:], os.environ).run()
-    exit_file = os.environ.get(EXIT_FILE)
+    return run(args[1:], os.environ)
+
+
+def run(command: Sequence[str], environ: Mapping[str, str], start: Start = spawn) -> int:
+    """Run the phases around `command`, record the exit status (EXIT_FILE) and return it: all of
+    a learner's life, started cold (`main`) or warm (`runners.warm`)."""
+    status = Launcher(command, environ, start).run()
+    exit_file = environ.get(EXIT_FILE)
     if exit_file:
         record_exit_status(Path(exit_file), status)
     return status

@@ -15,15 +15,18 @@ and the user's command. `SignalRouter` decides what each signal does at each mom
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Iterator, Sequence
+import traceback
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from types import FrameType
+from typing import NoReturn, Protocol
 
 from runners.phases import Interrupted
 
@@ -38,9 +41,25 @@ def signal_name(signum: int) -> str:
         return f"signal {signum}"
 
 
+class Child(Protocol):
+    """The running command: a new process (`spawn`, a `subprocess.Popen`) or a fork of the
+    launcher's own (`fork`)."""
+
+    @property
+    def pid(self) -> int: ...
+
+    def wait(self) -> int:
+        """Wait for the command to end; its return code (negative: killed by that signal)."""
+        ...
+
+    def send_signal(self, sig: int) -> None:
+        """Send `sig`, unless the command has already been waited for."""
+        ...
+
+
 @dataclass(frozen=True)
 class ChildExit:
-    """How the command ended, from `Popen.returncode` (negative: killed by that signal)."""
+    """How the command ended, from `Child.wait` (negative: killed by that signal)."""
 
     exit_code: int | None
     signal: str | None
@@ -91,6 +110,76 @@ def spawn(command: Sequence[str]) -> subprocess.Popen[bytes]:
     return subprocess.Popen(list(command), preexec_fn=preexec)
 
 
+class Forked:
+    """A child made by `fork`, waited for and signalled as `subprocess.Popen` does one."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def wait(self) -> int:
+        if self.returncode is None:
+            _, status = os.waitpid(self.pid, 0)
+            self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        # Once waited for, the pid may already be another process's.
+        if self.returncode is None:
+            # ProcessLookupError: it has ended, not yet waited for.
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, sig)
+
+
+def fork(body: Callable[[], int]) -> Forked:
+    """Run `body` in a fork of this process, which exits with the status `body` returns.
+
+    The child is what `spawn` makes of a new process, as far as a fork can be: its standard
+    streams and environment are the launcher's, every Python signal handler is back to its
+    default (SIGINT to Python's `default_int_handler`, as a new interpreter has it), and it dies
+    with the launcher. Every signal is blocked across the fork until the child has reset its
+    handlers: a SIGTERM forwarded at once would otherwise run the launcher's handler in the child,
+    which would swallow it.
+    """
+    die_with_parent = _die_with_parent(os.getpid()) if sys.platform == "linux" else None
+    # What the buffers hold now would otherwise be written twice, once by each process.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+    try:
+        pid = os.fork()
+        if pid == 0:
+            _forked(body, mask, die_with_parent)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    return Forked(pid)
+
+
+def _forked(
+    body: Callable[[], int], mask: Iterable[int], die_with_parent: Callable[[], None] | None
+) -> NoReturn:
+    status = 1
+    try:
+        for signum in signal.valid_signals():
+            if callable(signal.getsignal(signum)):
+                signal.signal(signum, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        if die_with_parent is not None:
+            die_with_parent()
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        status = body()
+    except BaseException:
+        # `body` handles its own errors: this is the child's setup failing.
+        traceback.print_exc()
+    finally:
+        # os._exit, as multiprocessing's fork does: a return or an exception would carry the
+        # child up through the launcher's frames, to run its phases a second time, and a normal
+        # exit would run what the launcher registered to run at its own end (`body` has run the
+        # exit handlers that are the command's, and flushed its streams). An exit status is 8
+        # bits, and os._exit must not fail here on one that does not fit.
+        os._exit(status & 0xFF)
+
+
 def _die_with_parent(parent: int) -> Callable[[], None]:
     # libc is loaded here, in the launcher: between fork and exec the child may only do simple,
     # async-signal-safe work, and loading a library is not.
@@ -115,7 +204,7 @@ class SignalRouter:
 
     def __init__(self) -> None:
         self.received: int | None = None  # the latest terminating signal received
-        self._child: subprocess.Popen[bytes] | None = None
+        self._child: Child | None = None
         self._interruptible = False
 
     def install(self) -> None:
@@ -134,7 +223,7 @@ class SignalRouter:
             self._interruptible = False
 
     @contextmanager
-    def forwarding_to(self, child: subprocess.Popen[bytes]) -> Iterator[None]:
+    def forwarding_to(self, child: Child) -> Iterator[None]:
         """A block during which signals are passed on to `child`."""
         self._child = child
         try:
@@ -156,7 +245,7 @@ class SignalRouter:
             raise Interrupted(signal_name(signum))
 
     @staticmethod
-    def _forward(child: subprocess.Popen[bytes], signum: int) -> None:
+    def _forward(child: Child, signum: int) -> None:
         if signum == signal.SIGTERM:
             child.send_signal(signum)
         elif signum == signal.SIGUSR1:
