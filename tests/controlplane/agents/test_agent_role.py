@@ -26,6 +26,7 @@ from controlplane.events.store import EventStore
 from controlplane.jobs.events import JobCancelled
 from controlplane.jobs.lifecycle import JobStatus
 from controlplane.jobs.streams import job_stream
+from controlplane.queries import Q
 from controlplane.tenants.events import TokenIssued
 from harness.agent_login import AGENT_PASSWORD, agent_login_name, agent_login_url
 from tests.cluster import A_WHOLE_RUN, USER, Plane, RunningAgent, learner_space
@@ -109,7 +110,15 @@ AGENT_RIGHTS = {
     "SELECT ON job_folders",  # the folders it made, to remove at their retention's end
     "INSERT ON job_folders",  # recorded before they are made
     "DELETE ON job_folders",  # and forgotten once removed
+    # learner_uids, warm_uids: none. Uids only through definer functions (WARM_UID_FUNCTIONS).
 }
+
+WARM_UID_FUNCTIONS = [
+    # What agents may execute of 0050: each acts for the session's own node only.
+    "hold_warm_uid(text, bigint, bigint)",
+    "adopt_warm_uid(uuid, text, uuid)",
+    "release_warm_uids(text, uuid[])",
+]
 
 TABLE_PRIVILEGES = ["SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE", "REFERENCES", "TRIGGER"]
 AGENT_ACTOR = Metadata(actor="agent:n1")
@@ -188,6 +197,38 @@ async def test_an_agent_login_is_refused_what_agents_never_need(
     with pytest.raises(asyncpg.InsufficientPrivilegeError):
         await agent_conn.execute(statement)
     assert await owner.fetchval("SELECT count(*) FROM api_tokens") == 0
+
+
+async def test_an_agent_login_holds_and_gives_back_warm_uids_of_its_own_node_only(
+    agent_conn: asyncpg.Connection, owner: asyncpg.Connection
+) -> None:
+    for function in WARM_UID_FUNCTIONS:
+        assert await owner.fetchval(
+            "SELECT has_function_privilege($1, $2, 'EXECUTE')", AGENT_ROLE, function
+        )
+    assert not await owner.fetchval(
+        "SELECT has_function_privilege($1, 'agent_acts_for(text)', 'EXECUTE')", AGENT_ROLE
+    )
+    warm = await agent_conn.fetchrow(Q["hold_warm_uid"], "n1", 9000, 4)
+    assert warm is not None
+    theirs = await owner.fetchrow(Q["hold_warm_uid"], "n2", 9000, 4)  # unconfined: any node
+    assert theirs is not None
+    for query, args in [
+        ("hold_warm_uid", ("n2", 9000, 4)),
+        ("adopt_warm_uid", (uuid4(), "n2", theirs["placeholder"])),
+        ("release_warm_uids", ("n2", None)),
+    ]:
+        with pytest.raises(
+            asyncpg.InsufficientPrivilegeError, match="works for node 'n1', not 'n2'"
+        ):
+            await agent_conn.fetch(Q[query], *args)
+    for table in ("warm_uids", "learner_uids"):
+        with pytest.raises(asyncpg.InsufficientPrivilegeError):
+            await agent_conn.fetch(f"SELECT * FROM {table}")
+    assert await agent_conn.fetchval(Q["release_warm_uids"], "n1", None) == 1
+    held = await owner.fetch("SELECT node, uid FROM warm_uids")
+    assert [(r["node"], r["uid"]) for r in held] == [("n2", theirs["uid"])]
+    assert await owner.fetchval("SELECT count(*) FROM learner_uids") == 1
 
 
 @pytest.fixture
