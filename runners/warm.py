@@ -100,11 +100,11 @@ def parse_assignment(data: bytes) -> Assignment:
         isinstance(env, dict)
         and all(_is_text(name) and "=" not in name and _is_text(v) for name, v in env.items())
     ):
-        raise AssignmentError('"env" is not an object of names (without "=") to strings')
+        raise AssignmentError('the assignment\'s "env" is not an object of names to strings')
     if not (isinstance(command, list) and command and all(_is_text(arg) for arg in command)):
-        raise AssignmentError('"command" is not a non-empty array of strings')
+        raise AssignmentError('the assignment\'s "command" is not a non-empty array of strings')
     if not (_is_text(cwd) and cwd):
-        raise AssignmentError('"cwd" is not a directory name')
+        raise AssignmentError('the assignment\'s "cwd" is not a directory name')
     return Assignment(env=env, command=command, cwd=cwd)
 
 

@@ -31,7 +31,15 @@ def learner_env(variables: Mapping[str, str | Path]) -> dict[str, str]:
 class Learner:
     """A process whose standard output is read line by line, as it comes."""
 
-    def __init__(self, command: Sequence[str], env: Mapping[str, str], stderr: Path) -> None:
+    def __init__(
+        self,
+        command: Sequence[str],
+        env: Mapping[str, str],
+        stderr: Path,
+        *,
+        stdin: int | None = None,
+        cwd: str | Path | None = None,
+    ) -> None:
         self._stderr_path = stderr
         with open(stderr, "wb") as stderr_file:
             # A session of its own, so that a test can kill the learner with everything it
@@ -39,6 +47,8 @@ class Learner:
             self.process = subprocess.Popen(
                 list(command),
                 env=dict(env),
+                stdin=stdin,
+                cwd=cwd,
                 stdout=subprocess.PIPE,
                 stderr=stderr_file,
                 text=True,
