@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from uuid import UUID
 
 from controlplane.agent_port.protocol import FolderRecords
-from controlplane.agent_port.vocabulary import uids_exhausted
+from controlplane.agent_port.vocabulary import WarmUid, uids_exhausted
 
 log = logging.getLogger(__name__)
 
@@ -100,3 +100,26 @@ class Users:
                 f"({self._uids.start}:{self._uids.count}): every node must have the same range"
             )
         return uid, uid
+
+    async def hold_warm(self, node: str) -> WarmUid | None:
+        """A uid of the range held for a warm sandbox of `node`, made before its job is known,
+        under a placeholder that no job is given meanwhile. None when the agent is not root (it
+        makes no sandbox as another user) or every uid of the range is held."""
+        if not self._root:
+            return None
+        return await self._port.hold_warm_uid(node, self._uids.uids)
+
+    async def adopt_warm(self, job_id: UUID, node: str, placeholder: UUID) -> int | None:
+        """The job, just claimed with all its learners on `node`, takes the warm sandbox's uid as
+        its own (its claim's goes back); None when it cannot (see
+        `FolderRecords.adopt_warm_uid`): the job keeps its uid, and the sandbox stays warm."""
+        if not self._root:
+            return None
+        return await self._port.adopt_warm_uid(job_id, node, placeholder)
+
+    async def release_warm(self, node: str, placeholders: Sequence[UUID] | None = None) -> int:
+        """`node`'s warm uids given back: those of `placeholders`, or all of them when None (the
+        agent starting again: its earlier sandboxes are gone); how many."""
+        if not self._root:
+            return 0
+        return await self._port.release_warm_uids(node, placeholders)
