@@ -5,11 +5,11 @@ driven by the pure lifecycle (`controlplane.jobs.lifecycle.decide`/`evolve`), cl
 and ordered as the claim's SQL does (`scheduling.claim_order`, `scheduling.placement`, under the
 policy in force: `set_policy`), each
 with a fencing epoch that only grows, no GPU or job claimed twice, log lines deduplicated by
-(series, seq), uids held per job, serving tasks and inference queries fenced by their claim
-tokens and their tries counted.
+(series, seq), uids held per job or warm placeholder, serving tasks and inference queries fenced
+by their claim tokens and their tries counted.
 
 What only the control plane's other parts do here is done by the methods below the port's
-(`submit`, `expire_folders`, `queue_task`, `start_inference`, ...): the twin's stand-ins for
+(`submit`, `expire_folders`, `release_uids`, `queue_task`, ...): the twin's stand-ins for
 the HTTP API and the lifecycle manager, which tests call as those would act.
 """
 
