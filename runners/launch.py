@@ -6,8 +6,9 @@ The launcher runs three phases and reports each one on standard output (see
 1. DOWNLOADING: checks the configuration (`runners.config`), then fetches the data source into
    the data directory and verifies its checksum. The command never runs if this fails.
 2. PROCESSING: runs the command as a child process with the same environment and standard
-   streams, forwarding SIGTERM and SIGUSR1 to it (`runners.supervise`). A search trial's
-   hyperparameters (TRAINYARD_HPARAMS, see `runners.hparams`) are first written to
+   streams, forwarding SIGTERM and SIGUSR1 to it (`runners.supervise`); a learner started warm
+   (`runners.warm`) runs a Python command of its own interpreter in a fork of itself. A search
+   trial's hyperparameters (TRAINYARD_HPARAMS, see `runners.hparams`) are first written to
    `hparams.json` in the working directory, which the command finds in TRAINYARD_HPARAMS_FILE.
 3. STORING: copies the results directory to the results location.
 

@@ -1,6 +1,6 @@
 """`python -m runners.warm`: a learner started before its job is known, in a warm sandbox.
 
-The node agent makes sandboxes ahead (`node_agent.sandbox`), each running this process, which
+The node agent makes sandboxes ahead (`node_agent.warm`), each running this process, which
 serves exactly one learner:
 
 1. It starts with its standard input one end of a Unix stream socket pair (the agent holds the
@@ -24,7 +24,8 @@ command as `python` would: its `sys.argv` and `sys.path[0]`, a fresh `__main__`,
 handlers, Python's exit status and exit sequence (`Program.run_as_main`). Where a fork could not
 be that, the command is spawned as the cold launcher does, and one line on standard error says
 why: a Python thread is running, this interpreter was started with options, or the job's
-environment differs from the warm one in a variable read once at start (`READ_AT_START`).
+environment differs from the warm one in what is read once at start (`READ_AT_START_PREFIXES`,
+the user's site-packages).
 """
 
 from __future__ import annotations
@@ -61,20 +62,25 @@ EXIT_BAD_ASSIGNMENT = 2
 THIS_PROGRAM = ["-m", "runners.warm"]
 
 READ_AT_START_PREFIXES = (
-    # The interpreter's own (its path, flags, hash seed, stream encodings and buffering) and the
-    # dynamic loader's (a library a warm import loaded stays as it was loaded).
+    # The interpreter's own (its path, flags, hash seed, stream encodings and buffering), the
+    # dynamic loader's (a library a warm import loaded stays as it was loaded) and the C
+    # library's allocator's.
     "PYTHON",
     "LD_",
+    "MALLOC_",
+    "GLIBC_TUNABLES",
     # The locale: the standard streams' encoding is chosen as the interpreter starts.
     "LC_",
+    "LANG",
+    # The time zone, read as `time` is imported.
+    "TZ",
     # The thread pools of the numeric libraries that torch and numpy load, sized as they load.
     "OMP_",
     "MKL_",
     "OPENBLAS_",
 )
-READ_AT_START = frozenset({"LANG", "TZ"} | ({"HOME"} if site.ENABLE_USER_SITE else set()))
-"""Besides the prefixes: the locale, the time zone (read as `time` is imported) and, where the
-user's site-packages is on the path, HOME, where Python looks for it."""
+"""Variables (by prefix) read once, as the interpreter starts or a warm import loads a library:
+a job's that differ from the warm environment's make its command start as a new process."""
 
 
 class AssignmentError(ValueError):
@@ -204,10 +210,12 @@ def why_not_fork(warm_environ: Mapping[str, str], environ: Mapping[str, str]) ->
     differing = sorted(
         name
         for name in warm_environ.keys() | environ.keys()
-        if _read_at_start(name) and warm_environ.get(name) != environ.get(name)
+        if name.startswith(READ_AT_START_PREFIXES) and warm_environ.get(name) != environ.get(name)
     )
     if differing:
         return f"the job's environment differs in what is read at start: {', '.join(differing)}"
+    if _user_site(warm_environ) != _user_site(environ):
+        return "the job's HOME has a user site-packages of its own"
     # A fork copies only the thread that forks: a lock another thread holds at that moment (the
     # allocator's, a stream's, logging's) stays held in the child for ever, and the child hangs
     # on it. Native threads are not counted: the pools of numeric libraries (OpenBLAS starts one
@@ -218,8 +226,21 @@ def why_not_fork(warm_environ: Mapping[str, str], environ: Mapping[str, str]) ->
     return None
 
 
-def _read_at_start(name: str) -> bool:
-    return name in READ_AT_START or name.startswith(READ_AT_START_PREFIXES)
+def _user_site(environ: Mapping[str, str]) -> str | None:
+    """The user's site-packages that Python, started with `environ`, puts on sys.path (as `site`
+    finds it on Linux: under PYTHONUSERBASE, else HOME's `.local`), if any."""
+    if not site.ENABLE_USER_SITE:
+        return None  # in a virtual environment, as with -s
+    base = environ.get("PYTHONUSERBASE")
+    if not base:
+        home = environ.get("HOME")
+        if not home:
+            # Python would ask the password database, where a learner's uid has no entry.
+            return None
+        base = os.path.join(home, ".local")
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    path = os.path.join(base, "lib", version, "site-packages")
+    return path if os.path.isdir(path) else None
 
 
 @dataclass(frozen=True)
