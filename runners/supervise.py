@@ -139,33 +139,44 @@ def fork(body: Callable[[], int]) -> Forked:
     default (SIGINT to Python's `default_int_handler`, as a new interpreter has it), and it dies
     with the launcher. Every signal is blocked across the fork until the child has reset its
     handlers: a SIGTERM forwarded at once would otherwise run the launcher's handler in the child,
-    which would swallow it.
+    which would swallow it. And, as `subprocess.Popen` returns once its child has exec'd, this
+    returns once the child has reset them: until then its handlers read as the launcher's
+    (`handles_signal`), and a SIGUSR1 forwarded on that word would kill a command that has none.
     """
     die_with_parent = _die_with_parent(os.getpid()) if sys.platform == "linux" else None
     # What the buffers hold now would otherwise be written twice, once by each process.
     sys.stdout.flush()
     sys.stderr.flush()
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
-    try:
-        pid = os.fork()
-        if pid == 0:
-            _forked(body, mask, die_with_parent)
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    ready, say_ready = os.pipe()
+    with open(ready, "rb", buffering=0) as child_setup:
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+        try:
+            pid = os.fork()
+            if pid == 0:
+                _forked(body, mask, die_with_parent, (ready, say_ready))
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+            os.close(say_ready)
+        child_setup.read()  # the end of the pipe: the child closed it, or died
     return Forked(pid)
 
 
 def _forked(
-    body: Callable[[], int], mask: Iterable[int], die_with_parent: Callable[[], None] | None
+    body: Callable[[], int],
+    mask: Iterable[int],
+    die_with_parent: Callable[[], None] | None,
+    pipe: tuple[int, int],
 ) -> NoReturn:
     status = 1
     try:
+        os.close(pipe[0])
         for signum in signal.valid_signals():
             if callable(signal.getsignal(signum)):
                 signal.signal(signum, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         if die_with_parent is not None:
             die_with_parent()
+        os.close(pipe[1])  # the command holds neither end
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         status = body()
     except BaseException:
