@@ -31,6 +31,7 @@ the user's site-packages).
 from __future__ import annotations
 
 import atexit
+import builtins
 import contextlib
 import importlib
 import importlib.machinery
@@ -247,6 +248,7 @@ def _user_site(environ: Mapping[str, str]) -> str | None:
 class Program:
     """A Python command of this interpreter: `-c CODE`, `-m MODULE` or `SCRIPT`, then arguments."""
 
+    command: tuple[str, ...]
     kind: Literal["-c", "-m", "script"]
     target: str  # the code, the module's name, the script's path
     args: tuple[str, ...]
@@ -260,10 +262,10 @@ class Program:
         if first in ("-c", "-m"):
             if not rest:
                 return None  # a usage error, which Python reports itself
-            return cls("-c" if first == "-c" else "-m", rest[0], rest[1:])
+            return cls(tuple(command), "-c" if first == "-c" else "-m", rest[0], rest[1:])
         if first.startswith("-") or not _is_source_file(first):
             return None  # an option, standard input, or what Python runs otherwise (below)
-        return cls("script", first, rest)
+        return cls(tuple(command), "script", first, rest)
 
     def run_as_main(self) -> int:
         """Run the program as `python` would, in this process; its exit status, once what the
@@ -301,6 +303,8 @@ class Program:
 
     def _become_main(self) -> types.ModuleType:
         main = types.ModuleType("__main__")
+        # The module, as Python gives `__main__` (exec would put in the dict of its contents).
+        main.__builtins__ = builtins  # type: ignore[attr-defined]
         if self.kind == "-c":
             main.__loader__ = importlib.machinery.BuiltinImporter
         elif self.kind == "script":
@@ -310,6 +314,7 @@ class Program:
             main.__loader__ = importlib.machinery.SourceFileLoader("__main__", path)
         sys.modules["__main__"] = main
         sys.argv = [self.target if self.kind == "script" else self.kind, *self.args]
+        sys.orig_argv = list(self.command)
         if not sys.flags.safe_path:
             sys.path.insert(0, self._first_path())
         # Directories the warm process listed may have changed since (the job's own files).

@@ -30,6 +30,8 @@ PROBE = """
 import json, os, signal, sys
 print("PROBE " + json.dumps({
     "argv": sys.argv,
+    "orig_argv": sys.orig_argv,
+    "builtins": type(__builtins__).__name__,
     "path0": sys.path[0],
     "name": __name__,
     "main_file": getattr(sys.modules["__main__"], "__file__", None),
@@ -44,6 +46,19 @@ print("PROBE " + json.dumps({
     "preloaded": "preloaded_probe" in sys.modules,
 }), flush=True)
 """
+
+
+SEEN_AS_PYTHON_GIVES_IT = (
+    "argv",
+    "orig_argv",
+    "builtins",
+    "path0",
+    "name",
+    "main_file",
+    "environ",
+    "cwd",
+    "handlers",
+)
 
 
 class Warm:
@@ -198,7 +213,7 @@ def test_a_python_command_runs_in_a_fork_and_sees_what_python_would_give_it(
     assert learner.finish() == cold.finish() == 0
     seen, expected = probe(learner), probe(cold)
     assert forked_from(warm, seen)
-    for field in ("argv", "path0", "name", "main_file", "environ", "cwd", "handlers"):
+    for field in SEEN_AS_PYTHON_GIVES_IT:
         assert seen[field] == expected[field], field
     assert WARM_IMPORTS not in seen["environ"]
     assert seen["stdin"] == "/dev/null"
