@@ -1,4 +1,4 @@
--- Warm uids (migration 0050): learner uids a node holds for sandboxes it makes before their
+-- Warm uids (migration 0047): learner uids a node holds for sandboxes it makes before their
 -- jobs are known, each under a placeholder until the job that gets the sandbox adopts it. Only
 -- through the definer functions, each for the session's own node: agents have no right on
 -- warm_uids or learner_uids.

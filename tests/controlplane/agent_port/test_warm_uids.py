@@ -1,4 +1,4 @@
-"""Warm uids at once, on Postgres (migration 0050): what the contract suite cannot show one call
+"""Warm uids at once, on Postgres (migration 0047): what the contract suite cannot show one call
 at a time. Whatever races an adoption for the same job (another adoption, or the job's first
 uid allocated as another agent starts its learners), the job ends with one uid, and what lost
 is left as it was."""

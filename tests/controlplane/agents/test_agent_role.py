@@ -114,7 +114,7 @@ AGENT_RIGHTS = {
 }
 
 WARM_UID_FUNCTIONS = [
-    # What agents may execute of 0050: each acts for the session's own node only.
+    # What agents may execute of 0047: each acts for the session's own node only.
     "hold_warm_uid(text, bigint, bigint)",
     "adopt_warm_uid(uuid, text, uuid)",
     "release_warm_uids(text, uuid[])",
