@@ -8,7 +8,7 @@ import contextlib
 import logging
 import os
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TypeVar
 from uuid import UUID
@@ -47,12 +47,15 @@ from node_agent.job_links import (
     unlinked_because,
 )
 from node_agent.learners import checkpoints_of, learner_specs
+from node_agent.process_runtime import ProcessRuntime
 from node_agent.reconcile import Resumed, VersionedJob, plan
 from node_agent.runtime import FoundLearner, Learner, LearnerRuntime, LearnerSpec
 from node_agent.serving import Serving
 from node_agent.serving_channel import DEFAULT_LISTEN
 from node_agent.users import DEFAULT_LEARNER_UIDS, NoUid, UidRange, Users
 from node_agent.wakes import Heard, Round, gpu_free, round_after
+from node_agent.warm import WarmSandbox
+from node_agent.warm_pool import WarmPool
 from runners.config import SERVE_DIR
 
 log = logging.getLogger(__name__)
@@ -111,6 +114,12 @@ class AgentConfig:
     serving_listen: str | None = DEFAULT_LISTEN
     """Where the serving channel listens (HOST:PORT), the control plane's direct path to this
     node's replicas (node_agent/serving_channel.py); None: no channel, predictions queue."""
+    warm: int = 0
+    """How many warm sandboxes the agent keeps ready (`node_agent.warm_pool`; an agent that is
+    root, process runtime): a learner that can start in one skips its sandbox's making, its
+    interpreter's start and the imports of `warm_imports`."""
+    warm_imports: tuple[str, ...] = ()
+    """What a warm sandbox imports ahead, besides the launcher (`torch`, say)."""
 
     @property
     def checkpoint_root(self) -> Path:
@@ -154,6 +163,10 @@ class Agent:
         self._attempts: asyncio.TaskGroup | None = None
         """Where attempts run, while `run()` runs; those `reconcile()` resumes wait for it."""
         self._users = Users(port, config.learner_uids, root=os.geteuid() == 0)
+        self._warm: WarmPool | None = None
+        """Sandboxes kept ready for claims (`config.warm`), where learners run sandboxed."""
+        if config.warm > 0 and isinstance(runtime, ProcessRuntime) and runtime.warm is not None:
+            self._warm = WarmPool(runtime.warm, self._users, config.name, config.warm)
         self._folders = JobFolders(port, config.name, config.work_dir, config.checkpoint_root)
         self._stopping = asyncio.Event()
         self._changed = asyncio.Event()
@@ -262,6 +275,9 @@ class Agent:
                 async with asyncio.TaskGroup() as group:
                     heartbeats = group.create_task(self._heartbeats(), name="heartbeats")
                     folders = group.create_task(self._sweep_folders(), name="folders")
+                    warm = None
+                    if self._warm is not None:
+                        warm = group.create_task(self._warm.run(), name="warm-sandboxes")
                     # Ends once every attempt has, while the heartbeats keep the lease.
                     async with asyncio.TaskGroup() as attempts:
                         self._attempts = attempts
@@ -278,6 +294,8 @@ class Agent:
                         self._stop_attempts()
                     heartbeats.cancel()
                     folders.cancel()
+                    if warm is not None:
+                        warm.cancel()
         finally:
             self._attempts = None
             # Shielded: a cancelled shutdown must still give the node's name back.
@@ -465,14 +483,15 @@ class Agent:
     async def _specs(self, won: Claim) -> list[LearnerSpec]:
         job_id = won.job.job_id
         # The same uid on every node and in every attempt of the job; its folders recorded
-        # before any is made.
-        user = await self._users.of(job_id)
+        # before any is made. A warm sandbox's uid becomes the job's as it takes it.
+        warm = await self._take_warm(won)
+        user = (warm.uid, warm.uid) if warm is not None else await self._users.of(job_id)
         uid = None if user is None else user[0]
         await self._folders.record(job_id, uid, checkpoints_of(won))
         # The job's secrets are read as each attempt starts, never kept: the table is their
         # only copy, and the job's end deletes them.
         secret_env = await self._port.secret_env(job_id)
-        return learner_specs(
+        specs = learner_specs(
             won,
             link=await self._link(won, uid),
             secret_env=secret_env,
@@ -485,6 +504,47 @@ class Agent:
             user=user,
             container=self._runtime.name == "docker",
         )
+        if warm is not None:
+            specs = await self._started_warm(specs, warm)
+        return specs
+
+    async def _take_warm(self, won: Claim) -> WarmSandbox | None:
+        """A warm sandbox for the claim's only learner, its uid now the job's; None when the
+        job has others, one of its uid's may be in use (it has folders), or none is ready."""
+        job = won.job
+        if (
+            self._warm is None
+            or job.manifest.learners != 1
+            or won.nodes != [self.config.name]
+            or job.tenant in self.config.network_tenants
+        ):
+            return None
+        warm = self._warm.take()
+        if warm is None:
+            return None
+        try:
+            uid = await self._users.adopt_warm(job.job_id, self.config.name, warm.placeholder)
+        except BaseException:
+            self._warm.give_back(warm)  # its uid is still its own
+            raise
+        if uid is None:
+            self._warm.give_back(warm)
+            return None
+        return warm
+
+    async def _started_warm(self, specs: list[LearnerSpec], warm: WarmSandbox) -> list[LearnerSpec]:
+        """The specs, the learner's to start in `warm` where its sandbox would be made the same
+        way; otherwise `warm` is removed (its uid is the job's now) and it starts cold."""
+        runtime = self._runtime
+        assert isinstance(runtime, ProcessRuntime) and runtime.warm is not None
+        (spec,) = specs
+        refusal = runtime.warm.refusal(spec, self.config.launcher)
+        if refusal is not None:
+            log.info("job %s starts cold: %s", spec.job_id, refusal)
+            await runtime.warm.discard(warm)
+            return specs
+        runtime.warm.taken[warm.name] = warm
+        return [replace(spec, warm=warm.name)]
 
     async def _link(self, won: Claim, uid: int | None) -> JobLink | None:
         """This node's part of the job's network across nodes: for a job whose learners span

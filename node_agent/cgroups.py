@@ -125,11 +125,30 @@ class Hierarchies:
             self._make_bases()
             for folder in group.folders.values():
                 folder.mkdir(exist_ok=True)
+        except OSError as exc:
+            raise CgroupError(f"cannot make the learner's cgroup {name}: {exc}") from exc
+        self.limit(group, limits)
+        return group
+
+    def limit(self, group: Cgroup, limits: Limits) -> None:
+        """Set `group`'s limits (again: a warm sandbox's group takes its job's); CgroupError
+        saying why they could not be."""
+        try:
             for file, value in self._settings(group, limits):
                 file.write_text(value)
         except OSError as exc:
-            raise CgroupError(f"cannot make the learner's cgroup {name}: {exc}") from exc
-        return group
+            raise CgroupError(f"cannot limit the cgroup {group.memory.name}: {exc}") from exc
+
+    def rename(self, group: Cgroup, name: str) -> Cgroup:
+        """`group`, with its processes, called `name` now (a warm sandbox's group becomes its
+        learner's, under the name a restarted agent looks for); CgroupError if it cannot be."""
+        renamed = self.group(name)
+        try:
+            for controller, folder in dict.fromkeys(group.folders.items()):
+                folder.rename(renamed.folders[controller])
+        except OSError as exc:
+            raise CgroupError(f"cannot rename the cgroup {group.memory.name}: {exc}") from exc
+        return renamed
 
     def _base(self, controller: str) -> Path:
         return self.mounts[controller] / BASE

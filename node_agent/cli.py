@@ -274,6 +274,24 @@ def _agent_options(command: argparse.ArgumentParser, *, defaults: bool) -> None:
         f"Postgres (default: {DEFAULT_LISTEN}, loopback, for a control plane on this machine)",
     )
     command.add_argument(
+        "--warm",
+        type=int,
+        metavar="N",
+        default=default(0),
+        help="warm sandboxes to keep ready (an agent that is root, process runtime): a "
+        "claimed job whose only learner has no network, GPU device or file:// location starts "
+        "in one, without waiting for its sandbox, its interpreter or the --warm-import "
+        "modules; each runs as a uid held for the job that takes it (default: 0, none)",
+    )
+    command.add_argument(
+        "--warm-import",
+        action="append",
+        metavar="MODULE",
+        default=default([]),
+        help="a module a warm sandbox imports ahead, besides the launcher (repeatable; "
+        "`torch` saves a learner or a replica that uses it its import)",
+    )
+    command.add_argument(
         "--allow-privileged-login",
         action="store_true",
         default=default(False),
@@ -300,6 +318,10 @@ def option_problem(args: argparse.Namespace) -> str | None:
         return "--grace must be >= 0"
     if args.poll <= 0:
         return "--poll must be > 0"
+    if args.warm < 0:
+        return "--warm must be >= 0"
+    if bad := [name for name in args.warm_import if not _module_name(name)]:
+        return f"--warm-import: {bad[0]!r} is not a module name"
     try:
         if args.node_address is not None:
             parse_address(args.node_address)
@@ -313,6 +335,10 @@ def option_problem(args: argparse.Namespace) -> str | None:
         except ValueError as exc:
             return f"--serving-listen: {exc}"
     return None
+
+
+def _module_name(name: str) -> bool:
+    return all(part.isidentifier() for part in name.split("."))
 
 
 LAUNCHERS = {
@@ -362,6 +388,8 @@ def config_from(args: argparse.Namespace, settings: Settings, runtime: str) -> A
         # The model repository's folder, as the control plane's (shared with this node).
         artifacts_dir=default_root(settings).absolute(),
         serving_listen=None if args.serving_listen == SERVING_OFF else args.serving_listen,
+        warm=args.warm,
+        warm_imports=tuple(args.warm_import),
     )
 
 
@@ -572,6 +600,8 @@ def install(args: argparse.Namespace, environ: Mapping[str, str], *, running_as_
         node_address=args.node_address,
         job_network=args.job_network,
         serving_listen=args.serving_listen,
+        warm=args.warm,
+        warm_imports=tuple(args.warm_import),
     )
     unit_path: Path = args.unit_dir / UNIT_NAME
     try:

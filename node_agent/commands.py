@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 TIMEOUT_S = 60.0
@@ -26,16 +27,22 @@ class Finished:
     err: str
 
 
-async def run(program: str, *args: str) -> Finished:
+async def run(program: str, *args: str, pass_fds: Sequence[int] = ()) -> Finished:
     """`program args`, once it has ended; a command still running after TIMEOUT_S is killed,
-    and reported as a failure (exit -9) rather than raised."""
-    return await asyncio.to_thread(_run, [program, *args])
+    and reported as a failure (exit -9) rather than raised. `pass_fds`: descriptors it gets
+    under the same numbers (a folder opened by walking, named `/proc/self/fd/N`)."""
+    return await asyncio.to_thread(_run, [program, *args], pass_fds)
 
 
-def _run(argv: list[str]) -> Finished:
+def _run(argv: list[str], pass_fds: Sequence[int] = ()) -> Finished:
     try:
         done = subprocess.run(
-            argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=TIMEOUT_S, check=False
+            argv,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=TIMEOUT_S,
+            check=False,
+            pass_fds=pass_fds,
         )
     except subprocess.TimeoutExpired as exc:
         return Finished(-9, "", f"no end after {TIMEOUT_S:g} s: {exc}")

@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import errno
 import fcntl
+import functools
 import json
 import logging
 import os
@@ -34,7 +35,7 @@ import shutil
 import signal
 import stat
 import subprocess
-import time
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -61,7 +62,17 @@ from node_agent.runtime import (
     Stream,
     learner_env,
 )
-from node_agent.sandbox import READY_WORD, Sandbox, SandboxMissing, exit_status
+from node_agent.sandbox import (
+    READY_WORD,
+    Sandbox,
+    SandboxMissing,
+    cgroup_name,
+    child_of,
+    clear,
+    exit_status,
+    read_all,
+)
+from node_agent.warm import WarmSandboxes, WarmSettings
 from runners.config import EXIT_FILE
 
 log = logging.getLogger(__name__)
@@ -74,8 +85,6 @@ POLL_S = 0.02
 checkpoint) reaches the agent within it."""
 OUTPUT_FILES: dict[Stream, str] = {"stdout": "stdout.log", "stderr": "stderr.log"}
 EXIT_STATUS_FILE = "exit-status"
-CLEAR_S = 10.0
-"""How long a learner's cgroup may take to empty once its processes are killed."""
 _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -90,11 +99,6 @@ def process_env(spec: LearnerSpec) -> dict[str, str]:
     interpreter = os.path.dirname(spec.command[0])
     path = f"{interpreter}:{node_path}" if os.path.isabs(interpreter) else node_path
     return {**learner_env(spec, path=path), EXIT_FILE: str(spec.workdir / EXIT_STATUS_FILE)}
-
-
-def cgroup_name(job_id: UUID, attempt: int, learner: int, epoch: int) -> str:
-    """A learner's cgroup: unique per claim, as a container's name is."""
-    return f"{job_id}-{attempt}-{learner}-e{epoch}"
 
 
 def _limits(memory_mb: int) -> Callable[[], None]:
@@ -199,6 +203,8 @@ class ProcessLearner:
         status: Awaitable[ExitStatus],
         cgroup: Cgroup | None = None,
         netns: Hold | None = None,
+        *,
+        leftovers: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self._pid = pid
         self._files = files
@@ -206,6 +212,8 @@ class ProcessLearner:
         self._cgroup = cgroup
         self._netns = netns
         """Its hold on its job's network namespace (the job's last learner here takes it)."""
+        self._leftovers = leftovers
+        """What else its removal takes: the warm sandbox it started in."""
 
     async def lines(self) -> AsyncIterator[LearnerLine]:
         with contextlib.ExitStack() as stack:
@@ -248,6 +256,8 @@ class ProcessLearner:
             await clear(self._cgroup)
         if self._netns is not None:
             await self._netns.release()
+        if self._leftovers is not None:
+            await self._leftovers()
 
     def signal(self, sig: signal.Signals) -> None:
         if self._pid is None or self._status.done():
@@ -261,20 +271,6 @@ class ProcessLearner:
                 # would otherwise get it twice) and reports what happened. In the sandbox, its
                 # end ends its pid namespace, with everything in it.
                 os.kill(self._pid, sig)
-
-
-async def clear(cgroup: Cgroup) -> None:
-    """Kill everything in `cgroup` and remove it, once its processes are gone (a killed process
-    leaves its group only as it exits)."""
-    deadline = time.monotonic() + CLEAR_S
-    while cgroup.exists():
-        cgroup.kill()
-        if cgroup.remove():
-            return
-        if time.monotonic() > deadline:
-            log.warning("cgroup %s still has processes %s", cgroup.memory, cgroup.pids())
-            return
-        await asyncio.sleep(POLL_S)
 
 
 class _Tail:
@@ -431,7 +427,9 @@ def find_learners(node: str, work_dir: Path, proc: Path = Path("/proc")) -> list
 class ProcessRuntime:
     name = "process"
 
-    def __init__(self, work_dir: Path, sandbox: Sandbox | None = None) -> None:
+    def __init__(
+        self, work_dir: Path, sandbox: Sandbox | None = None, warm: WarmSettings | None = None
+    ) -> None:
         self._work_dir = work_dir
         """The agent's: every learner it starts works below it."""
         # An agent that is root runs tenants' code in the sandbox or not at all (SandboxMissing
@@ -447,10 +445,18 @@ class ProcessRuntime:
             if isinstance(namespaces, str):
                 raise SandboxMissing(f"{namespaces} (a job's learners share a network of its own)")
             self._namespaces = namespaces
+        self.warm: WarmSandboxes | None = None
+        """Sandboxes made ahead (sandboxed learners only); swept of an earlier agent's even
+        when this one makes none."""
+        if sandbox is not None:
+            settings = warm or WarmSettings(sys.executable, (), (work_dir,))
+            self.warm = WarmSandboxes(sandbox, work_dir, settings)
 
     async def start(self, spec: LearnerSpec) -> Learner:
         if spec.user is None and os.geteuid() == 0:
             raise LearnerStartError("no user to run it as: tenants' code never runs as root")
+        if spec.warm is not None:
+            return await self._start_warm(spec, spec.warm)
         # Its folders made and its locations checked, on the node, now.
         # In a thread: it walks the tenant's folders, which the tenant may have filled.
         spec = await asyncio.to_thread(prepare, spec)
@@ -514,8 +520,8 @@ class ProcessRuntime:
                 os.close(ready_write)
             # bwrap's report once it has made the learner's process, then the learner's word
             # that its sandbox is made (EOF instead where bwrap could not make them).
-            report = await asyncio.to_thread(_read_all, info)
-            made = await asyncio.to_thread(_read_all, ready, len(READY_WORD))
+            report = await asyncio.to_thread(read_all, info)
+            made = await asyncio.to_thread(read_all, ready, len(READY_WORD))
             if not report or made != READY_WORD:
                 code = await process.wait()
                 error = await asyncio.to_thread(files.last_error)
@@ -528,9 +534,31 @@ class ProcessRuntime:
                 await netns.release()
             raise
         init = int(json.loads(report)["child-pid"])
-        pid = _child_of(init)
+        pid = child_of(init)
         ended = _exit_of_sandbox(process, cgroup, init, pid)
         return ProcessLearner(pid, files, ended, cgroup, netns)
+
+    async def _start_warm(self, spec: LearnerSpec, name: str) -> Learner:
+        """`spec` started in the warm sandbox `name`, which its claim took (`node_agent.warm`)."""
+        warm = None if self.warm is None else self.warm.taken.pop(name, None)
+        if self.warm is None or warm is None:
+            raise LearnerStartError(f"its warm sandbox {name} is not this agent's")
+        try:
+            if spec.user != (warm.uid, warm.uid):
+                raise LearnerStartError(f"its warm sandbox {name} runs as another uid")
+            # In a thread: it walks the tenant's folders, as for a learner started cold.
+            spec = await asyncio.to_thread(prepare, spec)
+            env = process_env(spec)
+            if shutil.which(spec.command[0], path=env["PATH"]) is None:
+                raise LearnerStartError(f"cannot start {spec.command[0]!r}: no such program")
+        except LearnerStartError:
+            await self.warm.discard(warm)
+            raise
+        cgroup = await self.warm.assign(warm, spec, env)
+        files = LearnerFiles(self._work_dir, spec)
+        ended = _exit_of_sandbox(warm.process, cgroup, warm.init, warm.pid)
+        leftovers = functools.partial(self.warm.release, name)
+        return ProcessLearner(warm.pid, files, ended, cgroup, leftovers=leftovers)
 
     @staticmethod
     async def _spawn(
@@ -558,6 +586,13 @@ class ProcessRuntime:
         """This node's running learners; first, the network namespaces an earlier agent left
         of jobs that have none running here any more."""
         found = find_learners(node, self._work_dir)
+        if self.warm is not None:
+            started = self.warm.found()
+            await self.warm.sweep(set(started))
+            found += [
+                FoundLearner(r.job_id, r.attempt, r.learner, r.epoch, handle=str(r.pid))
+                for r in started.values()
+            ]
         if self._namespaces is not None:
             await self._namespaces.sweep({learner.job_id for learner in found})
         return found
@@ -572,7 +607,7 @@ class ProcessRuntime:
         if self._namespaces is not None and not spec.network:
             netns = self._namespaces.adopt(spec.job_id, spec.link)
         ended = _exit_of_adopted(pid, files, cgroup)
-        return ProcessLearner(pid, files, ended, cgroup, netns)
+        return ProcessLearner(pid, files, ended, cgroup, netns, leftovers=self._leftovers(spec))
 
     async def kill(self, found: FoundLearner) -> None:
         cgroup = self._cgroup(found.job_id, found.attempt, found.learner, found.epoch)
@@ -585,29 +620,21 @@ class ProcessRuntime:
             await clear(cgroup)
         if self._namespaces is not None:
             await self._namespaces.discard(found.job_id)
+        if (leftovers := self._leftovers(found)) is not None:
+            await leftovers()
+
+    def _leftovers(
+        self, learner: LearnerSpec | FoundLearner
+    ) -> Callable[[], Awaitable[None]] | None:
+        """What the warm sandbox the learner started in leaves, to remove with it (None: it
+        started cold)."""
+        if self.warm is None:
+            return None
+        key = (learner.job_id, learner.attempt, learner.learner, learner.epoch)
+        name = self.warm.of(*key)
+        return None if name is None else functools.partial(self.warm.release, name)
 
     def _cgroup(self, job_id: UUID, attempt: int, learner: int, epoch: int) -> Cgroup | None:
         if self._sandbox is None:
             return None
         return self._sandbox.cgroups.group(cgroup_name(job_id, attempt, learner, epoch))
-
-
-def _child_of(init: int, proc: Path = Path("/proc")) -> int | None:
-    """The one child of the sandbox's init `init`: the learner's command (None: it has ended
-    already)."""
-    for entry in proc.iterdir():
-        if entry.name.isdigit():
-            try:
-                # "pid (comm) state ppid ...": the name may hold anything but the last ")".
-                fields = (entry / "stat").read_text().rpartition(")")[2].split()
-            except OSError:
-                continue  # ended meanwhile
-            if int(fields[1]) == init:
-                return int(entry.name)
-    return None
-
-
-def _read_all(fd: int, most: int = -1) -> bytes:
-    """Everything from the pipe `fd` until its writers close it, or `most` bytes; closes it."""
-    with os.fdopen(fd, "rb") as pipe:
-        return pipe.read(most)

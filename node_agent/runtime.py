@@ -163,6 +163,9 @@ class LearnerSpec:
     link: JobLink | None = None
     """Its node's part of its job's network across nodes (the process runtime's sandboxed
     learners of a job whose learners span nodes); None: its job's network is this node's."""
+    warm: str | None = None
+    """The warm sandbox it starts in (`node_agent.warm`; the process runtime, sandboxed), which
+    its claim took; None: a sandbox (or container) made for it."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,6 +17,7 @@ from node_agent.process_runtime import ProcessRuntime
 from node_agent.runtime import LearnerRuntime
 from node_agent.sandbox import Sandbox
 from node_agent.servable_images import ServableImages
+from node_agent.warm import WarmSettings
 
 RUNTIMES = ("process", "docker")
 PACKAGES_DIR = "packages"
@@ -50,13 +51,14 @@ async def open_runtime(
     request_gpus: bool,
     images: ImageAllowlist,
     packages: Packages | None = None,
+    warm: WarmSettings | None = None,
 ) -> AsyncIterator[LearnerRuntime]:
     """The runtime called `name`, for the agent working in `work_dir`, for as long as the block
     runs; `request_gpus` and `images`: see DockerRuntime (a process runs no image);
     `packages`: where models' requirements are fetched, for replicas' images (or read, by
-    replicas that are processes). An agent that is root and has no sandbox for processes
-    refuses to start (SandboxMissing, naming what is missing): also when it chose processes
-    because no Docker engine answered."""
+    replicas that are processes); `warm`: what the process runtime's warm sandboxes run. An
+    agent that is root and has no sandbox for processes refuses to start (SandboxMissing,
+    naming what is missing): also when it chose processes because no Docker engine answered."""
     if name == "process":
         sandbox = None
         if os.geteuid() == 0:
@@ -67,7 +69,7 @@ async def open_runtime(
             for folder in readable:
                 folder.mkdir(parents=True, exist_ok=True)
             sandbox = Sandbox.open(readable=readable)
-        yield ProcessRuntime(work_dir, sandbox)
+        yield ProcessRuntime(work_dir, sandbox, warm)
         return
     async with aiodocker.Docker() as docker:
         servables = None if packages is None else ServableImages(docker, packages)

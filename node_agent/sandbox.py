@@ -32,18 +32,24 @@ re-adopts them.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
 import shutil
 import signal
 import sys
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from uuid import UUID
 
 import runners
 from controlplane.agent_port.vocabulary import CommandFailed
 from node_agent.cgroups import Cgroup, Hierarchies, find_hierarchies
 from node_agent.runtime import ExitStatus, LearnerSpec
+
+log = logging.getLogger(__name__)
 
 JOIN = (
     'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; '
@@ -56,12 +62,18 @@ READY = 'printf ready >&0 && exec "$@" </dev/null'
 sandbox is made, and becomes the rest (`setsid` and the command), whose standard input is
 /dev/null (the learner never holds the pipe)."""
 READY_WORD = b"ready"
+WARM_READY = 'printf ready >&0 && exec "$@"'
+"""READY for a warm sandbox: its command keeps its standard input, the agent's socket, on
+which it is handed its job (`runners.warm`)."""
 SYSTEM = (Path("/usr"), Path("/etc"))
 """The node's system, read-only: programs, libraries, their configuration."""
 TOP_LEVEL = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 """Links into /usr on a merged-/usr system (kept as the same links), folders elsewhere."""
 GPU_SHARED = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools")
 """The driver's device nodes every CUDA process opens besides its GPUs' own."""
+CLEAR_S = 10.0
+"""How long a learner's cgroup may take to empty once its processes are killed."""
+CLEAR_POLL_S = 0.02
 KILLED = 128 + signal.SIGKILL
 """bwrap's exit code when the learner was SIGKILLed: by the agent, or by the OOM killer. The
 launcher exits with it otherwise only when its command was SIGKILLed, which is an outside kill
@@ -162,7 +174,42 @@ class Sandbox:
         standard input (a pipe) once the sandbox is made, just before the command runs."""
         if spec.user is None:
             raise ValueError("no user to run it as: tenants' code never runs as root")
-        uid, gid = spec.user
+        bwrap = [*self._network(spec, netns), self.bwrap, *self._options(spec)]
+        return self._wrapped(bwrap, spec.user, cgroup, info_fd, READY, spec.command)
+
+    def warm_argv(
+        self,
+        binds: Sequence[tuple[Path, Path]],
+        uid: int,
+        cgroup: Cgroup,
+        info_fd: int,
+        command: Sequence[str],
+    ) -> list[str]:
+        """The command that makes a warm sandbox (`node_agent.warm`): as `argv` makes a
+        learner's, as `uid`, in `cgroup`, but before its job is known, so with none of a job's
+        folders, no GPU and a network namespace of its own (loopback alone, as its job's would
+        be: only a job whose learner is alone and has no network is given one). Each
+        (source, target) of `binds` is a folder below a shared mount of the node, seen at
+        `target`: what the agent mounts below the source later (the job's folders) appears
+        there in the sandbox, whose copies of the mounts are their slaves. Its standard input
+        stays the agent's socket (WARM_READY)."""
+        options = ["--unshare-net", *self._common()]
+        for source, target in sorted(binds, key=lambda bind: len(bind[1].parts)):
+            options += ["--dir", str(target.parent), "--bind", str(source), str(target)]
+        bwrap = [self.bwrap, *options]
+        return self._wrapped(bwrap, (uid, uid), cgroup, info_fd, WARM_READY, command)
+
+    def _wrapped(
+        self,
+        bwrap: list[str],
+        user: tuple[int, int],
+        cgroup: Cgroup,
+        info_fd: int,
+        ready: str,
+        command: Sequence[str],
+    ) -> list[str]:
+        """`bwrap` run in `cgroup`, dropping to `user` inside, saying `ready`, then `command`."""
+        uid, gid = user
         joins = [str(procs) for procs in cgroup.procs]
         return [
             "/bin/sh",
@@ -171,9 +218,7 @@ class Sandbox:
             "sh",
             *joins,
             "--",
-            *self._network(spec, netns),
-            self.bwrap,
-            *self._options(spec),
+            *bwrap,
             "--info-fd",
             str(info_fd),
             "--",
@@ -187,10 +232,10 @@ class Sandbox:
             "--",
             "/bin/sh",
             "-c",
-            READY,
+            ready,
             "sh",
             self.setsid,
-            *spec.command,
+            *command,
         ]
 
     def _network(self, spec: LearnerSpec, netns: Path | None) -> list[str]:
@@ -202,13 +247,27 @@ class Sandbox:
         return [self.nsenter, f"--net={netns}", "--"]
 
     def _options(self, spec: LearnerSpec) -> Iterator[str]:
-        yield from ("--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try")
         if spec.network:
             # Its tenant may use the network: the node's, as before the sandbox (a process has
             # no network of its job's own, as a container does); and the resolver's folder,
             # where /etc/resolv.conf often points.
             yield from ("--ro-bind-try", "/run/systemd/resolve", "/run/systemd/resolve")
         # Otherwise its job's network namespace, which nsenter entered (see `_network`).
+        yield from self._common()
+        for node in self.gpus.nodes(spec.gpus):
+            yield from ("--dev-bind", str(node), f"/dev/{node.name}")
+        binds = [(spec.workdir, spec.workdir, True)]
+        binds += [(m.source, m.target, m.writable) for m in spec.mounts]
+        for source, target, writable in sorted(binds, key=lambda bind: len(bind[1].parts)):
+            # Folders on the way made traversable (bwrap makes them 0700 otherwise).
+            yield from ("--dir", str(target.parent))
+            yield from ("--bind" if writable else "--ro-bind", str(source), str(target))
+        yield from ("--chdir", str(spec.workdir))
+
+    def _common(self) -> Iterator[str]:
+        """What every sandbox has, a learner's or a warm one: its namespaces, the node's system
+        read-only, its own /proc, /dev, /tmp, and the folders learners may read."""
+        yield from ("--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try")
         # Its own session: no terminal of the agent's to push input into (TIOCSTI).
         yield "--new-session"
         for path in SYSTEM:
@@ -223,20 +282,14 @@ class Sandbox:
         yield from ("--ro-bind", "/sys", "/sys", "--tmpfs", "/sys/fs/cgroup")
         # /proc of its own pid namespace: its own processes only.
         yield from ("--proc", "/proc")
-        # A minimal /dev (null, zero, random, tty, pts, shm, ...) and its GPUs' nodes alone.
+        # A minimal /dev (null, zero, random, tty, pts, shm, ...); a learner's GPUs' nodes
+        # come after (`_options`).
         yield from ("--dev", "/dev")
-        for node in self.gpus.nodes(spec.gpus):
-            yield from ("--dev-bind", str(node), f"/dev/{node.name}")
         # Scratch of its own, in memory: its pages count against its memory limit.
         yield from ("--perms", "01777", "--tmpfs", "/tmp")
-        binds = [(path, path, False) for path in _outermost(self.readable)]
-        binds.append((spec.workdir, spec.workdir, True))
-        binds += [(m.source, m.target, m.writable) for m in spec.mounts]
-        for source, target, writable in sorted(binds, key=lambda bind: len(bind[1].parts)):
+        for path in _outermost(self.readable):
             # Folders on the way made traversable (bwrap makes them 0700 otherwise).
-            yield from ("--dir", str(target.parent))
-            yield from ("--bind" if writable else "--ro-bind", str(source), str(target))
-        yield from ("--chdir", str(spec.workdir))
+            yield from ("--dir", str(path.parent), "--ro-bind", str(path), str(path))
 
 
 def _outermost(paths: Sequence[Path]) -> list[Path]:
@@ -254,3 +307,43 @@ def exit_status(returncode: int, *, oom_killed: bool) -> ExitStatus:
     if returncode == KILLED:
         return ExitStatus(code=None, signal=signal.SIGKILL.name, oom_killed=oom_killed)
     return replace(ExitStatus.from_returncode(returncode), oom_killed=oom_killed)
+
+
+def cgroup_name(job_id: UUID, attempt: int, learner: int, epoch: int) -> str:
+    """A learner's cgroup: unique per claim, as a container's name is."""
+    return f"{job_id}-{attempt}-{learner}-e{epoch}"
+
+
+async def clear(cgroup: Cgroup) -> None:
+    """Kill everything in `cgroup` and remove it, once its processes are gone (a killed process
+    leaves its group only as it exits)."""
+    deadline = time.monotonic() + CLEAR_S
+    while cgroup.exists():
+        cgroup.kill()
+        if cgroup.remove():
+            return
+        if time.monotonic() > deadline:
+            log.warning("cgroup %s still has processes %s", cgroup.memory, cgroup.pids())
+            return
+        await asyncio.sleep(CLEAR_POLL_S)
+
+
+def child_of(init: int, proc: Path = Path("/proc")) -> int | None:
+    """The one child of the sandbox's init `init`: the learner's command (None: it has ended
+    already)."""
+    for entry in proc.iterdir():
+        if entry.name.isdigit():
+            try:
+                # "pid (comm) state ppid ...": the name may hold anything but the last ")".
+                fields = (entry / "stat").read_text().rpartition(")")[2].split()
+            except OSError:
+                continue  # ended meanwhile
+            if int(fields[1]) == init:
+                return int(entry.name)
+    return None
+
+
+def read_all(fd: int, most: int = -1) -> bytes:
+    """Everything from the pipe `fd` until its writers close it, or `most` bytes; closes it."""
+    with os.fdopen(fd, "rb") as pipe:
+        return pipe.read(most)

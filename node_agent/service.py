@@ -21,6 +21,7 @@ from node_agent.packages import Packages, in_image
 from node_agent.runtimes import PACKAGES_DIR, open_runtime
 from node_agent.serving import Serving
 from node_agent.serving_channel import open_channel
+from node_agent.warm import WarmSettings
 
 log = logging.getLogger("node_agent")
 
@@ -125,6 +126,11 @@ async def _run(
                 request_gpus=config.request_gpus,
                 images=config.images,
                 packages=packages,
+                warm=WarmSettings(
+                    python=config.launcher[0],
+                    imports=config.warm_imports,
+                    roots=(config.work_dir, config.checkpoint_root),
+                ),
             ) as runtime,
             contextlib.AsyncExitStack() as opened,
         ):

@@ -71,6 +71,10 @@ class ServiceOptions:
     """The cluster's range of jobs' addresses (`--job-network`); None: the agent's default."""
     serving_listen: str | None = None
     """Where its serving channel listens (`--serving-listen`); None: the agent's default."""
+    warm: int = 0
+    """Warm sandboxes kept ready (`--warm`)."""
+    warm_imports: tuple[str, ...] = ()
+    """What they import ahead (`--warm-import`)."""
 
 
 def agent_command(opts: ServiceOptions) -> list[str]:
@@ -99,6 +103,10 @@ def agent_command(opts: ServiceOptions) -> list[str]:
         words += ["--job-network", opts.job_network]
     if opts.serving_listen is not None:
         words += ["--serving-listen", opts.serving_listen]
+    if opts.warm:
+        words += ["--warm", str(opts.warm)]
+    for module in opts.warm_imports:
+        words += ["--warm-import", module]
     if opts.allow_privileged_login:
         words.append("--allow-privileged-login")
     return words

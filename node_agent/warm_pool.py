@@ -1,0 +1,99 @@
+"""The agent's warm sandboxes kept ready (`--warm N`), and handed to the claims that can use
+one (`node_agent.warm` says what a warm sandbox is and which learners may start in one).
+
+The pool makes sandboxes until it holds its size, one at a time (each imports torch, say: two
+at once would only share the node's CPUs), and again as claims take them. Each runs as a uid
+the database holds for it (`Users.hold_warm`); a claim that takes one makes that uid its job's
+(`Users.adopt_warm`), or gives the sandbox back when the job has a uid in use already (it ran
+here or elsewhere before). As the agent stops, the sandboxes no claim took are removed and
+their uids given back; those of an agent that died are, as the next one starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from uuid import UUID
+
+from controlplane.agent_port.vocabulary import UNAVAILABLE
+from node_agent.users import Users
+from node_agent.warm import WarmError, WarmSandbox, WarmSandboxes
+
+log = logging.getLogger(__name__)
+
+RETRY_S = 5.0
+"""How soon the pool tries again after a sandbox could not be made, or no uid was free."""
+
+
+class WarmPool:
+    def __init__(self, sandboxes: WarmSandboxes, users: Users, node: str, size: int) -> None:
+        self._sandboxes = sandboxes
+        self._users = users
+        self._node = node
+        self._size = size
+        self._ready: list[WarmSandbox] = []
+        self._wanted = asyncio.Event()
+
+    def take(self) -> WarmSandbox | None:
+        """A ready sandbox for a claim, if one is; the pool makes another."""
+        if not self._ready:
+            return None
+        self._wanted.set()
+        return self._ready.pop(0)
+
+    def give_back(self, warm: WarmSandbox) -> None:
+        """A sandbox a claim took but could not use (nothing of the job was given to it)."""
+        self._ready.append(warm)
+
+    async def run(self) -> None:
+        """Keep the pool full until cancelled; then remove the sandboxes no claim took."""
+        try:
+            await self._users.release_warm(self._node, None)  # an earlier agent's
+            while True:
+                while len(self._ready) < self._size and await self._make():
+                    pass
+                self._wanted.clear()
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(RETRY_S):
+                        await self._wanted.wait()
+        finally:
+            # Shielded: a cancelled agent still removes what it made.
+            await asyncio.shield(self._close())
+
+    async def _make(self) -> bool:
+        """One more ready sandbox; False when none could be made now."""
+        try:
+            held = await self._users.hold_warm(self._node)
+        except UNAVAILABLE as exc:
+            log.warning("warm sandboxes: no uid from the database (%s); trying again", exc)
+            return False
+        if held is None:
+            return False  # every uid is a job's: the claims need them more
+        try:
+            warm = await self._sandboxes.make(held.placeholder, held.uid)
+        except WarmError as exc:
+            log.warning("%s; trying again in %g s", exc, RETRY_S)
+            await self._release([held.placeholder])
+            return False
+        self._ready.append(warm)
+        return True
+
+    async def _close(self) -> None:
+        ready, self._ready = self._ready, []
+        # Taken by a claim whose learner never started in it (the agent stopped first): the
+        # job's uid now, nothing to give back.
+        taken = list(self._sandboxes.taken.values())
+        self._sandboxes.taken.clear()
+        for warm in [*ready, *taken]:
+            await self._sandboxes.discard(warm)
+        await self._release([warm.placeholder for warm in ready])
+
+    async def _release(self, placeholders: list[UUID]) -> None:
+        if not placeholders:
+            return
+        try:
+            await self._users.release_warm(self._node, placeholders)
+        except UNAVAILABLE as exc:
+            # Given back as the next agent of the node starts.
+            log.warning("warm sandboxes: their uids not given back (%s)", exc)
