@@ -5,8 +5,8 @@ duplicate a trial; and, in-process, how good ASHA is on the digits search (bench
 
 The cluster (`harness.processes`): a control plane process (`trainyard serve`: its search
 driver, projections and lifecycle manager) and two node agents (`trainyard agent`, process
-runtime, one fake GPU each, lease TTL LEASE_TTL_S). A trial's job needs one GPU (and a tenth of a
-CPU), so each agent runs one trial at a time: SLOTS slots. A trial's learner is
+runtime, one fake GPU each, lease TTL LEASE_TTL_S). A trial's job needs one GPU (and a CPU), so
+each agent runs one trial at a time: SLOTS slots. A trial's learner is
 `python -c TRIAL_SCRIPT`: it reads TRAINYARD_HPARAMS, sleeps TRIAL_S, then reports its metric
 (`runners.metrics.log(step=budget, score=...)`) and exits; the agent starts it through the
 learner launcher (`runners.launch`, a Python process of its own) as it starts any learner. Each
@@ -17,7 +17,10 @@ log (`events`) after the search has ended: instants are the events' own `at` (th
 process that decided them: the driver's, the agents'), stage breakdowns the rows' `recorded_at`
 (the appending transaction's start).
 
-First search (`trials` trials, default 64):
+First search (`trials` trials, default 64), made twice, the same way: on agents that start each
+trial's sandbox as it is claimed (`cold`, its figures under that key), then on agents that keep
+one warm sandbox ready each (WARM: `node_agent.warm`), whose figures are the top level's;
+`warm_speedup` = the cold search's search_s / the warm one's.
 
 - trial_efficiency: ideal_s / search_s. ideal_s = trials x TRIAL_S / SLOTS (the trials' sleeps,
   back to back on both slots); search_s = from the first TrialCreated's `at` (recorded with the
@@ -111,6 +114,10 @@ TRIAL_S = 1.0
 """How long a trial's command sleeps before it reports its metric."""
 SLOTS = 2
 """Trials running at once: two agents of one fake GPU each, trials of one GPU each."""
+WARM = ("--warm", "1")
+"""How the agents of the measured search run: each keeps a warm sandbox ready, so a trial starts
+without waiting for its sandbox, its interpreter or its launcher's imports (`cold`: the same
+search before it, on agents without)."""
 LEASE_TTL_S = 5.0
 HEARTBEAT_S = 0.5
 DOWN_S = 0.5
@@ -289,10 +296,18 @@ async def run(
                 os.chmod(root, 0o711)
                 async with cluster(database, Path(root), pool) as running:
                     plane = await running.add_plane()
-                    for _ in range(SLOTS):
-                        await running.add_agent(ttl_s=LEASE_TTL_S, heartbeat_s=HEARTBEAT_S)
+                    cold = await _agents(running, ())
                     say(f"a search of {trials} trials of {TRIAL_S:g} s on {SLOTS} slots ...")
+                    started_cold = await _efficiency(running, plane, trials, seed)
+                    for name in cold:
+                        await running.remove_agent(name)
+                    await _agents(running, WARM)
+                    say(f"again, on {SLOTS} agents that keep warm sandboxes ({' '.join(WARM)}) ...")
                     efficiency = await _efficiency(running, plane, trials, seed)
+                    efficiency["cold"] = started_cold
+                    efficiency["warm_speedup"] = round(
+                        started_cold["search_s"] / efficiency["search_s"], 3
+                    )
                     say(
                         f"a search of {kill_trials} trials, the control plane killed "
                         f"{kills} times ..."
@@ -318,6 +333,15 @@ async def run(
     result["load_average_1m"] = {"before": load_before, "after": load_after}
     result["targets"] = TARGETS
     return result
+
+
+async def _agents(running: Cluster, options: tuple[str, ...]) -> list[str]:
+    """SLOTS more agents started with `options`: their names."""
+    started = []
+    for _ in range(SLOTS):
+        agent = await running.add_agent(ttl_s=LEASE_TTL_S, heartbeat_s=HEARTBEAT_S, options=options)
+        started.append(agent.name)
+    return started
 
 
 def _quality(seed: int) -> dict[str, Any]:

@@ -100,7 +100,10 @@ class Cluster:
         await plane.start()
         return plane
 
-    async def add_agent(self, *, ttl_s: float, heartbeat_s: float) -> AgentProcess:
+    async def add_agent(
+        self, *, ttl_s: float, heartbeat_s: float, options: tuple[str, ...] = ()
+    ) -> AgentProcess:
+        """Another agent (`options`: more of `trainyard agent`'s), started."""
         name = f"{self.prefix}-{len(self.agents)}"
         agent = AgentProcess(
             self.database_url,
@@ -110,9 +113,14 @@ class Cluster:
             heartbeat_s=heartbeat_s,
             checkpoint_dir=self.root / "checkpoints",
             artifacts_dir=self.artifacts_dir,
+            options=options,
         )
         self.agents[name] = agent
         return await agent.start(self.pool)
+
+    async def remove_agent(self, name: str) -> None:
+        """Stop the agent `name` (its learners stop, its jobs go back to the queue)."""
+        await self.agents.pop(name).stop()
 
     async def submit(self, manifest: dict[str, Any], plane: ServedControlPlane) -> UUID:
         async with ApiClient(plane.url, self.token) as client:
