@@ -576,7 +576,7 @@ serving_batches = Table(
     Column("invocation_ms", Double, nullable=False),
     Column("inference_ms", Double),
     Column("at", DateTime(timezone=True), nullable=False),
-    CheckConstraint("reason IN ('full', 'timeout')"),
+    CheckConstraint("reason IN ('full', 'timeout', 'idle')"),
     CheckConstraint("outcome IN ('succeeded', 'failed')"),
     Index("serving_batches_deployment", "tenant", "deployment", "at"),
 )

@@ -75,11 +75,23 @@ class ReplicaClient:
         self._reader = reader
         self._writer = writer
         self._turn = asyncio.Lock()
+        self._freed: list[Callable[[], None]] = []
+        """Called each time a call (or a stream) lets go of the replica."""
         self._broken = False
         self._batch_ids = itertools.count(1)
         self.streams = False
         """Whether the loaded model's entry point streams (a generator function), as the
         replica said when it loaded it or answered `hello`."""
+
+    @property
+    def busy(self) -> bool:
+        """Whether a call (or a stream) holds the replica now."""
+        return self._turn.locked()
+
+    def when_freed(self, callback: Callable[[], None]) -> None:
+        """Have `callback` called each time a call (or a stream) lets go of the replica: a
+        feed waiting for the replica to be free looks again then."""
+        self._freed.append(callback)
 
     @classmethod
     async def connect(cls, below: Path, serve_dir: Path, *, timeout_s: float) -> ReplicaClient:
@@ -194,7 +206,7 @@ class ReplicaClient:
         """
         stream_id = next(self._batch_ids)
         request = message_frame({"op": "stream", "id": stream_id, "item": item})
-        async with self._turn:
+        async with self._taken():
             if self._broken:
                 raise ReplicaGone("the connection to the replica is closed")
             try:
@@ -267,6 +279,17 @@ class ReplicaClient:
         with contextlib.suppress(ConnectionError):  # already closed by the replica's end
             await self._writer.wait_closed()
 
+    @contextlib.asynccontextmanager
+    async def _taken(self) -> AsyncIterator[None]:
+        """The replica's turn, held for the block (concurrent callers wait for it)."""
+        try:
+            async with self._turn:
+                yield
+        finally:
+            # Once let go (a callback that looks at `busy` sees it free).
+            for callback in self._freed:
+                callback()
+
     def _abandon(self) -> None:
         self._broken = True
         self._writer.close()
@@ -282,7 +305,7 @@ class ReplicaClient:
         """Send a request's frame (then `more` payloads, a frame each) and read its answer, in
         turn with other callers: the answer if it is `expected` (and carries `batch_id`),
         ReplicaError with the replica's text if it is an error."""
-        async with self._turn:
+        async with self._taken():
             if self._broken:
                 raise ReplicaGone("the connection to the replica is closed")
             try:

@@ -5,12 +5,15 @@ the agent of one of its deployment's replicas, over HTTP (the items' JSON list t
 tenant and deployment in the query), with the bearer token this agent made when it started; the
 agent records the token with each replica it offers (`serving_channels`, which only the control
 plane and this node's own agent can read), so a tenant never holds it, and a replica is never
-reached but through its agent. Each replica's direct requests are batched as the queue's tasks
-are (at most `max_batch_size` items; a batch leaves when full or when its oldest request has
-waited `max_wait_ms`; a request larger than a batch runs alone, in calls of at most
-`max_batch_size`), and each request is answered with its share of the outputs and its batch's
-figures. The agent records nothing of it: the control plane counts the request and its batch
-once it has answered, off the request's path.
+reached but through its agent. Each replica's direct requests are batched the way a batcher
+that keeps its replica busy does: when the replica has no call in flight, what is waiting runs
+at once, as a batch of what is there (recorded 'idle': a lone request never waits for company),
+and what arrives while a call runs waits for it and forms the next batch (at most
+`max_batch_size` items: one that fills up is recorded 'full'; a request larger than a batch
+runs alone, in calls of at most `max_batch_size`). `max_wait_ms` is the queue's window, not
+this path's: a request waiting here waits only for the replica. Each request is answered with
+its share of the outputs and its batch's figures. The agent records nothing of it: the control
+plane counts the request and its batch once it has answered, off the request's path.
 
 A request whose sender closes its connection (the control plane does when its own client went
 away) is dropped while it still waits for its batch, and never reaches the replica; once its
@@ -202,11 +205,11 @@ class DirectFeed:
         self.progress_s = spec.task_timeout_s
         """How long a stream's reader may take nothing before its stream ends."""
         self._most = spec.max_batch_size
-        self._wait_s = spec.max_wait_ms / 1000
         self._waiting: deque[_Request] = deque()
         self._streams: deque[_Stream] = deque()
         self._changed = asyncio.Event()
-        """Set when a request arrives or goes away: the batch is looked at again."""
+        """Set when a request arrives or goes away, or the replica is let go of: the batch is
+        looked at again."""
         self._gone: str | None = None
 
     async def submit(self, items: list[Any], text: str) -> dict[str, Any]:
@@ -226,7 +229,7 @@ class DirectFeed:
             # (taken already, its call runs on and its answer is dropped, `_run`).
             if request in self._waiting:
                 self._waiting.remove(request)
-                self._changed.set()  # the batch's deadline, or whether there is one, changed
+                self._changed.set()  # whether there is a batch changed
             raise
 
     def open_stream(self, item: Any) -> _Stream:
@@ -259,8 +262,9 @@ class DirectFeed:
         """Batch and run the requests (a stream alone) until cancelled; ReplicaGone when the
         replica died (the batch it held is refused: its requests take the queue; a stream it
         ran ends with an error)."""
+        client.when_freed(self._changed.set)
         while True:
-            work = await self._next()
+            work = await self._next(client)
             if isinstance(work, _Stream):
                 await self._stream(client, work)
                 continue
@@ -272,7 +276,7 @@ class DirectFeed:
                     _fail(request, ReplicaGone(str(exc)))
                 raise
 
-    async def _next(self) -> _Stream | tuple[list[_Request], str]:
+    async def _next(self, client: ReplicaClient) -> _Stream | tuple[list[_Request], str]:
         while True:
             # In their order of arrival, but a batch that formed before a stream came takes
             # requests that came after it: they run no later for it.
@@ -280,17 +284,14 @@ class DirectFeed:
                 not self._waiting or self._streams[0].arrived <= self._waiting[0].arrived
             ):
                 return self._streams.popleft()
-            if not self._waiting:
+            # Read afresh after each change: a request that went away leaves the batch.
+            if not self._waiting or (
+                client.busy and sum(len(r.items) for r in self._waiting) < self._most
+            ):
+                # Nothing to run; or the replica runs a call of the queue's, and the batch
+                # fills until it is full or the replica is let go of (`run`'s callback).
                 self._changed.clear()
                 await self._changed.wait()
-                continue
-            # Read afresh after each change: a request that went away leaves the batch.
-            left = self._waiting[0].arrived + self._wait_s - time.monotonic()
-            if left > 0 and sum(len(r.items) for r in self._waiting) < self._most:
-                self._changed.clear()
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(left):
-                        await self._changed.wait()
                 continue
             taken = [self._waiting.popleft()]
             items = len(taken[0].items)
@@ -298,7 +299,8 @@ class DirectFeed:
             while self._waiting and items + len(self._waiting[0].items) <= self._most:
                 items += len(self._waiting[0].items)
                 taken.append(self._waiting.popleft())
-            return taken, "full" if items >= self._most else "timeout"
+            # Not full: the replica had no call in flight, so it runs what is there at once.
+            return taken, "full" if items >= self._most else "idle"
 
     async def _run(self, client: ReplicaClient, batch: list[_Request], reason: str) -> None:
         started = time.monotonic()

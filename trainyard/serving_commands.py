@@ -152,7 +152,8 @@ def add_serving_commands(commands: Any) -> None:
         "--max-wait-ms",
         type=float,
         metavar="X",
-        help="how long a batch that is not full waits for more items "
+        help="how long a batch of queued tasks that is not full waits for more items (the "
+        "direct path's batches wait only for their replica to be free) "
         f"({server_default(Serving, 'max_wait_ms')})",
     )
     deploy.add_argument(
@@ -515,7 +516,8 @@ def metrics_text(figures: dict[str, Any]) -> str:
                 "batches",
                 f"{batches['count']} of {batches['items']} item(s), mean size "
                 f"{'-' if mean is None else f'{mean:.2f}'}, largest {batches['max_size'] or '-'}; "
-                f"{batches['full']} left full, {batches['timeout']} after the wait",
+                f"{batches['full']} left full, {batches['timeout']} after the wait, "
+                f"{batches['idle']} at once to an idle replica",
             ),
             (
                 "invocation",

@@ -298,6 +298,7 @@ class ServingApplication:
                 max_size=row["max_items"],
                 full=row["full"],
                 timeout=row["timeout"],
+                idle=row["idle"],
                 invocation_ms=_quantiles(row["invocation_ms"]),
                 inference_ms=_quantiles(row["inference_ms"]),
             ),

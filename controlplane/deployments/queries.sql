@@ -406,12 +406,13 @@ SELECT
      FROM serving_tasks
      WHERE tenant = $1 AND steps[1] = $2 AND pipeline IS NULL AND finished_at IS NOT NULL)
         AS latency_ms,
-    b.batches, b.items, b.max_items, b.full, b.timeout, b.invocation_ms, b.inference_ms
+    b.batches, b.items, b.max_items, b.full, b.timeout, b.idle, b.invocation_ms, b.inference_ms
 FROM (
     SELECT count(*) AS batches, coalesce(sum(items), 0) AS items,
            coalesce(max(items), 0) AS max_items,
            count(*) FILTER (WHERE reason = 'full') AS full,
            count(*) FILTER (WHERE reason = 'timeout') AS timeout,
+           count(*) FILTER (WHERE reason = 'idle') AS idle,
            percentile_cont(ARRAY[0.5, 0.99]) WITHIN GROUP (ORDER BY invocation_ms)
                AS invocation_ms,
            percentile_cont(ARRAY[0.5, 0.99]) WITHIN GROUP (ORDER BY inference_ms)

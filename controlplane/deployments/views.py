@@ -171,6 +171,8 @@ class BatchFigures(BaseModel):
     max_size: int
     full: int
     timeout: int
+    idle: int
+    """Left with what was there, its replica having no call in flight (the direct path)."""
     invocation_ms: Quantiles
     inference_ms: Quantiles
 

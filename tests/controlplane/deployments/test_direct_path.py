@@ -24,7 +24,7 @@ from node_agent.serving_channel import advertised, parse_listen
 from tests.cluster import agent_config
 from tests.controlplane.deployments.serving import deploy, predict, publish, serving_cluster
 from tests.controlplane.deployments.serving import until_serving as until_running
-from tests.controlplane.deployments.test_serving import DOUBLE, SIZES
+from tests.controlplane.deployments.test_serving import DOUBLE
 from tests.polling import eventually
 from tests.tenancy import Tokens, auth
 
@@ -242,62 +242,107 @@ async def test_counting_is_written_out_by_a_graceful_shutdown(
     assert written == len(ids)
 
 
-async def test_a_request_whose_client_went_away_never_reaches_the_replica(
+def slow_sizes(seconds: float) -> bytes:
+    """SIZES (each item's output its batch's size), each call taking `seconds`: long enough
+    for requests sent meanwhile to arrive while it runs."""
+    return (
+        f"import time\n\ndef predict(batch):\n    time.sleep({seconds})\n"
+        "    return [len(batch)] * len(batch)\n"
+    ).encode()
+
+
+async def test_an_idle_replica_runs_a_request_at_once_and_a_call_gathers_the_next_batch(
     db_url: str, tmp_path: Path, tokens: Tokens, pool: asyncpg.Pool
 ) -> None:
     async with serving_cluster(db_url, tmp_path, as_deployed=True) as (client, _):
-        await publish(client, tokens.acme, "sizes", SIZES, "sizes:predict")
-        # A long window: a request waits 2 s for its batch's second item.
-        serving = {"max_batch_size": 2, "max_wait_ms": 2000, "memo": False}
-        await deploy(client, tokens.acme, name="sz", model="sizes", serving=serving)
-        await until_running(client, tokens.acme, "sz", 1)
-        await until_offered(pool, "sz")
+        await publish(client, tokens.acme, "slow", slow_sizes(2), "slow:predict")
+        # The longest window there is: the direct path does not wait for it.
+        serving = {"max_batch_size": 3, "max_wait_ms": 10_000, "memo": False}
+        await deploy(client, tokens.acme, name="slow", model="slow", serving=serving)
+        await until_running(client, tokens.acme, "slow", 1)
+        await until_offered(pool, "slow")
         direct = client.server.app[PLANE].direct
 
         async def in_flight(count: int) -> bool:
             return sum(direct._in_flight.values()) == count
 
-        # The setup can tell: two requests half a second apart share a batch (each sees 2).
-        first = asyncio.create_task(predict(client, tokens.acme, "sz", [0]))
+        # Alone on a replica with no call in flight: run at once, a batch of one.
+        status, task = await predict(client, tokens.acme, "slow", [0])
+        assert (status, task["outputs"]) == (200, [1])
+        # Five sent while a call runs wait for it, then leave in batches of at most three:
+        # the first three full, the two left at once (the replica free again), in order.
+        first = asyncio.create_task(predict(client, tokens.acme, "slow", [0]))
         await eventually(lambda: in_flight(1))
-        await asyncio.sleep(0.5)
-        second = await predict(client, tokens.acme, "sz", [0])
-        assert (second[1]["outputs"], (await first)[1]["outputs"]) == ([2], [2])
+        await asyncio.sleep(0.5)  # its batch left at once: the replica is in its call
+        during = await asyncio.gather(
+            *(predict(client, tokens.acme, "slow", [0]) for _ in range(5))
+        )
+        assert (await first)[1]["outputs"] == [1]
+        assert sorted(body["outputs"] for _, body in during) == [[2], [2], [3], [3], [3]]
+        await client.get("/v1/deployments/slow/metrics", headers=auth(tokens.acme))  # flushed
+        batches = await pool.fetch("SELECT tasks, items, reason FROM serving_batches")
+        assert sorted(tuple(b) for b in batches) == [
+            (1, 1, "idle"),
+            (1, 1, "idle"),
+            (2, 2, "idle"),
+            (3, 3, "full"),
+        ]
+        response = await client.get("/v1/deployments/slow/metrics", headers=auth(tokens.acme))
+        figures = (await response.json())["batches"]
+        assert (figures["full"], figures["timeout"], figures["idle"]) == (1, 0, 3)
+        assert (figures["count"], figures["items"], figures["max_size"]) == (4, 7, 3)
 
-        # Now the first goes away while it waits for its batch (sent, then half a second at
-        # the agent, which loopback takes in far less).
-        gone = asyncio.create_task(predict(client, tokens.acme, "sz", [0]))
+
+async def test_a_request_whose_client_went_away_never_reaches_the_replica(
+    db_url: str, tmp_path: Path, tokens: Tokens, pool: asyncpg.Pool
+) -> None:
+    async with serving_cluster(db_url, tmp_path, as_deployed=True) as (client, _):
+        await publish(client, tokens.acme, "slow", slow_sizes(3), "slow:predict")
+        serving = {"max_batch_size": 3, "max_wait_ms": 10, "memo": False}
+        await deploy(client, tokens.acme, name="slow", model="slow", serving=serving)
+        await until_running(client, tokens.acme, "slow", 1)
+        await until_offered(pool, "slow")
+        direct = client.server.app[PLANE].direct
+
+        async def in_flight(count: int) -> bool:
+            return sum(direct._in_flight.values()) == count
+
+        # A call holds the replica for 3 s: requests sent meanwhile wait for it.
+        first = asyncio.create_task(predict(client, tokens.acme, "slow", [0]))
         await eventually(lambda: in_flight(1))
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(0.5)  # its batch left at once: the replica is in its call
+        # One goes away while it waits for the next batch (sent, then 0.3 s at the agent,
+        # which loopback takes in far less).
+        gone = asyncio.create_task(predict(client, tokens.acme, "slow", [0]))
+        await eventually(lambda: in_flight(2))
+        await asyncio.sleep(0.3)
         gone.cancel()  # the client closes its connection
         with contextlib.suppress(asyncio.CancelledError):
             await gone
-        await eventually(lambda: in_flight(0))  # the control plane closed its request
-        # The agent sees it gone within the 200 ms promised (before, the next request may still
-        # fill a batch with it: the agent looks every gone_clients.GONE_POLL_S).
+        await eventually(lambda: in_flight(1))  # the control plane closed its request
+        # The agent sees it gone within the 200 ms promised (before, the next batch may still
+        # take it: the agent looks every gone_clients.GONE_POLL_S).
         await asyncio.sleep(0.2)
-        # Within its window, yet alone in its batch: the one that went away was dropped.
-        status, task = await predict(client, tokens.acme, "sz", [0])
-        assert (status, task["outputs"]) == (200, [1])
-        await client.get("/v1/deployments/sz/metrics", headers=auth(tokens.acme))  # flushed
-        # Counted: the three answered requests, and the replica's calls of 2 and 1 items;
+        # Two more, during the same call: the next batch is theirs alone (with the one that
+        # went away, each would see 3).
+        during = await asyncio.gather(
+            *(predict(client, tokens.acme, "slow", [0]) for _ in range(2))
+        )
+        assert [(status, body["outputs"]) for status, body in during] == [(200, [2])] * 2
+        assert (await first)[1]["outputs"] == [1]
+        await client.get("/v1/deployments/slow/metrics", headers=auth(tokens.acme))  # flushed
+        # Counted: the three answered requests, and the replica's calls of 1 and 2 items;
         # nothing of the one that went away (no answer, no item run).
         assert await pool.fetchval("SELECT count(*) FROM serving_tasks") == 3
         batches = await pool.fetch("SELECT tasks, items FROM serving_batches ORDER BY at")
-        assert [tuple(b) for b in batches] == [(2, 2), (1, 1)]
-
-
-SLOW_SIZES = (
-    b"import time\n\ndef predict(batch):\n    time.sleep(1)\n    return [len(batch)] * len(batch)\n"
-)
-"""SIZES, each call taking a second."""
+        assert [tuple(b) for b in batches] == [(1, 1), (2, 2)]
 
 
 async def test_a_call_already_running_finishes_its_answer_dropped(
     db_url: str, tmp_path: Path, tokens: Tokens, pool: asyncpg.Pool
 ) -> None:
     async with serving_cluster(db_url, tmp_path, as_deployed=True) as (client, _):
-        await publish(client, tokens.acme, "slow", SLOW_SIZES, "slow:predict")
+        await publish(client, tokens.acme, "slow", slow_sizes(1), "slow:predict")
         serving = {"max_batch_size": 2, "max_wait_ms": 10, "memo": False}
         await deploy(client, tokens.acme, name="slow", model="slow", serving=serving)
         await until_running(client, tokens.acme, "slow", 1)
