@@ -267,6 +267,14 @@ def add_commands(commands: argparse._SubParsersAction[Any]) -> None:
         metavar="PX",
         help="the generated images' height and width (default: 224)",
     )
+    inference.add_argument(
+        "--warm",
+        type=int,
+        default=1,
+        metavar="N",
+        help="warm sandboxes each agent keeps ready, with torch imported (`trainyard agent "
+        "--warm N --warm-import torch`); 0: every replica starts cold (default: 1)",
+    )
     inference.add_argument("--json", action="store_true", help="print only the JSON object")
     inference.set_defaults(handler=cmd_bench_inference)
     simulation = bench_commands.add_parser(
@@ -621,11 +629,16 @@ async def cmd_bench_autoscale(args: argparse.Namespace, settings: Settings) -> i
 async def cmd_bench_inference(args: argparse.Namespace, settings: Settings) -> int:
     from bench.inference import run
 
-    if args.window <= 0 or not 32 <= args.size <= 1024:
-        print("trainyard: --window must be > 0 and --size 32 to 1024", file=sys.stderr)
+    if args.window <= 0 or not 32 <= args.size <= 1024 or args.warm < 0:
+        print(
+            "trainyard: --window must be > 0, --size 32 to 1024 and --warm at least 0",
+            file=sys.stderr,
+        )
         return EXIT_USAGE
     url = await resolve_database(settings)
-    result = await run(url, window_s=args.window, size=args.size, progress=not args.json)
+    result = await run(
+        url, window_s=args.window, size=args.size, warm=args.warm, progress=not args.json
+    )
     print(json.dumps(result, indent=None if args.json else 2, default=str))
     return 0
 

@@ -11,7 +11,9 @@ generated 3xSIZExSIZE images (SIZE 224 by default), endless, with 2 replicas (on
 - `second_job_start_s`: the ResNet18 job runs; the AlexNet job is submitted (weight 1 each);
   from its submission (the job's `submitted_at`) to its first query starting on a replica
   (the query's `started_at`): its replicas start, load the model, and take their turn at once.
-  IDunno: 2.48 s.
+  IDunno: 2.48 s. With `warm` (default 1) each agent keeps that many warm sandboxes ready with
+  torch imported (`trainyard agent --warm N --warm-import torch`, `node_agent.warm`), in which
+  a replica starts; `warm` 0: every replica starts cold.
 - `fair_ratio_error`: |rate1 / rate2 - 1| over the WINDOW_S seconds from the second job's first
   query on, each job's rate counted from its results recorded in the window, as (n - 1) over
   the time from its first to its last there (so that where the window cuts a query off does
@@ -107,7 +109,12 @@ Say = Callable[[str], None]
 
 
 async def run(
-    url: str, *, window_s: float = WINDOW_S, size: int = 224, progress: bool = False
+    url: str,
+    *,
+    window_s: float = WINDOW_S,
+    size: int = 224,
+    warm: int = 1,
+    progress: bool = False,
 ) -> dict[str, Any]:
     def say(what: str) -> None:
         if progress:
@@ -122,7 +129,7 @@ async def run(
                 root = Path(home)
                 # Passable by the replicas, which run as users of their own (the agent is root).
                 os.chmod(root, 0o711)
-                async with _cluster(database, root, pool, auditor) as cluster:
+                async with _cluster(database, root, pool, auditor, warm) as cluster:
                     figures = await _measure(cluster, window_s, size, say)
         finally:
             await auditor.close()
@@ -139,6 +146,7 @@ async def run(
             "agents": len(NODES),
             "torch_threads_per_replica": "torch's default (the machine's cores)",
             "runtime": "process",
+            "warm_sandboxes_per_agent": warm,
             "window_s": window_s,
             "cpus": os.cpu_count(),
         },
@@ -166,7 +174,7 @@ class _Cluster:
 
 @asynccontextmanager
 async def _cluster(
-    database: str, root: Path, pool: asyncpg.Pool, auditor: asyncpg.Connection
+    database: str, root: Path, pool: asyncpg.Pool, auditor: asyncpg.Connection, warm: int
 ) -> AsyncIterator[_Cluster]:
     store = EventStore(pool, EVENT_REGISTRY)
     runner = ProjectionRunner(pool, store, LogListener(database), [TenantsProjection()])
@@ -182,6 +190,7 @@ async def _cluster(
             heartbeat_s=0.5,
             artifacts_dir=artifacts,
             log=root / f"{name}.log",
+            options=("--warm", str(warm), "--warm-import", "torch") if warm else (),
         )
         for name in NODES
     ]
