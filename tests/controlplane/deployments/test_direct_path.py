@@ -251,6 +251,10 @@ def slow_sizes(seconds: float) -> bytes:
     ).encode()
 
 
+SLOW_SIZES = slow_sizes(1)
+"""SIZES, each call taking a second."""
+
+
 async def test_an_idle_replica_runs_a_request_at_once_and_a_call_gathers_the_next_batch(
     db_url: str, tmp_path: Path, tokens: Tokens, pool: asyncpg.Pool
 ) -> None:
@@ -342,7 +346,7 @@ async def test_a_call_already_running_finishes_its_answer_dropped(
     db_url: str, tmp_path: Path, tokens: Tokens, pool: asyncpg.Pool
 ) -> None:
     async with serving_cluster(db_url, tmp_path, as_deployed=True) as (client, _):
-        await publish(client, tokens.acme, "slow", slow_sizes(1), "slow:predict")
+        await publish(client, tokens.acme, "slow", SLOW_SIZES, "slow:predict")
         serving = {"max_batch_size": 2, "max_wait_ms": 10, "memo": False}
         await deploy(client, tokens.acme, name="slow", model="slow", serving=serving)
         await until_running(client, tokens.acme, "slow", 1)
