@@ -32,6 +32,7 @@ from controlplane.deployments.counting import CountedBatch, CountedTask, Countin
 from controlplane.deployments.direct import ChannelFailed, DirectAnswer, DirectPath, Route
 from controlplane.deployments.errors import InvalidRequest, NotFound, ServingError
 from controlplane.deployments.inputs import DeclaredInput, check_items, declared_input
+from controlplane.deployments.inputs_text import InputsTexts
 from controlplane.deployments.lifecycle import DEPLOYMENT, Busy, Deployment, Pipeline
 from controlplane.deployments.memo_cache import MemoCache
 from controlplane.deployments.names import NAME
@@ -50,7 +51,6 @@ from controlplane.deployments.tasks import (
     IdempotencyMismatch,
     Target,
     Tasks,
-    canonical_json,
     canonical_memo_key,
     new_task_id,
 )
@@ -136,6 +136,7 @@ class ServingApplication:
         """Uniform in [0, 1): which version a request goes to, by its canary's weight."""
         self._memo = MemoCache()
         """The memo's first tier, this process's (the durable one is `serving_memo`)."""
+        self._texts = InputsTexts()
         self._inputs: dict[tuple[str, str, int], DeclaredInput | None] = {}
         """By model version: what its items must be, read once from its metadata."""
 
@@ -319,12 +320,18 @@ class ServingApplication:
             await self.deployments.remove_pipeline(tenant, name, actor)
 
     async def predict(
-        self, tenant: str, name: str, request: PredictRequest, key: str | None
+        self,
+        tenant: str,
+        name: str,
+        request: PredictRequest,
+        key: str | None,
+        sent: str | None = None,
     ) -> TaskView | QueuedTask:
         """Run the deployment's model on the request's inputs: the finished task (the memo's
         answer, or a replica's); queued when asked to (`async`) or when the result takes longer
         than the synchronous wait. Inputs its model version's declared input does not take are
-        refused first (`inputs.N`, controlplane/deployments/inputs.py).
+        refused first (`inputs.N`, controlplane/deployments/inputs.py). `sent`: the inputs'
+        JSON text as the request carried it, if known (`inputs_text.sent_inputs`).
 
         A synchronous request without an Idempotency-Key takes the direct path (`_directly`);
         one that must be found again by its key, an asynchronous one, and one the direct path
@@ -334,7 +341,7 @@ class ServingApplication:
         # the version the direct path chose (canary.to_canary).
         draw = self._draw()
         if not request.asynchronous and key is None:
-            answered = await self._directly(tenant, name, request, draw)
+            answered = await self._directly(tenant, name, request, draw, sent)
             if answered is not None:
                 return answered
         # What the direct path took (a channel that timed out, say) is not waited for again.
@@ -398,7 +405,7 @@ class ServingApplication:
         return task_view(answered)
 
     async def _directly(
-        self, tenant: str, name: str, request: PredictRequest, draw: float
+        self, tenant: str, name: str, request: PredictRequest, draw: float, sent: str | None
     ) -> TaskView | None:
         """The direct path: the memo (this process's, then the durable one), else a replica
         through its agent's channel; counted after, off the request's path. None: the request
@@ -414,13 +421,9 @@ class ServingApplication:
         check_items(await self.declared_input_of(route.model), request.inputs, "inputs")
         salt = None if request.no_cache else route.memo_salt
         try:
-            # Encoded once: the memo's key hashes this text, the replica is sent it and the
-            # count records it (a 5 KiB item's encoding is a tenth of a millisecond).
-            data = (
-                canonical_json(request.inputs)
-                if salt is not None
-                else json.dumps(request.inputs, allow_nan=False)
-            )
+            # Made once, from the request's own text where it can be: the memo's key hashes
+            # this text, the replica is sent it and the count records it.
+            data = self._texts.text(tenant, request.inputs, sent, canonical=salt is not None)
         except ValueError as exc:  # NaN or infinity: as the queue says
             raise Refusal(Refused.INVALID, f"inputs: {exc}", field="inputs") from exc
         labels = {"tenant": tenant, "deployment": name}

@@ -27,6 +27,7 @@ from controlplane.deployments.application import (
     ServingApplication,
     named,
 )
+from controlplane.deployments.inputs_text import sent_inputs
 from controlplane.deployments.lifecycle import Busy
 from controlplane.deployments.spec import (
     Autoscaling,
@@ -196,13 +197,16 @@ async def undeploy(request: web.Request) -> web.Response:
 
 async def predict(request: web.Request) -> web.Response:
     tenant = acting(request, "predicts")
-    body = _prediction(await json_body(request))
+    document = await json_body(request)
+    body = _prediction(document)
     name = _name(request)
     key = _prediction_key(request)
     serving = request.app[SERVING_APPLICATION]
     if body.asynchronous:  # answered once queued: nothing holds a replica for it
         return _task_answer(await serving.predict(tenant, name, body, key))
-    task = await unless_gone(request, serving.predict(tenant, name, body, key))
+    # The body's text, read already (aiohttp keeps it): the direct path sends the inputs' own.
+    sent = sent_inputs(await request.text(), document)
+    task = await unless_gone(request, serving.predict(tenant, name, body, key, sent))
     return web.Response(status=CLIENT_GONE) if task is None else _task_answer(task)
 
 
