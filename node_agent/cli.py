@@ -182,7 +182,8 @@ def _agent_options(command: argparse.ArgumentParser, *, defaults: bool) -> None:
         metavar="IPV4",
         default=default(None),
         help="this node's address on the cluster network, recorded with its registration: a "
-        "job whose sandboxed learners span nodes reaches its learners on this node through it "
+        "job whose learners (sandboxed processes or containers) span nodes reaches its "
+        "learners on this node through it "
         "(the nodes' addresses must be on one link; needs root: ip, iptables); without it, "
         "such a job's learners here cannot reach those on other nodes (a rendezvous across "
         "them fails within its timeout)",
