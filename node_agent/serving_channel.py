@@ -5,15 +5,15 @@ the agent of one of its deployment's replicas, over HTTP (the items' JSON list t
 tenant and deployment in the query), with the bearer token this agent made when it started; the
 agent records the token with each replica it offers (`serving_channels`, which only the control
 plane and this node's own agent can read), so a tenant never holds it, and a replica is never
-reached but through its agent. Each replica's direct requests are batched the way a batcher
-that keeps its replica busy does: when the replica has no call in flight, what is waiting runs
-at once, as a batch of what is there (recorded 'idle': a lone request never waits for company),
-and what arrives while a call runs waits for it and forms the next batch (at most
-`max_batch_size` items: one that fills up is recorded 'full'; a request larger than a batch
-runs alone, in calls of at most `max_batch_size`). `max_wait_ms` is the queue's window, not
-this path's: a request waiting here waits only for the replica. Each request is answered with
-its share of the outputs and its batch's figures. The agent records nothing of it: the control
-plane counts the request and its batch once it has answered, off the request's path.
+reached but through its agent. Each replica's direct requests are batched so that none waits
+for company on an idle replica: one that comes when the replica has no call in flight runs at
+once, with whatever else is waiting (recorded 'idle'); those that come while a call runs wait
+for it and form the next batch, which leaves when full ('full') or once its oldest has waited
+`max_wait_ms` ('timeout'; at the call's end when that passed during the call, as it does with
+0). A batch holds at most `max_batch_size` items; a request larger than that runs alone, in
+calls of at most `max_batch_size`. Each request is answered with its share of the outputs and
+its batch's figures. The agent records nothing of it: the control plane counts the request and
+its batch once it has answered, off the request's path.
 
 A request whose sender closes its connection (the control plane does when its own client went
 away) is dropped while it still waits for its batch, and never reaches the replica; once its
@@ -205,6 +205,9 @@ class DirectFeed:
         self.progress_s = spec.task_timeout_s
         """How long a stream's reader may take nothing before its stream ends."""
         self._most = spec.max_batch_size
+        self._wait_s = spec.max_wait_ms / 1000
+        self._freed_at = 0.0
+        """When the replica was last let go of by a call (its own or the queue's)."""
         self._waiting: deque[_Request] = deque()
         self._streams: deque[_Stream] = deque()
         self._changed = asyncio.Event()
@@ -262,7 +265,7 @@ class DirectFeed:
         """Batch and run the requests (a stream alone) until cancelled; ReplicaGone when the
         replica died (the batch it held is refused: its requests take the queue; a stream it
         ran ends with an error)."""
-        client.when_freed(self._changed.set)
+        client.when_freed(self._freed)
         while True:
             work = await self._next(client)
             if isinstance(work, _Stream):
@@ -276,6 +279,10 @@ class DirectFeed:
                     _fail(request, ReplicaGone(str(exc)))
                 raise
 
+    def _freed(self) -> None:
+        self._freed_at = time.monotonic()
+        self._changed.set()
+
     async def _next(self, client: ReplicaClient) -> _Stream | tuple[list[_Request], str]:
         while True:
             # In their order of arrival, but a batch that formed before a stream came takes
@@ -285,13 +292,24 @@ class DirectFeed:
             ):
                 return self._streams.popleft()
             # Read afresh after each change: a request that went away leaves the batch.
-            if not self._waiting or (
-                client.busy and sum(len(r.items) for r in self._waiting) < self._most
-            ):
+            full = sum(len(r.items) for r in self._waiting) >= self._most
+            if not self._waiting or (client.busy and not full):
                 # Nothing to run; or the replica runs a call of the queue's, and the batch
-                # fills until it is full or the replica is let go of (`run`'s callback).
+                # fills until it is full or the replica is let go of (`_freed`).
                 self._changed.clear()
                 await self._changed.wait()
+                continue
+            # The replica has no call in flight. A batch whose first request came while a
+            # call ran fills until its window has passed (often during that call): under
+            # load, batches stay as large as the window makes them. One that came to a
+            # replica with nothing in flight leaves at once: it would wait for nobody.
+            came_during_call = self._waiting[0].arrived < self._freed_at
+            left = self._waiting[0].arrived + self._wait_s - time.monotonic()
+            if came_during_call and left > 0 and not full:
+                self._changed.clear()
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(left):
+                        await self._changed.wait()
                 continue
             taken = [self._waiting.popleft()]
             items = len(taken[0].items)
@@ -299,8 +317,9 @@ class DirectFeed:
             while self._waiting and items + len(self._waiting[0].items) <= self._most:
                 items += len(self._waiting[0].items)
                 taken.append(self._waiting.popleft())
-            # Not full: the replica had no call in flight, so it runs what is there at once.
-            return taken, "full" if items >= self._most else "idle"
+            if items >= self._most:
+                return taken, "full"
+            return taken, "timeout" if came_during_call else "idle"
 
     async def _run(self, client: ReplicaClient, batch: list[_Request], reason: str) -> None:
         started = time.monotonic()

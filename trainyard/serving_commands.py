@@ -152,8 +152,8 @@ def add_serving_commands(commands: Any) -> None:
         "--max-wait-ms",
         type=float,
         metavar="X",
-        help="how long a batch of queued tasks that is not full waits for more items (the "
-        "direct path's batches wait only for their replica to be free) "
+        help="how long a batch that is not full waits for more items (a synchronous "
+        "prediction to a replica with no call in flight runs at once) "
         f"({server_default(Serving, 'max_wait_ms')})",
     )
     deploy.add_argument(

@@ -70,8 +70,8 @@ class Serving(BaseModel):
         default=5.0,
         ge=0,
         le=MAX_WAIT_MS,
-        description="how long a batch of queued tasks that is not full waits for more items "
-        "after its first (the direct path's batches wait only for their replica to be free; "
+        description="how long a batch that is not full waits for more items after its first "
+        "(on the direct path, a request to a replica with no call in flight runs at once; "
         f"0, or {WAIT_RESOLUTION_MS:g} ms to {MAX_WAIT_MS:g} ms)",
     )
     memo: bool = Field(
