@@ -24,6 +24,24 @@ CREATE INDEX warm_uids_node ON warm_uids (node);
 -- A job's uid that was a warm sandbox's: a process has run as it before any folder of the job
 -- was recorded, so a later adoption must not give it back as it gives back a claim's unused uid.
 ALTER TABLE learner_uids ADD COLUMN adopted boolean NOT NULL DEFAULT false;
+-- A job's uid that some node recorded folders under: files may be owned by it, whatever
+-- becomes of the job_folders rows later (an agent may forget its own node's), so adoption never
+-- gives it back. Set by the trigger below, never cleared.
+ALTER TABLE learner_uids ADD COLUMN used boolean NOT NULL DEFAULT false;
+
+CREATE FUNCTION mark_learner_uid_used() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp
+AS $$
+BEGIN
+    UPDATE learner_uids SET used = true WHERE job_id = NEW.job_id AND NOT used;
+    RETURN NULL;
+END
+$$;
+REVOKE ALL ON FUNCTION mark_learner_uid_used() FROM PUBLIC;
+CREATE TRIGGER job_folders_mark_uid_used AFTER INSERT ON job_folders
+FOR EACH ROW EXECUTE FUNCTION mark_learner_uid_used();
+UPDATE learner_uids u SET used = true
+WHERE EXISTS (SELECT 1 FROM job_folders f WHERE f.job_id = u.job_id);
 
 -- Refuses an agent login acting for another node than its own (0032's agent_logins): freeing
 -- or taking another node's warm uid would free a uid a sandbox there runs as, or give it to a
@@ -91,12 +109,18 @@ BEGIN
     IF NOT FOUND THEN
         RETURN NULL;
     END IF;
+    -- The job's live allocations held as they are until this commits: a release waits, so no
+    -- other node claims the job and reads its uid between these checks and the re-keying; and
+    -- its uid's row, so that no folder is recorded under it meanwhile.
+    PERFORM 1 FROM allocations a WHERE a.job_id = job AND a.released_at IS NULL FOR SHARE;
+    PERFORM 1 FROM learner_uids u WHERE u.job_id = job FOR UPDATE;
     IF EXISTS (SELECT 1 FROM job_folders f WHERE f.job_id = job)
        OR NOT EXISTS (SELECT 1 FROM allocations a
                       WHERE a.job_id = job AND a.released_at IS NULL)
        OR EXISTS (SELECT 1 FROM allocations a
                   WHERE a.job_id = job AND a.released_at IS NULL AND a.node <> at_node)
-       OR EXISTS (SELECT 1 FROM learner_uids u WHERE u.job_id = job AND u.adopted) THEN
+       OR EXISTS (SELECT 1 FROM learner_uids u
+                  WHERE u.job_id = job AND (u.adopted OR u.used)) THEN
         RETURN NULL;
     END IF;
     BEGIN

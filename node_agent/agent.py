@@ -208,6 +208,9 @@ class Agent:
         that still run here, release the allocations of those that are over, and kill stale
         learners (see `node_agent.reconcile`). Call after `register()`, before `run()`."""
         await self._account(await self._runtime.find(self.config.name))
+        # The warm sandboxes an earlier agent left are gone (`find` removed them): their uids
+        # go back, whether this agent keeps any.
+        await self._users.release_warm(self.config.name, None)
 
     async def _account(self, found: list[FoundLearner]) -> None:
         """Act on `plan` for this node's allocations that no attempt here runs: after a
@@ -482,18 +485,44 @@ class Agent:
 
     async def _specs(self, won: Claim) -> list[LearnerSpec]:
         job_id = won.job.job_id
-        # The same uid on every node and in every attempt of the job; its folders recorded
-        # before any is made. A warm sandbox's uid becomes the job's as it takes it.
-        warm = await self._take_warm(won)
-        user = (warm.uid, warm.uid) if warm is not None else await self._users.of(job_id)
-        uid = None if user is None else user[0]
-        await self._folders.record(job_id, uid, checkpoints_of(won))
         # The job's secrets are read as each attempt starts, never kept: the table is their
         # only copy, and the job's end deletes them.
         secret_env = await self._port.secret_env(job_id)
-        specs = learner_specs(
+        # The same uid on every node and in every attempt of the job; its folders recorded
+        # before any is made. A warm sandbox's uid becomes the job's as it takes it.
+        warm = await self._take_warm(won, secret_env)
+        try:
+            return await self._specs_as(won, secret_env, warm)
+        except BaseException:
+            if warm is not None:
+                await self._discard_warm(warm)  # the job's uid now: nothing to give back
+            raise
+
+    async def _specs_as(
+        self, won: Claim, secret_env: Mapping[str, str], warm: WarmSandbox | None
+    ) -> list[LearnerSpec]:
+        job_id = won.job.job_id
+        user = (warm.uid, warm.uid) if warm is not None else await self._users.of(job_id)
+        uid = None if user is None else user[0]
+        await self._folders.record(job_id, uid, checkpoints_of(won))
+        specs = self._learner_specs(won, secret_env, user, await self._link(won, uid))
+        if warm is not None:
+            runtime = self._runtime
+            assert isinstance(runtime, ProcessRuntime) and runtime.warm is not None
+            runtime.warm.taken[warm.name] = warm
+            specs = [replace(spec, warm=warm.name) for spec in specs]
+        return specs
+
+    def _learner_specs(
+        self,
+        won: Claim,
+        secret_env: Mapping[str, str],
+        user: tuple[int, int] | None,
+        link: JobLink | None,
+    ) -> list[LearnerSpec]:
+        return learner_specs(
             won,
-            link=await self._link(won, uid),
+            link=link,
             secret_env=secret_env,
             node=self.config.name,
             work_dir=self.config.work_dir,
@@ -504,20 +533,27 @@ class Agent:
             user=user,
             container=self._runtime.name == "docker",
         )
-        if warm is not None:
-            specs = await self._started_warm(specs, warm)
-        return specs
 
-    async def _take_warm(self, won: Claim) -> WarmSandbox | None:
+    async def _take_warm(self, won: Claim, secret_env: Mapping[str, str]) -> WarmSandbox | None:
         """A warm sandbox for the claim's only learner, its uid now the job's; None when the
-        job has others, one of its uid's may be in use (it has folders), or none is ready."""
+        job has others, its learner would get another sandbox (`WarmSandboxes.refusal`), one
+        of its uid's may be in use (it has folders), or none is ready."""
         job = won.job
+        runtime = self._runtime
         if (
             self._warm is None
+            or not isinstance(runtime, ProcessRuntime)
+            or runtime.warm is None
             or job.manifest.learners != 1
             or won.nodes != [self.config.name]
             or job.tenant in self.config.network_tenants
         ):
+            return None
+        # Judged before one is taken: a learner that starts cold costs the pool nothing. Its
+        # uid and link change nothing of it (one learner here, no link).
+        (probe,) = self._learner_specs(won, secret_env, None, None)
+        if (refusal := runtime.warm.refusal(probe, self.config.launcher)) is not None:
+            log.info("job %s starts cold: %s", job.job_id, refusal)
             return None
         warm = self._warm.take()
         if warm is None:
@@ -532,19 +568,11 @@ class Agent:
             return None
         return warm
 
-    async def _started_warm(self, specs: list[LearnerSpec], warm: WarmSandbox) -> list[LearnerSpec]:
-        """The specs, the learner's to start in `warm` where its sandbox would be made the same
-        way; otherwise `warm` is removed (its uid is the job's now) and it starts cold."""
+    async def _discard_warm(self, warm: WarmSandbox) -> None:
         runtime = self._runtime
         assert isinstance(runtime, ProcessRuntime) and runtime.warm is not None
-        (spec,) = specs
-        refusal = runtime.warm.refusal(spec, self.config.launcher)
-        if refusal is not None:
-            log.info("job %s starts cold: %s", spec.job_id, refusal)
-            await runtime.warm.discard(warm)
-            return specs
-        runtime.warm.taken[warm.name] = warm
-        return [replace(spec, warm=warm.name)]
+        runtime.warm.taken.pop(warm.name, None)
+        await runtime.warm.discard(warm)
 
     async def _link(self, won: Claim, uid: int | None) -> JobLink | None:
         """This node's part of the job's network across nodes: for a job whose learners span

@@ -133,8 +133,15 @@ class Hierarchies:
     def limit(self, group: Cgroup, limits: Limits) -> None:
         """Set `group`'s limits (again: a warm sandbox's group takes its job's); CgroupError
         saying why they could not be."""
+        settings = list(self._settings(group, limits))
+        memsw = group.memory / "memory.memsw.limit_in_bytes"
+        if self.version == 1 and memsw.exists():
+            # v1's memory limit may not exceed its memory+swap one: raised, that goes first.
+            current = int((group.memory / "memory.limit_in_bytes").read_text())
+            if limits.memory_mb << 20 > current:
+                settings.sort(key=lambda setting: setting[0] != memsw)
         try:
-            for file, value in self._settings(group, limits):
+            for file, value in settings:
                 file.write_text(value)
         except OSError as exc:
             raise CgroupError(f"cannot limit the cgroup {group.memory.name}: {exc}") from exc
@@ -143,10 +150,17 @@ class Hierarchies:
         """`group`, with its processes, called `name` now (a warm sandbox's group becomes its
         learner's, under the name a restarted agent looks for); CgroupError if it cannot be."""
         renamed = self.group(name)
+        done: list[tuple[Path, Path]] = []
         try:
-            for controller, folder in dict.fromkeys(group.folders.items()):
-                folder.rename(renamed.folders[controller])
+            # One folder in v2, one per controller in v1.
+            for folder in dict.fromkeys(group.folders.values()):
+                folder.rename(folder.parent / name)
+                done.append((folder, folder.parent / name))
         except OSError as exc:
+            # Whole or not at all: a group named two ways in two hierarchies is lost to both.
+            for folder, moved in done:
+                with contextlib.suppress(OSError):
+                    moved.rename(folder)
             raise CgroupError(f"cannot rename the cgroup {group.memory.name}: {exc}") from exc
         return renamed
 

@@ -37,6 +37,7 @@ import stat
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO, Literal
@@ -554,7 +555,12 @@ class ProcessRuntime:
         except LearnerStartError:
             await self.warm.discard(warm)
             raise
-        cgroup = await self.warm.assign(warm, spec, env)
+        try:
+            cgroup = await self.warm.assign(warm, spec, env)
+        except LearnerStartError as exc:
+            # The sandbox is gone (ended while idle, say): the learner is not to pay for it.
+            log.warning("job %s learner %d: %s; starting it cold", spec.job_id, spec.learner, exc)
+            return await self.start(replace(spec, warm=None))
         files = LearnerFiles(self._work_dir, spec)
         ended = _exit_of_sandbox(warm.process, cgroup, warm.init, warm.pid)
         leftovers = functools.partial(self.warm.release, name)

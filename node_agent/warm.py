@@ -38,7 +38,7 @@ import contextlib
 import json
 import logging
 import os
-import shutil
+import re
 import socket
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -92,6 +92,7 @@ warm sandbox started without: a learner whose environment sets one starts cold (
 STARTUP_KEPT = {"PYTHONUNBUFFERED": "1", "LANG": "C.UTF-8"}
 """What every learner's environment has of them (`runtime.learner_env`), a warm sandbox too."""
 _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_ESCAPED = re.compile(rb"\\([0-7]{3})")
 
 
 class WarmError(Exception):
@@ -178,14 +179,15 @@ class WarmSandboxes:
         made (nothing of it is left then)."""
         name = PREFIX + uuid4().hex[:16]
         folder = self._base / name
-        self._base.mkdir(mode=0o700, exist_ok=True)
-        folder.mkdir(mode=0o700)
         cgroup: Cgroup | None = None
         process: asyncio.subprocess.Process | None = None
-        channel, theirs = socket.socketpair()
+        channel: socket.socket | None = None
         try:
+            self._base.mkdir(mode=0o700, exist_ok=True)
+            folder.mkdir(mode=0o700)
             binds = await self._shared_roots(folder)
             cgroup = self._sandbox.cgroups.create(name, MAKING)
+            channel, theirs = socket.socketpair()
             info, write = os.pipe()
             try:
                 with _output(folder) as output:
@@ -199,6 +201,9 @@ class WarmSandboxes:
                         start_new_session=True,
                         pass_fds=(write,),
                     )
+            except BaseException:
+                os.close(info)
+                raise
             finally:
                 os.close(write)
                 theirs.close()
@@ -216,14 +221,21 @@ class WarmSandboxes:
                 raise WarmError("it ended as it got ready")
             (folder / READY).touch()
         except (OSError, CgroupError, TimeoutError, WarmError, ValueError, KeyError) as exc:
-            channel.close()
+            if channel is not None:
+                channel.close()
             if cgroup is not None:
                 await clear(cgroup)
             if process is not None:
                 await process.wait()
-            await self._remove(folder)
+            if folder.exists():
+                await self._remove(folder)
             raise WarmError(f"cannot make a warm sandbox: {exc}") from exc
         return WarmSandbox(name, placeholder, uid, folder, cgroup, process, init, pid, channel)
+
+    def alive(self, warm: WarmSandbox) -> bool:
+        """Whether `warm` still waits for a learner (the node's OOM killer, or anyone, may have
+        ended it while it was idle)."""
+        return warm.process.returncode is None and _start_time(warm.pid) is not None
 
     async def assign(
         self, warm: WarmSandbox, spec: LearnerSpec, environ: Mapping[str, str]
@@ -235,7 +247,10 @@ class WarmSandboxes:
             binds = [(spec.workdir, spec.workdir), *((m.source, m.target) for m in spec.mounts)]
             for source, target in sorted(binds, key=lambda bind: len(bind[1].parts)):
                 await self._bind(warm.folder, source, target)
-            _move_output(warm.folder, spec.workdir)
+            _move_output(self._root_of(spec.workdir), warm.folder, spec.workdir)
+            # Recorded before anything of the job runs: a restarted agent finds the learner,
+            # or (until the group is renamed) removes the sandbox whole.
+            _write_record(warm, spec)
             cgroup = self._sandbox.cgroups.rename(
                 warm.cgroup, cgroup_name(spec.job_id, spec.attempt, spec.learner, spec.epoch)
             )
@@ -248,7 +263,6 @@ class WarmSandboxes:
             loop = asyncio.get_running_loop()
             await loop.sock_sendall(warm.channel, json.dumps(handed).encode())
             warm.channel.shutdown(socket.SHUT_WR)
-            _write_record(warm, spec)
         except (OSError, CgroupError, LearnerStartError) as exc:
             await self.discard(warm)
             raise LearnerStartError(f"cannot start it in its warm sandbox: {exc}") from exc
@@ -298,9 +312,10 @@ class WarmSandboxes:
         for folder in sorted(self._base.iterdir()):
             if folder.name in keep or folder.name in self.taken:
                 continue
-            record = records.get(folder.name)
-            name = folder.name if record is None else _record_cgroup(record)
-            await clear(self._sandbox.cgroups.group(name))
+            # Its own group, and its learner's where it was renamed to that (or was about to be).
+            await clear(self._sandbox.cgroups.group(folder.name))
+            if (record := records.get(folder.name)) is not None:
+                await clear(self._sandbox.cgroups.group(_record_cgroup(record)))
             await self._remove(folder)
 
     def _records(self) -> dict[str, Record]:
@@ -342,6 +357,9 @@ class WarmSandboxes:
         shared = folder / ROOTS
         shared.mkdir(mode=0o755)
         await _mount("--bind", str(shared), str(shared))
+        # A peer group of its own (the node's root may be shared, as under systemd): what is
+        # bound below it propagates to its sandbox alone.
+        await _mount("--make-private", str(shared))
         await _mount("--make-shared", str(shared))
         binds = []
         for root in self._roots:
@@ -359,26 +377,27 @@ class WarmSandboxes:
             raise LearnerStartError(f"{source} is not below the agent's job roots")
         point = _below(folder / ROOTS, target)
         _make_traversable(folder / ROOTS, point)
-        fd = os.open(root, _DIRECTORY)
+        fd = _walk(root, source)
         try:
-            for name in source.relative_to(root).parts:
-                child = os.open(name, _DIRECTORY, dir_fd=fd)
-                os.close(fd)
-                fd = child
+            # Not canonicalized: `mount` would turn the descriptor's link back into a path,
+            # which the kernel would resolve again; the kernel resolves the link to the folder.
             await _mount("--bind", f"/proc/self/fd/{fd}", str(point), pass_fds=(fd,))
         finally:
             os.close(fd)
 
     async def _remove(self, folder: Path) -> None:
-        """Unmount what the folder holds, then remove it; left for the next sweep while a mount
-        is still there (removing it then would remove a job's files)."""
+        """Unmount what the folder holds, then remove what the agent made there; left for the
+        next sweep while a mount is still there. Never a recursive removal: were a job's folder
+        still bound below, removing it would remove the job's files."""
         shared = folder / ROOTS
         if _mounted_below(folder):
-            await commands.run("umount", "--recursive", "--lazy", str(shared))
+            # By its real path, as the kernel lists it (the agent's own folders lead there).
+            real = os.path.realpath(shared)
+            await commands.run("umount", "--recursive", "--lazy", "--no-canonicalize", real)
         if _mounted_below(folder):
             log.warning("warm sandbox %s: still mounted, left for the next sweep", folder.name)
             return
-        await asyncio.to_thread(shutil.rmtree, folder, ignore_errors=True)
+        await asyncio.to_thread(_remove_made, folder)
 
 
 def _outermost(paths: Sequence[Path]) -> tuple[Path, ...]:
@@ -417,12 +436,14 @@ def _output(folder: Path) -> Iterator[tuple[BinaryIO, BinaryIO]]:
         yield files[0], files[1]
 
 
-def _move_output(folder: Path, workdir: Path) -> None:
-    """The output files, moved into the learner's working directory (just made by the agent,
-    the job's), where the agent reads a learner's."""
+def _move_output(root: Path | None, folder: Path, workdir: Path) -> None:
+    """The output files, moved into the learner's working directory (the job's, below the job
+    root `root`, opened by walking), where the agent reads a learner's."""
+    if root is None:
+        raise OSError(f"{workdir} is not below the agent's job roots")
     source = os.open(folder, _DIRECTORY)
     try:
-        target = os.open(workdir, _DIRECTORY)
+        target = _walk(root, workdir)
         try:
             for name in OUTPUT:
                 os.rename(name, name, src_dir_fd=source, dst_dir_fd=target)
@@ -459,14 +480,48 @@ def _start_time(pid: int) -> int | None:
     return int(fields[19])
 
 
+def _walk(root: Path, path: Path) -> int:
+    """A descriptor of the folder `path`, opened from the agent's `root` one folder at a time
+    without following a symlink (OSError where a step is not a folder)."""
+    fd = os.open(root, _DIRECTORY)
+    try:
+        for name in path.relative_to(root).parts:
+            child = os.open(name, _DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = child
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 def _mounted_below(folder: Path) -> bool:
-    prefix = str(folder) + "/"
-    with open("/proc/self/mountinfo") as mountinfo:
+    """Whether a mount point is `folder` or below it, as the kernel names them: the real path,
+    in bytes, with mountinfo's octal escapes (of spaces, tabs, newlines, backslashes) undone."""
+    real = os.fsencode(os.path.realpath(folder))
+    with open("/proc/self/mountinfo", "rb") as mountinfo:
         for line in mountinfo:
-            point = line.split()[4].encode().decode("unicode_escape")
-            if point == str(folder) or point.startswith(prefix):
+            point = _ESCAPED.sub(lambda m: bytes([int(m[1], 8)]), line.split(b" ")[4])
+            if point == real or point.startswith(real + b"/"):
                 return True
     return False
+
+
+def _remove_made(folder: Path) -> None:
+    """Remove what the agent made in a warm sandbox's folder (its files by name, then its
+    folders, emptiest first, with rmdir), leaving anything else, and saying so."""
+    for name in (*OUTPUT, READY, RECORD, RECORD + ".partial"):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(folder / name)
+    made = [path for path, _, _ in os.walk(folder / ROOTS)]
+    for path in [*sorted(made, key=len, reverse=True), str(folder)]:
+        try:
+            os.rmdir(path)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            log.warning("warm sandbox %s: not removed whole: %s", folder.name, exc)
+            return
 
 
 async def _mount(*args: str, pass_fds: Sequence[int] = ()) -> None:

@@ -6,7 +6,8 @@ at once would only share the node's CPUs), and again as claims take them. Each r
 the database holds for it (`Users.hold_warm`); a claim that takes one makes that uid its job's
 (`Users.adopt_warm`), or gives the sandbox back when the job has a uid in use already (it ran
 here or elsewhere before). As the agent stops, the sandboxes no claim took are removed and
-their uids given back; those of an agent that died are, as the next one starts.
+their uids given back; those of an agent that died are, as the next one starts
+(`Agent.reconcile`), whatever its `--warm`.
 """
 
 from __future__ import annotations
@@ -33,14 +34,19 @@ class WarmPool:
         self._node = node
         self._size = size
         self._ready: list[WarmSandbox] = []
+        self._dead: list[WarmSandbox] = []
+        """Ready ones found ended (the node's OOM killer, say) as a claim looked for one."""
         self._wanted = asyncio.Event()
 
     def take(self) -> WarmSandbox | None:
         """A ready sandbox for a claim, if one is; the pool makes another."""
-        if not self._ready:
-            return None
-        self._wanted.set()
-        return self._ready.pop(0)
+        while self._ready:
+            self._wanted.set()
+            warm = self._ready.pop(0)
+            if self._sandboxes.alive(warm):
+                return warm
+            self._dead.append(warm)  # removed, and its uid given back, by `run`
+        return None
 
     def give_back(self, warm: WarmSandbox) -> None:
         """A sandbox a claim took but could not use (nothing of the job was given to it)."""
@@ -49,8 +55,8 @@ class WarmPool:
     async def run(self) -> None:
         """Keep the pool full until cancelled; then remove the sandboxes no claim took."""
         try:
-            await self._users.release_warm(self._node, None)  # an earlier agent's
             while True:
+                await self._remove_dead()
                 while len(self._ready) < self._size and await self._make():
                     pass
                 self._wanted.clear()
@@ -65,21 +71,34 @@ class WarmPool:
         """One more ready sandbox; False when none could be made now."""
         try:
             held = await self._users.hold_warm(self._node)
-        except UNAVAILABLE as exc:
+        except Exception as exc:
+            # Never the agent's end: it runs its learners cold meanwhile.
+            if not isinstance(exc, UNAVAILABLE):
+                log.exception("warm sandboxes: cannot hold a uid")
             log.warning("warm sandboxes: no uid from the database (%s); trying again", exc)
             return False
         if held is None:
             return False  # every uid is a job's: the claims need them more
         try:
             warm = await self._sandboxes.make(held.placeholder, held.uid)
-        except WarmError as exc:
+        except Exception as exc:
+            # Never the agent's end: it runs its learners cold meanwhile.
+            if not isinstance(exc, WarmError):
+                log.exception("warm sandboxes: cannot make one")
             log.warning("%s; trying again in %g s", exc, RETRY_S)
             await self._release([held.placeholder])
             return False
         self._ready.append(warm)
         return True
 
+    async def _remove_dead(self) -> None:
+        dead, self._dead = self._dead, []
+        for warm in dead:
+            await self._sandboxes.discard(warm)
+        await self._release([warm.placeholder for warm in dead])
+
     async def _close(self) -> None:
+        await self._remove_dead()
         ready, self._ready = self._ready, []
         # Taken by a claim whose learner never started in it (the agent stopped first): the
         # job's uid now, nothing to give back.

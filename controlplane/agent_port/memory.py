@@ -152,6 +152,9 @@ class MemoryPort:
         """Each warm placeholder's node."""
         self._adopted: set[UUID] = set()
         """Jobs whose uid was a warm sandbox's: no later adoption gives it back."""
+        self._used: set[UUID] = set()
+        """Jobs some node recorded folders of (learner_uids.used): their uid is never given back
+        by an adoption, forgotten folders or not."""
         self._folders: dict[tuple[UUID, str], _Folders] = {}
         self._expired: set[UUID] = set()
         self._tasks: dict[UUID, _Task] = {}
@@ -367,6 +370,7 @@ class MemoryPort:
         self, job_id: UUID, node: str, uid: int | None, checkpoints: UUID
     ) -> None:
         self._folders.setdefault((job_id, node), _Folders(uid, checkpoints))
+        self._used.add(job_id)  # files may be owned by its uid, forgotten folders or not
 
     async def expired_folders(self, node: str) -> list[ExpiredFolders]:
         used = {
@@ -407,6 +411,7 @@ class MemoryPort:
             or any(folders_of == job_id for folders_of, _ in self._folders)
             or live != {node}
             or job_id in self._adopted
+            or job_id in self._used
         ):
             return None
         uid = self._uids.pop(placeholder)

@@ -104,8 +104,10 @@ def environ(pid: int) -> dict[str, str]:
 
 
 def mounted_below(path: Path) -> list[str]:
+    """The mount points at or below `path`, as the kernel names them (real, octal-escaped)."""
+    real = os.path.realpath(path).replace(" ", "\\040")
     points = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
-    return [point for point in points if point.startswith(str(path))]
+    return [point for point in points if point.startswith(real)]
 
 
 async def report_of(learner: object) -> dict[str, object]:
@@ -277,4 +279,65 @@ async def test_a_warm_learner_whose_folder_is_a_link_fails_to_start_and_leaves_n
         await started_warm(runtime, warm, spec)
     assert _ended_now(warm.pid)
     assert mounted_below(work_dir / FOLDER) == []
+    assert not (work_dir / FOLDER / warm.name).exists()
+
+
+async def test_removing_a_warm_learner_leaves_its_job_s_files_whatever_the_work_dir_s_path(
+    tmp_path: Path,
+) -> None:
+    # The agent's work directory reached through a symlinked folder, with a name mountinfo
+    # escapes: what the kernel lists as mounted is another path than the agent's.
+    space = learner_space()
+    real = space / "real place"
+    real.mkdir(mode=0o711)
+    (space / "link").symlink_to(real)
+    work_dir = space / "link" / "agent ü"
+    work_dir.mkdir(mode=0o711)
+    runtime = runtime_of(work_dir)
+    spec = spec_of(work_dir)
+    learner = await started_warm(
+        runtime, await sandboxes_of(runtime).make(uuid4(), LEARNER_UID), spec
+    )
+    await report_of(learner)
+    checkpoint = Path(spec.env["TRAINYARD_CHECKPOINT_DIR"]) / "weights"
+    checkpoint.write_text("kept")
+    (spec.workdir / "go").touch()
+    await learner.wait()  # type: ignore[attr-defined]
+    await learner.remove()  # type: ignore[attr-defined]
+    assert (spec.workdir / "written").read_text() == "mine"
+    assert checkpoint.read_text() == "kept"
+    assert mounted_below(real) == []
+    assert list((work_dir / FOLDER).iterdir()) == []
+
+
+async def test_a_job_given_more_memory_than_a_warm_sandbox_is_made_with_starts_in_it(
+    work_dir: Path,
+) -> None:
+    runtime = runtime_of(work_dir)
+    spec = replace(spec_of(work_dir), memory_mb=8192)
+    learner = await started_warm(
+        runtime, await sandboxes_of(runtime).make(uuid4(), LEARNER_UID), spec
+    )
+    try:
+        assert (await report_of(learner))["preloaded"] is True
+    finally:
+        (spec.workdir / "go").touch()
+        await learner.wait()  # type: ignore[attr-defined]
+        await learner.remove()  # type: ignore[attr-defined]
+
+
+async def test_a_learner_whose_warm_sandbox_ended_while_idle_starts_cold(work_dir: Path) -> None:
+    runtime = runtime_of(work_dir)
+    warm = await sandboxes_of(runtime).make(uuid4(), LEARNER_UID)
+    os.kill(warm.pid, signal.SIGKILL)  # the node's OOM killer, say
+    await eventually(lambda: _ended(warm.pid))
+    spec = spec_of(work_dir)
+    learner = await started_warm(runtime, warm, spec)
+    try:
+        report = await report_of(learner)
+        assert (report["uid"], report["preloaded"]) == (LEARNER_UID, False)
+    finally:
+        (spec.workdir / "go").touch()
+        assert await learner.wait() == ExitStatus(code=0)  # type: ignore[attr-defined]
+        await learner.remove()  # type: ignore[attr-defined]
     assert not (work_dir / FOLDER / warm.name).exists()

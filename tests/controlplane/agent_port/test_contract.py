@@ -358,15 +358,27 @@ async def test_an_adoption_refused_changes_nothing(port: AgentPort, control: Con
     assert await port.adopt_warm_uid(job_id, "n1", mine.placeholder) is None
     assert await port.allocate_uid(job_id, uids) == claimed
 
+    # Folders were recorded under its uid once: files may be owned by it, whatever becomes of
+    # the record (an agent may forget its own node's), so its uid is never given back.
     await port.forget_folders(job_id, "n2")
-    assert await port.adopt_warm_uid(job_id, "n1", mine.placeholder) == mine.uid  # still warm
-    # Adopted once, never again: its sandbox may run as it before any folder is recorded.
-    again = await port.hold_warm_uid("n1", uids)
-    assert again is not None
-    assert await port.adopt_warm_uid(job_id, "n1", again.placeholder) is None
-    assert await port.allocate_uid(job_id, uids) == mine.uid
-    assert await port.release_warm_uids("n1") == 1  # `again`, still warm
+    assert await port.adopt_warm_uid(job_id, "n1", mine.placeholder) is None
+    assert await port.allocate_uid(job_id, uids) == claimed
+    assert await port.release_warm_uids("n1") == 1  # `mine`, still warm
     assert await port.release_warm_uids("n2") == 1
+
+
+async def test_a_job_adopts_a_warm_uid_once_only(port: AgentPort, control: Control) -> None:
+    await port.register(node("n1", 1), ttl_s=60)
+    uids = range(8300, 8310)
+    job_id = await control.submit(manifest())
+    await port.claim("n1", uids=uids)
+    first, second = await port.hold_warm_uid("n1", uids), await port.hold_warm_uid("n1", uids)
+    assert first is not None and second is not None
+    assert await port.adopt_warm_uid(job_id, "n1", first.placeholder) == first.uid
+    # Its sandbox may run as that uid before any folder is recorded: never given back.
+    assert await port.adopt_warm_uid(job_id, "n1", second.placeholder) is None
+    assert await port.allocate_uid(job_id, uids) == first.uid
+    assert await port.release_warm_uids("n1") == 1  # `second`, still warm
 
 
 async def test_a_job_with_learners_on_another_node_adopts_no_warm_uid(
