@@ -163,3 +163,5 @@ REVOKE ALL ON FUNCTION agent_acts_for(text), hold_warm_uid(text, bigint, bigint)
 -- tables themselves.
 GRANT EXECUTE ON FUNCTION hold_warm_uid(text, bigint, bigint), adopt_warm_uid(uuid, text, uuid),
     release_warm_uids(text, uuid[]) TO trainyard_agent;
+-- The lifecycle manager gives back the warm uids of a node it declares LOST (lost_nodes.py).
+GRANT EXECUTE ON FUNCTION release_warm_uids(text, uuid[]) TO trainyard_app;

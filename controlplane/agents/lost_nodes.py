@@ -50,8 +50,9 @@ class LostNodes:
         return lost
 
     async def _declare_lost(self, name: str) -> bool:
-        """The node LOST, its jobs' attempts restarted and its allocations released: together
-        (one transaction), so that no job is left on a node that nobody runs."""
+        """The node LOST, its jobs' attempts restarted and its allocations (and warm uids)
+        released: together (one transaction), so that no job is left on a node that nobody
+        runs."""
         at = self._clock.now()
         reason = f"node_lost: node {name} stopped renewing its lease"
         async with self._pool.acquire() as conn, conn.transaction():
@@ -77,5 +78,6 @@ class LostNodes:
                 [row["attempt"] for row in attempts],
                 name,
             )
+            await conn.execute(Q["release_lost_node_warm_uids"], name)
         log.warning("%s: its jobs go back to the queue", reason)
         return True

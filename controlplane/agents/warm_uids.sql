@@ -18,3 +18,9 @@ SELECT adopt_warm_uid($1, $2, $3);
 -- Node $1's warm uids back to the range: those of placeholders $2, or every one of the node's
 -- when $2 is NULL (the agent starting again: its earlier sandboxes are gone); how many.
 SELECT release_warm_uids($1, $2);
+
+-- name: release_lost_node_warm_uids
+-- Node $1 was declared LOST: its warm sandboxes are gone, or removed as its agent finds itself
+-- fenced (they hold nothing: no job, no file, no secret), so their uids go back now, not when
+-- (if ever) an agent of that name starts again.
+SELECT release_warm_uids($1, NULL);

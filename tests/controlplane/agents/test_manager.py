@@ -162,9 +162,20 @@ async def test_an_expired_lease_marks_the_node_lost_and_restarts_its_jobs_elsewh
     lost = LostNodes(pool, store)
     assert await lost.declare_expired() == []  # the lease is live: nothing happens
 
+    warm = await owner.fetchrow("SELECT * FROM hold_warm_uid('n1', 7000, 10)")
+    assert warm is not None  # a warm sandbox's uid, held for n1
+
     await owner.execute("UPDATE nodes SET lease_until = now() - interval '1 second'")
     assert await lost.declare_expired() == ["n1"]
     assert await lost.declare_expired() == []  # once
+    # Its warm uids go back with it: no agent of n1 may ever start again to give them back.
+    assert await owner.fetchval("SELECT count(*) FROM warm_uids") == 0
+    assert (
+        await owner.fetchval(
+            "SELECT count(*) FROM learner_uids WHERE job_id = $1", warm["placeholder"]
+        )
+        == 0
+    )
 
     assert await owner.fetchval("SELECT state FROM nodes WHERE name = 'n1'") == "LOST"
     node_events = [e.event for e in await store.read_stream("node-n1")]
