@@ -519,3 +519,18 @@ async def test_every_audit_view_and_column_is_documented_in_the_database(
         )
         listed = "`" + ", ".join(c["attname"] for c in columns) + "`"
         assert listed in rows[f"`audit.{view}`"], view
+
+
+async def test_audit_jobs_shows_how_a_job_s_learners_are_spread_over_its_nodes(
+    plane: Plane, owner: asyncpg.Connection
+) -> None:
+    spread = await plane.submit(["train"], learners=4, learners_per_node=2)
+    anywhere = await plane.submit(["train"], learners=2)
+    rows = await owner.fetch(
+        "SELECT job_id, learners, learners_per_node FROM audit.jobs WHERE job_id = ANY($1)",
+        [spread, anywhere],
+    )
+    assert {row["job_id"]: (row["learners"], row["learners_per_node"]) for row in rows} == {
+        spread: (4, 2),
+        anywhere: (2, None),
+    }
