@@ -392,7 +392,7 @@ class WarmSandboxes:
         shared = folder / ROOTS
         if _mounted_below(folder):
             # By its real path, as the kernel lists it (the agent's own folders lead there).
-            real = os.path.realpath(shared)
+            real = await asyncio.to_thread(os.path.realpath, shared)
             await commands.run("umount", "--recursive", "--lazy", "--no-canonicalize", real)
         if _mounted_below(folder):
             log.warning("warm sandbox %s: still mounted, left for the next sweep", folder.name)
