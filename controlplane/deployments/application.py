@@ -32,7 +32,7 @@ from controlplane.deployments.counting import CountedBatch, CountedTask, Countin
 from controlplane.deployments.direct import ChannelFailed, DirectAnswer, DirectPath, Route
 from controlplane.deployments.errors import InvalidRequest, NotFound, ServingError
 from controlplane.deployments.inputs import DeclaredInput, check_items, declared_input
-from controlplane.deployments.inputs_text import InputsTexts
+from controlplane.deployments.inputs_text import InputsTexts, check_sent_storable
 from controlplane.deployments.lifecycle import DEPLOYMENT, Busy, Deployment, Pipeline
 from controlplane.deployments.memo_cache import MemoCache
 from controlplane.deployments.names import NAME
@@ -77,7 +77,6 @@ from controlplane.deployments.views import (
 from controlplane.deployments.views import figures as deployment_figures
 from controlplane.instruments import SERVING_LATENCY, SERVING_REQUESTS
 from controlplane.jobs.images import ImageAllowlist, ImageRefused
-from controlplane.jobs.manifest import check_storable
 from controlplane.queries import Q
 from controlplane.refusals import Refusal, Refused
 
@@ -448,7 +447,7 @@ class ServingApplication:
                 SERVING_LATENCY.record(time.perf_counter() - arrived, labels)
                 return task
         try:
-            check_storable(request.inputs)
+            check_sent_storable(request.inputs, sent)
         except ValueError as exc:  # a NUL or a lone surrogate: as the queue says
             raise Refusal(Refused.INVALID, f"inputs: {exc}", field="inputs") from exc
         try:

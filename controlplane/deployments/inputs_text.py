@@ -17,11 +17,12 @@ from collections import OrderedDict
 from typing import Any
 
 from controlplane.deployments.tasks import canonical_json
+from controlplane.jobs.manifest import check_storable
 
 _ONLY_INPUTS = re.compile(r'[ \t\n\r]*\{[ \t\n\r]*"inputs"[ \t\n\r]*:(.*)\}[ \t\n\r]*', re.DOTALL)
-_MAY_OVERFLOW = re.compile(r"[eE][+-]?[0-9]{3}|[0-9]{309}")
-"""A number whose float may be an infinity ("1e400", or 309 digits before its point): such a
-text is encoded again, so that an infinity is refused as before (json.dumps's allow_nan)."""
+_LARGE_EXPONENT = re.compile(r"[eE][+-]?[0-9]{3}")
+_DIGITS_AS_NINES = bytes.maketrans(b"0123456789", b"9" * 10)
+_LONG_DIGITS = b"9" * 309
 CANONICAL_ENTRIES = 1024
 """The most (tenant, text) pairs whose canonical JSON a control plane keeps."""
 CANONICAL_MAX_CHARS = 64 * 1024
@@ -40,6 +41,25 @@ def sent_inputs(body: str, document: Any) -> str | None:
     return None if matched is None else matched.group(1)
 
 
+def check_sent_storable(inputs: list[Any], sent: str | None) -> None:
+    """`check_storable` of `inputs`, unless their text `sent` shows there is nothing to find:
+    JSON writes a NUL or a lone surrogate only as a \\u escape (walking every item costs a
+    tenth of a millisecond for 784 floats)."""
+    if sent is None or "\\u" in sent:
+        check_storable(inputs)
+
+
+def _may_overflow(text: str) -> bool:
+    """Whether a number in `text` may be an infinity as a float ("1e400", or 309 digits before
+    its point): such a text is encoded again, so that an infinity is refused as before
+    (json.dumps's allow_nan). Looked for with C-speed scans first: a regular expression over
+    the whole text costs a third of what not encoding saves."""
+    if ("e" in text or "E" in text) and _LARGE_EXPONENT.search(text):
+        return True
+    # Every digit made a 9, which no other character of UTF-8 is: a run of 309 is a number's.
+    return _LONG_DIGITS in text.encode(errors="surrogatepass").translate(_DIGITS_AS_NINES)
+
+
 class InputsTexts:
     """What the direct path sends and counts of a request's inputs, from their text."""
 
@@ -50,7 +70,7 @@ class InputsTexts:
         """The inputs' JSON text: `sent` (the request's own) as it is, or their canonical JSON
         when `canonical`; encoded again when there is no `sent` or it may hold an infinity.
         ValueError for NaN and the infinities."""
-        if sent is None or _MAY_OVERFLOW.search(sent):
+        if sent is None or _may_overflow(sent):
             return canonical_json(inputs) if canonical else json.dumps(inputs, allow_nan=False)
         if not canonical:
             return sent

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from controlplane.deployments.inputs_text import InputsTexts, sent_inputs
+from controlplane.deployments.inputs_text import InputsTexts, check_sent_storable, sent_inputs
 from controlplane.deployments.tasks import canonical_json
 
 
@@ -56,3 +56,11 @@ def test_a_text_that_may_hold_an_infinity_is_refused_as_before(
     sent = f"[{number}]"
     with pytest.raises(ValueError):
         InputsTexts().text("acme", json.loads(sent), sent, canonical=canonical)
+
+
+@pytest.mark.parametrize("item", ["a\\u0000b", "\\ud800"])
+def test_a_nul_or_a_lone_surrogate_is_refused_though_only_written_as_an_escape(item: str) -> None:
+    sent = f'["{item}"]'
+    with pytest.raises(ValueError):
+        check_sent_storable(json.loads(sent), sent)
+    check_sent_storable(json.loads('["ab", 1.5]'), '["ab", 1.5]')  # nothing to find
