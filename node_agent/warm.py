@@ -51,6 +51,8 @@ from node_agent.cgroups import Cgroup, CgroupError, Limits
 from node_agent.containers import PIDS_LIMIT
 from node_agent.runtime import LearnerSpec, LearnerStartError
 from node_agent.sandbox import READY_WORD, Sandbox, cgroup_name, child_of, clear, read_all
+from runners.config import WARM_IMPORTS
+from runners.warm import READ_AT_START_PREFIXES, WARM
 
 log = logging.getLogger(__name__)
 
@@ -67,30 +69,14 @@ RECORD = "learner.json"
 """In a warm sandbox's folder, once it has a learner: which, for a restarted agent."""
 OUTPUT = ("stdout.log", "stderr.log")
 """The output files, as `process_runtime.OUTPUT_FILES` names them in a learner's folder."""
-WARM_WORD = b"warm\n"
-"""What `runners.warm` says once it has imported what it was told to."""
-IMPORTS_ENV = "TRAINYARD_WARM_IMPORTS"
 MAKING = Limits(cpus=1.0, memory_mb=4096, pids=PIDS_LIMIT)
 """A warm sandbox's limits until its job's replace them: room to import torch."""
 READY_S = 120.0
 """How long a warm sandbox may take to import what it preloads (torch, on a busy node)."""
-STARTUP_ENV = (
-    "PYTHON",
-    "LD_",
-    "MALLOC_",
-    "GLIBC_TUNABLES",
-    "LC_",
-    "LANG",
-    "TZ",
-    "OMP_",
-    "MKL_",
-    "OPENBLAS_",
-)
-"""Prefixes of variables an interpreter or its libraries read as they start or import, which a
-warm sandbox started without: a learner whose environment sets one starts cold (as
-`runners.warm` would then run its command in a new interpreter anyway)."""
 STARTUP_KEPT = {"PYTHONUNBUFFERED": "1", "LANG": "C.UTF-8"}
-"""What every learner's environment has of them (`runtime.learner_env`), a warm sandbox too."""
+"""What every learner's environment has of the variables read at start (`runners.warm`'s
+READ_AT_START_PREFIXES: a learner whose environment sets another starts cold, as its command
+would in a new interpreter anyway), a warm sandbox's too."""
 _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _ESCAPED = re.compile(rb"\\([0-7]{3})")
 
@@ -164,7 +150,7 @@ class WarmSandboxes:
         if spec.command[: len(launcher) + 1] != [*launcher, "--"]:
             return "it is not run by the agent's launcher"
         for name, value in spec.env.items():
-            if name.startswith(STARTUP_ENV) and STARTUP_KEPT.get(name) != value:
+            if name.startswith(READ_AT_START_PREFIXES) and STARTUP_KEPT.get(name) != value:
                 return f"its environment sets {name}"
         targets = [spec.workdir, *(mount.target for mount in spec.mounts)]
         for target in targets:
@@ -213,8 +199,8 @@ class WarmSandboxes:
             init = int(json.loads(report)["child-pid"])
             channel.setblocking(False)
             async with asyncio.timeout(READY_S):
-                said = await _receive(channel, len(READY_WORD) + len(WARM_WORD))
-            if said != READY_WORD + WARM_WORD:
+                said = await _receive(channel, len(READY_WORD) + len(WARM))
+            if said != READY_WORD + WARM:
                 raise WarmError(f"it did not get ready (it said {said!r})")
             pid = child_of(init)
             if pid is None:
@@ -345,7 +331,7 @@ class WarmSandboxes:
         return {
             "PATH": f"{os.path.dirname(self._settings.python)}:{node_path}",
             **STARTUP_KEPT,
-            IMPORTS_ENV: ",".join(self._settings.imports),
+            WARM_IMPORTS: ",".join(self._settings.imports),
         }
 
     def _root_of(self, path: Path) -> Path | None:
