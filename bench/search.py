@@ -43,6 +43,7 @@ one warm sandbox ready each (WARM: `node_agent.warm`), whose figures are the top
   to the TrialCreated: the search driver woke, read the job's end and metric, decided and
   appended), `submit` (TrialCreated to the new job's JobSubmitted) and `claim` (JobSubmitted to
   JobDeploying: the jobs projection queued it, NOTIFY woke the agent, the agent claimed).
+- in_job_stages_ms: medians of `in_job`'s stages, in milliseconds (IN_JOB_STAGES).
 
 Second search (`kill_trials` trials, default 24), during which the control plane is killed with
 SIGKILL `kills` times (default 5) and, DOWN_S later, started again (same port; `start` returns
@@ -88,6 +89,7 @@ figure counts process start-ups, slower on a busy machine).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import random
 import statistics
@@ -244,6 +246,21 @@ WHERE type = 'JobCompleted'
   AND stream_id IN (SELECT 'job-' || (data->>'job_id') FROM events
                     WHERE stream_id = $1 AND type IN ('TrialCreated', 'TrialPromoted'))
 """
+
+JOB_PHASES = ("JobDeploying", "JobDownloading", "JobProcessing", "JobStoring", "JobCompleted")
+IN_JOB_STAGES = (
+    "deploying_to_downloading",
+    "downloading_to_processing",
+    "processing_to_storing_less_sleep",
+    "storing_to_completed",
+    "storing_recorded_after",
+    "completed_recorded_after",
+)
+"""`in_job_stages_ms`, a trial job's time in its job split by its phases' events: the spans
+between consecutive `at`s (DOWNLOADING's, PROCESSING's and STORING's are the launcher's own
+instants, as it reports each; the others the agent's), the sleep taken out of PROCESSING's; then
+how long after its `at` the agent's transaction that recorded STORING, and COMPLETED, began
+(`recorded_at`)."""
 
 Say = Callable[[str], None]
 
@@ -408,6 +425,7 @@ async def _efficiency(
             "between_trials": None if gaps["p50"] is None else round(gaps["p50"] / 1000, 3),
         },
         "next_trial_stages_ms": timing["stages_ms"],
+        "in_job_stages_ms": timing["in_job_stages_ms"],
     }
 
 
@@ -425,6 +443,7 @@ async def _timing(pool: asyncpg.Pool, search_id: UUID) -> dict[str, Any]:
     jobs_of = {r["number"]: f"job-{r['job_id']}" for r in created}
 
     in_job, launch, command = [], [], []
+    stages: dict[str, list[float]] = {name: [] for name in IN_JOB_STAGES}
     for job in firsts.values():
         if {"JobDeploying", "JobProcessing", "JobCompleted"} <= job.keys():
             deploying, processing = job["JobDeploying"]["at"], job["JobProcessing"]["at"]
@@ -432,6 +451,14 @@ async def _timing(pool: asyncpg.Pool, search_id: UUID) -> dict[str, Any]:
             in_job.append(_s(completed - deploying) - TRIAL_S)
             launch.append(_s(processing - deploying))
             command.append(_s(completed - processing) - TRIAL_S)
+        if set(JOB_PHASES) <= job.keys():
+            at = [job[phase]["at"] for phase in JOB_PHASES]
+            seen = [job[phase]["recorded_at"] for phase in JOB_PHASES]
+            spans = [_s(later - earlier) * 1000 for earlier, later in itertools.pairwise(at)]
+            spans[2] -= TRIAL_S * 1000
+            spans += [_s(seen[3] - at[3]) * 1000, _s(seen[4] - at[4]) * 1000]
+            for name, span in zip(IN_JOB_STAGES, spans, strict=True):
+                stages[name].append(span)
 
     gaps, driver, submit, claim = [], [], [], []
     finished: list[asyncpg.Record] = []
@@ -461,6 +488,7 @@ async def _timing(pool: asyncpg.Pool, search_id: UUID) -> dict[str, Any]:
             "deploying_to_processing": _median(launch),
             "processing_to_completed_less_sleep": _median(command),
         },
+        "in_job_stages_ms": {name: _median(spans, 1) for name, spans in stages.items()},
         "stages_ms": {
             "driver": _median(driver, 1),
             "submit": _median(submit, 1),

@@ -206,17 +206,32 @@ class WarmSandboxes:
             if pid is None:
                 raise WarmError("it ended as it got ready")
             (folder / READY).touch()
-        except (OSError, CgroupError, TimeoutError, WarmError, ValueError, KeyError) as exc:
-            if channel is not None:
-                channel.close()
-            if cgroup is not None:
-                await clear(cgroup)
-            if process is not None:
-                await process.wait()
-            if folder.exists():
-                await self._remove(folder)
-            raise WarmError(f"cannot make a warm sandbox: {exc}") from exc
+        except BaseException as exc:
+            # Also when cancelled (the agent stops while the pool makes one): a sandbox half
+            # made would keep its mounts, which no sweep of this agent's finds before it ends.
+            await asyncio.shield(self._unmake(folder, cgroup, process, channel))
+            if isinstance(
+                exc, OSError | CgroupError | TimeoutError | WarmError | ValueError | KeyError
+            ):
+                raise WarmError(f"cannot make a warm sandbox: {exc}") from exc
+            raise
         return WarmSandbox(name, placeholder, uid, folder, cgroup, process, init, pid, channel)
+
+    async def _unmake(
+        self,
+        folder: Path,
+        cgroup: Cgroup | None,
+        process: asyncio.subprocess.Process | None,
+        channel: socket.socket | None,
+    ) -> None:
+        """Remove what `make` made of a sandbox it could not finish."""
+        if channel is not None:
+            channel.close()
+        if cgroup is not None:
+            await clear(cgroup)
+        if process is not None:
+            await process.wait()
+        await self._remove(folder)  # whatever of it was made
 
     def alive(self, warm: WarmSandbox) -> bool:
         """Whether `warm` still waits for a learner (the node's OOM killer, or anyone, may have

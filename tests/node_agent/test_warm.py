@@ -7,6 +7,7 @@ warm sandboxes no learner took."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import sys
@@ -191,6 +192,23 @@ async def test_a_warm_sandbox_no_learner_took_runs_nothing_and_leaves_nothing(
     assert not Sandbox.open().cgroups.group(warm.name).exists()
     assert mounted_below(work_dir / FOLDER) == []
     assert list((work_dir / FOLDER).iterdir()) == []
+
+
+async def test_a_warm_sandbox_whose_making_is_cancelled_leaves_nothing(work_dir: Path) -> None:
+    # The agent stops while its pool makes one: once its folder's mount is made, say.
+    making = asyncio.ensure_future(sandboxes_of(runtime_of(work_dir)).make(uuid4(), LEARNER_UID))
+
+    async def mounted() -> bool:
+        return mounted_below(work_dir / FOLDER) != []
+
+    await eventually(mounted, seconds=60)
+    [folder] = (work_dir / FOLDER).iterdir()
+    making.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await making
+    assert mounted_below(work_dir / FOLDER) == []
+    assert not folder.exists()
+    assert not Sandbox.open().cgroups.group(folder.name).exists()
 
 
 async def test_a_restarted_agent_finds_a_learner_started_warm_and_removes_unused_ones(
