@@ -10,10 +10,10 @@ known yet. A newly claimed job whose only learner runs here takes one (its uid b
 job's, `Users.adopt_warm`), and `assign` hands it the job:
 
 1. The job's folders appear in the sandbox at their own paths. The sandbox was made with the
-   agent's job roots (its work and checkpoint directories) bound from folders below a mount of
-   the node's made shared (`mount --make-shared`), of which the sandbox's copies are slaves: a
-   folder the agent now binds below them, opened by walking descriptors from its root, shows in
-   the sandbox, and nothing of another job's ever does.
+   agent's job roots (its work and checkpoint directories) bound from folders of a small tmpfs
+   of its own, made shared (`mounts.scratch`), of which the sandbox's copies are slaves: a
+   folder the agent now binds below them (`mounts.bind`), opened by walking descriptors from
+   its root, shows in the sandbox, and nothing of another job's ever does.
 2. Its output files become the learner's (moved into its working directory, as the agent's).
 3. Its cgroup takes the learner's name (what a restarted agent looks for) and the job's limits.
 4. The learner's environment, command and working directory go through the socket, which
@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import BinaryIO
 from uuid import UUID, uuid4
 
-from node_agent import commands
+from node_agent import mounts
 from node_agent.cgroups import Cgroup, CgroupError, Limits
 from node_agent.containers import PIDS_LIMIT
 from node_agent.runtime import LearnerSpec, LearnerStartError
@@ -171,7 +171,7 @@ class WarmSandboxes:
         try:
             self._base.mkdir(mode=0o700, exist_ok=True)
             folder.mkdir(mode=0o700)
-            binds = await self._shared_roots(folder)
+            binds = self._shared_roots(folder)
             cgroup = self._sandbox.cgroups.create(name, MAKING)
             channel, theirs = socket.socketpair()
             info, write = os.pipe()
@@ -231,7 +231,7 @@ class WarmSandboxes:
             await clear(cgroup)
         if process is not None:
             await process.wait()
-        await self._remove(folder)  # whatever of it was made
+        _remove(folder)  # whatever of it was made
 
     def alive(self, warm: WarmSandbox) -> bool:
         """Whether `warm` still waits for a learner (the node's OOM killer, or anyone, may have
@@ -247,7 +247,7 @@ class WarmSandboxes:
         try:
             binds = [(spec.workdir, spec.workdir), *((m.source, m.target) for m in spec.mounts)]
             for source, target in sorted(binds, key=lambda bind: len(bind[1].parts)):
-                await self._bind(warm.folder, source, target)
+                self._bind(warm.folder, source, target)
             _move_output(self._root_of(spec.workdir), warm.folder, spec.workdir)
             # Recorded before anything of the job runs: a restarted agent finds the learner,
             # or (until the group is renamed) removes the sandbox whole.
@@ -276,11 +276,11 @@ class WarmSandboxes:
         warm.channel.close()  # `runners.warm` reads the end and exits, running nothing
         await clear(warm.cgroup)
         await warm.process.wait()
-        await self._remove(warm.folder)
+        _remove(warm.folder)
 
     async def release(self, name: str) -> None:
         """Remove what is left of the warm sandbox `name` once its learner is removed."""
-        await self._remove(self._base / name)
+        _remove(self._base / name)
 
     def found(self) -> dict[str, Record]:
         """The learners running in warm sandboxes (this agent's or an earlier one's), by
@@ -317,7 +317,7 @@ class WarmSandboxes:
             await clear(self._sandbox.cgroups.group(folder.name))
             if (record := records.get(folder.name)) is not None:
                 await clear(self._sandbox.cgroups.group(_record_cgroup(record)))
-            await self._remove(folder)
+            _remove(folder)
 
     def _records(self) -> dict[str, Record]:
         found: dict[str, Record] = {}
@@ -352,16 +352,20 @@ class WarmSandboxes:
     def _root_of(self, path: Path) -> Path | None:
         return next((root for root in self._roots if path.is_relative_to(root)), None)
 
-    async def _shared_roots(self, folder: Path) -> list[tuple[Path, Path]]:
+    def _shared_roots(self, folder: Path) -> list[tuple[Path, Path]]:
         """The folder's shared mount, and below it a folder for each job root, which the
         sandbox binds at the root's path."""
         shared = folder / ROOTS
         shared.mkdir(mode=0o755)
-        await _mount("--bind", str(shared), str(shared))
-        # A peer group of its own (the node's root may be shared, as under systemd): what is
-        # bound below it propagates to its sandbox alone.
-        await _mount("--make-private", str(shared))
-        await _mount("--make-shared", str(shared))
+        fd = os.open(shared, _DIRECTORY)
+        try:
+            # A peer group of its own (the node's root may be shared, as under systemd): what
+            # is bound below it propagates to its sandbox alone. In memory: the folders made
+            # in it go with its unmount (one by one on the node's disk, they took a
+            # millisecond each, between a learner's end and its GPUs' release).
+            mounts.scratch(fd)
+        finally:
+            os.close(fd)
         binds = []
         for root in self._roots:
             source = _below(shared, root)
@@ -369,36 +373,26 @@ class WarmSandboxes:
             binds.append((source, root))
         return binds
 
-    async def _bind(self, folder: Path, source: Path, target: Path) -> None:
+    def _bind(self, folder: Path, source: Path, target: Path) -> None:
         """Bind the learner's folder `source` where the sandbox sees `target`: opened by walking
         from its job root without following a symlink, so a folder swapped for a link is never
-        what is bound."""
+        what is bound, and mounted by its descriptor (`mounts.bind`), never by a path that
+        would be resolved again; the mount point, the agent's, is walked to as well."""
         root = self._root_of(source)
         if root is None:
             raise LearnerStartError(f"{source} is not below the agent's job roots")
-        point = _below(folder / ROOTS, target)
-        _make_traversable(folder / ROOTS, point)
+        shared = folder / ROOTS
+        point = _below(shared, target)
+        _make_traversable(shared, point)
         fd = _walk(root, source)
         try:
-            # Not canonicalized: `mount` would turn the descriptor's link back into a path,
-            # which the kernel would resolve again; the kernel resolves the link to the folder.
-            await _mount("--bind", f"/proc/self/fd/{fd}", str(point), pass_fds=(fd,))
+            at = _walk(shared, point)
+            try:
+                mounts.bind(fd, at)
+            finally:
+                os.close(at)
         finally:
             os.close(fd)
-
-    async def _remove(self, folder: Path) -> None:
-        """Unmount what the folder holds, then remove what the agent made there; left for the
-        next sweep while a mount is still there. Never a recursive removal: were a job's folder
-        still bound below, removing it would remove the job's files."""
-        shared = folder / ROOTS
-        if _mounted_below(folder):
-            # By its real path, as the kernel lists it (the agent's own folders lead there).
-            real = await asyncio.to_thread(os.path.realpath, shared)
-            await commands.run("umount", "--recursive", "--lazy", "--no-canonicalize", real)
-        if _mounted_below(folder):
-            log.warning("warm sandbox %s: still mounted, left for the next sweep", folder.name)
-            return
-        await asyncio.to_thread(_remove_made, folder)
 
 
 def _outermost(paths: Sequence[Path]) -> tuple[Path, ...]:
@@ -508,6 +502,22 @@ def _mounted_below(folder: Path) -> bool:
     return False
 
 
+def _remove(folder: Path) -> None:
+    """Unmount what the folder holds, then remove what the agent made there; left for the next
+    sweep while a mount is still there. Never a recursive removal: were a job's folder still
+    bound below, removing it would remove the job's files."""
+    if _mounted_below(folder):
+        # By its real path, as the kernel lists it (the agent's own folders lead there).
+        try:
+            mounts.detach(Path(os.path.realpath(folder / ROOTS)))
+        except OSError as exc:
+            log.warning("warm sandbox %s: cannot unmount its folders: %s", folder.name, exc)
+    if _mounted_below(folder):
+        log.warning("warm sandbox %s: still mounted, left for the next sweep", folder.name)
+        return
+    _remove_made(folder)
+
+
 def _remove_made(folder: Path) -> None:
     """Remove what the agent made in a warm sandbox's folder (its files by name, then its
     folders, emptiest first, with rmdir), leaving anything else, and saying so."""
@@ -523,12 +533,6 @@ def _remove_made(folder: Path) -> None:
         except OSError as exc:
             log.warning("warm sandbox %s: not removed whole: %s", folder.name, exc)
             return
-
-
-async def _mount(*args: str, pass_fds: Sequence[int] = ()) -> None:
-    done = await commands.run("mount", *args, pass_fds=pass_fds)
-    if done.code != 0:
-        raise OSError(f"`mount {' '.join(args)}` failed (exit {done.code}): {done.err.strip()}")
 
 
 async def _receive(channel: socket.socket, size: int) -> bytes:
