@@ -73,6 +73,8 @@ def drained(node: str) -> str:
     )
 
 
+REPORTS_AHEAD = 16
+"""How many of a learner's reports its lines' reading may run ahead of their events."""
 FAILURE_GRACE_S = 2.0
 """After one learner failed, how long the others have between SIGTERM and SIGKILL (at most:
 the agent's grace when that is shorter). Ranks of a process group cannot checkpoint without
@@ -129,6 +131,8 @@ class _LearnerState:
     killed_by: str | None = None
     """The signal that killed the training command, as its launcher reported it."""
     status: ExitStatus | None = None
+    read: asyncio.Event = field(default_factory=asyncio.Event)
+    """All its lines are read, and added to the attempt's log."""
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
 
@@ -176,6 +180,10 @@ class Attempt:
         """Checkpoint reports become events at most at the job's rate: a learner printing
         forged or runaway reports cannot grow the job's stream without bound."""
         self._reports_dropped = 0
+        self._lines = 0
+        """The attempt's lines added so far: its learners' and its own."""
+        self._sealed: int | None = None
+        """How many of them the last storing of its lines (`_store_logs`) was given."""
 
     @property
     def specs(self) -> list[LearnerSpec]:
@@ -211,7 +219,7 @@ class Attempt:
             if not isinstance(exc, LearnerStartError):
                 log.exception("job %s: learner %d failed to start", self.job_id, failed.learner)
             reason = f"learner {failed.learner} failed to start: {exc}"
-            self._logs.add(failed, "system", reason)
+            self._add(failed, "system", reason)
             # Whole or not at all: the learners started (here and on other nodes) are stopped
             # and the deployment tried again, or the job fails once its retries are spent.
             await self._terminate()
@@ -221,6 +229,11 @@ class Attempt:
         async with asyncio.TaskGroup() as group:
             for state in self._learners:
                 group.create_task(self._follow(state))
+            if self.claim.job.manifest.servable is None:
+                # Its learners are the only writers of its lines (a replica's feed writes too,
+                # until the attempt ends): they are stored as soon as the last is read, while
+                # the reports among them still become events.
+                group.create_task(self._store_logs_once_read())
             if self._ending is not None:
                 # Ended (fenced, cancelled, stopped) while its learners were starting: the
                 # termination begun then reached only those started by that time, and the
@@ -274,13 +287,21 @@ class Attempt:
             await state.done.wait()
 
     async def _follow(self, state: _LearnerState) -> None:
+        # Its reports become events in order, while its lines are read on: the lines a learner
+        # writes as it ends (STORING's) are all added, and stored, while the first of those
+        # reports is still being recorded.
+        reports: asyncio.Queue[protocol.Message | None] = asyncio.Queue(REPORTS_AHEAD)
         try:
-            async for stream, text, at in state.learner.lines():
-                self._logs.add(state.spec, stream, text, at)
-                report = protocol.parse(text) if stream == "stdout" else None
-                if report is not None:
-                    await self._on_report(state, report)
-            state.status = await state.learner.wait()
+            async with asyncio.TaskGroup() as group:
+                group.create_task(self._report(state, reports))
+                async for stream, text, at in state.learner.lines():
+                    self._add(state.spec, stream, text, at)
+                    report = protocol.parse(text) if stream == "stdout" else None
+                    if report is not None:
+                        await reports.put(report)
+                state.read.set()
+                await reports.put(None)
+                state.status = await state.learner.wait()
         finally:
             state.done.set()
         if not state.status.succeeded and self._ending is None:
@@ -288,6 +309,19 @@ class Attempt:
             # left running, holding their GPUs).
             self._first_failed = state
             self._end("failed")
+
+    async def _report(
+        self, state: _LearnerState, reports: asyncio.Queue[protocol.Message | None]
+    ) -> None:
+        """Turn the learner's reports into events, in order, until its lines end (None)."""
+        while (report := await reports.get()) is not None:
+            await self._on_report(state, report)
+
+    def _add(
+        self, spec: LearnerSpec, stream: Stream | str, text: str, at: datetime | None = None
+    ) -> None:
+        self._lines += 1
+        self._logs.add(spec, stream, text, at)
 
     async def _on_report(self, state: _LearnerState, report: protocol.Message) -> None:
         match report:
@@ -310,7 +344,7 @@ class Attempt:
                 state.killed_by = killed_by
             case protocol.CheckpointSaved() if not self._recorded(report):
                 if not _in_checkpoint_folder(state.spec, report.path):
-                    self._logs.add(
+                    self._add(
                         state.spec,
                         "system",
                         f"checkpoint report (step {report.step}) not recorded: its path "
@@ -337,7 +371,7 @@ class Attempt:
         self._reports_dropped += 1
         if self._reports_dropped % 1000 == 1:
             rate = self._reports.rate
-            self._logs.add(
+            self._add(
                 state.spec,
                 "system",
                 f"checkpoint report (step {report.step}) not recorded: this job's learners may "
@@ -351,12 +385,18 @@ class Attempt:
         last = self._job.last_checkpoint
         return last is not None and last.attempt == self._number and report.step <= last.step
 
+    async def _store_logs_once_read(self) -> None:
+        for state in self._learners:
+            await state.read.wait()
+        await self._store_logs()
+
     async def _store_logs(self) -> None:
         """Every line the attempt's learners wrote stored (or its loss marked) before the event
         that ends the attempt: whoever sees the job end, or restart, finds its whole log.
         Bounded: past LOGS_STORED_WITHIN_S the event goes on, after a line saying how many of
         the attempt's lines were still waiting (they follow later, the shipper keeps them)."""
         job_id = self.claim.job.job_id
+        self._sealed = self._lines
         try:
             async with asyncio.timeout(LOGS_STORED_WITHIN_S):
                 while True:
@@ -378,7 +418,9 @@ class Attempt:
             )
 
     async def _finish(self) -> None:
-        await self._store_logs()
+        if self._sealed != self._lines:
+            # Not stored yet, or added since they were (a report's line, a replica's feed's).
+            await self._store_logs()
         statuses = [s.status for s in self._learners]
         if self._ending in ("cancelled", "fenced"):
             return  # the job is CANCELLED already, or runs elsewhere now

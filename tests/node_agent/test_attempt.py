@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from uuid import UUID, uuid4
@@ -15,7 +16,17 @@ from uuid import UUID, uuid4
 import pytest
 
 from controlplane.clock import SYSTEM_CLOCK
-from controlplane.jobs.lifecycle import Command, Job, JobStatus, Restart, Submit, decide, replay
+from controlplane.jobs.lifecycle import (
+    Command,
+    Complete,
+    EnterPhase,
+    Job,
+    JobStatus,
+    Restart,
+    Submit,
+    decide,
+    replay,
+)
 from controlplane.jobs.limits import JobLimits
 from controlplane.jobs.manifest import JobManifest
 from controlplane.scheduling.claim import Claim
@@ -220,3 +231,62 @@ async def test_an_attempt_ended_while_its_learners_start_terminates_those_starte
     # Ended, not failed: an ended attempt reports nothing but the agent's stop.
     stopped = [c for c in commands if isinstance(c, Restart)]
     assert len(commands) == len(stopped) == (1 if end is Attempt.stop else 0)
+
+
+ENDING = """
+from runners.channel import STDOUT, now
+from runners.protocol import PhaseStarted
+for phase in ("DOWNLOADING", "PROCESSING", "STORING"):
+    STDOUT.emit(PhaseStarted(phase=phase, at=now()))
+print("last words", flush=True)
+"""
+"""A learner that reports its phases, writes a last line and ends."""
+
+
+class SealedLines(Lines):
+    """The in-memory sink, which also says how many lines it held each time it was sealed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sealed: list[int] = []
+        self.sealing = asyncio.Event()
+
+    async def seal(self, job_id: UUID) -> None:
+        self.sealed.append(len(self.lines))
+        self.sealing.set()
+
+
+async def test_a_learner_s_last_lines_are_stored_while_its_last_report_is_recorded() -> None:
+    """STORING's event is being recorded as the learner ends: its last lines are read on and
+    stored meanwhile, not after (the two waited on each other, a database round trip each,
+    between a trial's end and its completion); the attempt ends only once both are done."""
+    work_dir = learner_space()
+    claim = deploying(1)
+    sink = SealedLines()
+    commands: list[Command] = []
+    lines_when_completed: list[int] = []
+
+    async def execute(command: Command) -> Job | None:
+        commands.append(command)
+        if isinstance(command, EnterPhase) and command.phase is JobStatus.STORING:
+            # Recorded only once the lines are stored: stored after it, they never would be.
+            await sink.sealing.wait()
+        if isinstance(command, Complete):
+            lines_when_completed.append(len(sink.lines))
+        return None
+
+    spec = replace(learner(work_dir, claim, 0), command=[sys.executable, "-c", ENDING])
+    attempt = Attempt(claim, [spec], ProcessRuntime(work_dir), sink, execute, grace_s=1)
+    try:
+        async with asyncio.timeout(ENDS_WITHIN_S):
+            await attempt.run()
+    except TimeoutError:
+        pytest.fail(f"the attempt did not end: its lines were never stored ({commands})")
+    finally:
+        await attempt.remove_learners()
+    phases = [c.phase for c in commands if isinstance(c, EnterPhase)]
+    assert phases == [JobStatus.DOWNLOADING, JobStatus.PROCESSING, JobStatus.STORING]
+    assert isinstance(commands[-1], Complete)
+    assert (0, "stdout", "last words") in sink.lines
+    # Every line was stored before the attempt's end was recorded, once.
+    assert sink.sealed == lines_when_completed == [len(sink.lines)]
