@@ -175,7 +175,9 @@ async def _follow(
                 await response.write(b": heartbeat\n\n")
                 written = loop.time()
             elif item is LAGGED:
-                await catch_up()  # the queue was emptied: it fell behind
+                # It fell behind (its queue was emptied), or its catch-up raced the start of
+                # the feed, which brings only what follows the log's head as it read it.
+                await catch_up()
             elif isinstance(item, Lines):
                 # Left-out lines (filtered, or reports) move the cursor too; lines read in the
                 # catch-up come again from the feed, and are left out by id.

@@ -12,6 +12,12 @@ follower's queue is bounded; one that falls behind (a slow client) is not waited
 no memory: its queue is emptied, it is told it LAGGED, and it catches up from the database on its
 own, from its cursor, before taking from the feed again.
 
+A feed that starts with its first follower brings the lines after the log's head as it reads
+it, and that read races the follower's own catch-up: lines that commit between the two would
+fall between them (every follower of a restarted server is the first of its feed). So the
+followers that joined before the head was read are told they LAGGED once it is: they read the
+database again, up to past it.
+
 Ids commit in increasing order per job (see `controlplane.logs.store`), so a feed that reads
 after its last id never skips a line, and every line at or below it has committed: a follower
 that catches up after subscribing reads all that its queue will not bring.
@@ -66,7 +72,8 @@ class End:
 
 
 class Lagged:
-    """The follower fell behind and its queue was emptied: read from the database again."""
+    """Read from the database again, from the follower's cursor: it fell behind and its queue
+    was emptied, or it joined before its feed knew where to start."""
 
 
 LAGGED: Final = Lagged()
@@ -88,13 +95,17 @@ class Follower:
             return  # it reads from the database, up to past this, before it takes again
         if isinstance(item, Lines):
             if self._lines + len(item.lines) > self._capacity:
-                self._items.clear()
-                self._lines = 0
-                self._lagged = True
-                self._ready.set()
+                self.lag()
                 return
             self._lines += len(item.lines)
         self._items.append(item)
+        self._ready.set()
+
+    def lag(self) -> None:
+        """Empty the queue: the follower reads from the database before it takes again."""
+        self._items.clear()
+        self._lines = 0
+        self._lagged = True
         self._ready.set()
 
     async def next(self) -> Item:
@@ -216,6 +227,10 @@ class LogFeeds:
         with self._hub.subscribe(job_stream(job_id)) as changes:
             ended_at, state = await self._retry(lambda: job_end(self._jobs, job_id))
             position = await self._retry(lambda: last_id(self._pool, job_id))
+            # Its followers so far may have caught up short of `position` (the lines that
+            # committed since their read): they read again. Later ones read after this.
+            for follower in feed.followers:
+                follower.lag()
             while True:
                 try:
                     # How long the log has been quiet (None while the job runs or a learner is
