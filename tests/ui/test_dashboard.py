@@ -195,6 +195,40 @@ def test_logs_resume_without_gaps_or_repeats_when_the_server_drops_the_stream(
     dashboard.driver.get_log("browser")  # the dropped connections' errors were expected here
 
 
+# Records the job's output lines drawn at the instant the log's status first reads "log
+# complete": an observer runs right after the script that changed the status, before any timer
+# of the page's (the log view draws what arrives a moment later, in one go).
+AT_COMPLETE = """
+window.__atComplete = null;
+window.__watcher ??= new MutationObserver(() => {
+  const status = document.querySelector("[data-test=log-status]");
+  if (window.__atComplete === null && status && status.textContent === "log complete") {
+    window.__atComplete = [...document.querySelectorAll("[data-test=log] .l.out .x")]
+      .map((e) => e.textContent);
+  }
+});
+window.__watcher.observe(document.body, { subtree: true, childList: true, characterData: true });
+"""
+
+
+def test_the_log_is_complete_only_once_every_line_of_it_is_drawn(
+    dashboard: Dashboard, cluster: Cluster
+) -> None:
+    dashboard.sign_in(cluster.acme)
+    lines = 40
+    job = cluster.submit(cluster.acme, loop(lines, 0), name="ended")
+    cluster.until_state(cluster.acme, job, "COMPLETED")
+    # Opened once the job has ended (its log may still settle), then again once it has: its
+    # lines and its end then come at once.
+    for _ in range(2):
+        dashboard.open("jobs")
+        dashboard.script(AT_COMPLETE)
+        dashboard.open(f"jobs/{job}")
+        dashboard.wait_text("log-status", "log complete")
+        assert dashboard.script("return window.__atComplete") == expected(lines)
+        assert shown_lines(dashboard) == expected(lines)
+
+
 def test_cancel_and_checkpoint_from_the_jobs_page(dashboard: Dashboard, cluster: Cluster) -> None:
     dashboard.sign_in(cluster.acme)
     job = cluster.submit(cluster.acme, loop(1200, 0.05), name="to-cancel")

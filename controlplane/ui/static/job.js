@@ -65,7 +65,10 @@ class LogView {
     this.timer ??= setTimeout(() => this.flush(), 60);
   }
 
+  // Draws what is queued; also called at once when the log ends, so that "log complete" is
+  // never shown above lines still waiting for the timer.
   flush() {
+    clearTimeout(this.timer);
     this.timer = null;
     const frag = document.createDocumentFragment();
     for (const [line, id, report] of this.queue) {
@@ -459,6 +462,7 @@ export async function jobPage(ctx, id) {
     },
     control: {
       end: () => {
+        logs.flush();
         logStream.close("complete");
         metricsSoon();
       },
