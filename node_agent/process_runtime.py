@@ -64,6 +64,7 @@ from node_agent.runtime import (
     learner_env,
 )
 from node_agent.sandbox import (
+    CLEAR_S,
     READY_WORD,
     Sandbox,
     SandboxMissing,
@@ -206,6 +207,7 @@ class ProcessLearner:
         netns: Hold | None = None,
         *,
         leftovers: Callable[[], Awaitable[None]] | None = None,
+        init: int | None = None,
     ) -> None:
         self._pid = pid
         self._files = files
@@ -215,6 +217,8 @@ class ProcessLearner:
         """Its hold on its job's network namespace (the job's last learner here takes it)."""
         self._leftovers = leftovers
         """What else its removal takes: the warm sandbox it started in."""
+        self._init = init
+        """A pidfd of its sandbox's init (`_init_of`), where this agent started it."""
 
     async def lines(self) -> AsyncIterator[LearnerLine]:
         with contextlib.ExitStack() as stack:
@@ -253,6 +257,16 @@ class ProcessLearner:
         outlives its pid namespace, whose end kills the rest; the group is emptied anyway).
         Its files stay; its job's network namespace goes with the job's last learner here.
         Nothing to do for learners of an agent that is not root."""
+        if self._init is not None:
+            if self._status.done():
+                # bwrap ends once its init has told it how the command ended; the init, still
+                # in the group, then tears the sandbox's namespaces down, and the group cannot
+                # be removed before it has ended (`clear` would try again after CLEAR_POLL_S).
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(CLEAR_S):
+                        await _readable(self._init)
+            os.close(self._init)
+            self._init = None
         if self._cgroup is not None:
             await clear(self._cgroup)
         if self._netns is not None:
@@ -356,11 +370,32 @@ async def _exit_of_adopted(
     return ExitStatus(code=code, oom_killed=oom)
 
 
+def _init_of(process: asyncio.subprocess.Process, init: int) -> int | None:
+    """A pidfd of the sandbox's `init` (bwrap's child), while its bwrap runs: its pid is not
+    another process's then. None when it has ended."""
+    try:
+        fd = os.pidfd_open(init)
+    except ProcessLookupError:
+        return None
+    if process.returncode is not None:
+        os.close(fd)
+        return None
+    return fd
+
+
 async def _until_ended(pid: int) -> None:
     try:
         fd = os.pidfd_open(pid)
     except ProcessLookupError:
         return
+    try:
+        await _readable(fd)
+    finally:
+        os.close(fd)
+
+
+async def _readable(fd: int) -> None:
+    """Once the pidfd `fd` is readable: its process has ended."""
     loop = asyncio.get_running_loop()
     ended: asyncio.Future[None] = loop.create_future()
 
@@ -374,7 +409,6 @@ async def _until_ended(pid: int) -> None:
         await ended
     finally:
         loop.remove_reader(fd)
-        os.close(fd)
 
 
 def find_learners(node: str, work_dir: Path, proc: Path = Path("/proc")) -> list[FoundLearner]:
@@ -537,7 +571,7 @@ class ProcessRuntime:
         init = int(json.loads(report)["child-pid"])
         pid = child_of(init)
         ended = _exit_of_sandbox(process, cgroup, init, pid)
-        return ProcessLearner(pid, files, ended, cgroup, netns)
+        return ProcessLearner(pid, files, ended, cgroup, netns, init=_init_of(process, init))
 
     async def _start_warm(self, spec: LearnerSpec, name: str) -> Learner:
         """`spec` started in the warm sandbox `name`, which its claim took (`node_agent.warm`)."""
@@ -564,7 +598,8 @@ class ProcessRuntime:
         files = LearnerFiles(self._work_dir, spec)
         ended = _exit_of_sandbox(warm.process, cgroup, warm.init, warm.pid)
         leftovers = functools.partial(self.warm.release, name)
-        return ProcessLearner(warm.pid, files, ended, cgroup, leftovers=leftovers)
+        init = _init_of(warm.process, warm.init)
+        return ProcessLearner(warm.pid, files, ended, cgroup, leftovers=leftovers, init=init)
 
     @staticmethod
     async def _spawn(

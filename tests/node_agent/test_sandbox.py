@@ -22,10 +22,10 @@ from controlplane.jobs.images import ImageAllowlist
 from node_agent.cgroups import Cgroup
 from node_agent.containers import PIDS_LIMIT
 from node_agent.learners import learner_dir
-from node_agent.process_runtime import EXIT_STATUS_FILE, ProcessRuntime, cgroup_name
+from node_agent.process_runtime import EXIT_STATUS_FILE, ProcessRuntime
 from node_agent.runtime import ExitStatus, Folder, LearnerSpec
 from node_agent.runtimes import open_runtime
-from node_agent.sandbox import Sandbox, SandboxMissing
+from node_agent.sandbox import CLEAR_S, Sandbox, SandboxMissing, cgroup_name
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="only an agent that is root sandboxes")
 
@@ -130,6 +130,24 @@ async def test_a_stale_learner_is_killed_with_its_cgroup(tmp_path: Path) -> None
         await runtime.kill(found)  # its job moved on while its agent was down
         assert (await asyncio.wait_for(learner.wait(), 10)).signal == "SIGKILL"
         assert not cgroup_of(spec).exists()
+    finally:
+        learner.signal(signal.SIGKILL)
+        await learner.remove()
+
+
+async def test_a_learner_removed_while_it_runs_is_killed_with_its_cgroup_at_once(
+    tmp_path: Path,
+) -> None:
+    # The attempt ended without it (the agent's own error): its removal does not wait for the
+    # sandbox to end by itself, as it does for one that has ended (its init tearing down).
+    spec = spec_of(tmp_path, WAIT_FOR_GO)
+    learner = await ProcessRuntime(tmp_path).start(spec)
+    try:
+        assert (await anext(aiter(learner.lines()))).text == "up"
+        async with asyncio.timeout(CLEAR_S / 2):
+            await learner.remove()
+        assert not cgroup_of(spec).exists()
+        assert (await asyncio.wait_for(learner.wait(), 10)).signal == "SIGKILL"
     finally:
         learner.signal(signal.SIGKILL)
         await learner.remove()
