@@ -13,6 +13,7 @@ import json
 import logging
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from uuid import UUID, uuid4
 
@@ -23,7 +24,7 @@ from controlplane.database import DATABASE_ERRORS, Executor
 from controlplane.events.metadata import Metadata
 from controlplane.events.records import StreamAppend
 from controlplane.events.store import EventStore
-from controlplane.pending.changes import Change, Queued, Recorded, changes
+from controlplane.pending.changes import BUDGET, MOVED, Change, Queued, Recorded, Round, changes
 from controlplane.pending.estimates import Holding, estimated_starts
 from controlplane.pending.reasons import (
     Assessment,
@@ -38,20 +39,26 @@ from controlplane.queries import Q
 from controlplane.scheduling.application import policy_in_force
 from controlplane.scheduling.claim_order import QueuedJob, TenantShare, shares
 from controlplane.scheduling.placement import Capacity, Demand
-from controlplane.scheduling.policy import Order
+from controlplane.scheduling.policy import ClaimPolicy, Order
 from controlplane.scheduling.unschedulable import out_of_bounds
 from controlplane.workers import item_failed, pause
 
 log = logging.getLogger(__name__)
 
-ROUND_S = 0.5
+ROUND_S = 0.25
 """How often the reasons are judged again: a change shows within about this long."""
 DURATIONS = timedelta(seconds=30)
 """How often the typical run times (of each tenant's job names) are read again: from every job
 that completed in a week, too much to read each round, and slow to change."""
+RECORDING = timedelta(seconds=2)
+"""How often a round records changes in the jobs' histories (a budget's worth) and rewrites
+the rows whose position, details or estimate alone moved. Every round shows a change of a
+job's reasons, its arrival and its departure at once; the rest waits for a recording round, so
+that the writes a claim competes with in the database (and the events the `pending` projection
+applies) stay as many a second however often the rounds come."""
 APPEND_CHUNK = 256
 PACE = 4.0
-"""A round's pause is at least this many times as long as the round took."""
+"""A round's pause is at least this many times as long as its judging's CPU time."""
 ACTOR = "system:pending-reasons"
 WORKER = "pending-reasons"
 REPLICAS = Pending(
@@ -86,19 +93,22 @@ class PendingRecorder:
         self._rows: dict[UUID, Recorded] = {}
         """The rows of the jobs queued, as this recorder wrote them at its round `_round`."""
         self._round: int | None = None
+        self._recorded_at: datetime | None = None
+        """When a round last recorded history and moved details (see RECORDING)."""
 
     async def run(self) -> None:
         """Record a round every interval until `stop()`."""
         while not self._stopping.is_set():
-            started = time.monotonic()
             try:
-                await self.record()
+                _, spent = await self._record()
             except DATABASE_ERRORS as exc:
                 log.warning("recording pending reasons failed: %s; retrying", exc)
-            # A long queue makes long rounds: they take at most a fifth of the time, so that
-            # claims and the API keep the CPU.
-            took = time.monotonic() - started
-            await pause(self._stopping, max(self._interval_s, PACE * took))
+                spent = 0.0
+            # A long queue makes long rounds: their judging takes at most a fifth of the time,
+            # so that claims and the API keep the CPU. Paced on the judging's own CPU time, not
+            # the round's wall time: on a busy machine the wall time counts the others' work
+            # too, and paced on it the reasons came seconds late just when the queue moved most.
+            await pause(self._stopping, max(self._interval_s, PACE * spent))
 
     def stop(self) -> None:
         self._stopping.set()
@@ -106,34 +116,51 @@ class PendingRecorder:
     async def record(self) -> int:
         """One round; how many jobs' rows it wrote (0 also when another replica's round held
         the lock, or when nothing it judges from changed)."""
+        written, _ = await self._record()
+        return written
+
+    async def _record(self) -> tuple[int, float]:
+        """One round: how many rows it wrote, and the CPU seconds its judging took."""
         async with self._pool.acquire() as conn, conn.transaction(isolation="repeatable_read"):
             if not await conn.fetchval(Q["pending_lock"]):
-                return 0
+                return 0, 0.0
             at = self._clock.now()
             seen = tuple(await conn.fetchrow(Q["pending_fingerprint"]) or ())
             stale = self._durations_read is None or at - self._durations_read > DURATIONS
             if not stale and seen == self._judged_from and (self._due is None or at < self._due):
-                return 0
+                return 0, 0.0
             if stale:
                 self._durations = {
                     (r["tenant"], r["name"]): timedelta(seconds=r["seconds"])
                     for r in await conn.fetch(Q["pending_durations"])
                 }
                 self._durations_read = at
-            queue, due = await _judged(conn, at, self._durations)
-            rows = await self._recorded(conn, [job.job_id for job in queue])
-            decided = changes(rows, queue, at)
-            written = decided.changes
+            snapshot = await _snapshot(conn)
+            rows = await self._recorded(conn, [r["job_id"] for r in snapshot.jobs])
+            # Pure and long with a long queue (tenths of a second for ten thousand jobs on a
+            # thousand nodes): in a thread, so that the API, the projections and SSE sharing
+            # this event loop are not held for it.
+            recording = self._recorded_at is None or at - self._recorded_at >= RECORDING
+            decided = await asyncio.to_thread(
+                _decided, snapshot, rows, self._durations, at, recording
+            )
+            written = decided.round.changes
             round_ = self._round
             if written:
                 await self._write(conn, written, at)
                 round_ = await conn.fetchval(Q["pending_next_round"], self._id)
         # Only once committed: a round rolled back is judged again, from the database's rows.
         self._judged_from, self._round = seen, round_
-        self._due = min((when for when in (due, decided.deferred) if when), default=None)
+        if recording:
+            self._recorded_at = at
+        # What a round defers is history and moved details: the next recording round's.
+        deferred = decided.round.deferred
+        if deferred is not None and self._recorded_at is not None:
+            deferred = max(deferred, self._recorded_at + RECORDING)
+        self._due = min((when for when in (decided.due, deferred) if when), default=None)
         rows.update((change.row.job_id, change.row) for change in written)
         self._rows = {job_id: row for job_id, row in rows.items() if row.queued}
-        return len(written)
+        return len(written), decided.cpu_s
 
     async def _recorded(self, conn: Executor, queue: Sequence[UUID]) -> dict[UUID, Recorded]:
         """The rows of the jobs queued at the last round and of those in `queue`: kept from
@@ -189,21 +216,66 @@ class PendingRecorder:
         )
 
 
-async def _judged(
-    conn: Executor, at: datetime, durations: Mapping[tuple[str, str], timedelta]
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """What a round judges from, as read in its transaction."""
+
+    jobs: Sequence[asyncpg.Record]
+    policy: ClaimPolicy
+    tenants: Sequence[asyncpg.Record]
+    nodes: Sequence[asyncpg.Record]
+    running: Sequence[asyncpg.Record]
+
+
+@dataclass(frozen=True, slots=True)
+class Decided:
+    round: Round
+    """The rows and events to write."""
+    due: datetime | None
+    """The next instant at which time alone changes a judgement (a backoff's end, a running
+    job's expected end), if any."""
+    cpu_s: float
+    """The CPU time judging took."""
+
+
+async def _snapshot(conn: Executor) -> Snapshot:
+    return Snapshot(
+        await conn.fetch(Q["pending_queue"]),
+        # Judged under the claim policy in force, as the claims take the queue.
+        await policy_in_force(conn),
+        await conn.fetch(Q["pending_tenants"]),
+        await conn.fetch(Q["pending_nodes"]),
+        await conn.fetch(Q["pending_running"]),
+    )
+
+
+def _decided(
+    snapshot: Snapshot,
+    recorded: Mapping[UUID, Recorded],
+    durations: Mapping[tuple[str, str], timedelta],
+    at: datetime,
+    recording: bool,
+) -> Decided:
+    """What a round writes (`changes`) to bring `recorded` to the queue's judgement now, and,
+    `recording`, the history and moved details it may write; pure, and run in a thread (see
+    `PendingRecorder._record`)."""
+    started = time.thread_time()
+    queue, due = _judged(snapshot, at, durations)
+    decided = changes(
+        recorded, queue, at, budget=BUDGET if recording else 0, moved_rows=MOVED if recording else 0
+    )
+    return Decided(decided, due, time.thread_time() - started)
+
+
+def _judged(
+    snapshot: Snapshot, at: datetime, durations: Mapping[tuple[str, str], timedelta]
 ) -> tuple[list[Queued], datetime | None]:
     """Every queued job with its reasons and estimated start now, in queue order (inference
-    jobs, which take no node, last); and the next instant at which time alone changes them (a
-    backoff's end, a running job's expected end), if any."""
-    jobs = await conn.fetch(Q["pending_queue"])
-    # Judged under the claim policy in force, as the claims take the queue.
-    policy = await policy_in_force(conn)
+    jobs, which take no node, last); and the next instant at which time alone changes them."""
+    jobs = snapshot.jobs
     tenants = shares(
-        [
-            TenantShare(r["name"], r["weight"], r["gpu_quota"], r["held"])
-            for r in await conn.fetch(Q["pending_tenants"])
-        ],
-        policy,
+        [TenantShare(r["name"], r["weight"], r["gpu_quota"], r["held"]) for r in snapshot.tenants],
+        snapshot.policy,
     )
     nodes = [
         NodeRoom(
@@ -214,7 +286,7 @@ async def _judged(
             cpus=r["cpus"],
             memory_mb=r["memory_mb"],
         )
-        for r in await conn.fetch(Q["pending_nodes"])
+        for r in snapshot.nodes
     ]
     running = [
         Holding(
@@ -225,7 +297,7 @@ async def _judged(
             r["memory_mb"],
             _ends(r["allocated_at"], durations.get((r["tenant"], r["name"]))),
         )
-        for r in await conn.fetch(Q["pending_running"])
+        for r in snapshot.running
     ]
     rows = {r["job_id"]: r for r in jobs}
     every = [
@@ -256,11 +328,8 @@ async def _judged(
         for job_id, r in rows.items()
         if (took := durations.get((r["tenant"], r["name"]))) is not None
     }
-    # Pure and long with a long queue (tenths of a second for ten thousand jobs on a thousand
-    # nodes): in a thread, so that the API, the projections and SSE sharing this event loop
-    # are not held for it.
-    assessed, starts, failed = await asyncio.to_thread(
-        _judge, nodes, tenants, queue, running, expected, at, policy.order
+    assessed, starts, failed = _judge(
+        nodes, tenants, queue, running, expected, at, snapshot.policy.order
     )
     for job_id, why in set_aside.items():
         log.warning("pending reasons: job %s is never placed: %s", job_id, why)

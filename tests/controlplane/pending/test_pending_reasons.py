@@ -344,3 +344,49 @@ async def test_a_queued_job_is_estimated_to_start_when_the_running_one_should_en
             "SELECT allocated_at FROM allocations WHERE job_id = $1", running.job.job_id
         )
     assert datetime.fromisoformat(view["estimated_start"]) == began + took
+
+
+async def test_a_new_job_is_shown_at_once_and_its_history_follows_at_the_recording_pace(
+    db_url: str, pool: asyncpg.Pool, store: EventStore
+) -> None:
+    """Rounds come often, so that a change shows within a second; the history a change adds
+    (an event the `pending` projection applies, a write a claim competes with) waits for the
+    next recording round (RECORDING), however many rounds come first."""
+    start = datetime(2026, 11, 27, 9, 50, tzinfo=UTC)
+    clock = ManualClock(start)
+    runner = ProjectionRunner(pool, store, LogListener(db_url), [JobsProjection()])
+    recorder = PendingRecorder(pool, store, clock=clock)
+    jobs = Jobs(store, clock)
+    acme = Metadata(actor="tenant:acme", tenant="acme")
+    manifest = JobManifest.model_validate(MANIFEST)
+
+    async def queued(job_id: UUID) -> None:
+        async def shown() -> bool:
+            await runner.catch_up(JobsProjection())
+            query = "SELECT state FROM job_status WHERE job_id = $1"
+            return bool(await pool.fetchval(query, job_id) == "QUEUED")
+
+        await eventually(shown)
+
+    async def reasons(job_id: UUID) -> list[str] | None:
+        row = await pool.fetchrow("SELECT kinds FROM pending_reasons WHERE job_id = $1", job_id)
+        return None if row is None else list(row["kinds"])
+
+    first, _ = await jobs.submit("acme", manifest, acme)
+    await queued(first.job_id)
+    assert await recorder.record() > 0  # the first round records
+    assert await store.version(pending_stream(first.job_id)) == 1
+
+    clock.advance(timedelta(seconds=1))
+    second, _ = await jobs.submit("acme", manifest, acme)
+    await queued(second.job_id)
+    assert await recorder.record() == 1
+    assert await reasons(second.job_id) == ["no_nodes"]  # shown at once
+    assert await store.version(pending_stream(second.job_id)) == 0  # not recorded yet
+    assert await recorder.record() == 0  # nothing new to show, and not time to record
+
+    clock.advance(timedelta(seconds=1))  # RECORDING after the first round
+    assert await recorder.record() == 1
+    assert await store.version(pending_stream(second.job_id)) == 1
+    changed = [e.event for e in await store.read_stream(pending_stream(second.job_id))]
+    assert changed[0].at == start + timedelta(seconds=1)  # type: ignore[attr-defined]
