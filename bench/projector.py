@@ -11,6 +11,7 @@ import signal
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import timedelta
 
 from controlplane.database import create_pool
 from controlplane.event_registry import EVENT_REGISTRY
@@ -51,8 +52,9 @@ async def run(url: str, pending: bool) -> None:
         if pending:
             # Its first rounds show every queued job and record their reasons a chunk a round:
             # ready once that is done and projected, so that what is timed is the recorder as
-            # it runs, round after round.
-            while await recorder.record():
+            # it runs, round after round. Back to back, not a chunk every RECORDING.
+            backlog = PendingRecorder(pool, store, recording=timedelta(0))
+            while await backlog.record():
                 pass
             await runner.catch_up(runner.projections[PendingProjection.name])
         sys.stdout.buffer.write(READY)

@@ -76,11 +76,13 @@ class PendingRecorder:
         store: EventStore,
         *,
         interval_s: float = ROUND_S,
+        recording: timedelta = RECORDING,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self._pool = pool
         self._store = store
         self._interval_s = interval_s
+        self._recording = recording
         self._clock = clock
         self._stopping = asyncio.Event()
         self._durations: dict[tuple[str, str], timedelta] = {}
@@ -94,7 +96,7 @@ class PendingRecorder:
         """The rows of the jobs queued, as this recorder wrote them at its round `_round`."""
         self._round: int | None = None
         self._recorded_at: datetime | None = None
-        """When a round last recorded history and moved details (see RECORDING)."""
+        """When a round last recorded history and moved details (every `recording`)."""
 
     async def run(self) -> None:
         """Record a round every interval until `stop()`."""
@@ -140,7 +142,7 @@ class PendingRecorder:
             # Pure and long with a long queue (tenths of a second for ten thousand jobs on a
             # thousand nodes): in a thread, so that the API, the projections and SSE sharing
             # this event loop are not held for it.
-            recording = self._recorded_at is None or at - self._recorded_at >= RECORDING
+            recording = self._recorded_at is None or at - self._recorded_at >= self._recording
             decided = await asyncio.to_thread(
                 _decided, snapshot, rows, self._durations, at, recording
             )
@@ -156,7 +158,7 @@ class PendingRecorder:
         # What a round defers is history and moved details: the next recording round's.
         deferred = decided.round.deferred
         if deferred is not None and self._recorded_at is not None:
-            deferred = max(deferred, self._recorded_at + RECORDING)
+            deferred = max(deferred, self._recorded_at + self._recording)
         self._due = min((when for when in (decided.due, deferred) if when), default=None)
         rows.update((change.row.job_id, change.row) for change in written)
         self._rows = {job_id: row for job_id, row in rows.items() if row.queued}
