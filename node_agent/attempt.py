@@ -419,7 +419,7 @@ class Attempt:
 
     async def _finish(self) -> None:
         if self._sealed != self._lines:
-            # Not stored yet, or added since they were (a report's line, a replica's feed's).
+            # Not stored yet (a replica's: its feed writes too), or added since (a report's).
             await self._store_logs()
         statuses = [s.status for s in self._learners]
         if self._ending in ("cancelled", "fenced"):

@@ -30,6 +30,8 @@ _OPEN_TREE_CLONE: Final = 1
 _AT_EMPTY_PATH: Final = 0x1000
 _MOVE_MOUNT_F_EMPTY_PATH: Final = 0x04
 _MOVE_MOUNT_T_EMPTY_PATH: Final = 0x40
+_FSOPEN_CLOEXEC: Final = 1
+_FSMOUNT_CLOEXEC: Final = 1
 _FSCONFIG_SET_STRING: Final = 1
 _FSCONFIG_CMD_CREATE: Final = 6
 _MOUNT_ATTR_NOSUID: Final = 0x02
@@ -75,7 +77,8 @@ def scratch(folder: int) -> None:
     nosuid, nodev), shared, in a peer group of its own: what is mounted below it later
     propagates to its slaves (a sandbox's copies) and nowhere else, and what is made in it goes
     with its unmount, without a folder of the node's disk to remove one by one."""
-    context = _checked(_libc.syscall(_FSOPEN, ctypes.c_char_p(b"tmpfs"), ctypes.c_uint(1)))
+    tmpfs = ctypes.c_char_p(b"tmpfs")
+    context = _checked(_libc.syscall(_FSOPEN, tmpfs, ctypes.c_uint(_FSOPEN_CLOEXEC)))
     try:
         for key, value in _SCRATCH.items():
             _checked(
@@ -99,7 +102,9 @@ def scratch(folder: int) -> None:
             )
         )
         flags = ctypes.c_uint(_MOUNT_ATTR_NOSUID | _MOUNT_ATTR_NODEV)
-        tree = _checked(_libc.syscall(_FSMOUNT, ctypes.c_int(context), ctypes.c_uint(1), flags))
+        tree = _checked(
+            _libc.syscall(_FSMOUNT, ctypes.c_int(context), ctypes.c_uint(_FSMOUNT_CLOEXEC), flags)
+        )
     finally:
         os.close(context)
     try:
