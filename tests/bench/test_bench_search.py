@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from bench.search import IN_JOB_STAGES
 from tests.bench.cli import bench
 
 
@@ -28,6 +29,9 @@ def test_a_search_runs_its_trials_and_a_kill_loses_or_duplicates_none(
         "between_trials",
     }
     assert set(result["next_trial_stages_ms"]) == {"driver", "submit", "claim"}
+    # Every trial went through each phase: each stage of its time in its job is measured.
+    stages = result["in_job_stages_ms"]
+    assert list(stages) == list(IN_JOB_STAGES) and None not in stages.values(), stages
     assert result["kills_made"] == 1 and len(result["kill_moments"]) == 1
     assert result["lost_trials"] == 0, result["lost"]
     assert result["lost"]["search_state"] == "completed"
