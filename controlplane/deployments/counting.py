@@ -186,10 +186,36 @@ class Counting:
     async def _write(
         self, tasks: list[CountedTask], batches: list[CountedBatch], memo: list[MemoUse]
     ) -> None:
-        async with self._pool.acquire() as conn, conn.transaction():
-            await _insert(conn, "record_direct_tasks", tasks, _task_columns)
-            await _insert(conn, "record_direct_batches", batches, _batch_columns)
-            await _insert(conn, "record_direct_memo", memo, _memo_columns)
+        """The group in one transaction: as it is first (a statement per kind, no savepoint:
+        each costs two more round trips, each a wake-up of Postgres and of this event loop,
+        while the requests go on); when Postgres refuses a row, again with each kind in a
+        savepoint of its own (`_insert`), so that the row is left out alone."""
+        async with self._pool.acquire() as conn:
+            try:
+                async with conn.transaction():
+                    for query, rows, columns in _kinds(tasks, batches, memo):
+                        await conn.execute(Q[query], *columns(rows))
+                return
+            except asyncpg.DataError:
+                pass  # rare: agents clean what a replica answers
+            async with conn.transaction():
+                for query, rows, columns in _kinds(tasks, batches, memo):
+                    await _insert(conn, query, rows, columns)
+
+
+Kind = tuple[str, list[Any], Callable[[list[Any]], list[list[Any]]]]
+
+
+def _kinds(
+    tasks: list[CountedTask], batches: list[CountedBatch], memo: list[MemoUse]
+) -> list[Kind]:
+    """Each kind of row the group holds: its statement, its rows, and their columns."""
+    kinds: list[Kind] = [
+        ("record_direct_tasks", tasks, _task_columns),
+        ("record_direct_batches", batches, _batch_columns),
+        ("record_direct_memo", memo, _memo_columns),
+    ]
+    return [kind for kind in kinds if kind[1]]
 
 
 async def _insert(
@@ -202,14 +228,12 @@ async def _insert(
     it holds (a tenant's text: a NUL, an unpaired surrogate) is left out alone, with a log line,
     and holds back neither the other rows of its kind nor those of the other kinds (another
     tenant's, as likely as not). Retried as it is, it would hold back every row after it."""
-    if not rows:
-        return
     try:
         async with conn.transaction():
             await conn.execute(Q[query], *columns(rows))
         return
     except asyncpg.DataError:
-        pass  # one at a time, to find which (rare: agents clean what a replica answers)
+        pass  # one at a time, to find which
     for row in rows:
         try:
             async with conn.transaction():

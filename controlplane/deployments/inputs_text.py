@@ -70,16 +70,21 @@ class InputsTexts:
         """The inputs' JSON text: `sent` (the request's own) as it is, or their canonical JSON
         when `canonical`; encoded again when there is no `sent` or it may hold an infinity.
         ValueError for NaN and the infinities."""
-        if sent is None or _may_overflow(sent):
+        if sent is None:
+            return canonical_json(inputs) if canonical else json.dumps(inputs, allow_nan=False)
+        # By tenant: how long a request takes must not tell one tenant what another sent.
+        key = (tenant, sent)
+        if canonical:
+            # Looked for first (a memo hit's path): only texts the scan for an infinity passed
+            # are kept, so a text found was scanned already.
+            found = self._canonical.get(key)
+            if found is not None:
+                self._canonical.move_to_end(key)
+                return found
+        if _may_overflow(sent):
             return canonical_json(inputs) if canonical else json.dumps(inputs, allow_nan=False)
         if not canonical:
             return sent
-        # By tenant: how long a request takes must not tell one tenant what another sent.
-        key = (tenant, sent)
-        found = self._canonical.get(key)
-        if found is not None:
-            self._canonical.move_to_end(key)
-            return found
         made = canonical_json(inputs)
         if len(sent) <= CANONICAL_MAX_CHARS:
             self._canonical[key] = made

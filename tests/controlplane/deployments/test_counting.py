@@ -4,6 +4,7 @@ report any time, and one row jsonb cannot hold must not hold back every count af
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import uuid
 from datetime import UTC, datetime
@@ -105,3 +106,73 @@ def test_a_replica_s_time_is_a_real_one(reported: object) -> None:
     assert milliseconds({"inference_ms": 2.5}, "inference_ms") == 2.5
     with pytest.raises(ReplicaError, match="inference_ms"):
         milliseconds({"inference_ms": reported}, "inference_ms")
+
+
+async def test_a_group_refused_late_is_written_again_whole_but_its_bad_row(
+    pool: asyncpg.Pool,
+) -> None:
+    """The group's first try writes its tasks and batches before Postgres refuses its memo row
+    (the last kind): that try is undone, and the second writes each of them once, without the
+    refused row."""
+    counting = Counting(pool)
+    now = datetime.now(UTC)
+    tasks = [task("[2]") for _ in range(5)]
+    batches = [
+        CountedBatch(
+            uuid.uuid4(), "acme", "dbl", uuid.uuid4(), 1, 1, "idle", "succeeded", 1.0, 1.0, now
+        )
+        for _ in tasks
+    ]
+    good = MemoUse("acme", "dbl", b"key-" + uuid.uuid4().bytes, "[2]", now)
+    bad = MemoUse("acme", "dbl", b"key-" + uuid.uuid4().bytes, '["\\ud800"]', now)
+    for counted, batch in zip(tasks, batches, strict=True):
+        counting.record(counted, (batch,))
+    counting.record(task("[2]"), (), good)
+    counting.record(task("[2]"), (), bad)
+    counting.stop()
+    await counting.run()
+    await counting.flush()
+    ids = [t.task_id for t in tasks]
+    assert await pool.fetchval(
+        "SELECT count(*) FROM serving_tasks WHERE task_id = ANY($1::uuid[])", ids
+    ) == len(tasks)
+    assert await pool.fetchval(
+        "SELECT count(*) FROM serving_batches WHERE batch_id = ANY($1::uuid[])",
+        [b.batch_id for b in batches],
+    ) == len(batches)
+    memo = await pool.fetch(
+        "SELECT key FROM serving_memo WHERE key = ANY($1::bytea[])", [good.key, bad.key]
+    )
+    assert [row["key"] for row in memo] == [good.key]
+
+
+async def test_groups_of_every_kind_are_all_written_once(pool: asyncpg.Pool) -> None:
+    """Many groups gathered while the requests go on: every task, batch and memo entry
+    handed in is written, once (a batch that several tasks name, a memo key used again)."""
+    counting = Counting(pool)
+    writer = asyncio.create_task(counting.run())
+    now = datetime.now(UTC)
+    batch = CountedBatch(
+        uuid.uuid4(), "acme", "dbl", uuid.uuid4(), 3, 3, "full", "succeeded", 1.0, 1.0, now
+    )
+    key = b"key-" + uuid.uuid4().bytes
+    handed: list[CountedTask] = []
+    for n in range(60):
+        counted = task("[2]")
+        handed.append(counted)
+        counting.record(counted, (batch,), MemoUse("acme", "dbl", key, "[2]", now))
+        if n % 7 == 0:
+            await asyncio.sleep(0.005)  # some groups close in between
+    counting.stop()
+    await writer
+    assert await pool.fetchval(
+        "SELECT count(*) FROM serving_tasks WHERE task_id = ANY($1::uuid[])",
+        [t.task_id for t in handed],
+    ) == len(handed)
+    assert (
+        await pool.fetchval(
+            "SELECT count(*) FROM serving_batches WHERE batch_id = $1", batch.batch_id
+        )
+        == 1
+    )
+    assert await pool.fetchval("SELECT count(*) FROM serving_memo WHERE key = $1", key) == 1

@@ -58,6 +58,20 @@ def test_a_text_that_may_hold_an_infinity_is_refused_as_before(
         InputsTexts().text("acme", json.loads(sent), sent, canonical=canonical)
 
 
+@pytest.mark.parametrize("number", ["1e400", "9" * 400 + ".0"])
+def test_a_text_that_may_hold_an_infinity_is_refused_each_time_it_comes(number: str) -> None:
+    """A kept text's canonical JSON is looked for before the scan for an infinity: such a
+    text is never kept, so it is scanned, and refused, again."""
+    texts = InputsTexts()
+    sent = f"[{number}, 1.5]"
+    for _ in range(3):
+        with pytest.raises(ValueError):
+            texts.text("acme", json.loads(sent), sent, canonical=True)
+    fine = "[1.5, 2e10]"
+    for _ in range(3):
+        assert texts.text("acme", json.loads(fine), fine, canonical=True) == "[1.5,20000000000.0]"
+
+
 @pytest.mark.parametrize("item", ["a\\u0000b", "\\ud800"])
 def test_a_nul_or_a_lone_surrogate_is_refused_though_only_written_as_an_escape(item: str) -> None:
     sent = f'["{item}"]'
