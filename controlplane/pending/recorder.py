@@ -139,10 +139,10 @@ class PendingRecorder:
                 self._durations_read = at
             snapshot = await _snapshot(conn)
             rows = await self._recorded(conn, [r["job_id"] for r in snapshot.jobs])
+            recording = self._recorded_at is None or at - self._recorded_at >= self._recording
             # Pure and long with a long queue (tenths of a second for ten thousand jobs on a
             # thousand nodes): in a thread, so that the API, the projections and SSE sharing
             # this event loop are not held for it.
-            recording = self._recorded_at is None or at - self._recorded_at >= self._recording
             decided = await asyncio.to_thread(
                 _decided, snapshot, rows, self._durations, at, recording
             )
