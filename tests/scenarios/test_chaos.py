@@ -8,6 +8,7 @@ never two live learners of the job at any instant."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from contextlib import aclosing, asynccontextmanager
 from datetime import UTC, datetime, timedelta
@@ -23,9 +24,9 @@ from controlplane.jobs.events import CheckpointSaved, JobRestarted
 from controlplane.jobs.lifecycle import Job, JobStatus
 from controlplane.logs.lines import LogLine
 from harness import processes
-from harness.processes import Cluster, counter, kill_learner
+from harness.processes import Cluster, counter, kill_learner, until
 from node_agent.learners import learner_dir
-from node_agent.process_runtime import OUTPUT_FILES
+from node_agent.process_runtime import OUTPUT_FILES, find_learners
 from runners import protocol
 from tests.cluster import learner_space
 from tests.polling import eventually
@@ -265,3 +266,44 @@ async def test_a_lost_node_s_job_resumes_from_its_checkpoint_on_another_node(
     step = await restored_step(cluster, job_id, await cluster.job_event(job_id, JobRestarted))
     assert step > 0
     await assert_log(cluster, job_id, 2, elsewhere_dir, restored=step, last=STEPS)
+
+
+async def test_a_lost_node_stops_its_job_s_ranks_on_other_nodes_and_the_job_runs_again_whole(
+    cluster: Cluster,
+) -> None:
+    """Deliverable 3 of distributed training: a rank that loses its node takes its peers down
+    with it. A machine that dies whole closes no connection its peers could notice, so the loss
+    is known when its lease runs out; the job's ranks on the live nodes are then stopped (fenced
+    by the restart) and the job runs again, all ranks, on nodes that are live."""
+    for _ in range(3):
+        await cluster.add_agent(ttl_s=TTL_S, heartbeat_s=HEARTBEAT_S)
+    manifest = {**counter(STEPS, STEP_S), "learners": 2, "learners_per_node": 1}
+    job_id = await cluster.submit(manifest, cluster.planes[0])
+    await cluster.job_event(job_id, CheckpointSaved)
+    first = await cluster.job(job_id)
+    assert len(set(first.nodes)) == 2
+    lost = first.nodes[0]
+    [dying] = [f for f in find_learners(lost, cluster.agents[lost].work_dir) if f.job_id == job_id]
+    killed_at = time.monotonic()
+    await cluster.agents[lost].kill()
+    kill_learner(dying)
+
+    async def peers_stopped() -> bool | None:
+        # `learners` looks on every node, the lost one included (its learner was killed).
+        return True if not [f for f in cluster.learners(job_id) if f.attempt == 1] else None
+
+    await until(peers_stopped)
+    stopped_s = time.monotonic() - killed_at
+    # The lease's TTL, the manager's sweep, and the live node's agent hearing of the restart.
+    assert stopped_s < TTL_S + 3, stopped_s
+    job = await finished(cluster, job_id)
+    assert (job.state, job.attempt, job.restarts) == (JobStatus.COMPLETED, 2, 1)
+    reason, _ = restart_of(job, 2)
+    assert reason is not None and reason.startswith("node_lost")
+    assert lost not in job.nodes and len(set(job.nodes)) == 2
+    steps = [
+        int(line.text[5:])
+        for line in await cluster.lines(job_id, 2)
+        if line.text.startswith("step ") and line.learner == 1
+    ]
+    assert steps and steps[-1] == STEPS
