@@ -47,6 +47,20 @@ def estimated_starts(
 ) -> dict[UUID, datetime]:
     """The queued jobs (of the first ESTIMATED) that would start by the known ends, and when;
     `expected`: the queued jobs' own run times, where known (their room comes back then)."""
+    ordered = queue_order(tenants, queue, order)
+    return estimated_in_order(nodes, tenants, ordered, running, expected, now=now)
+
+
+def estimated_in_order(
+    nodes: Sequence[NodeRoom],
+    tenants: Sequence[TenantShare],
+    ordered: Sequence[QueuedJob],
+    running: Sequence[Holding],
+    expected: Mapping[UUID, timedelta],
+    *,
+    now: datetime,
+) -> dict[UUID, datetime]:
+    """`estimated_starts` over a queue already in the policy's order (`queue_order`)."""
     quotas = {tenant.name: tenant.gpu_quota for tenant in tenants}
     held = {tenant.name: tenant.held for tenant in tenants}
     room = Room(node.free for node in nodes)
@@ -57,7 +71,7 @@ def estimated_starts(
         # One past its expected end has shown that its end is not known after all.
         if holding.ends is not None and holding.ends > now:
             heapq.heappush(instants, (holding.ends, next(pushed), holding))
-    waiting = [job for job in queue_order(tenants, queue, order) if not job.allocated][:ESTIMATED]
+    waiting = [job for job in ordered if not job.allocated][:ESTIMATED]
     for job in waiting:
         if job.not_before is not None and job.not_before > now:
             heapq.heappush(instants, (job.not_before, next(pushed), None))

@@ -117,36 +117,91 @@ def assess(
 ) -> list[Assessment]:
     """Every queued job's reasons (at least one each), in the queue's order under the policy's
     `order` (`tenants` as the policy weighs them: without quotas where it turns them off)."""
-    shares = {tenant.name: tenant for tenant in tenants}
-    healthy, whole = _live(nodes, counting_unhealthy=False), _live(nodes, counting_unhealthy=True)
-    room = Room(node.free for node in nodes)
-    starting: Counter[str] = Counter()
+    walk = Walk(nodes, tenants, now=now, order=order)
+    ahead = walk.start()
+    return [
+        walk.step(ahead, job, position)
+        for position, job in enumerate(queue_order(tenants, queue, order), start=1)
+    ]
+
+
+@dataclass(slots=True)
+class Ahead:
+    """What the jobs walked so far leave to the jobs after them: a walk's state between two
+    jobs, from which it can go on (see `resume`)."""
+
+    room: Room
+    starting: Counter[str]
     """GPUs of the jobs this walk lets start, by tenant: held as soon as they are claimed."""
-    ahead = 0
-    ahead_of_tenant: dict[str, Counter[int]] = defaultdict(Counter)
-    """The jobs ahead that may run (now or once room frees), in all and by tenant and priority."""
-    ahead_by_priority: Counter[int] = Counter()
-    assessed = []
-    for position, job in enumerate(queue_order(tenants, queue, order), start=1):
-        tenant = shares.get(job.tenant, TenantShare(job.tenant, 1.0, None, 0))
+    jobs: int
+    """The jobs ahead that may run (now or once room frees), in all, ..."""
+    of_tenant: defaultdict[str, Counter[int]]
+    """... and by tenant and priority, ..."""
+    by_priority: Counter[int]
+    """... and by priority."""
+
+    def copy(self) -> Ahead:
+        return Ahead(
+            self.room.copy(),
+            Counter(self.starting),
+            self.jobs,
+            defaultdict(Counter, {t: Counter(c) for t, c in self.of_tenant.items()}),
+            Counter(self.by_priority),
+        )
+
+
+class Walk:
+    """The walk of `assess` over one cluster, tenants, instant and order: each job is judged
+    from what the jobs ahead of it leave (`Ahead`), and leaves the rest to the jobs after it."""
+
+    def __init__(
+        self,
+        nodes: Sequence[NodeRoom],
+        tenants: Sequence[TenantShare],
+        *,
+        now: datetime,
+        order: Order,
+    ) -> None:
+        self._nodes = nodes
+        self._shares = {tenant.name: tenant for tenant in tenants}
+        self._healthy = _live(nodes, counting_unhealthy=False)
+        self._whole = _live(nodes, counting_unhealthy=True)
+        self._now = now
+        self._order = order
+
+    def start(self) -> Ahead:
+        """Nothing walked yet: every READY node's free room."""
+        return Ahead(
+            Room(node.free for node in self._nodes), Counter(), 0, defaultdict(Counter), Counter()
+        )
+
+    def step(self, ahead: Ahead, job: QueuedJob, position: int) -> Assessment:
+        """The reasons of `job`, at `position`, after the jobs `ahead` (which it then joins)."""
+        tenant = self._shares.get(job.tenant, TenantShare(job.tenant, 1.0, None, 0))
         if job.allocated:
             reasons = [_starting("claimed: its deployment is being recorded")]
         else:
-            reasons = _held(job, tenant, starting[tenant.name], healthy, whole, now)
+            reasons = _held(
+                job, tenant, ahead.starting[tenant.name], self._healthy, self._whole, self._now
+            )
         if not reasons:
-            if room.take(job.demand) is not None:
-                starting[tenant.name] += total_gpus(job.demand)
+            if ahead.room.take(job.demand) is not None:
+                ahead.starting[tenant.name] += total_gpus(job.demand)
                 reasons = [_starting("a READY node has room: the next claim takes it")]
             else:
-                reasons = [_short(job.demand, room)]
+                reasons = [_short(job.demand, ahead.room)]
                 reasons += _behind(
-                    job, tenant, ahead, ahead_of_tenant[tenant.name], ahead_by_priority, order
+                    job,
+                    tenant,
+                    ahead.jobs,
+                    ahead.of_tenant[tenant.name],
+                    ahead.by_priority,
+                    self._order,
                 )
-            ahead += 1
-            ahead_of_tenant[tenant.name][job.priority] += 1
-            ahead_by_priority[job.priority] += 1
-        assessed.append(Assessment(job.job_id, position, tuple(reasons)))
-    return assessed
+            ahead.jobs += 1
+            ahead.of_tenant[tenant.name][job.priority] += 1
+            ahead.by_priority[job.priority] += 1
+        return Assessment(job.job_id, position, tuple(reasons))
 
 
 def _held(
@@ -294,6 +349,14 @@ class Room:
             return learners
         return None
 
+    def copy(self) -> Room:
+        """The same room, to be taken from apart (the nodes' names and order are shared)."""
+        copied = Room.__new__(Room)
+        copied._capacities = list(self._capacities)
+        copied._at = self._at
+        copied._most = self._most.copy()
+        return copied
+
     def give(self, node: str, gpus: Sequence[str], cpus: float, memory_mb: int) -> None:
         """A learner's room back on `node` (nothing where the node is not READY)."""
         if (at := self._at.get(node)) is not None:
@@ -323,6 +386,12 @@ class _Most:
         for capacity in capacities:
             self._count(capacity, 1)
         self.value = self._read()
+
+    def copy(self) -> _Most:
+        copied = _Most(())
+        copied._counts = tuple(Counter(counts) for counts in self._counts)
+        copied.value = self.value
+        return copied
 
     def replace(self, old: Capacity, new: Capacity) -> None:
         self._count(old, -1)

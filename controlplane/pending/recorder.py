@@ -1,7 +1,8 @@
 """The pending-reasons recorder: every round, it reads the queue and the cluster, judges each
-queued job (`reasons.assess`), and writes what changed (`changes`): the reasons' rows, shown at
-once, and events in the jobs' pending streams that record the changes of their sets of
-reasons, a bounded number a round. Every control plane replica runs one; a round takes an
+queued job (`reasons.assess`, its walk resumed from the last round's where the queue ahead did
+not change: `resume`), and writes what changed (`changes`): the reasons' rows, shown at once,
+and events in the jobs' pending streams that record the changes of their sets of reasons, a
+bounded number a round. Every control plane replica runs one; a round takes an
 advisory lock, so one replica writes at a time.
 
 It reads only, with plain SELECTs, what claims lock: a claim never waits for it."""
@@ -25,7 +26,7 @@ from controlplane.events.metadata import Metadata
 from controlplane.events.records import StreamAppend
 from controlplane.events.store import EventStore
 from controlplane.pending.changes import BUDGET, MOVED, Change, Queued, Recorded, Round, changes
-from controlplane.pending.estimates import Holding, estimated_starts
+from controlplane.pending.estimates import Holding, estimated_in_order
 from controlplane.pending.reasons import (
     Assessment,
     Blocking,
@@ -33,7 +34,9 @@ from controlplane.pending.reasons import (
     Pending,
     Reason,
     assess,
+    queue_order,
 )
+from controlplane.pending.resume import ResumedWalk
 from controlplane.pending.streams import pending_stream
 from controlplane.queries import Q
 from controlplane.scheduling.application import policy_in_force
@@ -97,6 +100,9 @@ class PendingRecorder:
         self._round: int | None = None
         self._recorded_at: datetime | None = None
         """When a round last recorded history and moved details (every `recording`)."""
+        self._walk = ResumedWalk()
+        """The last round's walk of the queue: a round walks again only from where the queue
+        changed (see `resume`)."""
 
     async def run(self) -> None:
         """Record a round every interval until `stop()`."""
@@ -140,11 +146,11 @@ class PendingRecorder:
             snapshot = await _snapshot(conn)
             rows = await self._recorded(conn, [r["job_id"] for r in snapshot.jobs])
             recording = self._recorded_at is None or at - self._recorded_at >= self._recording
-            # Pure and long with a long queue (tenths of a second for ten thousand jobs on a
-            # thousand nodes): in a thread, so that the API, the projections and SSE sharing
-            # this event loop are not held for it.
+            # Long with a long queue that changes ahead (tenths of a second for ten thousand
+            # jobs on a thousand nodes, after a claim): in a thread, so that the API, the
+            # projections and SSE sharing this event loop are not held for it.
             decided = await asyncio.to_thread(
-                _decided, snapshot, rows, self._durations, at, recording
+                _decided, snapshot, rows, self._durations, at, recording, self._walk
             )
             written = decided.round.changes
             round_ = self._round
@@ -257,12 +263,13 @@ def _decided(
     durations: Mapping[tuple[str, str], timedelta],
     at: datetime,
     recording: bool,
+    walk: ResumedWalk,
 ) -> Decided:
     """What a round writes (`changes`) to bring `recorded` to the queue's judgement now, and,
-    `recording`, the history and moved details it may write; pure, and run in a thread (see
-    `PendingRecorder._record`)."""
+    `recording`, the history and moved details it may write; run in a thread (see
+    `PendingRecorder._record`), pure but for `walk`, which goes on from the last round's."""
     started = time.thread_time()
-    queue, due = _judged(snapshot, at, durations)
+    queue, due = _judged(snapshot, at, durations, walk)
     decided = changes(
         recorded, queue, at, budget=BUDGET if recording else 0, moved_rows=MOVED if recording else 0
     )
@@ -270,10 +277,15 @@ def _decided(
 
 
 def _judged(
-    snapshot: Snapshot, at: datetime, durations: Mapping[tuple[str, str], timedelta]
+    snapshot: Snapshot,
+    at: datetime,
+    durations: Mapping[tuple[str, str], timedelta],
+    walk: ResumedWalk | None = None,
 ) -> tuple[list[Queued], datetime | None]:
     """Every queued job with its reasons and estimated start now, in queue order (inference
-    jobs, which take no node, last); and the next instant at which time alone changes them."""
+    jobs, which take no node, last); and the next instant at which time alone changes them.
+    With `walk`, the queue's walk resumes from the last one's where the queue did not change
+    (the same judgement; without it, the whole queue is walked)."""
     jobs = snapshot.jobs
     tenants = shares(
         [TenantShare(r["name"], r["weight"], r["gpu_quota"], r["held"]) for r in snapshot.tenants],
@@ -331,7 +343,7 @@ def _judged(
         if (took := durations.get((r["tenant"], r["name"]))) is not None
     }
     assessed, starts, failed = _judge(
-        nodes, tenants, queue, running, expected, at, snapshot.policy.order
+        nodes, tenants, queue, running, expected, at, snapshot.policy.order, walk
     )
     for job_id, why in set_aside.items():
         log.warning("pending reasons: job %s is never placed: %s", job_id, why)
@@ -373,25 +385,26 @@ def _judge(
     expected: Mapping[UUID, timedelta],
     at: datetime,
     order: Order,
+    walk: ResumedWalk | None,
 ) -> tuple[list[Assessment], dict[UUID, datetime], dict[UUID, str]]:
     """The queue's assessments and estimated starts, and the jobs that could not be judged
     (with why). The walk judges the jobs together; should it fail, each job is judged alone to
     find those it fails on, which are recorded (see `workers.item_failed`) and left out, and
     the others are judged without them: one job's data never stops the reasons of all."""
     try:
-        return (*_together(nodes, tenants, queue, running, expected, at, order), {})
+        return (*_together(nodes, tenants, queue, running, expected, at, order, walk), {})
     except Exception:
         failed: dict[UUID, str] = {}
         for job in queue:
             try:
-                _together(nodes, tenants, [job], running, expected, at, order)
+                _together(nodes, tenants, [job], running, expected, at, order, None)
             except Exception as exc:
                 item_failed(WORKER, f"job {job.job_id}")
                 failed[job.job_id] = f"{type(exc).__name__}: {exc}"
         if not failed:
             raise  # no one job's data: a bug of the walk itself, for an operator to see
     rest = [job for job in queue if job.job_id not in failed]
-    return (*_together(nodes, tenants, rest, running, expected, at, order), failed)
+    return (*_together(nodes, tenants, rest, running, expected, at, order, None), failed)
 
 
 def _together(
@@ -402,10 +415,14 @@ def _together(
     expected: Mapping[UUID, timedelta],
     at: datetime,
     order: Order,
+    walk: ResumedWalk | None,
 ) -> tuple[list[Assessment], dict[UUID, datetime]]:
+    ordered = queue_order(tenants, queue, order)
     return (
-        assess(nodes, tenants, queue, now=at, order=order),
-        estimated_starts(nodes, tenants, queue, running, expected, now=at, order=order),
+        assess(nodes, tenants, queue, now=at, order=order)
+        if walk is None
+        else walk.assess(nodes, tenants, ordered, now=at, order=order),
+        estimated_in_order(nodes, tenants, ordered, running, expected, now=at),
     )
 
 
