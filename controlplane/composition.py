@@ -54,6 +54,7 @@ from controlplane.searches.driver import SearchDriver
 from controlplane.searches.projection import SearchesProjection
 from controlplane.searches.service import Searches
 from controlplane.sweeps import Sweep
+from controlplane.tenants.principals import Principals
 from controlplane.tenants.projection import TenantsProjection
 from controlplane.webhooks.outbox import WebhookOutbox
 from controlplane.webhooks.relay import RelayConfig, WebhookRelay
@@ -163,6 +164,7 @@ class ControlPlane:
         self.tasks = Tasks(pool, url, poll_interval=poll_interval)
         self.direct = DirectPath(pool, self.deployments)
         self.counting = Counting(pool)
+        self.principals = Principals()
         self.inference = Inference(pool, self.jobs, self.models, self.deployments, clock)
         self.manager = LifecycleManager(
             url,
@@ -257,6 +259,7 @@ async def running(plane: ControlPlane) -> AsyncIterator[asyncio.Task[None]]:
                 group.create_task(plane.webhooks.run(), name="webhook-relay")
                 group.create_task(plane.tasks.run(), name="serving-tasks")
                 group.create_task(plane.counting.run(), name="serving-counting")
+                group.create_task(plane.principals.run(plane.pool), name="token-refresh")
                 group.create_task(plane.log_indexers.run(), name="log-indexers")
         except Exception:
             # The server keeps answering, but /readyz now says "not ready", so a load
@@ -276,6 +279,7 @@ async def running(plane: ControlPlane) -> AsyncIterator[asyncio.Task[None]]:
         plane.webhooks.stop()
         plane.tasks.stop()
         plane.counting.stop()  # after the requests: it writes what they left, then ends
+        plane.principals.stop()
         plane.log_indexers.stop()
         plane.listener.stop()
         plane.projections.stop()

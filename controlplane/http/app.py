@@ -60,7 +60,6 @@ from controlplane.jobs.locations import Roots
 from controlplane.logs.indexer import DEFAULT_LOG_INDEXERS
 from controlplane.projections.base import Projection
 from controlplane.settings import LOG_RETENTION_S, Settings
-from controlplane.tenants.principals import Principals
 from controlplane.tenants.submissions import SubmissionRates
 from controlplane.webhooks.relay import RelayConfig
 
@@ -94,7 +93,6 @@ def create_app(
     app[LOCATION_ROOTS] = roots if roots is not None else Roots.from_env()
     app[SUBMISSIONS] = SubmissionRates()
     app[STREAMS] = LiveStreams(max_streams)
-    app[PRINCIPALS] = Principals()
     app.cleanup_ctx.append(
         partial(
             _database,
@@ -169,6 +167,7 @@ async def _database(
         app[TASKS] = plane.tasks
         app[GAUGES] = plane.gauges
         app[WEBHOOKS] = plane.webhooks
+        app[PRINCIPALS] = plane.principals
         yield
 
 

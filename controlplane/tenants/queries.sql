@@ -21,6 +21,13 @@ UPDATE api_tokens SET revoked_at = $2 WHERE token_id = $1 AND revoked_at IS NULL
 -- Who holds a live token, by the token's sha256; a revoked token authenticates no one.
 SELECT tenant, is_admin FROM api_tokens WHERE token_sha256 = $1 AND revoked_at IS NULL;
 
+-- name: authenticate_tokens
+-- The live tokens among those a process trusts (by sha256), read again in one statement every
+-- quarter second (principals.REFRESH_S) so that a request with a known token never waits for
+-- its lookup; a revoked one is missing from the answer.
+SELECT token_sha256, tenant, is_admin FROM api_tokens
+WHERE token_sha256 = ANY($1::text[]) AND revoked_at IS NULL;
+
 -- name: list_tenants
 -- Every tenant (or only the one named $1) with the ids of its live tokens, oldest first.
 SELECT t.name, t.weight, t.gpu_quota, t.created_at,

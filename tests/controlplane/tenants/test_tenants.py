@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import stat
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,13 @@ from controlplane.queries import Q
 from controlplane.settings import ADMIN_TOKEN_FILE as TOKEN_FILE
 from controlplane.tenants.admin import bootstrap_admin_token
 from controlplane.tenants.errors import InvalidTenant, TenantExists, UnknownTenant, UnknownToken
-from controlplane.tenants.principals import TRUSTED_S, Principal, Principals
+from controlplane.tenants.principals import (
+    IDLE_S,
+    REFRESH_S,
+    TRUSTED_S,
+    Principal,
+    Principals,
+)
 from controlplane.tenants.projection import TenantsProjection
 from controlplane.tenants.service import (
     create_tenant,
@@ -129,6 +136,91 @@ async def test_a_live_token_is_trusted_for_a_moment_then_looked_up_again(
     assert await principals.authenticate(pool, acme.plaintext) is None
     # A token that authenticated no one is never kept: it is looked up each time.
     assert await principals.authenticate(pool, acme.plaintext) is None
+
+
+class CountedLookups:
+    """The pool, counting the single-token lookups (a request's path) made through it."""
+
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self.pool = pool
+        self.lookups = 0
+
+    async def execute(self, query: str, *args: Any) -> str:
+        return await self.pool.execute(query, *args)
+
+    async def fetch(self, query: str, *args: Any) -> list[asyncpg.Record]:
+        return await self.pool.fetch(query, *args)
+
+    async def fetchrow(self, query: str, *args: Any) -> asyncpg.Record | None:
+        self.lookups += 1
+        return await self.pool.fetchrow(query, *args)
+
+    async def fetchval(self, query: str, *args: Any) -> Any:
+        return await self.pool.fetchval(query, *args)
+
+
+async def test_a_token_in_use_is_read_again_in_the_background_and_its_revocation_seen(
+    pool: asyncpg.Pool, store: EventStore, runner: ProjectionRunner, owner: asyncpg.Connection
+) -> None:
+    """Read again each REFRESH_S, a known token never sends a request to Postgres; a revocation
+    is seen by the next reading, and a token unused for IDLE_S is no longer read."""
+    acme = await create_tenant(store, runner, "acme", actor=ACTOR)
+    globex = await create_tenant(store, runner, "globex", actor=ACTOR)
+    now = [100.0]
+    principals = Principals(clock=lambda: now[0])
+    db = CountedLookups(pool)
+    assert await principals.authenticate(db, acme.plaintext) == ACME
+    assert await principals.authenticate(db, globex.plaintext) is not None
+    assert db.lookups == 2
+    for _ in range(8):  # four TRUSTED_S in all: past it, each time, without the readings
+        now[0] += REFRESH_S
+        await principals.refresh(db)
+        assert await principals.authenticate(db, acme.plaintext) == ACME
+    assert db.lookups == 2  # globex's token too was read again, though unused meanwhile
+    await owner.execute(
+        "UPDATE api_tokens SET revoked_at = now() WHERE token_id = $1", acme.token_id
+    )
+    now[0] += 0.01  # long before its trust from the last reading ran out
+    await principals.refresh(db)
+    assert await principals.authenticate(db, acme.plaintext) is None
+    assert db.lookups == 3  # forgotten, so looked up: revoked
+    now[0] += IDLE_S + REFRESH_S  # globex's token has not been shown since its lookup
+    await principals.refresh(db)
+    assert await principals.authenticate(db, globex.plaintext) is not None
+    assert db.lookups == 4  # forgotten unread, so looked up again
+
+
+async def test_a_revoked_token_is_refused_within_trusted_s_of_its_commit(
+    pool: asyncpg.Pool, store: EventStore, runner: ProjectionRunner, owner: asyncpg.Connection
+) -> None:
+    """With the readings running on the real clock (as in `trainyard serve`), a token
+    authenticating again and again is refused at most TRUSTED_S after its revocation commits
+    (another control plane's revocation, seen from this one), and at once after `revoke_token`
+    returns."""
+    acme = await create_tenant(store, runner, "acme", actor=ACTOR)
+    second = await issue_token(store, runner, "acme", actor=ACTOR)
+    principals = Principals()
+    async with asyncio.TaskGroup() as group:
+        group.create_task(principals.run(pool))
+        try:
+            assert await principals.authenticate(pool, acme.plaintext) == ACME
+            await asyncio.sleep(TRUSTED_S)  # trusted now from a reading, not the lookup
+            await owner.execute(
+                "UPDATE api_tokens SET revoked_at = now() WHERE token_id = $1", acme.token_id
+            )
+            committed = time.monotonic()
+            refused_after = None
+            for _ in range(1000):  # five seconds at most
+                if await principals.authenticate(pool, acme.plaintext) is None:
+                    refused_after = time.monotonic() - committed
+                    break
+                await asyncio.sleep(0.005)
+            assert refused_after is not None and refused_after <= TRUSTED_S
+            assert await principals.authenticate(pool, second.plaintext) == ACME
+            await revoke_token(store, runner, "acme", second.token_id, actor=ACTOR)
+            assert await principals.authenticate(pool, second.plaintext) is None
+        finally:
+            principals.stop()
 
 
 async def test_tokens_are_stored_only_hashed(
