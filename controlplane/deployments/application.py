@@ -536,7 +536,7 @@ class ServingApplication:
             tenant=tenant,
             deployment=name,
             items=len(inputs),
-            input=data,
+            input=None if memo == "hit" else data,
             state=state,
             output=output if error is None else None,
             error=error,

@@ -49,7 +49,10 @@ class CountedTask:
     tenant: str
     deployment: str
     items: int
-    input: str
+    input: str | None
+    """JSON text; None for a memo hit, whose `memo_key` names its input (kept as JSON null: no
+    reader of a finished task reads its input, and a copy of each hit's would cost Postgres
+    more than the rest of its row)."""
     state: str
     output: str | None
     error: str | None

@@ -450,11 +450,13 @@ SELECT output::text AS output FROM serving_memo WHERE tenant = $1 AND deployment
 -- Counting the synchronous predictions the direct path answered (a replica's, or the memo's),
 -- written in groups after their answers: the same rows as the queue's finished tasks, so that
 -- figures, audit and GET /v1/tasks/{id} read them alike. A group written twice (a retry after
--- a lost answer) adds nothing.
+-- a lost answer) adds nothing. A memo hit's input is not copied (NULL here): its memo_key names
+-- it, and nothing reads a finished task's input; the column holds JSON null for it.
 INSERT INTO serving_tasks (task_id, tenant, steps, deployment, items, input, state, output,
                            error, memo, memo_key, replica, tries, submitted_at, finished_at,
                            step_times)
-SELECT t.task_id, t.tenant, ARRAY[t.deployment], t.deployment, t.items, t.input::jsonb,
+SELECT t.task_id, t.tenant, ARRAY[t.deployment], t.deployment, t.items,
+       coalesce(t.input::jsonb, 'null'),
        t.state, t.output::jsonb, t.error, t.memo, t.memo_key, t.replica, t.tries,
        t.submitted_at, t.finished_at, t.step_times::jsonb
 FROM unnest($1::uuid[], $2::text[], $3::text[], $4::int[], $5::text[], $6::text[], $7::text[],

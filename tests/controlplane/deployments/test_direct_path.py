@@ -170,7 +170,7 @@ def test_the_channels_address_is_one_the_control_plane_can_reach() -> None:
 
 
 async def test_a_memo_hit_is_answered_from_memory(
-    db_url: str, tmp_path: Path, tokens: Tokens, pool: asyncpg.Pool
+    db_url: str, tmp_path: Path, tokens: Tokens, pool: asyncpg.Pool, owner: asyncpg.Connection
 ) -> None:
     async with serving_cluster(db_url, tmp_path) as (client, _):
         await publish(client, tokens.acme, "double", DOUBLE, "double:predict")
@@ -189,6 +189,21 @@ async def test_a_memo_hit_is_answered_from_memory(
         response = await client.get("/v1/deployments/dbl/metrics", headers=auth(tokens.acme))
         memo = (await response.json())["memo"]
         assert (memo["hits"], memo["misses"], memo["entries"]) == (1, 1, 1)
+        # The hit's row names its input by the memo's key (the miss's, which holds the input)
+        # instead of a copy of it; read back, audited and counted as any task.
+        rows = await pool.fetch(
+            "SELECT task_id, memo, memo_key, input::text AS input FROM serving_tasks"
+            " ORDER BY submitted_at"
+        )
+        assert [(r["memo"], r["input"]) for r in rows] == [("miss", "[5]"), ("hit", "null")]
+        assert rows[0]["memo_key"] == rows[1]["memo_key"] is not None
+        response = await client.get(f"/v1/tasks/{hit['task_id']}", headers=auth(tokens.acme))
+        assert (await response.json())["outputs"] == [10]
+        audited = await owner.fetchrow(
+            "SELECT memo, items, state FROM audit.serving_tasks WHERE task_id = $1",
+            rows[1]["task_id"],
+        )
+        assert audited is not None and tuple(audited) == ("hit", 1, "succeeded")
 
 
 def test_the_memory_memo_keeps_each_deployments_bound_and_its_bytes() -> None:
