@@ -552,7 +552,9 @@ class ServingApplication:
         if key is not None and task.output is not None:
             use = MemoUse(tenant, name, key, task.output, finished)
         self._counting.record(task, batches, use)
-        return TaskView(
+        # Built unvalidated: every value is this code's own or its agent's (the figures), the
+        # output parsed just here, and validating them again was a cost on each direct answer.
+        return TaskView.model_construct(
             task_id=task.task_id,
             status=state,
             items=task.items,
@@ -560,7 +562,7 @@ class ServingApplication:
             tries=task.tries,
             submitted_at=submitted,
             finished_at=finished,
-            times=TaskTimes(
+            times=TaskTimes.model_construct(
                 request_ms=(finished - submitted).total_seconds() * 1000,
                 invocation_ms=steps[0]["invocation_ms"] if steps else None,
                 inference_ms=(steps[0]["inference_ms"] or 0.0) if steps else None,

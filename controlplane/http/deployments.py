@@ -292,7 +292,14 @@ def _prediction_key(request: web.Request) -> str | None:
 
 def _task_answer(task: TaskView | QueuedTask) -> web.Response:
     headers = {"Location": f"/v1/tasks/{task.task_id}"}
-    return answer(task, status=202 if isinstance(task, QueuedTask) else 200, headers=headers)
+    # Pydantic's own JSON writer, not `answer`'s dump then json.dumps: on every prediction's
+    # path, it writes the same JSON (compactly) in about a third of their time.
+    return web.Response(
+        text=task.model_dump_json(by_alias=True),
+        status=202 if isinstance(task, QueuedTask) else 200,
+        headers=headers,
+        content_type="application/json",
+    )
 
 
 async def figures(request: web.Request) -> web.Response:
