@@ -33,10 +33,15 @@ is woken by every task queued).
   latency, request to answer through the API, the agent's channel and the replica. `noop` adds
   the medians of the tasks' own times (warm-up included): `task_request_p50_ms`, from the
   request's arrival at the control plane to its answer; `task_invocation_p50_ms`, the agent's call
-  of the replica; `task_inference_p50_ms`, the entry point's.
+  of the replica; `task_inference_p50_ms`, the entry point's. `control_plane_cpu_ms` and
+  `agent_cpu_ms`: the CPU time (user and system, from /proc) each of those processes spent
+  over the warm-up and the window, per request answered meanwhile, their background work
+  included: what a request costs each, which other load on the machine disturbs less than
+  the latencies.
 - `memo_hit_p99_ms`: the deployment `mlp-memo` (one replica, memo on): one input sent once
   (a miss, run by the replica), then sent again and again, each answer checked to be the
-  memo's (`memo: hit`), at concurrency 1 (and 8, in `memo_hit`).
+  memo's (`memo: hit`), at concurrency 1 (with `control_plane_cpu_ms` and `agent_cpu_ms` as
+  for `noop`) and 8, in `memo_hit`.
 - kill -9: `mlp` again, `tasks` asynchronous tasks (`"async": true`, 202 with the task), each
   of its own input, sent by SUBMITTERS clients spread over SUBMIT_SPAN_S; as they are
   accepted, SIGKILL (a) the replica process (`runners.serve`) of a replica holding tasks (if
@@ -330,6 +335,11 @@ class _Agent:
                 f"the agent did not start ({failure}); its log:\n{_tail(self.log)}"
             ) from failure
 
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
     async def kill(self) -> None:
         """kill -9: no clean shutdown, its replicas left running."""
         assert self.process is not None
@@ -415,6 +425,25 @@ async def _measure(
         send = _sender(cluster, name, sent, check)
         return await closed_loop(send, clients, duration_s, warmup_s)
 
+    async def measure_cpu(name: str, check: Check, sent: list[bytes]) -> Figures:
+        """`measure` at concurrency 1, and the CPU time the control plane and the agent
+        processes spent per request answered meanwhile (warm-up included, their background
+        work too: what serving costs each process, less noisy than the latencies on a shared
+        machine)."""
+        answered = 0
+
+        def counted(task: dict[str, Any]) -> bool:
+            nonlocal answered
+            answered += 1
+            return check(task)
+
+        pids = {"control_plane": cluster.plane.pid, "agent": cluster.agent.pid}
+        before = {part: _cpu_s(pid) for part, pid in pids.items()}
+        figures = await measure(name, 1, counted, sent)
+        spent = {part: _cpu_s(pid) - before[part] for part, pid in pids.items()}
+        per_request = {f"{part}_cpu_ms": round(s * 1000 / answered, 3) for part, s in spent.items()}
+        return {**figures, **per_request}
+
     async def measure_batched(name: str, clients: int, sent: list[bytes]) -> Figures:
         """`measure`, and the mean items of the batches the replicas ran meanwhile."""
         since = await cluster.pool.fetchval("SELECT now()")
@@ -434,7 +463,7 @@ async def _measure(
         return bool(task.get("outputs") == [0])
 
     async with _deployment(cluster, "noop", "noop", replicas=1, batch=1, memo=False):
-        noop = await measure("noop", 1, noop_answer, bodies())
+        noop = await measure_cpu("noop", noop_answer, bodies())
     # Where the time goes, as the tasks' records tell it (warm-up answers included).
     for part in ("request_ms", "invocation_ms", "inference_ms"):
         noop[f"task_{part.removesuffix('_ms')}_p50_ms"] = ms(
@@ -446,7 +475,8 @@ async def _measure(
         repeated = [_body([sample_input(next(seeds))])]
         # The first time a miss, run by the replica; from then on the memo's.
         await _predict(cluster, "mlp-memo", repeated[0])
-        for clients in MEMO_CONCURRENCIES:
+        memo_hit[1] = await measure_cpu("mlp-memo", _memo_answer, repeated)
+        for clients in MEMO_CONCURRENCIES[1:]:
             memo_hit[clients] = await measure("mlp-memo", clients, _memo_answer, repeated)
     say(f"serving: mlp-nobatch, concurrency {HIGH}")
     async with _deployment(cluster, "mlp-nobatch", "mlp", replicas=REPLICAS, batch=1, memo=False):
@@ -528,17 +558,25 @@ async def _until_answering(cluster: _Cluster, name: str, replicas: int) -> list[
         seeds = itertools.count(-1, -1)  # inputs of no measurement
         while not answered >= set(jobs):
             burst = [_body([sample_input(next(seeds))]) for _ in range(2 * replicas)]
-            for task in await asyncio.gather(*(_predict(cluster, name, b) for b in burst)):
-                answered.update(UUID(step["replica"]) for step in task["times"]["steps"])
+            sent = (_predict(cluster, name, b, loading=True) for b in burst)
+            for task in await asyncio.gather(*sent):
+                if task is not None:
+                    answered.update(UUID(step["replica"]) for step in task["times"]["steps"])
     return jobs
 
 
-async def _predict(cluster: _Cluster, name: str, body: bytes) -> dict[str, Any]:
+async def _predict(
+    cluster: _Cluster, name: str, body: bytes, *, loading: bool = False
+) -> dict[str, Any] | None:
+    """The task that answered; with `loading` (the replicas may still be loading their model,
+    which on a busy machine can take longer than the synchronous wait), None for one queued."""
     async with cluster.session.post(
         f"{cluster.plane.url}/v1/deployments/{name}/predict",
         data=body,
         headers={**cluster.headers, "Content-Type": "application/json"},
     ) as response:
+        if loading and response.status == 202:
+            return None
         if response.status != 200:
             raise RuntimeError(f"predict on {name}: {response.status} {await response.text()}")
         task: dict[str, Any] = await response.json()
@@ -549,6 +587,13 @@ async def _predict(cluster: _Cluster, name: str, body: bytes) -> dict[str, Any]:
 
 def _body(inputs: list[Any], **options: Any) -> bytes:
     return json.dumps({"inputs": inputs, **options}).encode()
+
+
+def _cpu_s(pid: int) -> float:
+    """The CPU time (user and system) process `pid` has spent, in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    # utime and stime, the 14th and 15th fields (the 12th and 13th after the name's ")").
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _sender(

@@ -86,6 +86,12 @@ class ServedControlPlane:
                     pass  # not listening yet
                 await asyncio.sleep(READY_PROBE_S)
 
+    @property
+    def pid(self) -> int:
+        """The process's id (the latest started)."""
+        assert self._process is not None
+        return self._process.pid
+
     async def stop(self) -> int:
         """SIGTERM, as a service manager would; returns the exit code."""
         assert self._process is not None
