@@ -249,7 +249,7 @@ class Agent:
         won = resumed.claim
         stored = await self._port.last_seqs(won.job.job_id, won.attempt)
         adopted: dict[int, Learner] = {}
-        specs = await self._specs_or_roll_back(won)
+        specs = await self._prepare(won)
         if specs is None:
             return
         for spec in specs:
@@ -437,7 +437,7 @@ class Agent:
                 and (won := await self._claim())
             ):
                 for taken in won:
-                    specs = await self._specs_or_roll_back(taken)
+                    specs = await self._prepare(taken)
                     if specs is not None:
                         self._start(taken, specs)
         if todo.requests:
@@ -465,6 +465,33 @@ class Agent:
     async def _claim(self) -> list[Claim]:
         return await self._port.claim(self.config.name, uids=self._users.claimed)
 
+    async def _prepare(self, won: Claim) -> list[LearnerSpec] | None:
+        """`_specs_or_roll_back`, with the job's log opened here besides (before any learner
+        writes: its lines count towards the job's log limits). The log's round trip goes side
+        by side with the specs', not after them: a warm start waits for the slowest alone. Not
+        a TaskGroup: the specs' errors are the caller's to see as they are (a group would wrap
+        them), and an opening left behind is only cancelled."""
+        job_id = won.job.job_id
+        opening = asyncio.ensure_future(
+            self._retry(lambda: self._logs.open(job_id, won.job.limits))
+        )
+        try:
+            specs = await self._specs_or_roll_back(won)
+        except BaseException:
+            self._unopen(job_id, opening)
+            raise
+        if specs is None:
+            self._unopen(job_id, opening)
+            return None
+        await opening
+        return specs
+
+    def _unopen(self, job_id: UUID, opening: asyncio.Future[None]) -> None:
+        """No attempt of the job runs here after all: its log's opening is cancelled, and the
+        log forgotten if it was opened."""
+        opening.cancel()
+        self._logs.close(job_id)
+
     async def _specs_or_roll_back(self, won: Claim) -> list[LearnerSpec] | None:
         """The specs of this node's learners of the claim; None when they cannot run here for
         want of a uid or of a network across the job's nodes, and the deployment was rolled
@@ -486,12 +513,24 @@ class Agent:
     async def _specs(self, won: Claim) -> list[LearnerSpec]:
         job_id = won.job.job_id
         # The job's secrets are read as each attempt starts, never kept: the table is their
-        # only copy, and the job's end deletes them.
-        secret_env = await self._port.secret_env(job_id)
-        # The same uid on every node and in every attempt of the job; its folders recorded
-        # before any is made. A warm sandbox's uid becomes the job's as it takes it.
-        warm = await self._take_warm(won, secret_env)
+        # only copy, and the job's end deletes them. Read while a warm sandbox is taken, each a
+        # round trip: not a TaskGroup's siblings, as a failed read would cancel an adoption in
+        # flight, which may commit all the same (the sandbox is then the job's, not the pool's).
+        reading = asyncio.ensure_future(self._port.secret_env(job_id))
         try:
+            # The same uid on every node and in every attempt of the job; its folders recorded
+            # before any is made. A warm sandbox's uid becomes the job's as it takes it.
+            warm = await self._take_warm(won)
+        except BaseException:
+            reading.cancel()
+            raise
+        try:
+            secret_env = await reading
+            if warm is not None and self._cold_because(won, secret_env) is not None:
+                # Its secrets ask for what a warm sandbox lacks: the job keeps the uid it
+                # adopted, and starts cold.
+                await self._discard_warm(warm)
+                warm = None
             return await self._specs_as(won, secret_env, warm)
         except BaseException:
             if warm is not None:
@@ -502,9 +541,14 @@ class Agent:
         self, won: Claim, secret_env: Mapping[str, str], warm: WarmSandbox | None
     ) -> list[LearnerSpec]:
         job_id = won.job.job_id
-        user = (warm.uid, warm.uid) if warm is not None else await self._users.of(job_id)
+        if warm is not None:
+            user: tuple[int, int] | None = (warm.uid, warm.uid)  # its folders recorded as taken
+        else:
+            user = await self._users.of(job_id)
+            await self._folders.record(
+                job_id, None if user is None else user[0], checkpoints_of(won)
+            )
         uid = None if user is None else user[0]
-        await self._folders.record(job_id, uid, checkpoints_of(won))
         specs = self._learner_specs(won, secret_env, user, await self._link(won, uid))
         if warm is not None:
             runtime = self._runtime
@@ -534,32 +578,25 @@ class Agent:
             container=self._runtime.name == "docker",
         )
 
-    async def _take_warm(self, won: Claim, secret_env: Mapping[str, str]) -> WarmSandbox | None:
-        """A warm sandbox for the claim's only learner, its uid now the job's; None when the
-        job has others, its learner would get another sandbox (`WarmSandboxes.refusal`), one
+    async def _take_warm(self, won: Claim) -> WarmSandbox | None:
+        """A warm sandbox for the claim's only learner, its uid now the job's and its folders
+        here recorded under it; None when the job has others, its learner would get another
+        sandbox (`WarmSandboxes.refusal`, judged without the job's secrets: see `_specs`), one
         of its uid's may be in use (it has folders), or none is ready."""
         job = won.job
-        runtime = self._runtime
-        if (
-            self._warm is None
-            or not isinstance(runtime, ProcessRuntime)
-            or runtime.warm is None
-            or job.manifest.learners != 1
-            or won.nodes != [self.config.name]
-            or job.tenant in self.config.network_tenants
-        ):
+        if self._warm is None:
             return None
-        # Judged before one is taken: a learner that starts cold costs the pool nothing. Its
-        # uid and link change nothing of it (one learner here, no link).
-        (probe,) = self._learner_specs(won, secret_env, None, None)
-        if (refusal := runtime.warm.refusal(probe, self.config.launcher)) is not None:
+        # Judged before one is taken: a learner that starts cold costs the pool nothing.
+        if (refusal := self._cold_because(won, {})) is not None:
             log.info("job %s starts cold: %s", job.job_id, refusal)
             return None
         warm = self._warm.take()
         if warm is None:
             return None
         try:
-            uid = await self._users.adopt_warm(job.job_id, self.config.name, warm.placeholder)
+            uid = await self._users.adopt_warm(
+                job.job_id, self.config.name, warm.placeholder, checkpoints_of(won)
+            )
         except BaseException:
             self._warm.give_back(warm)  # its uid is still its own
             raise
@@ -567,6 +604,21 @@ class Agent:
             self._warm.give_back(warm)
             return None
         return warm
+
+    def _cold_because(self, won: Claim, secret_env: Mapping[str, str]) -> str | None:
+        """Why the claim's learner cannot start in a warm sandbox here, given the job's
+        `secret_env`; None when it can."""
+        job = won.job
+        runtime = self._runtime
+        if not isinstance(runtime, ProcessRuntime) or runtime.warm is None:
+            return "the runtime keeps no warm sandboxes"
+        if job.manifest.learners != 1 or won.nodes != [self.config.name]:
+            return "its job has other learners"
+        if job.tenant in self.config.network_tenants:
+            return "its tenant's learners use the network"
+        # Its uid and link change nothing of it (one learner here, no link).
+        (probe,) = self._learner_specs(won, secret_env, None, None)
+        return runtime.warm.refusal(probe, self.config.launcher)
 
     async def _discard_warm(self, warm: WarmSandbox) -> None:
         runtime = self._runtime
@@ -640,8 +692,6 @@ class Agent:
     async def _attempt(self, attempt: Attempt) -> None:
         job_id = attempt.claim.job.job_id
         try:
-            # Before any learner writes: its lines count towards the job's log limits.
-            await self._retry(lambda: self._logs.open(job_id, attempt.claim.job.limits))
             servable = attempt.claim.job.manifest.servable
             if servable is None or self._serving is None or not attempt.specs:
                 await attempt.run()

@@ -109,13 +109,16 @@ class Users:
             return None
         return await self._port.hold_warm_uid(node, self._uids.uids)
 
-    async def adopt_warm(self, job_id: UUID, node: str, placeholder: UUID) -> int | None:
+    async def adopt_warm(
+        self, job_id: UUID, node: str, placeholder: UUID, checkpoints: UUID
+    ) -> int | None:
         """The job, just claimed with all its learners on `node`, takes the warm sandbox's uid as
-        its own (its claim's goes back); None when it cannot (see
+        its own (its claim's goes back), its folders on `node` recorded under it (`checkpoints`:
+        whose checkpoint folder it uses); None when it cannot (see
         `FolderRecords.adopt_warm_uid`): the job keeps its uid, and the sandbox stays warm."""
         if not self._root:
             return None
-        return await self._port.adopt_warm_uid(job_id, node, placeholder)
+        return await self._port.adopt_warm_uid(job_id, node, placeholder, checkpoints)
 
     async def release_warm(self, node: str, placeholders: Sequence[UUID] | None = None) -> int:
         """`node`'s warm uids given back: those of `placeholders`, or all of them when None (the

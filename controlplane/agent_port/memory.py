@@ -404,7 +404,9 @@ class MemoryPort:
         self._warm[placeholder] = node
         return WarmUid(placeholder, uid)
 
-    async def adopt_warm_uid(self, job_id: UUID, node: str, placeholder: UUID) -> int | None:
+    async def adopt_warm_uid(
+        self, job_id: UUID, node: str, placeholder: UUID, checkpoints: UUID
+    ) -> int | None:
         live = {h.allocation.node for h in self._held.values() if h.allocation.job_id == job_id}
         if (
             self._warm.get(placeholder) != node
@@ -418,6 +420,7 @@ class MemoryPort:
         self._uids[job_id] = uid  # the claim's uid, if any, is free again
         del self._warm[placeholder]
         self._adopted.add(job_id)
+        await self.record_folders(job_id, node, uid, checkpoints)
         return uid
 
     async def release_warm_uids(self, node: str, placeholders: Sequence[UUID] | None = None) -> int:

@@ -150,8 +150,12 @@ class PostgresPort:
         row = await self.pool.fetchrow(Q["hold_warm_uid"], node, uids.start, len(uids))
         return None if row is None else WarmUid(row["placeholder"], row["uid"])
 
-    async def adopt_warm_uid(self, job_id: UUID, node: str, placeholder: UUID) -> int | None:
-        uid: int | None = await self.pool.fetchval(Q["adopt_warm_uid"], job_id, node, placeholder)
+    async def adopt_warm_uid(
+        self, job_id: UUID, node: str, placeholder: UUID, checkpoints: UUID
+    ) -> int | None:
+        uid: int | None = await self.pool.fetchval(
+            Q["adopt_warm_uid"], job_id, node, placeholder, checkpoints
+        )
         return uid
 
     async def release_warm_uids(self, node: str, placeholders: Sequence[UUID] | None = None) -> int:

@@ -131,11 +131,15 @@ class FolderRecords(Protocol):
         fresh placeholder: no job is given it meanwhile. None when every uid is held."""
         ...
 
-    async def adopt_warm_uid(self, job_id: UUID, node: str, placeholder: UUID) -> int | None:
+    async def adopt_warm_uid(
+        self, job_id: UUID, node: str, placeholder: UUID, checkpoints: UUID
+    ) -> int | None:
         """The job takes the uid of `node`'s warm `placeholder` as its own (returned), and the uid
-        its claim allocated it goes back. Only while no node has recorded folders of the job, all
-        its live learners are on `node`, and its uid is not an adopted one already; otherwise,
-        or for a placeholder that is not `node`'s warm one, None and nothing changes."""
+        its claim allocated it goes back; `node`'s folders of the job are recorded under it in
+        the same step (as `record_folders(job_id, node, uid, checkpoints)`). Only while no node
+        has recorded folders of the job, all its live learners are on `node`, and its uid is
+        not an adopted one already; otherwise, or for a placeholder that is not `node`'s warm
+        one, None and nothing changes."""
         ...
 
     async def release_warm_uids(self, node: str, placeholders: Sequence[UUID] | None = None) -> int:

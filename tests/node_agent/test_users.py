@@ -18,7 +18,7 @@ async def test_a_root_agent_s_warm_uid_becomes_the_claimed_job_s() -> None:
     (won,) = await port.claim("n1", uids=users.claimed)
     assert won.job.job_id == job_id
     assert await users.of(job_id) != (warm.uid, warm.uid)  # the claim's own uid
-    assert await users.adopt_warm(job_id, "n1", warm.placeholder) == warm.uid
+    assert await users.adopt_warm(job_id, "n1", warm.placeholder, job_id) == warm.uid
     assert await users.of(job_id) == (warm.uid, warm.uid)
     spare = await users.hold_warm("n1")
     assert spare is not None
@@ -33,6 +33,6 @@ async def test_an_agent_that_is_not_root_holds_no_warm_uid() -> None:
     job_id = port.submit("acme", manifest())
     await port.claim("n1", uids=users.claimed)
     assert await users.hold_warm("n1") is None
-    assert await users.adopt_warm(job_id, "n1", job_id) is None
+    assert await users.adopt_warm(job_id, "n1", job_id, job_id) is None
     assert await users.release_warm("n1") == 0
     assert await port.allocate_uid(job_id, range(300000, 300003)) == 300000  # all still free

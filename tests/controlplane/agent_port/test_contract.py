@@ -323,13 +323,17 @@ async def test_a_job_adopts_a_warm_uid_and_its_claim_s_uid_goes_back(
     other = uuid4()
     assert await port.allocate_uid(other, uids) is None  # both held
 
-    assert await port.adopt_warm_uid(job_id, "n1", warm.placeholder) == warm.uid
+    resumes_from = uuid4()  # the checkpoint folder of another job (an earlier rung's)
+    assert await port.adopt_warm_uid(job_id, "n1", warm.placeholder, resumes_from) == warm.uid
     assert await port.allocate_uid(job_id, uids) == warm.uid  # the job's own now
     assert await port.allocate_uid(other, uids) == claimed  # nothing had used it: it is free
     assert await port.release_warm_uids("n1") == 0  # the job's, no longer a warm one
 
+    # Its folders on n1 recorded with the adoption, under that uid, before any is made.
+    await control.expire_folders(job_id)
+    (recorded,) = await port.expired_folders("n1")
+    assert (recorded.job_id, recorded.uid, recorded.checkpoints) == (job_id, warm.uid, resumes_from)
     # The normal path then: held while a folder of the job is recorded, free once none is.
-    await port.record_folders(job_id, "n1", warm.uid, job_id)
     await control.cancel(job_id)
     await port.release("n1", job_id, won.attempt)
     await port.forget_folders(job_id, "n1")
@@ -351,17 +355,17 @@ async def test_an_adoption_refused_changes_nothing(port: AgentPort, control: Con
     mine, theirs = await port.hold_warm_uid("n1", uids), await port.hold_warm_uid("n2", uids)
     assert mine is not None and theirs is not None
 
-    assert await port.adopt_warm_uid(job_id, "n1", theirs.placeholder) is None  # n2's
-    assert await port.adopt_warm_uid(job_id, "n2", theirs.placeholder) is None  # not on n2
-    assert await port.adopt_warm_uid(job_id, "n1", uuid4()) is None  # no such placeholder
+    assert await port.adopt_warm_uid(job_id, "n1", theirs.placeholder, job_id) is None  # n2's
+    assert await port.adopt_warm_uid(job_id, "n2", theirs.placeholder, job_id) is None  # not on n2
+    assert await port.adopt_warm_uid(job_id, "n1", uuid4(), job_id) is None  # no such placeholder
     await port.record_folders(job_id, "n2", claimed, job_id)  # its uid may be in use there
-    assert await port.adopt_warm_uid(job_id, "n1", mine.placeholder) is None
+    assert await port.adopt_warm_uid(job_id, "n1", mine.placeholder, job_id) is None
     assert await port.allocate_uid(job_id, uids) == claimed
 
     # Folders were recorded under its uid once: files may be owned by it, whatever becomes of
     # the record (an agent may forget its own node's), so its uid is never given back.
     await port.forget_folders(job_id, "n2")
-    assert await port.adopt_warm_uid(job_id, "n1", mine.placeholder) is None
+    assert await port.adopt_warm_uid(job_id, "n1", mine.placeholder, job_id) is None
     assert await port.allocate_uid(job_id, uids) == claimed
     assert await port.release_warm_uids("n1") == 1  # `mine`, still warm
     assert await port.release_warm_uids("n2") == 1
@@ -374,9 +378,9 @@ async def test_a_job_adopts_a_warm_uid_once_only(port: AgentPort, control: Contr
     await port.claim("n1", uids=uids)
     first, second = await port.hold_warm_uid("n1", uids), await port.hold_warm_uid("n1", uids)
     assert first is not None and second is not None
-    assert await port.adopt_warm_uid(job_id, "n1", first.placeholder) == first.uid
+    assert await port.adopt_warm_uid(job_id, "n1", first.placeholder, job_id) == first.uid
     # Its sandbox may run as that uid before any folder is recorded: never given back.
-    assert await port.adopt_warm_uid(job_id, "n1", second.placeholder) is None
+    assert await port.adopt_warm_uid(job_id, "n1", second.placeholder, job_id) is None
     assert await port.allocate_uid(job_id, uids) == first.uid
     assert await port.release_warm_uids("n1") == 1  # `second`, still warm
 
@@ -393,10 +397,10 @@ async def test_a_job_with_learners_on_another_node_adopts_no_warm_uid(
     claimed = await port.allocate_uid(job_id, uids)
     warm = await port.hold_warm_uid("n1", uids)
     assert warm is not None
-    assert await port.adopt_warm_uid(job_id, "n1", warm.placeholder) is None
+    assert await port.adopt_warm_uid(job_id, "n1", warm.placeholder, job_id) is None
     assert await port.allocate_uid(job_id, uids) == claimed
     unclaimed = await control.submit(manifest())  # no learner anywhere yet
-    assert await port.adopt_warm_uid(unclaimed, "n1", warm.placeholder) is None
+    assert await port.adopt_warm_uid(unclaimed, "n1", warm.placeholder, unclaimed) is None
 
 
 async def test_warm_uids_are_given_back_by_placeholder_or_all_of_a_node_s(

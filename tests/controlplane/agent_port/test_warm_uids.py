@@ -77,10 +77,10 @@ async def test_two_adoptions_for_one_job_at_once_leave_it_one_uid(
     won, lost = await held(agent_port), await held(agent_port)
     first, second = sessions
     async with first.transaction():
-        adopted = await first.fetchval(Q["adopt_warm_uid"], job_id, "n1", won.placeholder)
+        adopted = await first.fetchval(Q["adopt_warm_uid"], job_id, "n1", won.placeholder, job_id)
         assert adopted == won.uid
         racing = asyncio.create_task(
-            second.fetchval(Q["adopt_warm_uid"], job_id, "n1", lost.placeholder)
+            second.fetchval(Q["adopt_warm_uid"], job_id, "n1", lost.placeholder, job_id)
         )
         await waits_on_a_lock(owner, second)  # on the claim's uid, which the first gives back
     assert await racing is None
@@ -104,7 +104,7 @@ async def test_an_adoption_racing_the_job_s_first_uid_leaves_it_that_one(
     async with allocating.transaction():
         first = await allocating.fetchval(Q["allocate_learner_uid"], job_id, UIDS.start, 10)
         racing = asyncio.create_task(
-            adopting.fetchval(Q["adopt_warm_uid"], job_id, "n1", warm.placeholder)
+            adopting.fetchval(Q["adopt_warm_uid"], job_id, "n1", warm.placeholder, job_id)
         )
         await waits_on_a_lock(owner, adopting)  # on the job's uid being inserted
     assert await racing is None
@@ -122,7 +122,9 @@ async def test_the_job_s_first_uid_racing_an_adoption_is_the_adopted_one(
     warm = await held(agent_port)
     adopting, allocating = sessions
     async with adopting.transaction():
-        adopted = await adopting.fetchval(Q["adopt_warm_uid"], job_id, "n1", warm.placeholder)
+        adopted = await adopting.fetchval(
+            Q["adopt_warm_uid"], job_id, "n1", warm.placeholder, job_id
+        )
         assert adopted == warm.uid
         racing = asyncio.create_task(
             allocating.fetchval(Q["allocate_learner_uid"], job_id, UIDS.start, 10)

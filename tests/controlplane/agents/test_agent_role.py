@@ -215,7 +215,7 @@ async def test_an_agent_login_holds_and_gives_back_warm_uids_of_its_own_node_onl
     assert theirs is not None
     for query, args in [
         ("hold_warm_uid", ("n2", 9000, 4)),
-        ("adopt_warm_uid", (uuid4(), "n2", theirs["placeholder"])),
+        ("adopt_warm_uid", (uuid4(), "n2", theirs["placeholder"], uuid4())),
         ("release_warm_uids", ("n2", None)),
     ]:
         with pytest.raises(
