@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -35,11 +36,9 @@ def one_thread() -> Iterator[None]:
     """As the example trains: results bit-identical to its process's. What the example's
     `main` sets, run in this process, is put back afterwards."""
     threads = torch.get_num_threads()
-    deterministic = torch.are_deterministic_algorithms_enabled()
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
-    torch.use_deterministic_algorithms(deterministic)
 
 
 def trained(point: dict[str, Any], epochs: int) -> tuple[torch.nn.Module, float | None]:
@@ -55,6 +54,20 @@ def trained(point: dict[str, Any], epochs: int) -> tuple[torch.nn.Module, float 
 def test_the_defaults_reach_095_validation_accuracy_in_20_epochs() -> None:
     model, _ = trained(digits.DEFAULTS, 20)
     assert digits.evaluate(model, digits.load(SEED)) >= 0.95
+
+
+def test_the_digits_are_scikit_learn_s_read_without_importing_it() -> None:
+    from sklearn.datasets import load_digits  # type: ignore[import-untyped]
+
+    images, labels = digits.bundled_digits()
+    theirs_images, theirs_labels = load_digits(return_X_y=True)
+    assert images == theirs_images.astype(int).tolist()
+    assert (theirs_images == theirs_images.astype(int)).all()
+    assert labels == theirs_labels.tolist()
+    assert len(labels) == 1797
+    loaded = "import sys; from runners.examples import digits; digits.load(0); print(sys.modules)"
+    modules = subprocess.run([PYTHON, "-c", loaded], capture_output=True, text=True, check=True)
+    assert "'sklearn'" not in modules.stdout and "'runners.examples.digits'" in modules.stdout
 
 
 def test_the_split_and_the_weights_come_from_the_seed_alone() -> None:
