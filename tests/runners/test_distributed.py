@@ -294,5 +294,5 @@ def test_a_rendezvous_with_a_missing_peer_fails_within_the_timeout_saying_so(
         stderr = learner.stderr()
         assert f"rank {rank} of 2 did not meet its peers at 127.0.0.1:" in stderr, stderr
         assert f"within {timeout_s} s (TRAINYARD_RENDEZVOUS_TIMEOUT_S)" in stderr
-    # The wait itself is the timeout; the rest is the interpreters importing torch and sklearn.
+    # The wait itself is the timeout; the rest is the interpreters importing torch.
     assert timeout_s <= time.monotonic() - started < timeout_s + 30
