@@ -12,9 +12,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from uuid import UUID
 
-from controlplane.pending.reasons import NodeRoom, Room, queue_order
+from controlplane.pending.reasons import NodeRoom, Room
 from controlplane.scheduling.claim_order import QueuedJob, TenantShare, total_gpus
-from controlplane.scheduling.policy import Order
 
 ESTIMATED = 100
 """Only the first jobs of the queue get an estimate: further back, it would say little and
@@ -35,22 +34,6 @@ class Holding:
     ends: datetime | None
 
 
-def estimated_starts(
-    nodes: Sequence[NodeRoom],
-    tenants: Sequence[TenantShare],
-    queue: Sequence[QueuedJob],
-    running: Sequence[Holding],
-    expected: Mapping[UUID, timedelta],
-    *,
-    now: datetime,
-    order: Order = Order.FAIR_SHARE,
-) -> dict[UUID, datetime]:
-    """The queued jobs (of the first ESTIMATED) that would start by the known ends, and when;
-    `expected`: the queued jobs' own run times, where known (their room comes back then)."""
-    ordered = queue_order(tenants, queue, order)
-    return estimated_in_order(nodes, tenants, ordered, running, expected, now=now)
-
-
 def estimated_in_order(
     nodes: Sequence[NodeRoom],
     tenants: Sequence[TenantShare],
@@ -60,7 +43,9 @@ def estimated_in_order(
     *,
     now: datetime,
 ) -> dict[UUID, datetime]:
-    """`estimated_starts` over a queue already in the policy's order (`queue_order`)."""
+    """The queued jobs (of the first ESTIMATED) that would start by the known ends, and when,
+    of a queue already in the policy's order (`reasons.queue_order`); `expected`: the queued
+    jobs' own run times, where known (their room comes back then)."""
     quotas = {tenant.name: tenant.gpu_quota for tenant in tenants}
     held = {tenant.name: tenant.held for tenant in tenants}
     room = Room(node.free for node in nodes)

@@ -6,8 +6,10 @@ from __future__ import annotations
 from datetime import timedelta
 from uuid import UUID
 
-from controlplane.pending.estimates import Holding, estimated_starts
+from controlplane.pending.estimates import Holding, estimated_in_order
+from controlplane.pending.reasons import queue_order
 from controlplane.scheduling.claim_order import TenantShare
+from controlplane.scheduling.policy import Order
 from tests.controlplane.pending.test_reasons import NOW, job, node
 
 MINUTE = timedelta(minutes=1)
@@ -23,7 +25,8 @@ def test_jobs_start_as_the_room_they_need_comes_back() -> None:
     holdings = [running("acme", "n0-g0", 10 * MINUTE), running("acme", "n0-g1", None)]
     queue = [job(1, "acme"), job(2, "acme"), job(3, "acme")]
     expected = {UUID(int=1): 5 * MINUTE}
-    starts = estimated_starts(nodes, tenants, queue, holdings, expected, now=NOW)
+    ordered = queue_order(tenants, queue, Order.FAIR_SHARE)
+    starts = estimated_in_order(nodes, tenants, ordered, holdings, expected, now=NOW)
     # The one GPU whose end is known serves the queue in turn; the third waits for the
     # second, whose run time nobody knows: no estimate.
     assert starts == {UUID(int=1): NOW + 10 * MINUTE, UUID(int=2): NOW + 15 * MINUTE}
@@ -34,7 +37,8 @@ def test_a_backoff_and_a_quota_hold_a_job_until_they_end() -> None:
     nodes = [node("n0", 2, gpus=3)]
     holdings = [running("acme", "n0-g2", 7 * MINUTE)]
     queue = [job(1, "acme"), job(2, "globex", not_before=NOW + 3 * MINUTE), job(3, "globex")]
-    starts = estimated_starts(nodes, tenants, queue, holdings, {}, now=NOW)
+    ordered = queue_order(tenants, queue, Order.FAIR_SHARE)
+    starts = estimated_in_order(nodes, tenants, ordered, holdings, {}, now=NOW)
     assert starts == {
         UUID(int=3): NOW,  # a free GPU now
         UUID(int=2): NOW + 3 * MINUTE,  # the other free GPU, once its backoff ends

@@ -10,7 +10,7 @@ from uuid import UUID
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controlplane.pending.estimates import estimated_starts
+from controlplane.pending.estimates import estimated_in_order
 from controlplane.pending.reasons import NodeRoom, Reason, assess, queue_order
 from controlplane.scheduling.claim_order import QueuedJob, TenantShare, claim_order, shares
 from controlplane.scheduling.placement import Capacity, Demand
@@ -78,10 +78,10 @@ def test_with_quotas_off_no_quota_holds_a_job_back() -> None:
 
 
 def test_the_estimates_follow_the_order() -> None:
-    starts = estimated_starts([node(1)], TENANTS, QUEUE, [], {}, now=NOW, order=Order.FIFO)
-    assert list(starts) == [UUID(int=1)]
-    starts = estimated_starts([node(1)], TENANTS, QUEUE, [], {}, now=NOW, order=Order.PRIORITY)
-    assert list(starts) == [UUID(int=3)]
+    for order, first in ((Order.FIFO, 1), (Order.PRIORITY, 3)):
+        ordered = queue_order(TENANTS, QUEUE, order)
+        starts = estimated_in_order([node(1)], TENANTS, ordered, [], {}, now=NOW)
+        assert list(starts) == [UUID(int=first)]
 
 
 @settings(max_examples=300)
