@@ -5,12 +5,14 @@ subscribers, against a real `trainyard serve` process on loopback.
   the server falls behind, as a user would see them).
 - SSE: `subscribers` streams spread over `jobs` jobs; events are appended at `event_rate` per
   second through the job service, and each delivery's latency runs from just before the append
-  (so it includes the commit) to its receipt by the client.
+  (so it includes the commit) to its receipt by the client; `sse_deliveries_missing` counts those
+  still not received LAST_DELIVERIES_S after the last append.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import statistics
 import sys
@@ -37,6 +39,8 @@ MANIFEST = {"name": "bench", "image": DEFAULT_IMAGES, "command": ["python", "tra
 UNLIMITED = {"submissions_per_s": 100_000, "submission_burst": 100_000, "queued_jobs": 10_000_000}
 """The bench tenant's limits: as high as they go where the benchmark would reach them."""
 AGENT = Metadata(actor="agent:bench")
+LAST_DELIVERIES_S = 10.0
+"""How long the last deliveries may take once the appends end before one is counted lost."""
 
 
 async def run(
@@ -144,8 +148,11 @@ async def sse(
         appended: dict[int, float] = {}
         received: list[tuple[int, float]] = []
         ready = asyncio.Semaphore(0)
+        arrived = asyncio.Event()
         readers = [
-            asyncio.create_task(_subscribe(session, job_ids[i % job_count], ready, received))
+            asyncio.create_task(
+                _subscribe(session, job_ids[i % job_count], ready, received, arrived)
+            )
             for i in range(subscribers)
         ]
         for _ in range(subscribers):
@@ -160,7 +167,14 @@ async def sse(
             await service.execute(job_id, command, AGENT)
             history = await service.history(job_id)
             appended[history[-1].position] = before
-        await asyncio.sleep(1.0)  # let the last deliveries arrive
+        expected = count * subscribers // job_count
+        # The last deliveries arrive, however loaded the machine: one still missing after
+        # LAST_DELIVERIES_S is counted lost (a late one shows in the latencies).
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(LAST_DELIVERIES_S):
+                while _delivered(received, appended) < expected:
+                    arrived.clear()
+                    await arrived.wait()
         for reader in readers:
             reader.cancel()
         await asyncio.gather(*readers, return_exceptions=True)
@@ -168,7 +182,6 @@ async def sse(
         await store.close()
         await pool.close()
     latencies = [at - appended[position] for position, at in received if position in appended]
-    expected = count * subscribers // job_count
     return {
         "sse_subscribers": subscribers,
         "sse_events_per_s": event_rate,
@@ -184,8 +197,10 @@ async def _subscribe(
     job_id: UUID,
     ready: asyncio.Semaphore,
     received: list[tuple[int, float]],
+    arrived: asyncio.Event,
 ) -> None:
-    """Read one job's SSE; signal `ready` once the past is read (its 3 events)."""
+    """Read one job's SSE; signal `ready` once the past is read (its 3 events), and `arrived`
+    at each delivery after it."""
     seen = 0
     async with session.get(f"/v1/jobs/{job_id}/events") as response:
         async for raw in response.content:
@@ -197,7 +212,13 @@ async def _subscribe(
                 ready.release()
             elif seen > 3:
                 received.append((json.loads(line[6:])["position"], time.perf_counter()))
+                arrived.set()
 
 
 def _p99(values: list[float]) -> float:
     return statistics.quantiles(values, n=100)[98] if len(values) > 1 else values[0]
+
+
+def _delivered(received: list[tuple[int, float]], appended: dict[int, float]) -> int:
+    """The deliveries of the events the benchmark appended (not of the jobs' earlier ones)."""
+    return sum(1 for position, _ in received if position in appended)
