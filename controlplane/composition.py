@@ -66,12 +66,10 @@ STOP_S = 10.0
 
 
 def projections() -> list[Projection]:
-    """Every projection the control plane runs, in the order a round applies them: the jobs
-    projection first, since agents' claims wait for it to queue a submitted job (a round of all
-    of them took 40 ms on two cores)."""
+    """Every projection the control plane runs, in the order a round applies them."""
     return [
-        JobsProjection(),
         StreamsProjection(),
+        JobsProjection(),
         TenantsProjection(),
         SchedulingProjection(),
         ModelsProjection(),
