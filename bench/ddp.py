@@ -97,8 +97,8 @@ def ready_lines(lines: list[LogLine], attempt: int) -> list[tuple[datetime, floa
 
 def steps_per_s(lines: list[LogLine]) -> float:
     """Training steps a second between the first and the last metric line rank 0 wrote."""
-    # Stamped by the learner as it wrote them (the agent reads its files as they are written,
-    # a batch of lines at a time: too coarse for steps of a few milliseconds).
+    # Stamped by the learner as it wrote them (the agent reads its files every few hundredths
+    # of a second, too coarse for steps of a few milliseconds).
     metrics = sorted(
         (message.at, message.step)
         for line in lines

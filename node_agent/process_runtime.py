@@ -9,10 +9,9 @@ so as it starts). The image is not used.
 
 Learners outlive their agent (dependability promise 6): their output goes to files in their
 working directory rather than pipes (a pipe would break when the agent dies, and the learner
-with it), the agent tails those files (woken by each write: `output_wakes`), and the launcher
-writes its exit status to a file as it ends. A restarted agent finds its node's learners by
-their environment, which names node, job, attempt, learner and epoch (as container labels do for
-Docker), and re-adopts them.
+with it), the agent tails those files, and the launcher writes its exit status to a file as it
+ends. A restarted agent finds its node's learners by their environment, which names node, job,
+attempt, learner and epoch (as container labels do for Docker), and re-adopts them.
 
 Those files lie in the learner's own folder, which it may change as it likes: the agent opens
 them by walking folder descriptors from its work directory (which it owns), following no
@@ -41,7 +40,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, BinaryIO, Literal
+from typing import BinaryIO, Literal
 from uuid import UUID
 
 from node_agent.cgroups import Cgroup, CgroupError, Limits
@@ -49,7 +48,6 @@ from node_agent.containers import PIDS_LIMIT
 from node_agent.folders import prepare
 from node_agent.job_netns import Hold, JobNamespaces
 from node_agent.learners import learner_dir
-from node_agent.output_wakes import OutputWakes
 from node_agent.runtime import (
     ATTEMPT,
     EPOCH,
@@ -85,8 +83,8 @@ LINE_LIMIT = 1 << 20
 """Longest line read at once; longer output arrives in pieces (and the log store splits)."""
 READ_CHUNK = 1 << 20
 POLL_S = 0.02
-"""How long a quiet learner's files wait before they are read again, unless a write wakes their
-reader first (`output_wakes`): a report (a phase, a checkpoint) reaches the agent within it."""
+"""How long a quiet learner's files wait before they are read again: a report (a phase, a
+checkpoint) reaches the agent within it."""
 OUTPUT_FILES: dict[Stream, str] = {"stdout": "stdout.log", "stderr": "stderr.log"}
 EXIT_STATUS_FILE = "exit-status"
 _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -208,13 +206,11 @@ class ProcessLearner:
         cgroup: Cgroup | None = None,
         netns: Hold | None = None,
         *,
-        wakes: OutputWakes,
         leftovers: Callable[[], Awaitable[None]] | None = None,
         init: int | None = None,
     ) -> None:
         self._pid = pid
         self._files = files
-        self._wakes = wakes
         self._status = asyncio.ensure_future(_giving_back(status, netns))
         self._cgroup = cgroup
         self._netns = netns
@@ -236,14 +232,10 @@ class ProcessLearner:
                 )
                 return
             tails = [_Tail(stream, file) for stream, file in files.items()]
-            written = stack.enter_context(self._wakes.watching(list(files.values())))
             while True:
                 # Looked at before reading: whatever the learner wrote before it ended is then
-                # in the files, and this round reads it all. So is a write's wake: one that
-                # comes after this round's reads wakes the next.
+                # in the files, and this round reads it all.
                 ended = self._status.done()
-                if written is not None:
-                    written.clear()
                 quiet = True
                 for tail in tails:
                     for line in tail.lines():
@@ -255,7 +247,7 @@ class ProcessLearner:
                             yield LearnerLine(tail.stream, rest, datetime.now(UTC))
                     return
                 if quiet:
-                    await _written_or_ended(written, self._status)
+                    await asyncio.wait({self._status}, timeout=POLL_S)
 
     async def wait(self) -> ExitStatus:
         return await asyncio.shield(self._status)
@@ -327,20 +319,6 @@ def _pieces(raw: bytes) -> Iterator[str]:
 
 def _text(raw: bytes) -> str:
     return raw.decode("utf-8", "replace")
-
-
-async def _written_or_ended(
-    written: asyncio.Event | None, status: asyncio.Future[ExitStatus]
-) -> None:
-    """Until the learner writes (`written` set), ends, or POLL_S passes."""
-    waits: set[asyncio.Future[Any]] = {status}
-    if written is not None:
-        waits.add(asyncio.ensure_future(written.wait()))
-    try:
-        await asyncio.wait(waits, timeout=POLL_S, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for wake in waits - {status}:
-            wake.cancel()
 
 
 async def _giving_back(status: Awaitable[ExitStatus], netns: Hold | None) -> ExitStatus:
@@ -489,7 +467,6 @@ class ProcessRuntime:
     ) -> None:
         self._work_dir = work_dir
         """The agent's: every learner it starts works below it."""
-        self._wakes = OutputWakes()
         # An agent that is root runs tenants' code in the sandbox or not at all (SandboxMissing
         # names what the node lacks); one that is not root has none to give (see the module).
         if sandbox is None and os.geteuid() == 0:
@@ -528,7 +505,7 @@ class ProcessRuntime:
             if self._sandbox is not None:
                 return await self._start_sandboxed(self._sandbox, spec, files, output)
             process = await self._spawn(spec, output)
-        return ProcessLearner(process.pid, files, _exit_of_child(process), wakes=self._wakes)
+        return ProcessLearner(process.pid, files, _exit_of_child(process))
 
     async def _start_sandboxed(
         self,
@@ -594,8 +571,7 @@ class ProcessRuntime:
         init = int(json.loads(report)["child-pid"])
         pid = child_of(init)
         ended = _exit_of_sandbox(process, cgroup, init, pid)
-        init_fd = _init_of(process, init)
-        return ProcessLearner(pid, files, ended, cgroup, netns, wakes=self._wakes, init=init_fd)
+        return ProcessLearner(pid, files, ended, cgroup, netns, init=_init_of(process, init))
 
     async def _start_warm(self, spec: LearnerSpec, name: str) -> Learner:
         """`spec` started in the warm sandbox `name`, which its claim took (`node_agent.warm`)."""
@@ -623,9 +599,7 @@ class ProcessRuntime:
         ended = _exit_of_sandbox(warm.process, cgroup, warm.init, warm.pid)
         leftovers = functools.partial(self.warm.release, name)
         init = _init_of(warm.process, warm.init)
-        return ProcessLearner(
-            warm.pid, files, ended, cgroup, wakes=self._wakes, leftovers=leftovers, init=init
-        )
+        return ProcessLearner(warm.pid, files, ended, cgroup, leftovers=leftovers, init=init)
 
     @staticmethod
     async def _spawn(
@@ -674,10 +648,7 @@ class ProcessRuntime:
         if self._namespaces is not None and not spec.network:
             netns = self._namespaces.adopt(spec.job_id, spec.link)
         ended = _exit_of_adopted(pid, files, cgroup)
-        leftovers = self._leftovers(spec)
-        return ProcessLearner(
-            pid, files, ended, cgroup, netns, wakes=self._wakes, leftovers=leftovers
-        )
+        return ProcessLearner(pid, files, ended, cgroup, netns, leftovers=self._leftovers(spec))
 
     async def kill(self, found: FoundLearner) -> None:
         cgroup = self._cgroup(found.job_id, found.attempt, found.learner, found.epoch)

@@ -4,7 +4,6 @@ is in test_runtime_contract.py."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import sys
@@ -12,9 +11,6 @@ from dataclasses import replace
 from pathlib import Path
 from uuid import uuid4
 
-import pytest
-
-from node_agent import process_runtime
 from node_agent.learners import learner_dir
 from node_agent.process_runtime import LINE_LIMIT, ProcessRuntime, find_learners
 from node_agent.runtime import Folder, Learner, LearnerSpec
@@ -73,43 +69,6 @@ async def test_long_lines_come_in_pieces_and_an_adopter_reads_the_same_lines(
     adopted = await runtime.adopt(learner_spec, None)
     assert adopted is not None
     assert sorted(await collect(adopted)) == sorted(lines)
-
-
-def inotify_instances() -> int:
-    """This process's open inotify instances."""
-    fds = Path("/proc/self/fd")
-    return sum(1 for fd in fds.iterdir() if _link(fd) == "anon_inode:inotify")
-
-
-def _link(path: Path) -> str:
-    try:
-        return os.readlink(path)
-    except OSError:
-        return ""  # closed meanwhile (the listing's own descriptor)
-
-
-async def test_a_line_is_read_as_it_is_written_not_at_the_next_poll(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # A poll longer than the test waits: only the write's own wake reads the line in time.
-    monkeypatch.setattr(process_runtime, "POLL_S", 3600.0)
-    before = inotify_instances()
-    code = "import time\nprint('first', flush=True)\ntime.sleep(1)\nprint('second', flush=True)\n"
-    code += "time.sleep(3600)\n"
-    runtime = ProcessRuntime(tmp_path)
-    started = await runtime.start(spec(tmp_path, code))
-    lines = started.lines()
-    try:
-        async with asyncio.timeout(60):
-            assert [(await anext(lines)).text for _ in range(2)] == ["first", "second"]
-        assert inotify_instances() == before + 1  # one for the runtime's readers
-    finally:
-        started.signal(signal.SIGKILL)
-        assert (await started.wait()).signal == "SIGKILL"
-        assert [line.text async for line in lines] == []
-        await started.remove()
-    # The instance goes with its last reader.
-    assert inotify_instances() == before
 
 
 async def test_an_agent_finds_only_the_learners_of_its_own_work_directory(
