@@ -118,9 +118,6 @@ class InMemoryEventStore:
         end = _log_position(read[-1]) if read else after
         return LogBatch(events, len(read), end)
 
-    async def has_more(self, after: LogPosition) -> bool:
-        return bool(self._log) and _log_position(self._log[-1]) > after
-
     async def log_tail(self) -> LogPosition:
         return _log_position(self._log[-1]) if self._log else ORIGIN
 

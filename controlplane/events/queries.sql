@@ -79,18 +79,6 @@ WHERE (xid, position) > ($1::text::xid8, $2::bigint)
 ORDER BY events.xid, events.position
 LIMIT $3;
 
--- name: log_has_more
--- The next event a reader at this checkpoint could read now, if any: whether it has more.
--- Not `EXISTS`: its generic plan (a prepared statement's, after five runs) scanned the table
--- for a first match, which at the log's tail is every event: 1.9 s at 10 million events, each
--- time a reader asked whether it had caught up (readiness, every projection). Ordered by the
--- index's columns, it is one index probe: 0.05 ms.
-SELECT position FROM events
-WHERE (xid, position) > ($1::text::xid8, $2::bigint)
-  AND xid < pg_snapshot_xmin(pg_current_snapshot())
-ORDER BY events.xid, events.position
-LIMIT 1;
-
 -- name: log_tail
 -- The last event a reader could read now: where a live follower starts.
 SELECT xid::text::bigint AS xid, position FROM events

@@ -51,10 +51,6 @@ class EventRecorder(Protocol):
         returned; the batch also says how many it read and where reading stopped."""
         ...
 
-    async def has_more(self, after: LogPosition) -> bool:
-        """Whether `read_log(after)` would return anything now."""
-        ...
-
     async def log_tail(self) -> LogPosition:
         """The place of the last event readable now (ORIGIN when there is none)."""
         ...

@@ -215,13 +215,6 @@ class EventStore:
         end = LogPosition(rows[-1]["xid"], rows[-1]["position"]) if rows else after
         return LogBatch(events, len(rows), end)
 
-    async def has_more(self, after: LogPosition, *, conn: Executor | None = None) -> bool:
-        """Whether `read_log(after)` would return anything now."""
-        executor = conn if conn is not None else self._pool
-        return (
-            await executor.fetchval(Q["log_has_more"], str(after.xid), after.position) is not None
-        )
-
     async def log_tail(self) -> LogPosition:
         """The place of the last event readable now: where a follower of only news starts."""
         row = await self._pool.fetchrow(Q["log_tail"])

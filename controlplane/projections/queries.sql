@@ -29,3 +29,18 @@ SELECT * FROM unnest($1::text[], $2::text[], $3::int[], $4::text[], $5::bigint[]
 ON CONFLICT (stream_id) DO UPDATE
 SET version = excluded.version, last_type = excluded.last_type,
     last_position = excluded.last_position, updated_at = excluded.updated_at;
+
+-- name: log_news
+-- A round's look at the log: the categories of the events readable after the oldest place a
+-- runner left its projections, each with its last event's place, and how many events that is
+-- (at most $3), read as `read_log` reads (the index's order, below the oldest running
+-- transaction) but without data: a projection that none of them concerns sits the round out.
+SELECT DISTINCT ON (category) category, xid, position, read
+FROM (SELECT split_part(stream_id, '-', 1) AS category, xid::text::bigint AS xid, position,
+             count(*) OVER () AS read
+      FROM (SELECT stream_id, xid, position FROM events
+            WHERE (xid, position) > ($1::text::xid8, $2::bigint)
+              AND xid < pg_snapshot_xmin(pg_current_snapshot())
+            ORDER BY events.xid, events.position
+            LIMIT $3) AS after) AS news
+ORDER BY category, xid DESC, position DESC;

@@ -22,6 +22,7 @@ from controlplane.clock import SYSTEM_CLOCK
 from controlplane.database import create_pool
 from controlplane.event_registry import EVENT_REGISTRY
 from controlplane.events.metadata import Metadata
+from controlplane.events.records import LogPosition
 from controlplane.events.store import EventStore
 from controlplane.events.subscription import LogListener
 from controlplane.jobs.lifecycle import (
@@ -43,7 +44,6 @@ from controlplane.jobs.views import list_jobs
 from controlplane.migrate import available
 from controlplane.projections.runner import ProjectionRunner
 from tests.conftest import fresh_database
-from tests.polling import eventually
 
 TENANTS = ("acme", "globex", "initech")
 LABELS = st.dictionaries(
@@ -149,22 +149,23 @@ async def run(steps: Sequence[Step], pool: asyncpg.Pool, store: EventStore, url:
             case Project(batch):
                 some = runner(pool, store, url, batch)
                 await some.catch_up(some.projections["jobs"])
-    await project_all(runner(pool, store, url, 3))
+    await project_all(runner(pool, store, url, 3), pool)
 
 
 def runner(pool: asyncpg.Pool, store: EventStore, url: str, batch: int) -> ProjectionRunner:
     return ProjectionRunner(pool, store, LogListener(url), [JobsProjection()], batch_size=batch)
 
 
-async def project_all(runner: ProjectionRunner) -> None:
-    """Until every event is applied: a transaction open anywhere on the server may hold the
-    newest events back for a moment."""
-
-    async def applied() -> bool:
-        await runner.catch_up(runner.projections["jobs"])
-        return await runner.caught_up()
-
-    await eventually(applied)
+async def project_all(runner: ProjectionRunner, pool: asyncpg.Pool) -> None:
+    """Until every event appended is applied: a transaction open anywhere on the server may hold
+    the newest events back for a moment, so the target is the last one written, readable or not
+    yet (whether the projection has caught up with what is readable now would pass too soon)."""
+    last = await pool.fetchrow(
+        "SELECT xid::text::bigint AS xid, position FROM events "
+        "ORDER BY xid DESC, position DESC LIMIT 1"
+    )
+    if last is not None:
+        await runner.wait_applied("jobs", LogPosition(last["xid"], last["position"]))
 
 
 def filters() -> list[tuple[str | None, list[JobStatus], dict[str, str]]]:

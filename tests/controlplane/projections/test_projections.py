@@ -4,6 +4,7 @@ of a dropped listening connection, and rebuilds that equal the incremental build
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Sequence
 
 import asyncpg
@@ -32,6 +33,17 @@ async def listener(db_url: str) -> AsyncIterator[LogListener]:
     yield listener
     listener.stop()
     await asyncio.wait_for(task, 5)
+
+
+@contextlib.asynccontextmanager
+async def running(runner: ProjectionRunner, listener: LogListener) -> AsyncIterator[None]:
+    task = asyncio.create_task(runner.run())
+    try:
+        yield
+    finally:
+        runner.stop()
+        listener.wake()
+        await asyncio.wait_for(task, 5)
 
 
 def runner_for(pool: asyncpg.Pool, store: EventStore, listener: LogListener) -> ProjectionRunner:
@@ -98,6 +110,7 @@ async def test_a_failed_batch_leaves_neither_rows_nor_checkpoint(
     await owner.execute("CREATE TABLE exploding (position bigint PRIMARY KEY)")
     await owner.execute("GRANT SELECT, INSERT, TRUNCATE ON exploding TO trainyard_app")
     await append_some(store, streams=1, each=5)
+    await all_readable(store, 5)
     projection = Exploding(fail_at=3)
     runner = ProjectionRunner(pool, store, listener, [projection], batch_size=10)
     with pytest.raises(BatchFailed) as failed:
@@ -122,8 +135,7 @@ async def test_a_projection_failing_on_one_event_stops_there_and_the_others_go_o
     runner = ProjectionRunner(
         pool, store, listener, [exploding, StreamsProjection()], batch_size=10, max_failures=2
     )
-    task = asyncio.create_task(runner.run())
-    try:
+    async with running(runner, listener):
 
         async def stopped() -> bool:
             listener.wake()  # a round now, not at the next poll
@@ -136,10 +148,6 @@ async def test_a_projection_failing_on_one_event_stops_there_and_the_others_go_o
         # The batch was narrowed to the failing event: those before it are applied.
         assert await owner.fetchval("SELECT count(*) FROM exploding") == 2
         assert await runner.is_caught_up("streams")
-    finally:
-        runner.stop()
-        listener.wake()
-        await asyncio.wait_for(task, 5)
 
 
 async def test_two_runners_apply_every_event_exactly_once(
@@ -165,26 +173,20 @@ async def test_notify_wakes_the_running_runner(
     pool: asyncpg.Pool, store: EventStore, listener: LogListener, owner: asyncpg.Connection
 ) -> None:
     runner = runner_for(pool, store, listener)
-    task = asyncio.create_task(runner.run())
-    try:
+    async with running(runner, listener):
         await store.append("job-x", 0, [Pinged(n=1)], META)
 
         async def projected() -> bool:
             return bool(await owner.fetchval("SELECT count(*) FROM streams"))
 
         await eventually(projected)  # well before the 60 s poll
-    finally:
-        runner.stop()
-        listener.wake()
-        await asyncio.wait_for(task, 5)
 
 
 async def test_a_dropped_listen_connection_is_re_established_and_caught_up(
     pool: asyncpg.Pool, store: EventStore, listener: LogListener, owner: asyncpg.Connection
 ) -> None:
     runner = runner_for(pool, store, listener)
-    task = asyncio.create_task(runner.run())
-    try:
+    async with running(runner, listener):
         first = listener.connection
         assert first is not None
         pid = first.get_server_pid()
@@ -207,10 +209,6 @@ async def test_a_dropped_listen_connection_is_re_established_and_caught_up(
             return bool(await owner.fetchval("SELECT 1 FROM streams WHERE stream_id = 'job-new'"))
 
         await eventually(projected)
-    finally:
-        runner.stop()
-        listener.wake()
-        await asyncio.wait_for(task, 5)
 
 
 async def test_rebuild_equals_the_incremental_build(
@@ -260,3 +258,69 @@ async def test_a_projection_gets_only_its_categories_and_moves_past_the_rest(
     assert checkpoint == await owner.fetchval("SELECT max(position) FROM events")
     assert await runner.is_caught_up("collecting")
     assert await runner.catch_up(projection) == 0
+
+
+async def collected(projection: Collecting, seen: list[str]) -> bool:
+    return projection.seen == seen
+
+
+async def checkpoint_of(owner: asyncpg.Connection, name: str) -> int | None:
+    position: int | None = await owner.fetchval(
+        "SELECT position FROM projection_checkpoints WHERE name = $1", name
+    )
+    return position
+
+
+@contextlib.asynccontextmanager
+async def running_with_a_node_event(
+    pool: asyncpg.Pool, store: EventStore, listener: LogListener, idle_s: float
+) -> AsyncIterator[tuple[ProjectionRunner, Collecting]]:
+    """A running runner of `streams` and `collecting`, once it has applied one `node` event."""
+    collecting = Collecting()
+    runner = ProjectionRunner(
+        pool, store, listener, [StreamsProjection(), collecting], batch_size=10, idle_s=idle_s
+    )
+    async with running(runner, listener):
+        await store.append("node-a", 0, [Pinged(n=0)], META)
+        await eventually(lambda: collected(collecting, ["node-a@1"]))
+        yield runner, collecting
+
+
+async def test_a_round_without_a_projection_s_categories_passes_it_by_until_it_is_idle_long(
+    pool: asyncpg.Pool, store: EventStore, listener: LogListener, owner: asyncpg.Connection
+) -> None:
+    async with running_with_a_node_event(pool, store, listener, idle_s=3600) as (runner, seen):
+        where = await checkpoint_of(owner, "collecting")
+        for v in range(3):
+            await store.append("job-1", v, [Pinged(n=v)], META)
+
+        async def streamed() -> bool:
+            version = await owner.fetchval("SELECT version FROM streams WHERE stream_id = 'job-1'")
+            return bool(version == 3)
+
+        await eventually(streamed)
+        # No transaction for it in those rounds: its checkpoint did not move past the job's
+        # events, and yet it is caught up, since none of them is of its categories.
+        assert await checkpoint_of(owner, "collecting") == where
+        assert await runner.is_caught_up("collecting")
+        await store.append("node-a", 1, [Pinged(n=1)], META)
+        await eventually(lambda: collected(seen, ["node-a@1", "node-a@2"]))
+        assert await checkpoint_of(owner, "collecting") == await owner.fetchval(
+            "SELECT max(position) FROM events"
+        )
+
+
+async def test_a_projection_passed_by_moves_its_checkpoint_once_idle_long(
+    pool: asyncpg.Pool, store: EventStore, listener: LogListener, owner: asyncpg.Connection
+) -> None:
+    async with running_with_a_node_event(pool, store, listener, idle_s=0.2) as (_, seen):
+        for v in range(3):
+            await store.append("job-1", v, [Pinged(n=v)], META)
+        last = await owner.fetchval("SELECT max(position) FROM events")
+
+        async def moved_past() -> bool:
+            listener.wake()  # a round now, not at the next poll
+            return await checkpoint_of(owner, "collecting") == last
+
+        await eventually(moved_past)
+        assert seen.seen == ["node-a@1"]
