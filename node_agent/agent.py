@@ -473,24 +473,24 @@ class Agent:
         them), and an opening left behind is only cancelled."""
         job_id = won.job.job_id
         opening = asyncio.ensure_future(
-            self._retry(lambda: self._logs.open(job_id, won.job.limits))
+            self._retry(lambda: self._logs.open(job_id, won.attempt, won.job.limits))
         )
         try:
             specs = await self._specs_or_roll_back(won)
         except BaseException:
-            self._unopen(job_id, opening)
+            self._unopen(won, opening)
             raise
         if specs is None:
-            self._unopen(job_id, opening)
+            self._unopen(won, opening)
             return None
         await opening
         return specs
 
-    def _unopen(self, job_id: UUID, opening: asyncio.Future[None]) -> None:
-        """No attempt of the job runs here after all: its log's opening is cancelled, and the
-        log forgotten if it was opened."""
+    def _unopen(self, won: Claim, opening: asyncio.Future[None]) -> None:
+        """The claimed attempt does not run here after all: its log's opening is cancelled,
+        and the attempt closed if it was opened."""
         opening.cancel()
-        self._logs.close(job_id)
+        self._logs.close(won.job.job_id, won.attempt)
 
     async def _specs_or_roll_back(self, won: Claim) -> list[LearnerSpec] | None:
         """The specs of this node's learners of the claim; None when they cannot run here for
@@ -706,7 +706,7 @@ class Agent:
             # that the next job never shares a GPU with a container still being torn down.
             # Both are retried until the database answers, or the GPUs would stay allocated.
             await self._retry(self._logs.flush)
-            self._logs.close(job_id)
+            self._logs.close(job_id, attempt.claim.attempt)
             await attempt.remove_learners()
             number = attempt.claim.attempt
             await self._retry(lambda: self._port.release(self.config.name, job_id, number))

@@ -97,8 +97,8 @@ class LogSink(Protocol):
         """The learner's output is read again from its start: ship only after `stored_seq`."""
         ...
 
-    async def open(self, job_id: UUID, limits: JobLimits) -> None:
-        """An attempt of the job runs here: hold its lines to `limits`; the database's error
+    async def open(self, job_id: UUID, attempt: int, limits: JobLimits) -> None:
+        """The job's `attempt` runs here: hold its lines to `limits`; the database's error
         when it cannot read what the job has logged so far."""
         ...
 
@@ -111,8 +111,10 @@ class LogSink(Protocol):
         """The job's lines added and not yet stored."""
         ...
 
-    def close(self, job_id: UUID) -> None:
-        """The job's attempt here is over: forget it once its lines are stored."""
+    def close(self, job_id: UUID, attempt: int) -> None:
+        """The job's `attempt` here is over: forget the job once its lines are stored and no
+        other attempt of it runs here (a restart may claim the next one here while the last
+        one's learners still end)."""
         ...
 
 

@@ -101,8 +101,10 @@ class _JobLog:
     """The limit's marker is buffered; later dropped lines are counted in `over`."""
     over: dict[Series, _Gap] = field(default_factory=dict)
     """Lines dropped past the limit since the limit's marker, not yet counted in a marker."""
-    closed: bool = False
-    """No attempt of the job runs here: forget it once its buffer is stored."""
+    attempts: set[int] = field(default_factory=set)
+    """The job's attempts that run here (opened, not yet closed): two at once when a restart
+    claims the next one here while the last one's learners still end. Once none does, the job
+    is forgotten as soon as its buffer is stored."""
 
     def push(self, line: LogLine) -> None:
         self.buffer.append(line)
@@ -125,7 +127,7 @@ class _JobLog:
 
     @property
     def idle(self) -> bool:
-        return self.closed and not self.buffer and not self.gaps and not self.over
+        return not self.attempts and not self.buffer and not self.gaps and not self.over
 
 
 class LogShipper:
@@ -166,19 +168,22 @@ class LogShipper:
         """Lines dropped for want of room or past a limit so far (each one in a marker)."""
         return self._dropped
 
-    async def open(self, job_id: UUID, limits: JobLimits) -> None:
-        """An attempt of the job starts (or is adopted) here: enforce `limits`, counting from
+    async def open(self, job_id: UUID, attempt: int, limits: JobLimits) -> None:
+        """The job's `attempt` starts (or is adopted) here: enforce `limits`, counting from
         what the job's log holds already. The database's error when it cannot read that."""
         lines, size = await self._port.log_usage(job_id)
         job = self._job(job_id)
         job.limits, job.lines, job.bytes = limits, lines, size
-        job.limited = job.noted = job.closed = False
+        job.limited = job.noted = False
+        job.attempts.add(attempt)
 
-    def close(self, job_id: UUID) -> None:
-        """The job's attempt here has ended: forget the job once its lines are stored."""
+    def close(self, job_id: UUID, attempt: int) -> None:
+        """The job's `attempt` here has ended (or never opened): once no other attempt of the
+        job runs here, forget the job as soon as its lines are stored. Not before: a restart
+        may have claimed the next attempt here already, whose lines the limits still hold."""
         job = self._jobs.get(job_id)
         if job is not None:
-            job.closed = True
+            job.attempts.discard(attempt)
             if job.idle:
                 del self._jobs[job_id]
 

@@ -39,9 +39,9 @@ class NumberedSink:
         """Store every line added so far (the database's error if it cannot)."""
         await self._shipper.flush()
 
-    async def open(self, job_id: UUID, limits: JobLimits) -> None:
-        """An attempt of the job runs here: hold its lines to `limits` (see the shipper)."""
-        await self._shipper.open(job_id, limits)
+    async def open(self, job_id: UUID, attempt: int, limits: JobLimits) -> None:
+        """The job's `attempt` runs here: hold its lines to `limits` (see the shipper)."""
+        await self._shipper.open(job_id, attempt, limits)
 
     async def seal(self, job_id: UUID) -> None:
         """The job's attempt has ended: store its lines, and say how many its limit dropped
@@ -52,9 +52,10 @@ class NumberedSink:
         """The job's lines added and not yet stored."""
         return self._shipper.pending_of(job_id)
 
-    def close(self, job_id: UUID) -> None:
-        """The job's attempt here is over and its lines stored: forget it."""
-        self._shipper.close(job_id)
+    def close(self, job_id: UUID, attempt: int) -> None:
+        """The job's `attempt` here is over and its lines stored: forget the job once no other
+        attempt of it runs here."""
+        self._shipper.close(job_id, attempt)
 
     def add(self, spec: LearnerSpec, stream: str, text: str, at: datetime | None = None) -> None:
         """A line the learner wrote at `at` (the container engine's time, say), or now."""

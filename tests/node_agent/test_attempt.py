@@ -129,7 +129,7 @@ class Lines:
     def resume(self, spec: LearnerSpec, stream: str, stored_seq: int) -> None:
         pass
 
-    async def open(self, job_id: UUID, limits: JobLimits) -> None:
+    async def open(self, job_id: UUID, attempt: int, limits: JobLimits) -> None:
         pass
 
     async def seal(self, job_id: UUID) -> None:
@@ -138,7 +138,7 @@ class Lines:
     def unstored(self, job_id: UUID) -> int:
         return 0
 
-    def close(self, job_id: UUID) -> None:
+    def close(self, job_id: UUID, attempt: int) -> None:
         pass
 
 

@@ -135,7 +135,7 @@ async def test_a_job_s_limits_count_what_is_stored_then_one_marker_and_a_count()
     # An earlier attempt (or agent) stored 3 lines already.
     await port.write_lines([line(job, seq, attempt=1) for seq in range(1, 4)])
     shipper = LogShipper(port)
-    await shipper.open(job, JobLimits(log_lines=10, log_bytes=10_000))
+    await shipper.open(job, 2, JobLimits(log_lines=10, log_bytes=10_000))
     for seq in range(1, 21):
         shipper.add(line(job, seq, attempt=2))
     for seq in range(1, 6):
@@ -163,7 +163,7 @@ async def test_a_job_s_byte_limit_counts_utf8_bytes() -> None:
     job = uuid4()
     port = MemoryPort()
     shipper = LogShipper(port)
-    await shipper.open(job, JobLimits(log_lines=1000, log_bytes=10))
+    await shipper.open(job, 1, JobLimits(log_lines=1000, log_bytes=10))
     shipper.add(line(job, 1, text="☃☃☃"))  # 9 bytes
     shipper.add(line(job, 2, text="ab"))  # 11 in all: past the limit
     shipper.add(line(job, 3, text="a"))  # would fit, but the limit is reached for good
@@ -171,6 +171,37 @@ async def test_a_job_s_byte_limit_counts_utf8_bytes() -> None:
     texts = [x.text for x in port.lines(job)]
     assert texts[0] == "☃☃☃" and "log limit is reached" in texts[1]
     assert texts[2] == "[trainyard] 1 line dropped (seq 3): the job's log limit was reached"
+
+
+async def test_an_attempt_that_ends_beside_the_job_s_next_one_leaves_that_one_held_to_the_limit(
+    pool: asyncpg.Pool,
+) -> None:
+    # A restart may place the job's next attempt on the node while the last one's learners
+    # still end (a CPU job fits beside them: the lost-node chaos test claims attempt 2 there
+    # before attempt 1 is released), so the next one's log is opened before the last one's
+    # is closed. That close must not forget the job for the attempt that runs on.
+    job = uuid4()
+    shipper = LogShipper(PostgresPort(pool))
+    limits = JobLimits(log_lines=6, log_bytes=10_000)
+    await shipper.open(job, 1, limits)
+    shipper.add(line(job, 1, attempt=1))
+    await shipper.seal(job)  # its learners have ended, their lines are stored
+    await shipper.open(job, 2, limits)  # claimed here meanwhile
+    shipper.add(line(job, 1, attempt=2))
+    await shipper.flush()
+    shipper.close(job, 1)  # its learners are removed next, its GPUs given back
+    for seq in range(2, 11):
+        shipper.add(line(job, seq, attempt=2))
+    await shipper.seal(job)
+
+    stored = [s.line for s in await read_lines(pool, job, attempt=2)]
+    # 6 lines in all: attempt 1's, then 5 of attempt 2's; the limit's marker in the 6th's
+    # place, then how many of the later ones were dropped.
+    assert [x.seq for x in stored] == [1, 2, 3, 4, 5, 6, 10]
+    assert stored[-2].text.startswith("[trainyard] the job's log limit is reached (6 lines")
+    assert stored[-1].text == (
+        "[trainyard] 4 lines dropped (seqs 7-10): the job's log limit was reached"
+    )
 
 
 async def test_an_agent_holds_a_job_to_its_log_limit_and_says_how_much_it_dropped(
