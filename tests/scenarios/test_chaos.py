@@ -84,36 +84,41 @@ async def assert_log(
     restored: int,
     last: int | None = None,
     shipped: bool = True,
+    learner: int = 0,
 ) -> None:
-    """The attempt's stored lines are its learner's output files line for line, each stream's
-    seqs running 1..n; or only the start of them when its node was lost with the lines it had
-    not `shipped`. The counter's lines run on without a gap from the `restored` step (to
-    `last`, when given)."""
+    """The attempt's stored lines of `learner` are its output files line for line, each
+    stream's seqs running 1..n; or only the start of them when its node was lost with the lines
+    it had not `shipped`. The counter's lines run on without a gap from the `restored` step (to
+    `last`, when given: none at all when it restored `last`)."""
     files = {
-        stream: (learner_dir(work_dir, job_id, attempt, 0) / name).read_text().splitlines()
+        stream: (learner_dir(work_dir, job_id, attempt, learner) / name).read_text().splitlines()
         for stream, name in OUTPUT_FILES.items()
     }
     lines: list[LogLine] = []
 
+    async def learner_s() -> list[LogLine]:
+        return [line for line in await cluster.lines(job_id, attempt) if line.learner == learner]
+
     async def stored_all() -> bool:
         # The last lines are shipped (batched) just after the attempt's end is recorded.
         nonlocal lines
-        lines = await cluster.lines(job_id, attempt)
+        lines = await learner_s()
         return len(lines) == sum(map(len, files.values()))
 
     if shipped:
         await eventually(stored_all, seconds=10)
     else:
-        lines = await cluster.lines(job_id, attempt)
+        lines = await learner_s()
     for stream, written in files.items():
         stored = [line for line in lines if line.stream == stream]
         assert [line.seq for line in stored] == list(range(1, len(stored) + 1))
         texts = [line.text for line in stored]
         assert texts == (written if shipped else written[: len(texts)])
     steps = [int(text[5:]) for line in lines if (text := line.text).startswith("step ")]
-    assert steps and steps == list(range(restored + 1, restored + 1 + len(steps)))
-    if last is not None:
-        assert steps[-1] == last
+    if last is None:
+        assert steps and steps == list(range(restored + 1, restored + 1 + len(steps)))
+    else:
+        assert steps == list(range(restored + 1, last + 1))
 
 
 async def restored_step(cluster: Cluster, job_id: UUID, restarted: JobRestarted) -> int:
@@ -304,3 +309,15 @@ async def test_a_lost_node_stops_its_job_s_ranks_on_other_nodes_and_the_job_runs
 
     # Both ranks of attempt 2 ran to its end: the counter exits 0 only after its last step.
     assert job.exit_codes == [0, 0]
+    # Rank 1's lines of attempt 2 are all stored, its last step among them. It may have no
+    # step to print: it ran on while its peer's node was being found lost, and when it had
+    # counted to the end (a checkpoint at STEPS on record) before the restart, attempt 2
+    # resumes it there; its output files say so, and its log must too.
+    rank_1 = cluster.agents[job.learner_nodes[1]].work_dir
+    [restored] = [
+        report.step
+        for line in await cluster.lines(job_id, 2)
+        if line.learner == 1
+        and isinstance(report := protocol.parse(line.text), protocol.CheckpointRestored)
+    ] or [0]
+    await assert_log(cluster, job_id, 2, rank_1, restored=restored, last=STEPS, learner=1)
