@@ -673,6 +673,12 @@ class Agent:
             clock=self._clock,
         )
         log.info("job %s attempt %d: running %d learner(s)", job_id, won.attempt, len(specs))
+        last = self._running.get(job_id)
+        if last is not None and last.attempt.claim.attempt < won.attempt:
+            # The job's next attempt was claimed here before a round carried the last one's
+            # end to it (a round woken by a learner's end claims without reading the jobs'
+            # news), and its entry is taken now: nothing would stop the last one after this.
+            last.attempt.fence()
         self._running[job_id] = _Running(attempt, version=won.version)
         if self._attempts is not None:
             self._launch(self._attempts, attempt)

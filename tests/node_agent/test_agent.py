@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
+from dataclasses import replace
 from pathlib import Path
 from uuid import UUID
 
@@ -16,7 +17,7 @@ from controlplane.agents.nodes import NodeNameTaken
 from controlplane.clock import SYSTEM_CLOCK
 from controlplane.database import DATABASE_ERRORS
 from controlplane.jobs.events import CheckpointSaved
-from controlplane.jobs.lifecycle import Cancel, JobStatus, RequestCheckpoint
+from controlplane.jobs.lifecycle import Cancel, JobStatus, RequestCheckpoint, Restart
 from controlplane.jobs.limits import JobLimits
 from controlplane.jobs.manifest import JobManifest
 from node_agent.attempt import PREEMPTED
@@ -328,3 +329,26 @@ async def test_an_agent_whose_node_is_declared_lost_kills_its_learners_and_stops
     # the control plane, which restarts a lost node's jobs elsewhere.
     job = await twin.state(job_id, JobStatus.PROCESSING)
     assert job.attempt == 1 and job.nodes == ["n1"] and job.exit_codes == []
+
+
+async def test_a_job_s_next_attempt_claimed_here_stops_its_last_one_still_running(
+    twin: Twin, tmp_path: Path
+) -> None:
+    # B's learner ends on its own, after A's restart; its end wakes a round that claims
+    # without reading the jobs' news, and the poll (which reads them first) is a minute away.
+    a = await twin.submit(SLEEPER)
+    b = await twin.submit([sys.executable, "-c", "import time; time.sleep(5)"])
+    config = replace(agent_config(tmp_path), poll_s=60)
+    agent = await TwinAgent(twin, config, fake_gpus=3).started()
+    try:
+        await wait_for_line(twin, a, "ready")
+        await twin.state(b, JobStatus.PROCESSING)
+        await twin.jobs.execute(a, Restart(reason="its node was lost", at=SYSTEM_CLOCK.now()), USER)
+        b_now = twin.port.job(b)
+        assert b_now is not None and b_now.state is JobStatus.PROCESSING  # it ends after
+        await twin.state(b, JobStatus.COMPLETED)
+        await twin.until(a, lambda job: job.attempt == 2 and job.state is JobStatus.PROCESSING)
+        # The last attempt is told to stop as the next one starts, not left running beside it.
+        await wait_for_line(twin, a, "terminating")
+    finally:
+        await agent.finish()
