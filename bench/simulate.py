@@ -92,8 +92,11 @@ LAUNCH_S = 0.5
 """About how long a learner's launcher and its agent add to its `sleep` on this machine."""
 REPLAYS = 3
 PROBE_S = 0.5
-SETTLE_S = 120.0
-"""How long past the expected makespan the recording may take before it is called stuck."""
+STALL_S = 120.0
+"""How long the recording may go without a job ending before it is called stuck. Not a bound
+on its whole time: on a slower machine than LAUNCH_S was measured on, each job's start costs
+more CPU (2 cores start the learners of 12 GPUs), and a run of 2,000 jobs took 30 % longer than
+the expected makespan, past any fixed margin, while it went on ending jobs."""
 TARGETS = {
     "speedup_vs_realtime": ">= 10000",
     "start_order_agreement": ">= 0.95",
@@ -244,11 +247,14 @@ async def _submit_and_wait(
     for job in rest:
         await asyncio.sleep(1 / rate)
         await _submit(service, job)
-    expected_s = sum(p.sleep_s + LAUNCH_S for p in planned) / gpus
-    async with asyncio.timeout(expected_s + SETTLE_S):
-        while (done := await _ended(pool)) < len(planned):
-            say(f"recording: {done}/{len(planned)} jobs ended")
-            await asyncio.sleep(PROBE_S * 10)
+    done, progressed = -1, time.monotonic()
+    while (ended := await _ended(pool)) < len(planned):
+        if ended > done:
+            done, progressed = ended, time.monotonic()
+        elif time.monotonic() - progressed > STALL_S:
+            raise TimeoutError(f"no job ended in {STALL_S:g} s ({done}/{len(planned)} ended)")
+        say(f"recording: {done}/{len(planned)} jobs ended")
+        await asyncio.sleep(PROBE_S * 10)
     failed = await pool.fetchval("SELECT count(*) FROM events WHERE type = $1", JobFailed.type_name)
     if failed:
         reason = await pool.fetchval(
