@@ -164,8 +164,10 @@ async def test_the_indexers_stop_with_the_control_plane_leaving_no_half_batch(
                 plane = app[PLANE]
                 assert plane.log_indexers.count == 2
                 await drained(owner, 20_000)
+                # A backlog of 36 batches: on a loaded machine (CI) all 12 of a smaller one
+                # were copied before the stop took effect, leaving nothing to cut short.
                 for job in jobs:
-                    await store(writer, job, 5_001, 30_000, 5_000)
+                    await store(writer, job, 5_001, 90_000, 5_000)
 
                 async def started() -> bool:
                     return plane.log_indexers.copied > 20_000
@@ -176,7 +178,7 @@ async def test_the_indexers_stop_with_the_control_plane_leaving_no_half_batch(
             assert background.exception() is None
         assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
         copied, queued = await counts(owner)
-        assert copied + queued == 4 * 35_000
+        assert copied + queued == 4 * 95_000
         assert copied == plane.log_indexers.copied
         # The backlog was cut short, not finished (else this test showed no stop mid-way).
         assert queued > 0
