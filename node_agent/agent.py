@@ -551,9 +551,6 @@ class Agent:
         uid = None if user is None else user[0]
         specs = self._learner_specs(won, secret_env, user, await self._link(won, uid))
         if warm is not None:
-            runtime = self._runtime
-            assert isinstance(runtime, ProcessRuntime) and runtime.warm is not None
-            runtime.warm.taken[warm.name] = warm
             specs = [replace(spec, warm=warm.name) for spec in specs]
         return specs
 
@@ -623,7 +620,7 @@ class Agent:
     async def _discard_warm(self, warm: WarmSandbox) -> None:
         runtime = self._runtime
         assert isinstance(runtime, ProcessRuntime) and runtime.warm is not None
-        runtime.warm.taken.pop(warm.name, None)
+        runtime.warm.let_go(warm.name)
         await runtime.warm.discard(warm)
 
     async def _link(self, won: Claim, uid: int | None) -> JobLink | None:

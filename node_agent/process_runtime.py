@@ -74,7 +74,7 @@ from node_agent.sandbox import (
     exit_status,
     read_all,
 )
-from node_agent.warm import WarmSandboxes, WarmSettings
+from node_agent.warm import WarmSandbox, WarmSandboxes, WarmSettings
 from runners.config import EXIT_FILE
 
 log = logging.getLogger(__name__)
@@ -575,29 +575,39 @@ class ProcessRuntime:
 
     async def _start_warm(self, spec: LearnerSpec, name: str) -> Learner:
         """`spec` started in the warm sandbox `name`, which its claim took (`node_agent.warm`)."""
-        warm = None if self.warm is None else self.warm.taken.pop(name, None)
-        if self.warm is None or warm is None:
+        sandboxes = self.warm
+        warm = None if sandboxes is None else sandboxes.taken(name)
+        if sandboxes is None or warm is None:
             raise LearnerStartError(f"its warm sandbox {name} is not this agent's")
         try:
+            return await self._start_in(sandboxes, warm, spec)
+        finally:
+            # Only now does the pool make the next one (`WarmPool.run`).
+            sandboxes.let_go(name)
+
+    async def _start_in(
+        self, sandboxes: WarmSandboxes, warm: WarmSandbox, spec: LearnerSpec
+    ) -> Learner:
+        try:
             if spec.user != (warm.uid, warm.uid):
-                raise LearnerStartError(f"its warm sandbox {name} runs as another uid")
+                raise LearnerStartError(f"its warm sandbox {warm.name} runs as another uid")
             # In a thread: it walks the tenant's folders, as for a learner started cold.
             spec = await asyncio.to_thread(prepare, spec)
             env = process_env(spec)
             if shutil.which(spec.command[0], path=env["PATH"]) is None:
                 raise LearnerStartError(f"cannot start {spec.command[0]!r}: no such program")
         except LearnerStartError:
-            await self.warm.discard(warm)
+            await sandboxes.discard(warm)
             raise
         try:
-            cgroup = await self.warm.assign(warm, spec, env)
+            cgroup = await sandboxes.assign(warm, spec, env)
         except LearnerStartError as exc:
             # The sandbox is gone (ended while idle, say): the learner is not to pay for it.
             log.warning("job %s learner %d: %s; starting it cold", spec.job_id, spec.learner, exc)
             return await self.start(replace(spec, warm=None))
         files = LearnerFiles(self._work_dir, spec)
         ended = _exit_of_sandbox(warm.process, cgroup, warm.init, warm.pid)
-        leftovers = functools.partial(self.warm.release, name)
+        leftovers = functools.partial(sandboxes.release, warm.name)
         init = _init_of(warm.process, warm.init)
         return ProcessLearner(warm.pid, files, ended, cgroup, leftovers=leftovers, init=init)
 

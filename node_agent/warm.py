@@ -133,8 +133,37 @@ class WarmSandboxes:
         self._base = work_dir / FOLDER
         self._settings = settings
         self._roots = _outermost(settings.roots)
-        self.taken: dict[str, WarmSandbox] = {}
-        """Those handed to a job's claim, by name, until its learner starts in one."""
+        self._taken: dict[str, WarmSandbox] = {}
+        """Those handed to a job's claim, by name, until its learner has started in one (or it
+        was discarded)."""
+        self._none_taken = asyncio.Event()
+        self._none_taken.set()
+
+    def hand(self, warm: WarmSandbox) -> None:
+        """`warm` is a claim's now: its learner starts in it, or it is discarded."""
+        self._taken[warm.name] = warm
+        self._none_taken.clear()
+
+    def taken(self, name: str) -> WarmSandbox | None:
+        """The sandbox `name` a claim took, while its learner starts."""
+        return self._taken.get(name)
+
+    def let_go(self, name: str) -> None:
+        """The learner that took `name` has started in it, or it was discarded."""
+        self._taken.pop(name, None)
+        if not self._taken:
+            self._none_taken.set()
+
+    def let_go_of_all(self) -> list[WarmSandbox]:
+        """Those taken by claims whose learners never started (the agent is stopping)."""
+        taken = list(self._taken.values())
+        for warm in taken:
+            self.let_go(warm.name)
+        return taken
+
+    async def starts_over(self) -> None:
+        """Until no claim's learner is starting in a sandbox of this agent's."""
+        await self._none_taken.wait()
 
     def refusal(self, spec: LearnerSpec, launcher: Sequence[str]) -> str | None:
         """Why `spec` cannot start in a warm sandbox (None: it can): what its sandbox would have
@@ -311,7 +340,7 @@ class WarmSandboxes:
             return
         records = self._records()
         for folder in sorted(self._base.iterdir()):
-            if folder.name in keep or folder.name in self.taken:
+            if folder.name in keep or folder.name in self._taken:
                 continue
             # Its own group, and its learner's where it was renamed to that (or was about to be).
             await clear(self._sandbox.cgroups.group(folder.name))

@@ -39,17 +39,20 @@ class WarmPool:
         self._wanted = asyncio.Event()
 
     def take(self) -> WarmSandbox | None:
-        """A ready sandbox for a claim, if one is; the pool makes another."""
+        """A ready sandbox for a claim, if one is; the pool makes another once the claim's
+        learner has started in it (`run`)."""
         while self._ready:
             self._wanted.set()
             warm = self._ready.pop(0)
             if self._sandboxes.alive(warm):
+                self._sandboxes.hand(warm)
                 return warm
             self._dead.append(warm)  # removed, and its uid given back, by `run`
         return None
 
     def give_back(self, warm: WarmSandbox) -> None:
         """A sandbox a claim took but could not use (nothing of the job was given to it)."""
+        self._sandboxes.let_go(warm.name)
         self._ready.append(warm)
 
     async def run(self) -> None:
@@ -57,6 +60,15 @@ class WarmPool:
         try:
             while True:
                 await self._remove_dead()
+                # Not while a learner starts in a sandbox a claim took: making one (bubblewrap,
+                # cgroups, an interpreter's imports) would share the node's CPUs and the
+                # kernel's cgroup lock with that start, which the pool is there to make fast (it
+                # made a warm trial's start twice as long: 32 ms to DOWNLOADING against 16). At
+                # most RETRY_S: a start that takes longer (a cold one, its sandbox found dead)
+                # holds no pool empty.
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(RETRY_S):
+                        await self._sandboxes.starts_over()
                 while len(self._ready) < self._size and await self._make():
                     pass
                 self._wanted.clear()
@@ -102,8 +114,7 @@ class WarmPool:
         ready, self._ready = self._ready, []
         # Taken by a claim whose learner never started in it (the agent stopped first): the
         # job's uid now, nothing to give back.
-        taken = list(self._sandboxes.taken.values())
-        self._sandboxes.taken.clear()
+        taken = self._sandboxes.let_go_of_all()
         for warm in [*ready, *taken]:
             await self._sandboxes.discard(warm)
         await self._release([warm.placeholder for warm in ready])

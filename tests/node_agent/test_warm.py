@@ -88,7 +88,7 @@ def spec_of(work_dir: Path, code: str = REPORT) -> LearnerSpec:
 
 
 async def started_warm(runtime: ProcessRuntime, warm: WarmSandbox, spec: LearnerSpec) -> object:
-    sandboxes_of(runtime).taken[warm.name] = warm
+    sandboxes_of(runtime).hand(warm)
     return await runtime.start(replace(spec, warm=warm.name))
 
 

@@ -71,6 +71,7 @@ class GatedPort(MemoryPort):
         warm = await super().hold_warm_uid(node, uids)
         if warm is not None:
             self.held.append(warm.uid)
+            self.order.append("warm uid held")
         return warm
 
     async def secret_env(self, job_id: UUID) -> dict[str, str]:
@@ -93,6 +94,20 @@ class GatedPort(MemoryPort):
         if isinstance(command, EnterPhase):
             self.order.append(f"{command.phase.value} recorded")
         return await super().execute(job_id, command, actor)
+
+
+class SlowAdoptionPort(GatedPort):
+    """The gated twin whose adoption of a warm uid takes ADOPTION_S more: the start of a learner
+    in a warm sandbox lasts that long."""
+
+    async def adopt_warm_uid(
+        self, job_id: UUID, node: str, placeholder: UUID, checkpoints: UUID
+    ) -> int | None:
+        await asyncio.sleep(ADOPTION_S)
+        return await super().adopt_warm_uid(job_id, node, placeholder, checkpoints)
+
+
+ADOPTION_S = 0.5
 
 
 def gated_twin(port: GatedPort) -> Twin:
@@ -203,3 +218,21 @@ async def test_a_round_trip_that_fails_leaves_no_sandbox_and_the_start_is_taken_
         await eventually(settled, seconds=60)
         log = await run_report(twin)
         assert any("preloaded True" in line for line in log)  # the next job starts warm
+
+
+async def test_the_next_warm_sandbox_is_made_once_the_learner_that_took_the_last_has_started(
+    config: AgentConfig,
+) -> None:
+    twin = gated_twin(port := SlowAdoptionPort())
+    async with warm_agent(twin, config):
+        log = await run_report(twin)
+        assert any("preloaded True" in line for line in log)  # it started warm
+
+        async def remade() -> bool:
+            return len(ready_sandboxes(config.work_dir)) == 1
+
+        await eventually(remade, seconds=60)
+    # The first sandbox's uid held as the agent started, the next one's only after the claim's
+    # start got what it needed of the port (not as the claim took the first).
+    first, second = (i for i, step in enumerate(port.order) if step == "warm uid held")
+    assert first < port.order.index("adopt_warm_uid answered") < second
