@@ -576,14 +576,14 @@ class ProcessRuntime:
     async def _start_warm(self, spec: LearnerSpec, name: str) -> Learner:
         """`spec` started in the warm sandbox `name`, which its claim took (`node_agent.warm`)."""
         sandboxes = self.warm
-        warm = None if sandboxes is None else sandboxes.taken(name)
+        warm = None if sandboxes is None else sandboxes.start(name)
         if sandboxes is None or warm is None:
             raise LearnerStartError(f"its warm sandbox {name} is not this agent's")
         try:
             return await self._start_in(sandboxes, warm, spec)
         finally:
             # Only now does the pool make the next one (`WarmPool.run`).
-            sandboxes.let_go(name)
+            sandboxes.started(name)
 
     async def _start_in(
         self, sandboxes: WarmSandboxes, warm: WarmSandbox, spec: LearnerSpec

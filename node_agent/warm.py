@@ -134,36 +134,51 @@ class WarmSandboxes:
         self._settings = settings
         self._roots = _outermost(settings.roots)
         self._taken: dict[str, WarmSandbox] = {}
-        """Those handed to a job's claim, by name, until its learner has started in one (or it
-        was discarded)."""
-        self._none_taken = asyncio.Event()
-        self._none_taken.set()
+        """Those handed to a job's claim, by name, until its learner starts in one (or it is
+        discarded, or given back)."""
+        self._starting: set[str] = set()
+        """Those whose learner is being started in them."""
+        self._quiet = asyncio.Event()
+        """Set while no sandbox is taken or starting."""
+        self._quiet.set()
 
     def hand(self, warm: WarmSandbox) -> None:
-        """`warm` is a claim's now: its learner starts in it, or it is discarded."""
+        """`warm` is a claim's now: its learner starts in it, or it is let go."""
         self._taken[warm.name] = warm
-        self._none_taken.clear()
-
-    def taken(self, name: str) -> WarmSandbox | None:
-        """The sandbox `name` a claim took, while its learner starts."""
-        return self._taken.get(name)
+        self._quiet.clear()
 
     def let_go(self, name: str) -> None:
-        """The learner that took `name` has started in it, or it was discarded."""
+        """The claim that took `name` gave it back, or it is being discarded."""
         self._taken.pop(name, None)
-        if not self._taken:
-            self._none_taken.set()
+        self._settle()
 
     def let_go_of_all(self) -> list[WarmSandbox]:
-        """Those taken by claims whose learners never started (the agent is stopping)."""
+        """Those taken by claims whose learners never started (the agent is stopping); not
+        those whose learners are starting."""
         taken = list(self._taken.values())
-        for warm in taken:
-            self.let_go(warm.name)
+        self._taken.clear()
+        self._settle()
         return taken
 
-    async def starts_over(self) -> None:
-        """Until no claim's learner is starting in a sandbox of this agent's."""
-        await self._none_taken.wait()
+    def start(self, name: str) -> WarmSandbox | None:
+        """The sandbox `name` a claim took, its learner starting in it now (`started` once it
+        has, or has failed to)."""
+        warm = self._taken.pop(name, None)
+        if warm is not None:
+            self._starting.add(name)
+        return warm
+
+    def started(self, name: str) -> None:
+        self._starting.discard(name)
+        self._settle()
+
+    async def quiet(self) -> None:
+        """Until no sandbox is taken by a claim or has its learner starting."""
+        await self._quiet.wait()
+
+    def _settle(self) -> None:
+        if not self._taken and not self._starting:
+            self._quiet.set()
 
     def refusal(self, spec: LearnerSpec, launcher: Sequence[str]) -> str | None:
         """Why `spec` cannot start in a warm sandbox (None: it can): what its sandbox would have
@@ -339,8 +354,9 @@ class WarmSandboxes:
         if not self._base.is_dir():
             return
         records = self._records()
+        held = keep | self._taken.keys() | self._starting
         for folder in sorted(self._base.iterdir()):
-            if folder.name in keep or folder.name in self._taken:
+            if folder.name in held:
                 continue
             # Its own group, and its learner's where it was renamed to that (or was about to be).
             await clear(self._sandbox.cgroups.group(folder.name))

@@ -68,7 +68,7 @@ class WarmPool:
                 # holds no pool empty.
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(RETRY_S):
-                        await self._sandboxes.starts_over()
+                        await self._sandboxes.quiet()
                 while len(self._ready) < self._size and await self._make():
                     pass
                 self._wanted.clear()
