@@ -2,7 +2,8 @@
 one (`node_agent.warm` says what a warm sandbox is and which learners may start in one).
 
 The pool makes sandboxes until it holds its size, one at a time (each imports torch, say: two
-at once would only share the node's CPUs), and again as claims take them. Each runs as a uid
+at once would only share the node's CPUs), and again as claims take them, once their learners
+have started (making one would share the CPUs with those starts). Each runs as a uid
 the database holds for it (`Users.hold_warm`); a claim that takes one makes that uid its job's
 (`Users.adopt_warm`), or gives the sandbox back when the job has a uid in use already (it ran
 here or elsewhere before). As the agent stops, the sandboxes no claim took are removed and
