@@ -96,6 +96,9 @@ class GatedPort(MemoryPort):
         return await super().execute(job_id, command, actor)
 
 
+ADOPTION_S = 0.5
+
+
 class SlowAdoptionPort(GatedPort):
     """The gated twin whose adoption of a warm uid takes ADOPTION_S more: the start of a learner
     in a warm sandbox lasts that long."""
@@ -105,9 +108,6 @@ class SlowAdoptionPort(GatedPort):
     ) -> int | None:
         await asyncio.sleep(ADOPTION_S)
         return await super().adopt_warm_uid(job_id, node, placeholder, checkpoints)
-
-
-ADOPTION_S = 0.5
 
 
 def gated_twin(port: GatedPort) -> Twin:
@@ -121,16 +121,21 @@ def config(tmp_path: Path) -> AgentConfig:
     return replace(agent_config(tmp_path), warm=1, warm_imports=("colorsys",))
 
 
+async def one_ready(config: AgentConfig) -> None:
+    """Until the agent's pool holds one ready sandbox (made at its start, or made again)."""
+
+    async def ready() -> bool:
+        return len(ready_sandboxes(config.work_dir)) == 1
+
+    await eventually(ready, seconds=60)
+
+
 @contextlib.asynccontextmanager
 async def warm_agent(twin: Twin, config: AgentConfig) -> AsyncIterator[TwinAgent]:
     """An agent on `twin` keeping one warm sandbox, once it has one ready."""
     agent = await TwinAgent(twin, config, fake_gpus=1).started()
     try:
-
-        async def made() -> bool:
-            return len(ready_sandboxes(config.work_dir)) == 1
-
-        await eventually(made, seconds=60)
+        await one_ready(config)
         yield agent
     finally:
         await agent.finish()
@@ -189,10 +194,7 @@ async def test_a_secret_a_warm_sandbox_cannot_honour_starts_the_job_cold_as_its_
         # The sandbox it adopted went, and another is made for the next claim.
         assert not taken.exists()
 
-        async def remade() -> bool:
-            return len(ready_sandboxes(config.work_dir)) == 1
-
-        await eventually(remade, seconds=60)
+        await one_ready(config)
     uid = await port.allocate_uid(job_id, config.learner_uids.uids)
     assert uid == port.held[0]  # the job's own: the one its sandbox was made as
     assert any(f"uid {uid} " in line for line in log)
@@ -228,10 +230,7 @@ async def test_the_next_warm_sandbox_is_made_once_the_learner_that_took_the_last
         log = await run_report(twin)
         assert any("preloaded True" in line for line in log)  # it started warm
 
-        async def remade() -> bool:
-            return len(ready_sandboxes(config.work_dir)) == 1
-
-        await eventually(remade, seconds=60)
+        await one_ready(config)
     # The first sandbox's uid held as the agent started, the next one's only after the claim's
     # start got what it needed of the port (not as the claim took the first).
     first, second = (i for i, step in enumerate(port.order) if step == "warm uid held")
