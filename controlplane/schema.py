@@ -20,6 +20,7 @@ from sqlalchemy import (
     Integer,
     LargeBinary,
     MetaData,
+    Numeric,
     SmallInteger,
     Table,
     Text,
@@ -204,6 +205,8 @@ job_counts = Table(
     Column("tenant", Text, primary_key=True),
     Column("state", Text, primary_key=True),
     Column("n", BigInteger, nullable=False),
+    Column("cpus", Numeric, nullable=False),
+    Column("memory_mb", BigInteger, nullable=False),
     CheckConstraint("n > 0"),
 )
 

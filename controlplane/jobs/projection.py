@@ -1,14 +1,15 @@
 """The `jobs` projection: `job_status` (one row per job, its folded state), `job_history`
 (every event of every job with the state it left, its time, actor and reason) and `job_counts`
-(how many jobs each tenant has in each state, in all and by each label pair). It also deletes
+(how many jobs each tenant has in each state, in all and by each label pair, and the CPUs and
+memory their learners ask for). It also deletes
 the secret environment (`job_secret_env`) of jobs that have ended; that table is not its own
 (a rebuild must not empty it: jobs still running need their secrets)."""
 
 from __future__ import annotations
 
 import json
-from collections import Counter
 from collections.abc import Sequence
+from decimal import Decimal
 from typing import Any
 from uuid import UUID
 
@@ -129,20 +130,37 @@ def requested(event: Event) -> bool:
 
 def counts_moved(
     before: dict[UUID, JobStatus], jobs: Sequence[Job]
-) -> list[tuple[str, str, str, int]]:
-    """How a batch moved the counters (job_counts): (labels, tenant, state, by how much) of
-    each counter that moved, from the jobs' states `before` the batch (a job missing there was
-    submitted in it) to their states after it."""
-    moved: Counter[tuple[str, str, str]] = Counter()
+) -> list[tuple[str, str, str, int, Decimal, int]]:
+    """How a batch moved the counters (job_counts): (labels, tenant, state, and by how much:
+    jobs, CPUs, memory) of each counter that moved, from the jobs' states `before` the batch (a
+    job missing there was submitted in it) to their states after it."""
+    moved: dict[tuple[str, str, str], tuple[int, Decimal, int]] = {}
+
+    def move(counter: tuple[str, str, str], sign: int, cpus: Decimal, memory_mb: int) -> None:
+        n, c, m = moved.get(counter, (0, Decimal(0), 0))
+        moved[counter] = (n + sign, c + sign * cpus, m + sign * memory_mb)
+
     for job in jobs:
         was = before.get(job.job_id)
         if was is job.state:
             continue
+        cpus, memory_mb = room_of(job)
         for labels in counted_by(job):
-            moved[labels, job.tenant, job.state.value] += 1
+            move((labels, job.tenant, job.state.value), 1, cpus, memory_mb)
             if was is not None:
-                moved[labels, job.tenant, was.value] -= 1
-    return [(*counter, by) for counter, by in moved.items() if by]
+                move((labels, job.tenant, was.value), -1, cpus, memory_mb)
+    return [(*counter, *by) for counter, by in moved.items() if any(by)]
+
+
+def room_of(job: Job) -> tuple[Decimal, int]:
+    """The CPUs and memory (MiB) a job's learners ask for, as its counters hold them: none for
+    an inference job, whose deployment's replicas hold its room. The CPUs exactly, as decimals
+    (a float's shortest spelling, as its JSON document has it), so that counters summed in any
+    order agree to the last digit."""
+    manifest = job.manifest
+    if manifest.inference is not None:
+        return Decimal(0), 0
+    return manifest.learners * Decimal(repr(manifest.cpus)), manifest.learners * manifest.memory_mb
 
 
 def counted_by(job: Job) -> list[str]:

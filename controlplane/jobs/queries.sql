@@ -26,23 +26,26 @@ SELECT * FROM unnest($1::uuid[], $2::int[], $3::bigint[], $4::text[], $5::text[]
 
 -- name: move_job_counts
 -- A batch's changes to the counters (job_counts), as arrays: each counter once, with how much
--- it moved. A counter that comes to zero is deleted, not kept at zero: a rebuild folds a job's
--- events in larger batches, never counting it in the states it passed through meanwhile, and
--- must make the very same rows. The new values are computed from the rows read here: batches
--- of the projection are applied one at a time (`lock_projection`), as for job_status.
+-- it moved (jobs, CPUs, memory). A counter that comes to zero jobs is deleted, not kept at
+-- zero: a rebuild folds a job's events in larger batches, never counting it in the states it
+-- passed through meanwhile, and must make the very same rows. The new values are computed from
+-- the rows read here: batches of the projection are applied one at a time (`lock_projection`),
+-- as for job_status.
 WITH moved AS (
-    SELECT labels, tenant, state, coalesce(c.n, 0) + d.delta AS n
-    FROM unnest($1::jsonb[], $2::text[], $3::text[], $4::bigint[])
-         AS d (labels, tenant, state, delta)
+    SELECT labels, tenant, state, coalesce(c.n, 0) + d.delta AS n,
+           coalesce(c.cpus, 0) + d.cpus AS cpus, coalesce(c.memory_mb, 0) + d.memory_mb AS memory_mb
+    FROM unnest($1::jsonb[], $2::text[], $3::text[], $4::bigint[], $5::numeric[], $6::bigint[])
+         AS d (labels, tenant, state, delta, cpus, memory_mb)
     LEFT JOIN job_counts c USING (labels, tenant, state)
 ), emptied AS (
     DELETE FROM job_counts c USING moved
     WHERE (c.labels, c.tenant, c.state) = (moved.labels, moved.tenant, moved.state)
       AND moved.n = 0
 )
-INSERT INTO job_counts (labels, tenant, state, n)
-SELECT labels, tenant, state, n FROM moved WHERE n <> 0
-ON CONFLICT (labels, tenant, state) DO UPDATE SET n = excluded.n;
+INSERT INTO job_counts (labels, tenant, state, n, cpus, memory_mb)
+SELECT labels, tenant, state, n, cpus, memory_mb FROM moved WHERE n <> 0
+ON CONFLICT (labels, tenant, state) DO UPDATE
+    SET n = excluded.n, cpus = excluded.cpus, memory_mb = excluded.memory_mb;
 
 -- name: list_jobs
 -- Planned per call (`plan_per_call`): one tenant's jobs come from its own index, everyone's

@@ -1,7 +1,8 @@
-"""The jobs' counters (job_counts), which answer the jobs list's `total`: after any mix of
-submissions and state changes, applied in batches of any size, every filter's count equals
-counting job_status itself; a rebuild makes the very same rows; and the migration that adds
-them counts the jobs an existing deployment has."""
+"""The jobs' counters (job_counts), which answer the jobs list's `total` and admission's CPUs
+and memory held: after any mix of submissions and state changes, applied in batches of any
+size, every filter's count equals counting job_status itself, and every counter's CPUs and
+memory summing its jobs' own; a rebuild makes the very same rows; and the migrations that add
+them count the jobs an existing deployment has."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from decimal import Decimal
 from itertools import combinations
 from uuid import UUID
 
@@ -67,17 +69,25 @@ DETOURS: dict[str, Callable[[datetime], Command]] = {
     "restart": lambda at: Restart("node lost", at),
     "roll back": lambda at: RollBack("learner did not start", at),
 }
-COUNTERS = "SELECT labels::text, tenant, state, n FROM job_counts ORDER BY 1, 2, 3"
+COUNTERS = "SELECT labels::text, tenant, state, n, cpus, memory_mb FROM job_counts ORDER BY 1, 2, 3"
 RECOUNT = """
-SELECT labels::text, tenant, state, n FROM (
-    SELECT '{}'::jsonb AS labels, tenant, state, count(*) AS n FROM job_status
-    GROUP BY tenant, state
+WITH room AS (
+    SELECT labels AS job_labels, tenant, state,
+           learners * (doc -> 'manifest' ->> 'cpus')::numeric AS cpus,
+           learners * (doc -> 'manifest' ->> 'memory_mb')::bigint AS memory_mb
+    FROM job_status
+)
+SELECT labels::text, tenant, state, n, cpus, memory_mb FROM (
+    SELECT '{}'::jsonb AS labels, tenant, state, count(*) AS n, sum(cpus) AS cpus,
+           sum(memory_mb) AS memory_mb
+    FROM room GROUP BY tenant, state
     UNION ALL
-    SELECT jsonb_build_object(pair.key, pair.value), tenant, state, count(*)
-    FROM job_status, jsonb_each(labels) AS pair GROUP BY 1, 2, 3
+    SELECT jsonb_build_object(pair.key, pair.value), tenant, state, count(*), sum(cpus),
+           sum(memory_mb)
+    FROM room, jsonb_each(job_labels) AS pair GROUP BY 1, 2, 3
 ) counted ORDER BY 1, 2, 3
 """
-"""The counters, counted from job_status (as the migration fills them)."""
+"""The counters, counted from job_status (as the migrations fill them)."""
 COUNT = """
 SELECT count(*) FROM job_status
 WHERE ($1::text IS NULL OR tenant = $1) AND ($2::text[] IS NULL OR state = ANY($2))
@@ -89,6 +99,10 @@ WHERE ($1::text IS NULL OR tenant = $1) AND ($2::text[] IS NULL OR state = ANY($
 class Submit:
     tenant: str
     labels: dict[str, str]
+    learners: int = 1
+    cpus: float = 1.0
+    """Per learner: among them floats a binary fraction does not hold (0.1, a third)."""
+    memory_mb: int = 2048
 
 
 @dataclass(frozen=True)
@@ -110,7 +124,14 @@ class Project:
 Step = Submit | Act | Project
 STEPS = st.lists(
     st.one_of(
-        st.builds(Submit, st.sampled_from(TENANTS), LABELS),
+        st.builds(
+            Submit,
+            st.sampled_from(TENANTS),
+            LABELS,
+            st.integers(min_value=1, max_value=3),
+            st.sampled_from([0.1, 1 / 3, 0.5, 2.0]),
+            st.sampled_from([100, 2048]),
+        ),
         st.builds(
             Act,
             st.integers(min_value=0, max_value=50),
@@ -123,9 +144,18 @@ STEPS = st.lists(
 )
 
 
-def manifest(labels: dict[str, str]) -> JobManifest:
+def manifest(submit: Submit) -> JobManifest:
     return JobManifest.model_validate(
-        {"name": "j", "image": "img", "command": ["train"], "max_restarts": 2, "labels": labels}
+        {
+            "name": "j",
+            "image": "img",
+            "command": ["train"],
+            "max_restarts": 2,
+            "labels": submit.labels,
+            "learners": submit.learners,
+            "cpus": submit.cpus,
+            "memory_mb": submit.memory_mb,
+        }
     )
 
 
@@ -135,8 +165,8 @@ async def run(steps: Sequence[Step], pool: asyncpg.Pool, store: EventStore, url:
     states: dict[UUID, JobStatus] = {}
     for step in steps:
         match step:
-            case Submit(tenant, labels):
-                submitted, _ = await jobs.submit(tenant, manifest(labels), META)
+            case Submit(tenant):
+                submitted, _ = await jobs.submit(tenant, manifest(step), META)
                 states[submitted.job_id] = submitted.state
             case Act(job, name) if states:
                 job_id = list(states)[job % len(states)]
@@ -221,8 +251,8 @@ async def test_the_migration_counts_the_jobs_already_there(
     pool: asyncpg.Pool, store: EventStore, db_url: str, owner: asyncpg.Connection
 ) -> None:
     steps: list[Step] = [
-        Submit("acme", {"team": "a"}),
-        Submit("acme", {"team": "a", "size": "b"}),
+        Submit("acme", {"team": "a"}, learners=2, cpus=0.1, memory_mb=100),
+        Submit("acme", {"team": "a", "size": "b"}, cpus=1 / 3),
         Submit("globex", {}),
         Act(0, "next"),
         Act(1, "cancel"),
@@ -231,19 +261,21 @@ async def test_the_migration_counts_the_jobs_already_there(
     ]
     await run(steps, pool, store, db_url)
     counted = [tuple(r) for r in await pool.fetch(COUNTERS)]
+    third = Decimal("0.3333333333333333")
     assert counted == [
-        ('{"size": "b"}', "acme", "CANCELLED", 1),
-        ('{"team": "a"}', "acme", "CANCELLED", 1),
-        ('{"team": "a"}', "acme", "QUEUED", 1),  # restarted
-        ("{}", "acme", "CANCELLED", 1),
-        ("{}", "acme", "QUEUED", 1),
-        ("{}", "globex", "COMPLETED", 1),
+        ('{"size": "b"}', "acme", "CANCELLED", 1, third, 2048),
+        ('{"team": "a"}', "acme", "CANCELLED", 1, third, 2048),
+        ('{"team": "a"}', "acme", "QUEUED", 1, Decimal("0.2"), 200),  # restarted
+        ("{}", "acme", "CANCELLED", 1, third, 2048),
+        ("{}", "acme", "QUEUED", 1, Decimal("0.2"), 200),
+        ("{}", "globex", "COMPLETED", 1, Decimal(1), 2048),
     ]
 
-    # As a deployment that had job_status, and no counters, before the migration.
-    (migration,) = [m for m in available() if m.name == "job_counts_table"]
+    # As a deployment that had job_status, and no counters, before the migrations.
     await owner.execute("DROP TABLE job_counts")
-    await owner.execute(migration.sql)
+    for name in ("job_counts_table", "job_counts_hold_room"):
+        (migration,) = [m for m in available() if m.name == name]
+        await owner.execute(migration.sql)
     assert [tuple(r) for r in await pool.fetch(COUNTERS)] == counted
 
 
@@ -255,7 +287,7 @@ async def test_a_count_reads_the_counters_unless_two_label_pairs_are_asked_for(
 ) -> None:
     # Counters that disagree with job_status (which is empty) show where the count came from.
     await owner.execute(
-        "INSERT INTO job_counts VALUES ('{}', 'acme', 'QUEUED', 3), "
-        """('{"team": "a"}', 'acme', 'QUEUED', 2)"""
+        "INSERT INTO job_counts VALUES ('{}', 'acme', 'QUEUED', 3, 3, 6144), "
+        """('{"team": "a"}', 'acme', 'QUEUED', 2, 2, 4096)"""
     )
     assert (await list_jobs(pool, tenant="acme", labels=labels, limit=1))[1] == total
