@@ -46,6 +46,7 @@ from controlplane.jobs.views import list_jobs
 from controlplane.migrate import available
 from controlplane.projections.runner import ProjectionRunner
 from tests.conftest import fresh_database
+from tests.sim.past import INFERENCE
 
 TENANTS = ("acme", "globex", "initech")
 LABELS = st.dictionaries(
@@ -73,8 +74,10 @@ COUNTERS = "SELECT labels::text, tenant, state, n, cpus, memory_mb FROM job_coun
 RECOUNT = """
 WITH room AS (
     SELECT labels AS job_labels, tenant, state,
-           learners * (doc -> 'manifest' ->> 'cpus')::numeric AS cpus,
-           learners * (doc -> 'manifest' ->> 'memory_mb')::bigint AS memory_mb
+           CASE WHEN inference THEN 0
+                ELSE learners * (doc -> 'manifest' ->> 'cpus')::numeric END AS cpus,
+           CASE WHEN inference THEN 0
+                ELSE learners * (doc -> 'manifest' ->> 'memory_mb')::bigint END AS memory_mb
     FROM job_status
 )
 SELECT labels::text, tenant, state, n, cpus, memory_mb FROM (
@@ -103,6 +106,8 @@ class Submit:
     cpus: float = 1.0
     """Per learner: among them floats a binary fraction does not hold (0.1, a third)."""
     memory_mb: int = 2048
+    inference: bool = False
+    """An inference job, whose counters hold no CPUs or memory: its replicas hold its room."""
 
 
 @dataclass(frozen=True)
@@ -131,6 +136,7 @@ STEPS = st.lists(
             st.integers(min_value=1, max_value=3),
             st.sampled_from([0.1, 1 / 3, 0.5, 2.0]),
             st.sampled_from([100, 2048]),
+            st.sampled_from([False, False, True]),
         ),
         st.builds(
             Act,
@@ -155,6 +161,7 @@ def manifest(submit: Submit) -> JobManifest:
             "learners": submit.learners,
             "cpus": submit.cpus,
             "memory_mb": submit.memory_mb,
+            "inference": INFERENCE if submit.inference else None,
         }
     )
 
