@@ -1,7 +1,7 @@
 -- The counters (job_counts) also hold the CPUs and memory their jobs' learners ask for, so that
 -- admission reads what a tenant's live jobs hold from a few counter rows (`tenant_usage`)
 -- instead of summing over its live jobs' documents on every submission: with 3,000 jobs queued
--- that sum took 26 ms of the database's CPU a submission, which at 200 submissions a second on
+-- that sum took 27 ms of the database's CPU a submission, which at 200 submissions a second on
 -- two cores is more than the machine has, and it grew with the queue.
 --
 -- An inference job asks for none (its deployment's replicas hold its room). `cpus` is numeric,

@@ -10,7 +10,7 @@
 -- prediction items not yet finished, the bytes its model versions hold; and the most memory any
 -- node ever registered has (NULL: no node yet), since a job needing more could never be placed.
 -- The jobs' part reads the tenant's counters (job_counts, a row per live state), never its
--- jobs: summed over their documents it cost 26 ms a submission with 3,000 queued. The others
+-- jobs: summed over their documents it cost 27 ms a submission with 3,000 queued. The others
 -- read an index of the tenant's live rows only (the queued and running tasks' partial indexes),
 -- never its history. No row: no tenant.
 SELECT coalesce(t.limits, '{}')::text AS limits,

@@ -1,9 +1,9 @@
 """The `jobs` projection: `job_status` (one row per job, its folded state), `job_history`
 (every event of every job with the state it left, its time, actor and reason) and `job_counts`
 (how many jobs each tenant has in each state, in all and by each label pair, and the CPUs and
-memory their learners ask for). It also deletes
-the secret environment (`job_secret_env`) of jobs that have ended; that table is not its own
-(a rebuild must not empty it: jobs still running need their secrets)."""
+memory their learners ask for). It also deletes the secret environment (`job_secret_env`) of
+jobs that have ended; that table is not its own (a rebuild must not empty it: jobs still
+running need their secrets)."""
 
 from __future__ import annotations
 
