@@ -205,7 +205,7 @@ job_counts = Table(
     Column("tenant", Text, primary_key=True),
     Column("state", Text, primary_key=True),
     Column("n", BigInteger, nullable=False),
-    Column("cpus", Numeric, nullable=False),
+    Column("cpus", Numeric(24, 6), nullable=False),
     Column("memory_mb", BigInteger, nullable=False),
     CheckConstraint("n > 0"),
 )

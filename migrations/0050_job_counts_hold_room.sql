@@ -4,12 +4,13 @@
 -- that sum took 27 ms of the database's CPU a submission, which at 200 submissions a second on
 -- two cores is more than the machine has, and it grew with the queue.
 --
--- An inference job asks for none (its deployment's replicas hold its room). `cpus` is numeric,
--- not a float: a counter moves by each job's learners x CPUs as it comes and goes, and numeric
--- sums are exact in any order, so that a rebuild (which folds in other batches) makes the very
--- same rows and a counter never keeps a rounding error once its jobs have left.
+-- An inference job asks for none (its deployment's replicas hold its room). `cpus` is a decimal
+-- of a fixed scale, not a float: a counter moves by each job's learners x CPUs (rounded to a
+-- millionth of a CPU) as it comes and goes, and such sums are exact in any order and always
+-- written alike, so that a rebuild (which folds in other batches) makes the very same rows, and
+-- a counter never keeps a rounding error once its jobs have left.
 ALTER TABLE job_counts
-    ADD COLUMN cpus numeric NOT NULL DEFAULT 0,
+    ADD COLUMN cpus numeric(24, 6) NOT NULL DEFAULT 0,
     ADD COLUMN memory_mb bigint NOT NULL DEFAULT 0;
 ALTER TABLE job_counts ALTER COLUMN cpus DROP DEFAULT, ALTER COLUMN memory_mb DROP DEFAULT;
 
@@ -19,7 +20,7 @@ SELECT pg_advisory_xact_lock(hashtextextended('trainyard.projection:jobs', 0));
 WITH room AS (
     SELECT labels AS job_labels, tenant, state,
            CASE WHEN inference THEN 0
-                ELSE learners * (doc -> 'manifest' ->> 'cpus')::numeric END AS cpus,
+                ELSE round(learners * (doc -> 'manifest' ->> 'cpus')::numeric, 6) END AS cpus,
            CASE WHEN inference THEN 0 ELSE learners * memory_mb_per_learner END AS memory_mb
     FROM job_status
 ), held AS (

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 from uuid import UUID
 
@@ -38,6 +38,8 @@ poll)."""
 REQUESTS_CHANNEL = "trainyard_requests"
 """NOTIFYed when a batch holds an event that node agents act on besides their claims (see
 `requested`): wakes them to carry it to their learners (a hint; they also poll)."""
+CPUS_SCALE = Decimal("0.000000")
+"""The counters' CPUs are in millionths (job_counts.cpus, numeric(24, 6)); zero at that scale."""
 
 
 class JobsProjection:
@@ -154,13 +156,15 @@ def counts_moved(
 
 def room_of(job: Job) -> tuple[Decimal, int]:
     """The CPUs and memory (MiB) a job's learners ask for, as its counters hold them: none for
-    an inference job, whose deployment's replicas hold its room. The CPUs exactly, as decimals
-    (a float's shortest spelling, as its JSON document has it), so that counters summed in any
-    order agree to the last digit."""
+    an inference job, whose deployment's replicas hold its room. The CPUs as a decimal of the
+    counters' scale (from the float's shortest spelling, as its JSON document has it, rounded
+    as Postgres rounds: migration 0050), so that counters summed in any order agree to the last
+    digit, and are written alike."""
     manifest = job.manifest
     if manifest.inference is not None:
-        return Decimal(0), 0
-    return manifest.learners * Decimal(repr(manifest.cpus)), manifest.learners * manifest.memory_mb
+        return CPUS_SCALE, 0
+    cpus = (manifest.learners * Decimal(repr(manifest.cpus))).quantize(CPUS_SCALE, ROUND_HALF_UP)
+    return cpus, manifest.learners * manifest.memory_mb
 
 
 def counted_by(job: Job) -> list[str]:
