@@ -11,9 +11,11 @@ generated 3xSIZExSIZE images (SIZE 224 by default), endless, with 2 replicas (on
 - `second_job_start_s`: the ResNet18 job runs; the AlexNet job is submitted (weight 1 each);
   from its submission (the job's `submitted_at`) to its first query starting on a replica
   (the query's `started_at`): its replicas start, load the model, and take their turn at once.
-  IDunno: 2.48 s. With `warm` (default 1) each agent keeps that many warm sandboxes ready with
-  torch imported (`trainyard agent --warm N --warm-import torch`, `node_agent.warm`), in which
-  a replica starts; `warm` 0: every replica starts cold.
+  IDunno: 2.48 s. `second_job_stages_s`: where it went, by the replica that ran that query
+  (to its PROCESSING, to its model loaded, to the query's start). With `warm` (default 1)
+  each agent keeps that many warm sandboxes ready with torch imported (`trainyard agent
+  --warm N --warm-import torch`, `node_agent.warm`), in which a replica starts; `warm` 0:
+  every replica starts cold.
 - `fair_ratio_error`: |rate1 / rate2 - 1| over the WINDOW_S seconds from the second job's first
   query on, each job's rate counted from its results recorded in the window, as (n - 1) over
   the time from its first to its last there (so that where the window cuts a query off does
@@ -248,6 +250,8 @@ async def _measure(cluster: _Cluster, window_s: float, size: int, say: Say) -> d
     return {
         "second_job_start_s": _seconds(second_start["start_s"]),
         "weighted_job_start_s": _seconds(weighted_start["start_s"]),
+        "second_job_stages_s": second_start["stages_s"],
+        "weighted_job_stages_s": weighted_start["stages_s"],
         "fair_ratio_error": fair["ratio_error"],
         # |(rate2 / 2) / rate1 - 1|: `ratio` is rate1 / rate2 (1/2 when fair).
         "weighted_ratio_error": abs(1 / (2.0 * heavy["ratio"]) - 1),
@@ -335,7 +339,40 @@ async def _second_job(
 
     row = await until(started)
     start_s = (row["first"] - row["submitted_at"]).total_seconds()
-    return job, {"submitted_at": row["submitted_at"], "first": row["first"], "start_s": start_s}
+    stages = await _start_stages(cluster.pool, job, row["submitted_at"])
+    return job, {
+        "submitted_at": row["submitted_at"],
+        "first": row["first"],
+        "start_s": start_s,
+        "stages_s": stages,
+    }
+
+
+async def _start_stages(pool: asyncpg.Pool, job: UUID, submitted_at: datetime) -> dict[str, Any]:
+    """Where a job's start went, by the replica that ran its first query: from the job's
+    submission to that replica's PROCESSING (its process started in its sandbox), to its model
+    loaded (the agent's note in its log, once the load has answered), to the query's start."""
+
+    async def found() -> asyncpg.Record | None:
+        row: asyncpg.Record | None = await pool.fetchrow(
+            "SELECT q.started_at AS first,"
+            " (SELECT min(e.recorded_at) FROM events e WHERE e.stream_id = 'job-' || q.replica"
+            "  AND e.type = 'JobProcessing') AS processing,"
+            " (SELECT min(l.at) FROM job_logs l WHERE l.job_id = q.replica"
+            "  AND l.stream = 'system' AND l.line LIKE '[trainyard] model loaded in %') AS loaded"
+            " FROM inference_queries q WHERE q.job_id = $1 ORDER BY q.started_at LIMIT 1",
+            job,
+        )
+        # The agent's note reaches the log table in its next flush.
+        return row if row is not None and row["loaded"] is not None else None
+
+    row = await until(found)
+    marks = (submitted_at, row["processing"], row["loaded"], row["first"])
+    names = ("to_replica_processing", "to_model_loaded", "to_first_query")
+    return {
+        name: _seconds((later - earlier).total_seconds())
+        for name, earlier, later in zip(names, marks, marks[1:], strict=False)
+    }
 
 
 async def _window(

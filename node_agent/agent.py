@@ -734,6 +734,7 @@ class Agent:
                 servable,
                 Path(spec.env[SERVE_DIR]),
                 lambda text: self._logs.add(spec, "system", text),
+                attempt.share_cpu,
             )
         except Exception:
             log.exception("job %s: feeding its replica failed", job.job_id)

@@ -42,6 +42,7 @@ from controlplane.jobs.lifecycle import (
     SaveCheckpoint,
 )
 from node_agent.runtime import (
+    CpuShare,
     ExitStatus,
     Learner,
     LearnerRuntime,
@@ -278,6 +279,12 @@ class Attempt:
         for state in self._learners:
             if state.status is None:
                 state.learner.signal(signal.SIGUSR1)
+
+    async def share_cpu(self, share: CpuShare) -> None:
+        """Give this node's learners of the attempt `share` of its CPUs (a serving replica's,
+        as it loads its model and once it has)."""
+        for state in self._learners:
+            await state.learner.share_cpu(share)
 
     async def remove_learners(self) -> None:
         """Remove what the ended learners leave behind; call once their lines are stored."""

@@ -35,8 +35,12 @@ class CgroupError(Exception):
 @dataclass(frozen=True, slots=True)
 class Limits:
     cpus: float
+    """CPUs' worth of time a period at most (a quota)."""
     memory_mb: int
     pids: int
+    weight: float = 1.0
+    """Its share of busy CPUs against its sibling groups', a learner's being 1 (v1's
+    cpu.shares of 1024, v2's cpu.weight of 100): a share, where `cpus` is a ceiling."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +93,15 @@ class Cgroup:
         for pid in self.pids():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+    def share_cpu(self, cpus: float | None, weight: float) -> None:
+        """Set its CPU quota (`cpus`; None: none) and weight (`Limits.weight`) alone;
+        CgroupError saying why they could not be."""
+        try:
+            for file, value in _cpu_settings(self, cpus, weight):
+                file.write_text(value)
+        except OSError as exc:
+            raise CgroupError(f"cannot set the cgroup {self.memory.name}'s CPU: {exc}") from exc
 
     def remove(self) -> bool:
         """Remove its folders; False while a process is still in it (EBUSY)."""
@@ -181,19 +194,16 @@ class Hierarchies:
             self._base(controller).mkdir(exist_ok=True)
 
     def _settings(self, group: Cgroup, limits: Limits) -> Iterator[tuple[Path, str]]:
-        quota = max(MIN_CPU_QUOTA_US, round(limits.cpus * CPU_PERIOD_US))
+        yield from _cpu_settings(group, limits.cpus, limits.weight)
         memory = str(limits.memory_mb << 20)
-        cpu, memory_folder, pids = (group.folders[c] for c in CONTROLLERS)
+        memory_folder, pids = group.folders["memory"], group.folders["pids"]
         if self.version == 2:
-            yield cpu / "cpu.max", f"{quota} {CPU_PERIOD_US}"
             yield memory_folder / "memory.max", memory
             if (memory_folder / "memory.swap.max").exists():
                 # No swap beyond the limit, as Docker gives a container.
                 yield memory_folder / "memory.swap.max", "0"
             yield pids / "pids.max", str(limits.pids)
             return
-        yield cpu / "cpu.cfs_period_us", str(CPU_PERIOD_US)
-        yield cpu / "cpu.cfs_quota_us", str(quota)
         yield memory_folder / "memory.limit_in_bytes", memory
         # Memory and swap together: the same, so no swap beyond the limit (the file is there
         # only where the kernel accounts swap). After the memory limit, which it may not be
@@ -201,6 +211,22 @@ class Hierarchies:
         if (memory_folder / "memory.memsw.limit_in_bytes").exists():
             yield memory_folder / "memory.memsw.limit_in_bytes", memory
         yield pids / "pids.max", str(limits.pids)
+
+
+def _cpu_settings(group: Cgroup, cpus: float | None, weight: float) -> list[tuple[Path, str]]:
+    cpu = group.folders["cpu"]
+    quota = None if cpus is None else max(MIN_CPU_QUOTA_US, round(cpus * CPU_PERIOD_US))
+    if group.version == 2:
+        return [
+            (cpu / "cpu.max", f"{'max' if quota is None else quota} {CPU_PERIOD_US}"),
+            # v2's weights run from 1 to 10,000; v1's shares from 2 to 262,144.
+            (cpu / "cpu.weight", str(max(1, round(100 * weight)))),
+        ]
+    return [
+        (cpu / "cpu.cfs_period_us", str(CPU_PERIOD_US)),
+        (cpu / "cpu.cfs_quota_us", str(-1 if quota is None else quota)),
+        (cpu / "cpu.shares", str(max(2, round(1024 * weight)))),
+    ]
 
 
 def find_hierarchies(mountinfo: Path = MOUNTINFO) -> Hierarchies | str:

@@ -38,6 +38,7 @@ from node_agent.folders import prepare
 from node_agent.images import admit, resolved_id
 from node_agent.networks import FirewallError, JobNetworks, joins_network, network_name
 from node_agent.runtime import (
+    CpuShare,
     ExitStatus,
     FoundLearner,
     Learner,
@@ -151,6 +152,11 @@ class DockerLearner:
         result = await self._container.wait()
         state = (await self._container.show())["State"]
         return exit_status(int(result["StatusCode"]), oom_killed=bool(state["OOMKilled"]))
+
+    async def share_cpu(self, share: CpuShare) -> None:
+        """Nothing: the engine keeps a container's CPU settings from its creation (the client
+        has no call to change them), and a replica in one orders its own threads by niceness
+        within its container's quota (`runners.serve._yield_cpu`)."""
 
     def signal(self, sig: Signals) -> None:
         # To the container's PID 1, the launcher, which passes it on to the command.

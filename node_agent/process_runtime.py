@@ -53,7 +53,9 @@ from node_agent.runtime import (
     EPOCH,
     JOB_ID,
     LEARNER,
+    LOADED_WEIGHT,
     NODE,
+    CpuShare,
     ExitStatus,
     FoundLearner,
     Learner,
@@ -196,7 +198,7 @@ class LearnerFiles:
 class ProcessLearner:
     """A learner process, started by this agent or adopted from an earlier one. `pid`: the
     learner's (its command's); `cgroup`: its sandbox's cgroup, None under an agent that is not
-    root."""
+    root; `cpus`: the CPUs its group's quota gives it (None where it has no group)."""
 
     def __init__(
         self,
@@ -208,6 +210,7 @@ class ProcessLearner:
         *,
         leftovers: Callable[[], Awaitable[None]] | None = None,
         init: int | None = None,
+        cpus: float | None = None,
     ) -> None:
         self._pid = pid
         self._files = files
@@ -219,6 +222,7 @@ class ProcessLearner:
         """What else its removal takes: the warm sandbox it started in."""
         self._init = init
         """A pidfd of its sandbox's init (`_init_of`), where this agent started it."""
+        self._cpus = cpus
 
     async def lines(self) -> AsyncIterator[LearnerLine]:
         with contextlib.ExitStack() as stack:
@@ -273,6 +277,20 @@ class ProcessLearner:
             await self._netns.release()
         if self._leftovers is not None:
             await self._leftovers()
+
+    async def share_cpu(self, share: CpuShare) -> None:
+        """Its group's quota and weight; nothing under an agent that is not root, whose
+        replicas order their own threads by niceness (`runners.serve._yield_cpu`)."""
+        if self._cgroup is None or self._status.done():
+            return
+        try:
+            if share is CpuShare.LOADING:
+                self._cgroup.share_cpu(None, 1.0)
+            else:
+                self._cgroup.share_cpu(self._cpus, LOADED_WEIGHT)
+        except CgroupError as exc:
+            # Only the order in which busy CPUs are shared suffers, never the replica.
+            log.warning("learner in %s: %s", self._files.workdir, exc)
 
     def signal(self, sig: signal.Signals) -> None:
         if self._pid is None or self._status.done():
@@ -571,7 +589,9 @@ class ProcessRuntime:
         init = int(json.loads(report)["child-pid"])
         pid = child_of(init)
         ended = _exit_of_sandbox(process, cgroup, init, pid)
-        return ProcessLearner(pid, files, ended, cgroup, netns, init=_init_of(process, init))
+        return ProcessLearner(
+            pid, files, ended, cgroup, netns, init=_init_of(process, init), cpus=spec.cpus
+        )
 
     async def _start_warm(self, spec: LearnerSpec, name: str) -> Learner:
         """`spec` started in the warm sandbox `name`, which its claim took (`node_agent.warm`)."""
@@ -609,7 +629,9 @@ class ProcessRuntime:
         ended = _exit_of_sandbox(warm.process, cgroup, warm.init, warm.pid)
         leftovers = functools.partial(sandboxes.release, warm.name)
         init = _init_of(warm.process, warm.init)
-        return ProcessLearner(warm.pid, files, ended, cgroup, leftovers=leftovers, init=init)
+        return ProcessLearner(
+            warm.pid, files, ended, cgroup, leftovers=leftovers, init=init, cpus=spec.cpus
+        )
 
     @staticmethod
     async def _spawn(
@@ -658,7 +680,9 @@ class ProcessRuntime:
         if self._namespaces is not None and not spec.network:
             netns = self._namespaces.adopt(spec.job_id, spec.link)
         ended = _exit_of_adopted(pid, files, cgroup)
-        return ProcessLearner(pid, files, ended, cgroup, netns, leftovers=self._leftovers(spec))
+        return ProcessLearner(
+            pid, files, ended, cgroup, netns, leftovers=self._leftovers(spec), cpus=spec.cpus
+        )
 
     async def kill(self, found: FoundLearner) -> None:
         cgroup = self._cgroup(found.job_id, found.attempt, found.learner, found.epoch)

@@ -7,6 +7,7 @@ import signal
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import datetime
+from enum import Enum
 from pathlib import Path
 from typing import Literal, NamedTuple, Protocol
 from uuid import UUID
@@ -241,6 +242,25 @@ class LearnerStartError(Exception):
     """The learner could not be started at all (missing image or command, bad limits)."""
 
 
+class CpuShare(Enum):
+    """A serving replica's claim on its node's CPUs as it loads its model, then serves. A
+    node's busy CPUs go first to the replicas still loading (a new job starts sooner, a
+    replica that died is replaced sooner), then to every learner's compute, then to the
+    loaded replicas' model compute (as `runners.serve._yield_cpu` orders threads by their
+    niceness, where no cgroup holds them)."""
+
+    LOADING = "loading"
+    """No CPU quota, a learner's weight: the node's idle CPUs and a learner's share of the
+    busy ones (bounded in time by the agent: `serving.LOAD_BOOST_S`)."""
+    SERVING = "serving"
+    """Its own CPUs at most, at LOADED_WEIGHT."""
+
+
+LOADED_WEIGHT = 110 / 1024
+"""A loaded replica's weight against a learner's: the kernel's for a thread of niceness 10
+(`runners.serve.LOADED_NICE`) against one of 0."""
+
+
 class Learner(Protocol):
     """A started learner."""
 
@@ -257,6 +277,10 @@ class Learner(Protocol):
     async def remove(self) -> None:
         """Remove what the ended learner leaves behind (its container), once its lines are
         stored: until then they are the only copy."""
+        ...
+
+    async def share_cpu(self, share: CpuShare) -> None:
+        """Give it `share` of the node's CPUs (a serving replica: `CpuShare`)."""
         ...
 
 

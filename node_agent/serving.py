@@ -40,6 +40,7 @@ from node_agent.inference import QueryFeed, stored
 from node_agent.packages import PackagesError, Site
 from node_agent.replica_calls import call_in_parts, ms_since, recorded_calls
 from node_agent.replica_client import ReplicaClient, ReplicaError, ReplicaGone, ReplicaRefused
+from node_agent.runtime import CpuShare
 from node_agent.serving_channel import DirectFeed, ServingChannel
 
 log = logging.getLogger(__name__)
@@ -47,7 +48,13 @@ log = logging.getLogger(__name__)
 CONNECT_TIMEOUT_S = 120.0
 """How long a replica may take from its start to listening on its socket."""
 RETRY_S = 0.5
+LOAD_BOOST_S = 10.0
+"""How long a replica loading its model may take more of the node's CPUs than its own
+(`CpuShare.LOADING`): the model's code is the tenant's, and a load that never ends must not
+keep them."""
 T = TypeVar("T")
+ShareCpu = Callable[[CpuShare], Awaitable[None]]
+"""Gives the replica's learner a share of the node's CPUs (`Attempt.share_cpu`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,10 +116,12 @@ class Serving:
         servable: ServableSpec,
         serve_dir: Path,
         note: Callable[[str], None],
+        share_cpu: ShareCpu,
     ) -> None:
         """Feed the replica of `job_id` (listening in `serve_dir`) until cancelled (its attempt
-        ended) or it is gone; `note` adds a line to the job's log."""
-        replica = _Replica(self, tenant, job_id, servable, note)
+        ended) or it is gone; `note` adds a line to the job's log; `share_cpu` sets its share
+        of the node's CPUs as it loads its model, and once it has."""
+        replica = _Replica(self, tenant, job_id, servable, note, share_cpu)
         await replica.run(_work_dir(serve_dir, job_id), serve_dir)
 
     async def claim(
@@ -210,6 +219,24 @@ class Serving:
         )
 
 
+@contextlib.asynccontextmanager
+async def loading(share_cpu: ShareCpu, boost_s: float) -> AsyncIterator[None]:
+    """A replica's CPU share while it loads its model: LOADING for `boost_s` at most, SERVING
+    after that, and once the load has ended, however it ended."""
+    await share_cpu(CpuShare.LOADING)
+    bounded = asyncio.create_task(_serving_after(share_cpu, boost_s))
+    try:
+        yield
+    finally:
+        bounded.cancel()
+        await asyncio.shield(share_cpu(CpuShare.SERVING))
+
+
+async def _serving_after(share_cpu: ShareCpu, delay_s: float) -> None:
+    await asyncio.sleep(delay_s)
+    await share_cpu(CpuShare.SERVING)
+
+
 class _Replica:
     def __init__(
         self,
@@ -218,12 +245,14 @@ class _Replica:
         job_id: UUID,
         servable: ServableSpec,
         note: Callable[[str], None],
+        share_cpu: ShareCpu,
     ) -> None:
         self._serving = serving
         self._tenant = tenant
         self._job_id = job_id
         self._spec = servable
         self._note = note
+        self._share_cpu = share_cpu
         self._load_error: str | None = None
         """Why the model could not be loaded: every task this replica takes fails with it."""
 
@@ -272,6 +301,9 @@ class _Replica:
             await self._run_batch(client, batch)
 
     async def _load(self, client: ReplicaClient) -> None:
+        # Within its own CPUs but for the load this agent sends: an earlier agent that died
+        # during one left the replica without a quota (and its hello waits for that load).
+        await self._share_cpu(CpuShare.SERVING)
         if await client.hello():
             return  # loaded before this agent (re)started
         artifact = self._serving.artifact(self._spec.artifact_sha256)
@@ -283,9 +315,10 @@ class _Replica:
         else:
             try:
                 site = await self._packages()
-                load_ms = await client.load(
-                    artifact, self._spec.artifact_sha256, self._spec.entry_point, site
-                )
+                async with loading(self._share_cpu, LOAD_BOOST_S):
+                    load_ms = await client.load(
+                        artifact, self._spec.artifact_sha256, self._spec.entry_point, site
+                    )
                 self._note(f"[trainyard] model loaded in {load_ms:.0f} ms")
                 return
             except PackagesError as exc:

@@ -49,7 +49,7 @@ from uuid import UUID, uuid4
 from node_agent import mounts
 from node_agent.cgroups import Cgroup, CgroupError, Limits
 from node_agent.containers import PIDS_LIMIT
-from node_agent.runtime import LearnerSpec, LearnerStartError
+from node_agent.runtime import LOADED_WEIGHT, LearnerSpec, LearnerStartError
 from node_agent.sandbox import READY_WORD, Sandbox, cgroup_name, child_of, clear, read_all
 from runners.config import WARM_IMPORTS
 from runners.warm import READ_AT_START_PREFIXES, WARM
@@ -69,7 +69,12 @@ RECORD = "learner.json"
 """In a warm sandbox's folder, once it has a learner: which, for a restarted agent."""
 OUTPUT = ("stdout.log", "stderr.log")
 """The output files, as `process_runtime.OUTPUT_FILES` names them in a learner's folder."""
-MAKING = Limits(cpus=1.0, memory_mb=4096, pids=PIDS_LIMIT)
+WARM_WEIGHT = LOADED_WEIGHT
+"""A warm sandbox's weight against a learner's until its job's replaces it, a loaded
+replica's: making one ahead is a bet on a job to come, so it takes what the node's learners
+and loading replicas leave, and never slows the job that took the last one (a replica loading
+its model beside its refill, `bench inference`)."""
+MAKING = Limits(cpus=1.0, memory_mb=4096, pids=PIDS_LIMIT, weight=WARM_WEIGHT)
 """A warm sandbox's limits until its job's replace them: room to import torch."""
 READY_S = 120.0
 """How long a warm sandbox may take to import what it preloads (torch, on a busy node)."""

@@ -68,7 +68,7 @@ SOCKET_NAME = "serve.sock"
 MODEL_DIR = "model"
 ARTIFACT_NAME = "artifact"
 EXIT_USAGE = 2
-LOADED_NICE = 5
+LOADED_NICE = 10
 """The niceness of a replica once its model is loaded (`_yield_cpu`)."""
 
 _SHA256_HEX = re.compile(r"[0-9a-fA-F]{64}")
@@ -290,7 +290,9 @@ def _yield_cpu() -> None:
     at least), all its threads: a busy node's CPUs go first to the replicas still loading their
     model (a new job starts sooner, a replica that died is replaced sooner) and to the node's
     own services (its agent answering, Postgres, a control plane), then to model compute. Any
-    process may lower its own priority; none may raise it back, so it is done once."""
+    process may lower its own priority; none may raise it back, so it is done once. Threads
+    are weighed within their cgroup only: a root agent also lowers the replica's group's
+    weight (`node_agent.runtime.CpuShare`)."""
     # Linux keeps a niceness per thread, and a thread starts with its creator's: the model's
     # threads (a thread pool its library started while loading) are each set.
     for task in Path("/proc/self/task").iterdir():

@@ -35,6 +35,7 @@ from node_agent.attempt import Attempt
 from node_agent.learners import learner_dir
 from node_agent.process_runtime import ProcessRuntime, find_learners
 from node_agent.runtime import (
+    CpuShare,
     ExitStatus,
     Folder,
     FoundLearner,
@@ -78,6 +79,9 @@ class Watched:
 
     async def remove(self) -> None:
         await self._learner.remove()
+
+    async def share_cpu(self, share: CpuShare) -> None:
+        await self._learner.share_cpu(share)
 
 
 class GatedRuntime:

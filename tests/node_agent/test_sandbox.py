@@ -23,7 +23,7 @@ from node_agent.cgroups import Cgroup
 from node_agent.containers import PIDS_LIMIT
 from node_agent.learners import learner_dir
 from node_agent.process_runtime import EXIT_STATUS_FILE, ProcessRuntime
-from node_agent.runtime import ExitStatus, Folder, LearnerSpec
+from node_agent.runtime import LOADED_WEIGHT, CpuShare, ExitStatus, Folder, LearnerSpec
 from node_agent.runtimes import open_runtime
 from node_agent.sandbox import CLEAR_S, Sandbox, SandboxMissing, cgroup_name
 
@@ -107,6 +107,52 @@ async def test_a_learner_runs_in_a_cgroup_with_its_limits_which_goes_with_it(
         learner.signal(signal.SIGKILL)  # nothing outlives a failed test
         await learner.remove()
     assert not cgroup.exists()
+
+
+def cpu_of(cgroup: Cgroup) -> tuple[str, float]:
+    """Its CPU quota (microseconds a period; "max" for none) and its weight against a
+    learner's, to two places (v1's shares of 1024 and v2's weight of 100 are a learner's)."""
+    cpu = cgroup.folders["cpu"]
+    if cgroup.version == 2:
+        quota, _period = (cpu / "cpu.max").read_text().split()
+        return quota, round(int((cpu / "cpu.weight").read_text()) / 100, 2)
+    quota = (cpu / "cpu.cfs_quota_us").read_text().strip()
+    shares = int((cpu / "cpu.shares").read_text())
+    return ("max" if quota == "-1" else quota), round(shares / 1024, 2)
+
+
+LOADED = round(LOADED_WEIGHT, 2)
+
+
+async def test_a_replica_loading_its_model_has_no_cpu_quota_and_a_loaded_one_a_low_weight(
+    tmp_path: Path,
+) -> None:
+    runtime = ProcessRuntime(tmp_path)
+    spec = spec_of(tmp_path, WAIT_FOR_GO)
+    learner = await runtime.start(spec)
+    cgroup = cgroup_of(spec)
+    try:
+        assert (await anext(aiter(learner.lines()))).text == "up"
+        # Started as every learner: its own half CPU, a learner's weight.
+        assert cpu_of(cgroup) == ("50000", 1.0)
+        await learner.share_cpu(CpuShare.LOADING)
+        assert cpu_of(cgroup) == ("max", 1.0)
+        await learner.share_cpu(CpuShare.SERVING)
+        assert cpu_of(cgroup) == ("50000", LOADED)
+        # A restarted agent's hold on it does the same (its quota comes from its spec).
+        await learner.share_cpu(CpuShare.LOADING)
+        adopted = await runtime.adopt(spec, None)
+        assert adopted is not None
+        await adopted.share_cpu(CpuShare.SERVING)
+        assert cpu_of(cgroup) == ("50000", LOADED)
+        (spec.workdir / "go").touch()
+        assert await learner.wait() == ExitStatus(code=0)
+        # An ended learner's group is left as it was (it is about to go).
+        await learner.share_cpu(CpuShare.LOADING)
+        assert cpu_of(cgroup) == ("50000", LOADED)
+    finally:
+        learner.signal(signal.SIGKILL)
+        await learner.remove()
 
 
 async def test_a_learner_killed_for_its_memory_is_reported_as_oom_killed(tmp_path: Path) -> None:

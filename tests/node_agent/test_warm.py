@@ -23,6 +23,7 @@ from node_agent.runtime import ExitStatus, Folder, LearnerSpec, LearnerStartErro
 from node_agent.sandbox import Sandbox, cgroup_name
 from node_agent.warm import FOLDER, WarmSandbox, WarmSandboxes, WarmSettings
 from tests.cluster import learner_space
+from tests.node_agent.test_sandbox import LOADED, cpu_of
 from tests.polling import eventually
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="only an agent that is root sandboxes")
@@ -132,6 +133,8 @@ async def test_a_learner_started_warm_runs_as_its_job_in_a_sandbox_made_before_i
     assert status_uid(warm.pid) == LEARNER_UID
     assert warm.pid in Sandbox.open().cgroups.group(warm.name).pids()
     assert not any(name.startswith("TRAINYARD_JOB") for name in environ(warm.pid))
+    # Made at a loaded replica's CPU weight: what the node's learners leave.
+    assert cpu_of(Sandbox.open().cgroups.group(warm.name)) == ("100000", LOADED)
 
     spec = spec_of(work_dir)
     learner = await started_warm(runtime, warm, spec)
@@ -153,6 +156,7 @@ async def test_a_learner_started_warm_runs_as_its_job_in_a_sandbox_made_before_i
         assert warm.pid in cgroup.pids()
         memory = cgroup.memory / ("memory.max" if cgroup.version == 2 else "memory.limit_in_bytes")
         assert memory.read_text().strip() == str(600 << 20)
+        assert cpu_of(cgroup) == ("50000", 1.0)  # its job's half CPU, a learner's weight
         (spec.workdir / "go").touch()
         assert await learner.wait() == ExitStatus(code=0)  # type: ignore[attr-defined]
     finally:
