@@ -100,13 +100,15 @@ async def test_a_command_that_cannot_start_fails_with_the_error(
 
 
 SIGNALLED = (
-    "import signal, sys, time\n"
-    "signal.signal(signal.SIGUSR1, lambda *_: print('checkpoint requested', flush=True))\n"
-    "signal.signal(signal.SIGTERM, lambda *_: (print('terminating', flush=True), sys.exit(0)))\n"
+    "import os, signal, sys, time\n"
+    "signal.signal(signal.SIGUSR1, lambda *_: os.write(1, b'checkpoint requested\\n'))\n"
+    "signal.signal(signal.SIGTERM, lambda *_: (os.write(1, b'terminating\\n'), sys.exit(0)))\n"
     "print('ready', flush=True)\n"
     "while True: time.sleep(0.05)\n"
 )
-"""A learner's code that says what signals it gets (SIGUSR1: a checkpoint request; SIGTERM)."""
+"""A learner's code that says what signals it gets (SIGUSR1: a checkpoint request; SIGTERM).
+Each line in one write: a `print` writes its text and its newline apart, and a SIGTERM handled
+between the two put "terminating" on the checkpoint's line."""
 SLEEPER = [sys.executable, "-c", SIGNALLED]
 
 
