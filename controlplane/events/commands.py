@@ -35,7 +35,9 @@ T = TypeVar("T")
 class Streams(Protocol):
     """What the command path needs of a store: one stream read, one conditional append."""
 
-    async def read_stream(self, stream_id: str) -> list[RecordedEvent]: ...
+    async def read_stream(
+        self, stream_id: str, *, from_version: int = 1
+    ) -> list[RecordedEvent]: ...
 
     async def append(
         self, stream_id: str, expected_version: int, events: Sequence[Event], metadata: Metadata
@@ -108,10 +110,27 @@ class Aggregate(Generic[C, S, E]):
         """The events of one of its streams as this aggregate's type."""
         return [self.event_of(r) for r in recorded]
 
-    async def load(self, streams: Streams, stream_id: str) -> Loaded[S, E]:
-        recorded = await streams.read_stream(stream_id)
-        events = self.typed(recorded)
-        return Loaded(stream_id, recorded, events, self.fold(self.initial, events))
+    async def load(
+        self, streams: Streams, stream_id: str, *, since: Loaded[S, E] | None = None
+    ) -> Loaded[S, E]:
+        """The stream as read now. With `since`, an earlier read of it, only the events after
+        it are read and folded onto its state: a stream is only ever appended to, so that is
+        the same as reading it whole, for a long stream read again and again (a search's, at
+        each of its trials' ends) at the cost of its news alone."""
+        if since is None:
+            recorded = await streams.read_stream(stream_id)
+            events = self.typed(recorded)
+            return Loaded(stream_id, recorded, events, self.fold(self.initial, events))
+        if since.stream_id != stream_id:
+            raise ValueError(f"a read of stream {since.stream_id} does not go on {stream_id}")
+        news = await streams.read_stream(stream_id, from_version=since.version + 1)
+        events = self.typed(news)
+        return Loaded(
+            stream_id,
+            since.recorded + news,
+            since.events + events,
+            self.fold(since.state, events),
+        )
 
     async def try_once(
         self,

@@ -242,8 +242,8 @@ class OnConnection:
         self._store = store
         self._conn = conn
 
-    async def read_stream(self, stream_id: str) -> list[RecordedEvent]:
-        return await self._store.read_stream(stream_id, conn=self._conn)
+    async def read_stream(self, stream_id: str, *, from_version: int = 1) -> list[RecordedEvent]:
+        return await self._store.read_stream(stream_id, from_version=from_version, conn=self._conn)
 
     async def append(
         self, stream_id: str, expected_version: int, events: Sequence[Event], metadata: Metadata

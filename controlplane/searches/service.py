@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from uuid import UUID
 
 from controlplane.clock import SYSTEM_CLOCK, Clock
+from controlplane.events.commands import Loaded
 from controlplane.events.errors import ConcurrencyError
 from controlplane.events.metadata import Metadata
 from controlplane.events.store import EventStore
@@ -24,7 +25,7 @@ from controlplane.jobs.manifest import HparamsSpec, JobManifest, TrialSpec
 from controlplane.jobs.service import Jobs
 from controlplane.logs.metrics import read_metrics
 from controlplane.queries import Q
-from controlplane.searches.events import SearchSubmitted
+from controlplane.searches.events import SearchEvent, SearchSubmitted
 from controlplane.searches.lifecycle import (
     SEARCH,
     Cancel,
@@ -92,6 +93,10 @@ class Searches:
         self._store = store
         self._jobs = jobs
         self.clock = clock
+        self._driven: dict[UUID, Loaded[Search | None, SearchEvent]] = {}
+        """The running searches' streams as their last drive here read them: the next drive
+        reads only what was appended since (each trial's end adds a few events to a stream
+        that holds every trial's, read whole it cost most of a drive)."""
 
     async def load(self, search_id: UUID) -> Search | None:
         return (await SEARCH.load(self._store, search_stream(search_id))).state
@@ -145,7 +150,7 @@ class Searches:
         what comes next, and carry that out. A conflict (another replica drove it meanwhile)
         leaves it to the next drive, which decides on the stream as it is then."""
         stream = search_stream(search_id)
-        loaded = await SEARCH.load(self._store, stream)
+        loaded = await SEARCH.load(self._store, stream, since=self._driven.pop(search_id, None))
         search = loaded.state
         if search is None:
             return None
@@ -156,9 +161,13 @@ class Searches:
             try:
                 await self._store.append(stream, loaded.version, events, metadata)
             except ConcurrencyError:
+                self._driven[search_id] = loaded
                 return search
             for event in events:
                 search = evolve(search, event)
+        if search.state == "running":
+            # As read, not with the events just appended: the next drive reads those back.
+            self._driven[search_id] = loaded
         await self._carry_out(search)
         return search
 

@@ -51,8 +51,8 @@ class SecondWriter:
         self._left = times
         self.appends = 0
 
-    async def read_stream(self, stream_id: str) -> list[RecordedEvent]:
-        return await self._store.read_stream(stream_id)
+    async def read_stream(self, stream_id: str, *, from_version: int = 1) -> list[RecordedEvent]:
+        return await self._store.read_stream(stream_id, from_version=from_version)
 
     async def append(
         self, stream_id: str, expected_version: int, events: Sequence[Event], metadata: Metadata
@@ -69,6 +69,43 @@ async def submitted(store: InMemoryEventStore, clock: ManualClock) -> UUID:
     submit = Submit(job_id=job_id, tenant="acme", manifest=MANIFEST, at=clock.now())
     await JOB.execute(store, job_stream(job_id), submit, META)
     return job_id
+
+
+class Reads:
+    """The in-memory store, counting the events each read of a stream returns."""
+
+    def __init__(self, store: InMemoryEventStore) -> None:
+        self._store = store
+        self.read: list[tuple[int, int]] = []
+        """(from_version, events returned) of each read."""
+
+    async def read_stream(self, stream_id: str, *, from_version: int = 1) -> list[RecordedEvent]:
+        events = await self._store.read_stream(stream_id, from_version=from_version)
+        self.read.append((from_version, len(events)))
+        return events
+
+    async def append(
+        self, stream_id: str, expected_version: int, events: Sequence[Event], metadata: Metadata
+    ) -> Appended:
+        return await self._store.append(stream_id, expected_version, events, metadata)
+
+
+async def test_a_load_since_an_earlier_one_reads_only_the_news_and_equals_a_whole_load() -> None:
+    store, clock = InMemoryEventStore(EVENT_REGISTRY), ManualClock(T0)
+    job_id = await submitted(store, clock)
+    stream = job_stream(job_id)
+    reads = Reads(store)
+    earlier = await JOB.load(reads, stream)
+    await JOB.execute(store, stream, Cancel("enough", clock.now()), META)
+    later = await JOB.load(reads, stream, since=earlier)
+    assert later == await JOB.load(store, stream)
+    assert later.version == 2 and later.state is not None
+    assert later.state.state is JobStatus.CANCELLED
+    assert reads.read == [(1, 1), (2, 1)]
+    # Nothing new: nothing folded again.
+    assert await JOB.load(reads, stream, since=later) == later
+    with pytest.raises(ValueError, match="does not go on"):
+        await JOB.load(reads, job_stream(uuid4()), since=later)
 
 
 async def test_a_command_is_decided_on_the_stream_and_appended_at_its_version() -> None:
