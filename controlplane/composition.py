@@ -66,10 +66,12 @@ STOP_S = 10.0
 
 
 def projections() -> list[Projection]:
-    """Every projection the control plane runs, in the order a round applies them."""
+    """Every projection the control plane runs, in the order a round applies them: the jobs'
+    first, whose queue rows a claim waits for (a trial's next job, a replica's), and which
+    wake the agents as they commit."""
     return [
-        StreamsProjection(),
         JobsProjection(),
+        StreamsProjection(),
         TenantsProjection(),
         SchedulingProjection(),
         ModelsProjection(),

@@ -29,12 +29,15 @@ several of its events, a round's fixed statements shared), for at most this much
 on the read models; after a quiet spell an event is applied at once."""
 MAX_FAILURES = 5
 """How many times in a row a projection may fail on the same event before it stops."""
-IDLE_S = 1.0
+IDLE_S = 5.0
 """How long a projection may sit out the rounds that bring none of its categories' events:
 then it takes part anyway, only to move its checkpoint past them, so that its checkpoint (and
-the round's look at the log, which starts at the oldest one) stays at most this far behind.
+the round's look at the log, which starts at the oldest one) stays at most this far behind, or
+a batch's worth of events (a round with more news than that is one of every projection).
 Sitting out spares its transaction (five statements) in a round that has nothing for it: in a
-trial's rounds, five of the nine projections."""
+trial's rounds, five of the nine projections. Each that takes part lengthens the round that a
+new event waits for: at one second, a search's idle projections made every other trial's next
+job wait some 15 ms longer for its queue row (`bench search`)."""
 
 
 class BatchFailed(Exception):
