@@ -41,8 +41,11 @@ def fsync_dir(directory: Path) -> None:
 
 
 @contextmanager
-def atomic_file(path: Path) -> Iterator[BinaryIO]:
-    """A binary file to write that becomes `path` durably when the block ends without error.
+def atomic_file(path: Path, *, durable: bool = True) -> Iterator[BinaryIO]:
+    """A binary file to write that becomes `path` when the block ends without error: durably,
+    or, not `durable`, without the two fsyncs (complete or absent after its writer's crash but
+    not the machine's: for a file written again whenever it is needed, since each fsync waits
+    for the file system's journal, which the database's commits keep busy).
 
     If the block raises (or is interrupted), the temporary file is removed and `path` is left
     as it was.
@@ -51,17 +54,19 @@ def atomic_file(path: Path) -> Iterator[BinaryIO]:
     try:
         with open(temp, "xb") as file:
             yield file
-            file.flush()
-            os.fsync(file.fileno())
+            if durable:
+                file.flush()
+                os.fsync(file.fileno())
         os.replace(temp, path)
     except BaseException:
         temp.unlink(missing_ok=True)
         raise
-    fsync_dir(path.parent)
+    if durable:
+        fsync_dir(path.parent)
 
 
-def write_bytes_atomically(path: Path, data: bytes) -> None:
-    with atomic_file(path) as file:
+def write_bytes_atomically(path: Path, data: bytes, *, durable: bool = True) -> None:
+    with atomic_file(path, durable=durable) as file:
         file.write(data)
 
 
