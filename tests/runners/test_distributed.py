@@ -5,6 +5,7 @@ a group never stopped; a wrong contract or a missing peer fails saying what is w
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -36,10 +37,19 @@ TORCH_NAMES = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK",
 
 
 def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
+    return free_ports(1)[0]
+
+
+def free_ports(count: int) -> list[int]:
+    """Distinct ports: each probe stays bound until all are picked, or the kernel may hand the
+    same port out twice."""
+    with contextlib.ExitStack() as probes:
+        ports = []
+        for _ in range(count):
+            probe = probes.enter_context(socket.socket())
+            probe.bind(("127.0.0.1", 0))
+            ports.append(int(probe.getsockname()[1]))
+        return ports
 
 
 def contract_env(rank: int, world: int, port: int, **more: str | Path) -> dict[str, str | Path]:
@@ -285,9 +295,10 @@ def test_a_rendezvous_with_a_missing_peer_fails_within_the_timeout_saying_so(
     store that nobody keeps."""
     timeout_s = 2
     started = time.monotonic()
+    # Two different ports: at one port the two would meet and train.
     alone = [
-        start_learner(DDP, contract_env(rank, 2, free_port(), **{config.RENDEZVOUS_TIMEOUT_S: "2"}))
-        for rank in range(2)
+        start_learner(DDP, contract_env(rank, 2, port, **{config.RENDEZVOUS_TIMEOUT_S: "2"}))
+        for rank, port in enumerate(free_ports(2))
     ]
     for rank, learner in enumerate(alone):
         assert learner.finish() == 1
