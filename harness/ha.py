@@ -29,7 +29,7 @@ import asyncpg
 
 from controlplane.database import connect
 from controlplane.migrate import migrate
-from harness.served import free_port, until_interrupted
+from harness.served import free_ports, until_interrupted
 from harness.system_user import give, runs_as
 
 PG_BIN: Final = Path("/usr/lib/postgresql/15/bin")
@@ -297,9 +297,9 @@ async def ha_cluster(*, keep: bool = False) -> AsyncIterator[HaCluster]:
     # Under /tmp (world-traversable), not a test's tmp_path: Postgres's user must reach it.
     root = Path(tempfile.mkdtemp(prefix="trainyard-ha-"))
     os.chmod(root, 0o755)
-    members = [Member(f"pg{i}", free_port(), free_port(), root / f"pg{i}") for i in range(2)]
-    cluster = HaCluster(root, free_port(), members)
-    peer_port = free_port()
+    pg0, api0, pg1, api1, etcd_port, peer_port = free_ports(6)
+    members = [Member("pg0", pg0, api0, root / "pg0"), Member("pg1", pg1, api1, root / "pg1")]
+    cluster = HaCluster(root, etcd_port, members)
     try:
         etcd_data = root / "etcd"
         cluster.etcd = await _spawn(

@@ -5,11 +5,9 @@ a group never stopped; a wrong contract or a missing peer fails saying what is w
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
-import socket
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -20,6 +18,7 @@ import pytest
 import torch
 from learner_process import PYTHON, Learner, StartLearner, learner_env
 
+from harness.served import free_port, free_ports
 from runners import config
 from runners.config import CHECKPOINT_DIR, ConfigError
 from runners.distributed import Contract, load_contract
@@ -34,22 +33,6 @@ DDP = (
     *("--checkpoint-every", str(EVERY), "--log-every", "5"),
 )
 TORCH_NAMES = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "NODE_RANK")
-
-
-def free_port() -> int:
-    return free_ports(1)[0]
-
-
-def free_ports(count: int) -> list[int]:
-    """Distinct ports: each probe stays bound until all are picked, or the kernel may hand the
-    same port out twice."""
-    with contextlib.ExitStack() as probes:
-        ports = []
-        for _ in range(count):
-            probe = probes.enter_context(socket.socket())
-            probe.bind(("127.0.0.1", 0))
-            ports.append(int(probe.getsockname()[1]))
-        return ports
 
 
 def contract_env(rank: int, world: int, port: int, **more: str | Path) -> dict[str, str | Path]:
