@@ -10,10 +10,10 @@ migrations/0034_log_search.sql.
 With `?follow=true` it is SSE instead: each new matching line, oldest first, as an `event:
 line` whose `data` is the same JSON and whose `id` is the line's cursor (send it back as
 `Last-Event-ID` to resume exactly after it), from the moment the follow starts; comment
-heartbeats while idle. The stream never ends by itself. It reads the search's own order, polled
-(one indexed probe per follower per interval), a settle time behind the clock, so that the
-lines of several learners and jobs, stored by their agents a moment after they were printed,
-arrive in order and none is passed over.
+heartbeats while idle. The stream ends only when the server shuts down (resume it then). It
+reads the search's own order, polled (one indexed probe per follower per interval), a settle
+time behind the clock, so that the lines of several learners and jobs, stored by their agents a
+moment after they were printed, arrive in order and none is passed over.
 
 The handler routes and authenticates; what it reads comes from the logs feature's facade
 (`controlplane.logs.application`). Writing the lines (JSON, SSE) is this module's.
@@ -33,7 +33,7 @@ from pydantic import Field, field_validator
 from controlplane.http import params, query
 from controlplane.http.auth import acting_tenant, principal
 from controlplane.http.errors import refused
-from controlplane.http.keys import SSE_HEARTBEAT_S
+from controlplane.http.keys import SSE_HEARTBEAT_S, TASKS
 from controlplane.http.operations import Answer, Operation, Param, add_operations, answer
 from controlplane.http.requests import MAX_KEY
 from controlplane.http.streams import SSE_EVENT, SSE_HEADERS, live_stream
@@ -213,8 +213,10 @@ async def _follow(
                 elif loop.time() - written >= app[SSE_HEARTBEAT_S]:
                     await response.write(b": heartbeat\n\n")
                     written = loop.time()
-                if len(lines) < FOLLOW_PAGE:
-                    await asyncio.sleep(app[FOLLOW_POLL_S])
+                # The shutdown ends the stream at once: the client resumes with Last-Event-ID.
+                if len(lines) < FOLLOW_PAGE and await app[TASKS].pause(app[FOLLOW_POLL_S]):
+                    await response.write_eof()
+                    return response
                 try:
                     lines = await logs.newer(wanted, after, settle_s=settle_s)
                 except Refusal as exc:

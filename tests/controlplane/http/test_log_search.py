@@ -1,6 +1,6 @@
 """`GET /v1/logs/search`: a tenant's lines across its jobs and attempts, newest first; never
 another tenant's; filters; cursor pages without gaps or repeats while lines keep arriving;
-malformed patterns are a 400 naming `pattern`, never a 500."""
+malformed patterns are a 400 naming `pattern`, never a 500; a follow ends at the shutdown."""
 
 from __future__ import annotations
 
@@ -284,3 +284,20 @@ async def test_follow_sends_new_matching_lines_and_resumes_by_last_event_id(
     response = await client.get("/v1/logs/search", params=regex, headers=auth(tokens.acme))
     assert response.status == 400
     assert (await response.json())["field"] == "pattern"
+
+
+async def test_shutdown_ends_a_follow_at_once(db_url: str, tokens: Tokens) -> None:
+    server = TestServer(create_app(db_url, sse_heartbeat_s=60))
+    await server.start_server()
+    query = {"pattern": "error", "follow": "true"}
+    url = server.make_url("/v1/logs/search")
+    async with (
+        aiohttp.ClientSession(headers=auth(tokens.acme)) as session,
+        session.get(url, params=query) as stream,
+    ):
+        assert stream.status == 200
+        closing = asyncio.create_task(server.close())
+        # The follow ends cleanly, long before a heartbeat would have found out.
+        async with asyncio.timeout(5):
+            assert [raw async for raw in stream.content if not raw.startswith(b":")] == []
+        await asyncio.wait_for(closing, 10)
