@@ -22,11 +22,6 @@ from controlplane.queries import Q
 log = logging.getLogger(__name__)
 
 APPLY_WAIT_S = 10.0
-ROUND_S = 0.01
-"""After a round that applied events, the least wait before the next one: under a stream of
-events a round then takes what came meanwhile as one batch (a job's row written once for
-several of its events, a round's fixed statements shared), for at most this much more delay
-on the read models; after a quiet spell an event is applied at once."""
 MAX_FAILURES = 5
 """How many times in a row a projection may fail on the same event before it stops."""
 IDLE_S = 5.0
@@ -109,14 +104,16 @@ class ProjectionRunner:
         """Catch every projection up, then wait for news; until `stop()`. A projection that
         fails MAX_FAILURES times in a row on the same event stops (see `stopped`)."""
         while not self._stopping.is_set():
+            # No pause between rounds: what came during a round is the next one's batch (a
+            # job's row written once for several of its events), and a pause of 10 ms made a
+            # search's next trial wait for its queue row 10 ms longer (`bench search`).
             seen = self._listener.generation
-            applied = 0
             due = await self._due()
             for projection in self.projections.values():
                 if projection.name not in due:
                     continue
                 try:
-                    applied += await self.catch_up(projection)
+                    await self.catch_up(projection)
                 except BatchFailed as failed:
                     self._failed(projection.name, failed)
                 except Exception:
@@ -126,8 +123,6 @@ class ProjectionRunner:
                     log.exception("projection %s: a batch failed; retrying", projection.name)
                 else:
                     self._strikes.pop(projection.name, None)
-            if applied:
-                await asyncio.sleep(ROUND_S)
             await self._listener.wait(seen)
 
     async def _due(self) -> set[str]:
