@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import os
 import random
+import shutil
 import signal
 import sys
 from dataclasses import replace
@@ -208,10 +209,10 @@ async def test_a_process_posing_as_another_job_s_learner_is_not_adopted(work: Pa
     real = await ProcessRuntime(work).start(victim)
     # Started by another job's code (its own user), in a session of its own, with exactly
     # the victim's variables: a restarted agent must not take it for the victim's learner.
+    # sleep(1), not this interpreter, which may sit under a home that user cannot enter.
     impostor = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-c",
-        sleep,
+        shutil.which("sleep") or "sleep",
+        "60",
         env=process_env(victim),
         cwd="/",
         user=other[0],
