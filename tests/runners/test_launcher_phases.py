@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import http.server
 import signal
-import socket
 import textwrap
 import threading
 from collections.abc import Iterator
@@ -15,6 +14,7 @@ from typing import ClassVar
 import pytest
 from learner_process import LAUNCH, PYTHON, Learner, StartLearner
 
+from harness.served import free_port
 from runners.config import CHECKPOINT_DIR, DATA_DIR, DATA_SHA256, DATA_URI, RESULTS_DIR, RESULTS_URI
 from runners.protocol import Message, PhaseEnded, PhaseStarted
 
@@ -220,10 +220,7 @@ def test_an_unreachable_server_fails_downloading_with_the_url_and_the_error(
     start_learner: StartLearner, tmp_path: Path
 ) -> None:
     # A port that was free a moment ago: nothing listens there, so the connection is refused.
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    uri = f"http://127.0.0.1:{port}/set.csv"
+    uri = f"http://127.0.0.1:{free_port()}/set.csv"
 
     learner = start_learner(
         (*LAUNCH, *MARKER_COMMAND, str(tmp_path / "ran")),
