@@ -291,7 +291,7 @@ class WarmSandboxes:
         self, warm: WarmSandbox, spec: LearnerSpec, environ: Mapping[str, str]
     ) -> Cgroup:
         """Hand `warm` the learner `spec` (its folders made, its uid the sandbox's) to run with
-        `environ`: its cgroup, renamed and limited as the learner's. LearnerStartError when it
+        `environ`: its cgroup, moved to the learner's and limited as it. LearnerStartError when it
         cannot be (the sandbox is removed then: it was the job's)."""
         try:
             binds = [(spec.workdir, spec.workdir), *((m.source, m.target) for m in spec.mounts)]
@@ -299,9 +299,9 @@ class WarmSandboxes:
                 self._bind(warm.folder, source, target)
             _move_output(self._root_of(spec.workdir), warm.folder, spec.workdir)
             # Recorded before anything of the job runs: a restarted agent finds the learner,
-            # or (until the group is renamed) removes the sandbox whole.
+            # or (until the group is moved) removes the sandbox whole.
             _write_record(warm, spec)
-            cgroup = self._sandbox.cgroups.rename(
+            cgroup = self._sandbox.cgroups.move(
                 warm.cgroup, cgroup_name(spec.job_id, spec.attempt, spec.learner, spec.epoch)
             )
             warm.cgroup = cgroup
@@ -363,7 +363,7 @@ class WarmSandboxes:
         for folder in sorted(self._base.iterdir()):
             if folder.name in held:
                 continue
-            # Its own group, and its learner's where it was renamed to that (or was about to be).
+            # Its own group, and its learner's where it was moved to that (or was about to be).
             await clear(self._sandbox.cgroups.group(folder.name))
             if (record := records.get(folder.name)) is not None:
                 await clear(self._sandbox.cgroups.group(_record_cgroup(record)))
