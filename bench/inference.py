@@ -5,8 +5,9 @@ processes on a scratch database.
 The cluster: a control plane process (`trainyard serve`) and two node agents (`trainyard
 agent --runtime process`), sharing the model repository's folder; a tenant and its token. Two
 models are published: ResNet18 and AlexNet (`runners.examples.vision`: torchvision's layer
-layouts, random weights, torch's default threads). Each job queries batches of BATCH
-generated 3xSIZExSIZE images (SIZE 224 by default), endless, with 2 replicas (one per agent).
+layouts, random weights, as many torch threads as a replica has CPUs). Each job queries
+batches of BATCH generated 3xSIZExSIZE images (SIZE 224 by default), endless, with 2
+replicas (one per agent).
 
 - `second_job_start_s`: the ResNet18 job runs; the AlexNet job is submitted (weight 1 each);
   from its submission (the job's `submitted_at`) to its first query starting on a replica
@@ -146,7 +147,7 @@ async def run(
             "image": [3, size, size],
             "replicas_per_job": REPLICAS,
             "agents": len(NODES),
-            "torch_threads_per_replica": "torch's default (the machine's cores)",
+            "torch_threads_per_replica": "its CPUs, rounded up (runners.serve.fit_threads)",
             "runtime": "process",
             "warm_sandboxes_per_agent": warm,
             "window_s": window_s,

@@ -225,6 +225,7 @@ def learner_env(spec: LearnerSpec, *, path: str | None) -> dict[str, str]:
         "CUDA_VISIBLE_DEVICES": visible,
         "NVIDIA_VISIBLE_DEVICES": visible or "void",
         NODE: spec.node,
+        runner_env.CPUS: f"{spec.cpus:g}",
         JOB_ID: str(spec.job_id),
         ATTEMPT: str(spec.attempt),
         LEARNER: str(spec.learner),

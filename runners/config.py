@@ -33,6 +33,9 @@ EXIT_FILE = "TRAINYARD_EXIT_FILE"
 SERVE_DIR = "TRAINYARD_SERVE_DIR"
 """A serving replica's folder (`python -m runners.serve`): it listens on `serve.sock` there and
 keeps the model it is given under `model/`."""
+CPUS = "TRAINYARD_CPUS"
+"""The CPUs' worth of time the learner's cgroup allows it (its manifest's `cpus`, a decimal): what
+its thread pools should be sized to. A serving replica sizes its model's to it (`runners.serve`)."""
 WARM_IMPORTS = "TRAINYARD_WARM_IMPORTS"
 """The modules a warm learner (`python -m runners.warm`) imports before its job is known,
 comma-separated (`torch`): set by the agent in the warm environment, never in a job's."""

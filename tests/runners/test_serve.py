@@ -10,18 +10,20 @@ import json
 import signal
 import stat
 import struct
+import subprocess
 import time
 import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
-from learner_process import PATIENCE_S, PYTHON, Learner, StartLearner
+from learner_process import PATIENCE_S, PYTHON, Learner, StartLearner, learner_env
 
 from node_agent.replica_client import ReplicaClient, ReplicaError, ReplicaGone
-from runners.config import SERVE_DIR
+from runners.config import CPUS, SERVE_DIR
 from runners.frames import MAX_FRAME, FrameError, read_frame, read_message
 from runners.inputs import generated
 from runners.servable import ServableError, unpack_zip
@@ -423,3 +425,51 @@ async def test_a_loaded_replica_yields_the_cpu(replica: Replica, tmp_path: Path)
     nice = niceness(pid)
     await client.close()
     assert nice and all(n >= LOADED_NICE for n in nice), nice
+
+
+THREADS = """
+import os
+
+import torch
+
+
+def threads(items):
+    return [[torch.get_num_threads(), os.environ.get("OMP_NUM_THREADS")] for _ in items]
+"""
+
+
+@pytest.mark.parametrize(
+    ("variables", "expected"),
+    [
+        ({CPUS: "0.5"}, [1, "1"]),
+        ({CPUS: "1.5"}, [2, "2"]),
+        # The job's own choice wins over the replica's CPUs.
+        ({CPUS: "0.5", "OMP_NUM_THREADS": "2"}, [2, "2"]),
+    ],
+)
+async def test_a_replica_s_model_computes_on_as_many_threads_as_it_has_cpus(
+    start_learner: StartLearner, tmp_path: Path, variables: dict[str, str], expected: list[Any]
+) -> None:
+    directory = tmp_path / "serve"
+    directory.mkdir(mode=0o700)
+    process = start_learner((PYTHON, "-m", "runners.serve"), {SERVE_DIR: directory, **variables})
+    path, sha256 = artifact(tmp_path / "threads.py", THREADS.encode())
+    client = await ReplicaClient.connect(tmp_path, directory, timeout_s=PATIENCE_S)
+    await client.load(path, sha256, "threads:threads")
+    outputs, _ = await client.predict([0])
+    await client.close()
+    process.process.send_signal(signal.SIGTERM)
+
+    assert outputs == [expected]
+
+
+def test_torch_imported_ahead_is_given_the_replica_s_cpus(tmp_path: Path) -> None:
+    """As in a warm sandbox that imported torch before its job's CPUs were known."""
+    code = "import torch\nfrom runners.serve import fit_threads\nfit_threads()\n"
+    code += "print(torch.get_num_threads())"
+    environ = learner_env({CPUS: "1.5"})
+    environ.pop("OMP_NUM_THREADS", None)
+    done = subprocess.run(
+        [PYTHON, "-c", code], env=environ, capture_output=True, text=True, check=True
+    )
+    assert done.stdout.split() == ["2"]
