@@ -38,7 +38,8 @@ replicas (one per agent).
   beyond the first: the table's key makes it 0, and a retried query's late answer is fenced
   off by its claim). `retried_queries`: queries run more than once (by a kill), counted once.
 - `stats_exact`: each job's `GET /v1/jobs/{id}/stats` equals the figures recomputed here from
-  `audit.inference_queries` (count, mean, standard deviation, percentiles).
+  `audit.inference_queries` (count, mean, standard deviation, percentiles), read while none of
+  its queries finished (the API's counts and latency the same before and after the rows).
 
 Everything (Postgres, the control plane, the agents, the four replicas) shares this machine's
 CPUs: fair time is the share of those.
@@ -84,6 +85,8 @@ TENANT = "bench"
 NODES = ("bench-n1", "bench-n2")
 BATCH = 16
 REPLICAS = 2
+STATS_READS = 20
+"""Reads of a job's figures for one taken while none of its queries finished (`_stats_exact`)."""
 WINDOW_S = 30.0
 BEFORE_S = 10.0
 FORWARD_S = 10.0
@@ -503,13 +506,22 @@ async def _integrity(
 
 
 async def _stats_exact(cluster: _Cluster, job: UUID) -> bool:
-    """The API's figures against those recomputed from the audit view's rows."""
-    rows = await cluster.auditor.fetch(
-        "SELECT latency_ms FROM audit.inference_queries WHERE job_id = $1"
-        " AND finished_at IS NOT NULL",
-        job,
-    )
-    view = await cluster.call("GET", f"/v1/jobs/{job}/stats")
+    """The API's figures against those recomputed from the audit view's rows, both read while
+    no query of the job finished (its queries go on until it is cancelled): the API's figures
+    the same before and after the rows were read, tried STATS_READS times."""
+    for _ in range(STATS_READS):
+        view = await cluster.call("GET", f"/v1/jobs/{job}/stats")
+        rows = await cluster.auditor.fetch(
+            "SELECT latency_ms FROM audit.inference_queries WHERE job_id = $1"
+            " AND finished_at IS NOT NULL",
+            job,
+        )
+        again = await cluster.call("GET", f"/v1/jobs/{job}/stats")
+        # Counts and latency alone: the rates' window slides with the clock.
+        if all(again[key] == view[key] for key in ("queries", "latency_ms")):
+            break
+    else:
+        raise RuntimeError(f"job {job}'s queries kept finishing: no quiet moment to compare")
     times = sorted(row["latency_ms"] for row in rows)
     if view["queries"]["finished"] != len(times):
         return False
