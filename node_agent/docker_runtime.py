@@ -17,6 +17,7 @@ import asyncio
 import calendar
 import functools
 import logging
+import os
 import signal
 from collections import Counter
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
@@ -38,6 +39,7 @@ from node_agent.folders import prepare
 from node_agent.images import admit, resolved_id
 from node_agent.networks import FirewallError, JobNetworks, joins_network, network_name
 from node_agent.runtime import (
+    LOADED_WEIGHT,
     CpuShare,
     ExitStatus,
     FoundLearner,
@@ -100,10 +102,17 @@ class DockerLearner:
     """A learner's container: started by this agent, or found again by its labels."""
 
     def __init__(
-        self, docker: aiodocker.Docker, container_id: str, *, release: Release | None = None
+        self,
+        docker: aiodocker.Docker,
+        container_id: str,
+        *,
+        cpus: float | None = None,
+        release: Release | None = None,
     ) -> None:
         self._docker = docker
         self._container = docker.containers.container(container_id)
+        self._cpus = cpus
+        """Its manifest's CPUs (None for one only removed, never served)."""
         self._release = release
         """What goes with the container: its job's network, once no learner uses it."""
         self._signalling = asyncio.Lock()
@@ -154,9 +163,25 @@ class DockerLearner:
         return exit_status(int(result["StatusCode"]), oom_killed=bool(state["OOMKilled"]))
 
     async def share_cpu(self, share: CpuShare) -> None:
-        """Nothing: the engine keeps a container's CPU settings from its creation (the client
-        has no call to change them), and a replica in one orders its own threads by niceness
-        within its container's quota (`runners.serve._yield_cpu`)."""
+        """Its container's CPU quota and weight, changed by the engine's update call (as the
+        process runtime changes its cgroup's). The engine takes no "no quota": a loading
+        replica's is the node's every CPU, which is the same."""
+        if self._cpus is None:
+            return
+        if share is CpuShare.LOADING:
+            cpus, weight = float(os.cpu_count() or 1), 1.0
+        else:
+            cpus, weight = self._cpus, LOADED_WEIGHT
+        # Docker's CpuShares are cgroup v1's shares (1,024 a learner's), on either version.
+        update = {"NanoCpus": round(cpus * 1e9), "CpuShares": max(2, round(1024 * weight))}
+        try:
+            await self._docker._query_json(
+                f"containers/{self.id}/update", method="POST", data=update
+            )
+        except ENGINE_ERRORS as exc:
+            # Only the order in which busy CPUs are shared suffers, never the replica (one
+            # that has ended cannot be updated, and is about to go).
+            log.warning("container %s: cannot change its CPU share: %s", self.id[:12], exc)
 
     def signal(self, sig: Signals) -> None:
         # To the container's PID 1, the launcher, which passes it on to the command.
@@ -262,7 +287,7 @@ class DockerRuntime:
             if release is not None:
                 await release()
             raise LearnerStartError(_create_error(spec, exc)) from exc
-        learner = DockerLearner(self._docker, container.id, release=release)
+        learner = DockerLearner(self._docker, container.id, cpus=spec.cpus, release=release)
         try:
             await container.start()
         except ENGINE_ERRORS as exc:
@@ -342,7 +367,7 @@ class DockerRuntime:
                 release = functools.partial(links.release, spec.job_id)
         elif joins_network(spec):
             release = self._release(spec.job_id)
-        return DockerLearner(self._docker, handle, release=release)
+        return DockerLearner(self._docker, handle, cpus=spec.cpus, release=release)
 
     async def kill(self, found: FoundLearner) -> None:
         release = self._release(found.job_id)

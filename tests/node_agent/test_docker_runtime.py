@@ -20,7 +20,15 @@ from node_agent.containers import PIDS_LIMIT, LearnerLabels
 from node_agent.docker_runtime import DockerLearner, DockerRuntime
 from node_agent.images import LEARNER_IMAGE
 from node_agent.networks import network_name
-from node_agent.runtime import ExitStatus, Folder, LearnerSpec, LearnerStartError, Mount
+from node_agent.runtime import (
+    LOADED_WEIGHT,
+    CpuShare,
+    ExitStatus,
+    Folder,
+    LearnerSpec,
+    LearnerStartError,
+    Mount,
+)
 from tests.cluster import TEST_IMAGES
 from tests.docker_engine import (
     Engine,
@@ -206,6 +214,34 @@ async def test_killing_the_container_from_outside_is_a_kill(
     status = await learner.wait()
     assert (status.signal, status.succeeded) == ("SIGKILL", False)
     await learner.remove()
+
+
+async def test_a_replica_s_container_loads_on_every_cpu_then_serves_within_its_own(
+    docker: aiodocker.Docker, docker_node: str, tmp_path: Path
+) -> None:
+    runtime = DockerRuntime(docker)
+    wanted = spec(tmp_path, docker_node, SLEEPER, cpus=0.5)
+    learner = await runtime.start(wanted)
+    assert await first_line(learner) == "ready"
+
+    def cpu(info: dict[str, Any]) -> tuple[int, int]:
+        return info["HostConfig"]["NanoCpus"], info["HostConfig"]["CpuShares"]
+
+    await learner.share_cpu(CpuShare.LOADING)
+    assert cpu(await show(docker, learner)) == ((os.cpu_count() or 1) * 10**9, 1024)
+    await learner.share_cpu(CpuShare.SERVING)
+    assert cpu(await show(docker, learner)) == (5 * 10**8, round(1024 * LOADED_WEIGHT))
+    # A restarted agent's hold on it does the same (its quota comes from its spec).
+    await learner.share_cpu(CpuShare.LOADING)
+    adopted = await runtime.adopt(wanted, None)
+    assert adopted is not None
+    await adopted.share_cpu(CpuShare.SERVING)
+    assert cpu(await show(docker, learner)) == (5 * 10**8, round(1024 * LOADED_WEIGHT))
+    learner.signal(signal.SIGKILL)
+    await learner.wait()
+    await learner.remove()
+    # A container gone cannot be changed: said, not raised (the replica is gone too).
+    await learner.share_cpu(CpuShare.LOADING)
 
 
 async def test_a_learner_over_its_memory_limit_is_reported_oom_killed(
