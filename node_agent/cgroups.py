@@ -252,8 +252,14 @@ def _cpu_settings(group: Cgroup, cpus: float | None, weight: float) -> list[tupl
     return [
         (cpu / "cpu.cfs_period_us", str(CPU_PERIOD_US)),
         (cpu / "cpu.cfs_quota_us", str(-1 if quota is None else quota)),
-        (cpu / "cpu.shares", str(max(2, round(1024 * weight)))),
+        (cpu / "cpu.shares", str(cpu_shares(weight))),
     ]
+
+
+def cpu_shares(weight: float) -> int:
+    """`Limits.weight` as cgroup v1's cpu.shares (a learner's 1,024; at least the kernel's 2),
+    which Docker's CpuShares are too, on either version."""
+    return max(2, round(1024 * weight))
 
 
 def find_hierarchies(mountinfo: Path = MOUNTINFO) -> Hierarchies | str:

@@ -32,6 +32,7 @@ import aiohttp
 from aiodocker.exceptions import DockerError
 
 from controlplane.agent_port.vocabulary import DEFAULT_ALLOWLIST, ImageAllowlist
+from node_agent.cgroups import cpu_shares
 from node_agent.container_links import ContainerLinks, linked
 from node_agent.containers import LearnerLabels, container_config, container_name
 from node_agent.docker_logs import log_lines
@@ -39,7 +40,6 @@ from node_agent.folders import prepare
 from node_agent.images import admit, resolved_id
 from node_agent.networks import FirewallError, JobNetworks, joins_network, network_name
 from node_agent.runtime import (
-    LOADED_WEIGHT,
     CpuShare,
     ExitStatus,
     FoundLearner,
@@ -168,12 +168,9 @@ class DockerLearner:
         replica's is the node's every CPU, which is the same."""
         if self._cpus is None:
             return
-        if share is CpuShare.LOADING:
-            cpus, weight = float(os.cpu_count() or 1), 1.0
-        else:
-            cpus, weight = self._cpus, LOADED_WEIGHT
-        # Docker's CpuShares are cgroup v1's shares (1,024 a learner's), on either version.
-        update = {"NanoCpus": round(cpus * 1e9), "CpuShares": max(2, round(1024 * weight))}
+        quota, weight = share.limits(self._cpus)
+        cpus = float(os.cpu_count() or 1) if quota is None else quota
+        update = {"NanoCpus": round(cpus * 1e9), "CpuShares": cpu_shares(weight)}
         try:
             await self._docker._query_json(
                 f"containers/{self.id}/update", method="POST", data=update

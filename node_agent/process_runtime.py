@@ -53,7 +53,6 @@ from node_agent.runtime import (
     EPOCH,
     JOB_ID,
     LEARNER,
-    LOADED_WEIGHT,
     NODE,
     CpuShare,
     ExitStatus,
@@ -284,10 +283,7 @@ class ProcessLearner:
         if self._cgroup is None or self._status.done():
             return
         try:
-            if share is CpuShare.LOADING:
-                self._cgroup.share_cpu(None, 1.0)
-            else:
-                self._cgroup.share_cpu(self._cpus, LOADED_WEIGHT)
+            self._cgroup.share_cpu(*share.limits(self._cpus))
         except CgroupError as exc:
             # Only the order in which busy CPUs are shared suffers, never the replica.
             log.warning("learner in %s: %s", self._files.workdir, exc)

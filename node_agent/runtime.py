@@ -256,6 +256,13 @@ class CpuShare(Enum):
     SERVING = "serving"
     """Its own CPUs at most, at LOADED_WEIGHT."""
 
+    def limits(self, cpus: float | None) -> tuple[float | None, float]:
+        """The CPU quota (None: none) and weight (`cgroups.Limits.weight`) of a replica of
+        `cpus` CPUs (None: no quota of its own) in this share."""
+        if self is CpuShare.LOADING:
+            return None, 1.0
+        return cpus, LOADED_WEIGHT
+
 
 LOADED_WEIGHT = 110 / 1024
 """A loaded replica's weight against a learner's: the kernel's for a thread of niceness 10
