@@ -46,7 +46,9 @@ async def indexing(indexers: LogIndexers) -> AsyncIterator[asyncio.Task[None]]:
             await task
 
 
-async def store(pool: asyncpg.Pool, job: UUID, first: int, total: int, batch: int) -> None:
+async def store(
+    pool: asyncpg.Pool | asyncpg.Connection, job: UUID, first: int, total: int, batch: int
+) -> None:
     """Lines `first`.. of `job`, `total` of them, one statement (one queued range) a `batch`."""
     for start in range(first, first + total, batch):
         await write_lines(pool, lines(job, start, min(batch, first + total - start)))
@@ -164,10 +166,12 @@ async def test_the_indexers_stop_with_the_control_plane_leaving_no_half_batch(
                 plane = app[PLANE]
                 assert plane.log_indexers.count == 2
                 await drained(owner, 20_000)
-                # A backlog of 36 batches: on a loaded machine (CI) all 12 of a smaller one
-                # were copied before the stop took effect, leaving nothing to cut short.
-                for job in jobs:
-                    await store(writer, job, 5_001, 90_000, 5_000)
+                # A backlog of 72 batches, committed at once: written batch by batch, the
+                # indexers copied it as it came (on a loaded machine, all of it before the
+                # stop took effect), leaving nothing to cut short.
+                async with writer.acquire() as conn, conn.transaction():
+                    for job in jobs:
+                        await store(conn, job, 5_001, 90_000, 5_000)
 
                 async def started() -> bool:
                     return plane.log_indexers.copied > 20_000
