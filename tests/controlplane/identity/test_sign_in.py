@@ -11,10 +11,11 @@ import asyncio
 import json
 import os
 import re
+import socket
 import sys
 import time
 from asyncio.subprocess import PIPE
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -29,7 +30,7 @@ from controlplane.http.app import create_app
 from controlplane.identity.config import IdentityConfig
 from controlplane.identity.provider import InvalidToken, OidcProvider, pkce_pair
 from controlplane.ui.sessions import COOKIE
-from harness.served import ServedControlPlane, free_port
+from harness.served import ServedControlPlane
 from tests.oidc.running import (
     CLIENT_ID,
     Provider,
@@ -60,8 +61,25 @@ def provider_present() -> None:
 
 
 @pytest.fixture
-def port() -> int:
-    return free_port()
+def listener() -> Iterator[socket.socket]:
+    """The app's socket, bound before the provider starts: a port only probed and let go could
+    be the one the provider's own probe picks next, and the app's bind would then fail."""
+    with socket.socket() as bound:
+        bound.bind(("127.0.0.1", 0))
+        yield bound
+
+
+@pytest.fixture
+def port(listener: socket.socket) -> int:
+    return int(listener.getsockname()[1])
+
+
+def app_server(db_url: str, listener: socket.socket) -> TestServer:
+    """The control plane's app served on the test's bound socket."""
+    port = int(listener.getsockname()[1])
+    return TestServer(
+        create_app(db_url, poll_interval=0.1), port=port, socket_factory=lambda *_: listener
+    )
 
 
 async def running(port: int, **ttl: int) -> Provider:
@@ -85,13 +103,13 @@ async def server(
     db_url: str,
     tokens: Tokens,
     provider: Provider,
-    port: int,
+    listener: socket.socket,
     monkeypatch: pytest.MonkeyPatch,
     tmp_path: Path,
 ) -> AsyncIterator[str]:
     """The control plane's app with the provider configured; its base URL."""
     configure(monkeypatch, provider, tmp_path)
-    async with TestServer(create_app(db_url, poll_interval=0.1), port=port) as served:
+    async with app_server(db_url, listener) as served:
         yield str(served.make_url("")).rstrip("/")
 
 
@@ -269,12 +287,17 @@ async def test_a_session_ends_when_the_provider_revokes_its_token(
 
 
 async def test_a_session_ends_when_the_providers_token_expires(
-    db_url: str, tokens: Tokens, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, port: int
+    db_url: str,
+    tokens: Tokens,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    listener: socket.socket,
+    port: int,
 ) -> None:
     provider = await running(port, RefreshToken=3, AccessToken=2)
     try:
         configure(monkeypatch, provider, tmp_path)
-        async with TestServer(create_app(db_url, poll_interval=0.1), port=port) as served:
+        async with app_server(db_url, listener) as served:
             server = str(served.make_url("")).rstrip("/")
             async with browser_session() as http:
                 alice = await device_login(http, server, "alice")
@@ -432,14 +455,19 @@ async def test_without_a_provider_the_sign_in_routes_say_so(db_url: str, tokens:
 
 @pytest.fixture
 async def no_device_flow(
-    db_url: str, tokens: Tokens, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, port: int
+    db_url: str,
+    tokens: Tokens,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    listener: socket.socket,
+    port: int,
 ) -> AsyncIterator[str]:
     """The app with a provider that offers no device flow; its base URL."""
     callback = f"http://127.0.0.1:{port}/ui/login/callback"
     provider = await Provider([callback], ACCOUNTS, device_flow=False).start()
     try:
         configure(monkeypatch, provider, tmp_path)
-        async with TestServer(create_app(db_url, poll_interval=0.1), port=port) as served:
+        async with app_server(db_url, listener) as served:
             yield str(served.make_url("")).rstrip("/")
     finally:
         await provider.stop()
