@@ -150,7 +150,7 @@ async def run(
             "image": [3, size, size],
             "replicas_per_job": REPLICAS,
             "agents": len(NODES),
-            "torch_threads_per_replica": "its CPUs, rounded up (runners.serve.fit_threads)",
+            "torch_threads_per_replica": "its CPUs, rounded up (runners.threads)",
             "runtime": "process",
             "warm_sandboxes_per_agent": warm,
             "window_s": window_s,

@@ -36,6 +36,7 @@ from runners.phases import SUCCEEDED, PhaseError, PhaseResult, run_phase
 from runners.protocol import Outcome, Phase, PhaseEnded
 from runners.store import store
 from runners.supervise import Child, ChildExit, SignalRouter, spawn
+from runners.threads import fit_threads
 
 USAGE = "usage: python -m runners.launch -- COMMAND [ARG...]"
 EXIT_PHASE_FAILED = 1
@@ -171,6 +172,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if len(args) < 2 or args[0] != "--":
         print(USAGE, file=sys.stderr)
         return EXIT_USAGE
+    # Before anything starts: the command, a new interpreter, inherits it.
+    fit_threads()
     return run(args[1:], os.environ)
 
 

@@ -49,7 +49,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
-import math
 import os
 import re
 import signal
@@ -61,7 +60,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, NoReturn
 
-from runners.config import CPUS, SERVE_DIR
+from runners.config import SERVE_DIR
 from runners.frames import FrameError, decode_message, message_frame, read_frame_blocking
 from runners.servable import Servable, ServableError
 
@@ -303,26 +302,6 @@ def _yield_cpu() -> None:
                 os.setpriority(os.PRIO_PROCESS, thread, LOADED_NICE)
 
 
-def fit_threads() -> None:
-    """Size the model's compute threads to the replica's CPUs (TRAINYARD_CPUS, rounded up), as a
-    serving system sizes a worker's: its cgroup's quota holds it to those, and a thread for each
-    of the node's cores spends most of each period throttled (on a 16-core node, ResNet18
-    replicas of half a CPU each answered 0.25 queries a second). The job's own OMP_NUM_THREADS
-    wins, and so does what its model's code sets as it loads."""
-    try:
-        threads = max(1, math.ceil(float(os.environ[CPUS])))
-    except (KeyError, ValueError, OverflowError):
-        return
-    torch = sys.modules.get("torch")
-    if torch is None:
-        # Read by torch's OpenMP as it loads with the model (or never, for a model without it).
-        os.environ.setdefault("OMP_NUM_THREADS", str(threads))
-    elif "OMP_NUM_THREADS" not in os.environ:
-        # Imported already: a warm sandbox's `--warm-import torch`, made before the job's CPUs
-        # were known.
-        torch.set_num_threads(threads)
-
-
 def _generated(spec: Any) -> list[Any]:
     if not isinstance(spec, dict):
         raise TypeError("generate must be an object")
@@ -353,7 +332,6 @@ def main() -> int:
         return EXIT_USAGE
     # Bound by a relative name: a socket's path is limited to 108 bytes, the folder's is not.
     os.chdir(directory)
-    fit_threads()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, _stop)
     with contextlib.suppress(FileNotFoundError):  # a socket left by a replica that was killed

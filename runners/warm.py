@@ -55,6 +55,7 @@ from typing import Literal
 from runners import launch
 from runners.config import WARM_IMPORTS
 from runners.supervise import Child, fork, spawn
+from runners.threads import fit_threads
 
 AGENT = 0
 """The agent's socket, standard input until the assignment has been read."""
@@ -203,12 +204,22 @@ def start(command: Sequence[str], warm_environ: Mapping[str, str]) -> Child:
     fork can run as `python` would, a new process otherwise."""
     program = Program.of(command)
     if program is None:
+        fit_threads()
         return spawn(command)
+    # Judged on the job's environment as given: the threads' default is not the job's choice.
     reason = why_not_fork(warm_environ, os.environ)
     if reason is not None:
         print(f"trainyard: the command runs in a new interpreter: {reason}", file=sys.stderr)
+        fit_threads()
         return spawn(command)
-    return fork(program.run_as_main)
+    return fork(lambda: _fitted(program))
+
+
+def _fitted(program: Program) -> int:
+    """The forked command, its threads fitted in the fork rather than before it: torch may start
+    its thread pool as it is given a size, and a fork carries no thread into the child."""
+    fit_threads()
+    return program.run_as_main()
 
 
 def why_not_fork(warm_environ: Mapping[str, str], environ: Mapping[str, str]) -> str | None:

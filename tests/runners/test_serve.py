@@ -10,7 +10,6 @@ import json
 import signal
 import stat
 import struct
-import subprocess
 import time
 import zipfile
 from collections.abc import Iterator
@@ -20,7 +19,7 @@ from typing import Any
 
 import pytest
 import torch
-from learner_process import PATIENCE_S, PYTHON, Learner, StartLearner, learner_env
+from learner_process import LAUNCH, PATIENCE_S, PYTHON, Learner, StartLearner
 
 from node_agent.replica_client import ReplicaClient, ReplicaError, ReplicaGone
 from runners.config import CPUS, SERVE_DIR
@@ -450,9 +449,11 @@ def threads(items):
 async def test_a_replica_s_model_computes_on_as_many_threads_as_it_has_cpus(
     start_learner: StartLearner, tmp_path: Path, variables: dict[str, str], expected: list[Any]
 ) -> None:
+    """As the agent starts a replica: through the launcher, which fits the threads."""
     directory = tmp_path / "serve"
     directory.mkdir(mode=0o700)
-    process = start_learner((PYTHON, "-m", "runners.serve"), {SERVE_DIR: directory, **variables})
+    command = (*LAUNCH, PYTHON, "-m", "runners.serve")
+    process = start_learner(command, {SERVE_DIR: directory, **variables})
     path, sha256 = artifact(tmp_path / "threads.py", THREADS.encode())
     client = await ReplicaClient.connect(tmp_path, directory, timeout_s=PATIENCE_S)
     await client.load(path, sha256, "threads:threads")
@@ -461,15 +462,3 @@ async def test_a_replica_s_model_computes_on_as_many_threads_as_it_has_cpus(
     process.process.send_signal(signal.SIGTERM)
 
     assert outputs == [expected]
-
-
-def test_torch_imported_ahead_is_given_the_replica_s_cpus(tmp_path: Path) -> None:
-    """As in a warm sandbox that imported torch before its job's CPUs were known."""
-    code = "import torch\nfrom runners.serve import fit_threads\nfit_threads()\n"
-    code += "print(torch.get_num_threads())"
-    environ = learner_env({CPUS: "1.5"})
-    environ.pop("OMP_NUM_THREADS", None)
-    done = subprocess.run(
-        [PYTHON, "-c", code], env=environ, capture_output=True, text=True, check=True
-    )
-    assert done.stdout.split() == ["2"]

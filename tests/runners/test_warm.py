@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from learner_process import LAUNCH, PATIENCE_S, PYTHON, Learner, learner_env
 
-from runners.config import EXIT_FILE, WARM_IMPORTS
+from runners.config import CPUS, EXIT_FILE, WARM_IMPORTS
 from runners.protocol import Message, Metric, PhaseEnded
 
 WARM = (PYTHON, "-m", "runners.warm")
@@ -235,6 +235,25 @@ def test_a_preloaded_module_is_imported_already(start_warm: StartWarm, tmp_path:
     assert forked_from(warm, seen)
     [reported] = learner.stderr().splitlines()
     assert "no_such_module_anywhere" in reported
+
+
+def test_a_forked_command_computes_on_its_cpus_as_a_new_interpreter_would(
+    start_warm: StartWarm, start_cold: StartCold, tmp_path: Path
+) -> None:
+    """torch, imported warm before the job's CPUs were known, is given them in the fork."""
+    threads = "import os, torch; print('PROBE', torch.get_num_threads(), os.getppid())"
+    variables = job_env({CPUS: "1.5"})
+    variables.pop("OMP_NUM_THREADS", None)
+    cold = start_cold((PYTHON, "-c", threads), variables, tmp_path)
+    warm = start_warm({WARM_IMPORTS: "torch"})
+    learner = warm.assign((PYTHON, "-c", threads), variables, tmp_path)
+
+    assert learner.finish() == cold.finish() == 0
+    [seen] = [line.split()[1:] for line in learner.lines if line.startswith(PROBE_PREFIX)]
+    [expected] = [line.split()[1:] for line in cold.lines if line.startswith(PROBE_PREFIX)]
+    assert seen[0] == expected[0] == "2"
+    assert int(seen[1]) == warm.learner.process.pid  # forked, not spawned
+    assert learner.stderr() == ""
 
 
 @pytest.mark.parametrize(
