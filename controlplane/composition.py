@@ -44,6 +44,7 @@ from controlplane.jobs.service import Jobs
 from controlplane.logs.indexer import DEFAULT_LOG_INDEXERS, LogIndexers
 from controlplane.models.projection import ModelsProjection
 from controlplane.models.service import Models
+from controlplane.pending.apart import RecorderProcess
 from controlplane.pending.projection import PendingProjection
 from controlplane.pending.recorder import PendingRecorder
 from controlplane.projections.base import Projection
@@ -151,6 +152,7 @@ class ControlPlane:
         roots: Roots,
         log_retention_s: float,
         log_indexers: int = DEFAULT_LOG_INDEXERS,
+        pending_apart: bool = False,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.url = url
@@ -180,11 +182,22 @@ class ControlPlane:
             ),
         )
         self.gauges = ClusterGauges(pool)
-        self.pending = PendingRecorder(pool, self.store, clock=clock)
+        # Apart: in a process of its own, off the API's interpreter (see `pending.apart`).
+        self.pending: PendingRecorder | RecorderProcess = (
+            RecorderProcess(url)
+            if pending_apart
+            else PendingRecorder(pool, self.store, clock=clock)
+        )
         self.searches = Searches(self.store, self.jobs, clock)
         self.driver = SearchDriver(pool, self.searches, self.listener)
         self.webhooks = WebhookRelay(url, pool, self.store, relay, clock=clock)
         self.log_indexers = LogIndexers(pool, count=log_indexers)
+
+    async def apart(self) -> None:
+        """Return once the parts that run in processes of their own are up: the pending-reasons
+        recorder, when it runs apart."""
+        if isinstance(self.pending, RecorderProcess):
+            await self.pending.up.wait()
 
     async def readiness(self, background: asyncio.Task[None]) -> Readiness:
         """What `/readyz` reports, with `background` the task that `running` started."""
@@ -213,12 +226,14 @@ async def opened(
     roots: Roots,
     log_retention_s: float,
     log_indexers: int = DEFAULT_LOG_INDEXERS,
+    pending_apart: bool = False,
 ) -> AsyncIterator[ControlPlane]:
     """The control plane's parts on a fresh pool, closed (relay, store, pool) when the block
     ends; nothing runs until `running`. `only`: the projections to run (default: every one);
     `artifacts`: the model repository's store; `roots`: where `file://` results may be read;
     `log_retention_s`: how long after a job ended its log lines go (0: never); `log_indexers`:
-    how many of log search's indexers this replica runs."""
+    how many of log search's indexers this replica runs; `pending_apart`: whether its
+    pending-reasons recorder runs in a process of its own (as `trainyard serve` runs it)."""
     pool = await create_pool(url)
     try:
         plane = ControlPlane(
@@ -231,6 +246,7 @@ async def opened(
             roots=roots,
             log_retention_s=log_retention_s,
             log_indexers=log_indexers,
+            pending_apart=pending_apart,
         )
         try:
             yield plane

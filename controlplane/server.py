@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import logging
 import os
 import signal
 from collections.abc import AsyncIterator
@@ -15,7 +16,7 @@ from aiohttp import web
 from controlplane.database import describe
 from controlplane.failures import CommandFailed
 from controlplane.http.app import create_app
-from controlplane.http.keys import PROJECTIONS, STORE
+from controlplane.http.keys import PLANE, PROJECTIONS, STORE
 from controlplane.http.streams import max_streams_from_env
 from controlplane.jobs.images import ImageAllowlist
 from controlplane.jobs.locations import Roots
@@ -31,6 +32,10 @@ from controlplane.tenants.admin import bootstrap_admin_token
 from controlplane.webhooks.addresses import ALLOW_NETWORKS_ENV, parse_networks
 from controlplane.webhooks.relay import RelayConfig
 
+log = logging.getLogger(__name__)
+
+APART_S = 30.0
+"""How long a starting replica waits for its other processes before it listens without them."""
 MAX_REQUEST_LINE = 32 * 1024
 """The longest request line served: a model search's 1000 characters take up to 12 bytes each
 once percent-encoded (4-byte UTF-8), past aiohttp's default of 8190, which it refuses with a
@@ -114,6 +119,7 @@ async def listening(
         max_streams=max_streams,
         log_retention_s=log_retention_s,
         log_indexers=log_indexers,
+        pending_apart=True,
     )
     runner = web.AppRunner(app, handle_signals=False, max_line_size=MAX_REQUEST_LINE)
     await runner.setup()
@@ -127,6 +133,14 @@ async def listening(
             # far more widely than the file (mode 0600) is.
             path = home / ADMIN_TOKEN_FILE
             print(f"admin token issued, in {path} (mode 0600): use it with --token-file {path}")
+        # Its processes too: their start (an interpreter's imports, connections) took the CPU
+        # from the first requests. Not for ever: one that does not start is started again by
+        # its supervisor, which says why, and the replica answers meanwhile.
+        try:
+            async with asyncio.timeout(APART_S):
+                await app[PLANE].apart()
+        except TimeoutError:
+            log.warning("the control plane's other processes are not up after %g s", APART_S)
         # Started (the app's parts, its background tasks, the admin token), not yet listening:
         # the one full collection this costs holds no request up.
         freeze_startup_heap()

@@ -77,13 +77,16 @@ def create_app(
     artifacts: ArtifactStore | None = None,
     log_retention_s: float = LOG_RETENTION_S,
     log_indexers: int = DEFAULT_LOG_INDEXERS,
+    pending_apart: bool = False,
 ) -> web.Application:
     """The application; `images` None: the allowlist `TRAINYARD_IMAGES` sets (ValueError when
     it is malformed), or the default; `roots`: where `file://` data and results may be
     (default: from the environment); `projections`: those this replica runs (default: all);
     `artifacts`: the model repository's store (default: the directory `Settings` names);
     `log_retention_s`: how long after a job ended its log lines go (0: never); `log_indexers`:
-    how many of log search's indexers this replica runs."""
+    how many of log search's indexers this replica runs; `pending_apart`: whether the
+    pending-reasons recorder runs in a process of its own (`trainyard serve`: see
+    `controlplane.pending.apart`) rather than in this one."""
     app = web.Application(
         middlewares=[tracing_middleware, outage_middleware, refusal_middleware, auth_middleware]
     )
@@ -102,6 +105,7 @@ def create_app(
             artifacts=artifacts or FileArtifactStore(default_root(Settings.from_env())),
             log_retention_s=log_retention_s,
             log_indexers=log_indexers,
+            pending_apart=pending_apart,
         )
     )
     app.cleanup_ctx.append(_background)
@@ -143,6 +147,7 @@ async def _database(
     artifacts: ArtifactStore,
     log_retention_s: float,
     log_indexers: int,
+    pending_apart: bool,
 ) -> AsyncIterator[None]:
     """The composition root's parts, under the keys the handlers read them by."""
     async with opened(
@@ -154,6 +159,7 @@ async def _database(
         roots=app[LOCATION_ROOTS],
         log_retention_s=log_retention_s,
         log_indexers=log_indexers,
+        pending_apart=pending_apart,
     ) as plane:
         app[PLANE] = plane
         app[POOL] = plane.pool
