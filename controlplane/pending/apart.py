@@ -58,16 +58,13 @@ class RecorderProcess:
         loop = asyncio.get_running_loop()
         while not self._stopping.is_set():
             started = loop.time()
-            status = await self._run_once()
+            how = await self._run_once()
             if self._stopping.is_set():
                 break
             if loop.time() - started >= RAN_LONG_S:
                 wait_s = RESTART_S[0]
             log.warning(
-                "the pending-reasons recorder's process ended (status %s); starting it again "
-                "in %g s",
-                status,
-                wait_s,
+                "the pending-reasons recorder's process %s; starting it again in %g s", how, wait_s
             )
             await pause(self._stopping, wait_s)
             wait_s = min(2 * wait_s, RESTART_S[1])
@@ -82,22 +79,25 @@ class RecorderProcess:
         if self._process is not None and self._process.returncode is None:
             self._process.terminate()
 
-    async def _run_once(self) -> int:
-        """Start the process and wait for its end; its exit status."""
-        process = await asyncio.create_subprocess_exec(
-            *(sys.executable, "-m", MODULE, str(logging.getLogger().getEffectiveLevel())),
-            env={**os.environ, DATABASE_URL_ENV: self._url},
-            # Its end is the process's signal that this one is gone (see `parent_gone`).
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-        )
+    async def _run_once(self) -> str:
+        """Start the process and wait for its end; how it ended."""
+        try:
+            process = await asyncio.create_subprocess_exec(
+                *(sys.executable, "-m", MODULE, str(logging.getLogger().getEffectiveLevel())),
+                env={**os.environ, DATABASE_URL_ENV: self._url},
+                # Its end is the process's signal that this one is gone (see `parent_gone`).
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+            )
+        except OSError as exc:  # out of processes or memory for a moment
+            return f"could not start ({exc})"
         self._process = process
         try:
             if self._stopping.is_set():
                 process.terminate()  # asked to stop while it started
             if process.stdout is not None and await process.stdout.readline() == READY:
                 self.up.set()
-            return await process.wait()
+            return f"ended (status {await process.wait()})"
         finally:
             self.up.clear()
             # Cancelled (the control plane's stop ran out of time): it ends with this task, a
