@@ -203,16 +203,14 @@ def start(command: Sequence[str], warm_environ: Mapping[str, str]) -> Child:
     """PROCESSING's start (`launch.Start`): a fork for a Python command of this interpreter that a
     fork can run as `python` would, a new process otherwise."""
     program = Program.of(command)
-    if program is None:
-        fit_threads()
-        return spawn(command)
     # Judged on the job's environment as given: the threads' default is not the job's choice.
-    reason = why_not_fork(warm_environ, os.environ)
+    reason = None if program is None else why_not_fork(warm_environ, os.environ)
+    if program is not None and reason is None:
+        return fork(lambda: _fitted(program))
     if reason is not None:
         print(f"trainyard: the command runs in a new interpreter: {reason}", file=sys.stderr)
-        fit_threads()
-        return spawn(command)
-    return fork(lambda: _fitted(program))
+    fit_threads()
+    return spawn(command)
 
 
 def _fitted(program: Program) -> int:
