@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import os
 import signal
@@ -15,6 +14,7 @@ from aiohttp import web
 
 from controlplane.database import describe
 from controlplane.failures import CommandFailed
+from controlplane.heap import freeze_startup_heap
 from controlplane.http.app import create_app
 from controlplane.http.keys import PLANE, PROJECTIONS, STORE
 from controlplane.http.streams import max_streams_from_env
@@ -67,24 +67,6 @@ def log_retention_s(days: float | None) -> float:
         except ValueError as exc:
             raise ServeError(f"{LOG_RETENTION_ENV}: {exc}") from None
     return days * DAY_S
-
-
-def freeze_startup_heap() -> int:
-    """Collect the start-up's garbage, then move every object still tracked by the cyclic
-    garbage collector into its permanent generation (`gc.freeze`), which no collection
-    traverses again; returns how many objects that is.
-
-    A serving process calls it once started: its modules, classes, functions, routes, pool and
-    compiled statements (some 130,000 tracked objects, twice as many as in November's first
-    weeks) live as long as it does, yet every full (generation 2) collection walked them all.
-    With submits at 200/s one ran every 2 to 3 s and held the event loop 70 to 120 ms on a
-    2-core machine, so about 1 % of submits waited 100 ms or more (`bench api`'s submit p99,
-    issue 36). Frozen, they are out of every collection's walk, and a full collection walks only
-    what the process has made since. What is alive now and later dies in a reference cycle is
-    never freed: a bounded, one-off cost, since nothing made after this call is frozen."""
-    gc.collect()
-    gc.freeze()
-    return gc.get_freeze_count()
 
 
 def signalled() -> asyncio.Event:

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from controlplane.server import allowed_images, freeze_startup_heap, listening
+from controlplane.heap import freeze_startup_heap
+from controlplane.server import allowed_images, listening
 from controlplane.settings import LOG_RETENTION_S
 from harness.served import free_port
 

@@ -80,6 +80,8 @@ async def test_it_records_a_queued_job_s_reasons_and_ends_when_stopped(
         await recorder.up.wait()
     pid = recorder.pid
     assert pid is not None and alive(pid)
+    # Its start-up (its imports: tens of thousands of objects) is out of its collections' walk.
+    assert recorder.frozen is not None and recorder.frozen > 10_000
     job_id = await queued(db_url, pool, store)
 
     async def judged() -> bool:
@@ -123,7 +125,8 @@ def test_the_process_ends_once_whoever_started_it_is_gone(db_url: str) -> None:
     )
     try:
         assert process.stdout is not None and process.stdin is not None
-        assert process.stdout.readline() == READY
+        word, _, frozen = process.stdout.readline().partition(b" ")
+        assert word == READY and int(frozen) > 0
         process.stdin.close()
         assert process.wait(timeout=PATIENCE_S) == 0
     finally:
