@@ -12,6 +12,7 @@ from typing import Any
 from controlplane.commands import database
 from controlplane.database import create_pool
 from controlplane.failures import EXIT_USAGE
+from controlplane.heap import freeze_startup_heap
 from controlplane.migrate import require_migrated
 from controlplane.scheduling.policy import PolicyError
 from controlplane.settings import Settings
@@ -112,6 +113,8 @@ async def cmd_simulate(args: argparse.Namespace, settings: Settings) -> int:
         except PolicyError as exc:
             print(f"trainyard: {exc}", file=sys.stderr)
             return EXIT_USAGE
+    # The past lives as long as the command: out of the collector's walk while it is replayed.
+    freeze_startup_heap()
     replayed = report(workload, policy, simulate(workload, policy))
     print(dumps(replayed) if args.json else as_table(replayed))
     return 0
