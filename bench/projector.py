@@ -1,6 +1,7 @@
 """The queue's projections (`jobs`, `tenants`) in a process of their own, as the control plane
 (`trainyard serve`) applies them beside the agents, which run elsewhere, and with `pending` its
-pending-reasons recorder and the `pending` projection too (which reads every claim's event):
+pending-reasons recorder (in a process of its own, as the control plane runs it) and the
+`pending` projection too (which reads every claim's event):
 `python -m bench.projector DATABASE_URL [--pending]` runs them until SIGTERM, and
 `projector(url)` is such a process for the length of a `with` block."""
 
@@ -17,7 +18,9 @@ from controlplane.database import create_pool
 from controlplane.event_registry import EVENT_REGISTRY
 from controlplane.events.store import EventStore
 from controlplane.events.subscription import LogListener
+from controlplane.heap import freeze_startup_heap
 from controlplane.jobs.projection import JobsProjection
+from controlplane.pending.apart import RecorderProcess
 from controlplane.pending.projection import PendingProjection
 from controlplane.pending.recorder import PendingRecorder
 from controlplane.projections.base import Projection
@@ -37,7 +40,8 @@ async def run(url: str, pending: bool) -> None:
     runner = ProjectionRunner(
         pool, store, listener, [*queue, PendingProjection()] if pending else queue
     )
-    recorder = PendingRecorder(pool, store)
+    # As `trainyard serve` runs it: in a process of its own, its start-up heap frozen.
+    recorder = RecorderProcess(url)
 
     def stop() -> None:
         runner.stop()
@@ -57,13 +61,16 @@ async def run(url: str, pending: bool) -> None:
             while await backlog.record():
                 pass
             await runner.catch_up(runner.projections[PendingProjection.name])
-        sys.stdout.buffer.write(READY)
-        sys.stdout.flush()
+        freeze_startup_heap()  # as the control plane's process does once started
         async with asyncio.TaskGroup() as group:
             group.create_task(listener.run())
             group.create_task(runner.run())
             if pending:
                 group.create_task(recorder.run())
+                async with asyncio.timeout(START_S):
+                    await recorder.up.wait()
+            sys.stdout.buffer.write(READY)
+            sys.stdout.flush()
     finally:
         await store.close()
         await pool.close()
