@@ -235,7 +235,16 @@ async def _measure(agents: Agents, settings: Settings, progress: bool) -> dict[s
         m.step for a, m in messages if a == 2 and isinstance(m, protocol.CheckpointRestored)
     ]
     if resumed.attempt != 2 or len(restored) != 1:
-        raise BenchFailed(f"job {crashed}: attempt {resumed.attempt}, restored {restored}")
+        # Why each attempt ended, and how the second one's log ends: a restart more than the
+        # kill's is rare, and nothing else is left to tell why once the bench's folder goes.
+        why = [
+            f"{t.state} (attempt {t.attempt}): {t.reason}" for t in resumed.transitions if t.reason
+        ]
+        tail = [line.text for line in lines if line.attempt == 2][-8:]
+        raise BenchFailed(
+            f"job {crashed}: attempt {resumed.attempt}, restored {restored}; {'; '.join(why)}; "
+            f"attempt 2's last lines: {tail}"
+        )
 
     one = steps_per_s(await agents.lines(alone.job_id))
     two = steps_per_s(await agents.lines(pair.job_id))
