@@ -117,30 +117,38 @@ FROM pending_reasons
 WHERE job_id = $1;
 
 -- name: pending_close_spans
--- The `pending` projection: the job's open spans end at $2, but for reasons $3 that still hold
--- (for attempt $4; another attempt's spans all end). A change of an attempt that left the
--- queue at $5 (not NULL) ends, of the spans its departure ended, those of reasons that no
--- longer held by then.
-UPDATE pending_spans
-SET ended_at = $2
-WHERE job_id = $1 AND ended_at IS NOT DISTINCT FROM $5::timestamptz
-  AND (attempt <> $4 AND $5 IS NULL OR attempt = $4 AND reason <> ALL($3::text[]));
+-- The `pending` projection, for changes of distinct jobs (job $1[k] at $2[k] for attempt $3[k],
+-- which left the queue at $4[k], NULL while it has not): each job's open spans end at its
+-- change's instant, but for the reasons that still hold ($5[i] of job $6[i]) for its attempt;
+-- another attempt's spans all end. A change of an attempt that left ends, of the spans its
+-- departure ended, those of reasons that no longer held by then. In one statement for a run of
+-- changes: a recording round's hundreds were as many statements, each a round trip.
+UPDATE pending_spans s
+SET ended_at = c.at
+FROM unnest($1::uuid[], $2::timestamptz[], $3::int[], $4::timestamptz[])
+     AS c(job_id, at, attempt, left_at)
+WHERE s.job_id = c.job_id AND s.ended_at IS NOT DISTINCT FROM c.left_at
+  AND (s.attempt <> c.attempt AND c.left_at IS NULL
+       OR s.attempt = c.attempt
+          AND NOT EXISTS (SELECT 1 FROM unnest($5::uuid[], $6::text[]) AS h(job_id, reason)
+                          WHERE h.job_id = s.job_id AND h.reason = s.reason));
 
 -- name: pending_open_spans
--- The `pending` projection: spans begin at $2 for the reasons ($4, blocking $5, detail $6) of
--- attempt $3 that were not open already; they end at $7, when the attempt left the queue (NULL
--- while it has not).
+-- The `pending` projection, for changes of distinct jobs: spans begin at $6[i] for the reasons
+-- (job $1[i], attempt $2[i], reason $3[i], blocking $4[i], detail $5[i]) that were not open
+-- already; they end at $7[i], when the attempt left the queue (NULL while it has not).
 INSERT INTO pending_spans (job_id, attempt, reason, blocking, detail, started_at, ended_at)
-SELECT $1, $3, r.reason, r.blocking, r.detail, $2, $7
-FROM unnest($4::text[], $5::text[], $6::text[]) AS r(reason, blocking, detail)
+SELECT r.job_id, r.attempt, r.reason, r.blocking, r.detail, r.at, r.left_at
+FROM unnest($1::uuid[], $2::int[], $3::text[], $4::text[], $5::text[], $6::timestamptz[],
+            $7::timestamptz[]) AS r(job_id, attempt, reason, blocking, detail, at, left_at)
 WHERE NOT EXISTS (SELECT 1 FROM pending_spans s
-                  WHERE s.job_id = $1 AND s.attempt = $3 AND s.reason = r.reason
-                    AND s.ended_at IS NOT DISTINCT FROM $7::timestamptz);
+                  WHERE s.job_id = r.job_id AND s.attempt = r.attempt AND s.reason = r.reason
+                    AND s.ended_at IS NOT DISTINCT FROM r.left_at);
 
 -- name: pending_departed
--- The `pending` projection: attempts left the queue (job $1[k], attempt $2[k], at $3[k]; the
--- job's first event that did so counts). Each job's open spans end at its first departure of
--- the batch, and the departures are kept for a change recorded after them.
+-- The `pending` projection: attempts of distinct jobs left the queue (job $1[k], attempt $2[k],
+-- at $3[k]): each job's open spans of that attempt or an earlier one end, and the departures
+-- are kept for a change recorded after them.
 WITH kept AS (
     INSERT INTO pending_left (job_id, attempt, left_at)
     SELECT * FROM unnest($1::uuid[], $2::int[], $3::timestamptz[])
@@ -150,18 +158,18 @@ UPDATE pending_spans s
 -- Never before the span began: a claim stamped just before a change's instant can commit (and
 -- be projected) after it, and a span ending before its start would count negative time.
 SET ended_at = greatest(d.left_at, s.started_at)
-FROM (SELECT DISTINCT ON (job_id) job_id, attempt, left_at
-      FROM unnest($1::uuid[], $2::int[], $3::timestamptz[]) AS d(job_id, attempt, left_at)
-      ORDER BY job_id, left_at) d
+FROM unnest($1::uuid[], $2::int[], $3::timestamptz[]) AS d(job_id, attempt, left_at)
 WHERE s.job_id = d.job_id AND s.ended_at IS NULL AND s.attempt <= d.attempt;
 
--- name: pending_left_at
--- The `pending` projection: when attempt $2 of job $1 left the queue (NULL while it has not):
--- its own departure, else the job's end.
-SELECT left_at FROM pending_left
-WHERE job_id = $1 AND attempt >= $2
-ORDER BY attempt
-LIMIT 1;
+-- name: pending_left_of
+-- The `pending` projection: when attempt $2[k] of job $1[k] left the queue (NULL while it has
+-- not): its own departure, else the job's end.
+SELECT j.job_id,
+       (SELECT l.left_at FROM pending_left l
+        WHERE l.job_id = j.job_id AND l.attempt >= j.attempt
+        ORDER BY l.attempt
+        LIMIT 1) AS left_at
+FROM unnest($1::uuid[], $2::int[]) AS j(job_id, attempt);
 
 -- name: pending_spans_of
 -- A job's spans, oldest first: its pending history.
