@@ -20,6 +20,7 @@ import asyncpg
 import pytest
 
 from controlplane.database import connect, create_pool, embedded_server_url, with_database
+from controlplane.event_registry import EVENT_REGISTRY
 from controlplane.events.store import EventStore
 from controlplane.events.subscription import LogListener
 from controlplane.jobs.images import IMAGES_ENV
@@ -137,6 +138,23 @@ async def fresh_database(pg_server: str, template_db: str | None) -> AsyncIterat
         await admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
     finally:
         await admin.close()
+
+
+@asynccontextmanager
+async def fresh_store(
+    pg_server: str, template_db: str, *, pool_size: int
+) -> AsyncIterator[tuple[str, asyncpg.Pool, EventStore]]:
+    """A fresh migrated database, a pool of `pool_size` on it and the control plane's event
+    store, closed and dropped afterwards: a property test's database per example (hypothesis
+    runs many examples within one test)."""
+    async with fresh_database(pg_server, template_db) as url:
+        pool = await create_pool(url, min_size=1, max_size=pool_size)
+        store = EventStore(pool, EVENT_REGISTRY)
+        try:
+            yield url, pool, store
+        finally:
+            await store.close()
+            await pool.close()
 
 
 @pytest.fixture

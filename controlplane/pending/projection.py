@@ -57,12 +57,12 @@ class PendingProjection:
 class _Writes:
     """A batch's writes, gathered: a run of departures is one statement, and a run of changes
     three, however many jobs it holds (a recording round's changes, hundreds in one append,
-    were three statements each: 100 to 240 ms of the API's event loop every two seconds with
-    a few thousand jobs queued, `bench api`'s slow submits). Each job's events still take
-    effect in the log's order: departures gathered are written before a change that follows
-    them, changes before a departure that follows them, and a job's second change or second
-    departure waits for its first to be written. So at most one of the two runs is open at a
-    time, and neither holds a job twice."""
+    were three statements each, which kept the batch's transaction open 100 to 240 ms every
+    two seconds with a few thousand jobs queued, holding back every reader of the log). Each
+    job's events still take effect in the log's order: departures gathered are written before
+    a change that follows them, changes before a departure that follows them, and a job's
+    second change or second departure waits for its first to be written. So at most one of
+    the two runs is open at a time, and neither holds a job twice."""
 
     def __init__(self, conn: Executor) -> None:
         self._conn = conn

@@ -31,7 +31,7 @@ from controlplane.projections.runner import ProjectionRunner
 from controlplane.scheduling.claim import Claim
 from controlplane.tenants.projection import TenantsProjection
 from controlplane.tenants.service import create_tenant
-from tests.conftest import fresh_database
+from tests.conftest import fresh_store
 from tests.polling import eventually
 
 AGENT = Metadata(actor="agent:test")
@@ -136,15 +136,8 @@ async def claim_all(cluster: Cluster, node_names: list[str]) -> list[tuple[str, 
 async def test_concurrent_claims_never_share_a_job_or_a_gpu(
     pg_server: str, template_db: str, node_sizes: list[int], jobs: list[tuple[int, int]]
 ) -> None:
-    # A database per example: hypothesis runs many examples within one test.
-    async with fresh_database(pg_server, template_db) as url:
-        pool = await create_pool(url, min_size=1, max_size=10)
-        store = EventStore(pool, EVENT_REGISTRY)
-        try:
-            await check_claims(Cluster(pool, store, url), node_sizes, jobs)
-        finally:
-            await store.close()
-            await pool.close()
+    async with fresh_store(pg_server, template_db, pool_size=10) as (url, pool, store):
+        await check_claims(Cluster(pool, store, url), node_sizes, jobs)
 
 
 async def check_claims(

@@ -20,8 +20,6 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from controlplane.clock import SYSTEM_CLOCK
-from controlplane.database import create_pool
-from controlplane.event_registry import EVENT_REGISTRY
 from controlplane.events.metadata import Metadata
 from controlplane.events.records import LogPosition
 from controlplane.events.store import EventStore
@@ -44,7 +42,7 @@ from controlplane.jobs.service import Jobs
 from controlplane.jobs.views import list_jobs
 from controlplane.migrate import available
 from controlplane.projections.runner import ProjectionRunner
-from tests.conftest import fresh_database
+from tests.conftest import fresh_store
 from tests.sim.past import INFERENCE
 
 TENANTS = ("acme", "globex", "initech")
@@ -249,21 +247,14 @@ async def check_every_filter(pool: asyncpg.Pool) -> None:
 async def test_every_filter_s_count_equals_counting_the_jobs_and_survives_a_rebuild(
     pg_server: str, template_db: str, steps: list[Step]
 ) -> None:
-    # A database per example: hypothesis runs many examples within one test.
-    async with fresh_database(pg_server, template_db) as url:
-        pool = await create_pool(url, min_size=1, max_size=4)
-        store = EventStore(pool, EVENT_REGISTRY)
-        try:
-            await run(steps, pool, store, url)
-            counters = [tuple(r) for r in await pool.fetch(COUNTERS)]
-            assert counters == [tuple(r) for r in await pool.fetch(RECOUNT)]
-            await check_every_filter(pool)
+    async with fresh_store(pg_server, template_db, pool_size=4) as (url, pool, store):
+        await run(steps, pool, store, url)
+        counters = [tuple(r) for r in await pool.fetch(COUNTERS)]
+        assert counters == [tuple(r) for r in await pool.fetch(RECOUNT)]
+        await check_every_filter(pool)
 
-            await runner(pool, store, url, 5).rebuild("jobs")
-            assert [tuple(r) for r in await pool.fetch(COUNTERS)] == counters
-        finally:
-            await store.close()
-            await pool.close()
+        await runner(pool, store, url, 5).rebuild("jobs")
+        assert [tuple(r) for r in await pool.fetch(COUNTERS)] == counters
 
 
 async def test_the_migration_counts_the_jobs_already_there(

@@ -14,8 +14,6 @@ import asyncpg
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from controlplane.database import create_pool
-from controlplane.event_registry import EVENT_REGISTRY
 from controlplane.events.metadata import Metadata
 from controlplane.events.store import EventStore
 from controlplane.events.subscription import LogListener
@@ -27,7 +25,7 @@ from controlplane.pending.projection import PendingProjection
 from controlplane.pending.reasons import Blocking, Reason
 from controlplane.pending.streams import pending_stream
 from controlplane.projections.runner import ProjectionRunner
-from tests.conftest import fresh_database
+from tests.conftest import fresh_store
 from tests.polling import eventually
 
 T0 = datetime(2026, 11, 29, 10, tzinfo=UTC)
@@ -169,26 +167,20 @@ async def test_a_batch_writes_the_spans_that_its_events_one_at_a_time_write(
     pg_server: str, template_db: str, steps: list[Step]
 ) -> None:
     # A database per example: a rebuild replays the whole log.
-    async with fresh_database(pg_server, template_db) as url:
-        pool = await create_pool(url, min_size=1, max_size=2)
-        store = EventStore(pool, EVENT_REGISTRY)
-        try:
-            await append_steps(store, steps)
+    async with fresh_store(pg_server, template_db, pool_size=2) as (url, pool, store):
+        await append_steps(store, steps)
 
-            async def spans_after_rebuild(batch_size: int) -> list[tuple[object, ...]]:
-                projection = PendingProjection()
-                runner = ProjectionRunner(
-                    pool, store, LogListener(url), [projection], batch_size=batch_size
-                )
-                await runner.rebuild(projection.name)
-                return [tuple(r) for r in await pool.fetch(SPANS)]
+        async def spans_after_rebuild(batch_size: int) -> list[tuple[object, ...]]:
+            projection = PendingProjection()
+            runner = ProjectionRunner(
+                pool, store, LogListener(url), [projection], batch_size=batch_size
+            )
+            await runner.rebuild(projection.name)
+            return [tuple(r) for r in await pool.fetch(SPANS)]
 
-            # The whole log in one batch, then one event a batch: each change or departure
-            # written alone, as the projection wrote every change before it gathered runs.
-            assert await spans_after_rebuild(500) == await spans_after_rebuild(1)
-        finally:
-            await store.close()
-            await pool.close()
+        # The whole log in one batch, then one event a batch: each change or departure written
+        # alone, as the projection wrote every change before it gathered runs.
+        assert await spans_after_rebuild(500) == await spans_after_rebuild(1)
 
 
 async def append_steps(store: EventStore, steps: list[Step]) -> None:
