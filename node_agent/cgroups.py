@@ -26,8 +26,6 @@ CPU_PERIOD_US = 100_000
 MIN_CPU_QUOTA_US = 1_000
 """The kernel refuses a quota below 1 ms a period."""
 MOUNTINFO = Path("/proc/self/mountinfo")
-MOVE_ROUNDS = 10
-"""Reads of a group's processes while moving them, before giving up on one that keeps forking."""
 
 
 class CgroupError(Exception):
@@ -74,6 +72,14 @@ class Cgroup:
             with contextlib.suppress(FileNotFoundError):
                 found.update(int(line) for line in procs.read_text().split())
         return found
+
+    def memory_used(self) -> int:
+        """Bytes of memory charged to it now (0 once it is gone)."""
+        name = "memory.current" if self.version == 2 else "memory.usage_in_bytes"
+        try:
+            return int((self.memory / name).read_text())
+        except FileNotFoundError:
+            return 0
 
     def oom_killed(self) -> bool:
         """Whether the kernel killed one of its processes for the group's memory limit."""
@@ -161,34 +167,6 @@ class Hierarchies:
         except OSError as exc:
             raise CgroupError(f"cannot limit the cgroup {group.memory.name}: {exc}") from exc
 
-    def move(self, group: Cgroup, name: str) -> Cgroup:
-        """`group`'s processes moved into a new group called `name`, and `group` removed (a
-        warm sandbox's group becomes its learner's, under the name a restarted agent looks
-        for); CgroupError, with the processes back in `group`, if it cannot be done whole.
-
-        The processes move, not the folder: cgroup v2 cannot rename a group (the kernel
-        refuses with EPERM). What the processes were charged before the move (the warm
-        sandbox's memory) stays with the group's parent, in both versions, so a learner's
-        limits count what it uses once it is handed its job."""
-        moved = self.group(name)
-        # One folder in v2, one per controller in v1 (some mounted together).
-        pairs = list(dict.fromkeys((group.folders[c], moved.folders[c]) for c in CONTROLLERS))
-        try:
-            for source, target in pairs:
-                target.mkdir(exist_ok=True)
-                _move_processes(source, target)
-            for source, _ in pairs:
-                source.rmdir()
-        except OSError as exc:
-            # Whole or not at all: a group split between two names is lost to both.
-            for source, target in pairs:
-                with contextlib.suppress(OSError):
-                    source.mkdir(exist_ok=True)
-                    _move_processes(target, source)
-                    target.rmdir()
-            raise CgroupError(f"cannot move the cgroup {group.memory.name}: {exc}") from exc
-        return moved
-
     def _base(self, controller: str) -> Path:
         return self.mounts[controller] / BASE
 
@@ -223,21 +201,6 @@ class Hierarchies:
         if (memory_folder / "memory.memsw.limit_in_bytes").exists():
             yield memory_folder / "memory.memsw.limit_in_bytes", memory
         yield pids / "pids.max", str(limits.pids)
-
-
-def _move_processes(source: Path, target: Path) -> None:
-    """Every process of the group folder `source` into the folder `target`, a pid a write as
-    the kernel takes them; OSError if some are still coming after MOVE_ROUNDS reads (a process
-    that forks as fast as it is moved; a warm sandbox waits idle, so one read is the rule)."""
-    for _ in range(MOVE_ROUNDS):
-        pids = (source / "cgroup.procs").read_text().split()
-        if not pids:
-            return
-        for pid in pids:
-            # One that ended since the read has nothing left to move.
-            with contextlib.suppress(ProcessLookupError):
-                (target / "cgroup.procs").write_text(pid)
-    raise OSError(errno.EBUSY, "its processes keep forking", str(source))
 
 
 def _cpu_settings(group: Cgroup, cpus: float | None, weight: float) -> list[tuple[Path, str]]:

@@ -706,6 +706,8 @@ class ProcessRuntime:
         return None if name is None else functools.partial(self.warm.release, name)
 
     def _cgroup(self, job_id: UUID, attempt: int, learner: int, epoch: int) -> Cgroup | None:
+        """The learner's group: its warm sandbox's, if it started in one, or its own."""
         if self._sandbox is None:
             return None
-        return self._sandbox.cgroups.group(cgroup_name(job_id, attempt, learner, epoch))
+        warm = None if self.warm is None else self.warm.of(job_id, attempt, learner, epoch)
+        return self._sandbox.cgroups.group(warm or cgroup_name(job_id, attempt, learner, epoch))

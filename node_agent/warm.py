@@ -15,7 +15,12 @@ job's, `Users.adopt_warm`), and `assign` hands it the job:
    folder the agent now binds below them (`mounts.bind`), opened by walking descriptors from
    its root, shows in the sandbox, and nothing of another job's ever does.
 2. Its output files become the learner's (moved into its working directory, as the agent's).
-3. Its cgroup takes the learner's name (what a restarted agent looks for) and the job's limits.
+3. Its cgroup becomes the learner's, under the sandbox's name (the record below says whose), and
+   takes the job's limits; what the sandbox holds already (its imports) counts against them, as
+   in a cold start, and a job whose memory limit is below that starts cold. Neither renamed
+   (cgroup v2 refuses to rename a group) nor moved: writing a process into another group waits
+   for an RCU grace period (the kernel's lock on every thread group's cgroup), 8 to 17 ms of
+   every warm start on a 2-core node.
 4. The learner's environment, command and working directory go through the socket, which
    `runners.warm` then closes; it runs the launcher's phases, and a Python command of its own
    interpreter in a fork of itself, with what it imported ahead.
@@ -27,8 +32,8 @@ its job, without the network, a network across nodes, GPUs' device nodes, the op
 
 A learner started so is found again by a restarted agent from the record `assign` leaves in
 the sandbox's folder (the agent's alone), checked against the process it names: its start
-time and its cgroup. A warm sandbox that no learner took is removed at the agent's start; its
-uid is given back (`Users.release_warm`).
+time and its cgroup, the sandbox's. A warm sandbox that no learner took is removed at the
+agent's start; its uid is given back (`Users.release_warm`).
 """
 
 from __future__ import annotations
@@ -50,7 +55,7 @@ from node_agent import mounts
 from node_agent.cgroups import Cgroup, CgroupError, Limits
 from node_agent.containers import PIDS_LIMIT
 from node_agent.runtime import LOADED_WEIGHT, LearnerSpec, LearnerStartError
-from node_agent.sandbox import READY_WORD, Sandbox, cgroup_name, child_of, clear, read_all
+from node_agent.sandbox import READY_WORD, Sandbox, child_of, clear, read_all
 from runners.config import WARM_IMPORTS
 from runners.warm import READ_AT_START_PREFIXES, WARM
 
@@ -291,22 +296,26 @@ class WarmSandboxes:
         self, warm: WarmSandbox, spec: LearnerSpec, environ: Mapping[str, str]
     ) -> Cgroup:
         """Hand `warm` the learner `spec` (its folders made, its uid the sandbox's) to run with
-        `environ`: its cgroup, moved to the learner's and limited as it. LearnerStartError when it
-        cannot be (the sandbox is removed then: it was the job's)."""
+        `environ`: its cgroup, limited as the learner's. LearnerStartError when it cannot be
+        (the sandbox is removed then: it was the job's)."""
         try:
+            # What the sandbox holds already (its imports) counts against the job's memory, as
+            # it would in a cold start; a limit below it would fail (v1) or kill (v2) at once.
+            held = warm.cgroup.memory_used()
+            if held > spec.memory_mb << 20:
+                raise LearnerStartError(
+                    f"its memory limit ({spec.memory_mb} MiB) is below what the sandbox holds "
+                    f"already ({held >> 20} MiB)"
+                )
             binds = [(spec.workdir, spec.workdir), *((m.source, m.target) for m in spec.mounts)]
             for source, target in sorted(binds, key=lambda bind: len(bind[1].parts)):
                 self._bind(warm.folder, source, target)
             _move_output(self._root_of(spec.workdir), warm.folder, spec.workdir)
             # Recorded before anything of the job runs: a restarted agent finds the learner,
-            # or (until the group is moved) removes the sandbox whole.
+            # and its group, from it.
             _write_record(warm, spec)
-            cgroup = self._sandbox.cgroups.move(
-                warm.cgroup, cgroup_name(spec.job_id, spec.attempt, spec.learner, spec.epoch)
-            )
-            warm.cgroup = cgroup
             self._sandbox.cgroups.limit(
-                cgroup, Limits(cpus=spec.cpus, memory_mb=spec.memory_mb, pids=PIDS_LIMIT)
+                warm.cgroup, Limits(cpus=spec.cpus, memory_mb=spec.memory_mb, pids=PIDS_LIMIT)
             )
             command = spec.command[spec.command.index("--") + 1 :]
             handed = {"env": dict(environ), "command": command, "cwd": str(spec.workdir)}
@@ -318,7 +327,7 @@ class WarmSandboxes:
             raise LearnerStartError(f"cannot start it in its warm sandbox: {exc}") from exc
         finally:
             warm.channel.close()
-        return cgroup
+        return warm.cgroup
 
     async def discard(self, warm: WarmSandbox) -> None:
         """Remove a warm sandbox (one no learner took, or one that failed to take it)."""
@@ -333,10 +342,10 @@ class WarmSandboxes:
 
     def found(self) -> dict[str, Record]:
         """The learners running in warm sandboxes (this agent's or an earlier one's), by
-        sandbox: those whose record names a process that still runs, in the learner's cgroup."""
+        sandbox: those whose record names a process that still runs, in the sandbox's cgroup."""
         running = {}
         for name, record in self._records().items():
-            cgroup = self._sandbox.cgroups.group(_record_cgroup(record))
+            cgroup = self._sandbox.cgroups.group(name)
             if _start_time(record.pid) == record.started and record.pid in cgroup.pids():
                 running[name] = record
         return running
@@ -358,15 +367,11 @@ class WarmSandboxes:
         holds): left by an agent that stopped or died, with whatever still runs in them."""
         if not self._base.is_dir():
             return
-        records = self._records()
         held = keep | self._taken.keys() | self._starting
         for folder in sorted(self._base.iterdir()):
             if folder.name in held:
                 continue
-            # Its own group, and its learner's where it was moved to that (or was about to be).
-            await clear(self._sandbox.cgroups.group(folder.name))
-            if (record := records.get(folder.name)) is not None:
-                await clear(self._sandbox.cgroups.group(_record_cgroup(record)))
+            await clear(self._sandbox.cgroups.group(folder.name))  # its learner's, if it had one
             _remove(folder)
 
     def _records(self) -> dict[str, Record]:
@@ -510,10 +515,6 @@ def _write_record(warm: WarmSandbox, spec: LearnerSpec) -> None:
     partial = warm.folder / (RECORD + ".partial")
     partial.write_text(json.dumps(record))
     partial.replace(warm.folder / RECORD)
-
-
-def _record_cgroup(record: Record) -> str:
-    return cgroup_name(record.job_id, record.attempt, record.learner, record.epoch)
 
 
 def _start_time(pid: int) -> int | None:

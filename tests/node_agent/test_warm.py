@@ -1,7 +1,7 @@
 """Warm sandboxes (`node_agent.warm`), with real bubblewrap, cgroups and mounts: one is made
 ahead as a uid held for its job, with nothing of any job in it; handed a learner, it runs it as
-that job (its folders at their own paths, its cgroup's name and limits, its environment) and
-goes with it; another job's never sees the first one's folders; one no learner took runs
+that job (its folders at their own paths, its cgroup's limits, its environment) and goes with
+it; another job's never sees the first one's folders; one no learner took runs
 nothing and leaves nothing; a restarted agent finds a learner started warm and removes the
 warm sandboxes no learner took."""
 
@@ -20,7 +20,7 @@ import pytest
 from node_agent.learners import learner_dir
 from node_agent.process_runtime import ProcessRuntime
 from node_agent.runtime import ExitStatus, Folder, LearnerSpec, LearnerStartError, Mount, Place
-from node_agent.sandbox import Sandbox, cgroup_name
+from node_agent.sandbox import Sandbox
 from node_agent.warm import FOLDER, WarmSandbox, WarmSandboxes, WarmSettings
 from tests.cluster import learner_space
 from tests.node_agent.test_sandbox import LOADED, cpu_of
@@ -151,8 +151,8 @@ async def test_a_learner_started_warm_runs_as_its_job_in_a_sandbox_made_before_i
             "roots": [str(spec.job_id)],
         }
         assert (spec.workdir / "written").read_text() == "mine"
-        # The learner's cgroup, by the name a restarted agent looks for, with its limits.
-        cgroup = Sandbox.open().cgroups.group(cgroup_name(spec.job_id, 1, 0, 2))
+        # The sandbox's cgroup is the learner's now, with its limits.
+        cgroup = Sandbox.open().cgroups.group(warm.name)
         assert warm.pid in cgroup.pids()
         memory = cgroup.memory / ("memory.max" if cgroup.version == 2 else "memory.limit_in_bytes")
         assert memory.read_text().strip() == str(600 << 20)
@@ -222,15 +222,14 @@ async def test_a_restarted_agent_finds_a_learner_started_warm_and_removes_unused
     sandboxes = sandboxes_of(runtime)
     unused = await sandboxes.make(uuid4(), LEARNER_UID + 1)
     spec = spec_of(work_dir)
-    learner = await started_warm(runtime, await sandboxes.make(uuid4(), LEARNER_UID), spec)
+    warm = await sandboxes.make(uuid4(), LEARNER_UID)
+    learner = await started_warm(runtime, warm, spec)
     await report_of(learner)
 
     restarted = runtime_of(work_dir)  # another agent on the same work directory
     [found] = await restarted.find(spec.node)
     assert (found.job_id, found.attempt, found.learner, found.epoch) == (spec.job_id, 1, 0, 2)
-    assert (
-        int(found.handle) in Sandbox.open().cgroups.group(cgroup_name(spec.job_id, 1, 0, 2)).pids()
-    )
+    assert int(found.handle) in Sandbox.open().cgroups.group(warm.name).pids()
     # The sandbox no learner took is gone, with what ran in it.
     await eventually(lambda: _ended(unused.pid))
     assert not (work_dir / FOLDER / unused.name).exists()
@@ -346,6 +345,24 @@ async def test_a_job_given_more_memory_than_a_warm_sandbox_is_made_with_starts_i
         (spec.workdir / "go").touch()
         await learner.wait()  # type: ignore[attr-defined]
         await learner.remove()  # type: ignore[attr-defined]
+
+
+async def test_a_job_whose_memory_limit_is_below_what_a_warm_sandbox_holds_is_not_handed_it(
+    work_dir: Path,
+) -> None:
+    # Its imports count against the job's limit once it is the learner's: a lower limit would
+    # fail to be set (v1) or kill it (v2). The runtime then starts the learner cold (below).
+    sandboxes = sandboxes_of(runtime_of(work_dir))
+    warm = await sandboxes.make(uuid4(), LEARNER_UID)
+    held = Sandbox.open().cgroups.group(warm.name).memory_used()
+    assert held > 1 << 20
+    spec = replace(spec_of(work_dir), memory_mb=1)
+    with pytest.raises(LearnerStartError, match=r"memory limit \(1 MiB\) is below what"):
+        await sandboxes.assign(warm, spec, {})
+    # Removed whole, nothing of the job given to it.
+    assert warm.process.returncode is not None
+    assert not Sandbox.open().cgroups.group(warm.name).exists()
+    assert not (work_dir / FOLDER / warm.name).exists()
 
 
 async def test_a_learner_whose_warm_sandbox_ended_while_idle_starts_cold(work_dir: Path) -> None:
