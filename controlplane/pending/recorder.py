@@ -61,7 +61,7 @@ that the writes a claim competes with in the database (and the events the `pendi
 applies) stay as many a second however often the rounds come."""
 APPEND_CHUNK = 256
 PACE = 4.0
-"""A round's pause is at least this many times as long as its judging's CPU time."""
+"""A round's pause is at least this many times as long as the CPU time the round took."""
 ACTOR = "system:pending-reasons"
 WORKER = "pending-reasons"
 REPLICAS = Pending(
@@ -109,15 +109,20 @@ class PendingRecorder:
     async def run(self) -> None:
         """Record a round every interval until `stop()`."""
         while not self._stopping.is_set():
+            started = time.process_time()
             try:
-                _, spent = await self._record()
+                await self.record()
             except DATABASE_ERRORS as exc:
                 log.warning("recording pending reasons failed: %s; retrying", exc)
-                spent = 0.0
-            # A long queue makes long rounds: their judging takes at most a fifth of the time,
-            # so that claims and the API keep the CPU. Paced on the judging's own CPU time, not
-            # the round's wall time: on a busy machine the wall time counts the others' work
-            # too, and paced on it the reasons came seconds late just when the queue moved most.
+            # A long queue makes long rounds: they take at most a fifth of a core, so that
+            # claims and the API keep the CPU. Paced on the round's CPU time, not its wall time:
+            # on a busy machine the wall time counts the others' work too, and paced on it the
+            # reasons came seconds late just when the queue moved most. All of it, in every
+            # thread (decoding the queue's rows, judging, encoding the writes), not the judging
+            # alone: paced on that, a round under claims took a quarter of a core. Apart
+            # (`pending.apart`, as `trainyard serve` runs it) the process's time is the round's;
+            # beside the API, the API's counts too, and the rounds come less often.
+            spent = time.process_time() - started
             await pause(self._stopping, max(self._interval_s, PACE * spent))
 
     def stop(self) -> None:
@@ -126,19 +131,14 @@ class PendingRecorder:
     async def record(self) -> int:
         """One round; how many jobs' rows it wrote (0 also when another replica's round held
         the lock, or when nothing it judges from changed)."""
-        written, _ = await self._record()
-        return written
-
-    async def _record(self) -> tuple[int, float]:
-        """One round: how many rows it wrote, and the CPU seconds its judging took."""
         async with self._pool.acquire() as conn, conn.transaction(isolation="repeatable_read"):
             if not await conn.fetchval(Q["pending_lock"]):
-                return 0, 0.0
+                return 0
             at = self._clock.now()
             seen = tuple(await conn.fetchrow(Q["pending_fingerprint"]) or ())
             stale = self._durations_read is None or at - self._durations_read > DURATIONS
             if not stale and seen == self._judged_from and (self._due is None or at < self._due):
-                return 0, 0.0
+                return 0
             if stale:
                 self._durations = {
                     (r["tenant"], r["name"]): timedelta(seconds=r["seconds"])
@@ -170,7 +170,7 @@ class PendingRecorder:
         self._due = min((when for when in (decided.due, deferred) if when), default=None)
         rows.update((change.row.job_id, change.row) for change in written)
         self._rows = {job_id: row for job_id, row in rows.items() if row.queued}
-        return len(written), decided.cpu_s
+        return len(written)
 
     async def _recorded(self, conn: Executor, queue: Sequence[UUID]) -> dict[UUID, Recorded]:
         """The rows of the jobs queued at the last round and of those in `queue`: kept from
@@ -244,8 +244,6 @@ class Decided:
     due: datetime | None
     """The next instant at which time alone changes a judgement (a backoff's end, a running
     job's expected end), if any."""
-    cpu_s: float
-    """The CPU time judging took."""
 
 
 async def _snapshot(conn: Executor) -> Snapshot:
@@ -270,14 +268,13 @@ def _decided(
 ) -> Decided:
     """What a round writes (`changes`) to bring `recorded` to the queue's judgement now, and,
     `recording`, the history and moved details it may write; run in a thread (see
-    `PendingRecorder._record`), pure but for `walk` and `made`, which go on from the last
+    `PendingRecorder.record`), pure but for `walk` and `made`, which go on from the last
     round's."""
-    started = time.thread_time()
     queue, due = _judged(snapshot, at, durations, walk, made)
     decided = changes(
         recorded, queue, at, budget=BUDGET if recording else 0, moved_rows=MOVED if recording else 0
     )
-    return Decided(decided, due, time.thread_time() - started)
+    return Decided(decided, due)
 
 
 def _judged(
