@@ -38,7 +38,7 @@ one warm sandbox ready each (WARM: `node_agent.warm`), whose figures are the top
   ended, the finished trial's job's JobCompleted `at` to the new trial's job's (first)
   JobDeploying `at`. Each new trial is paired with the trial whose end the searcher recorded
   (TrialRungFinished) in the same append as its TrialCreated, oldest first. `next_trial_p99_ms`
-  is its p99. Target p99 <= 200.
+  is its p99. Target p99 <= 200. `max_stages`: the slowest gap's stages (as below, its own).
 - next_trial_stages_ms: medians of that gap's stages, by `recorded_at`: `driver` (JobCompleted
   to the TrialCreated: the search driver woke, read the job's end and metric, decided and
   appended), `submit` (TrialCreated to the new job's JobSubmitted) and `claim` (JobSubmitted to
@@ -475,12 +475,21 @@ async def _timing(pool: asyncpg.Pool, search_id: UUID) -> dict[str, Any]:
             driver.append(_s(row["recorded_at"] - done["recorded_at"]) * 1000)
             submit.append(_s(submitted["recorded_at"] - row["recorded_at"]) * 1000)
             claim.append(_s(deploying["recorded_at"] - submitted["recorded_at"]) * 1000)
+    # The slowest gap's own stages: a tail is a stage's stall, which the medians hide.
+    slowest = max(range(len(gaps)), key=gaps.__getitem__, default=None)
     return {
         "search_s": _s(ended["at"] - created[0]["at"]),
         "gaps_ms": {
             "p50": _percentile(gaps, 50),
             "p99": _percentile(gaps, 99),
-            "max": round(max(gaps), 1) if gaps else None,
+            "max": None if slowest is None else round(gaps[slowest], 1),
+            "max_stages": None
+            if slowest is None
+            else {
+                "driver": round(driver[slowest], 1),
+                "submit": round(submit[slowest], 1),
+                "claim": round(claim[slowest], 1),
+            },
             "samples": len(gaps),
         },
         "overhead_s": {

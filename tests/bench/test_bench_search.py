@@ -29,6 +29,9 @@ def test_a_search_runs_its_trials_and_a_kill_loses_or_duplicates_none(
         "between_trials",
     }
     assert set(result["next_trial_stages_ms"]) == {"driver", "submit", "claim"}
+    # The slowest gap's stages are its own: each a time between two of its events.
+    slowest = result["next_trial_ms"]["max_stages"]
+    assert set(slowest) == {"driver", "submit", "claim"} and min(slowest.values()) > 0, slowest
     # Every trial went through each phase: each stage of its time in its job is measured.
     stages = result["in_job_stages_ms"]
     assert list(stages) == list(IN_JOB_STAGES) and None not in stages.values(), stages
