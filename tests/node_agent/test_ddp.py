@@ -89,7 +89,8 @@ async def test_a_two_rank_job_whose_rank_1_is_killed_stops_within_5_s_and_resume
         straight = await twin.submit(ddp_command(), learners=2, gpus_per_learner=0)
         done = await twin.until(straight, ended, seconds=120)
         assert done.state is JobStatus.COMPLETED, await twin.log_text(straight)
-        assert done.attempt == 1
+        # Why an attempt ended, should one have: once in three CI runs the first did (12-02).
+        assert done.attempt == 1, [(t.state, t.reason) for t in done.transitions]
 
         crashed = await twin.submit(ddp_command(), learners=2, gpus_per_learner=0)
         halfway = await twin.until(
