@@ -460,7 +460,8 @@ async def _timing(pool: asyncpg.Pool, search_id: UUID) -> dict[str, Any]:
             for name, span in zip(IN_JOB_STAGES, spans, strict=True):
                 stages[name].append(span)
 
-    gaps, driver, submit, claim = [], [], [], []
+    gaps: list[float] = []
+    gap_stages: dict[str, list[float]] = {"driver": [], "submit": [], "claim": []}
     finished: list[asyncpg.Record] = []
     for row in search:
         if row["type"] in ("TrialRungFinished", "TrialFailed"):
@@ -472,9 +473,11 @@ async def _timing(pool: asyncpg.Pool, search_id: UUID) -> dict[str, Any]:
             if done is None or deploying is None or submitted is None:
                 continue
             gaps.append(_s(deploying["at"] - done["at"]) * 1000)
-            driver.append(_s(row["recorded_at"] - done["recorded_at"]) * 1000)
-            submit.append(_s(submitted["recorded_at"] - row["recorded_at"]) * 1000)
-            claim.append(_s(deploying["recorded_at"] - submitted["recorded_at"]) * 1000)
+            gap_stages["driver"].append(_s(row["recorded_at"] - done["recorded_at"]) * 1000)
+            gap_stages["submit"].append(_s(submitted["recorded_at"] - row["recorded_at"]) * 1000)
+            gap_stages["claim"].append(
+                _s(deploying["recorded_at"] - submitted["recorded_at"]) * 1000
+            )
     # The slowest gap's own stages: a tail is a stage's stall, which the medians hide.
     slowest = max(range(len(gaps)), key=gaps.__getitem__, default=None)
     return {
@@ -485,11 +488,7 @@ async def _timing(pool: asyncpg.Pool, search_id: UUID) -> dict[str, Any]:
             "max": None if slowest is None else round(gaps[slowest], 1),
             "max_stages": None
             if slowest is None
-            else {
-                "driver": round(driver[slowest], 1),
-                "submit": round(submit[slowest], 1),
-                "claim": round(claim[slowest], 1),
-            },
+            else {name: round(spans[slowest], 1) for name, spans in gap_stages.items()},
             "samples": len(gaps),
         },
         "overhead_s": {
@@ -498,11 +497,7 @@ async def _timing(pool: asyncpg.Pool, search_id: UUID) -> dict[str, Any]:
             "processing_to_completed_less_sleep": _median(command),
         },
         "in_job_stages_ms": {name: _median(spans, 1) for name, spans in stages.items()},
-        "stages_ms": {
-            "driver": _median(driver, 1),
-            "submit": _median(submit, 1),
-            "claim": _median(claim, 1),
-        },
+        "stages_ms": {name: _median(spans, 1) for name, spans in gap_stages.items()},
     }
 
 
