@@ -9,9 +9,10 @@ so as it starts). The image is not used.
 
 Learners outlive their agent (dependability promise 6): their output goes to files in their
 working directory rather than pipes (a pipe would break when the agent dies, and the learner
-with it), the agent tails those files, and the launcher writes its exit status to a file as it
-ends. A restarted agent finds its node's learners by their environment, which names node, job,
-attempt, learner and epoch (as container labels do for Docker), and re-adopts them.
+with it), the agent tails those files (woken by their writes: `node_agent.file_writes`), and
+the launcher writes its exit status to a file as it ends. A restarted agent finds its node's
+learners by their environment, which names node, job, attempt, learner and epoch (as container
+labels do for Docker), and re-adopts them.
 
 Those files lie in the learner's own folder, which it may change as it likes: the agent opens
 them by walking folder descriptors from its work directory (which it owns), following no
@@ -45,6 +46,7 @@ from uuid import UUID
 
 from node_agent.cgroups import Cgroup, CgroupError, Limits
 from node_agent.containers import PIDS_LIMIT
+from node_agent.file_writes import FileWrites
 from node_agent.folders import prepare
 from node_agent.job_netns import Hold, JobNamespaces
 from node_agent.learners import learner_dir
@@ -84,8 +86,7 @@ LINE_LIMIT = 1 << 20
 """Longest line read at once; longer output arrives in pieces (and the log store splits)."""
 READ_CHUNK = 1 << 20
 POLL_S = 0.02
-"""How long a quiet learner's files wait before they are read again: a report (a phase, a
-checkpoint) reaches the agent within it."""
+"""How often the agent looks whether a sandbox it waits for has ended."""
 OUTPUT_FILES: dict[Stream, str] = {"stdout": "stdout.log", "stderr": "stderr.log"}
 EXIT_STATUS_FILE = "exit-status"
 _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -207,12 +208,14 @@ class ProcessLearner:
         cgroup: Cgroup | None = None,
         netns: Hold | None = None,
         *,
+        writes: FileWrites,
         leftovers: Callable[[], Awaitable[None]] | None = None,
         init: int | None = None,
         cpus: float | None = None,
     ) -> None:
         self._pid = pid
         self._files = files
+        self._writes = writes
         self._status = asyncio.ensure_future(_giving_back(status, netns))
         self._cgroup = cgroup
         self._netns = netns
@@ -235,7 +238,11 @@ class ProcessLearner:
                 )
                 return
             tails = [_Tail(stream, file) for stream, file in files.items()]
+            follower = stack.enter_context(
+                self._writes.follow([file.fileno() for file in files.values()])
+            )
             while True:
+                follower.clear()
                 # Looked at before reading: whatever the learner wrote before it ended is then
                 # in the files, and this round reads it all.
                 ended = self._status.done()
@@ -250,7 +257,7 @@ class ProcessLearner:
                             yield LearnerLine(tail.stream, rest, datetime.now(UTC))
                     return
                 if quiet:
-                    await asyncio.wait({self._status}, timeout=POLL_S)
+                    await follower.wait(self._status)
 
     async def wait(self) -> ExitStatus:
         return await asyncio.shield(self._status)
@@ -481,6 +488,7 @@ class ProcessRuntime:
     ) -> None:
         self._work_dir = work_dir
         """The agent's: every learner it starts works below it."""
+        self._writes = FileWrites()
         # An agent that is root runs tenants' code in the sandbox or not at all (SandboxMissing
         # names what the node lacks); one that is not root has none to give (see the module).
         if sandbox is None and os.geteuid() == 0:
@@ -519,7 +527,7 @@ class ProcessRuntime:
             if self._sandbox is not None:
                 return await self._start_sandboxed(self._sandbox, spec, files, output)
             process = await self._spawn(spec, output)
-        return ProcessLearner(process.pid, files, _exit_of_child(process))
+        return ProcessLearner(process.pid, files, _exit_of_child(process), writes=self._writes)
 
     async def _start_sandboxed(
         self,
@@ -586,7 +594,14 @@ class ProcessRuntime:
         pid = child_of(init)
         ended = _exit_of_sandbox(process, cgroup, init, pid)
         return ProcessLearner(
-            pid, files, ended, cgroup, netns, init=_init_of(process, init), cpus=spec.cpus
+            pid,
+            files,
+            ended,
+            cgroup,
+            netns,
+            writes=self._writes,
+            init=_init_of(process, init),
+            cpus=spec.cpus,
         )
 
     async def _start_warm(self, spec: LearnerSpec, name: str) -> Learner:
@@ -626,7 +641,14 @@ class ProcessRuntime:
         leftovers = functools.partial(sandboxes.release, warm.name)
         init = _init_of(warm.process, warm.init)
         return ProcessLearner(
-            warm.pid, files, ended, cgroup, leftovers=leftovers, init=init, cpus=spec.cpus
+            warm.pid,
+            files,
+            ended,
+            cgroup,
+            writes=self._writes,
+            leftovers=leftovers,
+            init=init,
+            cpus=spec.cpus,
         )
 
     @staticmethod
@@ -677,7 +699,14 @@ class ProcessRuntime:
             netns = self._namespaces.adopt(spec.job_id, spec.link)
         ended = _exit_of_adopted(pid, files, cgroup)
         return ProcessLearner(
-            pid, files, ended, cgroup, netns, leftovers=self._leftovers(spec), cpus=spec.cpus
+            pid,
+            files,
+            ended,
+            cgroup,
+            netns,
+            writes=self._writes,
+            leftovers=self._leftovers(spec),
+            cpus=spec.cpus,
         )
 
     async def kill(self, found: FoundLearner) -> None:
