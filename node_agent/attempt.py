@@ -94,6 +94,10 @@ class LogSink(Protocol):
         """Store every line added so far; the database's error when it cannot."""
         ...
 
+    def hurry(self) -> None:
+        """Store the lines added so far soon, without waiting for the next batch."""
+        ...
+
     def resume(self, spec: LearnerSpec, stream: str, stored_seq: int) -> None:
         """The learner's output is read again from its start: ship only after `stored_seq`."""
         ...
@@ -306,8 +310,14 @@ class Attempt:
                 async for stream, text, at in state.learner.lines():
                     self._add(state.spec, stream, text, at)
                     report = protocol.parse(text) if stream == "stdout" else None
-                    if report is not None:
-                        await reports.put(report)
+                    if report is None:
+                        continue
+                    if isinstance(report, protocol.PhaseEnded) and report.phase == "STORING":
+                        # The launcher's last line: its learner is ending. Its lines are stored
+                        # while its sandbox is torn down, and the attempt's end, which waits
+                        # for them (`_store_logs`), finds few or none left to write.
+                        self._logs.hurry()
+                    await reports.put(report)
                 state.read.set()
                 await reports.put(None)
                 state.status = await state.learner.wait()

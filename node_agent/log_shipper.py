@@ -249,6 +249,10 @@ class LogShipper:
         async with self._writing:
             await self._store(list(self._jobs), final=False)
 
+    def hurry(self) -> None:
+        """Make `run` store what is buffered now rather than at its next interval."""
+        self._wake.set()
+
     async def seal(self, job_id: UUID) -> None:
         """The job's attempt has ended: store its lines added before the call, with a marker
         per series saying how many lines were dropped past its limit; the database's error when

@@ -39,6 +39,10 @@ class NumberedSink:
         """Store every line added so far (the database's error if it cannot)."""
         await self._shipper.flush()
 
+    def hurry(self) -> None:
+        """Store the lines added so far soon, without waiting for the next batch."""
+        self._shipper.hurry()
+
     async def open(self, job_id: UUID, attempt: int, limits: JobLimits) -> None:
         """The job's `attempt` runs here: hold its lines to `limits` (see the shipper)."""
         await self._shipper.open(job_id, attempt, limits)

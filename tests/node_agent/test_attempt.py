@@ -121,6 +121,8 @@ class Lines:
 
     def __init__(self) -> None:
         self.lines: list[tuple[int, str, str]] = []
+        self.hurried: list[int] = []
+        """How many lines it held each time it was hurried."""
 
     def add(
         self, spec: LearnerSpec, stream: Stream | str, text: str, at: datetime | None = None
@@ -129,6 +131,9 @@ class Lines:
 
     async def flush(self) -> None:
         pass
+
+    def hurry(self) -> None:
+        self.hurried.append(len(self.lines))
 
     def resume(self, spec: LearnerSpec, stream: str, stored_seq: int) -> None:
         pass
@@ -247,6 +252,19 @@ print("last words", flush=True)
 """A learner that reports its phases, writes a last line and ends."""
 
 
+LAST_REPORT = """
+import time
+from runners.channel import STDOUT, now
+from runners.protocol import PhaseEnded, PhaseStarted
+for phase in ("DOWNLOADING", "PROCESSING", "STORING"):
+    STDOUT.emit(PhaseStarted(phase=phase, at=now()))
+print("results stored", flush=True)
+STDOUT.emit(PhaseEnded(phase="STORING", outcome="succeeded", duration_s=0.0, at=now()))
+time.sleep(0.3)
+"""
+"""A learner whose launcher's last line ends STORING, then takes a moment to end."""
+
+
 class SealedLines(Lines):
     """The in-memory sink, which also says how many lines it held each time it was sealed."""
 
@@ -294,3 +312,25 @@ async def test_a_learner_s_last_lines_are_stored_while_its_last_report_is_record
     assert (0, "stdout", "last words") in sink.lines
     # Every line was stored before the attempt's end was recorded, once.
     assert sink.sealed == lines_when_completed == [len(sink.lines)]
+
+
+async def test_a_learner_s_last_report_hurries_its_lines_to_storage_before_it_has_ended() -> None:
+    """Its launcher's last line (STORING ended) says the learner is ending: its lines are
+    stored while it ends, so that its attempt's end waits for no write of them."""
+    work_dir = learner_space()
+    claim = deploying(1)
+    sink = SealedLines()
+
+    async def execute(command: Command) -> Job | None:
+        return None
+
+    spec = replace(learner(work_dir, claim, 0), command=[sys.executable, "-c", LAST_REPORT])
+    attempt = Attempt(claim, [spec], ProcessRuntime(work_dir), sink, execute, grace_s=1)
+    try:
+        async with asyncio.timeout(ENDS_WITHIN_S):
+            await attempt.run()
+    finally:
+        await attempt.remove_learners()
+    # Once, holding every line: the report that hurried it was the learner's last.
+    assert sink.hurried == sink.sealed == [len(sink.lines)]
+    assert (0, "stdout", "results stored") in sink.lines

@@ -285,6 +285,28 @@ async def test_the_shipper_stores_every_line_in_order_and_ships_the_rest_on_stop
     assert [s.line for s in await read_lines(pool, job)] == lines
 
 
+async def test_a_hurried_shipper_stores_its_lines_without_waiting_for_its_interval(
+    pool: asyncpg.Pool,
+) -> None:
+    job = uuid4()
+    shipper = LogShipper(PostgresPort(pool), flush_interval_s=600)
+    running = asyncio.create_task(shipper.run())
+    try:
+        lines = [line(job, seq) for seq in range(1, 4)]
+        for x in lines:
+            shipper.add(x)
+        shipper.hurry()
+
+        async def stored() -> bool:
+            return shipper.pending == 0
+
+        await eventually(stored, seconds=10)
+        assert [s.line for s in await read_lines(pool, job)] == lines
+    finally:
+        shipper.stop()
+        await asyncio.wait_for(running, 5)
+
+
 async def test_a_slow_database_never_blocks_the_shipper_and_dropped_lines_leave_a_marker(
     pool: asyncpg.Pool, owner: asyncpg.Connection
 ) -> None:
