@@ -12,6 +12,7 @@ import pytest
 
 from node_agent import file_writes
 from node_agent.file_writes import FileWrites
+from tests.polling import eventually
 
 NEVER_S = 600.0
 """The polls' intervals in these tests: a follower that wakes was woken by a write."""
@@ -39,6 +40,10 @@ def _append(path: Path, data: bytes) -> None:
 
 def _open_fds() -> set[str]:
     return set(os.listdir("/proc/self/fd"))
+
+
+async def _fds_are(expected: set[str]) -> bool:
+    return _open_fds() == expected
 
 
 def _never() -> asyncio.Future[None]:
@@ -123,4 +128,5 @@ async def test_followers_of_one_file_are_each_woken_and_leave_nothing_open(
         wait = asyncio.ensure_future(first.wait(_never()))
         _append(path, b"more\n")
         assert await _woken(wait)
-    assert _open_fds() == before  # the instance is closed with its last follower
+    # The instance is closed with its last follower (in a thread: see `FileWrites._close`).
+    await eventually(lambda: _fds_are(before), seconds=10)
