@@ -128,9 +128,12 @@ class FileWrites:
     def _close(self) -> None:
         if self._fd is not None and self._loop is not None:
             self._loop.remove_reader(self._fd)
-            # In a thread: closing an instance waits for a grace period of the kernel's
-            # (fsnotify's SRCU: up to 14 ms on a 2-core node), which a job's end must not.
-            self._loop.run_in_executor(None, os.close, self._fd)
+            try:
+                # In a thread: closing an instance waits for a grace period of the kernel's
+                # (fsnotify's SRCU: up to 14 ms on a 2-core node), which a job's end must not.
+                self._loop.run_in_executor(None, os.close, self._fd)
+            except RuntimeError:
+                os.close(self._fd)  # the loop's executor is shut down: nothing waits any more
             self._fd = self._loop = None
         self._followers.clear()
 

@@ -130,3 +130,15 @@ async def test_followers_of_one_file_are_each_woken_and_leave_nothing_open(
         assert await _woken(wait)
     # The instance is closed with its last follower (in a thread: see `FileWrites._close`).
     await eventually(lambda: _fds_are(before), seconds=10)
+
+
+async def test_the_instance_is_closed_even_once_the_loop_s_executor_is_shut_down(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "stdout.log"
+    path.touch()
+    before = _open_fds()
+    with _opened(path) as held, FileWrites().follow([held]) as follower:
+        assert follower.watched
+        await asyncio.get_running_loop().shutdown_default_executor()
+    assert _open_fds() == before
