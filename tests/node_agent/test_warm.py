@@ -32,6 +32,8 @@ LEARNER_UID = 200_655
 LAUNCHER = (sys.executable, "-m", "runners.launch")
 REPORT = """
 import json, os, sys
+with open("written", "w") as written:
+    written.write("mine")
 print(json.dumps({
     "uid": os.getuid(),
     "cwd": os.getcwd(),
@@ -40,11 +42,12 @@ print(json.dumps({
     "preloaded": "colorsys" in sys.modules,
     "roots": sorted(os.listdir(sys.argv[1])),
 }), flush=True)
-open("written", "w").write("mine")
 while not os.path.exists("go"):
     import time; time.sleep(0.02)
 """
-"""A learner's report of what it sees, then it waits for the test's word (a file `go`)."""
+"""A learner that writes a file in its folder, reports what it sees (once the file is written:
+its agent reads the report as soon as it is printed), then waits for the test's word (a file
+`go`)."""
 
 
 @pytest.fixture
