@@ -135,7 +135,6 @@ class FileWrites:
             except RuntimeError:
                 os.close(self._fd)  # the loop's executor is shut down: nothing waits any more
             self._fd = self._loop = None
-        self._followers.clear()
 
     def _drain(self) -> None:
         assert self._fd is not None

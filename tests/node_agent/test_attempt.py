@@ -31,7 +31,7 @@ from controlplane.jobs.limits import JobLimits
 from controlplane.jobs.manifest import JobManifest
 from controlplane.scheduling.claim import Claim
 from controlplane.scheduling.placement import LearnerAllocation
-from node_agent.attempt import Attempt
+from node_agent.attempt import Attempt, Execute, LogSink
 from node_agent.learners import learner_dir
 from node_agent.process_runtime import ProcessRuntime, find_learners
 from node_agent.runtime import (
@@ -278,12 +278,24 @@ class SealedLines(Lines):
         self.sealing.set()
 
 
+async def run_alone(code: str, sink: LogSink, execute: Execute) -> None:
+    """An attempt of one learner running `code`, run to its end (TimeoutError past
+    ENDS_WITHIN_S), its learner removed after."""
+    work_dir = learner_space()
+    claim = deploying(1)
+    spec = replace(learner(work_dir, claim, 0), command=[sys.executable, "-c", code])
+    attempt = Attempt(claim, [spec], ProcessRuntime(work_dir), sink, execute, grace_s=1)
+    try:
+        async with asyncio.timeout(ENDS_WITHIN_S):
+            await attempt.run()
+    finally:
+        await attempt.remove_learners()
+
+
 async def test_a_learner_s_last_lines_are_stored_while_its_last_report_is_recorded() -> None:
     """STORING's event is being recorded as the learner ends: its last lines are read on and
     stored meanwhile, not after (the two waited on each other, a database round trip each,
     between a trial's end and its completion); the attempt ends only once both are done."""
-    work_dir = learner_space()
-    claim = deploying(1)
     sink = SealedLines()
     commands: list[Command] = []
     lines_when_completed: list[int] = []
@@ -297,15 +309,10 @@ async def test_a_learner_s_last_lines_are_stored_while_its_last_report_is_record
             lines_when_completed.append(len(sink.lines))
         return None
 
-    spec = replace(learner(work_dir, claim, 0), command=[sys.executable, "-c", ENDING])
-    attempt = Attempt(claim, [spec], ProcessRuntime(work_dir), sink, execute, grace_s=1)
     try:
-        async with asyncio.timeout(ENDS_WITHIN_S):
-            await attempt.run()
+        await run_alone(ENDING, sink, execute)
     except TimeoutError:
         pytest.fail(f"the attempt did not end: its lines were never stored ({commands})")
-    finally:
-        await attempt.remove_learners()
     phases = [c.phase for c in commands if isinstance(c, EnterPhase)]
     assert phases == [JobStatus.DOWNLOADING, JobStatus.PROCESSING, JobStatus.STORING]
     assert isinstance(commands[-1], Complete)
@@ -317,20 +324,12 @@ async def test_a_learner_s_last_lines_are_stored_while_its_last_report_is_record
 async def test_a_learner_s_last_report_hurries_its_lines_to_storage_before_it_has_ended() -> None:
     """Its launcher's last line (STORING ended) says the learner is ending: its lines are
     stored while it ends, so that its attempt's end waits for no write of them."""
-    work_dir = learner_space()
-    claim = deploying(1)
     sink = SealedLines()
 
     async def execute(command: Command) -> Job | None:
         return None
 
-    spec = replace(learner(work_dir, claim, 0), command=[sys.executable, "-c", LAST_REPORT])
-    attempt = Attempt(claim, [spec], ProcessRuntime(work_dir), sink, execute, grace_s=1)
-    try:
-        async with asyncio.timeout(ENDS_WITHIN_S):
-            await attempt.run()
-    finally:
-        await attempt.remove_learners()
+    await run_alone(LAST_REPORT, sink, execute)
     # Once, holding every line: the report that hurried it was the learner's last.
     assert sink.hurried == sink.sealed == [len(sink.lines)]
     assert (0, "stdout", "results stored") in sink.lines

@@ -38,6 +38,14 @@ def _append(path: Path, data: bytes) -> None:
         os.write(fd, data)
 
 
+@pytest.fixture
+def path(tmp_path: Path) -> Path:
+    """A learner's output file, empty."""
+    output = tmp_path / "stdout.log"
+    output.touch()
+    return output
+
+
 def _open_fds() -> set[str]:
     return set(os.listdir("/proc/self/fd"))
 
@@ -55,9 +63,7 @@ async def _woken(wait: asyncio.Task[None], within_s: float = 10.0) -> bool:
     return wait in done
 
 
-async def test_a_write_to_a_followed_file_wakes_its_follower(tmp_path: Path) -> None:
-    path = tmp_path / "stdout.log"
-    path.touch()
+async def test_a_write_to_a_followed_file_wakes_its_follower(path: Path) -> None:
     with _opened(path) as held, FileWrites().follow([held]) as follower:
         assert follower.watched
         follower.clear()
@@ -68,9 +74,7 @@ async def test_a_write_to_a_followed_file_wakes_its_follower(tmp_path: Path) -> 
         assert os.read(held, 100) == b"a report\n"
 
 
-async def test_a_write_before_the_wait_but_after_clear_is_not_missed(tmp_path: Path) -> None:
-    path = tmp_path / "stdout.log"
-    path.touch()
+async def test_a_write_before_the_wait_but_after_clear_is_not_missed(path: Path) -> None:
     with _opened(path) as held, FileWrites().follow([held]) as follower:
         follower.clear()
         _append(path, b"written while the reader read\n")
@@ -78,18 +82,16 @@ async def test_a_write_before_the_wait_but_after_clear_is_not_missed(tmp_path: P
         assert await _woken(asyncio.ensure_future(follower.wait(_never())))
 
 
-async def test_the_watch_is_on_the_held_file_not_its_path(tmp_path: Path) -> None:
+async def test_the_watch_is_on_the_held_file_not_its_path(path: Path) -> None:
     # A learner that replaces its output file wakes nobody by writing the new one; writes to
     # the file the agent holds still do.
-    path = tmp_path / "stdout.log"
-    path.touch()
     with (
         _opened(path) as held,
         FileWrites().follow([held]) as follower,
         _opened(path, os.O_WRONLY | os.O_APPEND) as learners,
     ):
-        path.rename(tmp_path / "moved.log")
-        path.write_bytes(b"")
+        os.rename(path, path.with_name("moved.log"))
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
         follower.clear()
         wait = asyncio.ensure_future(follower.wait(_never()))
         _append(path, b"a forged report\n")
@@ -98,9 +100,7 @@ async def test_the_watch_is_on_the_held_file_not_its_path(tmp_path: Path) -> Non
         assert await _woken(wait)
 
 
-async def test_an_ended_learner_wakes_its_follower(tmp_path: Path) -> None:
-    path = tmp_path / "stdout.log"
-    path.touch()
+async def test_an_ended_learner_wakes_its_follower(path: Path) -> None:
     with _opened(path) as held, FileWrites().follow([held]) as follower:
         follower.clear()
         ended = _never()
@@ -110,10 +110,8 @@ async def test_an_ended_learner_wakes_its_follower(tmp_path: Path) -> None:
 
 
 async def test_followers_of_one_file_are_each_woken_and_leave_nothing_open(
-    tmp_path: Path,
+    path: Path,
 ) -> None:
-    path = tmp_path / "stdout.log"
-    path.touch()
     before = _open_fds()
     writes = FileWrites()
     with _opened(path) as one, _opened(path) as other, writes.follow([one]) as first:
@@ -133,10 +131,8 @@ async def test_followers_of_one_file_are_each_woken_and_leave_nothing_open(
 
 
 async def test_the_instance_is_closed_even_once_the_loop_s_executor_is_shut_down(
-    tmp_path: Path,
+    path: Path,
 ) -> None:
-    path = tmp_path / "stdout.log"
-    path.touch()
     before = _open_fds()
     with _opened(path) as held, FileWrites().follow([held]) as follower:
         assert follower.watched
