@@ -8,6 +8,7 @@ running need their secrets)."""
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 from collections.abc import Sequence
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
@@ -40,12 +41,22 @@ REQUESTS_CHANNEL = "trainyard_requests"
 `requested`): wakes them to carry it to their learners (a hint; they also poll)."""
 CPUS_SCALE = Decimal("0.000000")
 """The counters' CPUs are in millionths (job_counts.cpus, numeric(24, 6)); zero at that scale."""
+KEPT = 4096
+"""How many live jobs' folded states the projection keeps between batches (the most recently
+moved): a job's next event is most often a moment away (its claim, its phases, its end), and its
+doc need not then be read and parsed again (see `job_docs`)."""
 
 
 class JobsProjection:
     name = "jobs"
     tables: Sequence[str] = ("job_status", "job_history", "job_counts")
     categories: frozenset[str] | None = frozenset({CATEGORY})
+
+    def __init__(self) -> None:
+        self._kept: OrderedDict[UUID, tuple[int, Job]] = OrderedDict()
+        """Jobs as this projection last wrote them, with their rows' versions: used only where
+        the row still has that version (a batch rolled back, or another replica's, leaves it
+        at another), never trusted alone."""
 
     async def apply(self, conn: Executor, events: Sequence[RecordedEvent]) -> None:
         # The runner hands it only the events of job streams (`categories`), all JobEvents.
@@ -57,8 +68,13 @@ class JobsProjection:
         # its events in the batch and written once, the history rows go in together, and so do
         # the counters the batch moved.
         jobs: dict[UUID, Job | None] = dict.fromkeys(ids)
-        for row in await conn.fetch(Q["job_docs"], ids):
-            jobs[row["job_id"]] = Job.model_validate_json(row["doc"])
+        kept = self._kept
+        held = [kept[job_id][0] if job_id in kept else 0 for job_id in ids]
+        for row in await conn.fetch(Q["job_docs"], ids, held):
+            doc = row["doc"]
+            jobs[row["job_id"]] = (
+                kept[row["job_id"]][1] if doc is None else Job.model_validate_json(doc)
+            )
         before = {job_id: job.state for job_id, job in jobs.items() if job is not None}
         versions: dict[UUID, int] = {}
         history: list[tuple[Any, ...]] = []
@@ -82,6 +98,7 @@ class JobsProjection:
                 )
             )
         folded = [(versions[job_id], job) for job_id, job in jobs.items() if job is not None]
+        self._keep(folded)
         await conn.execute(
             Q["upsert_job_status"],
             [job.job_id for _, job in folded],
@@ -113,6 +130,17 @@ class JobsProjection:
             await conn.execute(Q["notify_claimable"])
         if any(requested(e.event) for e in mine):
             await conn.execute(Q["notify_requests"])
+
+    def _keep(self, folded: Sequence[tuple[int, Job]]) -> None:
+        """Keep the batch's live jobs as written (before its commit: should it roll back, the
+        rows keep their older versions, and the kept ones go unused), the KEPT most recent."""
+        kept = self._kept
+        for version, job in folded:
+            kept.pop(job.job_id, None)
+            if not job.state.terminal:  # an ended job's next event is rare
+                kept[job.job_id] = (version, job)
+        while len(kept) > KEPT:
+            kept.popitem(last=False)
 
 
 def requested(event: Event) -> bool:

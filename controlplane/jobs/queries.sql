@@ -3,8 +3,14 @@
 -- Loaded by `controlplane.queries` with every other .sql file of the package.
 
 -- name: job_docs
--- The `jobs` projection's folded state of some jobs, to apply a batch's events to.
-SELECT job_id, doc FROM job_status WHERE job_id = ANY($1::uuid[]);
+-- The `jobs` projection's folded state of some jobs ($1), to apply a batch's events to: each
+-- one's version, and its doc unless the projection holds that version of it already ($2; 0
+-- where it holds none). A row's version is the last of its stream's events folded into it, so
+-- the same version is the same doc, and the doc (kilobytes of JSON to send and parse, most of
+-- a busy projection's CPU) need not come again.
+SELECT s.job_id, s.version, CASE WHEN s.version <> k.held THEN s.doc END AS doc
+FROM unnest($1::uuid[], $2::int[]) AS k (job_id, held)
+JOIN job_status s ON s.job_id = k.job_id;
 
 -- name: upsert_job_status
 -- A batch's jobs (each once, folded over the batch) as arrays, one per column.

@@ -29,6 +29,13 @@ TRICKY = st.lists(
 ).map("".join)
 
 
+def allowed(pattern: str, uri: str) -> bool:
+    """Whether the document's pattern allows `uri`, as JSON Schema reads it (ECMA-262): there
+    `$` is the end of the text alone, where Python's also matches before a final newline
+    ("http://f\\n"), which the server refuses."""
+    return re.search(pattern.replace("$", r"\Z"), uri) is not None
+
+
 def accepted(uri: str, schemes: tuple[str, ...]) -> bool:
     try:
         check_uri(uri, schemes)
@@ -70,7 +77,7 @@ def test_what_the_pattern_allows_the_server_accepts_and_the_learner_can_use(
 def test_the_server_accepts_exactly_what_the_pattern_allows(
     pattern: str, schemes: tuple[str, ...], uri: str
 ) -> None:
-    assert accepted(uri, schemes) == bool(re.search(pattern, uri)), uri
+    assert accepted(uri, schemes) == allowed(pattern, uri), uri
     if accepted(uri, schemes):
         assert usable_by_the_learner(uri), uri
 
