@@ -41,10 +41,10 @@ REQUESTS_CHANNEL = "trainyard_requests"
 `requested`): wakes them to carry it to their learners (a hint; they also poll)."""
 CPUS_SCALE = Decimal("0.000000")
 """The counters' CPUs are in millionths (job_counts.cpus, numeric(24, 6)); zero at that scale."""
-KEPT = 4096
+KEPT = 2048
 """How many live jobs' folded states the projection keeps between batches (the most recently
 moved): a job's next event is most often a moment away (its claim, its phases, its end), and its
-doc need not then be read and parsed again (see `job_docs`)."""
+doc need not then be read and parsed again (see `job_docs`). About 4 KiB of memory each."""
 
 
 class JobsProjection:
