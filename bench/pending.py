@@ -11,7 +11,9 @@
   queued job shown, and its reasons recorded a chunk a round) are done, and as long again as a
   round is timed waited (in every round), before the clock starts: what is timed is the
   recorder as it goes on, round after round, while claims move the queue. Rounds alternate,
-  ROUNDS of each; the medians are compared.
+  ROUNDS of each; the medians are compared (of three, so that one round that a burst of the
+  machine's other work slowed moves neither: with two, a median is their mean, and one slow
+  round moved the figure from 0.05 to 0.21 between two runs on one machine).
 - ReasonWatch, beside a recorded run (`bench.simulate`), reads what the API reads
   (`pending_reasons`) every WATCH_S:
   - reason_latency_p99_ms: for each job, from its submission (`submitted_at`) until its first
@@ -55,7 +57,7 @@ HELD = 4
 TENANTS = {"small": 1.0, "medium": 2.0, "large": 3.0}
 QUEUE = 6000
 SECONDS = 4.0
-ROUNDS = 2
+ROUNDS = 3
 WATCH_S = 0.025
 SAMPLE_S = 1.0
 SETTLE_S = 1.0

@@ -6,8 +6,8 @@
 -- The `jobs` projection's folded state of some jobs ($1), to apply a batch's events to: each
 -- one's doc, unless the projection holds that version of it already ($2; 0 where it holds
 -- none). A row's version is the last of its stream's events folded into it, so the same
--- version is the same doc, and the doc (kilobytes of JSON to send and parse, most of a busy
--- projection's CPU) need not come again.
+-- version is the same doc, and the doc (kilobytes of JSON for the database to write out and
+-- send) need not come again: the projection parses the text it kept (`JobsProjection._kept`).
 SELECT s.job_id, CASE WHEN s.version <> k.held THEN s.doc END AS doc
 FROM unnest($1::uuid[], $2::int[]) AS k (job_id, held)
 JOIN job_status s ON s.job_id = k.job_id;

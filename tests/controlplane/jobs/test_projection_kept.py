@@ -4,6 +4,7 @@ wrote, is read again, never folded onto what it kept."""
 
 from __future__ import annotations
 
+import gc
 from uuid import UUID
 
 import asyncpg
@@ -151,3 +152,19 @@ async def test_what_it_kept_is_what_it_would_have_read(
 
     assert await row(pool, steps.job_id) == by_kept
     assert by_kept[1] == await steps.folded()
+
+
+async def test_what_it_keeps_is_never_walked_by_the_garbage_collector(
+    pool: asyncpg.Pool, store: EventStore
+) -> None:
+    """The kept jobs live in the API's process, whose every full collection would walk them
+    (21 tracked objects a `Job`, 43,000 for 2,048 jobs): only untracked parts are kept."""
+    projection = JobsProjection()
+    for _ in range(3):
+        steps = Steps(store)
+        await project(pool, projection, await steps.submit())
+        await project(pool, projection, await steps.then(deploy()))
+
+    assert len(projection._kept) == 3
+    parts = [part for entry in projection._kept.values() for part in entry]
+    assert [part for part in parts if gc.is_tracked(part)] == []
