@@ -47,9 +47,9 @@ job's next event is most often a moment away (its claim, its phases, its end), a
 not then be read again (see `job_docs`). Kept as the JSON text the projection wrote, one
 string each (about 1.5 KiB), not as the folded `Job`: a `Job` is some 21 objects that the cyclic
 garbage collector tracks, and in the API's process, which applies the projections, every full
-collection walked the 43,000 of 2,048 kept jobs, holding the event loop 25 to 35 ms on a 2-core
+collection walked the 43,000 of 2,048 kept jobs, holding the event loop 11 to 35 ms on a 2-core
 machine (submit p99 22 to 35 ms in `bench api`, 15 to 18 without them, 2026-12-02); a string is
-never walked. Parsing the text again costs about 22 us a job."""
+never walked (1 to 3 ms). Parsing the text again costs about 22 us a job."""
 
 
 class JobsProjection:
