@@ -10,10 +10,13 @@
   event) beside them in that process (`bench.projector --pending`). Its first rounds (every
   queued job shown, and its reasons recorded a chunk a round) are done, and as long again as a
   round is timed waited (in every round), before the clock starts: what is timed is the
-  recorder as it goes on, round after round, while claims move the queue. Rounds alternate,
-  ROUNDS of each; the medians are compared (of three, so that one round that a burst of the
-  machine's other work slowed moves neither: with two, a median is their mean, and one slow
-  round moved the figure from 0.05 to 0.21 between two runs on one machine).
+  recorder as it goes on, round after round, while claims move the queue. PAIRS pairs of
+  rounds, one of each kind back to back, the first kind in turn; the figure is the median of
+  the pairs' slowdowns, all of them listed (`claim_slowdown_pairs`). Rounds alike in all but
+  the recorder differ by a third on a 2-core machine (one run's rounds without it: 758, 1,138,
+  1,126, 1,110 claims/s), and its speed drifts over minutes: the medians of each kind's rounds
+  compared, with the rounds without it always first, moved from 0.04 to 0.25 between runs of
+  the same code.
 - ReasonWatch, beside a recorded run (`bench.simulate`), reads what the API reads
   (`pending_reasons`) every WATCH_S:
   - reason_latency_p99_ms: for each job, from its submission (`submitted_at`) until its first
@@ -57,7 +60,7 @@ HELD = 4
 TENANTS = {"small": 1.0, "medium": 2.0, "large": 3.0}
 QUEUE = 6000
 SECONDS = 4.0
-ROUNDS = 3
+PAIRS = 4
 WATCH_S = 0.025
 SAMPLE_S = 1.0
 SETTLE_S = 1.0
@@ -65,7 +68,7 @@ COVERAGE_QUEUE = 1000
 
 
 async def claim_slowdown(
-    url: str, *, queue: int = QUEUE, seconds: float = SECONDS, rounds: int = ROUNDS
+    url: str, *, queue: int = QUEUE, seconds: float = SECONDS, pairs_of: int = PAIRS
 ) -> dict[str, Any]:
     async with (
         scratch_database(url, "pending") as scratch,
@@ -76,20 +79,27 @@ async def claim_slowdown(
         nodes = [f"bench-{k}" for k in range(AGENTS)]
         for name in nodes:
             await plane.node(name)
-        rates: dict[bool, list[float]] = {False: [], True: []}
-        for _ in range(rounds):
-            for pending in (False, True):
+        pairs: list[tuple[float, float]] = []
+        for k in range(pairs_of):
+            # Each pair's two rounds back to back, in turn one order and the other: a machine
+            # whose speed drifts over the run moves both rounds of a pair alike, and a drift
+            # one way does not always favour the same side.
+            order = (False, True) if k % 2 == 0 else (True, False)
+            rate: dict[bool, float] = {}
+            for pending in order:
                 await _top_up(plane, queue)
                 async with projector(scratch, pending=pending):
                     # What the top-up and the recorder's first round left (its WAL, autovacuum
                     # of the new rows) settles first, in both kinds of round alike.
                     await asyncio.sleep(seconds)
-                    rates[pending].append(await _claim_round(plane, nodes, seconds))
-    without, with_ = statistics.median(rates[False]), statistics.median(rates[True])
+                    rate[pending] = await _claim_round(plane, nodes, seconds)
+            pairs.append((rate[False], rate[True]))
+    slowdowns = sorted(1 - with_ / without for without, with_ in pairs)
     return {
-        "claim_slowdown": round(1 - with_ / without, 3),
-        "claims_per_s_without_reasons": round(without, 1),
-        "claims_per_s_with_reasons": round(with_, 1),
+        "claim_slowdown": round(statistics.median(slowdowns), 3),
+        "claim_slowdown_pairs": [round(x, 3) for x in slowdowns],
+        "claims_per_s_without_reasons": round(statistics.median(p[0] for p in pairs), 1),
+        "claims_per_s_with_reasons": round(statistics.median(p[1] for p in pairs), 1),
     }
 
 

@@ -39,8 +39,9 @@ current policy replayed over it three times.
   (and `reason_changes_timed`): the pending reasons as the recorded run's jobs got them,
   watched during the recording (definitions: `bench/pending.py`, ReasonWatch). Targets 1.0 and
   <= 1,000 ms.
-- `claim_slowdown` (and `claims_per_s_with_reasons`, `claims_per_s_without_reasons`): claims
-  with the pending-reasons recorder running against without, on a scratch database of its own
+- `claim_slowdown` (and `claim_slowdown_pairs`, `claims_per_s_with_reasons`,
+  `claims_per_s_without_reasons`): claims with the pending-reasons recorder running against
+  without, in pairs of rounds, on a scratch database of its own
   after the recording (definitions: `bench/pending.py`). Target <= 0.10.
 """
 

@@ -2,8 +2,9 @@
 queued job (`reasons.assess`, its walk resumed from the last round's where the queue ahead did
 not change: `resume`), and writes what changed (`changes`): the reasons' rows, shown at once,
 and events in the jobs' pending streams that record the changes of their sets of reasons, a
-bounded number a round. Every control plane replica runs one; a round takes an
-advisory lock, so one replica writes at a time.
+bounded number a round. Every control plane replica runs one; a round's read and its write
+each take an advisory lock, and the write goes ahead only if no other recorder wrote since the
+read, so one replica writes at a time, from the rows it read.
 
 It reads only, with plain SELECTs, what claims lock: a claim never waits for it."""
 
@@ -130,23 +131,38 @@ class PendingRecorder:
 
     async def record(self) -> int:
         """One round; how many jobs' rows it wrote (0 also when another replica's round held
-        the lock, or when nothing it judges from changed)."""
-        async with self._pool.acquire() as conn, conn.transaction(isolation="repeatable_read"):
-            if not await conn.fetchval(Q["pending_lock"]):
-                return 0
-            at = self._clock.now()
-            seen = tuple(await conn.fetchrow(Q["pending_fingerprint"]) or ())
-            stale = self._durations_read is None or at - self._durations_read > DURATIONS
-            if not stale and seen == self._judged_from and (self._due is None or at < self._due):
-                return 0
-            if stale:
-                self._durations = {
-                    (r["tenant"], r["name"]): timedelta(seconds=r["seconds"])
-                    for r in await conn.fetch(Q["pending_durations"])
-                }
-                self._durations_read = at
-            snapshot = await _snapshot(conn)
-            rows = await self._recorded(conn, [r["job_id"] for r in snapshot.jobs])
+        the lock, or wrote between this round's read and its write, or when nothing it judges
+        from changed).
+
+        Two short transactions, with the judging between them in none: a consistent read of
+        the queue, the cluster and the rows, then the writes. A transaction open across the
+        judging (tenths of a second with a long queue on a busy machine) held back the oldest
+        snapshot that Postgres must keep, so that the row versions the claims leave behind in
+        the queue could not be pruned while it lasted, and the claims scanned them all: with
+        it, some transaction was older than 20 ms in a third of the instants of a claim round,
+        up to half a second (`bench simulate`'s claim_slowdown)."""
+        async with self._pool.acquire() as conn:
+            async with conn.transaction(isolation="repeatable_read", readonly=True):
+                if not await conn.fetchval(Q["pending_lock"]):
+                    return 0
+                at = self._clock.now()
+                seen = tuple(await conn.fetchrow(Q["pending_fingerprint"]) or ())
+                stale = self._durations_read is None or at - self._durations_read > DURATIONS
+                if (
+                    not stale
+                    and seen == self._judged_from
+                    and (self._due is None or at < self._due)
+                ):
+                    return 0
+                if stale:
+                    self._durations = {
+                        (r["tenant"], r["name"]): timedelta(seconds=r["seconds"])
+                        for r in await conn.fetch(Q["pending_durations"])
+                    }
+                    self._durations_read = at
+                snapshot = await _snapshot(conn)
+                last = _round_of(await conn.fetchrow(Q["pending_round"]))
+                rows = await self._recorded(conn, last, [r["job_id"] for r in snapshot.jobs])
             recording = self._recorded_at is None or at - self._recorded_at >= self._recording
             # Long with a long queue that changes ahead (tenths of a second for ten thousand
             # jobs on a thousand nodes, after a claim): in a thread, so that the API, the
@@ -157,8 +173,16 @@ class PendingRecorder:
             written = decided.round.changes
             round_ = self._round
             if written:
-                await self._write(conn, written, at)
-                round_ = await conn.fetchval(Q["pending_next_round"], self._id)
+                async with conn.transaction():
+                    # The rows it judged against are still the database's only if no other
+                    # recorder wrote since its read (each write moves the round): else the
+                    # next round judges again, from theirs.
+                    if not await conn.fetchval(Q["pending_lock"]) or last != _round_of(
+                        await conn.fetchrow(Q["pending_round"])
+                    ):
+                        return 0
+                    await self._write(conn, written, at)
+                    round_ = await conn.fetchval(Q["pending_next_round"], self._id)
         # Only once committed: a round rolled back is judged again, from the database's rows.
         self._judged_from, self._round = seen, round_
         if recording:
@@ -172,11 +196,13 @@ class PendingRecorder:
         self._rows = {job_id: row for job_id, row in rows.items() if row.queued}
         return len(written)
 
-    async def _recorded(self, conn: Executor, queue: Sequence[UUID]) -> dict[UUID, Recorded]:
+    async def _recorded(
+        self, conn: Executor, last: tuple[UUID, int] | None, queue: Sequence[UUID]
+    ) -> dict[UUID, Recorded]:
         """The rows of the jobs queued at the last round and of those in `queue`: kept from
-        this recorder's last round, unless another recorder wrote since."""
-        last = await conn.fetchrow(Q["pending_round"])
-        if last is None or (last["writer"], last["round"]) != (self._id, self._round):
+        this recorder's last round unless another recorder wrote since (`last`, the round that
+        wrote last, is not its own)."""
+        if last != (self._id, self._round):
             self._rows = {
                 r["job_id"]: _recorded(r) for r in await conn.fetch(Q["pending_queued_rows"])
             }
@@ -462,6 +488,11 @@ def _unjudged(why: str) -> Pending:
 
 def _ends(allocated_at: datetime, took: timedelta | None) -> datetime | None:
     return None if took is None else allocated_at + took
+
+
+def _round_of(row: asyncpg.Record | None) -> tuple[UUID, int] | None:
+    """The recorder that wrote last, and its round (`pending_round`); None before any wrote."""
+    return None if row is None else (row["writer"], row["round"])
 
 
 def _recorded(row: asyncpg.Record) -> Recorded:

@@ -25,3 +25,4 @@ def test_a_recorded_run_is_replayed_and_compared(pg_server: str, tmp_path: Path)
     assert 0 < result["reason_changes_timed"] <= 2 * 24
     assert result["reason_latency_p99_ms"] is not None and result["coverage_samples"] == 0
     assert result["claims_per_s_with_reasons"] > 0 and result["claims_per_s_without_reasons"] > 0
+    assert len(result["claim_slowdown_pairs"]) == 4

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -28,6 +29,7 @@ from controlplane.jobs.lifecycle import Cancel, Complete, EnterPhase, JobStatus
 from controlplane.jobs.manifest import JobManifest
 from controlplane.jobs.projection import JobsProjection
 from controlplane.jobs.service import Jobs
+from controlplane.pending import recorder as recorder_module
 from controlplane.pending.projection import PendingProjection
 from controlplane.pending.recorder import PendingRecorder
 from controlplane.pending.streams import pending_stream
@@ -390,3 +392,50 @@ async def test_a_new_job_is_shown_at_once_and_its_history_follows_at_the_recordi
     assert await store.version(pending_stream(second.job_id)) == 1
     changed = [e.event for e in await store.read_stream(pending_stream(second.job_id))]
     assert changed[0].at == start + timedelta(seconds=1)  # type: ignore[attr-defined]
+
+
+async def test_a_round_holds_no_snapshot_while_it_judges_and_yields_to_a_replica_that_wrote(
+    db_url: str,
+    pool: asyncpg.Pool,
+    store: EventStore,
+    owner: asyncpg.Connection,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A round reads in one transaction and writes in another, judging in between in none (an
+    open one would keep the row versions the claims leave behind from being pruned); a replica
+    that wrote meanwhile wins, and the round that read before it writes nothing."""
+    runner = ProjectionRunner(pool, store, LogListener(db_url), [JobsProjection()])
+    jobs = Jobs(store)
+    acme = Metadata(actor="tenant:acme", tenant="acme")
+    manifest = JobManifest.model_validate(MANIFEST)
+    queued = [(await jobs.submit("acme", manifest, acme))[0].job_id for _ in range(2)]
+
+    async def all_queued() -> bool:
+        await runner.catch_up(JobsProjection())
+        query = "SELECT count(*) FROM job_status WHERE state = 'QUEUED'"
+        return bool(await pool.fetchval(query) == len(queued))
+
+    await eventually(all_queued)
+    judging, go = threading.Event(), threading.Event()
+    decided = recorder_module._decided
+
+    def held(*args: Any) -> Any:
+        judging.set()
+        go.wait(10)
+        return decided(*args)
+
+    monkeypatch.setattr(recorder_module, "_decided", held)
+    first = asyncio.create_task(PendingRecorder(pool, store).record())
+    await asyncio.to_thread(judging.wait, 10)
+    snapshots = """SELECT count(*) FROM pg_stat_activity
+                   WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid()
+                     AND datname = current_database() AND backend_type = 'client backend'"""
+    assert await owner.fetchval(snapshots) == 0
+    monkeypatch.setattr(recorder_module, "_decided", decided)
+    replica = PendingRecorder(pool, store)
+    assert await replica.record() == len(queued)
+    go.set()
+    assert await first == 0  # its read is older than the replica's write
+    for job_id in queued:
+        assert await store.version(pending_stream(job_id)) == 1  # recorded once, by the replica
+    assert await owner.fetchval("SELECT round FROM pending_rounds") == 1  # one round wrote
