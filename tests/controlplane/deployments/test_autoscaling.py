@@ -6,6 +6,7 @@ each move is an event carrying the load that drove it; bad autoscaling specs cha
 from __future__ import annotations
 
 import uuid
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +84,16 @@ async def test_scaled_to_zero_a_synchronous_request_waits_for_a_replica_and_is_a
         last = (await moves(client, tokens.acme, "dbl"))[-1]
         assert (last["previous"], last["replicas"], last["waiting"]) == (1, 0, 0)
         assert last["idle_s"] >= AUTOSCALING["scale_down_delay_s"]
+        # Idle from the request's answer, not from its arrival (it waited for the replica to
+        # start): the move came at least the delay after the last finish.
+        response = await client.get("/v1/deployments/dbl/history", headers=auth(tokens.acme))
+        history = (await response.json())["history"]
+        moved_at = [e["at"] for e in history if e["event"] == "DeploymentAutoscaled"][-1]
+        finished = await pool.fetchval(
+            "SELECT max(finished_at) FROM serving_tasks WHERE deployment = 'dbl'"
+        )
+        idle = datetime.fromisoformat(moved_at) - finished
+        assert idle >= timedelta(seconds=AUTOSCALING["scale_down_delay_s"])
         # And again from zero: nothing lost.
         status, task = await predict(client, tokens.acme, "dbl", [5])
         assert (status, task["outputs"]) == (200, [10])
