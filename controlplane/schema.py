@@ -562,6 +562,7 @@ serving_tasks = Table(
     Index("serving_tasks_running", "claimed_at", postgresql_where=text("state = 'running'")),
     Index("serving_tasks_deployment", "tenant", "deployment", "submitted_at"),
     Index("serving_tasks_finished", "finished_at"),
+    Index("serving_tasks_deployment_finished", "tenant", "deployment", "finished_at"),
 )
 """The serving task queue (controlplane/deployments/tasks.py, node_agent/serving.py)."""
 

@@ -106,15 +106,15 @@ SELECT tenant, name FROM deployments WHERE NOT deleted OR cardinality(replica_jo
 -- tasks queued or running (the partial indexes), those finished within the look-back (each
 -- task's time in flight within it, summed: over $1, the mean in flight), its latest finish and
 -- its latest arrival (the last entry of (tenant, deployment, submitted_at)), for how long it has
--- been idle. The latest finish is looked for as far back as the deployment's scale-down delay:
--- looked for within the look-back alone, once it fell out of it the idle time ran from the
--- last arrival instead, longer by that request's time in flight, and the deployment went to
--- zero that much before it had been idle for the delay (4.975 s for a delay of 5 s).
+-- been idle. The latest finish is the last entry of (tenant, deployment, finished_at), however
+-- long ago: looked for within the look-back alone, once it fell out of it the idle time ran
+-- from the last arrival instead, longer by that request's time in flight, and the deployment
+-- went to zero that much before it had been idle for the delay (4.975 s for a delay of 5 s).
 SELECT d.tenant, d.name, o.unfinished, o.waiting,
        (o.busy_s + f.busy_s) / $1 AS mean_in_flight,
        CASE WHEN o.unfinished > 0 THEN 0
             ELSE greatest(0, extract(epoch FROM
-                     now() - greatest(f.last_finished_at, l.last_arrival, d.created_at)))
+                     now() - greatest(e.last_finished_at, l.last_arrival, d.created_at)))
        END::float8 AS idle_s
 FROM deployments d
 CROSS JOIN LATERAL (
@@ -127,15 +127,16 @@ CROSS JOIN LATERAL (
 ) o
 CROSS JOIN LATERAL (
     SELECT coalesce(sum(extract(epoch FROM
-               t.finished_at - greatest(t.submitted_at, now() - make_interval(secs => $1))))
-               FILTER (WHERE t.finished_at > now() - make_interval(secs => $1)), 0)
-               AS busy_s,
-           max(t.finished_at) AS last_finished_at
+               t.finished_at - greatest(t.submitted_at, now() - make_interval(secs => $1)))), 0)
+               AS busy_s
     FROM serving_tasks t
     WHERE t.tenant = d.tenant AND t.deployment = d.name
-      AND t.finished_at > now() - make_interval(secs => greatest(
-              $1, (d.spec -> 'autoscaling' ->> 'scale_down_delay_s')::float8))
+      AND t.finished_at > now() - make_interval(secs => $1)
 ) f
+CROSS JOIN LATERAL (
+    SELECT max(t.finished_at) AS last_finished_at FROM serving_tasks t
+    WHERE t.tenant = d.tenant AND t.deployment = d.name
+) e
 CROSS JOIN LATERAL (
     SELECT max(t.submitted_at) AS last_arrival FROM serving_tasks t
     WHERE t.tenant = d.tenant AND t.deployment = d.name
