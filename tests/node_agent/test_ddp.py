@@ -110,7 +110,10 @@ async def test_a_two_rank_job_whose_rank_1_is_killed_stops_within_5_s_and_resume
         lines = await twin.log_text(crashed)
         assert resumed.state is JobStatus.COMPLETED, lines
         # Both ranks again, in attempt 2, from rank 0's last checkpoint.
-        assert resumed.attempt == 2 and resumed.restarts == 1
+        # Why a second attempt ended too, should one have (once in CI, 12-03).
+        assert (resumed.attempt, resumed.restarts) == (2, 1), [
+            (t.state, t.reason) for t in resumed.transitions
+        ]
         reasons = [t.reason or "" for t in resumed.transitions if t.state is JobStatus.QUEUED]
         assert "learner 1 killed by SIGKILL" in reasons[-1], resumed.transitions
         restored = [protocol.parse(line) for line in lines]
