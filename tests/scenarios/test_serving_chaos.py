@@ -5,6 +5,7 @@ produced once: its record holds one run of its step, and no batch recorded it tw
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -17,6 +18,7 @@ import pytest
 
 from harness import processes
 from harness.processes import Cluster
+from runners.config import SERVE_DIR
 from tests.cluster import learner_space
 from tests.controlplane.deployments.serving import metadata
 from tests.polling import eventually
@@ -73,6 +75,7 @@ async def test_async_tasks_survive_kill_9_of_a_replica_the_agent_and_the_control
     await eventually(lambda: _serving(cluster, 2), seconds=60)
 
     accepted: list[tuple[str, int]] = []
+    busy: list[psutil.Process] = []
     for n in range(TASKS):
         status, body = await call(
             cluster, "POST", "/v1/deployments/triple/predict", json={"inputs": [n], "async": True}
@@ -80,8 +83,8 @@ async def test_async_tasks_survive_kill_9_of_a_replica_the_agent_and_the_control
         assert status == 202, body
         accepted.append((body["task_id"], n))
         if n == TASKS // 4:
-            await eventually(lambda: _running(pool), seconds=30)
-            replicas()[0].kill()  # kill -9 one replica with a batch in hand
+            await eventually(lambda: _busy_replica(pool, busy), seconds=30)
+            busy[0].kill()  # kill -9 one replica with a batch in hand
         if n == TASKS // 2:
             await agent.kill()
             await agent.start(cluster.pool)
@@ -125,8 +128,17 @@ async def test_async_tasks_survive_kill_9_of_a_replica_the_agent_and_the_control
     assert retried >= 1  # the killed replica's batch was run again, elsewhere
 
 
-async def _running(pool: asyncpg.Pool) -> bool:
-    return bool(await pool.fetchval("SELECT count(*) FROM serving_tasks WHERE state = 'running'"))
+async def _busy_replica(pool: asyncpg.Pool, found: list[psutil.Process]) -> bool:
+    """Whether a replica process runs a task now; if so, it is appended to `found`. A
+    replica's folder is named for its job (`learner_dir`), which the task's claim names."""
+    jobs = await pool.fetch("SELECT DISTINCT replica FROM serving_tasks WHERE state = 'running'")
+    for process in replicas():
+        with contextlib.suppress(psutil.Error):
+            serve_dir = process.environ().get(SERVE_DIR, "")
+            if any(str(job["replica"]) in serve_dir for job in jobs):
+                found.append(process)
+                return True
+    return False
 
 
 async def _serving(cluster: Cluster, count: int) -> bool:
