@@ -436,7 +436,7 @@ async def _steadily(
 
 
 async def _checkpoint(pool: asyncpg.Pool) -> LogPosition:
-    row = await pool.fetchrow(Q["read_checkpoint"], JobsProjection.name)
+    row = await pool.fetchrow(Q["read_checkpoints"], [JobsProjection.name])
     if row is None:
         raise RuntimeError("the jobs projection has no checkpoint")
     return LogPosition(row["xid"], row["position"])

@@ -35,7 +35,7 @@ SELECT * FROM unnest($1::uuid[], $2::int[], $3::bigint[], $4::text[], $5::text[]
 -- it moved (jobs, CPUs, memory). A counter that comes to zero jobs is deleted, not kept at
 -- zero: a rebuild folds a job's events in larger batches, never counting it in the states it
 -- passed through meanwhile, and must make the very same rows. The new values are computed from
--- the rows read here: batches of the projection are applied one at a time (`lock_projection`),
+-- the rows read here: batches of the projection are applied one at a time (`lock_projections`),
 -- as for job_status.
 WITH moved AS (
     SELECT labels, tenant, state, coalesce(c.n, 0) + d.delta AS n,

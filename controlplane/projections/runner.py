@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -24,15 +23,6 @@ log = logging.getLogger(__name__)
 APPLY_WAIT_S = 10.0
 MAX_FAILURES = 5
 """How many times in a row a projection may fail on the same event before it stops."""
-IDLE_S = 5.0
-"""How long a projection may sit out the rounds that bring none of its categories' events:
-then it takes part anyway, only to move its checkpoint past them, so that its checkpoint (and
-the round's look at the log, which starts at the oldest one) stays at most this far behind, or
-a batch's worth of events (a round with more news than that is one of every projection).
-Sitting out spares its transaction (five statements) in a round that has nothing for it: in a
-trial's rounds, five of the nine projections. Each that takes part lengthens the round that a
-new event waits for: at one second, a search's idle projections made every other trial's next
-job wait some 15 ms longer for its queue row (`bench search`)."""
 
 
 class BatchFailed(Exception):
@@ -49,14 +39,6 @@ class BatchFailed(Exception):
         )
         super().__init__(f"projection {projection} failed on {where}")
         self.events = events
-
-
-@dataclass(frozen=True, slots=True)
-class _Place:
-    """Where this runner last left a projection's checkpoint, and when (`time.monotonic`)."""
-
-    position: LogPosition
-    at: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +61,6 @@ class ProjectionRunner:
         *,
         batch_size: int = 500,
         max_failures: int = MAX_FAILURES,
-        idle_s: float = IDLE_S,
     ) -> None:
         self._pool = pool
         self._store = store
@@ -89,16 +70,12 @@ class ProjectionRunner:
         if max_failures < 1:
             raise ValueError(f"max_failures must be 1 or more, not {max_failures}")
         self._max_failures = max_failures
-        self._idle_s = idle_s
         self._stopping = asyncio.Event()
         self._one_by_one: dict[str, int] = {}
         """Projections that failed on a batch of several events: applied one event at a time
         through the position of that batch's last, to find the event that fails."""
         self._strikes: dict[str, _Strikes] = {}
         self._stopped: dict[str, str] = {}
-        self._places: dict[str, _Place] = {}
-        """The projections this runner holds, where it left them; one it does not know (not
-        yet applied here, or held by another runner) takes part in every round."""
 
     async def run(self) -> None:
         """Catch every projection up, then wait for news; until `stop()`. A projection that
@@ -108,49 +85,37 @@ class ProjectionRunner:
             # job's row written once for several of its events), and a pause of 10 ms made a
             # search's next trial wait for its queue row 10 ms longer (`bench search`).
             seen = self._listener.generation
-            due = await self._due()
-            for projection in self.projections.values():
-                if projection.name not in due:
-                    continue
+            active = [name for name in self.projections if name not in self._stopped]
+            # Every projection in one transaction that reads the log once: apart, each paid a
+            # transaction of its own (six round trips) and decoded the same events again, and
+            # a round's look at which of them the news concerned cost more than taking part
+            # (its lock and checkpoint are a row each in statements the round makes anyway).
+            # One that fails (or was failing) goes alone, holding none of the others back.
+            together = [
+                name for name in active if name not in self._one_by_one | self._strikes.keys()
+            ]
+            alone = [name for name in active if name not in together]
+            more = False
+            if together:
                 try:
-                    await self.catch_up(projection)
+                    _, more = await self._step(together)
+                except Exception as error:
+                    log.info("projections failed together (%r); each goes alone", error)
+                    alone = active
+            for name in alone:
+                try:
+                    await self.catch_up(self.projections[name])
                 except BatchFailed as failed:
-                    self._failed(projection.name, failed)
+                    self._failed(name, failed)
                 except Exception:
                     # A lost connection (or an event this code cannot decode): the batch rolled
                     # back and its checkpoint did not move, so retrying after the poll interval
                     # is safe; the other projections go on meanwhile.
-                    log.exception("projection %s: a batch failed; retrying", projection.name)
+                    log.exception("projection %s: a batch failed; retrying", name)
                 else:
-                    self._strikes.pop(projection.name, None)
-            await self._listener.wait(seen)
-
-    async def _due(self) -> set[str]:
-        """The projections that take part in this round: each that may have events of its
-        categories to apply, that has sat out rounds for `idle_s` while the log moved on, or whose
-        place this runner does not know; the log's news since the oldest place, read once,
-        tells which (every projection, when there is more news than a batch)."""
-        active = [name for name in self.projections if name not in self._stopped]
-        known = {name: self._places[name] for name in active if name in self._places}
-        due = {name for name in active if name not in known}
-        if not known:
-            return due
-        try:
-            news = await self._news(min(place.position for place in known.values()))
-        except Exception:
-            # Only a shortcut: without it, every projection takes part, as they would anyway.
-            log.exception("reading the log's news failed; every projection takes part")
-            return set(active)
-        if news is None:
-            return set(active)
-        now = time.monotonic()
-        for name, place in known.items():
-            categories = self.projections[name].categories
-            newer = {category for category, last in news.items() if last > place.position}
-            mine = newer if categories is None else newer & categories
-            if mine or (newer and now - place.at >= self._idle_s):
-                due.add(name)
-        return due
+                    self._strikes.pop(name, None)
+            if not more:
+                await self._listener.wait(seen)
 
     async def _news(self, after: LogPosition) -> Mapping[str, LogPosition] | None:
         """The categories of the events readable after `after`, each with its last event's
@@ -204,51 +169,66 @@ class ProjectionRunner:
         """Apply batches until nothing is left to read now; returns how many events it applied."""
         total = 0
         while True:
-            applied, full = await self._step(projection)
+            applied, full = await self._step([projection.name])
             total += applied
             if not full:
                 return total
 
-    async def _step(self, projection: Projection) -> tuple[int, bool]:
-        """Apply one batch in one transaction: how many events it applied, and whether it was
-        full (more may be waiting); (0, False) when another runner holds the projection."""
+    async def _step(self, names: Sequence[str]) -> tuple[int, bool]:
+        """Apply one batch of the log to the named projections in one transaction (those that
+        another runner holds sit it out): how many events it read, and whether it was full
+        (more may be waiting); (0, False) when another runner holds them all."""
         async with self._pool.acquire() as conn, conn.transaction():
-            if not await conn.fetchval(Q["lock_projection"], projection.name):
-                self._places.pop(projection.name, None)
+            held = [row["name"] for row in await conn.fetch(Q["lock_projections"], names)]
+            if not held:
                 return 0, False
-            # Read under the lock: the checkpoint cannot move until this transaction ends.
-            # The read comes before any write, so it is not bounded by this transaction's own
-            # xid; from its first write on, the batch holds back every reader of the log
-            # until it commits, which is why batches are kept small.
-            position = await _checkpoint(conn, projection.name)
+            # Read under the locks: no checkpoint can move until this transaction ends. The
+            # read comes before any write, so it is not bounded by this transaction's own xid;
+            # from its first write on, the batch holds back every reader of the log until it
+            # commits, which is why batches are kept small.
+            places = {name: ORIGIN for name in names if name in held}  # in the runner's order
+            for row in await conn.fetch(Q["read_checkpoints"], held):
+                places[row["name"]] = LogPosition(row["xid"], row["position"])
             limit = self._batch_size
-            through = self._one_by_one.get(projection.name)
+            through = self._one_by_one.get(held[0]) if len(held) == 1 else None
             if through is not None:
-                if position.position < through:
+                if places[held[0]].position < through:
                     limit = 1
                 else:
-                    del self._one_by_one[projection.name]
-            batch = await self._apply_batch(conn, projection, position, limit)
-        # Known only once committed: a batch that failed left the checkpoint where it was.
-        self._places[projection.name] = _Place(batch.end, time.monotonic())
+                    del self._one_by_one[held[0]]
+            batch = await self._apply_batch(conn, places, limit)
         return batch.read, batch.read == limit
 
     async def _apply_batch(
-        self, conn: Executor, projection: Projection, position: LogPosition, limit: int
+        self, conn: Executor, places: Mapping[str, LogPosition], limit: int
     ) -> LogBatch:
-        """Apply the batch of at most `limit` after `position` and advance the checkpoint, on
-        `conn`; BatchFailed when the projection raises on it."""
-        batch = await self._store.read_log_of(projection.categories, position, limit, conn=conn)
-        if batch.events:
-            try:
-                await projection.apply(conn, batch.events)
-            except CONNECTION_ERRORS:
-                raise
-            except Exception as exc:
-                raise BatchFailed(projection.name, batch.events) from exc
-        if batch.read:
+        """Read the batch of at most `limit` after the oldest of `places` once, apply to each
+        projection its events after its own place, and advance the checkpoints, on `conn`;
+        BatchFailed when a projection raises on its events."""
+        chosen = [self.projections[name].categories for name in places]
+        wanted = None if None in chosen else frozenset().union(*filter(None, chosen))
+        start = min(places.values())
+        batch = await self._store.read_log_of(wanted, start, limit, conn=conn)
+        for name, place in places.items():
+            projection = self.projections[name]
+            events = [
+                event
+                for event in batch.events
+                if event.log_position > place
+                and (projection.categories is None or event.category in projection.categories)
+            ]
+            if events:
+                try:
+                    await projection.apply(conn, events)
+                except CONNECTION_ERRORS:
+                    raise
+                except Exception as exc:
+                    raise BatchFailed(name, events) from exc
+        # A place ahead of where this batch ended (a full batch read from an older one) stays.
+        moved = [name for name, place in places.items() if batch.end > place]
+        if moved:
             end = batch.end
-            await conn.execute(Q["write_checkpoint"], projection.name, str(end.xid), end.position)
+            await conn.execute(Q["write_checkpoints"], moved, str(end.xid), end.position)
         return batch
 
     async def wait_applied(self, name: str, target: LogPosition) -> None:
@@ -300,18 +280,16 @@ class ProjectionRunner:
                 "log into it would send old notifications again)"
             )
         total = 0
-        # The checkpoint starts again from zero: this runner's place is no longer known.
-        self._places.pop(name, None)
         async with self._pool.acquire() as conn, conn.transaction():
             # Wait for a running batch (here or in another replica) instead of skipping.
             await conn.execute(Q["lock_projection_wait"], name)
             for table in projection.tables:
                 # Table names come from the projection's code, never from input.
                 await conn.execute(f'DELETE FROM "{table}"')
-            await conn.execute(Q["write_checkpoint"], name, str(ORIGIN.xid), ORIGIN.position)
+            await conn.execute(Q["write_checkpoints"], [name], str(ORIGIN.xid), ORIGIN.position)
             while (
                 batch := await self._apply_batch(
-                    conn, projection, await _checkpoint(conn, name), self._batch_size
+                    conn, {name: await _checkpoint(conn, name)}, self._batch_size
                 )
             ).read:
                 total += batch.read
@@ -319,5 +297,5 @@ class ProjectionRunner:
 
 
 async def _checkpoint(conn: Executor, name: str) -> LogPosition:
-    row = await conn.fetchrow(Q["read_checkpoint"], name)
+    row = await conn.fetchrow(Q["read_checkpoints"], [name])
     return LogPosition(row["xid"], row["position"]) if row else ORIGIN

@@ -24,17 +24,6 @@ META = Metadata(actor="test")
 SNAPSHOT = "SELECT * FROM streams ORDER BY stream_id"
 
 
-@pytest.fixture
-async def listener(db_url: str) -> AsyncIterator[LogListener]:
-    # A poll interval far longer than the tests wait: only NOTIFY (or a reconnect) wakes it.
-    listener = LogListener(db_url, poll_interval=60, retry_interval=0.05)
-    task = asyncio.create_task(listener.run())
-    await asyncio.wait_for(listener.connected.wait(), 5)
-    yield listener
-    listener.stop()
-    await asyncio.wait_for(task, 5)
-
-
 @contextlib.asynccontextmanager
 async def running(runner: ProjectionRunner, listener: LogListener) -> AsyncIterator[None]:
     task = asyncio.create_task(runner.run())
@@ -236,9 +225,12 @@ class Collecting:
 
     def __init__(self) -> None:
         self.seen: list[str] = []
+        self.commits: set[str] = set()
+        """How the transactions it applied batches in commit (`synchronous_commit`)."""
 
     async def apply(self, conn: Executor, events: Sequence[RecordedEvent]) -> None:
         self.seen += [f"{e.stream_id}@{e.stream_version}" for e in events]
+        self.commits.add(await conn.fetchval("SHOW synchronous_commit"))
 
 
 async def test_a_projection_gets_only_its_categories_and_moves_past_the_rest(
@@ -260,6 +252,39 @@ async def test_a_projection_gets_only_its_categories_and_moves_past_the_rest(
     assert await runner.catch_up(projection) == 0
 
 
+async def test_projections_at_different_places_share_rounds_and_apply_their_events_once(
+    pool: asyncpg.Pool, store: EventStore, listener: LogListener, owner: asyncpg.Connection
+) -> None:
+    for v in range(3):
+        await store.append("node-a", v, [Pinged(n=v)], META)
+    await all_readable(store, 3)
+    collecting = Collecting()
+    runner = ProjectionRunner(
+        pool, store, listener, [StreamsProjection(), collecting], batch_size=2
+    )
+    await runner.catch_up(collecting)  # ahead of `streams`, which has applied nothing
+    for v in range(3):
+        await store.append("node-a", 3 + v, [Pinged(n=v)], META)
+        await store.append("job-1", v, [Pinged(n=v)], META)  # the last: not `collecting`'s
+    await all_readable(store, 9)
+
+    async def streamed() -> bool:
+        rows = await owner.fetch("SELECT stream_id, version FROM streams ORDER BY stream_id")
+        return [(r["stream_id"], r["version"]) for r in rows] == [("job-1", 3), ("node-a", 6)]
+
+    async with running(runner, listener):
+        # Rounds of two events read from the place of `streams`, the older: `collecting`
+        # takes part in each, and is given only what is past its own place, once.
+        await eventually(streamed)
+        await eventually(lambda: collected(collecting, [f"node-a@{v}" for v in range(1, 7)]))
+    last = await owner.fetchval("SELECT max(position) FROM events")
+    assert await checkpoint_of(owner, "streams") == last
+    assert await checkpoint_of(owner, "collecting") == last
+    # Its batches committed without waiting for the disk: a crash loses them with their
+    # checkpoint, and they are applied again.
+    assert collecting.commits == {"off"}
+
+
 async def collected(projection: Collecting, seen: list[str]) -> bool:
     return projection.seen == seen
 
@@ -269,58 +294,3 @@ async def checkpoint_of(owner: asyncpg.Connection, name: str) -> int | None:
         "SELECT position FROM projection_checkpoints WHERE name = $1", name
     )
     return position
-
-
-@contextlib.asynccontextmanager
-async def running_with_a_node_event(
-    pool: asyncpg.Pool, store: EventStore, listener: LogListener, idle_s: float
-) -> AsyncIterator[tuple[ProjectionRunner, Collecting]]:
-    """A running runner of `streams` and `collecting`, once it has applied one `node` event."""
-    collecting = Collecting()
-    runner = ProjectionRunner(
-        pool, store, listener, [StreamsProjection(), collecting], batch_size=10, idle_s=idle_s
-    )
-    async with running(runner, listener):
-        await store.append("node-a", 0, [Pinged(n=0)], META)
-        await eventually(lambda: collected(collecting, ["node-a@1"]))
-        yield runner, collecting
-
-
-async def test_a_round_without_a_projection_s_categories_passes_it_by_until_it_is_idle_long(
-    pool: asyncpg.Pool, store: EventStore, listener: LogListener, owner: asyncpg.Connection
-) -> None:
-    async with running_with_a_node_event(pool, store, listener, idle_s=3600) as (runner, seen):
-        where = await checkpoint_of(owner, "collecting")
-        for v in range(3):
-            await store.append("job-1", v, [Pinged(n=v)], META)
-
-        async def streamed() -> bool:
-            version = await owner.fetchval("SELECT version FROM streams WHERE stream_id = 'job-1'")
-            return bool(version == 3)
-
-        await eventually(streamed)
-        # No transaction for it in those rounds: its checkpoint did not move past the job's
-        # events, and yet it is caught up, since none of them is of its categories.
-        assert await checkpoint_of(owner, "collecting") == where
-        assert await runner.is_caught_up("collecting")
-        await store.append("node-a", 1, [Pinged(n=1)], META)
-        await eventually(lambda: collected(seen, ["node-a@1", "node-a@2"]))
-        assert await checkpoint_of(owner, "collecting") == await owner.fetchval(
-            "SELECT max(position) FROM events"
-        )
-
-
-async def test_a_projection_passed_by_moves_its_checkpoint_once_idle_long(
-    pool: asyncpg.Pool, store: EventStore, listener: LogListener, owner: asyncpg.Connection
-) -> None:
-    async with running_with_a_node_event(pool, store, listener, idle_s=0.2) as (_, seen):
-        for v in range(3):
-            await store.append("job-1", v, [Pinged(n=v)], META)
-        last = await owner.fetchval("SELECT max(position) FROM events")
-
-        async def moved_past() -> bool:
-            listener.wake()  # a round now, not at the next poll
-            return await checkpoint_of(owner, "collecting") == last
-
-        await eventually(moved_past)
-        assert seen.seen == ["node-a@1"]

@@ -338,7 +338,7 @@ async def test_a_command_waits_for_a_runner_that_holds_the_projection(
     pool: asyncpg.Pool, store: EventStore, runner: ProjectionRunner, owner: asyncpg.Connection
 ) -> None:
     async with owner.transaction():  # as a serving replica does while it applies a batch
-        assert await owner.fetchval(Q["lock_projection"], "tenants")
+        assert await owner.fetchval(Q["lock_projections"], ["tenants"])
         creating = asyncio.create_task(create_tenant(store, runner, "acme", actor=ACTOR))
         await asyncio.sleep(0.3)
         assert not creating.done()
