@@ -11,19 +11,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterator
 
 from controlplane.database import DATABASE_ERRORS
 from controlplane.events.recorder import EventRecorder
 from controlplane.events.records import LogPosition, RecordedEvent
-from controlplane.events.subscription import LogListener, follow
+from controlplane.events.subscription import LogListener
 from controlplane.workers import pause
 
 log = logging.getLogger(__name__)
 
 QUEUE_LIMIT = 1000
 RETRY_S = 1.0
+BATCH = 500
+"""The most events the hub reads of the log at once."""
 
 
 class Lagged:
@@ -56,12 +58,17 @@ class StreamHub:
         self._store = store
         self._listener = listener
         self._subscribers: defaultdict[str, set[Subscription]] = defaultdict(set)
+        self._categories: Counter[str] = Counter()
+        """How many subscriptions each stream category has: the events the hub decodes."""
+        self._position: LogPosition | None = None
         self._stopping = asyncio.Event()
 
     @contextlib.contextmanager
     def subscribe(self, stream_id: str) -> Iterator[Subscription]:
         subscription = Subscription(stream_id)
+        category = stream_id.partition("-")[0]
         self._subscribers[stream_id].add(subscription)
+        self._categories[category] += 1
         try:
             yield subscription
         finally:
@@ -69,19 +76,21 @@ class StreamHub:
             watchers.discard(subscription)
             if not watchers:
                 del self._subscribers[stream_id]
+            self._categories[category] -= 1
+            if not self._categories[category]:
+                del self._categories[category]
 
     async def run(self) -> None:
         """Follow the log from its current tail and hand each event to its stream's watchers,
         until `stop()`; then end every open stream."""
         try:
-            position: LogPosition | None = None
             while not self._stopping.is_set():
                 try:
-                    if position is None:
-                        position = await self._store.log_tail()
-                    position = await self._forward(position)
+                    if self._position is None:
+                        self._position = await self._store.log_tail()
+                    await self._forward(self._position)
                 except DATABASE_ERRORS as exc:
-                    # Resume from the last event handed out: none is skipped or sent twice
+                    # Resume after the last batch handed out: none is skipped or sent twice
                     # (and a subscriber that lags re-reads the store anyway).
                     log.warning("SSE hub: %s; resuming in %.1fs", exc, RETRY_S)
                     await pause(self._stopping, RETRY_S)
@@ -91,30 +100,29 @@ class StreamHub:
                 for subscription in watchers:
                     subscription.offer(None)
 
-    async def _forward(self, position: LogPosition) -> LogPosition:
-        """Hand out events after `position` until stopped; returns the last one handed out."""
-        events = follow(self._store, self._listener, position)
-        stopping = asyncio.ensure_future(self._stopping.wait())
-        following: asyncio.Future[RecordedEvent] | None = None
-        try:
-            while True:
-                following = asyncio.ensure_future(anext(events))
-                done, _ = await asyncio.wait(
-                    {following, stopping}, return_when=asyncio.FIRST_COMPLETED
-                )
-                if following not in done:
-                    return position
-                event = following.result()
+    async def _forward(self, position: LogPosition) -> None:
+        """Hand out events after `position`, a batch at a time, until stopped."""
+        while not self._stopping.is_set():
+            seen = self._listener.generation
+            # Only the events of streams someone follows are decoded: with no stream open (a
+            # burst of submits), the hub reads where the log ends and nothing else.
+            wanted = set(self._categories)
+            batch = await self._store.read_log_of(wanted, position, BATCH)
+            for event in batch.events:
                 for subscription in self._subscribers.get(event.stream_id, ()):
                     subscription.offer(event)
-                position = event.log_position
-        finally:
-            stopping.cancel()
-            if following is not None and not following.done():
-                # The generator cannot be closed while a step of it is still running.
-                following.cancel()
-                await asyncio.wait({following})
-            await events.aclose()
+            joined = self._categories.keys() - wanted
+            if joined and batch.read:
+                # Subscribed while the batch was read: its events of their streams were not
+                # decoded, and may be past what they read of their stream's past.
+                for stream_id, watchers in self._subscribers.items():
+                    if stream_id.partition("-")[0] in joined:
+                        for subscription in watchers:
+                            subscription.offer(LAGGED)
+            position = self._position = batch.end
+            if batch.read < BATCH:
+                await self._listener.wait(seen)
 
     def stop(self) -> None:
         self._stopping.set()
+        self._listener.wake()  # out of its wait for news, now
