@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 from controlplane.database import DATABASE_ERRORS
 from controlplane.events.recorder import EventRecorder
-from controlplane.events.records import LogPosition, RecordedEvent
+from controlplane.events.records import LogPosition, RecordedEvent, category_of
 from controlplane.events.subscription import LogListener
 from controlplane.workers import pause
 
@@ -66,7 +66,7 @@ class StreamHub:
     @contextlib.contextmanager
     def subscribe(self, stream_id: str) -> Iterator[Subscription]:
         subscription = Subscription(stream_id)
-        category = stream_id.partition("-")[0]
+        category = category_of(stream_id)
         self._subscribers[stream_id].add(subscription)
         self._categories[category] += 1
         try:
@@ -86,9 +86,7 @@ class StreamHub:
         try:
             while not self._stopping.is_set():
                 try:
-                    if self._position is None:
-                        self._position = await self._store.log_tail()
-                    await self._forward(self._position)
+                    await self._forward()
                 except DATABASE_ERRORS as exc:
                     # Resume after the last batch handed out: none is skipped or sent twice
                     # (and a subscriber that lags re-reads the store anyway).
@@ -100,8 +98,10 @@ class StreamHub:
                 for subscription in watchers:
                     subscription.offer(None)
 
-    async def _forward(self, position: LogPosition) -> None:
-        """Hand out events after `position`, a batch at a time, until stopped."""
+    async def _forward(self) -> None:
+        """Hand out the events after the hub's place (at first, the log's tail), a batch at a
+        time, until stopped."""
+        position = self._position if self._position is not None else await self._store.log_tail()
         while not self._stopping.is_set():
             seen = self._listener.generation
             # Only the events of streams someone follows are decoded: with no stream open (a
@@ -116,7 +116,7 @@ class StreamHub:
                 # Subscribed while the batch was read: its events of their streams were not
                 # decoded, and may be past what they read of their stream's past.
                 for stream_id, watchers in self._subscribers.items():
-                    if stream_id.partition("-")[0] in joined:
+                    if category_of(stream_id) in joined:
                         for subscription in watchers:
                             subscription.offer(LAGGED)
             position = self._position = batch.end

@@ -20,6 +20,7 @@ from controlplane.events.records import (
     LogPosition,
     RecordedEvent,
     StreamAppend,
+    category_of,
 )
 from controlplane.events.types import Event, EventRegistry
 
@@ -113,7 +114,7 @@ class InMemoryEventStore:
         events = [
             self._decode(stored)
             for stored in read
-            if categories is None or stored.stream_id.partition("-")[0] in categories
+            if categories is None or category_of(stored.stream_id) in categories
         ]
         end = _log_position(read[-1]) if read else after
         return LogBatch(events, len(read), end)

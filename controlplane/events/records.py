@@ -23,6 +23,12 @@ ORIGIN = LogPosition(0, 0)
 """Before the first event."""
 
 
+def category_of(stream_id: str) -> str:
+    """A stream's category: its id up to the first `-` (`job-<uuid>` is a `job` stream), as
+    `read_log` reads it in SQL (`split_part`)."""
+    return stream_id.partition("-")[0]
+
+
 @dataclass(frozen=True, slots=True)
 class RecordedEvent:
     """An event as stored: where it sits in its stream and in the global log, and when."""
@@ -41,7 +47,7 @@ class RecordedEvent:
 
     @property
     def category(self) -> str:
-        return self.stream_id.partition("-")[0]
+        return category_of(self.stream_id)
 
 
 @dataclass(frozen=True, slots=True)
