@@ -3,6 +3,10 @@ subscribers, against a real `trainyard serve` process on loopback.
 
 - submit: an open loop of POST /v1/jobs at `rate` per second (latencies include queueing when
   the server falls behind, as a user would see them), after a warm-up of WARM_UP_S at that rate.
+  In turns with it, the same loop against the floor (bench/api_floor.py: aiohttp and asyncpg
+  inserting one row a submit, nothing else), the reference in the same run:
+  `submit_p99_vs_floor` is what the control plane adds, comparable across hosts whose absolute
+  figures differ severalfold.
 - SSE: `subscribers` streams spread over `jobs` jobs; events are appended at `event_rate` per
   second through the job service, and each delivery's latency runs from just before the append
   (so it includes the commit) to its receipt by the client; `sse_deliveries_missing` counts those
@@ -18,12 +22,14 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 from uuid import UUID
 
 import aiohttp
 
+from bench import api_floor
 from bench.scratch import scratch_database
 from controlplane.clock import SYSTEM_CLOCK
 from controlplane.database import create_pool
@@ -33,7 +39,7 @@ from controlplane.events.store import EventStore
 from controlplane.jobs.images import DEFAULT_IMAGES
 from controlplane.jobs.lifecycle import Deploy, EnterPhase, JobStatus, SaveCheckpoint
 from controlplane.jobs.service import Jobs
-from harness.served import ServedControlPlane
+from harness.served import ServedControlPlane, free_port
 
 MANIFEST = {"name": "bench", "image": DEFAULT_IMAGES, "command": ["python", "train.py"]}
 UNLIMITED = {"submissions_per_s": 100_000, "submission_burst": 100_000, "queued_jobs": 10_000_000}
@@ -44,6 +50,10 @@ WARM_UP_S = 1.0
 own and their prepared statements, as the rate first asks for them. Timed, that first second
 alone gave 15 to 45 of 2,000 submits over 10 ms (2026-12-01), which is the p99 by itself: a
 figure of the client's and the server's start, not of serving at that rate."""
+SLICE_S = 5.0
+"""How long each turn of submits to one server lasts (`submits_beside_floor`)."""
+SETTLE_S = 0.2
+"""The untimed pause after each turn."""
 LAST_DELIVERIES_S = 10.0
 """How long the last deliveries may take once the appends end before one is counted lost."""
 
@@ -71,19 +81,72 @@ async def run(
             try:
                 headers = {"Authorization": f"Bearer {plane.admin_token}"}
                 connector = aiohttp.TCPConnector(limit=0)
-                async with aiohttp.ClientSession(
-                    plane.url, headers=headers, connector=connector
-                ) as session:
-                    await _create_tenant(session)
-                    say(f"submitting at {rate:g}/s for {seconds:g}s ...")
-                    submitted = await submits(session, rate, seconds)
+                async with (
+                    aiohttp.ClientSession(plane.url, headers=headers, connector=connector) as ours,
+                    floor_served(database) as floor,
+                ):
+                    await _create_tenant(ours)
+                    say(f"submitting at {rate:g}/s for {seconds:g}s, and as long to the floor ...")
+                    submitted = await submits_beside_floor(ours, floor, rate, seconds)
                     say(
                         f"{subscribers} SSE subscribers on {jobs} jobs, {event_rate:g} events/s ..."
                     )
-                    delivered = await sse(database, session, subscribers, jobs, event_rate, seconds)
+                    delivered = await sse(database, ours, subscribers, jobs, event_rate, seconds)
             finally:
                 await plane.stop()
     return {**submitted, **delivered}
+
+
+@contextlib.asynccontextmanager
+async def floor_served(database: str) -> AsyncIterator[aiohttp.ClientSession]:
+    """The floor (bench/api_floor.py) serving on `database`, and a session to it."""
+    port = free_port()
+    process = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "bench.api_floor", database, str(port)),
+        stdout=asyncio.subprocess.PIPE,
+    )
+    try:
+        assert process.stdout is not None
+        if (await process.stdout.readline()).decode().strip() != api_floor.READY:
+            raise RuntimeError(f"the floor's server did not start (status {await process.wait()})")
+        connector = aiohttp.TCPConnector(limit=0)
+        async with aiohttp.ClientSession(f"http://127.0.0.1:{port}", connector=connector) as floor:
+            yield floor
+    finally:
+        if process.returncode is None:
+            process.terminate()
+        await process.wait()
+
+
+async def submits_beside_floor(
+    ours: aiohttp.ClientSession, floor: aiohttp.ClientSession, rate: float, seconds: float
+) -> dict[str, Any]:
+    """`submits` to the control plane (`ours`) and to the floor, in turns of SLICE_S: the host's
+    speed drifts within minutes (a 5-million-step Python loop took 0.49 s at 17:30 and 0.19 s
+    at 18:05 on 2026-12-03), and taken in turns, both figures see the same host. Each turn ends
+    with SETTLE_S untimed, so that what one server still does after its last answer
+    (projections, here) is not timed on the other."""
+    for session in (ours, floor):
+        await _open_loop(session, rate, WARM_UP_S, "bench")
+    ours_s: list[float] = []
+    floor_s: list[float] = []
+    ours_busy_s = 0.0
+    left = seconds
+    while left > 0:
+        turn = min(SLICE_S, left)
+        started = time.perf_counter()
+        ours_s += await _open_loop(ours, rate, turn, "bench")
+        ours_busy_s += time.perf_counter() - started
+        await asyncio.sleep(SETTLE_S)
+        floor_s += await _open_loop(floor, rate, turn, "bench")
+        await asyncio.sleep(SETTLE_S)
+        left -= turn
+    return {
+        **_submit_figures(rate, ours_s, ours_busy_s),
+        "submit_floor_p50_ms": round(statistics.median(floor_s) * 1000, 2),
+        "submit_floor_p99_ms": round(_p99(floor_s) * 1000, 2),
+        "submit_p99_vs_floor": round(_p99(ours_s) / _p99(floor_s), 2),
+    }
 
 
 async def _create_tenant(session: aiohttp.ClientSession) -> None:
@@ -111,11 +174,14 @@ async def submits(
     await _open_loop(session, rate, WARM_UP_S, tenant)
     start = time.perf_counter()
     latencies = await _open_loop(session, rate, seconds, tenant)
-    elapsed = time.perf_counter() - start
+    return _submit_figures(rate, latencies, time.perf_counter() - start)
+
+
+def _submit_figures(rate: float, latencies: list[float], elapsed_s: float) -> dict[str, Any]:
     return {
         "submit_rate_target_per_s": rate,
         "submit_warm_up_s": WARM_UP_S,
-        "submit_per_s": round(len(latencies) / elapsed, 1),
+        "submit_per_s": round(len(latencies) / elapsed_s, 1),
         "submit_p50_ms": round(statistics.median(latencies) * 1000, 2),
         "submit_p99_ms": round(_p99(latencies) * 1000, 2),
     }
@@ -129,15 +195,18 @@ async def _open_loop(
     latencies: list[float] = []
 
     async def one(at: float) -> None:
-        await asyncio.sleep(max(0.0, at - time.perf_counter()))
-        # Measured from the scheduled instant: a server that falls behind shows as latency.
         await _submit(session, tenant)
+        # Measured from the scheduled instant: a server that falls behind shows as latency.
         latencies.append(time.perf_counter() - at)
 
     start = time.perf_counter()
     async with asyncio.TaskGroup() as group:
         for i in range(int(rate * seconds)):
-            group.create_task(one(start + i / rate))
+            at = start + i / rate
+            await asyncio.sleep(max(0.0, at - time.perf_counter()))
+            # Each task made when due: made all at once, 2,000 of them held the client's loop
+            # for tens of milliseconds, which the first submits then counted as the server's.
+            group.create_task(one(at))
     return latencies
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.bench.cli import bench
 
 
@@ -12,4 +14,10 @@ def test_the_api_benchmark_runs_and_misses_no_delivery(pg_server: str, tmp_path:
     options = ["--seconds", "1", "--rate", "20", "--subscribers", "5", "--jobs", "2"]
     result = bench(pg_server, tmp_path, "api", *options, "--event-rate", "10")
     assert result["submit_per_s"] > 0 and result["submit_p99_ms"] > 0
+    # The floor's submits were answered (it raises otherwise), and the ratio is theirs (taken
+    # before the figures were rounded to hundredths of a millisecond).
+    floor_p99 = result["submit_floor_p99_ms"]
+    assert 0 < result["submit_floor_p50_ms"] <= floor_p99
+    ratio = result["submit_p99_ms"] / floor_p99
+    assert result["submit_p99_vs_floor"] == pytest.approx(ratio, abs=0.02)
     assert result["sse_deliveries"] > 0 and result["sse_deliveries_missing"] == 0
