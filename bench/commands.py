@@ -35,10 +35,10 @@ def add_commands(commands: argparse._SubParsersAction[Any]) -> None:
     api = bench_commands.add_parser(
         "api",
         help="submit latency and SSE delivery latency of a served control plane",
-        description="Start `trainyard serve` on a scratch database, submit jobs at a steady "
-        "rate from concurrent clients, then hold many SSE subscribers while events are "
-        "appended at a steady rate; then submit at the same rate to the floor, a bare aiohttp "
-        "server inserting one row a submit, the same run's reference; print latencies (p50, "
+        description="Start `trainyard serve` on a scratch database and submit jobs at a steady "
+        "rate from concurrent clients, in turns with the same submits to the floor (a bare "
+        "aiohttp server inserting one row a submit: the same run's reference); then hold many "
+        "SSE subscribers while events are appended at a steady rate. Print latencies (p50, "
         "p99) and the submit p99's ratio to the floor's as JSON.",
     )
     api.add_argument("--seconds", type=float, default=10.0, help="per measurement")
