@@ -38,6 +38,7 @@ from controlplane.pending.reasons import (
     queue_order,
 )
 from controlplane.pending.resume import ResumedWalk
+from controlplane.pending.share import CpuShare
 from controlplane.pending.streams import pending_stream
 from controlplane.queries import Q
 from controlplane.scheduling.application import policy_in_force
@@ -61,8 +62,6 @@ job's reasons, its arrival and its departure at once; the rest waits for a recor
 that the writes a claim competes with in the database (and the events the `pending` projection
 applies) stay as many a second however often the rounds come."""
 APPEND_CHUNK = 256
-PACE = 4.0
-"""A round's pause is at least this many times as long as the CPU time the round took."""
 ACTOR = "system:pending-reasons"
 WORKER = "pending-reasons"
 REPLICAS = Pending(
@@ -106,6 +105,8 @@ class PendingRecorder:
         changed (see `resume`)."""
         self._made = QueuedJobs()
         """The last round's queue rows, made jobs."""
+        self._share = CpuShare()
+        """The rounds' share of a core, and the CPU time they spent ahead of it."""
 
     async def run(self) -> None:
         """Record a round every interval until `stop()`."""
@@ -115,16 +116,17 @@ class PendingRecorder:
                 await self.record()
             except DATABASE_ERRORS as exc:
                 log.warning("recording pending reasons failed: %s; retrying", exc)
-            # A long queue makes long rounds: they take at most a fifth of a core, so that
-            # claims and the API keep the CPU. Paced on the round's CPU time, not its wall time:
-            # on a busy machine the wall time counts the others' work too, and paced on it the
-            # reasons came seconds late just when the queue moved most. All of it, in every
+            # A long queue makes long rounds: they keep to a share of a core (`share`), so that
+            # claims and the API keep the CPU. Counted in the round's CPU time, not its wall
+            # time: on a busy machine the wall time counts the others' work too, and paced on it
+            # the reasons came seconds late just when the queue moved most. All of it, in every
             # thread (decoding the queue's rows, judging, encoding the writes), not the judging
             # alone: paced on that, a round under claims took a quarter of a core. Apart
             # (`pending.apart`, as `trainyard serve` runs it) the process's time is the round's;
             # beside the API, the API's counts too, and the rounds come less often.
             spent = time.process_time() - started
-            await pause(self._stopping, max(self._interval_s, PACE * spent))
+            wait = self._share.pause_after(spent, time.monotonic())
+            await pause(self._stopping, max(self._interval_s, wait))
 
     def stop(self) -> None:
         self._stopping.set()
