@@ -27,6 +27,7 @@ from controlplane.events.metadata import Metadata
 from controlplane.events.records import StreamAppend
 from controlplane.events.store import EventStore
 from controlplane.pending.changes import BUDGET, MOVED, Change, Queued, Recorded, Round, changes
+from controlplane.pending.cpu_budget import CpuBudget
 from controlplane.pending.estimates import Holding, estimated_in_order
 from controlplane.pending.reasons import (
     Assessment,
@@ -38,7 +39,6 @@ from controlplane.pending.reasons import (
     queue_order,
 )
 from controlplane.pending.resume import ResumedWalk
-from controlplane.pending.share import CpuShare
 from controlplane.pending.streams import pending_stream
 from controlplane.queries import Q
 from controlplane.scheduling.application import policy_in_force
@@ -105,8 +105,8 @@ class PendingRecorder:
         changed (see `resume`)."""
         self._made = QueuedJobs()
         """The last round's queue rows, made jobs."""
-        self._share = CpuShare()
-        """The rounds' share of a core, and the CPU time they spent ahead of it."""
+        self._budget = CpuBudget()
+        """The rounds' CPU budget: their share of a core, and the CPU time spent ahead of it."""
 
     async def run(self) -> None:
         """Record a round every interval until `stop()`."""
@@ -116,16 +116,17 @@ class PendingRecorder:
                 await self.record()
             except DATABASE_ERRORS as exc:
                 log.warning("recording pending reasons failed: %s; retrying", exc)
-            # A long queue makes long rounds: they keep to a share of a core (`share`), so that
-            # claims and the API keep the CPU. Counted in the round's CPU time, not its wall
-            # time: on a busy machine the wall time counts the others' work too, and paced on it
-            # the reasons came seconds late just when the queue moved most. All of it, in every
-            # thread (decoding the queue's rows, judging, encoding the writes), not the judging
-            # alone: paced on that, a round under claims took a quarter of a core. Apart
-            # (`pending.apart`, as `trainyard serve` runs it) the process's time is the round's;
-            # beside the API, the API's counts too, and the rounds come less often.
+            # A long queue makes long rounds: they keep to a share of a core
+            # (`pending.cpu_budget`), so that claims and the API keep the CPU. Counted in the
+            # round's CPU time, not its wall time: on a busy machine the wall time counts the
+            # others' work too, and paced on it the reasons came seconds late just when the queue
+            # moved most. All of it, in every thread (decoding the queue's rows, judging,
+            # encoding the writes), not the judging alone: paced on that, a round under claims
+            # took a quarter of a core. Apart (`pending.apart`, as `trainyard serve` runs it) the
+            # process's time is the round's; beside the API, the API's counts too, and the
+            # rounds come less often.
             spent = time.process_time() - started
-            wait = self._share.pause_after(spent, time.monotonic())
+            wait = self._budget.pause_after(spent, time.monotonic())
             await pause(self._stopping, max(self._interval_s, wait))
 
     def stop(self) -> None:

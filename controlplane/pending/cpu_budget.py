@@ -1,4 +1,5 @@
-"""A share of a core for the pending-reasons recorder's rounds: how long to pause after each.
+"""The pending-reasons recorder's CPU budget, a share of a core: how long to pause after each
+round.
 
 The recorder judges the whole queue, tens of milliseconds of CPU a round with thousands queued,
 and on a saturated machine every millisecond of it is taken from claims (`bench simulate`'s
@@ -24,7 +25,7 @@ the claims want the CPU (0.5 s of it gave 0.14 of a core over a 4-second claim r
 
 
 @dataclass(slots=True)
-class CpuShare:
+class CpuBudget:
     """The rounds' CPU budget: one per recorder, counted as its rounds end."""
 
     share: float = SHARE
