@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from controlplane.database import DATABASE_ERRORS
 from controlplane.events.recorder import EventRecorder
 from controlplane.events.records import LogPosition, RecordedEvent, category_of
-from controlplane.events.subscription import LogListener
+from controlplane.events.subscription import HeldBack, LogListener
 from controlplane.workers import pause
 
 log = logging.getLogger(__name__)
@@ -102,6 +102,7 @@ class StreamHub:
         """Hand out the events after the hub's place (at first, the log's tail), a batch at a
         time, until stopped."""
         position = self._position if self._position is not None else await self._store.log_tail()
+        held_back = HeldBack()
         while not self._stopping.is_set():
             seen = self._listener.generation
             # Only the events of streams someone follows are decoded: with no stream open (a
@@ -121,7 +122,7 @@ class StreamHub:
                             subscription.offer(LAGGED)
             position = self._position = batch.end
             if batch.read < BATCH:
-                await self._listener.wait(seen)
+                await self._listener.wait(seen, held_back.within(batch.held_back))
 
     def stop(self) -> None:
         self._stopping.set()

@@ -59,21 +59,26 @@ ORDER BY stream_version
 LIMIT $3;  -- NULL: all of it (a page of a long stream's history otherwise)
 
 -- name: read_log
--- The global log after a checkpoint, in (xid, position) order, only below the oldest running
+-- The global log after a checkpoint, in (xid, position) order, up to the oldest running
 -- transaction: everything under that bound has committed or rolled back, so no later commit
--- can ever land before the returned events, and a reader never skips or repeats one. With
--- categories $4, the events of other streams come back as their place only (no data, no
--- metadata): a reader moves past them without Postgres rendering their JSON.
+-- can ever land before the events a reader takes, and it never skips or repeats one. Committed
+-- events past the bound come back too, `held` and without data, after all the others (the
+-- order is by xid): a reader takes none of them, but knows that news is waiting for a
+-- transaction that may append nothing and so wake no one when it ends (a lease's renewal, a
+-- log write), and looks again soon instead of at its next notification (a claim waited up to
+-- the poll interval so). With categories $4, the events of other streams come back as their
+-- place only (no data, no metadata): a reader moves past them without Postgres rendering
+-- their JSON.
 SELECT position, xid::text::bigint AS xid, stream_id, stream_version, type, schema_version,
-       w.wanted,
-       CASE WHEN w.wanted THEN data END AS data,
-       CASE WHEN w.wanted THEN metadata END AS metadata,
+       w.wanted, h.held,
+       CASE WHEN w.wanted AND NOT h.held THEN data END AS data,
+       CASE WHEN w.wanted AND NOT h.held THEN metadata END AS metadata,
        recorded_at
 FROM events,
      LATERAL (SELECT $4::text[] IS NULL OR split_part(stream_id, '-', 1) = ANY($4::text[]))
-         AS w(wanted)
+         AS w(wanted),
+     LATERAL (SELECT xid >= pg_snapshot_xmin(pg_current_snapshot())) AS h(held)
 WHERE (xid, position) > ($1::text::xid8, $2::bigint)
-  AND xid < pg_snapshot_xmin(pg_current_snapshot())
 -- The table's columns, not the output's bigint `xid`: ordered by the cast, Postgres sorted
 -- every event after the checkpoint to return the first few, instead of walking the index.
 ORDER BY events.xid, events.position

@@ -48,7 +48,8 @@ class EventRecorder(Protocol):
         self, categories: Collection[str] | None, after: LogPosition, limit: int = 1000
     ) -> LogBatch:
         """Like `read_log`, but only the events of streams in `categories` (None: all) are
-        returned; the batch also says how many it read and where reading stopped."""
+        returned; the batch also says how many it read, where reading stopped and whether
+        committed events after it wait for an older transaction (`LogBatch.held_back`)."""
         ...
 
     async def log_tail(self) -> LogPosition:

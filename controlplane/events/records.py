@@ -74,6 +74,10 @@ class LogBatch:
     events: list[RecordedEvent]
     read: int
     end: LogPosition
+    held_back: bool = False
+    """Whether committed events after `end` wait for an older transaction still running: news
+    that the transaction's end may announce to no one (it may append nothing), so that a
+    reader looks again soon (`HeldBack`) rather than at its next notification."""
 
 
 @dataclass(frozen=True, slots=True)

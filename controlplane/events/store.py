@@ -5,6 +5,7 @@ a caller's transaction (`conn`) and several streams appended in one statement.""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Collection, Sequence
 
 import asyncpg
@@ -211,9 +212,11 @@ class EventStore:
         executor = conn if conn is not None else self._pool
         wanted = None if categories is None else list(categories)
         rows = await executor.fetch(Q["read_log"], str(after.xid), after.position, limit, wanted)
-        events = [self._decode(row) for row in rows if row["wanted"]]
-        end = LogPosition(rows[-1]["xid"], rows[-1]["position"]) if rows else after
-        return LogBatch(events, len(rows), end)
+        # The held rows come last (see `read_log`): a reader takes the rows before them.
+        readable = list(itertools.takewhile(lambda row: not row["held"], rows))
+        events = [self._decode(row) for row in readable if row["wanted"]]
+        end = LogPosition(readable[-1]["xid"], readable[-1]["position"]) if readable else after
+        return LogBatch(events, len(readable), end, held_back=len(readable) < len(rows))
 
     async def log_tail(self) -> LogPosition:
         """The place of the last event readable now: where a follower of only news starts."""

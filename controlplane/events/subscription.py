@@ -12,6 +12,7 @@ import asyncio
 import logging
 from collections import Counter
 from collections.abc import AsyncGenerator, Sequence
+from dataclasses import dataclass
 
 import asyncpg
 
@@ -28,6 +29,29 @@ from controlplane.workers import pause
 
 CHANNEL = "trainyard_events"
 log = logging.getLogger(__name__)
+
+
+HELD_BACK_S = (0.002, 1.0)
+"""How soon a reader looks again at news held back, at first and at the latest."""
+
+
+@dataclass(slots=True)
+class HeldBack:
+    """How soon a reader of the log looks again while news is held back (`LogBatch.held_back`):
+    soon, as the transaction holding it is usually a few milliseconds from its end, then twice
+    as late each time, up to the poll interval, so that a long one (a rebuild) costs a few reads
+    and not one every few milliseconds."""
+
+    _next_s: float = HELD_BACK_S[0]
+
+    def within(self, held_back: bool) -> float | None:
+        """The most to wait after a read that found news `held_back` or not (None: until
+        notified, as ever)."""
+        if not held_back:
+            self._next_s = HELD_BACK_S[0]
+            return None
+        within, self._next_s = self._next_s, min(2 * self._next_s, HELD_BACK_S[1])
+        return within
 
 
 class LogListener:
@@ -72,11 +96,14 @@ class LogListener:
         that no channel counts (a reconnect: notifications may have been missed) means all."""
         return self._notified[channel]
 
-    async def wait(self, seen: int) -> None:
-        """Return once woken after generation `seen`, or after the poll interval at most."""
+    async def wait(self, seen: int, within: float | None = None) -> None:
+        """Return once woken after generation `seen`, or after the poll interval (or `within`
+        seconds, when sooner) at most."""
         if self._generation != seen:
             return
-        await pause(self._woken, self.poll_interval)
+        await pause(
+            self._woken, self.poll_interval if within is None else min(within, self.poll_interval)
+        )
 
     def wake(self) -> None:
         """Wake every waiter; a fresh Event for the next round, so each wake is seen once."""

@@ -93,3 +93,25 @@ async def test_one_who_subscribes_while_a_batch_is_read_is_told_to_re_read(
         assert isinstance(later, RecordedEvent) and later.stream_version == 2
         hub.stop()
         await asyncio.wait_for(running, 5)
+
+
+async def test_news_held_back_by_a_transaction_that_notifies_no_one_reaches_a_subscriber(
+    pool: asyncpg.Pool, store: EventStore, listener: LogListener
+) -> None:
+    hub = StreamHub(store, listener)
+    with hub.subscribe("job-1") as watching:
+        running = asyncio.create_task(hub.run())
+        await asyncio.sleep(0.2)  # the hub has read where the log ends
+        async with pool.acquire() as conn:
+            transaction = conn.transaction()
+            await transaction.start()
+            # An older xid that appends nothing (a lease's renewal): the append's NOTIFY wakes
+            # the hub while the event is held back, and the blocker's commit wakes no one.
+            await conn.execute("SELECT pg_current_xact_id()")
+            await store.append("job-1", 0, [Pinged(n=1)], META)
+            await asyncio.sleep(0.2)
+            await transaction.commit()
+        [got] = await items(watching, 1)  # within 5 s, well before the listener's 60 s poll
+        assert isinstance(got, RecordedEvent) and got.stream_version == 1
+        hub.stop()
+        await asyncio.wait_for(running, 5)

@@ -171,6 +171,29 @@ async def test_notify_wakes_the_running_runner(
         await eventually(projected)  # well before the 60 s poll
 
 
+async def test_news_held_back_by_a_transaction_that_notifies_no_one_is_applied_when_it_ends(
+    pool: asyncpg.Pool, store: EventStore, listener: LogListener, owner: asyncpg.Connection
+) -> None:
+    runner = runner_for(pool, store, listener)
+    async with running(runner, listener), pool.acquire() as conn:
+        transaction = conn.transaction()
+        await transaction.start()
+        # An older xid that appends nothing (a lease's renewal): the append's NOTIFY wakes the
+        # runner while the event is held back, and the blocker's commit wakes no one.
+        await conn.execute("SELECT pg_current_xact_id()")
+        seen = listener.generation
+        await store.append("job-x", 0, [Pinged(n=1)], META)
+        await listener.wait(seen)
+        await asyncio.sleep(0.2)  # the round the NOTIFY woke reads, and finds it held back
+        assert not await owner.fetchval("SELECT count(*) FROM streams")
+        await transaction.commit()
+
+        async def projected() -> bool:
+            return bool(await owner.fetchval("SELECT count(*) FROM streams"))
+
+        await eventually(projected)  # well before the 60 s poll
+
+
 async def test_a_dropped_listen_connection_is_re_established_and_caught_up(
     pool: asyncpg.Pool, store: EventStore, listener: LogListener, owner: asyncpg.Connection
 ) -> None:
