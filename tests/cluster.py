@@ -19,6 +19,7 @@ import asyncpg
 from controlplane.composition import projection_runner
 from controlplane.database import DATABASE_ERRORS
 from controlplane.events.metadata import Metadata
+from controlplane.events.records import ORIGIN, LogPosition
 from controlplane.events.store import EventStore
 from controlplane.events.subscription import LogListener
 from controlplane.jobs.images import ImageAllowlist
@@ -45,6 +46,9 @@ A_WHOLE_RUN = [
     JobStatus.COMPLETED,
 ]
 """The states of a job that ran once, start to end."""
+LAST_COMMITTED = """
+SELECT xid::text::bigint AS xid, position FROM events ORDER BY xid DESC, position DESC LIMIT 1
+"""
 
 
 class Plane:
@@ -74,6 +78,15 @@ class Plane:
                     if job is not None and check(job):
                         return job
                 await asyncio.sleep(0.05)
+
+    async def projected(self, name: str = "jobs") -> None:
+        """Until projection `name` has applied every event committed so far. Not the log's
+        tail (`log_tail`), which is what is readable now: an event committed behind a
+        transaction still running (the projections' own round, in the background) is not yet,
+        and a wait for the tail missed it."""
+        row = await self.pool.fetchrow(LAST_COMMITTED)
+        last = ORIGIN if row is None else LogPosition(row["xid"], row["position"])
+        await self.runner.wait_applied(name, last)
 
     async def state(self, job_id: UUID, *states: JobStatus) -> Job:
         return await self.until(job_id, lambda job: job.state in states)

@@ -63,7 +63,7 @@ async def test_replaying_the_current_policy_reproduces_the_recorded_start_order(
         )
         ids.append(job.job_id)
     # Queued before any node is: its first claim chooses among them all, as the replay's does.
-    await plane.runner.wait_applied("jobs", await plane.store.log_tail())
+    await plane.projected()
     agent = await RunningAgent(plane.url, agent_config(tmp_path), fake_gpus=2).started()
     try:
         async with asyncio.timeout(60):

@@ -52,7 +52,7 @@ async def submit(plane: Plane, tenant: str, priority: int = 0) -> UUID:
 
 async def queued(plane: Plane) -> None:
     """The queue (a projection) holds every job submitted so far."""
-    await plane.runner.wait_applied("jobs", await plane.store.log_tail())
+    await plane.projected()
 
 
 async def switch(plane: Plane, policy: ClaimPolicy) -> bool:
