@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
+
+import asyncpg
 
 from controlplane.event_registry import EVENT_TYPES
 from controlplane.events.types import Event, EventRegistry, event_type
@@ -33,3 +37,12 @@ class Unregistered(Event):
 
 TEST_REGISTRY = EventRegistry((*EVENT_TYPES, Pinged, Renamed))
 """Trainyard's event types and the tests' own."""
+
+
+@contextlib.asynccontextmanager
+async def holding_an_xid(pool: asyncpg.Pool) -> AsyncIterator[None]:
+    """A transaction that holds an xid and appends nothing, as a lease's renewal or a log write
+    does: events committed meanwhile wait behind it, and its commit notifies no reader."""
+    async with pool.acquire() as conn, conn.transaction():
+        await conn.execute("SELECT pg_current_xact_id()")
+        yield

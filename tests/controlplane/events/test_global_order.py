@@ -12,7 +12,7 @@ import asyncpg
 from controlplane.events.metadata import Metadata
 from controlplane.events.records import ORIGIN, LogPosition
 from controlplane.events.store import EventStore
-from tests.events import Pinged
+from tests.events import Pinged, holding_an_xid
 from tests.polling import eventually
 
 META = Metadata(actor="test")
@@ -133,16 +133,10 @@ async def test_an_open_transaction_holds_back_everything_after_it(
 async def test_a_read_says_when_news_waits_for_an_older_transaction_that_appends_nothing(
     pool: asyncpg.Pool, store: EventStore
 ) -> None:
-    async with pool.acquire() as conn:
-        transaction = conn.transaction()
-        await transaction.start()
-        # An xid older than the append's, as a lease's renewal or a log write takes: its commit
-        # appends nothing, so it notifies no reader.
-        await conn.execute("SELECT pg_current_xact_id()")
+    async with holding_an_xid(pool):
         later = await store.append("job-later", 0, [Pinged(n=1)], META)
         held = await store.read_log_of(None, ORIGIN)
         assert (held.events, held.read, held.end, held.held_back) == ([], 0, ORIGIN, True)
-        await transaction.commit()
     # The bound is the whole server's: another database's transaction may hold it a moment.
     await eventually(lambda: _readable(store, later.positions))
 

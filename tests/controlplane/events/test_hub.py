@@ -14,7 +14,7 @@ from controlplane.events.metadata import Metadata
 from controlplane.events.records import LogBatch, RecordedEvent
 from controlplane.events.store import EventStore
 from controlplane.events.subscription import LogListener
-from tests.events import TEST_REGISTRY, Pinged
+from tests.events import TEST_REGISTRY, Pinged, holding_an_xid
 
 META = Metadata(actor="test")
 
@@ -102,15 +102,11 @@ async def test_news_held_back_by_a_transaction_that_notifies_no_one_reaches_a_su
     with hub.subscribe("job-1") as watching:
         running = asyncio.create_task(hub.run())
         await asyncio.sleep(0.2)  # the hub has read where the log ends
-        async with pool.acquire() as conn:
-            transaction = conn.transaction()
-            await transaction.start()
-            # An older xid that appends nothing (a lease's renewal): the append's NOTIFY wakes
-            # the hub while the event is held back, and the blocker's commit wakes no one.
-            await conn.execute("SELECT pg_current_xact_id()")
+        # The append's NOTIFY wakes the hub while the event is held back, and the end of what
+        # holds it wakes no one.
+        async with holding_an_xid(pool):
             await store.append("job-1", 0, [Pinged(n=1)], META)
             await asyncio.sleep(0.2)
-            await transaction.commit()
         [got] = await items(watching, 1)  # within 5 s, well before the listener's 60 s poll
         assert isinstance(got, RecordedEvent) and got.stream_version == 1
         hub.stop()

@@ -17,7 +17,7 @@ from controlplane.events.store import EventStore
 from controlplane.events.subscription import LogListener
 from controlplane.projections.runner import BatchFailed, ProjectionRunner
 from controlplane.projections.streams import StreamsProjection
-from tests.events import Pinged
+from tests.events import Pinged, holding_an_xid
 from tests.polling import eventually
 
 META = Metadata(actor="test")
@@ -175,18 +175,15 @@ async def test_news_held_back_by_a_transaction_that_notifies_no_one_is_applied_w
     pool: asyncpg.Pool, store: EventStore, listener: LogListener, owner: asyncpg.Connection
 ) -> None:
     runner = runner_for(pool, store, listener)
-    async with running(runner, listener), pool.acquire() as conn:
-        transaction = conn.transaction()
-        await transaction.start()
-        # An older xid that appends nothing (a lease's renewal): the append's NOTIFY wakes the
-        # runner while the event is held back, and the blocker's commit wakes no one.
-        await conn.execute("SELECT pg_current_xact_id()")
-        seen = listener.generation
-        await store.append("job-x", 0, [Pinged(n=1)], META)
-        await listener.wait(seen)
-        await asyncio.sleep(0.2)  # the round the NOTIFY woke reads, and finds it held back
-        assert not await owner.fetchval("SELECT count(*) FROM streams")
-        await transaction.commit()
+    async with running(runner, listener):
+        # The append's NOTIFY wakes the runner while the event is held back, and the end of
+        # what holds it wakes no one.
+        async with holding_an_xid(pool):
+            seen = listener.generation
+            await store.append("job-x", 0, [Pinged(n=1)], META)
+            await listener.wait(seen)
+            await asyncio.sleep(0.2)  # the round the NOTIFY woke reads, and finds it held back
+            assert not await owner.fetchval("SELECT count(*) FROM streams")
 
         async def projected() -> bool:
             return bool(await owner.fetchval("SELECT count(*) FROM streams"))
